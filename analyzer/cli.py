@@ -1,0 +1,212 @@
+"""The ``jax-shard-lint`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from . import __version__
+from .errors import ShardLintInputError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", action="append", default=[], metavar="NAME",
+                   help="lint only this target (repeatable); default: all the script returns")
+    p.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="number of virtual CPU devices (default 8, or devices= in the config)")
+    p.add_argument("--platform", choices=("cpu", "gpu"), default=None,
+                   help="cpu: virtual CPU devices (default); gpu: the GPUs JAX sees")
+    p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
+                   help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget", metavar="SIZE", help="per-device memory budget, e.g. 80GiB")
+    budget.add_argument("--device", metavar="KIND",
+                        help="budget from a device preset: h100, h200, b200, a100-80g, a100-40g, tpu-v4, tpu-v5e, "
+                        "tpu-v5p, tpu-v6e")
+    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a rule threshold, e.g. --threshold replicating-collective-bytes=128MiB")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODE", help="disable a rule (repeatable)")
+    p.add_argument("--config", metavar="PYPROJECT",
+                   help="read [tool.jax-shard-lint] from this file (default: the nearest pyproject.toml "
+                   "above the script)")
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jax-shard-lint",
+        description="Find the collectives, memory peak and sharding mistakes of a JAX program before it runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"jax-shard-lint {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # --debug works before or after the command; SUPPRESS keeps a subcommand's
+    # default from overwriting a --debug given before it.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show Python tracebacks for errors")
+
+    lint = sub.add_parser("lint", parents=[debug], help="lower and compile a script's targets and report findings")
+    lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(lint)
+    _add_output_args(lint)
+    lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
+                      help="exit 1 when a finding reaches this severity (default error)")
+
+    sub.add_parser("rules", parents=[debug], help="list the rules")
+    rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
+    rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
+    return parser
+
+
+def _settings(args: argparse.Namespace):
+    from .config import (
+        Settings, device_budget, find_pyproject, load_file_settings, parse_budget, parse_option, rule_codes,
+    )
+
+    settings = Settings()
+    script_path = args.script.split(":")[0] if getattr(args, "script", None) else "."
+    config_path = args.config or find_pyproject(script_path if os.path.exists(script_path) else os.getcwd())
+    if args.config and not os.path.isfile(args.config):
+        raise ShardLintInputError(args.config, "no such file")
+    if config_path:
+        load_file_settings(settings, config_path)
+    if args.devices is not None:
+        if args.devices < 1:
+            raise ShardLintInputError("--devices", "must be at least 1")
+        settings.devices = args.devices
+    if args.platform:
+        settings.platform = args.platform
+    if args.budget:
+        settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
+    if args.device:
+        settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
+    for item in args.threshold:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ShardLintInputError("--threshold", f"expected NAME=VALUE, got {item!r}")
+        settings.options[name.strip()] = parse_option(name.strip(), value.strip(), "--threshold")
+    settings.ignore |= rule_codes(args.ignore, "--ignore")
+    if getattr(args, "fail_on", None):
+        settings.fail_on = args.fail_on
+    return settings
+
+
+def _console(args, stream=None):
+    from rich.console import Console
+
+    out = stream or sys.stdout
+    return Console(file=out, no_color=not out.isatty() or bool(os.environ.get("NO_COLOR")), width=None
+                   if out.isatty() else 120, highlight=False)
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_lint(args) -> int:
+    from ..reports.json_report import render_json
+    from .lint import LintRequest, lint
+
+    settings = _settings(args)
+    err_console = _console(args, sys.stderr)
+    # Progress is for people watching a terminal; logs and pipes get the report alone.
+    show = not args.quiet and sys.stderr.isatty()
+    progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
+    report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
+    if args.format == "json":
+        _emit(render_json(report), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        if args.output:
+            from rich.console import Console
+
+            with open(args.output, "w", encoding="utf-8") as f:
+                render_terminal(report, Console(file=f, no_color=True, width=120))
+        else:
+            render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def exit_code(report, fail_on: str) -> int:
+    if fail_on == "never":
+        return EXIT_OK
+    threshold = 2 if fail_on == "error" else 1
+    worst = report.worst_severity()
+    return EXIT_FINDINGS if worst is not None and worst.rank >= threshold else EXIT_OK
+
+
+def cmd_rules(args) -> int:
+    from rich.table import Table
+
+    from ..passes.rules import RULES
+
+    table = Table(title="jax-shard-lint rules")
+    for col in ("code", "name", "severity", "summary"):
+        table.add_column(col)
+    for code in sorted(RULES):
+        r = RULES[code]
+        table.add_row(r.code, r.name, r.severity.value, r.summary)
+    _console(args).print(table)
+    return EXIT_OK
+
+
+def cmd_rule(args) -> int:
+    from ..passes.rules import RULES, find_rule
+
+    r = find_rule(args.code)
+    if r is None:
+        raise ShardLintInputError(args.code, f"no such rule (known: {', '.join(sorted(RULES))})")
+    print(f"{r.code} {r.name} ({r.severity.value})\n")
+    print(r.doc)
+    if r.options:
+        print("\nOptions\n-------")
+        for o in r.options:
+            print(f"{o.name} (default {o.default}): {o.help}")
+    return EXIT_OK
+
+
+COMMANDS = {"lint": cmd_lint, "rules": cmd_rules, "rule": cmd_rule}
+
+
+def main(argv: list[str] | None = None) -> int:
+    # XLA logs every dump and device at INFO on stderr; keep warnings and errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_INPUT
+    try:
+        return COMMANDS[args.command](args)
+    except ShardLintInputError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug in jax-shard-lint, not in the input
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

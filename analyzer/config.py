@@ -1,0 +1,151 @@
+"""Settings from ``[tool.jax-shard-lint]`` in pyproject.toml and the command line.
+
+The command line wins over the file. Example::
+
+    [tool.jax-shard-lint]
+    devices = 8
+    device = "h100"            # or budget = "80GiB"
+    fail-on = "warning"
+    ignore = ["SL203"]
+
+    [tool.jax-shard-lint.thresholds]
+    replicating-collective-bytes = "128MiB"
+    headroom-fraction = 0.15
+
+    [tool.jax-shard-lint.severity]
+    SL201 = "error"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..passes.byte_sizes import parse_bytes
+from ..passes.models import Severity
+from ..passes.pipeline import PassConfig
+from ..passes.rules.registry import RULES, all_options
+from .device_presets import PRESETS, find_preset
+from .errors import ShardLintInputError
+
+FAIL_ON = ("error", "warning", "never")
+_KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform"}
+
+
+@dataclass
+class Settings:
+    devices: int = 8
+    platform: str = "cpu"
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    fail_on: str = "error"
+    ignore: set[str] = field(default_factory=set)
+    options: dict[str, Any] = field(default_factory=dict)
+    severities: dict[str, Severity] = field(default_factory=dict)
+    config_file: str | None = None
+
+    def pass_config(self) -> PassConfig:
+        return PassConfig(
+            options=dict(self.options), severities=dict(self.severities),
+            disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes,
+        )
+
+
+def find_pyproject(start: str) -> str | None:
+    folder = os.path.abspath(start if os.path.isdir(start) else os.path.dirname(start) or ".")
+    while True:
+        candidate = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def parse_option(name: str, value: Any, where: str) -> Any:
+    options = all_options()
+    if name not in options:
+        raise ShardLintInputError(where, f"unknown threshold {name!r} (known: {', '.join(sorted(options))})")
+    kind = options[name].kind
+    try:
+        if kind == "bytes":
+            return parse_bytes(value)
+        if kind == "fraction":
+            v = float(value)
+            if not 0 <= v <= 1:
+                raise ValueError(f"{value} is not between 0 and 1")
+            return v
+        return int(value)
+    except ValueError as e:
+        raise ShardLintInputError(where, f"threshold {name}: {e}") from None
+
+
+def parse_budget(text: str, where: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise ShardLintInputError(where, f"unparsable budget: {e}") from None
+
+
+def device_budget(name: str, where: str) -> int:
+    preset = find_preset(name)
+    if preset is None:
+        raise ShardLintInputError(where, f"unknown device {name!r} (known: {', '.join(PRESETS)})")
+    return preset.memory_bytes
+
+
+def rule_codes(values: Any, where: str) -> set[str]:
+    if not isinstance(values, list):
+        raise ShardLintInputError(where, "ignore must be a list of rule codes")
+    out = set()
+    for v in values:
+        code = str(v).upper()
+        if code not in RULES:
+            raise ShardLintInputError(where, f"unknown rule {v!r} in ignore")
+        out.add(code)
+    return out
+
+
+def load_file_settings(settings: Settings, path: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ShardLintInputError(path, f"invalid TOML: {e}") from None
+    section = data.get("tool", {}).get("jax-shard-lint")
+    if section is None:
+        return
+    settings.config_file = path
+    where = f"{path} [tool.jax-shard-lint]"
+    unknown = set(section) - _KNOWN_KEYS
+    if unknown:
+        raise ShardLintInputError(where, f"unknown key {sorted(unknown)[0]!r}")
+    if "devices" in section:
+        if not isinstance(section["devices"], int) or section["devices"] < 1:
+            raise ShardLintInputError(where, "devices must be a positive integer")
+        settings.devices = section["devices"]
+    if "platform" in section:
+        settings.platform = str(section["platform"])
+    if "budget" in section:
+        settings.budget_bytes, settings.budget_source = parse_budget(str(section["budget"]), where), "config"
+    if "device" in section:
+        settings.budget_bytes = device_budget(str(section["device"]), where)
+        settings.budget_source = str(section["device"])
+    if "fail-on" in section:
+        if section["fail-on"] not in FAIL_ON:
+            raise ShardLintInputError(where, f"fail-on must be one of {', '.join(FAIL_ON)}")
+        settings.fail_on = section["fail-on"]
+    if "ignore" in section:
+        settings.ignore |= rule_codes(section["ignore"], where)
+    for name, value in (section.get("thresholds") or {}).items():
+        settings.options[name] = parse_option(name, value, where)
+    for code, sev in (section.get("severity") or {}).items():
+        if code.upper() not in RULES:
+            raise ShardLintInputError(where, f"unknown rule {code!r} in severity")
+        try:
+            settings.severities[code.upper()] = Severity(sev)
+        except ValueError:
+            raise ShardLintInputError(where, f"severity of {code} must be error, warning or info") from None

@@ -1,0 +1,157 @@
+"""Every use of JAX's private APIs, in one place, so a JAX upgrade touches one file.
+
+Private pieces used: the MLIR context JAX builds for its own modules
+(``jax._src.interpreters.mlir.make_ir_context``), whether backends are already
+initialised (``jax._src.xla_bridge``), and compiling StableHLO text without
+re-tracing Python (``jax._src.interpreters.pxla`` / the backend's compile).
+Everything else here uses public API and is kept beside them because it names
+XLA's file layout (dump file names) that also changes between versions.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jaxlib
+from jaxlib.mlir import ir
+
+
+def versions() -> tuple[str, str]:
+    return jax.__version__, jaxlib.__version__
+
+
+def make_ir_context() -> ir.Context:
+    """An MLIR context with every dialect JAX emits (stablehlo, sdy, chlo, func, ...)."""
+    from jax._src.interpreters import mlir as jax_mlir
+
+    return jax_mlir.make_ir_context()
+
+
+def parse_stablehlo(text: str, context: ir.Context | None = None) -> ir.Module:
+    """Parse StableHLO text; the module keeps its context alive."""
+    ctx = context or make_ir_context()
+    with ctx:
+        return ir.Module.parse(text)
+
+
+def backends_initialized() -> bool:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def stablehlo_text(lowered: Any) -> str:
+    """The lowered module with shardings and source locations."""
+    return lowered.as_text(debug_info=True)
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    compiled: Any
+    hlo_text: str
+    memory: dict[str, int] | None
+    live_range_text: str | None
+    buffer_assignment_text: str | None
+    output_shardings: tuple[Any, ...]  # flattened jax.sharding.Sharding leaves
+    input_shardings: tuple[Any, ...]
+
+
+def _read_dump(dump_dir: str, suffix: str) -> str | None:
+    # XLA names these <module>.<platform>_after_optimizations-<report>.txt (CPU) or
+    # <module>.sm_9.0_gpu_after_optimizations-<report>.txt (GPU).
+    files = sorted(glob.glob(os.path.join(dump_dir, f"*after_optimizations-{suffix}.txt")))
+    if not files:
+        return None
+    with open(files[-1], encoding="utf-8") as f:
+        return f.read()
+
+
+def _memory_dict(compiled: Any) -> dict[str, int] | None:
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # backends without memory analysis raise NotImplementedError or XlaRuntimeError
+        return None
+    if stats is None:
+        return None
+    return {
+        "argument_bytes": int(stats.argument_size_in_bytes),
+        "output_bytes": int(stats.output_size_in_bytes),
+        "temp_bytes": int(stats.temp_size_in_bytes),
+        "alias_bytes": int(stats.alias_size_in_bytes),
+        "generated_code_bytes": int(stats.generated_code_size_in_bytes),
+    }
+
+
+def _flat_shardings(tree: Any) -> tuple[Any, ...]:
+    return tuple(jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding)))
+
+
+def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
+    """Compile a ``jax.stages.Lowered``; with reports, XLA also writes its
+    buffer-assignment and live-range reports, which are read back here.
+
+    ``configure_devices`` turns the persistent compilation cache off: a cache hit
+    writes no dumps.
+    """
+    options: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
+        if with_reports:
+            options["xla_dump_to"] = dump_dir
+        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+        live = _read_dump(dump_dir, "live-range") if with_reports else None
+        buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None
+    try:
+        outs = _flat_shardings(compiled.output_shardings)
+    except Exception:
+        outs = ()
+    try:
+        ins = _flat_shardings(compiled.input_shardings[0])
+    except Exception:
+        ins = ()
+    return CompiledProgram(compiled, compiled.as_text(), _memory_dict(compiled), live, buffers, outs, ins)
+
+
+def sharding_axes(sharding: Any, rank: int) -> list[list[str]] | None:
+    """Mesh axes per dimension of a NamedSharding; None for other shardings."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    dims: list[list[str]] = []
+    for entry in tuple(spec)[:rank]:
+        if entry is None:
+            dims.append([])
+        elif isinstance(entry, str):
+            dims.append([entry])
+        elif isinstance(entry, tuple):
+            dims.append([str(a) for a in entry])
+        else:  # PartitionSpec.UNCONSTRAINED and friends: not a fixed layout
+            return None
+    return dims + [[] for _ in range(rank - len(dims))]
+
+
+def configure_devices(platform: str, num_cpu_devices: int) -> None:
+    """Select the platform and the number of virtual CPU devices before JAX
+    initialises its backends. Raises RuntimeError when that is too late."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    if backends_initialized():
+        if platform == "cpu" and len(jax.devices("cpu")) != num_cpu_devices:
+            raise RuntimeError(
+                f"JAX is already initialised with {len(jax.devices('cpu'))} CPU devices; "
+                f"{num_cpu_devices} were asked for"
+            )
+        return
+    if platform == "cpu":
+        # --devices is authoritative: a device count in XLA_FLAGS would fight it.
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = " ".join(
+            f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count")
+        )
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", num_cpu_devices)
+    elif platform == "gpu":
+        jax.config.update("jax_platforms", "cuda,cpu")

@@ -1,0 +1,154 @@
+"""One lint run: load the script's targets, lower and compile each, run the
+pass pipeline, apply suppressions, and build the report."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from ..passes.memory import MemoryStats
+from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
+from ..passes.pipeline import CompiledFacts, analyze_target, sort_findings
+from ..passes.rules.registry import RULES, Emitter
+from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
+from . import __version__, jax_adapter
+from .config import Settings
+from .errors import ShardLintInputError, one_line
+from .script_loading import call_targets, load_entry, parse_params, select_targets
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LintRequest:
+    script: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
+def platform_label(settings: Settings) -> str:
+    return "cpu (virtual devices)" if settings.platform == "cpu" else settings.platform
+
+
+def compiled_facts(lowered, platform: str) -> CompiledFacts:
+    program = jax_adapter.compile_lowered(lowered)
+    out_info = [a for a in _flat_avals(lowered.out_info)]
+    in_info = [a for a in _flat_avals(lowered.in_avals)]
+    return CompiledFacts(
+        hlo_text=program.hlo_text,
+        platform=platform,
+        memory=MemoryStats(**program.memory) if program.memory else None,
+        live_range_text=program.live_range_text,
+        buffer_assignment_text=program.buffer_assignment_text,
+        output_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.output_shardings, out_info)
+        ) or None,
+        input_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
+        ) or None,
+    )
+
+
+def _flat_avals(tree):
+    import jax
+
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
+    module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
+    try:
+        facts = compiled_facts(lowered, platform_label(settings))
+    except Exception as e:  # XLA rejects the program: the user's input, not our bug
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    return analyze_target(name, module, facts, settings.pass_config())
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _display_path(path: str, base: str) -> str:
+    absolute = os.path.abspath(path)
+    rel = os.path.relpath(absolute, base)
+    return rel if not rel.startswith("..") else absolute
+
+
+def relativize(report: LintReport, base: str) -> LintReport:
+    """Source paths relative to ``base`` where they lie beneath it, so reports
+    read the same on every machine."""
+
+    def fix(obj):
+        if isinstance(obj, SourceLocation):
+            return obj.model_copy(update={"file": _display_path(obj.file, base)})
+        if isinstance(obj, list):
+            return [fix(x) for x in obj]
+        if isinstance(obj, BaseModel):
+            updates = {k: fix(getattr(obj, k)) for k in type(obj).model_fields}
+            return obj.model_copy(update=updates)
+        return obj
+
+    return fix(report)
+
+
+def apply_run_suppressions(
+    reports: list[TargetReport], files: list[str], settings: Settings, report_unused: bool
+) -> tuple[list[TargetReport], list[Finding]]:
+    suppressions: list[Suppression] = []
+    for path in sorted(set(files)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                suppressions.extend(find_suppressions(path, f.read()))
+        except OSError:
+            continue
+    if not suppressions:
+        return reports, []
+    used: set[tuple[str, int, str]] = set()
+    out = []
+    for rep in reports:
+        outcome = apply_suppressions(rep.findings, suppressions, _same_file)
+        for s, code in {(s, c) for s in suppressions for c in (s.codes or ("*",))} - set(outcome.unused):
+            used.add((s.file, s.line, code))
+        out.append(rep.model_copy(update={"findings": list(outcome.kept), "suppressed": outcome.suppressed}))
+    run_findings: list[Finding] = []
+    rule = RULES["SL001"]
+    if report_unused and "SL001" not in settings.ignore:
+        unused = [
+            (s, c) for s in suppressions for c in (s.codes or ("*",))
+            if (s.file, s.line, c) not in used and (c == "*" or c not in settings.ignore)
+        ]
+        emitter = Emitter(rule, settings.severities.get("SL001", rule.severity))
+        rule.check(unused, emitter)
+        run_findings = sort_findings(emitter.findings)
+    return out, run_findings
+
+
+def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
+    say = progress or (lambda _msg: None)
+    try:
+        jax_adapter.configure_devices(settings.platform, settings.devices)
+    except RuntimeError as e:
+        raise ShardLintInputError("--devices", str(e)) from None
+    fn, where = load_entry(request.script)
+    params = parse_params(list(request.params))
+    say(f"collecting targets from {where}")
+    targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+    reports = []
+    for name, lowered in targets.items():
+        say(f"compiling {name}")
+        reports.append(analyze_lowered(name, lowered, settings, where))
+    files = [os.path.abspath(where)] + [
+        f.source.file for r in reports for f in r.findings if f.source is not None
+    ]
+    reports, run_findings = apply_run_suppressions(
+        reports, files, settings, report_unused=not request.targets
+    )
+    jax_version, jaxlib_version = jax_adapter.versions()
+    report = LintReport(
+        tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
+        script=where, targets=reports, findings=run_findings,
+    )
+    return relativize(report, os.getcwd())

@@ -1,0 +1,192 @@
+"""Device groups of compiled collectives, mapped back to the user's mesh axes.
+
+XLA prints replica groups in four syntaxes: explicit lists (``{{0,1},{2,3}}``),
+iota tiles (``[2,4]<=[4,2]T(1,0)``), meshes with its own axis names
+(``mesh['axis_0'=4,'axis_1'=2] {'axis_0'}``), and collective-permute's
+``source_target_pairs``. All become explicit groups of logical device ids,
+which are then located on the user's mesh (from the StableHLO ``sdy.mesh``) so a
+report says ``data`` rather than XLA's internal ``axis_0``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+
+class DeviceGroupError(ValueError):
+    """A replica-group string this module cannot read."""
+
+
+@dataclass(frozen=True)
+class MeshInfo:
+    """The user's mesh: axis names and sizes in order, and the logical device id
+    at each mesh position (row-major), which is iota unless the mesh says otherwise."""
+
+    axes: tuple[tuple[str, int], ...]
+    device_ids: tuple[int, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return prod(s for _, s in self.axes) if self.axes else 1
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s for _, s in self.axes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.axes)
+
+    def axis_size(self, name: str) -> int:
+        return dict(self.axes)[name]
+
+    def coordinates(self) -> dict[int, tuple[int, ...]]:
+        ids = self.device_ids if self.device_ids is not None else tuple(range(self.size))
+        shape = self.shape or (1,)
+        return {int(d): tuple(int(c) for c in np.unravel_index(i, shape)) for i, d in enumerate(ids)}
+
+
+def _iota_groups(text: str) -> list[list[int]]:
+    m = re.fullmatch(r"\[([\d,\s]+)\]<=\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?", text.strip())
+    if not m:
+        raise DeviceGroupError(f"unreadable iota replica groups: {text}")
+    out_shape = [int(x) for x in m.group(1).split(",")]
+    dims = [int(x) for x in m.group(2).split(",")]
+    arr = np.arange(prod(dims)).reshape(dims)
+    if m.group(3):
+        arr = arr.transpose([int(x) for x in m.group(3).split(",")])
+    arr = arr.reshape(out_shape)
+    return [list(map(int, row)) for row in arr.reshape(out_shape[0], -1)]
+
+
+def _explicit_groups(text: str) -> list[list[int]]:
+    inner = text.strip()[1:-1].strip()
+    if not inner:
+        return []
+    return [[int(x) for x in g.split(",") if x.strip()] for g in re.findall(r"\{([^{}]*)\}", inner)]
+
+
+_IOTA_ARRAY = re.compile(r"\[([\d,\s]+)\](?:<=\[([\d,\s]+)\])?(?:T\(([\d,\s]+)\))?")
+
+
+def _device_array(text: str, shape: list[int]) -> np.ndarray:
+    """A mesh's device order: an iota tile (``[2,2,2]T(2,1,0)``, ``[4,2]<=[8]``) or
+    an explicit list of ids, reshaped to the mesh's axis sizes."""
+    text = text.strip()
+    m = _IOTA_ARRAY.fullmatch(text)
+    if m:
+        dims = [int(x) for x in (m.group(2) or m.group(1)).split(",")]
+        arr = np.arange(prod(dims)).reshape(dims)
+        if m.group(3):
+            arr = arr.transpose([int(x) for x in m.group(3).split(",")])
+        return arr.reshape(shape)
+    return np.array([int(x) for x in re.findall(r"\d+", text)]).reshape(shape)
+
+
+def _mesh_groups(text: str) -> list[list[int]]:
+    m = re.fullmatch(r"mesh\[([^\]]*)\](?:,\s*device_ids=\((.*)\))?\s*\{(.*)\}", text.strip())
+    if not m:
+        raise DeviceGroupError(f"unreadable mesh replica groups: {text}")
+    names, sizes = [], []
+    for part in m.group(1).split(","):
+        name, _, size = part.rpartition("=")
+        names.append(name.strip().strip("'\""))
+        sizes.append(int(size))
+    devices = _device_array(m.group(2), sizes) if m.group(2) else np.arange(prod(sizes)).reshape(sizes)
+    # Split every axis into [pre, size, rest] so sub-axes become whole dims.
+    split_shape, group_dims = [], []
+    selected: dict[int, list[tuple[int, int]]] = {}
+    order: list[tuple[int, tuple[int, int] | None]] = []
+    for ref in filter(None, (r.strip() for r in m.group(3).split(","))):
+        am = re.fullmatch(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?", ref)
+        if not am or am.group(1) not in names:
+            raise DeviceGroupError(f"unknown mesh axis in replica groups: {ref}")
+        idx = names.index(am.group(1))
+        sub = (int(am.group(2)), int(am.group(3))) if am.group(2) else None
+        order.append((idx, sub))
+        selected.setdefault(idx, []).append(sub or (1, sizes[idx]))
+    dim_of: dict[tuple[int, tuple[int, int] | None], int] = {}
+    for idx, n in enumerate(sizes):
+        cuts = sorted(selected.get(idx, []))
+        pos = 1
+        for pre, size in cuts:
+            if pre > pos:
+                split_shape.append(pre // pos)
+            dim_of[(idx, (pre, size))] = len(split_shape)
+            split_shape.append(size)
+            pos = pre * size
+        if n // pos > 1 or not cuts:
+            split_shape.append(n // pos)
+    for idx, sub in order:
+        group_dims.append(dim_of[(idx, sub or (1, sizes[idx]))])
+    arr = devices.reshape(split_shape)
+    rest = [d for d in range(arr.ndim) if d not in group_dims]
+    group_size = prod(split_shape[d] for d in group_dims) if group_dims else 1
+    arr = arr.transpose(rest + group_dims).reshape(-1, group_size)
+    return [list(map(int, row)) for row in arr]
+
+
+def parse_replica_groups(text: str | None, num_devices: int) -> list[list[int]]:
+    """Explicit groups of logical device ids; an empty list means all devices."""
+    if text is None or text.strip() in ("", "{}"):
+        return [list(range(num_devices))]
+    t = text.strip()
+    if t.startswith("mesh["):
+        return _mesh_groups(t)
+    if t.startswith("["):
+        return _iota_groups(t)
+    if t.startswith("{"):
+        return _explicit_groups(t) or [list(range(num_devices))]
+    raise DeviceGroupError(f"unreadable replica groups: {text}")
+
+
+def parse_source_target_pairs(text: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text)]
+
+
+def _axis_label(name: str, axis_size: int, values: set[int]) -> str | None:
+    """``name`` for a whole axis, ``name:(pre)size`` (Shardy's sub-axis notation) for
+    an evenly strided part of it, None when the values are no such part."""
+    k = len(values)
+    if k <= 1:
+        return None
+    vs = sorted(values)
+    stride = vs[1] - vs[0]
+    if any(b - a != stride for a, b in zip(vs, vs[1:])):
+        return name
+    if k == axis_size:
+        return name
+    return f"{name}:({axis_size // (k * stride)}){k}"
+
+
+def axes_of_groups(groups: list[list[int]], mesh: MeshInfo) -> list[str]:
+    """The mesh axes along which the devices of each group differ.
+
+    Every group of a well-formed collective spans the same axes, so the first
+    non-trivial group decides; a group that is no product of mesh (sub-)axes still
+    reports the axes it touches.
+    """
+    coords = mesh.coordinates()
+    for group in groups:
+        if len(group) < 2 or any(d not in coords for d in group):
+            continue
+        labels = []
+        for a, (name, size) in enumerate(mesh.axes):
+            label = _axis_label(name, size, {coords[d][a] for d in group})
+            if label:
+                labels.append(label)
+        return labels
+    return []
+
+
+def axes_of_pairs(pairs: list[tuple[int, int]], mesh: MeshInfo) -> list[str]:
+    coords = mesh.coordinates()
+    varying: set[int] = set()
+    for src, dst in pairs:
+        if src in coords and dst in coords:
+            varying |= {a for a in range(len(mesh.axes)) if coords[src][a] != coords[dst][a]}
+    return [mesh.axes[a][0] for a in sorted(varying)]

@@ -1,0 +1,293 @@
+"""Parse the text of a compiled HLO module (``compiled.as_text()`` or XLA's
+``*after_optimizations.txt`` dump) into computations, instructions and the
+stack-frame tables that ``stack_frame_id`` indexes.
+
+Only what the passes need is parsed: names, shapes, opcodes, operands, the
+attributes that name called computations, metadata and backend_config.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from .models import SourceLocation
+
+_METADATA_STR = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_METADATA_INT = re.compile(r"(\w+)=(-?\d+)(?=[\s}]|$)")
+_COMPUTATION_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)\{\s*$")
+_TABLE_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
+_COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
+
+# Attributes whose values name other computations.
+_CALL_ATTRS = (
+    "calls", "to_apply", "body", "condition", "branch_computations",
+    "true_computation", "false_computation", "called_computations",
+)
+
+
+class HloParseError(ValueError):
+    """The text is not an HLO module this parser understands."""
+
+
+@dataclass(frozen=True)
+class HloInstruction:
+    name: str
+    opcode: str
+    shape: str
+    operands: tuple[str, ...]
+    attrs: dict[str, str]
+    metadata: dict[str, str | int]
+    is_root: bool = False
+
+    @property
+    def op_name(self) -> str | None:
+        v = self.metadata.get("op_name")
+        return str(v) if v is not None else None
+
+    def backend_config(self) -> dict:
+        raw = self.attrs.get("backend_config")
+        if not raw:
+            return {}
+        try:
+            cfg = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+        return cfg if isinstance(cfg, dict) else {}
+
+    def called(self) -> list[tuple[str, str]]:
+        """(attribute, computation name) for every computation this instruction calls."""
+        out = []
+        for key in _CALL_ATTRS:
+            value = self.attrs.get(key)
+            if value:
+                for m in _COMPUTATION_REF.finditer(value.strip("{}")):
+                    out.append((key, m.group(1)))
+        return out
+
+
+@dataclass(frozen=True)
+class HloComputation:
+    name: str
+    is_entry: bool
+    instructions: tuple[HloInstruction, ...]
+
+    def by_name(self) -> dict[str, HloInstruction]:
+        return {i.name: i for i in self.instructions}
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    file: str
+    function: str
+    line: int
+    parent: int | None
+
+
+@dataclass(frozen=True)
+class HloModule:
+    name: str
+    header_attrs: dict[str, str]
+    computations: dict[str, HloComputation]
+    entry: str
+    frames: dict[int, StackFrame] = field(default_factory=dict)
+    by_name: dict[str, HloInstruction] = field(default_factory=dict, repr=False)
+
+    @property
+    def entry_computation(self) -> HloComputation:
+        return self.computations[self.entry]
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.header_attrs.get("num_partitions", "1"))
+
+    def instruction(self, name: str) -> HloInstruction | None:
+        return self.by_name.get(name)
+
+    def source_of(self, ins: HloInstruction) -> SourceLocation | None:
+        """The user's line for an instruction: the innermost stack frame, else
+        the metadata's source_file/source_line, else None."""
+        frame_id = ins.metadata.get("stack_frame_id")
+        if isinstance(frame_id, int) and frame_id in self.frames:
+            f = self.frames[frame_id]
+            return SourceLocation(file=f.file, line=f.line, function=f.function)
+        file, line = ins.metadata.get("source_file"), ins.metadata.get("source_line")
+        if isinstance(file, str) and isinstance(line, int):
+            return SourceLocation(file=file, line=line)
+        return None
+
+
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
+    parts, depth, start, quote = [], 0, 0, False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _balanced_end(text: str, start: int) -> int:
+    """Index just past the bracket group opening at text[start]."""
+    depth, quote, i = 0, False, start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise HloParseError(f"unbalanced brackets in: {text[:120]}")
+
+
+def _parse_metadata(text: str) -> dict[str, str | int]:
+    inner = text.strip()[1:-1]
+    out: dict[str, str | int] = {}
+    for m in _METADATA_STR.finditer(inner):
+        out[m.group(1)] = re.sub(r"\\(.)", r"\1", m.group(2))
+    stripped = _METADATA_STR.sub("", inner)
+    for m in _METADATA_INT.finditer(stripped):
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def parse_instruction(line: str) -> HloInstruction:
+    text = line.strip()
+    is_root = text.startswith("ROOT ")
+    if is_root:
+        text = text[5:]
+    eq = text.find(" = ")
+    if eq < 0:
+        raise HloParseError(f"not an instruction: {line.strip()[:120]}")
+    name = text[:eq].strip().lstrip("%")
+    rest = text[eq + 3 :].lstrip()
+    if rest.startswith("("):
+        shape_end = _balanced_end(rest, 0)
+    else:
+        m = re.match(r"[a-z][a-z0-9]*(\[[^\]]*\])?(\{[^}]*\})?", rest)
+        if not m:
+            raise HloParseError(f"no shape in: {line.strip()[:120]}")
+        shape_end = m.end()
+    shape = rest[:shape_end]
+    rest = rest[shape_end:].lstrip()
+    paren = rest.find("(")
+    if paren < 0:
+        raise HloParseError(f"no opcode in: {line.strip()[:120]}")
+    opcode = rest[:paren].strip()
+    ops_end = _balanced_end(rest, paren)
+    operand_text = rest[paren + 1 : ops_end - 1]
+    operands = tuple(
+        tok.split()[-1].lstrip("%") for tok in _split_top_level(operand_text) if tok.split()
+    )
+    attrs: dict[str, str] = {}
+    metadata: dict[str, str | int] = {}
+    for part in _split_top_level(rest[ops_end:].lstrip(", ")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            continue
+        key = key.strip()
+        if key == "metadata":
+            metadata = _parse_metadata(value)
+        else:
+            attrs[key] = value.strip()
+    return HloInstruction(name, opcode, shape, operands, attrs, metadata, is_root)
+
+
+def _parse_tables(lines: list[str]) -> dict[int, StackFrame]:
+    tables: dict[str, dict[int, str]] = {}
+    current = None
+    for line in lines:
+        s = line.strip()
+        if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(s, {})
+            continue
+        m = _TABLE_ENTRY.match(s)
+        if current is not None and m:
+            current[int(m.group(1))] = m.group(2)
+    files = {k: json.loads(v) for k, v in tables.get("FileNames", {}).items()}
+    funcs = {k: json.loads(v) for k, v in tables.get("FunctionNames", {}).items()}
+    locs = {}
+    for k, v in tables.get("FileLocations", {}).items():
+        fields = dict(re.findall(r"(\w+)=(-?\d+)", v))
+        locs[k] = fields
+    frames: dict[int, StackFrame] = {}
+    for k, v in tables.get("StackFrames", {}).items():
+        fields = {a: int(b) for a, b in re.findall(r"(\w+)=(-?\d+)", v)}
+        loc = locs.get(fields.get("file_location_id", -1))
+        if loc is None:
+            continue
+        # The printed parent id is one past the parent's table id; 1 means no parent.
+        parent = fields.get("parent_frame_id", 0) - 1
+        frames[k] = StackFrame(
+            file=files.get(int(loc.get("file_name_id", 0)), "<unknown>"),
+            function=funcs.get(int(loc.get("function_name_id", 0)), ""),
+            line=int(loc.get("line", 0)),
+            parent=parent if parent > 0 else None,
+        )
+    return frames
+
+
+def parse_hlo_module(text: str) -> HloModule:
+    lines = text.splitlines()
+    first = next((ln for ln in lines if ln.strip()), "")
+    if not first.startswith("HloModule "):
+        raise HloParseError("not an HLO module: the text does not start with 'HloModule'")
+    head = first[len("HloModule ") :]
+    mod_name, _, attr_text = head.partition(",")
+    header_attrs = {}
+    for part in _split_top_level(attr_text):
+        k, _, v = part.partition("=")
+        header_attrs[k.strip()] = v.strip()
+
+    computations: dict[str, HloComputation] = {}
+    entry = None
+    table_lines: list[str] = []
+    current_name, current_entry, current_instrs = None, False, []
+    for line in lines[1:]:
+        s = line.strip()
+        if not s or s.startswith("//"):
+            continue
+        if current_name is None:
+            m = _COMPUTATION_HEADER.match(s)
+            if m and "->" in s:
+                current_name, current_entry, current_instrs = m.group(2), bool(m.group(1)), []
+            else:
+                table_lines.append(s)
+            continue
+        if s == "}":
+            computations[current_name] = HloComputation(current_name, current_entry, tuple(current_instrs))
+            if current_entry:
+                entry = current_name
+            current_name = None
+            continue
+        current_instrs.append(parse_instruction(s))
+    if current_name is not None:
+        raise HloParseError(f"computation {current_name} is not closed")
+    if entry is None:
+        raise HloParseError("the HLO module has no ENTRY computation")
+    by_name = {i.name: i for c in computations.values() for i in c.instructions}
+    return HloModule(mod_name.strip(), header_attrs, computations, entry, _parse_tables(table_lines), by_name)

@@ -1,0 +1,186 @@
+"""Per-device memory of a compiled program.
+
+The peak is XLA's own accounting, temp + argument + output - alias, from
+``compiled.memory_analysis()``. What is live at the peak and how live bytes move
+over program order come from the live-range and buffer-assignment reports XLA
+writes beside its dumps (``*-live-range.txt``, ``*-buffer-assignment.txt``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .hlo_shapes import parse_arrays
+from .hlo_text import HloModule
+from .models import LiveBuffer, MemorySummary, MemoryTimelinePoint
+
+_PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
+_PEAK_ENTRY = re.compile(r"^\s*([\w.\-]+)(\{[\d,]*\})?: (\d+) bytes")
+_RANGE_ENTRY = re.compile(r"^\s*([\w.\-]+)(\{[\d,]*\})?:(-?\d+)-(-?\d+)\s*$")
+_SEQUENCE_ENTRY = re.compile(r"^\s*(\d+):([\w.\-]+)\s*$")
+_PEAK_TOTAL = re.compile(r"Stack trace breakdown for peak usage: ([\d\s]+) bytes")
+_VALUE = re.compile(r"value: <\d+ ([\w.\-]+)(\{[\d,]*\})?(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)")
+
+# Timelines longer than this are thinned for the reports; the peak step is always kept.
+MAX_TIMELINE_POINTS = 400
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """The numbers of ``compiled.memory_analysis()``, per device."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    generated_code_bytes: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.temp_bytes + self.argument_bytes + self.output_bytes - self.alias_bytes
+
+
+@dataclass(frozen=True)
+class LiveRangeReport:
+    peak_step: int | None
+    peak_bytes: int | None
+    at_peak: tuple[tuple[str, int], ...]
+    ranges: tuple[tuple[str, int, int], ...]
+    sequence_length: int
+
+
+def parse_live_range_report(text: str) -> LiveRangeReport:
+    peak_step, at_peak, ranges, seq_len, section = None, [], [], 0, None
+    peak_total = None
+    for line in text.splitlines():
+        m = _PEAK_HEADER.match(line)
+        if m:
+            peak_step, section = int(m.group(1)), "peak"
+            continue
+        if line.strip() == "BufferLiveRange:":
+            section = "ranges"
+            continue
+        if line.strip() == "InstructionSequence:":
+            section = "sequence"
+            continue
+        if line.strip().startswith("Stack trace breakdown"):
+            section = None
+            t = _PEAK_TOTAL.search(line)
+            if t:
+                peak_total = int(t.group(1).replace(" ", ""))
+            continue
+        if section == "peak":
+            m = _PEAK_ENTRY.match(line)
+            if m:
+                at_peak.append((m.group(1) + _index(m.group(2)), int(m.group(3))))
+        elif section == "ranges":
+            m = _RANGE_ENTRY.match(line)
+            if m:
+                ranges.append((m.group(1) + _index(m.group(2)), int(m.group(3)), int(m.group(4))))
+        elif section == "sequence":
+            if _SEQUENCE_ENTRY.match(line):
+                seq_len += 1
+    if peak_total is None and at_peak:
+        peak_total = sum(b for _, b in at_peak)
+    return LiveRangeReport(peak_step, peak_total, tuple(at_peak), tuple(ranges), seq_len)
+
+
+def _index(idx: str | None) -> str:
+    return "" if not idx or idx == "{}" else idx
+
+
+def parse_buffer_values(text: str) -> dict[str, tuple[int, int, int]]:
+    """Where every HLO value of a buffer-assignment report lives, by ``name{index}``:
+    (allocation, offset, size)."""
+    slices: dict[str, tuple[int, int, int]] = {}
+    allocation = -1
+    for line in text.splitlines():
+        a = _ALLOCATION.match(line)
+        if a:
+            allocation = int(a.group(1))
+            continue
+        m = _VALUE.search(line)
+        if m:
+            slices[m.group(1) + _index(m.group(2))] = (allocation, int(m.group(4)), int(m.group(3)))
+    return slices
+
+
+def _timeline(report: LiveRangeReport, slices: dict[str, tuple[int, int, int]]) -> list[MemoryTimelinePoint]:
+    """Bytes live at each step of the entry's instruction sequence.
+
+    Values that share a buffer (a while loop's phis, aliased tuple elements) share
+    an allocation slice, so live bytes are the union of live slices, not a sum of
+    values.
+    """
+    if not report.ranges or not slices:
+        return []
+    last = max(max(end for _, _, end in report.ranges), report.sequence_length - 1)
+    live_at: list[set[tuple[int, int, int]]] = [set() for _ in range(last + 1)]
+    for name, start, end in report.ranges:
+        where = slices.get(name)
+        if where is None or start < 0 or end < start:
+            continue
+        for step in range(start, min(end, last) + 1):
+            live_at[step].add(where)
+    points = []
+    for step, live in enumerate(live_at):
+        total, by_alloc = 0, {}
+        for alloc, offset, size in live:
+            by_alloc.setdefault(alloc, []).append((offset, offset + size))
+        for intervals in by_alloc.values():
+            end = -1
+            for lo, hi in sorted(intervals):
+                if hi > end:
+                    total += hi - max(lo, end)
+                    end = hi
+        points.append(MemoryTimelinePoint(step=step, bytes=total))
+    if len(points) > MAX_TIMELINE_POINTS:
+        stride = -(-len(points) // MAX_TIMELINE_POINTS)
+        keep = {p.step for p in points[::stride]} | {report.peak_step, points[-1].step}
+        points = [p for p in points if p.step in keep]
+    return points
+
+
+def summarize_memory(
+    stats: MemoryStats,
+    platform: str,
+    hlo: HloModule | None = None,
+    live_range_text: str | None = None,
+    buffer_assignment_text: str | None = None,
+    budget_bytes: int | None = None,
+) -> MemorySummary:
+    live: list[LiveBuffer] = []
+    report = parse_live_range_report(live_range_text) if live_range_text else None
+    if report:
+        for name, nbytes in report.at_peak:
+            base = name.split("{")[0]
+            ins = hlo.instruction(base) if hlo else None
+            arrays = parse_arrays(ins.shape) if ins else []
+            main = arrays[0] if len(arrays) == 1 else None
+            live.append(LiveBuffer(
+                name=name, bytes=nbytes,
+                shape=list(main.dims) if main else None, dtype=main.dtype if main else None,
+                op_name=ins.op_name if ins else None,
+                source=hlo.source_of(ins) if hlo and ins else None,
+            ))
+        live.sort(key=lambda b: (-b.bytes, b.name))
+    timeline = _timeline(report, parse_buffer_values(buffer_assignment_text)) if (
+        report and buffer_assignment_text
+    ) else []
+    return MemorySummary(
+        platform=platform,
+        peak_bytes=stats.peak_bytes,
+        argument_bytes=stats.argument_bytes,
+        output_bytes=stats.output_bytes,
+        temp_bytes=stats.temp_bytes,
+        alias_bytes=stats.alias_bytes,
+        generated_code_bytes=stats.generated_code_bytes,
+        budget_bytes=budget_bytes,
+        headroom_bytes=(budget_bytes - stats.peak_bytes) if budget_bytes is not None else None,
+        live_range_peak_bytes=report.peak_bytes if report else None,
+        peak_step=report.peak_step if report else None,
+        live_at_peak=live,
+        timeline=timeline,
+    )

@@ -1,0 +1,166 @@
+"""Result models shared by the passes and rendered by the reports.
+
+Every model is frozen: a pass returns facts, nothing downstream edits them. List
+fields are built in a deterministic order by the pass that fills them, so the
+JSON a report writes is byte-identical for the same program.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Severity(str, Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "error": 2}[self.value]
+
+
+class SourceLocation(Model):
+    """A line in the user's code: the innermost frame of the op's stack."""
+
+    file: str
+    line: int
+    function: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+class TensorInfo(Model):
+    """One flattened argument or result of a target's entry function."""
+
+    index: int = Field(description="Position among the flattened arguments or results.")
+    path: str = Field(description="Pytree path, e.g. state['w'] or result[0]['w'].")
+    shape: list[int]
+    dtype: str
+    sharding: list[list[str]] | None = Field(
+        description="Mesh axes per dimension (a PartitionSpec as lists); [] per dim is replicated; "
+        "null when the program does not say."
+    )
+    donated: bool = False
+    bytes: int = Field(description="Global size in bytes.")
+    per_device_bytes: int = Field(description="Bytes one device holds under this sharding.")
+
+
+class Collective(Model):
+    """A collective the compiled program runs."""
+
+    kind: str = Field(description="HLO spelling: all-gather, all-reduce, reduce-scatter, all-to-all, ...")
+    bytes: int = Field(description="Per-device result bytes of one execution.")
+    count: int = Field(description="Executions per step (a while body's known trip count multiplies).")
+    mesh_axes: list[str] = Field(description="The user's mesh axes the collective runs over.")
+    shape: list[int]
+    dtype: str
+    op_name: str | None
+    source: SourceLocation | None
+    hlo_name: str
+    computation: str
+    is_async: bool = False
+    group_size: int
+    count_is_lower_bound: bool = Field(
+        default=False, description="True inside a loop whose trip count XLA could not prove."
+    )
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes * self.count
+
+
+class LiveBuffer(Model):
+    """A buffer live at the per-device memory peak."""
+
+    name: str
+    bytes: int
+    shape: list[int] | None
+    dtype: str | None
+    op_name: str | None
+    source: SourceLocation | None
+
+
+class MemoryTimelinePoint(Model):
+    step: int
+    bytes: int
+
+
+class MemorySummary(Model):
+    """Per-device memory of the compiled program.
+
+    ``peak_bytes`` is XLA's figure, temp + argument + output - alias. ``live_at_peak``
+    and ``timeline`` come from XLA's live-range report, whose own peak (the heap
+    simulator's, ``live_range_peak_bytes``) counts only the entry computation's
+    buffers and can differ.
+    """
+
+    platform: str
+    peak_bytes: int
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    alias_bytes: int
+    generated_code_bytes: int = 0
+    budget_bytes: int | None = None
+    headroom_bytes: int | None = None
+    live_range_peak_bytes: int | None = None
+    peak_step: int | None = None
+    live_at_peak: list[LiveBuffer] = Field(default_factory=list)
+    timeline: list[MemoryTimelinePoint] = Field(default_factory=list)
+
+
+class Finding(Model):
+    rule: str = Field(description="Stable rule code, e.g. SL101.")
+    name: str = Field(description="Kebab-case rule name.")
+    severity: Severity
+    message: str
+    source: SourceLocation | None
+    fix: str | None = None
+    subject: str | None = Field(default=None, description="What the finding is about: an HLO op, a pytree path.")
+
+
+class TargetReport(Model):
+    name: str
+    platform: str
+    num_devices: int
+    mesh: dict[str, int]
+    memory: MemorySummary | None
+    collectives: list[Collective]
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    findings: list[Finding]
+    suggested_out_shardings: str | None = Field(
+        default=None, description="out_shardings= text pinning every state output to its input's layout."
+    )
+    suppressed: int = Field(default=0, description="Findings silenced by shard-lint: ignore comments.")
+
+
+class LintReport(Model):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    tool_version: str
+    jax_version: str
+    jaxlib_version: str
+    command: str = "lint"
+    script: str | None
+    targets: list[TargetReport]
+    findings: list[Finding] = Field(
+        default_factory=list, description="Findings about the whole run, e.g. unused suppressions."
+    )
+
+    def all_findings(self) -> list[Finding]:
+        return [f for t in self.targets for f in t.findings] + list(self.findings)
+
+    def worst_severity(self) -> Severity | None:
+        ranks = [f.severity for f in self.all_findings()]
+        return max(ranks, key=lambda s: s.rank) if ranks else None

@@ -1,0 +1,121 @@
+"""The pass pipeline: one explicit, ordered function from a target's StableHLO
+module and compiled facts to its report.
+
+Order matters and is written out rather than registered: the signature feeds
+collective axis mapping, the collectives and memory feed the rules, and the
+rules see the compiled (not the requested) output shardings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxlib.mlir import ir
+
+from . import rules as _rules  # noqa: F401  (registers the rules)
+from .collectives import find_collectives
+from .hlo_text import parse_hlo_module
+from .memory import MemoryStats, summarize_memory
+from .models import Finding, Severity, TargetReport
+from .rules.context import RuleContext
+from .rules.registry import RULES, Emitter, all_options
+from .stablehlo_module import per_device_bytes, read_entry_signature, read_entry_sources
+from .state_roundtrip import correspond, suggested_out_shardings
+
+
+@dataclass(frozen=True)
+class CompiledFacts:
+    """What compiling a target gave: HLO text and XLA's memory figures and reports."""
+
+    hlo_text: str
+    platform: str
+    memory: MemoryStats | None = None
+    live_range_text: str | None = None
+    buffer_assignment_text: str | None = None
+    # Compiled shardings per flattened result/argument, as mesh axes per dim;
+    # None where unknown (then the module's own shardings stand).
+    output_shardings: tuple[list[list[str]] | None, ...] | None = None
+    input_shardings: tuple[list[list[str]] | None, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    options: dict[str, Any] = field(default_factory=dict)
+    severities: dict[str, Severity] = field(default_factory=dict)
+    disabled: frozenset[str] = frozenset()
+    budget_bytes: int | None = None
+
+    def resolved_options(self) -> dict[str, Any]:
+        out = {name: opt.default for name, opt in all_options().items()}
+        out.update(self.options)
+        return out
+
+
+def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    for code in sorted(RULES):
+        r = RULES[code]
+        if r.scope != "target" or code in config.disabled:
+            continue
+        emitter = Emitter(r, config.severities.get(code, r.severity))
+        r.check(ctx, emitter)
+        findings.extend(emitter.findings)
+    return sort_findings(findings)
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (
+        -f.severity.rank, f.rule,
+        f.source.file if f.source else "", f.source.line if f.source else 0, f.subject or "", f.message,
+    ))
+
+
+def _with_shardings(tensors, shardings, mesh) -> tuple:
+    """The tensors with the compiled shardings where the compiler reported one."""
+    if shardings is None:
+        return tuple(tensors)
+    padded = list(shardings) + [None] * (len(tensors) - len(shardings))
+    return tuple(
+        t if s is None else t.model_copy(update={
+            "sharding": s, "per_device_bytes": per_device_bytes(t.shape, t.dtype, s, mesh)})
+        for t, s in zip(tensors, padded)
+    )
+
+
+def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig) -> TargetReport:
+    # 1. The entry signature and its source lines, from StableHLO.
+    sig = read_entry_signature(module)
+    sources = read_entry_sources(module)
+    inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
+    outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
+    sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
+
+    # 2. The compiled program: collectives and memory.
+    hlo = parse_hlo_module(compiled.hlo_text)
+    collectives = find_collectives(hlo, sig.mesh).collectives
+    memory = summarize_memory(
+        compiled.memory, compiled.platform, hlo, compiled.live_range_text, compiled.buffer_assignment_text,
+        config.budget_bytes,
+    ) if compiled.memory else None
+
+    # 3. Which outputs are inputs coming back.
+    roundtrips = correspond(sig_compiled)
+
+    # 4. Rules.
+    sharded = frozenset(
+        (t.dtype, tuple(t.shape)) for t in (*inputs, *outputs) if t.sharding and any(t.sharding)
+    )
+    ctx = RuleContext(
+        target=name, platform=compiled.platform, signature=sig_compiled, inputs=inputs, outputs=outputs,
+        collectives=collectives, memory=memory, roundtrips=roundtrips, options=config.resolved_options(),
+        entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
+        sharded_global_shapes=sharded,
+    )
+    findings = run_rules(ctx, config)
+    return TargetReport(
+        name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
+        memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
+        findings=findings, suggested_out_shardings=suggested_out_shardings(outputs, roundtrips),
+    )

@@ -1,0 +1,41 @@
+"""What a rule sees: the facts of one target and the configured options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models import Collective, MemorySummary, SourceLocation, TensorInfo
+from ..stablehlo_module import EntrySignature
+from ..state_roundtrip import RoundTrip
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    target: str
+    platform: str
+    signature: EntrySignature
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    collectives: tuple[Collective, ...]
+    memory: MemorySummary | None
+    roundtrips: tuple[RoundTrip, ...]
+    options: dict[str, Any]
+    entry_source: SourceLocation | None = None
+    input_sources: tuple[SourceLocation | None, ...] = ()
+    output_sources: tuple[SourceLocation | None, ...] = ()
+    # Global (dtype, shape) of arrays the program holds sharded: a collective whose
+    # per-device result has one of these shapes rebuilt the whole array.
+    sharded_global_shapes: frozenset[tuple[str, tuple[int, ...]]] = field(default_factory=frozenset)
+
+    @property
+    def num_devices(self) -> int:
+        return self.signature.mesh.size if self.signature.mesh.axes else self.signature.num_partitions
+
+    def input_source(self, index: int) -> SourceLocation | None:
+        src = self.input_sources[index] if index < len(self.input_sources) else None
+        return src or self.entry_source
+
+    def output_source(self, index: int) -> SourceLocation | None:
+        src = self.output_sources[index] if index < len(self.output_sources) else None
+        return src or self.entry_source

@@ -1,0 +1,220 @@
+"""Facts read from a StableHLO module through jaxlib's MLIR bindings: the
+``sdy.mesh``es, the entry function's arguments and results with their shardings,
+pytree paths and donation, and the user's source line of an op.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from .device_groups import MeshInfo
+from .hlo_shapes import array_bytes, mlir_dtype_to_hlo
+from .models import SourceLocation, TensorInfo
+
+_FRAME = re.compile(r'"([^"]*)"\("([^"]+)":(\d+):\d+')
+_FILE_LINE = re.compile(r'"([^"]+)":(\d+):\d+')
+_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+_PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
+
+
+@dataclass(frozen=True)
+class EntrySignature:
+    """The entry function of a target: its mesh, arguments and results."""
+
+    mesh_name: str | None
+    mesh: MeshInfo
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    input_keys: tuple[tuple, ...]
+    output_keys: tuple[tuple, ...]
+    num_partitions: int
+
+
+def source_of_location(loc: ir.Location | str) -> SourceLocation | None:
+    """The innermost user frame of an MLIR location (callee before caller)."""
+    text = str(loc)
+    m = _FRAME.search(text)
+    if m:
+        return SourceLocation(file=m.group(2), line=int(m.group(3)), function=m.group(1) or None)
+    m = _FILE_LINE.search(text)
+    if m:
+        return SourceLocation(file=m.group(1), line=int(m.group(2)))
+    return None
+
+
+def op_name_of_location(loc: ir.Location | str) -> str | None:
+    m = _NAME.match(str(loc))
+    return m.group(1) if m else None
+
+
+def path_keys(path: str) -> tuple[str, tuple]:
+    """Split a pytree path like ``state['w'][0]`` into (``state``, ('w', 0))."""
+    m = re.match(r"^[A-Za-z_]\w*", path)
+    base = m.group(0) if m else ""
+    keys: list = []
+    for km in _PATH_KEY.finditer(path, len(base)):
+        if km.group(1) is not None:
+            keys.append(int(km.group(1)))
+        else:
+            keys.append(next(g for g in km.groups()[1:] if g is not None))
+    return base, tuple(keys)
+
+
+def read_meshes(module: ir.Module) -> dict[str, MeshInfo]:
+    meshes = {}
+    for op in module.body.operations:
+        if op.operation.name != "sdy.mesh":
+            continue
+        attr = sdy.MeshAttr(op.operation.attributes["mesh"])
+        axes = tuple((sdy.MeshAxisAttr(a).name, int(sdy.MeshAxisAttr(a).size)) for a in attr.axes)
+        ids = tuple(int(d) for d in attr.device_ids) or None
+        name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+        meshes[name] = MeshInfo(axes, ids)
+    return meshes
+
+
+def entry_function(module: ir.Module):
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    for op in funcs:
+        if ir.StringAttr(op.operation.attributes["sym_name"]).value == "main":
+            return op
+    public = [
+        op for op in funcs
+        if "sym_visibility" not in op.operation.attributes
+        or ir.StringAttr(op.operation.attributes["sym_visibility"]).value == "public"
+    ]
+    if not public:
+        raise ValueError("the module has no public entry function")
+    return public[0]
+
+
+def sharding_axes(sharding: sdy.TensorShardingAttr) -> list[list[str]]:
+    """Mesh axes per dimension, sub-axes in Shardy's ``name:(pre)size`` notation."""
+    out = []
+    for dim in sharding.dimension_shardings:
+        labels = []
+        for ax in sdy.DimensionShardingAttr(dim).axes:
+            ref = sdy.AxisRefAttr(ax)
+            if ref.sub_axis_info is not None:
+                sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
+                labels.append(f"{ref.name}:({sub.pre_size}){sub.size}")
+            else:
+                labels.append(ref.name)
+        out.append(labels)
+    return out
+
+
+def axis_label_size(label: str, mesh: MeshInfo) -> int:
+    m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
+    if m:
+        return int(m.group(3))
+    return dict(mesh.axes).get(label, 1)
+
+
+def per_device_bytes(shape: list[int], dtype: str, sharding: list[list[str]] | None, mesh: MeshInfo) -> int:
+    if not sharding:
+        return array_bytes(dtype, shape)
+    local = []
+    for dim, axes in zip(shape, sharding):
+        ways = prod(axis_label_size(a, mesh) for a in axes) if axes else 1
+        local.append(-(-dim // ways))
+    return array_bytes(dtype, local)
+
+
+def _tensor(index: int, path: str, ty: ir.Type, attrs: ir.DictAttr, mesh: MeshInfo, donated: bool) -> TensorInfo:
+    rt = ir.RankedTensorType(ty)
+    shape = [int(d) for d in rt.shape]
+    dtype = mlir_dtype_to_hlo(str(rt.element_type))
+    sharding = None
+    if "sdy.sharding" in attrs:
+        sharding = sharding_axes(sdy.TensorShardingAttr(attrs["sdy.sharding"]))
+    return TensorInfo(
+        index=index, path=path, shape=shape, dtype=dtype, sharding=sharding, donated=donated,
+        bytes=array_bytes(dtype, shape), per_device_bytes=per_device_bytes(shape, dtype, sharding, mesh),
+    )
+
+
+def read_entry_signature(module: ir.Module) -> EntrySignature:
+    meshes = read_meshes(module)
+    fn = entry_function(module)
+    attrs = module.operation.attributes
+    num_partitions = ir.IntegerAttr(attrs["mhlo.num_partitions"]).value if "mhlo.num_partitions" in attrs else 1
+    mesh_name, mesh = (next(iter(meshes.items())) if meshes else (None, MeshInfo(())))
+    fn_type = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
+    arg_attrs = list(fn.arg_attrs) if "arg_attrs" in fn.operation.attributes else []
+    res_attrs = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else []
+
+    inputs, input_keys, base_index = [], [], {}
+    for i, (arg, ty) in enumerate(zip(fn.arguments, fn_type.inputs)):
+        a = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else ir.DictAttr.get({})
+        path = op_name_of_location(arg.location) or f"args[{i}]"
+        donated = "jax.buffer_donor" in a or "tf.aliasing_output" in a
+        inputs.append(_tensor(i, path, ty, a, mesh, donated))
+        base, keys = path_keys(path)
+        if base == "args" and keys and isinstance(keys[0], int):
+            base, keys = f"args[{keys[0]}]", keys[1:]
+        base_index.setdefault(base, len(base_index))
+        input_keys.append((base_index[base], *keys))
+
+    outputs, output_keys = [], []
+    for i, ty in enumerate(fn_type.results):
+        a = ir.DictAttr(res_attrs[i]) if i < len(res_attrs) else ir.DictAttr.get({})
+        path = ir.StringAttr(a["jax.result_info"]).value if "jax.result_info" in a else f"result[{i}]"
+        outputs.append(_tensor(i, path, ty, a, mesh, False))
+        output_keys.append(path_keys(path)[1])
+    return EntrySignature(
+        mesh_name, mesh, tuple(inputs), tuple(outputs), tuple(input_keys), tuple(output_keys), num_partitions
+    )
+
+
+@dataclass(frozen=True)
+class EntrySources:
+    """Source lines around the entry function: where it was lowered from, the op
+    that first reads each argument, and the op that produces each result."""
+
+    entry: SourceLocation | None
+    inputs: tuple[SourceLocation | None, ...]
+    outputs: tuple[SourceLocation | None, ...]
+
+
+def _outermost_source(loc: ir.Location) -> SourceLocation | None:
+    matches = list(_FILE_LINE.finditer(str(loc)))
+    if not matches:
+        return None
+    m = matches[-1]
+    return SourceLocation(file=m.group(1), line=int(m.group(2)))
+
+
+def read_entry_sources(module: ir.Module) -> EntrySources:
+    fn = entry_function(module)
+    block = fn.regions[0].blocks[0]
+    n_args = len(block.arguments)
+    first_use: list[SourceLocation | None] = [None] * n_args
+    entry = None
+    outputs: list[SourceLocation | None] = []
+    for op in block.operations:
+        loc = op.location
+        src = source_of_location(loc)
+        if entry is None and src is not None:
+            entry = _outermost_source(loc)
+        if op.name == "func.return":
+            for v in op.operands:
+                owner = v.owner
+                if isinstance(owner, ir.Block) or not hasattr(owner, "location"):
+                    outputs.append(None)
+                else:
+                    outputs.append(source_of_location(owner.location))
+            continue
+        if src is None:
+            continue
+        for v in op.operands:
+            if isinstance(v, ir.BlockArgument):
+                i = v.arg_number
+                if i < n_args and first_use[i] is None:
+                    first_use[i] = src
+    return EntrySources(entry, tuple(first_use), tuple(outputs))

@@ -1,0 +1,46 @@
+"""Tests run on 8 virtual CPU devices, configured before JAX initialises."""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_num_cpu_devices", 8)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "fixtures")
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+class CliResult:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run ``jax-shard-lint ARGS`` in this process (JAX stays initialised) from the repo root."""
+    from jax_shard_lint.analyzer.cli import main
+
+    monkeypatch.chdir(ROOT)
+
+    def run(*args):
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _forget_imported_scripts():
+    # Each lint imports the script afresh; fixture helpers like _mesh are shared modules.
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith("_shard_lint_script_"):
+            del sys.modules[name]

@@ -1,0 +1,56 @@
+"""Every bad input gives one line naming the file and the problem, exit code 2,
+and no traceback (Shardy-style: one fixture per error, with its exact message)."""
+
+import os
+
+import pytest
+
+BAD = os.path.join("fixtures", "bad_input")
+VALUE = os.path.join("examples", "value_function_step.py")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lint", "nope/missing.py"], "nope/missing.py: no such file"),
+    (["lint", f"{BAD}/raises.py"],
+     f"{BAD}/raises.py: the script raised RuntimeError: the data directory /mnt/data is not mounted (line 3)"),
+    (["lint", f"{BAD}/syntax_error.py"], f"{BAD}/syntax_error.py: syntax error at line 1: invalid syntax"),
+    (["lint", f"{BAD}/no_entry.py"],
+     f"{BAD}/no_entry.py: defines no function shard_lint_targets() (see README: 'What a script gives us')"),
+    (["lint", f"{BAD}/no_targets.py"], f"{BAD}/no_targets.py: shard_lint_targets() returned no targets"),
+    (["lint", f"{BAD}/not_lowered.py"],
+     f"{BAD}/not_lowered.py: target 'step' is a PjitFunction, not a jax.stages.Lowered "
+     "(call .lower(*args) on the jitted function)"),
+    (["lint", f"{BAD}/entry_raises.py", "--set", "batch=7"],
+     f"{BAD}/entry_raises.py: shard_lint_targets() raised ValueError: batch 7 does not divide the data axis (line 2)"),
+    (["lint", VALUE, "--target", "nope"],
+     f"{VALUE}: unknown target 'nope' (targets: sharded_on_grid, sharded_on_states)"),
+    (["lint", VALUE, "--set", "bacth=3"],
+     f"{VALUE}: unknown param 'bacth' (shard_lint_targets takes: states, grid_points, n_choices)"),
+    (["lint", VALUE, "--set", "novalue"], "--set: expected NAME=VALUE, got 'novalue'"),
+    (["lint", VALUE, "--budget", "80 gigs"],
+     "--budget: unparsable budget: not a size: '80 gigs' (write e.g. 80GiB, 512MiB, 1.5TB or a byte count)"),
+    (["lint", VALUE, "--device", "h300"],
+     "--device: unknown device 'h300' (known: h100, h100-nvl, h200, b200, a100-80g, a100-40g, tpu-v4, tpu-v5e, "
+     "tpu-v5p, tpu-v6e)"),
+    (["lint", VALUE, "--threshold", "nope=1"], "--threshold: unknown threshold 'nope'"),
+    (["lint", VALUE, "--threshold", "headroom-fraction=2"],
+     "--threshold: threshold headroom-fraction: 2 is not between 0 and 1"),
+    (["lint", VALUE, "--ignore", "SL999"], "--ignore: unknown rule 'SL999' in ignore"),
+    (["lint", f"{BAD}/bad_config/script.py"],
+     f"{os.path.abspath(BAD)}/bad_config/pyproject.toml [tool.jax-shard-lint]: unknown key 'budgett'"),
+    (["lint", VALUE, "--config", "nope.toml"], "nope.toml: no such file"),
+    (["rule", "SL999"], "SL999: no such rule"),
+])
+def test_bad_input(cli, argv, message):
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith(f"jax-shard-lint: error: {message}")
+    assert "Traceback" not in result.err
+
+
+def test_debug_shows_the_traceback(cli):
+    result = cli("lint", f"{BAD}/raises.py", "--debug")
+    assert result.code == 2 and "Traceback" in result.err

@@ -1,0 +1,110 @@
+"""The HLO parser and the collectives pass on golden fixtures XLA wrote
+(fixtures/generate_fixtures.py): CPU compiles and deviceless H100 compiles with
+async collectives, while loops and fusions. Expected values were read off the
+HLO text itself."""
+
+import os
+
+import pytest
+
+from conftest import FIXTURES
+from jax_shard_lint.passes.collectives import computation_multiplicity, find_collectives
+from jax_shard_lint.passes.device_groups import MeshInfo
+from jax_shard_lint.passes.hlo_text import HloParseError, parse_hlo_module, parse_instruction
+
+DATA_MODEL = MeshInfo((("data", 4), ("model", 2)))
+FSDP_TP = MeshInfo((("fsdp", 4), ("tp", 2)))
+
+
+def load(name):
+    with open(os.path.join(FIXTURES, "hlo", f"{name}.hlo")) as f:
+        return parse_hlo_module(f.read())
+
+
+def summary(name, mesh):
+    return sorted(
+        (c.kind, c.bytes, c.count, tuple(c.mesh_axes), tuple(c.shape), c.is_async)
+        for c in find_collectives(load(name), mesh).collectives
+    )
+
+
+def test_module_structure():
+    m = load("cpu_scan")
+    assert m.name == "jit_step"
+    assert m.num_partitions == 8
+    assert m.entry_computation.is_entry
+    assert len(m.computations) == 14
+    loops = [i for c in m.computations.values() for i in c.instructions if i.opcode == "while"]
+    assert [i.backend_config()["known_trip_count"]["n"] for i in loops] == ["5"]
+
+
+def test_stack_frames_point_at_the_users_lines():
+    m = load("cpu_scan")
+    ag = [i for i in m.computations[m.entry].instructions if i.opcode == "all-gather"][0]
+    src = m.source_of(ag)
+    # Line 45 of generate_fixtures.py is `return jnp.tanh(h @ w), None` in scan_program's body.
+    assert src.line == 45 and src.file.endswith("generate_fixtures.py") and src.function == "scan_program.<locals>.step.<locals>.body"
+
+
+def test_cpu_scan_collectives():
+    assert summary("cpu_scan", DATA_MODEL) == [
+        ("all-gather", 65536, 5, ("model",), (32, 512), False),  # inside the while body: x5
+        ("all-gather", 524288, 1, ("data",), (512, 256), False),  # hoisted out of the loop by XLA
+        ("all-reduce", 1024, 1, ("data",), (256,), False),
+    ]
+
+
+def test_h100_scan_collectives_are_async_and_stay_in_the_loop():
+    assert summary("h100_scan", DATA_MODEL) == [
+        ("all-gather", 65536, 5, ("model",), (32, 512), True),
+        ("all-gather", 524288, 5, ("data",), (512, 256), True),
+        ("all-reduce", 1024, 1, ("data",), (256,), True),
+    ]
+
+
+def test_gpu_compile_reduce_scatters_where_cpu_all_reduces():
+    cpu = {c[0] for c in summary("cpu_fsdp", FSDP_TP)}
+    gpu = {c[0] for c in summary("h100_fsdp", FSDP_TP)}
+    assert "reduce-scatter" in gpu and "reduce-scatter" not in cpu
+    assert "all-reduce" in cpu
+    # The gradient of w['down'] (f32[4096,1024] on fsdp x tp): a 2 MiB reduce-scatter on H100.
+    assert ("reduce-scatter", 2097152, 1, ("fsdp",), (256, 2048), True) in summary("h100_fsdp", FSDP_TP)
+
+
+def test_async_start_bytes_come_from_the_done_op():
+    m = load("h100_scan")
+    starts = [i for c in m.computations.values() for i in c.instructions if i.opcode == "all-gather-start"]
+    assert starts and all(i.shape.startswith("(") for i in starts)  # (operand, result) bookkeeping tuples
+    assert {c.bytes for c in find_collectives(m, DATA_MODEL).collectives if c.kind == "all-gather"} == {65536, 524288}
+
+
+def test_multiplicity_through_fusions_and_loops():
+    m = load("cpu_scan")
+    counts, unknown = computation_multiplicity(m)
+    assert counts[m.entry] == 1 and not unknown
+    body = [i for i in m.computations[m.entry].instructions if i.opcode == "while"][0]
+    assert counts[dict(body.called())["body"]] == 5
+    assert counts[dict(body.called())["condition"]] == 6
+
+
+def test_instruction_with_tuple_shape_and_nested_attributes():
+    ins = parse_instruction(
+        '%ag = (f32[8]{0}, f32[64]{0}) all-gather-start(f32[8]{0} %p), channel_id=1, '
+        "replica_groups=mesh['axis_0'=8] {'axis_0'}, dimensions={0}, "
+        'metadata={op_name="jit(f)/x[\\"a\\"]" source_file="/a b.py" source_line=3}, '
+        'backend_config={"is_sync":true}'
+    )
+    assert ins.opcode == "all-gather-start" and ins.operands == ("p",)
+    assert ins.attrs["replica_groups"] == "mesh['axis_0'=8] {'axis_0'}"
+    assert ins.metadata == {"op_name": 'jit(f)/x["a"]', "source_file": "/a b.py", "source_line": 3}
+    assert ins.backend_config() == {"is_sync": True}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("module @m {}", "not an HLO module"),
+    ("HloModule m\n\n%c (a: f32[]) -> f32[] {\n  ROOT %a = f32[] parameter(0)\n}\n", "no ENTRY"),
+    ("HloModule m\n\nENTRY %c (a: f32[]) -> f32[] {\n  ROOT %a = f32[] parameter(0)\n", "not closed"),
+])
+def test_malformed_modules_raise(text, message):
+    with pytest.raises(HloParseError, match=message):
+        parse_hlo_module(text)
