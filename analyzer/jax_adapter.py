@@ -154,4 +154,18 @@ def configure_devices(platform: str, num_cpu_devices: int) -> None:
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", num_cpu_devices)
     elif platform == "gpu":
-        jax.config.update("jax_platforms", "cuda,cpu")
+        jax.config.update("jax_platforms", "cuda")
+
+
+def gpu_devices() -> list:
+    """The GPUs JAX sees; empty when there are none or no CUDA backend is installed."""
+    try:
+        return [d for d in jax.devices() if d.platform == "gpu"]
+    except RuntimeError:
+        return []
+
+
+def device_kind_summary() -> str:
+    devices = jax.devices()
+    kinds = sorted({d.device_kind for d in devices})
+    return f"{len(devices)} x {', '.join(kinds)}"

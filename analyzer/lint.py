@@ -30,7 +30,24 @@ class LintRequest:
 
 
 def platform_label(settings: Settings) -> str:
-    return "cpu (virtual devices)" if settings.platform == "cpu" else settings.platform
+    if settings.platform == "cpu":
+        return "cpu (virtual devices)"
+    if settings.platform == "gpu":
+        return f"gpu ({jax_adapter.device_kind_summary()})"
+    return settings.platform
+
+
+def _check_platform(settings: Settings) -> int | None:
+    """The number of GPUs for --platform gpu; a clear error when there are none."""
+    if settings.platform != "gpu":
+        return None
+    gpus = jax_adapter.gpu_devices()
+    if not gpus:
+        raise ShardLintInputError(
+            "--platform gpu", "JAX sees no GPU (is jax[cuda12] installed and a GPU visible?); "
+            "use --platform cpu for virtual CPU devices"
+        )
+    return len(gpus)
 
 
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
@@ -132,10 +149,17 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         jax_adapter.configure_devices(settings.platform, settings.devices)
     except RuntimeError as e:
         raise ShardLintInputError("--devices", str(e)) from None
+    n_gpus = _check_platform(settings)
     fn, where = load_entry(request.script)
     params = parse_params(list(request.params))
     say(f"collecting targets from {where}")
-    targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+    try:
+        targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+    except ShardLintInputError as e:
+        if n_gpus is not None and "raised" in e.problem:
+            # A mesh larger than the machine fails inside the script; say what the machine has.
+            raise ShardLintInputError(e.where, f"{e.problem} (JAX sees {n_gpus} GPUs)") from e
+        raise
     reports = []
     for name, lowered in targets.items():
         say(f"compiling {name}")

@@ -40,6 +40,9 @@ VALUE = os.path.join("examples", "value_function_step.py")
      f"{os.path.abspath(BAD)}/bad_config/pyproject.toml [tool.jax-shard-lint]: unknown key 'budgett'"),
     (["lint", VALUE, "--config", "nope.toml"], "nope.toml: no such file"),
     (["rule", "SL999"], "SL999: no such rule"),
+    (["lint", VALUE, "--platform", "gpu"],
+     "--platform gpu: JAX sees no GPU (is jax[cuda12] installed and a GPU visible?); "
+     "use --platform cpu for virtual CPU devices"),
 ])
 def test_bad_input(cli, argv, message):
     result = cli(*argv)
