@@ -62,6 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
+    prop = sub.add_parser("propagate", parents=[debug],
+                          help="propagate shardings over StableHLO: values, provenance, predicted communication")
+    prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
+                      help="a script (as for lint) or a StableHLO .mlir file")
+    _add_common_compile_args(prop)
+    _add_output_args(prop)
+    prop.add_argument("--explain", action="append", default=[], metavar="VALUE",
+                      help="show how VALUE got its sharding: an SSA name (%%3), a source FILE:LINE, or an input or "
+                      "output pytree path (state['w'], result[0])")
+    prop.add_argument("--no-compile", action="store_true",
+                      help="do not compile to match predicted communication against XLA's")
+
     sub.add_parser("rules", parents=[debug], help="list the rules")
     rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
@@ -180,7 +192,36 @@ def cmd_rule(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"lint": cmd_lint, "rules": cmd_rules, "rule": cmd_rule}
+def cmd_propagate(args) -> int:
+    from ..passes.propagation_report import explain, find_values
+    from ..reports.json_report import render_json
+    from .lint import display_source
+    from .propagate import PropagateRequest, propagate
+
+    settings = _settings(args)
+    run, propagated = propagate(
+        PropagateRequest(args.script, tuple(args.target), tuple(args.params), compile=not args.no_compile), settings,
+    )
+    explained: dict[str, list[str]] = {}
+    for query in args.explain:
+        lines = []
+        for p in propagated:
+            for t in find_values(p, query)[:3]:
+                lines.extend(explain(p, t, display_source))
+        if not lines:
+            raise ShardLintInputError("--explain", f"no value named {query!r} (an SSA name like %3, FILE:LINE, or "
+                                      "an input or output path)")
+        explained[query] = lines
+    if args.format == "json":
+        _emit(render_json(run), args.output)
+    else:
+        from ..reports.propagation_terminal import render_propagation
+
+        render_propagation(run, _console(args), explained)
+    return EXIT_OK
+
+
+COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rules": cmd_rules, "rule": cmd_rule}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,7 +94,11 @@ def _display_path(path: str, base: str) -> str:
     return rel if not rel.startswith("..") else absolute
 
 
-def relativize(report: LintReport, base: str) -> LintReport:
+def display_source(src: SourceLocation, base: str | None = None) -> str:
+    return f"{_display_path(src.file, base or os.getcwd())}:{src.line}"
+
+
+def relativize(report, base: str):
     """Source paths relative to ``base`` where they lie beneath it, so reports
     read the same on every machine."""
 

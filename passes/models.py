@@ -128,6 +128,9 @@ class Finding(Model):
     source: SourceLocation | None
     fix: str | None = None
     subject: str | None = Field(default=None, description="What the finding is about: an HLO op, a pytree path.")
+    provenance: list[str] = Field(
+        default_factory=list, description="Why, from sharding propagation: how the value got its sharding."
+    )
 
 
 class TargetReport(Model):
@@ -164,3 +167,75 @@ class LintReport(Model):
     def worst_severity(self) -> Severity | None:
         ranks = [f.severity for f in self.all_findings()]
         return max(ranks, key=lambda s: s.rank) if ranks else None
+
+
+class ProvenanceStep(Model):
+    """One hop of how a value got its sharding: the value it came from and the op between."""
+
+    value: str
+    sharding: list[list[str]]
+    op: str | None
+    source: SourceLocation | None
+
+
+class PropagatedValue(Model):
+    name: str = Field(description="SSA name; values of private functions are prefixed @function:.")
+    shape: list[int]
+    dtype: str
+    sharding: list[list[str]]
+    bytes: int
+    per_device_bytes: int
+    op_name: str | None
+    source: SourceLocation | None
+    seed: str | None = Field(description="The stated sharding this value's sharding traces back to.")
+    provenance: list[ProvenanceStep] = Field(default_factory=list)
+
+
+class PredictedCollective(Model):
+    kind: str
+    bytes: int = Field(description="Per-device bytes the collective delivers.")
+    mesh_axes: list[str]
+    op: str
+    value: str
+    reason: str
+    source: SourceLocation | None
+    matched_compiled: bool | None = Field(
+        description="Whether the compiled program runs a collective of this family at this source line; "
+        "null when no compiled program was available."
+    )
+
+
+class Disagreement(Model):
+    value: str
+    op_name: str | None
+    source: SourceLocation | None
+    ours: list[list[str]]
+    shardy: list[list[str]]
+
+
+class ShardyAgreement(Model):
+    compared: int
+    agreeing: int
+    fraction: float
+    disagreements: list[Disagreement]
+    structure_diverged: list[str] = Field(default_factory=list)
+
+
+class PropagationReport(Model):
+    name: str
+    mesh: dict[str, int]
+    values: list[PropagatedValue]
+    predicted: list[PredictedCollective]
+    agreement_with_shardy: ShardyAgreement | None
+    ops_without_rule: list[str] = Field(default_factory=list, description="Ops that stop propagation.")
+    sweeps: int = 0
+
+
+class PropagateRun(Model):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    tool_version: str
+    jax_version: str
+    jaxlib_version: str
+    command: str = "propagate"
+    script: str | None
+    targets: list[PropagationReport]

@@ -1,0 +1,176 @@
+"""Mesh axes and sub-axes as values: what a dimension or factor is sharded on.
+
+An axis reference is ``(name, pre, size)``: the whole axis ``x`` of size 4 is
+``("x", 1, 4)``; Shardy's sub-axis ``"x":(2)2`` (the minor half) is
+``("x", 2, 2)``. Factor shardings split whole axes into sub-axes when a factor
+is smaller than an axis (a reshape of 256 into 2 x 128 on an axis of 4), and
+dimension shardings merge adjacent sub-axes back.
+"""
+
+from __future__ import annotations
+
+import re
+from math import gcd, prod
+
+AxisRef = tuple[str, int, int]
+Axes = tuple[AxisRef, ...]
+
+_LABEL = re.compile(r"(.+):\((\d+)\)(\d+)")
+
+
+def label(ref: AxisRef, axis_sizes: dict[str, int]) -> str:
+    name, pre, size = ref
+    if pre == 1 and size == axis_sizes.get(name):
+        return name
+    return f"{name}:({pre}){size}"
+
+
+def from_label(text: str, axis_sizes: dict[str, int]) -> AxisRef:
+    m = _LABEL.fullmatch(text)
+    if m:
+        return (m.group(1), int(m.group(2)), int(m.group(3)))
+    return (text, 1, axis_sizes[text])
+
+
+def size_of(axes: Axes) -> int:
+    return prod(s for _, _, s in axes) if axes else 1
+
+
+def overlaps(a: AxisRef, b: AxisRef) -> bool:
+    """Whether two references share devices along the same mesh axis."""
+    if a[0] != b[0]:
+        return False
+    return a[1] < b[1] * b[2] and b[1] < a[1] * a[2]
+
+
+def merge_adjacent(axes: Axes) -> Axes:
+    """``x:(1)2, x:(2)2`` -> ``x:(1)4`` (the whole axis when it covers it)."""
+    out: list[AxisRef] = []
+    for ref in axes:
+        if out and out[-1][0] == ref[0] and out[-1][1] * out[-1][2] == ref[1]:
+            name, pre, size = out.pop()
+            out.append((name, pre, size * ref[2]))
+        else:
+            out.append(ref)
+    return tuple(out)
+
+
+def split_for_factors(axes: Axes, factor_sizes: list[int]) -> list[Axes]:
+    """Project a dimension's axes onto its factors, major factor first.
+
+    Axes fill a factor while their sizes divide what is left of it; an axis larger
+    than the room left is split into a sub-axis for this factor and the rest for the
+    next. Axes that fit no factor are dropped, as Shardy drops them.
+    """
+    out: list[list[AxisRef]] = [[] for _ in factor_sizes]
+    queue = list(axes)
+    for i, fsize in enumerate(factor_sizes):
+        room = fsize
+        while queue and room > 1:
+            name, pre, size = queue[0]
+            if room % size == 0:
+                out[i].append(queue.pop(0))
+                room //= size
+            elif size % room == 0:
+                out[i].append((name, pre, room))
+                queue[0] = (name, pre * room, size // room)
+                room = 1
+            else:
+                # The largest major part of the axis that divides what is left; the
+                # rest overflows and nothing further shards this dimension.
+                part = gcd(room, size)
+                if part > 1:
+                    out[i].append((name, pre, part))
+                queue.clear()
+                break
+        if queue and room > 1:
+            break  # a partly sharded factor cannot be followed by sharding of the next
+    return [tuple(x) for x in out]
+
+
+def join_factors(parts: list[Axes], factor_sizes: list[int]) -> Axes:
+    """A dimension's axes from its factors' axes: a later factor's axes count only
+    when every earlier factor is fully sharded (or of size 1)."""
+    axes: list[AxisRef] = []
+    for i, part in enumerate(parts):
+        axes.extend(part)
+        if size_of(part) != factor_sizes[i]:
+            break
+    return merge_adjacent(tuple(axes))
+
+
+def is_prefix(a: Axes, b: Axes) -> bool:
+    return len(a) <= len(b) and tuple(b[: len(a)]) == tuple(a)
+
+
+def common_prefix(candidates: list[Axes]) -> Axes:
+    """The longest axes every candidate starts with (or extends), Shardy's
+    "longest compatible major sharding axes": [a] and [a, b] give [a, b];
+    [c, d] and [c, e] give [c]."""
+    best: Axes = ()
+    for cand in candidates:
+        if is_prefix(best, cand):
+            best = cand
+        elif is_prefix(cand, best):
+            continue
+        else:
+            n = 0
+            while n < min(len(best), len(cand)) and best[n] == cand[n]:
+                n += 1
+            best = best[:n]
+    # Every candidate must be compatible with the result: it cannot be longer than
+    # what all of them agree on where they diverge.
+    for cand in candidates:
+        n = 0
+        while n < min(len(best), len(cand)) and best[n] == cand[n]:
+            n += 1
+        if n < len(cand) and n < len(best):
+            best = best[:n]
+    return best
+
+
+def is_prefix_axis(a: AxisRef, b: AxisRef) -> bool:
+    """``a`` is a major part of ``b``: ``x:(1)2`` of ``x`` (size 4), or equal."""
+    return a[0] == b[0] and a[1] == b[1] and b[2] % a[2] == 0
+
+
+def compatible_major(old: Axes, new: Axes, can_expand: bool) -> tuple[Axes, bool]:
+    """Fold one more tensor's factor axes into the axes compatible so far
+    (Shardy's ``getCompatibleMajorAxes``): agreement continues, a sub-axis may
+    grow into a larger one, and the first disagreement stops any expansion."""
+    result: list[AxisRef] = []
+    i = 0
+    while i < len(old) and i < len(new):
+        o, n = old[i], new[i]
+        i += 1
+        if o[0] != n[0]:
+            return tuple(result), False
+        if o == n:
+            result.append(n)
+        elif is_prefix_axis(n, o):
+            if i < len(new):
+                result.append(n)
+                return tuple(result), False
+            result.append(o)
+        elif is_prefix_axis(o, n):
+            if not can_expand or i < len(old):
+                result.append(o)
+                return tuple(result), False
+            result.append(n)
+        else:
+            return tuple(result), False
+    result.extend(old[i:])
+    if can_expand:
+        result.extend(new[i:])
+    return tuple(result), can_expand
+
+
+def prefix_without_overlap(ref: AxisRef, other: AxisRef) -> AxisRef | None:
+    """The major part of ``ref`` that shares no device with ``other``; None when
+    even its first device is shared."""
+    if not overlaps(ref, other):
+        return ref
+    if other[1] > ref[1]:
+        size = other[1] // ref[1]
+        return (ref[0], ref[1], size) if size > 1 else None
+    return None

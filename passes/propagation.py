@@ -1,0 +1,265 @@
+"""Sharding propagation in Python over Shardy's factor rules.
+
+The algorithm is generic over factors: each step projects its tensors'
+dimension shardings onto the rule's factors, picks one sharding per factor, and
+projects it back onto every tensor that can take it. There are no per-op
+tables: op semantics come from ``sdy-populate-op-sharding-rules``.
+
+Conflict policy, in Shardy's documented hierarchy:
+
+1. user priorities: in round ``i`` only dimension shardings with priority
+   ``<= i`` (or none) act as seeds; a dimension with a later priority is not
+   overwritten before its round;
+2. op priority: pass-through ops (elementwise: every tensor maps each factor to
+   the same dimension) and data-flow edges run to a fixpoint first, then all ops;
+3. per factor, the longest sharding every candidate is compatible with (one is
+   a prefix of the other) wins; when candidates conflict, the one of largest
+   total size wins (ties: the earliest tensor, operands before results), and the
+   tensors it conflicts with keep their sharding: that is where communication
+   is predicted;
+4. never: an axis twice in one tensor, an explicitly replicated axis, a change to
+   a closed dimension, propagation along a need-replication or blocked factor.
+
+Shardings only grow, so the fixpoint is reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .axes import (
+    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, overlaps, prefix_without_overlap,
+    split_for_factors,
+)
+from .sharding_graph import ShardingGraph, Step, Tensor
+
+MAX_SWEEPS = 64
+
+
+@dataclass(frozen=True)
+class PropagationStats:
+    rounds: int
+    sweeps: int
+    step_visits: int
+
+
+BOTH, FORWARD, BACKWARD, NONE = "both", "forward", "backward", "none"
+_PASS_THROUGH_OPS = ("stablehlo.reshape", "stablehlo.transpose")
+_FORWARD_ONLY_OPS = ("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
+LEVELS = 3
+
+
+def _union(a: str, b: str) -> str:
+    if a == b or b == NONE:
+        return a
+    if a == NONE:
+        return b
+    return BOTH
+
+
+def _pass_through_factor(step: Step, f: int) -> bool:
+    return all(any(f in fs for fs in dims) for dims in step.rule.maps) and f not in step.rule.reduction
+
+
+def direction(step: Step, f: int, level: int) -> str:
+    """Shardy's op-priority schedule, cumulative over levels:
+    0: elementwise ops, reshapes, transposes and data-flow edges both ways;
+       dynamic slices forward;
+    1: also the pass-through factors of any op (broadcasts only backward);
+    2: everything, both ways."""
+    out = NONE
+    if step.is_edge or step.rule.pass_through or step.op in _PASS_THROUGH_OPS:
+        out = BOTH
+    elif step.op in _FORWARD_ONLY_OPS:
+        out = FORWARD
+    if level >= 1 and _pass_through_factor(step, f):
+        out = _union(out, BACKWARD if step.op == "stablehlo.broadcast_in_dim" else BOTH)
+    if level >= 2:
+        out = BOTH
+    return out
+
+
+def _projection(g: ShardingGraph, step: Step) -> list[dict[int, Axes]]:
+    """Per tensor of the step: each factor's axes."""
+    rule = step.rule
+    out = []
+    for tid, dims in zip(step.tensors, rule.maps):
+        t = g.tensors[tid]
+        per: dict[int, Axes] = {}
+        for d, factors in enumerate(dims):
+            if not factors or d >= len(t.dims):
+                continue
+            for f, axes in zip(factors, split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])):
+                per[f] = axes
+        out.append(per)
+    return out
+
+
+def _minor_most(step: Step, k: int, f: int) -> bool:
+    return any(fs and fs[-1] == f for fs in step.rule.maps[k])
+
+
+def _truncate(axes: Axes, keep) -> Axes:
+    """Keep axes while ``keep(axis, sharded_size)`` accepts them; an axis it
+    shortens ends the list."""
+    out: list[AxisRef] = []
+    size = 1
+    for ref in axes:
+        size *= ref[2]
+        new = keep(ref, size)
+        if new is None:
+            break
+        out.append(new)
+        if new != ref:
+            break
+    return tuple(out)
+
+
+def _factor_axes(g: ShardingGraph, step: Step, proj, level: int, round_priority: int) -> list[Axes]:
+    rule = step.rule
+    n_ops = step.n_operands
+    result: list[Axes] = []
+    for f in range(len(rule.factor_sizes)):
+        way = NONE if f in rule.blocked else direction(step, f, level)
+        if way == NONE:
+            result.append(())
+            continue
+        order = list(range(len(step.tensors)))
+        first = order[:n_ops] if way != BACKWARD else order[n_ops:]
+        second = order[n_ops:] if way != BACKWARD else order[:n_ops]
+        axes, can = (), True
+        for k in first:
+            if f in proj[k] and _dims_active(g, step.tensors[k], step, f, round_priority):
+                axes, can = compatible_major(axes, proj[k][f], can)
+        if way != BOTH:
+            can = False
+        for k in second:
+            if f in proj[k] and _dims_active(g, step.tensors[k], step, f, round_priority):
+                axes, can = compatible_major(axes, proj[k][f], can)
+        result.append(axes)
+    # Conflicts within a factor: replicated axes and dimensions that cannot grow.
+    for k, per in enumerate(proj):
+        t = g.tensors[step.tensors[k]]
+        for f, existing in per.items():
+            def keep(ref, size, f=f, existing=existing, t=t, k=k):
+                for r in t.replicated:
+                    ref = prefix_without_overlap(ref, r)
+                    if ref is None:
+                        return None
+                if any(is_prefix_axis(ref, e) for e in existing):
+                    return ref
+                if _minor_most(step, k, f) or rule.factor_sizes[f] % size == 0:
+                    return ref
+                if existing and is_prefix_axis(existing[-1], ref):
+                    return existing[-1]
+                return None
+            result[f] = _truncate(result[f], keep)
+    # Conflicts across factors: an axis may shard only one factor of a tensor.
+    snapshot = list(result)
+    for per in proj:
+        for f in per:
+            def keep(ref, _size, f=f, per=per):
+                if any(is_prefix_axis(ref, e) for e in per[f]):
+                    return ref  # the tensor already holds it on this factor: that wins
+                for g2, other in per.items():
+                    if g2 == f:
+                        continue
+                    for o in (*other, *snapshot[g2]):
+                        ref = prefix_without_overlap(ref, o)
+                        if ref is None:
+                            return None
+                return ref
+            result[f] = _truncate(result[f], keep)
+    return result
+
+
+def _active(t: Tensor, d: int, round_priority: int) -> bool:
+    p = t.priority[d]
+    return p is None or p <= round_priority
+
+
+def _apply(g: ShardingGraph, step: Step, level: int, round_priority: int) -> bool:
+    rule = step.rule
+    proj = _projection(g, step)
+    chosen = _factor_axes(g, step, proj, level, round_priority)
+    changed = False
+    for k, (tid, dims) in enumerate(zip(step.tensors, rule.maps)):
+        t = g.tensors[tid]
+        is_operand = k < step.n_operands
+        for d, factors in enumerate(dims):
+            if not factors or t.closed[d] or (not _active(t, d, round_priority) and t.dims[d]):
+                continue
+            parts = []
+            for f in factors:
+                way = direction(step, f, level)
+                may_update = way == BOTH or (way == FORWARD and not is_operand) or (way == BACKWARD and is_operand)
+                current = proj[k].get(f, ())
+                parts.append(chosen[f] if may_update and is_prefix(current, chosen[f]) else current)
+            new = join_factors(parts, [rule.factor_sizes[f] for f in factors])
+            if new == t.dims[d] or not is_prefix(t.dims[d], new):
+                continue
+            others = [r for e, axes in enumerate(t.dims) if e != d for r in axes]
+            keep = list(t.dims[d])
+            for ref in new[len(t.dims[d]):]:
+                if any(overlaps(ref, o) for o in others) or any(overlaps(ref, r) for r in t.replicated):
+                    break
+                keep.append(ref)
+            if tuple(keep) != t.dims[d]:
+                t.dims[d] = tuple(keep)
+                src = _source_tensor(g, step, proj, factors, chosen, tid)
+                t.parent[d] = (src, step.id) if src is not None else None
+                changed = True
+    return changed
+
+
+def _source_tensor(g: ShardingGraph, step: Step, proj, factors, chosen, receiver: int) -> int | None:
+    """The tensor of the step that already held the axes the receiver took."""
+    for f in factors:
+        if not chosen[f]:
+            continue
+        for k, tid in enumerate(step.tensors):
+            if tid != receiver and f in proj[k] and proj[k][f] and is_prefix(chosen[f], proj[k][f]):
+                return tid
+        for k, tid in enumerate(step.tensors):
+            if tid != receiver and f in proj[k] and proj[k][f]:
+                return tid
+    return None
+
+
+def _dims_active(g: ShardingGraph, tid: int, step: Step, factor: int, round_priority: int) -> bool:
+    t = g.tensors[tid]
+    dims = step.rule.maps[step.tensors.index(tid)]
+    return all(_active(t, d, round_priority) for d, fs in enumerate(dims) if factor in fs)
+
+
+def _fixpoint(g: ShardingGraph, level: int, round_priority: int, users: list[list[int]], stats: list[int]) -> None:
+    """Sweep the steps in program order until nothing changes; after the first
+    sweep only steps touching a tensor that changed are visited again."""
+    dirty = set(range(len(g.steps)))
+    for _ in range(MAX_SWEEPS):
+        if not dirty:
+            return
+        stats[0] += 1
+        todo, dirty = sorted(dirty), set()
+        for sid in todo:
+            step = g.steps[sid]
+            stats[1] += 1
+            before = [g.tensors[t].dims[:] for t in step.tensors]
+            if _apply(g, step, level, round_priority):
+                for t, old in zip(step.tensors, before):
+                    if g.tensors[t].dims != old:
+                        dirty.update(users[t])
+
+
+def propagate(g: ShardingGraph) -> PropagationStats:
+    """Propagate shardings over the graph in place."""
+    priorities = sorted({p for t in g.tensors for p in t.priority if p is not None}) or [0]
+    users: list[list[int]] = [[] for _ in g.tensors]
+    for step in g.steps:
+        for t in set(step.tensors):
+            users[t].append(step.id)
+    stats = [0, 0]
+    for p in priorities:
+        for level in range(LEVELS):
+            _fixpoint(g, level, p, users, stats)
+    return PropagationStats(rounds=len(priorities), sweeps=stats[0], step_visits=stats[1])

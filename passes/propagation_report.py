@@ -1,0 +1,166 @@
+"""The propagation pass end to end: rules from Shardy, our propagation, the
+values with their provenance, predicted communication, and agreement with
+Shardy's own propagation of the same module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+
+from .axes import label, merge_adjacent
+from .hlo_shapes import array_bytes
+from .models import (
+    Collective, Disagreement, PropagatedValue, PropagationReport, ProvenanceStep, ShardyAgreement,
+)
+from .predicted_communication import match_compiled, per_device_bytes, predict
+from .propagation import propagate
+from .shardy_reference import pair_values, shardy_propagated, with_sharding_rules
+from .sharding_graph import ShardingGraph, Tensor, build_graph
+from .stablehlo_module import entry_function, path_keys
+
+MAX_DISAGREEMENTS = 200
+
+
+@dataclass
+class Propagated:
+    """The graph after propagation, with the module it was built from."""
+
+    module: ir.Module
+    graph: ShardingGraph
+    sweeps: int
+
+    def labels(self, t: Tensor) -> list[list[str]]:
+        return [[label(r, self.graph.axis_sizes) for r in merge_adjacent(d)] for d in t.dims]
+
+    def provenance(self, t: Tensor) -> list[ProvenanceStep]:
+        """From the value back to the stated sharding it came from, one hop per op."""
+        chain: list[ProvenanceStep] = []
+        seen = {t.id}
+        current = t
+        while True:
+            parent = next((p for p in current.parent if p is not None), None)
+            if parent is None:
+                break
+            src_id, step_id = parent
+            step = self.graph.steps[step_id]
+            chain.append(ProvenanceStep(
+                value=current.name, sharding=self.labels(current), op=step.op, source=step.source,
+            ))
+            if src_id in seen:
+                break
+            seen.add(src_id)
+            current = self.graph.tensors[src_id]
+        chain.append(ProvenanceStep(value=current.name, sharding=self.labels(current), op=None, source=current.source))
+        return chain
+
+    def seed_of(self, t: Tensor) -> str | None:
+        chain = self.provenance(t)
+        origin = self.graph.tensors_by_name().get(chain[-1].value)
+        return origin.seed if origin else None
+
+
+def run_propagation(module: ir.Module) -> Propagated:
+    ruled = with_sharding_rules(module)
+    graph = build_graph(ruled)
+    stats = propagate(graph)
+    return Propagated(ruled, graph, stats.sweeps)
+
+
+def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
+    theirs = shardy_propagated(original)
+    pairs, diverged = pair_values(p.module, theirs, p.graph.axis_sizes)
+    compared = agreeing = 0
+    disagreements: list[Disagreement] = []
+    for pair in pairs:
+        tid = p.graph.value_ids.get(pair.ours)
+        if tid is None:
+            continue
+        t = p.graph.tensors[tid]
+        compared += 1
+        mine = tuple(merge_adjacent(d) for d in t.dims)
+        if mine == pair.shardy:
+            agreeing += 1
+        elif len(disagreements) < MAX_DISAGREEMENTS:
+            disagreements.append(Disagreement(
+                value=t.name, op_name=t.op_name, source=t.source, ours=p.labels(t),
+                shardy=[[label(r, p.graph.axis_sizes) for r in d] for d in pair.shardy],
+            ))
+    return ShardyAgreement(
+        compared=compared, agreeing=agreeing, fraction=round(agreeing / compared, 4) if compared else 1.0,
+        disagreements=disagreements, structure_diverged=diverged,
+    )
+
+
+def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
+    return PropagatedValue(
+        name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=p.labels(t),
+        bytes=array_bytes(t.dtype, list(t.shape)), per_device_bytes=per_device_bytes(t),
+        op_name=t.op_name, source=t.source, seed=p.seed_of(t) if any(t.dims) else None,
+        provenance=p.provenance(t) if with_provenance and any(t.dims) else [],
+    )
+
+
+def build_report(
+    name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
+    provenance: bool = True,
+) -> tuple[PropagationReport, Propagated]:
+    p = run_propagation(module)
+    tensors = [t for t in p.graph.tensors if not t.virtual and t.compare]
+    values = sorted((_value(p, t, provenance) for t in tensors), key=lambda v: (-v.bytes, v.name))
+    report = PropagationReport(
+        name=name, mesh=dict(p.graph.axis_sizes), values=values,
+        predicted=match_compiled(predict(p.graph), compiled),
+        agreement_with_shardy=agreement(p, module) if with_shardy else None,
+        ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
+    )
+    return report, p
+
+
+def find_values(p: Propagated, query: str) -> list[Tensor]:
+    """Values named by an SSA name (``%3``, ``@f:%2``), a source ``file:line``, or an
+    input or output pytree path (``state['w']``, ``result[0]``)."""
+    g = p.graph
+    by_name = g.tensors_by_name()
+    if query in by_name:
+        return [by_name[query]]
+    if ":" in query and query.rsplit(":", 1)[1].isdigit() and not query.startswith("@"):
+        file, line = query.rsplit(":", 1)
+        hits = [t for t in g.tensors if not t.virtual and t.source and t.source.line == int(line)
+                and (t.source.file == file or t.source.file.endswith("/" + file.lstrip("./")))]
+        return sorted(hits, key=lambda t: -array_bytes(t.dtype, list(t.shape)))
+    fn = entry_function(p.module)
+    block = fn.regions[0].blocks[0]
+    for arg in block.arguments:
+        if _loc_name(arg.location) == query:
+            return [g.tensors[g.value_ids[arg]]]
+    res_attrs = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else []
+    returned = list(list(block.operations)[-1].operands)
+    for i, attrs in enumerate(res_attrs):
+        d = ir.DictAttr(attrs)
+        path = ir.StringAttr(d["jax.result_info"]).value if "jax.result_info" in d else f"result[{i}]"
+        if (path == query or path_keys(path) == path_keys(query)) and returned[i] in g.value_ids:
+            return [g.tensors[g.value_ids[returned[i]]]]
+    return []
+
+
+def _loc_name(loc) -> str | None:
+    from .stablehlo_module import op_name_of_location
+
+    return op_name_of_location(loc)
+
+
+def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
+    """Provenance as sentences, for findings and the terminal; ``display`` turns a
+    source location into the text to print."""
+    lines = []
+    for step in p.provenance(t):
+        where = f" at {display(step.source)}" if step.source else ""
+        spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None") for a in step.sharding) + ")"
+        if step.op:
+            lines.append(f"{step.value} is {spec} through {step.op}{where}")
+        else:
+            origin = p.graph.tensors_by_name().get(step.value)
+            seed = origin.seed if origin and origin.seed else "no stated sharding"
+            lines.append(f"{step.value} is {spec}: {seed}{where}")
+    return lines

@@ -1,0 +1,111 @@
+"""Our sharding propagation, held against Shardy's on the same StableHLO."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.passes.axes import compatible_major, join_factors, split_for_factors
+from jax_shard_lint.passes.propagation_report import agreement, run_propagation
+
+sys.path.insert(0, os.path.join(FIXTURES, "propagation"))
+import corpus  # noqa: E402
+
+X, Y = ("x", 1, 4), ("y", 1, 2)
+
+
+@pytest.fixture(scope="module")
+def corpus_agreement():
+    results = {}
+    for name, lowered in corpus.lower_all().items():
+        module = jax_adapter.parse_stablehlo(lowered.as_text(debug_info=True))
+        results[name] = agreement(run_propagation(module), module)
+    return results
+
+
+def test_corpus_covers_the_op_families():
+    assert len(corpus.PROGRAMS) >= 25
+    for family in ("elementwise", "broadcast", "dot_batched", "dot_contract_lhs_major", "dot_transposed_rhs",
+                   "reshape_merge", "reshape_split", "transpose", "reductions", "concatenate", "pad", "slices",
+                   "dynamic_slices", "gather", "scatter", "convolution", "scan", "while_loop", "cond", "shard_map",
+                   "nested_jit"):
+        assert family in corpus.PROGRAMS
+
+
+def test_agreement_with_shardy_is_at_least_95_percent(corpus_agreement):
+    compared = sum(a.compared for a in corpus_agreement.values())
+    agreeing = sum(a.agreeing for a in corpus_agreement.values())
+    assert compared > 900
+    assert agreeing / compared >= 0.95, {n: a.fraction for n, a in corpus_agreement.items()}
+    assert all(not a.structure_diverged for a in corpus_agreement.values())
+
+
+def test_every_program_mostly_agrees(corpus_agreement):
+    low = {n: a.fraction for n, a in corpus_agreement.items() if a.fraction < 0.85}
+    assert not low
+
+
+def test_factor_projection_splits_axes_into_sub_axes():
+    # A dimension of 256 on x (4) split into factors 2 x 128: x:(1)2 and x:(2)2, as Shardy does.
+    assert split_for_factors((X, Y), [2, 128]) == [(("x", 1, 2),), (("x", 2, 2), Y)]
+    assert join_factors([(("x", 1, 2),), (("x", 2, 2), Y)], [2, 128]) == (X, Y)
+    # A later factor is sharded only when every earlier one is whole.
+    assert join_factors([(), (X,)], [2, 128]) == ()
+    # 66 rows on x (4): the largest part of x that divides 66.
+    assert split_for_factors((X,), [66]) == [(("x", 1, 2),)]
+
+
+def test_compatible_major_axes_follow_shardy():
+    assert compatible_major((X,), (X, Y), True) == ((X, Y), True)
+    assert compatible_major((X, Y), (X, ("z", 1, 2)), True) == ((X,), False)
+    assert compatible_major((("x", 1, 2),), (X,), True) == ((X,), True)
+    assert compatible_major((X,), (X, Y), False) == ((X,), False)
+
+
+def test_propagate_json(cli):
+    result = cli("propagate", os.path.join("examples", "value_function_step.py"), "--target", "sharded_on_grid",
+                 "--format", "json")
+    assert result.code == 0, result.err
+    t = json.loads(result.out)["targets"][0]
+    assert t["agreement_with_shardy"]["fraction"] == 1.0
+    v_next = next(v for v in t["values"] if v["name"] == "%arg0")
+    assert v_next["sharding"] == [[], ["x"]] and v_next["seed"] == "argument v_next"
+    assert set(t["values"][0]) >= {"name", "shape", "sharding", "source", "provenance"}
+    # The interpolation reads the sharded grid axis: predicted, and borne out by the compiled program.
+    gathers = [p for p in t["predicted"] if p["op"] == "stablehlo.gather"]
+    assert gathers and all(p["kind"] == "all-reduce" and p["matched_compiled"] for p in gathers)
+    assert gathers[0]["source"]["line"] == 34
+
+
+def test_propagate_explain(cli):
+    result = cli("propagate", os.path.join("examples", "fsdp_tp_train_step.py"), "--explain", "result[0]['embed']",
+                 "--no-compile")
+    assert result.code == 0, result.err
+    assert "why result[0]['embed']:" in result.out
+
+
+def test_propagate_on_a_mlir_fixture(cli):
+    path = os.path.join(FIXTURES, "hlo", "cpu_scan.mlir")
+    result = cli("propagate", path, "--format", "json")
+    assert result.code == 0, result.err
+    t = json.loads(result.out)["targets"][0]
+    assert t["name"] == "cpu_scan" and t["mesh"] == {"data": 4, "model": 2}
+    assert t["agreement_with_shardy"]["fraction"] >= 0.95
+    assert any(p["matched_compiled"] is not None for p in t["predicted"])
+
+
+def test_bad_mlir_is_one_line(cli):
+    path = os.path.join("fixtures", "bad_input", "not_stablehlo.mlir")
+    result = cli("propagate", path)
+    assert result.code == 2
+    assert result.err.strip().startswith(f"jax-shard-lint: error: {path}: not a StableHLO module:")
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_unknown_explain_value(cli):
+    result = cli("propagate", os.path.join("examples", "value_function_step.py"), "--no-compile",
+                 "--explain", "%nope")
+    assert result.code == 2 and "--explain: no value named '%nope'" in result.err
