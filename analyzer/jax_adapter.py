@@ -50,6 +50,12 @@ def stablehlo_text(lowered: Any) -> str:
     return lowered.as_text(debug_info=True)
 
 
+def stablehlo_module(lowered: Any) -> ir.Module:
+    """The lowered module itself (no print and re-parse). Passes only read it;
+    anything that rewrites works on a clone."""
+    return lowered.compiler_ir("stablehlo")
+
+
 @dataclass(frozen=True)
 class CompiledProgram:
     compiled: Any

@@ -11,7 +11,9 @@ from pydantic import BaseModel
 
 from ..passes.memory import MemoryStats
 from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
+from ..passes.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ..passes.pipeline import CompiledFacts, analyze_target, sort_findings
+from ..passes.propagation_report import run_propagation
 from ..passes.rules.registry import RULES, Emitter
 from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
 from . import __version__, jax_adapter
@@ -76,12 +78,15 @@ def _flat_avals(tree):
 
 
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
-    module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
+    module = jax_adapter.stablehlo_module(lowered)
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    return analyze_target(name, module, facts, settings.pass_config())
+    report = analyze_target(name, module, facts, settings.pass_config())
+    if any(f.rule in EXPLAINED_RULES for f in report.findings):
+        report = attach_provenance(report, run_propagation(module), display_source)
+    return report
 
 
 def _same_file(a: str, b: str) -> bool:

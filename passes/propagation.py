@@ -79,6 +79,12 @@ def direction(step: Step, f: int, level: int) -> str:
     return out
 
 
+def direction_table(steps: list[Step]) -> list[list[tuple[str, ...]]]:
+    """Per step, per level, each factor's direction: computed once, read on every visit."""
+    return [[tuple(direction(s, f, level) for f in range(len(s.rule.factor_sizes))) for level in range(LEVELS)]
+            for s in steps]
+
+
 def _projection(g: ShardingGraph, step: Step) -> list[dict[int, Axes]]:
     """Per tensor of the step: each factor's axes."""
     rule = step.rule
@@ -115,12 +121,12 @@ def _truncate(axes: Axes, keep) -> Axes:
     return tuple(out)
 
 
-def _factor_axes(g: ShardingGraph, step: Step, proj, level: int, round_priority: int) -> list[Axes]:
+def _factor_axes(g: ShardingGraph, step: Step, proj, ways: tuple[str, ...], round_priority: int | None) -> list[Axes]:
     rule = step.rule
     n_ops = step.n_operands
     result: list[Axes] = []
     for f in range(len(rule.factor_sizes)):
-        way = NONE if f in rule.blocked else direction(step, f, level)
+        way = NONE if f in rule.blocked else ways[f]
         if way == NONE:
             result.append(())
             continue
@@ -129,12 +135,12 @@ def _factor_axes(g: ShardingGraph, step: Step, proj, level: int, round_priority:
         second = order[n_ops:] if way != BACKWARD else order[:n_ops]
         axes, can = (), True
         for k in first:
-            if f in proj[k] and _dims_active(g, step.tensors[k], step, f, round_priority):
+            if f in proj[k] and (round_priority is None or _dims_active(g, step.tensors[k], step, f, round_priority)):
                 axes, can = compatible_major(axes, proj[k][f], can)
         if way != BOTH:
             can = False
         for k in second:
-            if f in proj[k] and _dims_active(g, step.tensors[k], step, f, round_priority):
+            if f in proj[k] and (round_priority is None or _dims_active(g, step.tensors[k], step, f, round_priority)):
                 axes, can = compatible_major(axes, proj[k][f], can)
         result.append(axes)
     # Conflicts within a factor: replicated axes and dimensions that cannot grow.
@@ -173,15 +179,19 @@ def _factor_axes(g: ShardingGraph, step: Step, proj, level: int, round_priority:
     return result
 
 
-def _active(t: Tensor, d: int, round_priority: int) -> bool:
+def _active(t: Tensor, d: int, round_priority: int | None) -> bool:
     p = t.priority[d]
-    return p is None or p <= round_priority
+    return round_priority is None or p is None or p <= round_priority
 
 
-def _apply(g: ShardingGraph, step: Step, level: int, round_priority: int) -> bool:
+def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: int | None) -> bool:
+    """One propagation step; ``round_priority`` is None when the program states no
+    priorities (every sharding takes part)."""
     rule = step.rule
+    if not any(any(g.tensors[t].dims) for t in step.tensors) or all(w == NONE for w in ways):
+        return False
     proj = _projection(g, step)
-    chosen = _factor_axes(g, step, proj, level, round_priority)
+    chosen = _factor_axes(g, step, proj, ways, round_priority)
     changed = False
     for k, (tid, dims) in enumerate(zip(step.tensors, rule.maps)):
         t = g.tensors[tid]
@@ -191,7 +201,7 @@ def _apply(g: ShardingGraph, step: Step, level: int, round_priority: int) -> boo
                 continue
             parts = []
             for f in factors:
-                way = direction(step, f, level)
+                way = ways[f]
                 may_update = way == BOTH or (way == FORWARD and not is_operand) or (way == BACKWARD and is_operand)
                 current = proj[k].get(f, ())
                 parts.append(chosen[f] if may_update and is_prefix(current, chosen[f]) else current)
@@ -232,7 +242,9 @@ def _dims_active(g: ShardingGraph, tid: int, step: Step, factor: int, round_prio
     return all(_active(t, d, round_priority) for d, fs in enumerate(dims) if factor in fs)
 
 
-def _fixpoint(g: ShardingGraph, level: int, round_priority: int, users: list[list[int]], stats: list[int]) -> None:
+def _fixpoint(
+    g: ShardingGraph, level: int, round_priority: int | None, users: list[list[int]], table, stats: list[int],
+) -> None:
     """Sweep the steps in program order until nothing changes; after the first
     sweep only steps touching a tensor that changed are visited again."""
     dirty = set(range(len(g.steps)))
@@ -245,7 +257,7 @@ def _fixpoint(g: ShardingGraph, level: int, round_priority: int, users: list[lis
             step = g.steps[sid]
             stats[1] += 1
             before = [g.tensors[t].dims[:] for t in step.tensors]
-            if _apply(g, step, level, round_priority):
+            if _apply(g, step, table[sid][level], round_priority):
                 for t, old in zip(step.tensors, before):
                     if g.tensors[t].dims != old:
                         dirty.update(users[t])
@@ -253,7 +265,9 @@ def _fixpoint(g: ShardingGraph, level: int, round_priority: int, users: list[lis
 
 def propagate(g: ShardingGraph) -> PropagationStats:
     """Propagate shardings over the graph in place."""
-    priorities = sorted({p for t in g.tensors for p in t.priority if p is not None}) or [0]
+    stated = sorted({p for t in g.tensors for p in t.priority if p is not None})
+    priorities: list[int | None] = list(stated) if stated else [None]
+    table = direction_table(g.steps)
     users: list[list[int]] = [[] for _ in g.tensors]
     for step in g.steps:
         for t in set(step.tensors):
@@ -261,5 +275,5 @@ def propagate(g: ShardingGraph) -> PropagationStats:
     stats = [0, 0]
     for p in priorities:
         for level in range(LEVELS):
-            _fixpoint(g, level, p, users, stats)
+            _fixpoint(g, level, p, users, table, stats)
     return PropagationStats(rounds=len(priorities), sweeps=stats[0], step_visits=stats[1])

@@ -34,15 +34,17 @@ class Propagated:
         return [[label(r, self.graph.axis_sizes) for r in merge_adjacent(d)] for d in t.dims]
 
     def provenance(self, t: Tensor) -> list[ProvenanceStep]:
-        """From the value back to the stated sharding it came from, one hop per op."""
+        """From the value back to the stated sharding it came from, one hop per op,
+        following one mesh axis (the first the value is sharded on) across hops."""
+        from .axes import overlaps
+
         chain: list[ProvenanceStep] = []
         seen = {t.id}
         current = t
-        while True:
-            parent = next((p for p in current.parent if p is not None), None)
-            if parent is None:
-                break
-            src_id, step_id = parent
+        dim = next((d for d, axes in enumerate(t.dims) if axes), None)
+        axis = t.dims[dim][0] if dim is not None else None
+        while dim is not None and current.parent[dim] is not None:
+            src_id, step_id = current.parent[dim]
             step = self.graph.steps[step_id]
             chain.append(ProvenanceStep(
                 value=current.name, sharding=self.labels(current), op=step.op, source=step.source,
@@ -51,6 +53,7 @@ class Propagated:
                 break
             seen.add(src_id)
             current = self.graph.tensors[src_id]
+            dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
         chain.append(ProvenanceStep(value=current.name, sharding=self.labels(current), op=None, source=current.source))
         return chain
 

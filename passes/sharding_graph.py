@@ -127,6 +127,7 @@ class _Builder:
 
     # -- tensors -------------------------------------------------------------
     def tensor(self, value, name: str, loc, compare: bool = True) -> int | None:
+        """The tensor of an SSA value; ``loc`` is its location or the location's text."""
         if value in self.g.value_ids:
             return self.g.value_ids[value]
         try:
@@ -229,7 +230,8 @@ class _Builder:
 
     def walk_block(self, block, state, prefix: str, func: str) -> None:
         for op in block.operations:
-            results = [self.tensor(r, prefix + r.get_name(state), op.location,
+            loc = str(op.location)  # printing a location is the costly part; once per op
+            results = [self.tensor(r, prefix + r.get_name(state), loc,
                                    compare=op.name not in ("stablehlo.constant", "sdy.constant"))
                        for r in op.results]
             for region in op.regions:
@@ -241,7 +243,7 @@ class _Builder:
             for region in op.regions:
                 for inner in region.blocks:
                     self.walk_block(inner, state, prefix, func)
-            self.connect(op, results, func)
+            self.connect(op, results, func, loc)
 
     def while_edges(self, op, results) -> None:
         operands = [self.g.value_ids.get(v) for v in op.operands]
@@ -276,8 +278,8 @@ class _Builder:
         else:
             self.pending_results.append((callee, results, op.location))
 
-    def connect(self, op, results: list[int | None], func: str) -> None:
-        name, loc = op.name, op.location
+    def connect(self, op, results: list[int | None], func: str, loc: str) -> None:
+        name = op.name
         operands = [self.g.value_ids.get(v) for v in op.operands]
         attrs = op.attributes
         if "sdy.sharding" in attrs and name not in ("func.call",):

@@ -114,6 +114,9 @@ def render_finding(f: Finding) -> Text:
     if f.fix:
         line.append("\n    fix: ", style="green")
         line.append(f.fix)
+    for why in f.provenance:
+        line.append("\n    why: ", style="cyan")
+        line.append(why)
     return line
 
 
