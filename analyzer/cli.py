@@ -74,6 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("--no-compile", action="store_true",
                       help="do not compile to match predicted communication against XLA's")
 
+    rw = sub.add_parser("rewrite", parents=[debug],
+                        help="pin output shardings in the StableHLO, recompile, compare, and optionally run both")
+    rw.add_argument("script", metavar="SCRIPT|FILE.mlir", help="a script (as for lint) or a StableHLO .mlir file")
+    _add_common_compile_args(rw)
+    _add_output_args(rw)
+    rw.add_argument("--out", action="append", default=[], metavar="PATH=SPEC",
+                    help="pin an output: PATH is its pytree path or index, SPEC a PartitionSpec, e.g. "
+                    "--out \"result[0]['w']=P('data', 'model')\" (repeatable)")
+    rw.add_argument("--from-inputs", action="store_true",
+                    help="pin every state output to the sharding of the input it corresponds to (the default "
+                    "when no --out is given)")
+    rw.add_argument("--validate", action="store_true",
+                    help="run both versions on the devices at hand and compare outputs, shardings and time")
+    rw.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs per version (default 10)")
+
     sub.add_parser("rules", parents=[debug], help="list the rules")
     rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
@@ -221,7 +236,28 @@ def cmd_propagate(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rules": cmd_rules, "rule": cmd_rule}
+def cmd_rewrite(args) -> int:
+    from ..reports.json_report import render_json
+    from .rewrite import RewriteRequest, rewrite
+
+    if args.repeats < 1:
+        raise ShardLintInputError("--repeats", "must be at least 1")
+    settings = _settings(args)
+    run = rewrite(RewriteRequest(args.script, tuple(args.target), tuple(args.params), tuple(args.out),
+                                 args.from_inputs, args.validate, args.repeats), settings)
+    if args.format == "json":
+        _emit(render_json(run), args.output)
+    else:
+        from ..reports.rewrite_terminal import render_rewrite
+
+        render_rewrite(run, _console(args))
+    failed = any(t.validation and t.validation.ran and not (t.validation.outputs_match and t.validation.shardings_match)
+                 for t in run.targets)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "rules": cmd_rules,
+            "rule": cmd_rule}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -226,3 +226,30 @@ def compile_stablehlo_text(
         except Exception:  # a sharding no mesh expresses (maximal, manual): leave unknown
             outs = ()
     return CompiledProgram(executable, executable.hlo_modules()[0].to_string(), memory, live, buffers, outs, ())
+
+
+def parameter_shardings(program: CompiledProgram) -> list[Any]:
+    """Shardings to place each argument of a text-compiled executable with."""
+    from jax._src.sharding_impls import GSPMDSharding
+
+    devices = tuple(program.compiled.local_devices())
+    return [GSPMDSharding(devices, s) for s in program.compiled.get_parameter_shardings()]
+
+
+def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[int, ...]]) -> list[Any]:
+    """Run a text-compiled executable on placed arguments; its outputs as jax Arrays."""
+    from jax._src.sharding_impls import GSPMDSharding
+
+    devices = tuple(program.compiled.local_devices())
+    results = program.compiled.execute_sharded(args)
+    shards = results.disassemble_into_single_device_arrays()
+    out_specs = program.compiled.get_output_shardings()
+    return [
+        jax.make_array_from_single_device_arrays(shape, GSPMDSharding(devices, spec), parts)
+        for shape, spec, parts in zip(out_shapes, out_specs, shards)
+    ]
+
+
+def named_sharding(program: CompiledProgram, index: int) -> Any:
+    """The compiled sharding of output ``index`` as a NamedSharding (see compile_stablehlo_text)."""
+    return program.output_shardings[index]

@@ -1,0 +1,250 @@
+"""``jax-shard-lint rewrite``: pin a target's output shardings in its StableHLO,
+recompile, and show what changed (and, with ``--validate``, run both).
+
+The edit is made on the module through jaxlib's MLIR bindings (the entry
+function's result ``sdy.sharding`` attributes); Python is not traced again, and
+source locations are kept so findings on the rewritten program still point at
+the user's lines. Both versions are compiled from StableHLO text the same way,
+so their figures compare like for like.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+
+from ..passes.memory import MemoryStats
+from ..passes.models import TargetReport
+from ..passes.pipeline import CompiledFacts, analyze_target
+from ..passes.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
+from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun
+from ..passes.sharding_text import normalized, out_shardings_text
+from ..passes.stablehlo_module import entry_function, path_keys, read_entry_signature
+from ..passes.state_roundtrip import correspond, mismatched
+from . import __version__, jax_adapter
+from .config import Settings
+from .errors import ShardLintInputError, one_line
+from .lint import display_source, relativize
+from .propagate import read_mlir
+from .script_loading import call_targets, load_entry, parse_params, select_targets
+
+DECLARED_ENTRY = "shard_lint_out_shardings"
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    path: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()  # PATH=SPEC
+    from_inputs: bool = False
+    validate: bool = False
+    repeats: int = 10
+
+
+def parse_spec(text: str, mesh_axes: dict[str, int], rank: int, where: str) -> list[list[str]]:
+    """``P(None, 'x')``, ``PartitionSpec('x', ('y', 'z'))`` or ``None`` (replicated) as
+    mesh axes per dimension, checked against the mesh and the output's rank."""
+    t = text.strip()
+    m = re.fullmatch(r"(?:P|PartitionSpec)\((.*)\)", t, re.S)
+    if t in ("None", "P()", "PartitionSpec()"):
+        entries: tuple = ()
+    elif m:
+        try:
+            entries = ast.literal_eval(f"({m.group(1)},)") if m.group(1).strip() else ()
+        except (ValueError, SyntaxError):
+            raise ShardLintInputError(where, f"unreadable PartitionSpec {text!r}") from None
+    else:
+        raise ShardLintInputError(where, f"expected a PartitionSpec like P(None, 'x'), got {text!r}")
+    if len(entries) > rank:
+        raise ShardLintInputError(where, f"{text} has {len(entries)} entries but the output has rank {rank}")
+    dims: list[list[str]] = []
+    used: set[str] = set()
+    for e in entries:
+        axes = [] if e is None else [e] if isinstance(e, str) else list(e) if isinstance(e, tuple) else None
+        if axes is None or not all(isinstance(a, str) for a in axes):
+            raise ShardLintInputError(where, f"{text}: each entry must be None, an axis name or a tuple of names")
+        for a in axes:
+            if a not in mesh_axes:
+                raise ShardLintInputError(where, f"{text}: no mesh axis {a!r} (mesh: {', '.join(mesh_axes)})")
+            if a in used:
+                raise ShardLintInputError(where, f"{text}: axis {a!r} is used twice")
+            used.add(a)
+        dims.append(axes)
+    return dims + [[] for _ in range(rank - len(dims))]
+
+
+def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
+    def axis(label: str) -> str:
+        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
+        return f'"{m.group(1)}":({m.group(2)}){m.group(3)}' if m else f'"{label}"'
+
+    dims = ", ".join("{" + ", ".join(axis(a) for a in d) + "}" for d in sharding)
+    return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
+
+
+def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str) -> str:
+    """The module's text with the entry function's results pinned to these shardings."""
+    from ..passes.shardy_reference import clone
+
+    edited = clone(module)
+    fn = entry_function(edited)
+    n = len(ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value).results)
+    with edited.context:
+        old = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else [ir.DictAttr.get({})] * n
+        new = []
+        for i, attrs in enumerate(old):
+            d = ir.DictAttr(attrs)
+            entries = {d[k].name: d[k].attr for k in range(len(d))}
+            if i in shardings:
+                entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(shardings[i], mesh_name))
+            new.append(ir.DictAttr.get(entries))
+        fn.operation.attributes["res_attrs"] = ir.ArrayAttr.get(new)
+    return edited.operation.get_asm(enable_debug_info=True)
+
+
+def analyze_text(name: str, text: str, settings: Settings, where: str):
+    """Compile StableHLO text and run the lint pipeline on it."""
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    try:
+        program = jax_adapter.compile_stablehlo_text(text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids)
+    except Exception as e:
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    facts = CompiledFacts(
+        hlo_text=program.hlo_text, platform=_platform(settings),
+        memory=MemoryStats(**program.memory) if program.memory else None,
+        live_range_text=program.live_range_text, buffer_assignment_text=program.buffer_assignment_text,
+        output_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
+        ) or None,
+    )
+    return analyze_target(name, module, facts, settings.pass_config()), program, module
+
+
+def _platform(settings: Settings) -> str:
+    from .lint import platform_label
+
+    return platform_label(settings)
+
+
+def _declared(fn, params: dict) -> dict:
+    module = inspect.getmodule(fn)
+    declare = getattr(module, DECLARED_ENTRY, None)
+    if declare is None:
+        return {}
+    try:
+        return declare(**params) or {}
+    except TypeError:
+        return declare() or {}
+
+
+def _match_output(key: str, report: TargetReport, where: str) -> int:
+    key = key.strip()
+    if key.isdigit():
+        i = int(key)
+        if i >= len(report.outputs):
+            raise ShardLintInputError(where, f"output {i} does not exist ({len(report.outputs)} outputs)")
+        return i
+    for o in report.outputs:
+        if o.path == key or path_keys(o.path)[1] == path_keys(key)[1]:
+            return o.index
+    raise ShardLintInputError(
+        where, f"no output {key!r} (outputs: {', '.join(o.path for o in report.outputs)})"
+    )
+
+
+def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, declared: dict) -> list[AppliedSharding]:
+    """Which outputs get which sharding, and why."""
+    sig = read_entry_signature(module)
+    mesh = dict(sig.mesh.axes)
+    chosen: dict[int, AppliedSharding] = {}
+    explicit = bool(request.outs or declared)
+    if request.from_inputs or not explicit:
+        sig_compiled = type(sig)(**{**sig.__dict__, "outputs": tuple(report.outputs), "inputs": tuple(report.inputs)})
+        for rt in mismatched(correspond(sig_compiled)):
+            chosen[rt.output.index] = AppliedSharding(
+                path=rt.output.path, index=rt.output.index, before=rt.output.sharding, after=rt.input.sharding,
+                why=f"the input it corresponds to, {rt.input.path}",
+            )
+    for key, spec in declared.items():
+        i = _match_output(str(key), report, f"{DECLARED_ENTRY}()")
+        o = report.outputs[i]
+        dims = parse_spec(spec if isinstance(spec, str) else _spec_repr(spec), mesh, len(o.shape), f"{DECLARED_ENTRY}()")
+        chosen[i] = AppliedSharding(path=o.path, index=i, before=o.sharding, after=dims, why="declared by the script")
+    for item in request.outs:
+        key, sep, spec = item.partition("=")
+        if not sep:
+            raise ShardLintInputError("--out", f"expected PATH=SPEC, got {item!r}")
+        i = _match_output(key, report, "--out")
+        o = report.outputs[i]
+        dims = parse_spec(spec, mesh, len(o.shape), "--out")
+        chosen[i] = AppliedSharding(path=o.path, index=i, before=o.sharding, after=dims, why="--out")
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _spec_repr(spec) -> str:
+    """A jax PartitionSpec (or tuple) as text ``parse_spec`` reads."""
+    entries = tuple(spec)
+    return "P(" + ", ".join(repr(e) for e in entries) + ")"
+
+
+def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
+                   declared: dict) -> RewriteReport:
+    before, program_before, module = analyze_text(name, text, settings, where)
+    applied = plan(before, module, request, declared)
+    sig = read_entry_signature(module)
+    if applied:
+        text_after = with_result_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
+        after, program_after, _ = analyze_text(name, text_after, settings, where)
+    else:
+        after, program_after = before, program_before
+    facts_before, facts_after = program_facts(before), program_facts(after)
+    remaining = remaining_costs(after, display_source)
+    pinned = {a.index: a.after for a in applied}
+    python_fix = out_shardings_text(
+        [o.path for o in after.outputs], [pinned.get(o.index, o.sharding) for o in after.outputs],
+    ) if applied else None
+    if applied:
+        summary = verdict(facts_before, facts_after, remaining)
+    else:
+        summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
+    validation = None
+    if request.validate:
+        from .validate import validate
+
+        expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
+        validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
+                              facts_before.peak_bytes, facts_after.peak_bytes)
+    return RewriteReport(
+        name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
+        collective_changes=collective_changes(before.collectives, after.collectives), python_fix=python_fix,
+        verdict=summary, remaining=remaining, validation=validation,
+    )
+
+
+def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
+    reports = []
+    if request.path.endswith(".mlir"):
+        module, text = read_mlir(request.path)
+        jax_adapter.configure_devices("cpu", max(settings.devices, read_entry_signature(module).num_partitions))
+        name = os.path.splitext(os.path.basename(request.path))[0]
+        reports.append(rewrite_target(name, text, request, settings, request.path, {}))
+    else:
+        jax_adapter.configure_devices(settings.platform, settings.devices)
+        fn, where = load_entry(request.path)
+        params = parse_params(list(request.params))
+        targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+        declared_all = _declared(fn, params)
+        for name, lowered in targets.items():
+            text = jax_adapter.stablehlo_text(lowered)
+            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {})))
+    jax_version, jaxlib_version = jax_adapter.versions()
+    run = RewriteRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
+                     script=request.path, targets=reports)
+    return relativize(run, os.getcwd())

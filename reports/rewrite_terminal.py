@@ -1,0 +1,76 @@
+"""The terminal view of ``rewrite``: before and after side by side."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from ..passes.byte_sizes import format_bytes
+from ..passes.rewrite_models import RewriteReport, RewriteRun
+from ..passes.sharding_text import pspec_text
+from .terminal import shape_text
+
+
+def _side_by_side(r: RewriteReport) -> Table:
+    table = Table(title="Before and after", title_justify="left")
+    for col, kw in (("", {}), ("before", {"justify": "right"}), ("after", {"justify": "right"}),
+                    ("change", {"justify": "right"})):
+        table.add_column(col, **kw)
+    for label, attr in (("peak / device", "peak_bytes"), ("  temp", "temp_bytes"), ("  arguments", "argument_bytes"),
+                        ("  outputs", "output_bytes"), ("  aliased", "alias_bytes"),
+                        ("collectives / step", "collective_bytes")):
+        b, a = getattr(r.before, attr), getattr(r.after, attr)
+        table.add_row(label, format_bytes(b), format_bytes(a), format_bytes(a - b) if a != b else "")
+    table.add_row("collective ops", str(len(r.before.collectives)), str(len(r.after.collectives)), "")
+    return table
+
+
+def _changes(r: RewriteReport) -> Table | None:
+    if not r.collective_changes:
+        return None
+    table = Table(title="Collectives that changed (bytes x count per step)", title_justify="left")
+    for col in ("", "kind", "axes", "shape", "before", "after", "source"):
+        table.add_column(col)
+    for c in r.collective_changes[:15]:
+        table.add_row(c.change, c.kind, ",".join(c.mesh_axes), shape_text(c.dtype, c.shape),
+                      format_bytes(c.bytes_before), format_bytes(c.bytes_after), str(c.source or "-"))
+    return table
+
+
+def render_rewrite(run: RewriteRun, console: Console) -> None:
+    for r in run.targets:
+        console.print(Rule(f"[bold]{r.name}[/bold]", align="left"))
+        console.print(f"platform {r.platform}")
+        if r.out_shardings:
+            table = Table(title="Output shardings pinned", title_justify="left")
+            for col in ("output", "compiled before", "pinned to", "why"):
+                table.add_column(col)
+            for a in r.out_shardings:
+                table.add_row(a.path, pspec_text(a.before), pspec_text(a.after), a.why)
+            console.print(table)
+        console.print(_side_by_side(r))
+        changes = _changes(r)
+        if changes is not None:
+            console.print(changes)
+        console.print(Text(r.verdict, style="bold"))
+        for line in r.remaining:
+            console.print(f"  remaining: {line}")
+        if r.python_fix:
+            console.print(Text.assemble(("Python change: ", "bold green"), f"jax.jit(..., {r.python_fix})"))
+        v = r.validation
+        if v is not None:
+            if not v.ran:
+                console.print(f"validation skipped: {v.reason}")
+            else:
+                ok = "yes" if v.outputs_match else "NO"
+                sh = "yes" if v.shardings_match else "NO"
+                console.print(
+                    f"validation on {v.backend}: outputs match {ok}, shardings as declared {sh}, median step "
+                    f"{v.time_before_s * 1000:.2f} ms -> {v.time_after_s * 1000:.2f} ms over {v.repeats} runs"
+                    + (f", peak in use {format_bytes(v.measured_peak_before_bytes)} -> "
+                       f"{format_bytes(v.measured_peak_after_bytes)}" if v.measured_peak_before_bytes else "")
+                )
+                for m in v.mismatches:
+                    console.print(f"  mismatch: {m}")

