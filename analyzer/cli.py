@@ -18,8 +18,14 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
                    help="lint only this target (repeatable); default: all the script returns")
     p.add_argument("--devices", type=int, default=None, metavar="N",
                    help="number of virtual CPU devices (default 8, or devices= in the config)")
-    p.add_argument("--platform", choices=("cpu", "gpu"), default=None,
-                   help="cpu: virtual CPU devices (default); gpu: the GPUs JAX sees")
+    p.add_argument("--platform", choices=("cpu", "gpu", "h100", "h200", "b200", "a100-80g", "a100-40g"), default=None,
+                   help="cpu: virtual CPU devices (default); gpu: the GPUs JAX sees; h100, h200, b200, a100-80g, "
+                   "a100-40g: compile for that GPU without one (needs jax-shard-lint[gpu])")
+    p.add_argument("--target-config", metavar="FILE",
+                   help="your own GpuTargetConfigProto text for a GPU platform (instead of the bundled spec)")
+    p.add_argument("--hosts", type=int, default=None, metavar="N",
+                   help="for a GPU target: spread the devices over N hosts; collectives are then classed as "
+                   "within a host or across hosts")
     p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
                    help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
     budget = p.add_mutually_exclusive_group()
@@ -113,6 +119,16 @@ def _settings(args: argparse.Namespace):
         settings.devices = args.devices
     if args.platform:
         settings.platform = args.platform
+    if args.target_config:
+        settings.target_config = args.target_config
+    if args.hosts is not None:
+        if args.hosts < 1:
+            raise ShardLintInputError("--hosts", "must be at least 1")
+        settings.hosts = args.hosts
+    from .gpu_targets import GPU_TARGETS
+
+    if settings.hosts > 1 and settings.platform not in GPU_TARGETS:
+        raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)})")
     if args.budget:
         settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
     if args.device:
@@ -263,6 +279,10 @@ COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite
 def main(argv: list[str] | None = None) -> int:
     # XLA logs every dump and device at INFO on stderr; keep warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from .native_stderr import quiet_native_stderr
+
+    with quiet_native_stderr():
+        import jax  # noqa: F401  (loading JAX's plugins is where native code writes to stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

@@ -31,7 +31,8 @@ from .device_presets import PRESETS, find_preset
 from .errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
-_KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform"}
+_KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",
+               "target-config"}
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Settings:
     options: dict[str, Any] = field(default_factory=dict)
     severities: dict[str, Severity] = field(default_factory=dict)
     config_file: str | None = None
+    target_config: str | None = None
+    hosts: int = 1
 
     def pass_config(self) -> PassConfig:
         return PassConfig(
@@ -128,7 +131,17 @@ def load_file_settings(settings: Settings, path: str) -> None:
             raise ShardLintInputError(where, "devices must be a positive integer")
         settings.devices = section["devices"]
     if "platform" in section:
+        from .gpu_targets import PLATFORMS
+
+        if section["platform"] not in PLATFORMS:
+            raise ShardLintInputError(where, f"platform must be one of {', '.join(PLATFORMS)}")
         settings.platform = str(section["platform"])
+    if "hosts" in section:
+        if not isinstance(section["hosts"], int) or section["hosts"] < 1:
+            raise ShardLintInputError(where, "hosts must be a positive integer")
+        settings.hosts = section["hosts"]
+    if "target-config" in section:
+        settings.target_config = os.path.join(os.path.dirname(path), str(section["target-config"]))
     if "budget" in section:
         settings.budget_bytes, settings.budget_source = parse_budget(str(section["budget"]), where), "config"
     if "device" in section:

@@ -16,9 +16,12 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-import jaxlib
-from jaxlib.mlir import ir
+from .native_stderr import quiet_native_stderr
+
+with quiet_native_stderr():
+    import jax
+    import jaxlib
+    from jaxlib.mlir import ir
 
 
 def versions() -> tuple[str, str]:
@@ -161,6 +164,31 @@ def configure_devices(platform: str, num_cpu_devices: int) -> None:
         jax.config.update("jax_num_cpu_devices", num_cpu_devices)
     elif platform == "gpu":
         jax.config.update("jax_platforms", "cuda")
+    else:  # a deviceless GPU target: compiles need the CUDA plugin, executions the CPU
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_num_cpu_devices", num_cpu_devices)
+    with quiet_native_stderr():
+        try:
+            jax.devices()
+        except RuntimeError:
+            pass  # reported where the devices are needed
+
+
+def gpu_target_devices(spec_text: str, num_devices: int, hosts: int = 1) -> list:
+    """Compile-only devices of a GPU target described by a GpuTargetConfigProto
+    text, over ``hosts`` hosts (devices carry their process_index).
+    Raises ImportError without the CUDA PJRT plugin."""
+    from jax.experimental import topologies
+
+    try:
+        import jax_plugins.xla_cuda12  # noqa: F401
+    except ImportError as e:
+        raise ImportError("the CUDA PJRT plugin (jax-cuda12-plugin) is not installed") from e
+    with quiet_native_stderr():
+        topology = topologies.get_topology_desc(
+            "", platform="cuda", topology=f"1x{hosts}x{num_devices // hosts}", target_config=spec_text,
+        )
+    return list(topology.devices)
 
 
 def gpu_devices() -> list:
@@ -179,23 +207,25 @@ def device_kind_summary() -> str:
 
 def compile_stablehlo_text(
     text: str, num_partitions: int, mesh_axes: tuple[tuple[str, int], ...] = (),
-    device_ids: tuple[int, ...] | None = None, with_reports: bool = True,
+    device_ids: tuple[int, ...] | None = None, with_reports: bool = True, devices: list | None = None,
 ) -> CompiledProgram:
-    """Compile StableHLO text (with Shardy shardings) for the first
-    ``num_partitions`` devices of the default backend, without re-tracing Python.
+    """Compile StableHLO text (with Shardy shardings) for ``devices`` (default: the
+    first ``num_partitions`` of the default backend), without re-tracing Python.
+    Compile-only devices of a GPU target give an executable that cannot run.
 
     Output shardings come back as NamedShardings over a mesh with ``mesh_axes``
     (device order ``device_ids``, the sdy.mesh's), so they read like the user's.
     """
     import numpy as np
-    from jax._src import compiler, xla_bridge
+    from jax._src import compiler
     from jax._src.lib import xla_client as xc
     from jax._src.sharding_impls import GSPMDSharding, _gspmd_to_named_sharding_via_mesh
 
-    devices = jax.devices()[:num_partitions]
+    pool = list(devices) if devices is not None else jax.devices()
+    devices = pool[:num_partitions]
     if len(devices) < num_partitions:
-        raise ValueError(f"the program needs {num_partitions} devices and JAX sees {len(jax.devices())}")
-    backend = xla_bridge.get_backend(devices[0].platform)
+        raise ValueError(f"the program needs {num_partitions} devices and {len(pool)} are selected")
+    backend = devices[0].client  # a compile-only client for a GPU target's devices
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
         overrides = {"xla_dump_to": dump_dir} if with_reports else None
         options = compiler.get_compile_options(
@@ -203,7 +233,8 @@ def compile_stablehlo_text(
             device_assignment=np.array(devices).reshape(1, num_partitions), env_options_overrides=overrides,
         )
         options.executable_build_options.use_spmd_partitioning = True
-        executable = backend.compile_and_load(text, xc.DeviceList(tuple(devices)), options)
+        module = parse_stablehlo(text)
+        executable = compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, [])
         live = _read_dump(dump_dir, "live-range") if with_reports else None
         buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None
     stats = executable.get_compiled_memory_stats()
@@ -253,3 +284,11 @@ def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[in
 def named_sharding(program: CompiledProgram, index: int) -> Any:
     """The compiled sharding of output ``index`` as a NamedSharding (see compile_stablehlo_text)."""
     return program.output_shardings[index]
+
+
+def device_assignment(lowered: Any) -> list:
+    """The devices a Lowered program was lowered for, in logical-id order."""
+    try:
+        return list(lowered._lowering._device_list)
+    except (AttributeError, TypeError):
+        return []

@@ -17,7 +17,10 @@ from ..passes.propagation_report import run_propagation
 from ..passes.rules.registry import RULES, Emitter
 from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
 from . import __version__, jax_adapter
+from . import devices as run_devices
 from .config import Settings
+from .device_presets import PRESETS
+from .gpu_targets import GPU_TARGETS, load_target, target_devices
 from .errors import ShardLintInputError, one_line
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -36,7 +39,46 @@ def platform_label(settings: Settings) -> str:
         return "cpu (virtual devices)"
     if settings.platform == "gpu":
         return f"gpu ({jax_adapter.device_kind_summary()})"
-    return settings.platform
+    hosts = f", {settings.hosts} hosts" if settings.hosts > 1 else ""
+    return f"{settings.platform} (compiled for {settings.devices} x {settings.platform.upper()} without one{hosts})"
+
+
+def select_run_devices(settings: Settings) -> list:
+    """Configure JAX and choose the devices this run compiles for."""
+    try:
+        jax_adapter.configure_devices(settings.platform, settings.devices)
+    except RuntimeError as e:
+        raise ShardLintInputError("--devices", str(e)) from None
+    if settings.platform in GPU_TARGETS:
+        target = load_target(settings.platform, settings.target_config)
+        chosen = target_devices(target, settings.devices, settings.hosts)
+        if settings.budget_bytes is None and target.memory_bytes:
+            settings.budget_bytes, settings.budget_source = target.memory_bytes, settings.platform
+    elif settings.platform == "gpu":
+        chosen = jax_adapter.gpu_devices()
+    else:
+        chosen = None
+    run_devices.select(chosen)
+    return run_devices.selected()
+
+
+def run_warnings(settings: Settings) -> list[str]:
+    if settings.platform == "cpu" and settings.budget_source in {p for p in PRESETS if not p.startswith("tpu")}:
+        return [f"the budget is a {settings.budget_source}'s but the figures come from a CPU compile, which can "
+                f"differ a lot from a GPU's: use --platform {settings.budget_source} for GPU figures"]
+    return []
+
+
+def _check_lowered_for(lowered, name: str, settings: Settings, where: str) -> None:
+    if settings.platform not in GPU_TARGETS:
+        return
+    assignment = jax_adapter.device_assignment(lowered)
+    if assignment and assignment[0].platform == "cpu":
+        raise ShardLintInputError(
+            where, f"target {name!r} was lowered for CPU devices, not the {settings.platform}'s: build the mesh over "
+            "the devices the tool selects (take mesh_devices= in shard_lint_targets, or use "
+            "jax_shard_lint.analyzer.mesh(shape, names))"
+        )
 
 
 def _check_platform(settings: Settings) -> int | None:
@@ -54,6 +96,7 @@ def _check_platform(settings: Settings) -> int | None:
 
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
     program = jax_adapter.compile_lowered(lowered)
+    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
     out_info = [a for a in _flat_avals(lowered.out_info)]
     in_info = [a for a in _flat_avals(lowered.in_avals)]
     return CompiledFacts(
@@ -68,6 +111,7 @@ def compiled_facts(lowered, platform: str) -> CompiledFacts:
         input_shardings=tuple(
             jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
         ) or None,
+        device_processes=processes if len(set(processes)) > 1 else None,
     )
 
 
@@ -154,16 +198,14 @@ def apply_run_suppressions(
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
     say = progress or (lambda _msg: None)
-    try:
-        jax_adapter.configure_devices(settings.platform, settings.devices)
-    except RuntimeError as e:
-        raise ShardLintInputError("--devices", str(e)) from None
+    selected = select_run_devices(settings)
     n_gpus = _check_platform(settings)
     fn, where = load_entry(request.script)
     params = parse_params(list(request.params))
     say(f"collecting targets from {where}")
     try:
-        targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+        targets = select_targets(
+            call_targets(fn, where, params, extra={"mesh_devices": selected}), list(request.targets), where)
     except ShardLintInputError as e:
         if n_gpus is not None and "raised" in e.problem:
             # A mesh larger than the machine fails inside the script; say what the machine has.
@@ -172,7 +214,9 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     reports = []
     for name, lowered in targets.items():
         say(f"compiling {name}")
-        reports.append(analyze_lowered(name, lowered, settings, where))
+        _check_lowered_for(lowered, name, settings, where)
+        report = analyze_lowered(name, lowered, settings, where)
+        reports.append(report.model_copy(update={"warnings": run_warnings(settings)}))
     files = [os.path.abspath(where)] + [
         f.source.file for r in reports for f in r.findings if f.source is not None
     ]

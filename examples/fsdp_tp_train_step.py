@@ -47,10 +47,12 @@ def train_step(params, opt_state, tokens, lr=1e-3):
     return params, {"mu": mu, "nu": nu}, loss
 
 
-def shard_lint_targets(batch=16, seq=1024, d_model=1024, d_ff=4096, layers=8, vocab=32768):
-    n = len(jax.devices())
+def shard_lint_targets(batch=16, seq=1024, d_model=1024, d_ff=4096, layers=8, vocab=32768, mesh_devices=None):
+    # The tool passes the devices it compiles for (virtual CPUs, or an H100 target's).
+    devices = mesh_devices if mesh_devices is not None else jax.devices()
+    n = len(devices)
     tp = 2 if n % 2 == 0 and n > 1 else 1
-    mesh = jax.make_mesh((n // tp, tp), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    mesh = jax.make_mesh((n // tp, tp), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2, devices=devices)
 
     def spec(shape, pspec, dtype=jnp.float32):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, pspec))

@@ -30,10 +30,12 @@ def train_step(weights, x, y, lr=1e-2):
     return jax.tree.map(lambda w, g: w - lr * g, weights, grads), loss
 
 
-def shard_lint_targets(batch=64, seq=2048, d_model=2048, d_ff=8192, layers=16):
-    n = len(jax.devices())
+def shard_lint_targets(batch=64, seq=2048, d_model=2048, d_ff=8192, layers=16, mesh_devices=None):
+    # The tool passes the devices it compiles for (virtual CPUs, or an H100 target's).
+    devices = mesh_devices if mesh_devices is not None else jax.devices()
+    n = len(devices)
     model = 2 if n % 2 == 0 and n > 1 else 1
-    mesh = jax.make_mesh((n // model, model), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    mesh = jax.make_mesh((n // model, model), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=devices)
 
     def spec(shape, pspec, dtype=jnp.bfloat16):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, pspec))

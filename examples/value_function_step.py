@@ -37,9 +37,11 @@ def bellman_step(v_next, grid, income, choices):
     return jax.vmap(per_state)(v_next, income)
 
 
-def shard_lint_targets(states=256, grid_points=16384, n_choices=32):
-    n = len(jax.devices())
-    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,))
+def shard_lint_targets(states=256, grid_points=16384, n_choices=32, mesh_devices=None):
+    # The tool passes the devices it compiles for (virtual CPUs, or an H100 target's).
+    devices = mesh_devices if mesh_devices is not None else jax.devices()
+    n = len(devices)
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=devices)
     f32 = jnp.float32
 
     def spec(shape, pspec):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .device_groups import (
     DeviceGroupError, MeshInfo, axes_of_groups, axes_of_pairs, parse_replica_groups, parse_source_target_pairs,
+    spans_hosts,
 )
 from .hlo_shapes import parse_arrays, split_tuple
 from .hlo_text import HloInstruction, HloModule
@@ -89,7 +90,9 @@ def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
     return ins.shape
 
 
-def find_collectives(module: HloModule, mesh: MeshInfo | None) -> CollectivesResult:
+def find_collectives(
+    module: HloModule, mesh: MeshInfo | None, processes: tuple[int, ...] | None = None,
+) -> CollectivesResult:
     counts, unknown = computation_multiplicity(module)
     diagnostics: list[str] = []
 
@@ -115,15 +118,20 @@ def find_collectives(module: HloModule, mesh: MeshInfo | None) -> CollectivesRes
             main = max(arrays, key=lambda a: a.nbytes) if arrays else None
             axes: list[str] = []
             group_size = num_devices
+            cross = None
             try:
                 if kind == "collective-permute":
                     pairs = parse_source_target_pairs(ins.attrs.get("source_target_pairs", ""))
                     group_size = 2 if pairs else 1
                     axes = axes_of_pairs(pairs, mesh) if mesh and mesh.axes else []
+                    if processes:
+                        cross = spans_hosts([list(p) for p in pairs], processes)
                 else:
                     groups = parse_replica_groups(ins.attrs.get("replica_groups"), num_devices)
                     group_size = len(groups[0]) if groups else num_devices
                     axes = axes_of_groups(groups, mesh) if mesh and mesh.axes else []
+                    if processes:
+                        cross = spans_hosts(groups, processes)
             except DeviceGroupError as e:
                 diagnostics.append(f"{ins.name}: {e}")
             if not axes and group_size > 1:
@@ -133,7 +141,7 @@ def find_collectives(module: HloModule, mesh: MeshInfo | None) -> CollectivesRes
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
                 op_name=ins.op_name, source=module.source_of(ins), hlo_name=ins.name,
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
-                group_size=group_size, count_is_lower_bound=comp.name in unknown,
+                group_size=group_size, count_is_lower_bound=comp.name in unknown, cross_host=cross,
             ))
     found.sort(key=lambda c: (-c.bytes * c.count, c.kind, c.hlo_name))
     return CollectivesResult(tuple(found), tuple(diagnostics))

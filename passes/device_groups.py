@@ -190,3 +190,27 @@ def axes_of_pairs(pairs: list[tuple[int, int]], mesh: MeshInfo) -> list[str]:
         if src in coords and dst in coords:
             varying |= {a for a in range(len(mesh.axes)) if coords[src][a] != coords[dst][a]}
     return [mesh.axes[a][0] for a in sorted(varying)]
+
+
+def spans_hosts(groups: list[list[int]], processes: tuple[int, ...]) -> bool:
+    return any(len({processes[d] for d in g if d < len(processes)}) > 1 for g in groups)
+
+
+def axis_scopes(mesh: MeshInfo, processes: tuple[int, ...]) -> dict[str, str]:
+    """Whether moving along each mesh axis stays on one host or crosses hosts."""
+    coords = mesh.coordinates()
+    by_coord = {c: d for d, c in coords.items()}
+    out = {}
+    for a, (name, size) in enumerate(mesh.axes):
+        crosses = False
+        for d, c in coords.items():
+            for k in range(size):
+                other = by_coord.get(c[:a] + (k,) + c[a + 1:])
+                if other is not None and d < len(processes) and other < len(processes) \
+                        and processes[d] != processes[other]:
+                    crosses = True
+                    break
+            if crosses:
+                break
+        out[name] = "cross-host" if crosses else "within-host"
+    return out

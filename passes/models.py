@@ -74,6 +74,9 @@ class Collective(Model):
     count_is_lower_bound: bool = Field(
         default=False, description="True inside a loop whose trip count XLA could not prove."
     )
+    cross_host: bool | None = Field(
+        default=None, description="Whether a device group spans hosts; null when all devices are on one host."
+    )
 
     @property
     def total_bytes(self) -> int:
@@ -147,6 +150,14 @@ class TargetReport(Model):
         default=None, description="out_shardings= text pinning every state output to its input's layout."
     )
     suppressed: int = Field(default=0, description="Findings silenced by shard-lint: ignore comments.")
+    axis_scope: dict[str, str] = Field(
+        default_factory=dict, description="Per mesh axis: within-host or cross-host (multi-host targets only)."
+    )
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def cross_host_bytes(self) -> int:
+        return sum(c.bytes * c.count for c in self.collectives if c.cross_host)
 
 
 class LintReport(Model):

@@ -16,6 +16,7 @@ from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
 from .collectives import find_collectives
+from .device_groups import axis_scopes
 from .hlo_text import parse_hlo_module
 from .memory import MemoryStats, summarize_memory
 from .models import Finding, Severity, TargetReport
@@ -38,6 +39,8 @@ class CompiledFacts:
     # None where unknown (then the module's own shardings stand).
     output_shardings: tuple[list[list[str]] | None, ...] | None = None
     input_shardings: tuple[list[list[str]] | None, ...] | None = None
+    # The host (process index) of each logical device, when the devices span several.
+    device_processes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config
 
     # 2. The compiled program: collectives and memory.
     hlo = parse_hlo_module(compiled.hlo_text)
-    collectives = find_collectives(hlo, sig.mesh).collectives
+    collectives = find_collectives(hlo, sig.mesh, compiled.device_processes).collectives
     memory = summarize_memory(
         compiled.memory, compiled.platform, hlo, compiled.live_range_text, compiled.buffer_assignment_text,
         config.budget_bytes,
@@ -118,4 +121,5 @@ def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config
         name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
         memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
         findings=findings, suggested_out_shardings=suggested_out_shardings(outputs, roundtrips),
+        axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
     )

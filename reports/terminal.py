@@ -53,6 +53,9 @@ def _summary(t: TargetReport) -> Table:
         )
     total = sum(c.bytes * c.count for c in t.collectives)
     grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")
+    if t.axis_scope:
+        scopes = ", ".join(f"{axis} {scope}" for axis, scope in t.axis_scope.items())
+        grid.add_row("hosts", f"{scopes}; {format_bytes(t.cross_host_bytes)} per step crosses hosts")
     counts = {s: sum(1 for f in t.findings if f.severity == s) for s in Severity}
     found = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "none"
     if t.suppressed:
@@ -73,7 +76,8 @@ def _collectives(t: TargetReport) -> Table | None:
     for c in t.collectives[:MAX_ROWS]:
         count = f"{c.count}{'+' if c.count_is_lower_bound else ''}"
         table.add_row(
-            c.kind + (" (async)" if c.is_async else ""), format_bytes(c.bytes), count,
+            c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else ""),
+            format_bytes(c.bytes), count,
             ",".join(c.mesh_axes), shape_text(c.dtype, c.shape), _src(c.source),
         )
     if len(t.collectives) > MAX_ROWS:
@@ -134,7 +138,8 @@ def render_terminal(report: LintReport, console: Console) -> None:
         if t.suggested_out_shardings:
             fix = Text.assemble(("Suggested out_shardings for the state outputs (SL201):\n", "bold green"),
                                 f"jax.jit(..., {t.suggested_out_shardings})")
-        parts = [x for x in (_summary(t), _collectives(t), _live(t), _io(t), _findings(t.findings), fix)
+        warn = Text("\n".join(f"warning: {w}" for w in t.warnings), style="yellow") if t.warnings else None
+        parts = [x for x in (_summary(t), warn, _collectives(t), _live(t), _io(t), _findings(t.findings), fix)
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(Group(*parts))
