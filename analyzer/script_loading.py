@@ -22,6 +22,8 @@ from typing import Any
 from .errors import ShardLintInputError, one_line
 
 DEFAULT_ENTRY = "shard_lint_targets"
+# Parameters the tool fills in itself: the devices it compiles for.
+TOOL_PARAMS = ("mesh_devices",)
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -117,9 +119,12 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any], ext
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
     known = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    settable = [n for n in known if n not in TOOL_PARAMS]
     for key in params:
+        if key in TOOL_PARAMS:
+            raise ShardLintInputError("--set", f"{key} is passed by jax-shard-lint itself, not set on the command line")
         if not accepts_any and key not in known:
-            takes = ", ".join(known) if known else "no parameters"
+            takes = ", ".join(settable) if settable else "no parameters"
             raise ShardLintInputError(where, f"unknown param {key!r} ({fn.__name__} takes: {takes})")
     kwargs = dict(params)
     for key, value in (extra or {}).items():
