@@ -95,6 +95,38 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run both versions on the devices at hand and compare outputs, shardings and time")
     rw.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs per version (default 10)")
 
+    snap = sub.add_parser("snapshot", parents=[debug],
+                          help="write each target's StableHLO, metadata and a baseline into a directory")
+    snap.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(snap)
+    snap.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the snapshot to")
+    snap.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+
+    chk = sub.add_parser("check", parents=[debug],
+                         help="analyse checked-in programs (.mlir, XLA dumps, compiled HLO, jax.export) without "
+                         "running Python from them")
+    chk.add_argument("paths", nargs="+", metavar="PATH",
+                     help="StableHLO .mlir, *after_optimizations*.txt or .hlo, an XLA dump directory, or a "
+                     "jax.export artifact")
+    _add_common_compile_args(chk)
+    _add_output_args(chk)
+    chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+
+    gt = sub.add_parser("gate", parents=[debug],
+                        help="compare the current analysis with a baseline and fail on regressions")
+    gt.add_argument("paths", nargs="*", metavar="SCRIPT|PATH",
+                    help="a script, or fixture paths; default: the .mlir snapshots beside the baseline")
+    gt.add_argument("--baseline", required=True, metavar="FILE|DIR", help="baseline.json or the snapshot directory")
+    gt.add_argument("--update", action="store_true", help="rewrite the baseline from the current analysis")
+    gt.add_argument("--max-peak-increase", default=None, metavar="PCT", help="default 2%%")
+    gt.add_argument("--max-collective-increase", default=None, metavar="PCT", help="default 5%%")
+    gt.add_argument("--new-collective-bytes", default=None, metavar="SIZE",
+                    help="smallest new all-gather or all-to-all (bytes per step) that fails the gate; default 1MiB")
+    _add_common_compile_args(gt)
+    gt.add_argument("--format", choices=("terminal", "markdown", "json"), default="terminal")
+    gt.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
+    gt.add_argument("-q", "--quiet", action="store_true")
+
     sub.add_parser("rules", parents=[debug], help="list the rules")
     rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
@@ -272,8 +304,80 @@ def cmd_rewrite(args) -> int:
     return EXIT_FINDINGS if failed else EXIT_OK
 
 
-COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "rules": cmd_rules,
-            "rule": cmd_rule}
+def cmd_snapshot(args) -> int:
+    from .gate import SnapshotRequest, snapshot
+
+    settings = _settings(args)
+    report = snapshot(SnapshotRequest(args.script, args.output, tuple(args.target), tuple(args.params)), settings)
+    if not args.quiet:
+        print(f"wrote {len(report.targets)} target(s) and baseline.json to {args.output}")
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    from ..reports.json_report import render_json
+    from .gate import check
+
+    settings = _settings(args)
+    report = check(list(args.paths), settings)
+    if args.format == "json":
+        _emit(render_json(report), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def _percent(text: str | None, default: float, where: str) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(str(text).strip().rstrip("%")) / 100
+    except ValueError:
+        raise ShardLintInputError(where, f"expected a percentage like 5%, got {text!r}") from None
+    if value < 0:
+        raise ShardLintInputError(where, "must not be negative")
+    return value
+
+
+def cmd_gate(args) -> int:
+    from ..passes.byte_sizes import parse_bytes
+    from ..passes.gate import GateThresholds
+    from ..reports.json_report import render_json
+    from .gate import GateRequest, gate
+
+    settings = _settings(args)
+    defaults = GateThresholds()
+    try:
+        new_bytes = parse_bytes(args.new_collective_bytes) if args.new_collective_bytes else defaults.new_collective_bytes
+    except ValueError as e:
+        raise ShardLintInputError("--new-collective-bytes", str(e)) from None
+    thresholds = GateThresholds(
+        peak_increase=_percent(args.max_peak_increase, defaults.peak_increase, "--max-peak-increase"),
+        collective_increase=_percent(args.max_collective_increase, defaults.collective_increase,
+                                     "--max-collective-increase"),
+        new_collective_bytes=new_bytes,
+    )
+    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update), settings,
+                     thresholds)
+    if args.format == "json":
+        _emit(render_json(result), args.output)
+    elif args.format == "markdown":
+        from ..reports.markdown import render_gate_markdown
+
+        _emit(render_gate_markdown(result), args.output)
+    else:
+        from ..reports.gate_terminal import render_gate
+
+        render_gate(result, _console(args))
+    if args.update:
+        return EXIT_OK
+    return EXIT_OK if result.passed else EXIT_FINDINGS
+
+
+COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "snapshot": cmd_snapshot,
+            "check": cmd_check, "gate": cmd_gate, "rules": cmd_rules, "rule": cmd_rule}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -292,3 +292,14 @@ def device_assignment(lowered: Any) -> list:
         return list(lowered._lowering._device_list)
     except (AttributeError, TypeError):
         return []
+
+
+def deserialize_export(data: bytes) -> Any:
+    """A ``jax.export`` artifact; deserialising runs no Python from it."""
+    from jax import export
+
+    return export.deserialize(bytearray(data))
+
+
+def cpu_devices() -> list:
+    return list(jax.devices())

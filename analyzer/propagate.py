@@ -12,6 +12,7 @@ from ..passes.propagation_report import Propagated, build_report
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
+from .fixtures import read_mlir
 from .lint import analyze_lowered, relativize
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -22,21 +23,6 @@ class PropagateRequest:
     targets: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     compile: bool = True
-
-
-def read_mlir(path: str):
-    """Parse a StableHLO file; bad input is one line naming the file."""
-    if not os.path.isfile(path):
-        raise ShardLintInputError(path, "no such file")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        module = jax_adapter.parse_stablehlo(text)
-    except Exception as e:
-        first = str(e).strip().splitlines()
-        detail = next((ln.strip() for ln in first if "error:" in ln), first[0] if first else type(e).__name__)
-        raise ShardLintInputError(path, f"not a StableHLO module: {detail}") from None
-    return module, text
 
 
 def _mesh_of(module):

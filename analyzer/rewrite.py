@@ -18,9 +18,7 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from ..passes.memory import MemoryStats
 from ..passes.models import TargetReport
-from ..passes.pipeline import CompiledFacts, analyze_target
 from ..passes.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
 from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun
 from ..passes.sharding_text import normalized, out_shardings_text
@@ -30,7 +28,7 @@ from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
 from .lint import display_source, relativize
-from .propagate import read_mlir
+from .fixtures import analyze_text, read_mlir
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 DECLARED_ENTRY = "shard_lint_out_shardings"
@@ -106,31 +104,6 @@ def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]
             new.append(ir.DictAttr.get(entries))
         fn.operation.attributes["res_attrs"] = ir.ArrayAttr.get(new)
     return edited.operation.get_asm(enable_debug_info=True)
-
-
-def analyze_text(name: str, text: str, settings: Settings, where: str):
-    """Compile StableHLO text and run the lint pipeline on it."""
-    module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
-    try:
-        program = jax_adapter.compile_stablehlo_text(text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids)
-    except Exception as e:
-        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    facts = CompiledFacts(
-        hlo_text=program.hlo_text, platform=_platform(settings),
-        memory=MemoryStats(**program.memory) if program.memory else None,
-        live_range_text=program.live_range_text, buffer_assignment_text=program.buffer_assignment_text,
-        output_shardings=tuple(
-            jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
-        ) or None,
-    )
-    return analyze_target(name, module, facts, settings.pass_config()), program, module
-
-
-def _platform(settings: Settings) -> str:
-    from .lint import platform_label
-
-    return platform_label(settings)
 
 
 def _declared(fn, params: dict) -> dict:

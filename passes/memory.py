@@ -184,3 +184,26 @@ def summarize_memory(
         live_at_peak=live,
         timeline=timeline,
     )
+
+
+_ALLOCATION_LINE = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.M)
+
+
+def stats_from_buffer_assignment(text: str) -> MemoryStats:
+    """``memory_analysis()``'s figures rebuilt from a buffer-assignment report, for
+    compiled HLO checked in without its executable: parameters are arguments (and,
+    when they may be live out, aliased outputs), output and live-out allocations
+    are outputs, the preallocated temp is the temp."""
+    arg = out = temp = alias = 0
+    for m in _ALLOCATION_LINE.finditer(text):
+        size, rest = int(m.group(1)), m.group(2)
+        if "parameter" in rest:
+            arg += size
+            if "maybe-live-out" in rest:
+                alias += size
+                out += size
+        elif "preallocated-temp" in rest:
+            temp += size
+        elif "output shape" in rest or ("maybe-live-out" in rest and "constant" not in rest):
+            out += size
+    return MemoryStats(argument_bytes=arg, output_bytes=out, temp_bytes=temp, alias_bytes=alias)

@@ -9,6 +9,7 @@ rules see the compiled (not the requested) output shardings.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +19,13 @@ from . import rules as _rules  # noqa: F401  (registers the rules)
 from .collectives import find_collectives
 from .device_groups import axis_scopes
 from .hlo_text import parse_hlo_module
-from .memory import MemoryStats, summarize_memory
-from .models import Finding, Severity, TargetReport
+from .hlo_shapes import array_bytes, parse_arrays, split_tuple
+from .memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
+from .device_groups import MeshInfo
+from .models import Finding, Severity, TargetReport, TensorInfo
 from .rules.context import RuleContext
 from .rules.registry import RULES, Emitter, all_options
-from .stablehlo_module import per_device_bytes, read_entry_signature, read_entry_sources
+from .stablehlo_module import EntrySignature, per_device_bytes, read_entry_signature, read_entry_sources
 from .state_roundtrip import correspond, suggested_out_shardings
 
 
@@ -122,4 +125,65 @@ def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config
         memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
         findings=findings, suggested_out_shardings=suggested_out_shardings(outputs, roundtrips),
         axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+    )
+
+
+def _hlo_tensor(index: int, path: str, shape_text: str, sharding_attr: str | None) -> TensorInfo | None:
+    arrays = parse_arrays(shape_text)
+    if len(arrays) != 1:
+        return None
+    local = arrays[0]
+    tiles = [1] * len(local.dims)
+    m = re.search(r"devices=\[([\d,]+)\]", sharding_attr or "")
+    if m:
+        counts = [int(x) for x in m.group(1).split(",")]
+        if "last_tile_dim_replicate" in (sharding_attr or "") or "last_tile_dims" in (sharding_attr or ""):
+            counts = counts[: len(local.dims)]
+        tiles = (counts + [1] * len(local.dims))[: len(local.dims)]
+    shape = [d * t for d, t in zip(local.dims, tiles)]
+    return TensorInfo(
+        index=index, path=path, shape=shape, dtype=local.dtype, sharding=None, donated=False,
+        bytes=array_bytes(local.dtype, shape), per_device_bytes=local.nbytes,
+    )
+
+
+def analyze_hlo_only(
+    name: str, hlo_text: str, platform: str, config: PassConfig,
+    buffer_assignment_text: str | None = None, live_range_text: str | None = None,
+) -> TargetReport:
+    """The pipeline for compiled HLO alone (an XLA dump checked in as a fixture).
+
+    Without the StableHLO the user's mesh axis names are unknown: collectives
+    name their device groups (``<4 devices>``), arguments and results carry no
+    sharding, and the rules that need shardings find nothing to say. Memory comes
+    from the buffer-assignment report beside the HLO when there is one.
+    """
+    hlo = parse_hlo_module(hlo_text)
+    entry = hlo.entry_computation
+    # A parameter's number is its operand text: parameter(0).
+    params = sorted((i for i in entry.instructions if i.opcode == "parameter"), key=lambda i: int(i.operands[0]))
+    inputs = tuple(t for t in (
+        _hlo_tensor(k, i.op_name or i.name, i.shape, i.attrs.get("sharding")) for k, i in enumerate(params)
+    ) if t is not None)
+    root = next((i for i in entry.instructions if i.is_root), None)
+    parts = split_tuple(root.shape) if root is not None else []
+    outputs = tuple(t for t in (
+        _hlo_tensor(k, f"result[{k}]" if len(parts) > 1 else "result", part, None) for k, part in enumerate(parts)
+    ) if t is not None)
+    mesh = MeshInfo(())
+    sig = EntrySignature(None, mesh, inputs, outputs, tuple((k,) for k in range(len(inputs))),
+                         tuple((k,) for k in range(len(outputs))), hlo.num_partitions)
+    collectives = find_collectives(hlo, None).collectives
+    memory = summarize_memory(
+        stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text, buffer_assignment_text,
+        config.budget_bytes,
+    ) if buffer_assignment_text else None
+    ctx = RuleContext(
+        target=name, platform=platform, signature=sig, inputs=inputs, outputs=outputs, collectives=collectives,
+        memory=memory, roundtrips=(), options=config.resolved_options(),
+        entry_source=next((hlo.source_of(i) for i in entry.instructions if hlo.source_of(i)), None),
+    )
+    return TargetReport(
+        name=name, platform=platform, num_devices=hlo.num_partitions, mesh={}, memory=memory,
+        collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=run_rules(ctx, config),
     )

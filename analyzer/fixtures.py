@@ -1,0 +1,142 @@
+"""Programs checked in as files, analysed without running any Python from them:
+StableHLO (``.mlir``), ``jax.export`` artifacts, compiled HLO text as XLA dumps
+it (``*after_optimizations*.txt``, with the buffer-assignment report beside it
+when present), and whole XLA dump directories."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+from ..passes.memory import MemoryStats
+from ..passes.models import TargetReport
+from ..passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
+from ..passes.stablehlo_module import read_entry_signature
+from . import jax_adapter
+from .config import Settings
+from .errors import ShardLintInputError, one_line
+
+_HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
+
+
+def read_mlir(path: str):
+    """Parse a StableHLO file; bad input is one line naming the file."""
+    if not os.path.isfile(path):
+        raise ShardLintInputError(path, "no such file")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    try:
+        module = jax_adapter.parse_stablehlo(text)
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        detail = next((ln.strip() for ln in lines if "error:" in ln), lines[0] if lines else type(e).__name__)
+        raise ShardLintInputError(path, f"not a StableHLO module: {detail}") from None
+    return module, text
+
+
+def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
+    """Compile StableHLO text on the run's devices and run the lint pipeline on it."""
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    from .lint import platform_label
+
+    try:
+        program = jax_adapter.compile_stablehlo_text(
+            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
+    except Exception as e:
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    facts = CompiledFacts(
+        hlo_text=program.hlo_text, platform=platform_label(settings),
+        memory=MemoryStats(**program.memory) if program.memory else None,
+        live_range_text=program.live_range_text, buffer_assignment_text=program.buffer_assignment_text,
+        output_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
+        ) or None,
+    )
+    return analyze_target(name, module, facts, settings.pass_config()), program, module
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def _beside(hlo_path: str, report: str) -> str | None:
+    """XLA's report for the same module: ``...after_optimizations-<report>.txt``
+    next to a dump, or ``NAME.<report>.txt`` next to ``NAME.hlo``."""
+    if _HLO_SUFFIX.search(hlo_path):
+        candidate = _HLO_SUFFIX.sub(f"after_optimizations-{report}.txt", hlo_path)
+    else:
+        candidate = os.path.splitext(hlo_path)[0] + f".{report}.txt"
+    return _read(candidate) if os.path.isfile(candidate) else None
+
+
+def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
+    from ..passes.hlo_text import HloParseError
+
+    text = _read(path)
+    try:
+        return analyze_hlo_only(
+            name or _dump_module_name(path), text, platform="as dumped (compiled HLO)",
+            buffer_assignment_text=_beside(path, "buffer-assignment"),
+            live_range_text=_beside(path, "live-range"), config=settings.pass_config(),
+        )
+    except HloParseError as e:
+        raise ShardLintInputError(path, f"not compiled HLO text: {e}") from None
+
+
+def _dump_module_name(path: str) -> str:
+    base = os.path.basename(path)
+    m = re.match(r"module_\d+\.(.+?)\.(?:[\w.]*_)?after_optimizations\.txt$", base)
+    return m.group(1) if m else os.path.splitext(base)[0]
+
+
+def dump_directory_modules(path: str) -> list[str]:
+    files = sorted(glob.glob(os.path.join(path, "*after_optimizations.txt")))
+    if not files:
+        raise ShardLintInputError(path, "no *after_optimizations.txt in this XLA dump directory")
+    return files
+
+
+def read_export(path: str) -> tuple[str, int]:
+    """StableHLO text and device count of a ``jax.export`` serialized artifact."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        exported = jax_adapter.deserialize_export(data)
+    except Exception as e:
+        raise ShardLintInputError(path, f"not a jax.export artifact: {one_line(e)}") from None
+    return exported.mlir_module(), exported.nr_devices
+
+
+def kind_of(path: str) -> str:
+    if os.path.isdir(path):
+        return "dump"
+    if path.endswith(".mlir"):
+        return "mlir"
+    if _HLO_SUFFIX.search(path) or path.endswith(".hlo"):
+        return "hlo"
+    return "export"
+
+
+def check_path(path: str, settings: Settings) -> list[TargetReport]:
+    """Analyse one checked-in program (or every module of a dump directory)."""
+    kind = kind_of(path)
+    if kind != "dump" and not os.path.isfile(path):
+        raise ShardLintInputError(path, "no such file")
+    if kind == "dump":
+        return [analyze_hlo_file(f, settings) for f in dump_directory_modules(path)]
+    if kind == "hlo":
+        return [analyze_hlo_file(path, settings)]
+    if kind == "mlir":
+        module, text = read_mlir(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        n = read_entry_signature(module).num_partitions
+    else:
+        text, n = read_export(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+    if n > len(jax_adapter.cpu_devices()):
+        raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
+    report, _, _ = analyze_text(name, text, settings, path)
+    return [report]

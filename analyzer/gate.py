@@ -1,0 +1,155 @@
+"""``snapshot``, ``check`` and ``gate``: programs checked in as fixtures, their
+analysis kept as a baseline, and a merge check against it that never runs the
+model code of the change under review (``check`` and a bare ``gate`` read only
+the fixture files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from ..passes.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds, compare, summarize
+from ..passes.models import LintReport, TargetReport
+from ..reports.json_report import render_json
+from . import __version__, jax_adapter
+from .config import Settings
+from .errors import ShardLintInputError
+from .fixtures import check_path
+from .lint import LintRequest, lint, relativize, select_run_devices
+from .script_loading import call_targets, load_entry, parse_params, select_targets
+
+BASELINE_FILE = "baseline.json"
+
+
+def _versions() -> dict:
+    jax_version, jaxlib_version = jax_adapter.versions()
+    return {"tool_version": __version__, "jax_version": jax_version, "jaxlib_version": jaxlib_version}
+
+
+def baseline_of(reports: list[TargetReport]) -> Baseline:
+    return Baseline(**_versions(), targets={r.name: summarize(r) for r in sorted(reports, key=lambda r: r.name)})
+
+
+def write_baseline(baseline: Baseline, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_json(baseline))
+
+
+def baseline_path(path: str) -> str:
+    return os.path.join(path, BASELINE_FILE) if os.path.isdir(path) else path
+
+
+def read_baseline(path: str) -> Baseline:
+    file = baseline_path(path)
+    if not os.path.exists(file):
+        raise ShardLintInputError(file, "no such baseline (create one with jax-shard-lint snapshot)")
+    try:
+        with open(file, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ShardLintInputError(file, f"not a jax-shard-lint baseline: invalid JSON at line {e.lineno}") from None
+    except UnicodeDecodeError:
+        raise ShardLintInputError(file, "not a jax-shard-lint baseline: not UTF-8 text") from None
+    if not isinstance(data, dict) or "baseline_version" not in data:
+        raise ShardLintInputError(file, "not a jax-shard-lint baseline: no baseline_version")
+    if data["baseline_version"] != BASELINE_VERSION:
+        raise ShardLintInputError(
+            file, f"baseline version {data['baseline_version']} is not supported (this jax-shard-lint reads "
+            f"version {BASELINE_VERSION}); regenerate it with jax-shard-lint gate --update"
+        )
+    try:
+        return Baseline.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ShardLintInputError(file, f"not a jax-shard-lint baseline: {where}: {err['msg']}") from None
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    script: str
+    out_dir: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
+def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
+    """Write each target's StableHLO and metadata, and the baseline of all of them."""
+    os.makedirs(request.out_dir, exist_ok=True)
+    selected = select_run_devices(settings)
+    fn, where = load_entry(request.script)
+    targets = select_targets(
+        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": selected}),
+        list(request.targets), where)
+    for name, lowered in targets.items():
+        with open(os.path.join(request.out_dir, f"{name}.mlir"), "w", encoding="utf-8") as f:
+            f.write(jax_adapter.stablehlo_text(lowered))
+    report = lint(LintRequest(request.script, tuple(targets), request.params), settings)
+    for t in report.targets:
+        meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
+                **_versions()}
+        with open(os.path.join(request.out_dir, f"{t.name}.meta.json"), "w", encoding="utf-8") as f:
+            f.write(json.dumps(meta, indent=2) + "\n")
+    write_baseline(baseline_of(report.targets), os.path.join(request.out_dir, BASELINE_FILE))
+    return report
+
+
+def check(paths: list[str], settings: Settings) -> LintReport:
+    """Analyse fixture files without executing any Python from them."""
+    needed = 0
+    for p in paths:
+        if p.endswith(".mlir") and os.path.isfile(p):
+            from .fixtures import read_mlir
+            from ..passes.stablehlo_module import read_entry_signature
+
+            needed = max(needed, read_entry_signature(read_mlir(p)[0]).num_partitions)
+    settings.devices = max(settings.devices, needed)
+    select_run_devices(settings)
+    reports = [r for p in paths for r in check_path(p, settings)]
+    names = [r.name for r in reports]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
+    report = LintReport(**_versions(), command="check", script=None, targets=reports)
+    return relativize(report, os.getcwd())
+
+
+def snapshot_fixtures(directory: str) -> list[str]:
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".mlir"))
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    baseline: str
+    paths: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    update: bool = False
+
+
+def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -> tuple[GateResult, LintReport]:
+    file = baseline_path(request.baseline)
+    baseline = None if request.update and not os.path.exists(file) else read_baseline(request.baseline)
+    paths = list(request.paths)
+    if not paths:
+        if not os.path.isdir(request.baseline):
+            raise ShardLintInputError(request.baseline, "gate with no SCRIPT or PATH needs the snapshot directory")
+        paths = snapshot_fixtures(request.baseline)
+        if not paths:
+            raise ShardLintInputError(request.baseline, "no .mlir snapshots in this directory")
+    scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
+    if scripts and len(paths) > 1:
+        raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")
+    if scripts:
+        current = lint(LintRequest(scripts[0], (), request.params), settings)
+    else:
+        current = check(paths, settings)
+    summary = baseline_of(current.targets)
+    if request.update:
+        write_baseline(summary, file)
+        result = compare(summary, summary.targets, thresholds, file)
+    else:
+        result = compare(baseline, summary.targets, thresholds, file)
+    return result, current

@@ -1,0 +1,69 @@
+"""Assertions for your own test suite: compile a ``jax.stages.Lowered`` (on the
+devices your tests already run on) and check its collectives and peak.
+
+    from jax_shard_lint.analyzer.testing import assert_no_collectives, assert_peak_below
+
+    def test_step_does_not_gather_weights():
+        lowered = jax.jit(step).lower(params_spec, batch_spec)
+        assert_no_collectives(lowered, kinds=("all-gather",), min_bytes=64 << 20)
+        assert_peak_below(lowered, 40 << 30)
+
+The same functions are the ``shard_lint`` pytest fixture's methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..passes.byte_sizes import format_bytes, parse_bytes
+from ..passes.models import TargetReport
+
+
+def analyze(lowered, name: str = "target", budget: int | str | None = None) -> TargetReport:
+    """The lint report of one Lowered program, compiled as it is."""
+    from ..passes.pipeline import analyze_target
+    from .config import Settings
+    from .lint import compiled_facts, platform_label
+    from . import jax_adapter
+
+    settings = Settings()
+    settings.budget_bytes = parse_bytes(budget) if budget is not None else None
+    module = jax_adapter.stablehlo_module(lowered)
+    facts = compiled_facts(lowered, platform_label(settings))
+    return analyze_target(name, module, facts, settings.pass_config())
+
+
+def assert_no_collectives(
+    lowered, kinds: Iterable[str] = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"),
+    min_bytes: int | str = 0, axes: Iterable[str] | None = None,
+) -> TargetReport:
+    """Fail when the compiled program runs a collective of one of ``kinds`` (over
+    any of ``axes``, when given) moving at least ``min_bytes`` per step."""
+    report = analyze(lowered)
+    kinds, floor = set(kinds), parse_bytes(min_bytes)
+    wanted_axes = set(axes) if axes is not None else None
+    hits = [
+        c for c in report.collectives
+        if c.kind in kinds and c.bytes * c.count >= floor
+        and (wanted_axes is None or wanted_axes & set(c.mesh_axes))
+    ]
+    if hits:
+        lines = [f"  {c.kind} over {','.join(c.mesh_axes)}: {c.dtype}{c.shape}, {format_bytes(c.bytes * c.count)} "
+                 f"per step at {c.source or 'unknown line'}" for c in hits]
+        raise AssertionError(f"{len(hits)} unexpected collective(s):\n" + "\n".join(lines))
+    return report
+
+
+def assert_peak_below(lowered, nbytes: int | str) -> TargetReport:
+    """Fail when the per-device peak (temp + argument + output - alias) reaches ``nbytes``."""
+    limit = parse_bytes(nbytes)
+    report = analyze(lowered)
+    peak = report.memory.peak_bytes if report.memory else None
+    if peak is None:
+        raise AssertionError("the backend reports no memory analysis for this program")
+    if peak >= limit:
+        top = report.memory.live_at_peak[:3]
+        detail = "; ".join(f"{format_bytes(b.bytes)} {b.dtype}{b.shape} from {b.source or b.op_name}" for b in top)
+        raise AssertionError(f"per-device peak {format_bytes(peak)} is not below {format_bytes(limit)} "
+                             f"({report.platform}); largest live buffers: {detail}")
+    return report

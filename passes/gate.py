@@ -1,0 +1,168 @@
+"""Baselines and the merge gate: a versioned, deterministic summary of each
+target's analysis, and the comparison that flags regressions against it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Literal
+
+from pydantic import Field
+
+from .byte_sizes import format_bytes
+from .models import SCHEMA_VERSION, Model, Severity, TargetReport
+
+BASELINE_VERSION = 1
+WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
+
+
+class CollectiveSummary(Model):
+    kind: str
+    mesh_axes: list[str]
+    shape: list[int]
+    dtype: str
+    bytes_per_step: int
+    count: int
+    source: str | None
+
+
+class BaselineTarget(Model):
+    platform: str
+    num_devices: int
+    mesh: dict[str, int]
+    peak_bytes: int | None
+    temp_bytes: int | None
+    argument_bytes: int | None
+    output_bytes: int | None
+    alias_bytes: int | None
+    collective_bytes: int
+    bytes_by_kind: dict[str, int] = Field(description="Per-step bytes by 'kind over axes'.")
+    collectives: list[CollectiveSummary]
+    errors: list[str] = Field(description="Error-level findings: 'CODE file:line: message'.")
+
+
+class Baseline(Model):
+    baseline_version: Literal[1] = BASELINE_VERSION
+    tool_version: str
+    jax_version: str
+    jaxlib_version: str
+    targets: dict[str, BaselineTarget]
+
+
+class GateThresholds(Model):
+    peak_increase: float = 0.02
+    collective_increase: float = 0.05
+    new_collective_bytes: int = 1024**2
+
+
+class GateRow(Model):
+    target: str
+    metric: str
+    before: int | None
+    after: int | None
+    ratio: float | None
+    alert: str | None = None
+
+    def display(self, value: int | None) -> str:
+        return "-" if value is None else str(value) if self.metric.startswith("new error") else format_bytes(value)
+
+
+class GateResult(Model):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    command: str = "gate"
+    baseline: str
+    passed: bool
+    thresholds: GateThresholds
+    rows: list[GateRow]
+
+
+def _group(kind: str, axes: list[str]) -> str:
+    return f"{kind} over {','.join(axes) or 'all devices'}"
+
+
+def summarize(report: TargetReport) -> BaselineTarget:
+    by_kind: dict[str, int] = defaultdict(int)
+    collectives = []
+    for c in report.collectives:
+        per_step = c.bytes * c.count
+        by_kind[_group(c.kind, c.mesh_axes)] += per_step
+        collectives.append(CollectiveSummary(
+            kind=c.kind, mesh_axes=c.mesh_axes, shape=c.shape, dtype=c.dtype, bytes_per_step=per_step,
+            count=c.count, source=f"{c.source.file}:{c.source.line}" if c.source else None,
+        ))
+    collectives.sort(key=lambda c: (-c.bytes_per_step, c.kind, c.mesh_axes, c.shape, c.source or ""))
+    m = report.memory
+    errors = sorted(
+        f"{f.rule} {f.source.file}:{f.source.line}: {f.message}" if f.source else f"{f.rule}: {f.message}"
+        for f in report.findings if f.severity == Severity.error
+    )
+    return BaselineTarget(
+        platform=report.platform, num_devices=report.num_devices, mesh=report.mesh,
+        peak_bytes=m.peak_bytes if m else None, temp_bytes=m.temp_bytes if m else None,
+        argument_bytes=m.argument_bytes if m else None, output_bytes=m.output_bytes if m else None,
+        alias_bytes=m.alias_bytes if m else None, collective_bytes=sum(c.bytes_per_step for c in collectives),
+        bytes_by_kind=dict(sorted(by_kind.items())), collectives=collectives, errors=errors,
+    )
+
+
+def _ratio(before: int | None, after: int | None) -> float | None:
+    if before is None or after is None:
+        return None
+    if before == 0:
+        return None if after == 0 else float("inf")
+    return round(after / before, 4)
+
+
+def _identity(c: CollectiveSummary) -> tuple:
+    # Source lines move with every edit above them; shape, kind and axes do not.
+    return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype)
+
+
+def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: GateThresholds,
+            baseline_name: str) -> GateResult:
+    rows: list[GateRow] = []
+    for name in sorted(set(baseline.targets) | set(current)):
+        before, after = baseline.targets.get(name), current.get(name)
+        if before is None:
+            rows.append(GateRow(target=name, metric="target", before=None, after=None, ratio=None,
+                                alert="new target: not in the baseline (run gate --update to add it)"))
+            continue
+        if after is None:
+            rows.append(GateRow(target=name, metric="target", before=None, after=None, ratio=None,
+                                alert="missing: in the baseline but not analysed now"))
+            continue
+        if before.platform != after.platform:
+            rows.append(GateRow(target=name, metric=f"platform {after.platform}", before=None, after=None,
+                                ratio=None, alert=f"the baseline's figures come from {before.platform}"))
+        r = _ratio(before.peak_bytes, after.peak_bytes)
+        rows.append(GateRow(
+            target=name, metric="peak bytes / device", before=before.peak_bytes, after=after.peak_bytes, ratio=r,
+            alert=f"peak +{(r - 1) * 100:.1f}% (limit +{thresholds.peak_increase * 100:g}%)"
+            if r is not None and r > 1 + thresholds.peak_increase else None,
+        ))
+        r = _ratio(before.collective_bytes, after.collective_bytes)
+        rows.append(GateRow(
+            target=name, metric="collective bytes / step", before=before.collective_bytes,
+            after=after.collective_bytes, ratio=r,
+            alert=f"collective bytes +{(r - 1) * 100:.1f}% (limit +{thresholds.collective_increase * 100:g}%)"
+            if r is not None and r > 1 + thresholds.collective_increase else None,
+        ))
+        for group in sorted(set(before.bytes_by_kind) | set(after.bytes_by_kind)):
+            b, a = before.bytes_by_kind.get(group), after.bytes_by_kind.get(group)
+            if a != b:
+                rows.append(GateRow(target=name, metric=f"  {group}", before=b, after=a, ratio=_ratio(b, a)))
+        known = {_identity(c) for c in before.collectives}
+        for c in after.collectives:
+            if _identity(c) not in known and c.kind in WATCHED_NEW_KINDS \
+                    and c.bytes_per_step >= thresholds.new_collective_bytes:
+                rows.append(GateRow(
+                    target=name, metric=f"new {c.kind} {c.dtype}{c.shape} over {','.join(c.mesh_axes)}",
+                    before=None, after=c.bytes_per_step, ratio=None,
+                    alert=f"new {c.kind} at {c.source or 'unknown line'} "
+                    f"(limit {format_bytes(thresholds.new_collective_bytes)})",
+                ))
+        for err in sorted(set(after.errors) - set(before.errors)):
+            rows.append(GateRow(target=name, metric=f"new error {err.split(' ', 1)[0]}", before=None, after=None,
+                                ratio=None, alert=err))
+    return GateResult(baseline=baseline_name, passed=not any(r.alert for r in rows if r.metric != "target"
+                                                              or r.alert.startswith("missing")),
+                      thresholds=thresholds, rows=rows)

@@ -1,0 +1,57 @@
+"""Markdown for pull-request comments: the gate's comparison table and a
+compact lint summary."""
+
+from __future__ import annotations
+
+from ..passes.byte_sizes import format_bytes
+from ..passes.gate import GateResult
+from ..passes.models import LintReport
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_gate_markdown(result: GateResult) -> str:
+    status = "passed" if result.passed else "failed"
+    lines = [
+        f"### jax-shard-lint gate: {status}",
+        "",
+        f"Baseline `{_cell(result.baseline)}`; limits: peak +{result.thresholds.peak_increase * 100:g}%, collective "
+        f"bytes +{result.thresholds.collective_increase * 100:g}%, new all-gather or all-to-all over "
+        f"{format_bytes(result.thresholds.new_collective_bytes)}.",
+        "",
+        "| target | metric | before | after | ratio | alert |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in result.rows:
+        ratio = "" if r.ratio is None else ("new" if r.ratio == float("inf") else f"{r.ratio:.3f}x")
+        alert = f"**{_cell(r.alert)}**" if r.alert else ""
+        lines.append(f"| {_cell(r.target)} | {_cell(r.metric.strip())} | {r.display(r.before)} | "
+                     f"{r.display(r.after)} | {ratio} | {alert} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_lint_markdown(report: LintReport) -> str:
+    lines = [f"### jax-shard-lint: {len(report.all_findings())} finding(s)", ""]
+    lines += ["| target | platform | peak / device | budget | collectives / step | findings |",
+              "| --- | --- | ---: | ---: | ---: | --- |"]
+    for t in report.targets:
+        m = t.memory
+        counts = {}
+        for f in t.findings:
+            counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
+        found = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+        lines.append(
+            f"| {_cell(t.name)} | {_cell(t.platform)} | {format_bytes(m.peak_bytes) if m else '-'} | "
+            f"{format_bytes(m.budget_bytes) if m and m.budget_bytes else '-'} | "
+            f"{format_bytes(sum(c.bytes * c.count for c in t.collectives))} | {found} |"
+        )
+    findings = [(t.name, f) for t in report.targets for f in t.findings] + [("(run)", f) for f in report.findings]
+    if findings:
+        lines += ["", "| severity | rule | target | where | message | fix |", "| --- | --- | --- | --- | --- | --- |"]
+        for name, f in findings:
+            where = f"`{_cell(str(f.source))}`" if f.source else "-"
+            lines.append(f"| {f.severity.value} | {f.rule} {f.name} | {_cell(name)} | {where} | "
+                         f"{_cell(f.message)} | {_cell(f.fix or '')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,166 @@
+"""snapshot, check and gate: fixtures checked in, analysed without running
+Python from them, and compared against a baseline."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+GATE = os.path.join("fixtures", "gate")
+V1, V2, V3 = (os.path.join(GATE, f) for f in ("step_v1.py", "step_v2_allgather.py", "step_v3_peak.py"))
+
+
+@pytest.fixture
+def baseline(cli, tmp_path):
+    out = tmp_path / "snap"
+    result = cli("snapshot", V1, "-o", str(out))
+    assert result.code == 0, result.err
+    return out
+
+
+def test_snapshot_writes_stablehlo_metadata_and_baseline(baseline):
+    assert sorted(os.listdir(baseline)) == ["baseline.json", "step.meta.json", "step.mlir"]
+    mlir = (baseline / "step.mlir").read_text()
+    assert "sdy.sharding" in mlir and "step_v1.py" in mlir  # shardings and source locations
+    meta = json.loads((baseline / "step.meta.json").read_text())
+    assert meta["mesh"] == {"data": 4, "model": 2} and meta["num_devices"] == 8 and meta["jax_version"]
+    data = json.loads((baseline / "baseline.json").read_text())
+    assert data["baseline_version"] == 1 and set(data["targets"]) == {"step"}
+
+
+def test_unchanged_passes_from_the_snapshot_alone(cli, baseline):
+    result = cli("gate", "--baseline", str(baseline), "--format", "json")
+    assert result.code == 0, result.out + result.err
+    assert json.loads(result.out)["passed"] is True
+
+
+def test_a_new_all_gather_fails_with_its_row_flagged(cli, baseline):
+    result = cli("gate", "--baseline", str(baseline), V2, "--format", "json")
+    assert result.code == 1
+    rows = json.loads(result.out)["rows"]
+    flagged = [r for r in rows if r["alert"]]
+    assert any(r["metric"].startswith("new all-gather f32[4096, 1024] over data") for r in flagged), flagged
+    assert any(r["metric"] == "collective bytes / step" for r in flagged)
+
+
+def test_a_higher_peak_fails_with_its_row_flagged(cli, baseline):
+    result = cli("gate", "--baseline", str(baseline), V3, "--format", "json")
+    assert result.code == 1
+    flagged = [r for r in json.loads(result.out)["rows"] if r["alert"]]
+    assert [r["metric"] for r in flagged] == ["peak bytes / device"]
+    assert flagged[0]["after"] > flagged[0]["before"]
+
+
+def test_markdown_table_for_a_pull_request(cli, baseline):
+    result = cli("gate", "--baseline", str(baseline), V2, "--format", "markdown")
+    assert result.code == 1
+    assert result.out.startswith("### jax-shard-lint gate: failed")
+    assert "| target | metric | before | after | ratio | alert |" in result.out
+    assert "**new all-gather at" in result.out
+
+
+def test_update_rewrites_the_baseline(cli, baseline):
+    assert cli("gate", "--baseline", str(baseline), V3, "--update").code == 0
+    assert cli("gate", "--baseline", str(baseline), V3).code == 0
+
+
+def test_thresholds_are_configurable(cli, baseline):
+    assert cli("gate", "--baseline", str(baseline), V3, "--max-peak-increase", "10000%").code == 0
+
+
+def test_check_an_xla_dump_directory(cli, tmp_path):
+    from jax_shard_lint.analyzer import jax_adapter  # noqa: F401
+
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.ShapeDtypeStruct((1024, 512), jnp.float32, sharding=NamedSharding(mesh, P("data", "model")))
+    dump = tmp_path / "dump"
+    compiled = jax.jit(lambda a: a.T @ a).lower(x).compile(compiler_options={"xla_dump_to": str(dump)})
+    result = cli("check", str(dump), "--format", "json")
+    assert result.code == 0, result.err
+    [t] = json.loads(result.out)["targets"]
+    m = compiled.memory_analysis()
+    assert t["memory"]["peak_bytes"] == (m.temp_size_in_bytes + m.argument_size_in_bytes
+                                        + m.output_size_in_bytes - m.alias_size_in_bytes)
+    assert t["collectives"] and all(a.startswith("<") for c in t["collectives"] for a in c["mesh_axes"])
+    # The same dump gates against a baseline made from it.
+    assert cli("gate", "--baseline", str(tmp_path / "b.json"), str(dump), "--update").code == 0
+    assert cli("gate", "--baseline", str(tmp_path / "b.json"), str(dump)).code == 0
+
+
+def test_check_golden_hlo_and_mlir_fixtures(cli):
+    result = cli("check", os.path.join("fixtures", "hlo", "h100_fsdp.hlo"),
+                 os.path.join("fixtures", "hlo", "cpu_scan.mlir"), "--format", "json")
+    assert result.code == 0, result.err
+    t = {x["name"]: x for x in json.loads(result.out)["targets"]}
+    assert {c["kind"] for c in t["h100_fsdp"]["collectives"]} >= {"reduce-scatter", "all-gather"}
+    assert t["cpu_scan"]["mesh"] == {"data": 4, "model": 2}
+
+
+def test_check_a_jax_export_artifact(cli, tmp_path):
+    from jax import export
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    x = jax.ShapeDtypeStruct((1024, 256), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    exported = export.export(jax.jit(lambda a: jnp.cumsum(a, axis=0)))(x)
+    path = tmp_path / "step.jax_export"
+    path.write_bytes(exported.serialize())
+    result = cli("check", str(path), "--format", "json")
+    assert result.code == 0, result.err
+    [t] = json.loads(result.out)["targets"]
+    assert t["name"] == "step" and "all-gather" in {c["kind"] for c in t["collectives"]}
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not a jax-shard-lint baseline: invalid JSON at line 1"),
+    ('{"baseline_version": 7}', "baseline version 7 is not supported (this jax-shard-lint reads version 1); "
+                                "regenerate it with jax-shard-lint gate --update"),
+    ('{"hello": 1}', "not a jax-shard-lint baseline: no baseline_version"),
+    ('{"baseline_version": 1, "tool_version": "x", "jax_version": "x", "jaxlib_version": "x", "targets": 3}',
+     "not a jax-shard-lint baseline: targets: Input should be a valid dictionary"),
+])
+def test_corrupt_baselines(cli, tmp_path, content, message):
+    path = tmp_path / "baseline.json"
+    path.write_text(content)
+    result = cli("gate", "--baseline", str(path), V1)
+    assert result.code == 2
+    assert result.err.strip() == f"jax-shard-lint: error: {path}: {message}"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bad.mlir", "module {", "not a StableHLO module:"),
+    ("bad_after_optimizations.txt", "hello", "not compiled HLO text: not an HLO module"),
+    ("bad.jax_export", "\x00\x01garbage", "not a jax.export artifact:"),
+])
+def test_corrupt_fixtures(cli, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    result = cli("check", str(path))
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"jax-shard-lint: error: {path}: {message}")
+
+
+def test_missing_baseline_and_empty_dump(cli, tmp_path):
+    result = cli("gate", "--baseline", str(tmp_path / "nope.json"), V1)
+    assert result.code == 2 and "no such baseline (create one with jax-shard-lint snapshot)" in result.err
+    (tmp_path / "empty").mkdir()
+    result = cli("check", str(tmp_path / "empty"))
+    assert result.code == 2 and "no *after_optimizations.txt in this XLA dump directory" in result.err
+
+
+def test_assertion_helpers_and_pytest_fixture(shard_lint):
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    x = jax.ShapeDtypeStruct((4096, 256), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    local = jax.jit(lambda a: jnp.cumsum(a, axis=1)).lower(x)
+    gathering = jax.jit(lambda a: jnp.cumsum(a, axis=0)).lower(x)
+    shard_lint.assert_no_collectives(local)
+    with pytest.raises(AssertionError, match="1 unexpected collective"):
+        shard_lint.assert_no_collectives(gathering, kinds=("all-gather",), min_bytes="1MiB")
+    shard_lint.assert_no_collectives(gathering, kinds=("all-gather",), min_bytes="1GiB")
+    report = shard_lint.assert_peak_below(local, "1GiB")
+    with pytest.raises(AssertionError, match="is not below"):
+        shard_lint.assert_peak_below(local, report.memory.peak_bytes)
