@@ -42,7 +42,9 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    p.add_argument("--format", choices=("terminal", "json", "html", "sarif", "markdown"), default="terminal",
+                   help="terminal (default), json, html (one self-contained file; use with -o), sarif (2.1.0, for "
+                   "code scanning) or markdown (a pull-request comment)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
     gt.add_argument("-q", "--quiet", action="store_true")
 
+    sch = sub.add_parser("schema", parents=[debug], help="print the JSON Schema of a report")
+    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline"),
+                     help="which report (default lint; check writes the lint report too)")
+
     sub.add_parser("rules", parents=[debug], help="list the rules")
     rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
@@ -202,8 +208,8 @@ def cmd_lint(args) -> int:
     show = not args.quiet and sys.stderr.isatty()
     progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
     report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
-    if args.format == "json":
-        _emit(render_json(report), args.output)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
     else:
         from ..reports.terminal import render_terminal
 
@@ -215,6 +221,24 @@ def cmd_lint(args) -> int:
         else:
             render_terminal(report, _console(args))
     return exit_code(report, settings.fail_on)
+
+
+def render_lint_as(report, fmt: str) -> str:
+    if fmt == "json":
+        from ..reports.json_report import render_json
+
+        return render_json(report)
+    if fmt == "html":
+        from ..reports.html import render_html
+
+        return render_html(report)
+    if fmt == "sarif":
+        from ..reports.sarif import render_sarif
+
+        return render_sarif(report)
+    from ..reports.markdown import render_lint_markdown
+
+    return render_lint_markdown(report)
 
 
 def exit_code(report, fail_on: str) -> int:
@@ -277,6 +301,16 @@ def cmd_propagate(args) -> int:
         explained[query] = lines
     if args.format == "json":
         _emit(render_json(run), args.output)
+    elif args.format == "html":
+        from ..reports.html_runs import render_propagation_html
+
+        _emit(render_propagation_html(run), args.output)
+    elif args.format == "markdown":
+        from ..reports.markdown import render_propagation_markdown
+
+        _emit(render_propagation_markdown(run), args.output)
+    elif args.format == "sarif":
+        raise ShardLintInputError("--format sarif", "SARIF carries findings: use it with lint or check")
     else:
         from ..reports.propagation_terminal import render_propagation
 
@@ -295,6 +329,16 @@ def cmd_rewrite(args) -> int:
                                  args.from_inputs, args.validate, args.repeats), settings)
     if args.format == "json":
         _emit(render_json(run), args.output)
+    elif args.format == "html":
+        from ..reports.html_runs import render_rewrite_html
+
+        _emit(render_rewrite_html(run), args.output)
+    elif args.format == "markdown":
+        from ..reports.markdown import render_rewrite_markdown
+
+        _emit(render_rewrite_markdown(run), args.output)
+    elif args.format == "sarif":
+        raise ShardLintInputError("--format sarif", "SARIF carries findings: use it with lint or check")
     else:
         from ..reports.rewrite_terminal import render_rewrite
 
@@ -320,8 +364,8 @@ def cmd_check(args) -> int:
 
     settings = _settings(args)
     report = check(list(args.paths), settings)
-    if args.format == "json":
-        _emit(render_json(report), args.output)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
     else:
         from ..reports.terminal import render_terminal
 
@@ -376,7 +420,20 @@ def cmd_gate(args) -> int:
     return EXIT_OK if result.passed else EXIT_FINDINGS
 
 
-COMMANDS = {"lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "snapshot": cmd_snapshot,
+def cmd_schema(args) -> int:
+    import json
+
+    from ..passes.gate import Baseline, GateResult
+    from ..passes.models import LintReport, PropagateRun
+    from ..passes.rewrite_models import RewriteRun
+
+    model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
+             "baseline": Baseline}[args.kind]
+    print(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+COMMANDS = {"schema": cmd_schema, "lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "snapshot": cmd_snapshot,
             "check": cmd_check, "gate": cmd_gate, "rules": cmd_rules, "rule": cmd_rule}
 
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ..passes.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds, compare, summarize
 from ..passes.models import LintReport, TargetReport
+from ..passes.rules.registry import rule_docs
 from ..reports.json_report import render_json
 from . import __version__, jax_adapter
 from .config import Settings
@@ -113,7 +114,8 @@ def check(paths: list[str], settings: Settings) -> LintReport:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
-    report = LintReport(**_versions(), command="check", script=None, targets=reports)
+    report = LintReport(**_versions(), command="check", script=None, targets=reports,
+                        rules=rule_docs(frozenset(settings.ignore), settings.severities))
     return relativize(report, os.getcwd())
 
 

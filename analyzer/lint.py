@@ -14,7 +14,7 @@ from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
 from ..passes.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ..passes.pipeline import CompiledFacts, analyze_target, sort_findings
 from ..passes.propagation_report import run_propagation
-from ..passes.rules.registry import RULES, Emitter
+from ..passes.rules.registry import RULES, Emitter, rule_docs
 from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
 from . import __version__, jax_adapter
 from . import devices as run_devices
@@ -227,5 +227,6 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
         script=where, targets=reports, findings=run_findings,
+        rules=rule_docs(frozenset(settings.ignore), settings.severities),
     )
     return relativize(report, os.getcwd())

@@ -160,6 +160,16 @@ class TargetReport(Model):
         return sum(c.bytes * c.count for c in self.collectives if c.cross_host)
 
 
+class RuleDoc(Model):
+    """A rule's documentation, carried in reports so renderers need nothing else."""
+
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    doc: str
+
+
 class LintReport(Model):
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     tool_version: str
@@ -171,6 +181,7 @@ class LintReport(Model):
     findings: list[Finding] = Field(
         default_factory=list, description="Findings about the whole run, e.g. unused suppressions."
     )
+    rules: list[RuleDoc] = Field(default_factory=list, description="Documentation of every rule that was enabled.")
 
     def all_findings(self) -> list[Finding]:
         return [f for t in self.targets for f in t.findings] + list(self.findings)

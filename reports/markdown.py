@@ -55,3 +55,46 @@ def render_lint_markdown(report: LintReport) -> str:
             lines.append(f"| {f.severity.value} | {f.rule} {f.name} | {_cell(name)} | {where} | "
                          f"{_cell(f.message)} | {_cell(f.fix or '')} |")
     return "\n".join(lines) + "\n"
+
+
+def render_propagation_markdown(run) -> str:
+    from ..passes.sharding_text import pspec_text
+
+    lines = []
+    for t in run.targets:
+        a = t.agreement_with_shardy
+        lines += [f"### jax-shard-lint propagate: {_cell(t.name)}", ""]
+        if a is not None:
+            lines += [f"Agreement with Shardy: {a.agreeing}/{a.compared} values ({100 * a.fraction:.1f}%).", ""]
+        lines += ["| kind | bytes | axes | op | source | compiled | why |", "| --- | ---: | --- | --- | --- | --- | --- |"]
+        for p in t.predicted[:30]:
+            matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
+            lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {_cell(', '.join(p.mesh_axes))} | {_cell(p.op)} | "
+                         f"{_cell(str(p.source or '-'))} | {matched} | {_cell(p.reason)} |")
+        sharded = [v for v in t.values if any(v.sharding)][:20]
+        lines += ["", "| value | shape | sharding | source | from |", "| --- | --- | --- | --- | --- |"]
+        for v in sharded:
+            lines.append(f"| {_cell(v.name)} | {v.dtype}{v.shape} | {_cell(pspec_text(v.sharding))} | "
+                         f"{_cell(str(v.source or '-'))} | {_cell(v.seed or '-')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def render_rewrite_markdown(run) -> str:
+    from ..passes.sharding_text import pspec_text
+
+    lines = []
+    for r in run.targets:
+        lines += [f"### jax-shard-lint rewrite: {_cell(r.name)}", "", r.verdict, ""]
+        lines += [f"- remaining: {_cell(x)}" for x in r.remaining]
+        if r.python_fix:
+            lines += ["", f"`jax.jit(..., {r.python_fix})`", ""]
+        lines += ["| | before | after |", "| --- | ---: | ---: |"]
+        for label, attr in (("peak / device", "peak_bytes"), ("collectives / step", "collective_bytes")):
+            lines.append(f"| {label} | {format_bytes(getattr(r.before, attr))} | {format_bytes(getattr(r.after, attr))} |")
+        if r.out_shardings:
+            lines += ["", "| output | before | pinned to |", "| --- | --- | --- |"]
+            lines += [f"| {_cell(a.path)} | {_cell(pspec_text(a.before))} | {_cell(pspec_text(a.after))} |"
+                      for a in r.out_shardings]
+        lines.append("")
+    return "\n".join(lines) + "\n"

@@ -90,3 +90,14 @@ class Emitter:
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
             message=message, source=source, fix=fix, subject=subject,
         ))
+
+
+def rule_docs(disabled: frozenset[str] = frozenset(), severities: dict | None = None):
+    """The documentation of every enabled rule, as report models."""
+    from ..models import RuleDoc
+
+    severities = severities or {}
+    return [
+        RuleDoc(code=r.code, name=r.name, severity=severities.get(r.code, r.severity), summary=r.summary, doc=r.doc)
+        for code, r in sorted(RULES.items()) if code not in disabled
+    ]

@@ -1,0 +1,267 @@
+"""One self-contained HTML file per report: inline CSS, JS and SVG, no network,
+works opened from disk or as a CI artifact. Every string that comes from a
+program or a path is escaped."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from html import escape
+
+from ..passes.byte_sizes import format_bytes
+from ..passes.models import LintReport, MemorySummary, TargetReport, TensorInfo
+from ..passes.sharding_text import pspec_text
+from .html_assets import CSS, SCRIPT
+from .terminal import shape_text
+
+MAX_GRID_TENSORS = 12
+MAX_GRID_CELLS = 64
+
+
+def e(value) -> str:
+    return escape(str(value), quote=True)
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{e(title)}</title>"
+        f"<style>{CSS}</style></head><body>{body}<script>{SCRIPT}</script></body></html>\n"
+    )
+
+
+def _card(label: str, value: str, extra: str = "", cls: str = "") -> str:
+    return f'<div class="card {cls}"><div class="label">{e(label)}</div><div class="value">{value}</div>{extra}</div>'
+
+
+def _summary(t: TargetReport) -> str:
+    m = t.memory
+    counts = defaultdict(int)
+    for f in t.findings:
+        counts[f.severity.value] += 1
+    cards = [
+        _card("mesh", e(" x ".join(f"{k}={v}" for k, v in t.mesh.items()) or "unknown"),
+              f'<div class="sub">{t.num_devices} devices</div>'),
+        _card("platform", e(t.platform)),
+    ]
+    if m is not None:
+        bar = ""
+        cls = ""
+        if m.budget_bytes:
+            pct = 100 * m.peak_bytes / m.budget_bytes
+            cls = "bad" if pct > 100 else "warn" if pct > 90 else "ok"
+            bar = (f'<div class="bar"><div class="fill {cls}" style="width:{min(pct, 100):.1f}%"></div></div>'
+                   f'<div class="sub">{pct:.1f}% of {e(format_bytes(m.budget_bytes))}</div>')
+        cards.append(_card("peak / device", f'<span data-peak-bytes="{m.peak_bytes}">{e(format_bytes(m.peak_bytes))}'
+                                            "</span>", bar, cls))
+    total = sum(c.bytes * c.count for c in t.collectives)
+    cards.append(_card("collectives / step", e(format_bytes(total)), f'<div class="sub">{len(t.collectives)} ops</div>'))
+    cards.append(_card("findings", " ".join(
+        f'<span class="sev {s}">{n} {s}</span>' for s, n in sorted(counts.items())) or "none",
+        f'<div class="sub">{t.suppressed} suppressed</div>' if t.suppressed else ""))
+    return f'<div class="cards">{"".join(cards)}</div>'
+
+
+def memory_plot(m: MemorySummary) -> str:
+    """Bytes live over the entry's program order, XLA's peak step marked."""
+    points = m.timeline
+    if not points:
+        return '<p class="muted">No live-range data for this program.</p>'
+    width, height, pad = 860, 240, 44
+    top = max(max(p.bytes for p in points), m.live_range_peak_bytes or 0, 1)
+    budget_visible = m.budget_bytes is not None and m.budget_bytes <= 1.5 * top
+    if budget_visible:
+        top = max(top, m.budget_bytes)
+    top *= 1.08
+    last = max(points[-1].step, 1)
+
+    def x(step):
+        return pad + (width - 2 * pad) * step / last
+
+    def y(nbytes):
+        return height - pad + 0 - (height - 2 * pad) * nbytes / top
+
+    path = " ".join(f"{x(p.step):.1f},{y(p.bytes):.1f}" for p in points)
+    parts = [f'<svg class="memplot" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="bytes live over program order" data-points="{len(points)}">']
+    for frac in (0, 0.5, 1):
+        yy = y(frac * top / 1.08)
+        parts.append(f'<line class="grid" x1="{pad}" x2="{width - pad}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
+                     f'<text class="tick" x="{pad - 4}" y="{yy + 4:.1f}" text-anchor="end">'
+                     f'{e(format_bytes(int(frac * top / 1.08)))}</text>')
+    parts.append(f'<polyline class="live" points="{path}"/>')
+    if budget_visible:
+        yb = y(m.budget_bytes)
+        parts.append(f'<line class="budget" x1="{pad}" x2="{width - pad}" y1="{yb:.1f}" y2="{yb:.1f}"/>'
+                     f'<text class="tick budget-label" x="{width - pad}" y="{yb - 4:.1f}" text-anchor="end">'
+                     f'budget {e(format_bytes(m.budget_bytes))}</text>')
+    if m.peak_step is not None and m.live_range_peak_bytes is not None:
+        xp, yp = x(m.peak_step), y(m.live_range_peak_bytes)
+        parts.append(f'<line class="peak" x1="{xp:.1f}" x2="{xp:.1f}" y1="{pad}" y2="{height - pad}"/>'
+                     f'<circle class="peak-dot" cx="{xp:.1f}" cy="{yp:.1f}" r="4"/>'
+                     f'<text class="tick" x="{xp + 6:.1f}" y="{pad + 10}">XLA peak at step {m.peak_step}: '
+                     f'{e(format_bytes(m.live_range_peak_bytes))}</text>')
+    parts.append(f'<text class="tick" x="{width / 2}" y="{height - 8}" text-anchor="middle">program order '
+                 f'(instruction of the entry computation)</text></svg>')
+    note = "" if budget_visible or m.budget_bytes is None else (
+        f'<p class="muted">Budget {e(format_bytes(m.budget_bytes))} is off the scale of this plot.</p>')
+    return "".join(parts) + note
+
+
+def _memory(t: TargetReport) -> str:
+    m = t.memory
+    if m is None:
+        return ""
+    rows = "".join(
+        f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td><td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
+        f"<td>{e(b.source) if b.source else '-'}</td><td class=\"op\">{e(b.op_name or b.name)}</td></tr>"
+        for b in m.live_at_peak[:20]
+    )
+    parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "
+             f"{format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}")
+    return (
+        f'<h3>Memory</h3><p>{e(parts)} ({e(m.platform)} figures)</p><div class="memory">'
+        f'<div class="plot">{memory_plot(m)}</div>'
+        f'<div class="live"><h4>Live at the peak</h4><table class="sortable"><thead><tr><th>bytes</th><th>shape</th>'
+        f'<th>source</th><th>produced by</th></tr></thead><tbody>{rows}</tbody></table></div></div>'
+    )
+
+
+def _collectives(t: TargetReport) -> str:
+    if not t.collectives:
+        return "<h3>Collectives</h3><p class=\"muted\">None.</p>"
+    rows = "".join(
+        f"<tr><td>{e(c.kind)}{' <span class=tag>async</span>' if c.is_async else ''}"
+        f"{' <span class=tag>x-host</span>' if c.cross_host else ''}</td>"
+        f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
+        f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
+        f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
+        f"<td>{e(c.source) if c.source else '-'}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
+        for c in t.collectives
+    )
+    by_line: dict[str, list] = defaultdict(list)
+    for c in t.collectives:
+        by_line[str(c.source) if c.source else "(no source)"].append(c)
+    agg = "".join(
+        f"<tr><td>{e(line)}</td><td data-v=\"{len(cs)}\">{len(cs)}</td>"
+        f"<td data-v=\"{sum(c.bytes * c.count for c in cs)}\">{e(format_bytes(sum(c.bytes * c.count for c in cs)))}</td>"
+        f"<td>{e(', '.join(sorted({c.kind for c in cs})))}</td></tr>"
+        for line, cs in sorted(by_line.items(), key=lambda kv: -sum(c.bytes * c.count for c in kv[1]))
+    )
+    return (
+        "<h3>Collectives</h3><p class=\"muted\">Click a column to sort.</p>"
+        '<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th><th>count</th><th>per step</th>'
+        f"<th>mesh axes</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
+        '<h4>Per source line</h4><table class="sortable"><thead><tr><th>source</th><th>ops</th><th>per step</th>'
+        f"<th>kinds</th></tr></thead><tbody>{agg}</tbody></table>"
+    )
+
+
+def _axis_index(label: str, coord: int, size: int) -> tuple[int, int]:
+    """(index, count) of a device's coordinate along one axis label."""
+    if ":(" in label:
+        pre, sub = label.split(":(")[1].split(")")
+        pre, sub = int(pre), int(sub)
+        rest = size // (pre * sub)
+        return (coord // rest) % sub, sub
+    return coord, size
+
+
+def device_grid(t: TensorInfo, mesh: dict[str, int]) -> str:
+    """Which devices hold which block: dims 0 and 1 as rows and columns."""
+    if t.sharding is None or not mesh:
+        return '<div class="muted">sharding unknown</div>'
+    names = list(mesh)
+    sizes = [mesh[n] for n in names]
+    n_devices = 1
+    for s in sizes:
+        n_devices *= s
+    dims = (t.sharding + [[], []])[:2] if t.shape else [[], []]
+    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
+    counts = [1, 1]
+    for device in range(n_devices):
+        coords, rem = [], device
+        for s in reversed(sizes):
+            coords.append(rem % s)
+            rem //= s
+        coords.reverse()
+        idx = []
+        for d, labels in enumerate(dims):
+            block, count = 0, 1
+            for label in labels:
+                base = label.split(":(")[0]
+                if base not in mesh:
+                    continue
+                i, c = _axis_index(label, coords[names.index(base)], mesh[base])
+                block, count = block * c + i, count * c
+            idx.append(block)
+            counts[d] = count
+        blocks[(idx[0], idx[1])].append(device)
+    if counts[0] * counts[1] > MAX_GRID_CELLS:
+        return f'<div class="muted">{counts[0]} x {counts[1]} blocks: too many to draw</div>'
+    cell_w, cell_h = 74, 30
+    w, h = counts[1] * cell_w, counts[0] * cell_h
+    cells = []
+    for r in range(counts[0]):
+        for c in range(counts[1]):
+            devs = blocks.get((r, c), [])
+            label = ",".join(map(str, devs)) if len(devs) <= 4 else f"{devs[0]}..{devs[-1]} ({len(devs)})"
+            hue = (r * counts[1] + c) * 47 % 360
+            cells.append(f'<rect x="{c * cell_w}" y="{r * cell_h}" width="{cell_w}" height="{cell_h}" '
+                         f'fill="hsl({hue},55%,86%)" stroke="#555"/><text x="{c * cell_w + cell_w / 2}" '
+                         f'y="{r * cell_h + 19}" text-anchor="middle">{e(label)}</text>')
+    return (f'<svg class="grid" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+            f'aria-label="device grid">{"".join(cells)}</svg>')
+
+
+def _io(t: TargetReport) -> str:
+    def section(title: str, items: list[TensorInfo]) -> str:
+        shown = sorted(items, key=lambda x: -x.bytes)[:MAX_GRID_TENSORS]
+        figs = "".join(
+            f'<figure><figcaption><b>{e(x.path)}</b> {e(shape_text(x.dtype, x.shape))} {e(pspec_text(x.sharding))} '
+            f'{e(format_bytes(x.per_device_bytes))}/device{" donated" if x.donated else ""}</figcaption>'
+            f"{device_grid(x, t.mesh)}</figure>"
+            for x in shown
+        )
+        more = f'<p class="muted">{len(items) - len(shown)} smaller not drawn.</p>' if len(items) > len(shown) else ""
+        return f"<h4>{e(title)}</h4><div class=\"grids\">{figs}</div>{more}"
+
+    return ("<h3>Inputs and outputs</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
+            "devices that hold it.</p>" + section("inputs", t.inputs) + section("outputs", t.outputs))
+
+
+def _findings(findings, docs: dict) -> str:
+    if not findings:
+        return "<h3>Findings</h3><p class=\"muted\">None.</p>"
+    items = []
+    for f in findings:
+        doc = docs.get(f.rule)
+        why = "".join(f"<li>{e(line)}</li>" for line in f.provenance)
+        items.append(
+            f'<div class="finding {e(f.severity.value)}"><div><span class="sev {e(f.severity.value)}">'
+            f"{e(f.severity.value)}</span> <b>{e(f.rule)}</b> {e(f.name)} <code>{e(f.source) if f.source else '-'}"
+            f"</code></div><p>{e(f.message)}</p>"
+            + (f'<p class="fix">fix: <code>{e(f.fix)}</code></p>' if f.fix else "")
+            + (f'<details><summary>why (propagation)</summary><ul>{why}</ul></details>' if why else "")
+            + (f'<details><summary>rule {e(f.rule)}: {e(doc.summary)}</summary><pre>{e(doc.doc)}</pre></details>'
+               if doc else "")
+            + "</div>"
+        )
+    return "<h3>Findings</h3>" + "".join(items)
+
+
+def render_target(t: TargetReport, docs: dict) -> str:
+    fix = (f'<h3>Suggested out_shardings</h3><pre class="fixtext">jax.jit(..., {e(t.suggested_out_shardings)})</pre>'
+           if t.suggested_out_shardings else "")
+    warnings = "".join(f'<p class="warning">{e(w)}</p>' for w in t.warnings)
+    return (f'<section class="target" data-target="{e(t.name)}"><h2>{e(t.name)}</h2>{warnings}{_summary(t)}'
+            f"{_memory(t)}{_collectives(t)}{_io(t)}{_findings(t.findings, docs)}{fix}</section>")
+
+
+def render_html(report: LintReport) -> str:
+    docs = {d.code: d for d in report.rules}
+    body = (f"<header><h1>jax-shard-lint</h1><p>{e(report.command)} {e(report.script or '')} &middot; "
+            f"jax {e(report.jax_version)} &middot; jax-shard-lint {e(report.tool_version)}</p></header>")
+    body += "".join(render_target(t, docs) for t in report.targets)
+    if report.findings:
+        body += f'<section class="target">{_findings(report.findings, docs)}</section>'
+    return _page(f"jax-shard-lint: {report.script or report.command}", f"<main>{body}</main>")

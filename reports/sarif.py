@@ -1,0 +1,61 @@
+"""SARIF 2.1.0, so code-scanning tools annotate pull requests with findings."""
+
+from __future__ import annotations
+
+import json
+
+from ..passes.models import Finding, LintReport, Severity
+
+LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
+INFORMATION_URI = "https://pypi.org/project/jax-shard-lint/"
+
+
+def _rule(doc, index: int) -> dict:
+    return {
+        "id": doc.code,
+        "name": "".join(part.capitalize() for part in doc.name.split("-")),
+        "shortDescription": {"text": doc.summary},
+        "fullDescription": {"text": doc.doc},
+        "help": {"text": doc.doc, "markdown": doc.doc},
+        "defaultConfiguration": {"level": LEVEL[doc.severity]},
+        "properties": {"tags": ["sharding", "performance"], "kebab-name": doc.name},
+    }
+
+
+def _result(f: Finding, target: str | None, index: dict[str, int], script: str | None) -> dict:
+    text = f.message + (f" Fix: {f.fix}" if f.fix else "")
+    result: dict = {
+        "ruleId": f.rule,
+        "level": LEVEL[f.severity],
+        "message": {"text": text},
+        "properties": {"target": target, "fix": f.fix, "subject": f.subject, "provenance": f.provenance},
+    }
+    if f.rule in index:
+        result["ruleIndex"] = index[f.rule]
+    uri = f.source.file if f.source else script
+    if uri:
+        location: dict = {"artifactLocation": {"uri": uri.replace("\\\\", "/"), "uriBaseId": "%SRCROOT%"}}
+        if f.source:
+            location["region"] = {"startLine": max(1, f.source.line)}
+        result["locations"] = [{"physicalLocation": location}]
+    return result
+
+
+def render_sarif(report: LintReport) -> str:
+    index = {doc.code: i for i, doc in enumerate(report.rules)}
+    results = [_result(f, t.name, index, report.script) for t in report.targets for f in t.findings]
+    results += [_result(f, None, index, report.script) for f in report.findings]
+    sarif = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "jax-shard-lint", "version": report.tool_version, "informationUri": INFORMATION_URI,
+                "rules": [_rule(doc, i) for i, doc in enumerate(report.rules)],
+            }},
+            "results": results,
+            "properties": {"jax_version": report.jax_version, "jaxlib_version": report.jaxlib_version,
+                           "command": report.command, "targets": [t.name for t in report.targets]},
+        }],
+    }
+    return json.dumps(sarif, indent=2) + "\n"
