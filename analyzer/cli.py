@@ -70,6 +70,37 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
+    runp = sub.add_parser("run", parents=[debug],
+                          help="run an unmodified script as __main__ and lint every program it compiles")
+    runp.add_argument("script", help="the script to run")
+    runp.add_argument("args", nargs="*", metavar="ARGS",
+                      help="arguments for the script: everything after --")
+    runp.add_argument("--max-programs", type=int, default=50, metavar="N", help="report at most N programs (50)")
+    runp.add_argument("--only", metavar="REGEX", help="only programs whose name matches (e.g. 'train_step')")
+    runp.add_argument("--all", action="store_true", help="include single-device programs (eager ops)")
+    runp.add_argument("--devices", type=int, default=None, metavar="N",
+                      help="give the script N virtual CPU devices (sets XLA's host device count)")
+    runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="stop the script after this long")
+    runp.add_argument("--budget", metavar="SIZE")
+    runp.add_argument("--device", metavar="KIND")
+    runp.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE")
+    runp.add_argument("--ignore", action="append", default=[], metavar="CODE")
+    runp.add_argument("--config", metavar="PYPROJECT")
+    runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+    _add_output_args(runp)
+
+    fitp = sub.add_parser("fit", parents=[debug],
+                          help="find the largest value of a parameter whose per-device peak fits the budget")
+    fitp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    fitp.add_argument("--param", required=True, metavar="NAME", help="the shard_lint_targets parameter to size")
+    fitp.add_argument("--multiple-of", type=int, default=1, metavar="K",
+                      help="only values that are multiples of K (e.g. the data axis size)")
+    fitp.add_argument("--range", default="1:65536", metavar="LO:HI", help="values to consider (default 1:65536)")
+    _add_common_compile_args(fitp)
+    fitp.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    fitp.add_argument("-o", "--output", metavar="FILE")
+    fitp.add_argument("-q", "--quiet", action="store_true")
+
     prop = sub.add_parser("propagate", parents=[debug],
                           help="propagate shardings over StableHLO: values, provenance, predicted communication")
     prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
@@ -221,6 +252,52 @@ def cmd_lint(args) -> int:
         else:
             render_terminal(report, _console(args))
     return exit_code(report, settings.fail_on)
+
+
+def cmd_run(args) -> int:
+    from .run_capture import RunRequest, run
+
+    for name in ("target", "params", "target_config"):
+        setattr(args, name, [] if name != "target_config" else None)
+    args.platform, args.hosts = None, None
+    script_args = list(args.args)
+    if args.max_programs < 1:
+        raise ShardLintInputError("--max-programs", "must be at least 1")
+    devices = args.devices
+    args.devices = None
+    settings = _settings(args)
+    report = run(RunRequest(args.script, tuple(script_args), args.max_programs, args.only, args.all, devices,
+                            args.timeout), settings)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def cmd_fit(args) -> int:
+    from ..reports.json_report import render_json
+    from .fit import FitRequest, fit
+
+    lo, sep, hi = args.range.partition(":")
+    try:
+        lo_v, hi_v = int(lo), int(hi)
+    except ValueError:
+        raise ShardLintInputError("--range", f"expected LO:HI with integers, got {args.range!r}") from None
+    if not sep:
+        raise ShardLintInputError("--range", f"expected LO:HI, got {args.range!r}")
+    settings = _settings(args)
+    result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
+                            lo_v, hi_v), settings)
+    if args.format == "json":
+        _emit(render_json(result), args.output)
+    else:
+        from ..reports.fit_terminal import render_fit
+
+        render_fit(result, _console(args))
+    return EXIT_OK if result.value is not None else EXIT_FINDINGS
 
 
 def render_lint_as(report, fmt: str) -> str:
@@ -433,7 +510,7 @@ def cmd_schema(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"schema": cmd_schema, "lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "snapshot": cmd_snapshot,
+COMMANDS = {"schema": cmd_schema, "run": cmd_run, "fit": cmd_fit, "lint": cmd_lint, "propagate": cmd_propagate, "rewrite": cmd_rewrite, "snapshot": cmd_snapshot,
             "check": cmd_check, "gate": cmd_gate, "rules": cmd_rules, "rule": cmd_rule}
 
 
@@ -445,7 +522,13 @@ def main(argv: list[str] | None = None) -> int:
     with quiet_native_stderr():
         import jax  # noqa: F401  (loading JAX's plugins is where native code writes to stderr)
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first -- belongs to the script that `run` runs.
+    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)
+    if getattr(args, "command", None) == "run":
+        args.args = list(args.args) + passthrough
     if not args.command:
         parser.print_help()
         return EXIT_INPUT

@@ -154,6 +154,9 @@ class TargetReport(Model):
         default_factory=dict, description="Per mesh axis: within-host or cross-host (multi-host targets only)."
     )
     warnings: list[str] = Field(default_factory=list)
+    call_site: SourceLocation | None = Field(
+        default=None, description="run: the line the program was compiled from (its outermost user frame).")
+    compilations: int = Field(default=1, description="run: how many times this program was compiled.")
 
     @property
     def cross_host_bytes(self) -> int:
@@ -170,6 +173,16 @@ class RuleDoc(Model):
     doc: str
 
 
+class ScriptRun(Model):
+    """How the script ran under ``jax-shard-lint run``."""
+
+    exit_code: int
+    error: str | None = Field(description="The script's last error line when it did not finish cleanly.")
+    programs_compiled: int
+    programs_reported: int
+    skipped: list[str] = Field(default_factory=list, description="Programs left out, and why.")
+
+
 class LintReport(Model):
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     tool_version: str
@@ -182,6 +195,7 @@ class LintReport(Model):
         default_factory=list, description="Findings about the whole run, e.g. unused suppressions."
     )
     rules: list[RuleDoc] = Field(default_factory=list, description="Documentation of every rule that was enabled.")
+    run: ScriptRun | None = None
 
     def all_findings(self) -> list[Finding]:
         return [f for t in self.targets for f in t.findings] + list(self.findings)

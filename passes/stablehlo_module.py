@@ -218,3 +218,19 @@ def read_entry_sources(module: ir.Module) -> EntrySources:
                 if i < n_args and first_use[i] is None:
                     first_use[i] = src
     return EntrySources(entry, tuple(first_use), tuple(outputs))
+
+
+def call_site(module: ir.Module, program_name: str) -> SourceLocation | None:
+    """The user's line that called the jitted function a program was traced from:
+    the frame just outside the outermost frame of that function (``jit_step`` is
+    function ``step``) in the ops' location chains."""
+    name = program_name[4:] if program_name.startswith("jit_") else program_name
+    wanted = {name, "<lambda>" if name in ("_lambda", "lambda") else name}
+    fn = entry_function(module)
+    for op in fn.regions[0].blocks[0].operations:
+        frames = _FRAME.findall(str(op.location))  # innermost first
+        inside = [i for i, (func, _, _) in enumerate(frames) if func.split(".")[-1] in wanted or func in wanted]
+        if inside and inside[-1] + 1 < len(frames):
+            func, file, line = frames[inside[-1] + 1]
+            return SourceLocation(file=file, line=int(line), function=func or None)
+    return None

@@ -37,6 +37,9 @@ def _summary(t: TargetReport) -> Table:
     grid.add_column()
     mesh = " x ".join(f"{k}={v}" for k, v in t.mesh.items()) or "(no mesh)"
     grid.add_row("mesh", f"{mesh}  ({t.num_devices} devices)")
+    if t.call_site is not None:
+        again = f"; compiled {t.compilations} times (recompilation)" if t.compilations > 1 else ""
+        grid.add_row("call site", f"{t.call_site}{again}")
     grid.add_row("platform", t.platform)
     m = t.memory
     if m is not None:
@@ -133,6 +136,12 @@ def _findings(findings: list[Finding]) -> Group | None:
 def render_terminal(report: LintReport, console: Console) -> None:
     from rich.rule import Rule
 
+    if report.run is not None:
+        r = report.run
+        status = "exited cleanly" if r.exit_code == 0 else f"exited with code {r.exit_code}: {r.error or ''}"
+        console.print(Text(f"{report.script}: {status}; {r.programs_compiled} programs compiled, "
+                           f"{r.programs_reported} reported, {len(r.skipped)} left out",
+                           style="yellow" if r.exit_code else "green"))
     for t in report.targets:
         fix = None
         if t.suggested_out_shardings:

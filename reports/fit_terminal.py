@@ -1,0 +1,31 @@
+"""The terminal view of ``fit``: the probes, the fitted line and the answer."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..passes.byte_sizes import format_bytes
+
+
+def render_fit(result, console: Console) -> None:
+    table = Table(title=f"Probes of {result.param} (in the order compiled)", title_justify="left")
+    for col, kw in (("#", {"justify": "right"}), (result.param, {"justify": "right"}),
+                    ("peak / device", {"justify": "right"}), ("fits", {})):
+        table.add_column(col, **kw)
+    for i, p in enumerate(result.probes, 1):
+        table.add_row(str(i), str(p.value), format_bytes(p.peak_bytes), "yes" if p.fits else "no")
+    console.print(table)
+    if result.line_slope_bytes is not None:
+        console.print(f"fitted line: peak ~ {format_bytes(int(result.line_intercept_bytes))} + "
+                      f"{format_bytes(int(result.line_slope_bytes))} x {result.param}")
+    console.print(f"budget {format_bytes(result.budget_bytes)} per device ({result.platform}), "
+                  f"{result.param} a multiple of {result.multiple_of} in {result.range[0]}..{result.range[1]}")
+    if result.value is None:
+        console.print(Text(f"no admissible {result.param} fits: the smallest already needs "
+                           f"{format_bytes(result.probes[0].peak_bytes)}", style="bold red"))
+        return
+    nxt = (f"; {result.param}={result.next_value} needs {format_bytes(result.next_peak_bytes)}"
+           if result.next_value is not None else " (the top of the range)")
+    console.print(Text(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}", style="bold green"))

@@ -1,0 +1,80 @@
+"""run (an unmodified script, its programs captured through dumps) and fit
+(the largest parameter that fits, against brute force)."""
+
+import json
+import os
+
+import pytest
+
+TRAIN = os.path.join("examples", "train_loop.py")
+REMAT = os.path.join("examples", "remat_layer_stack.py")
+
+
+def test_run_lints_every_program_the_script_compiles(cli):
+    result = cli("run", TRAIN, "--devices", "8", "--format", "json", "--", "--steps", "2")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["command"] == "run" and report["run"]["exit_code"] == 0
+    programs = {t["name"]: t for t in report["targets"]}
+    assert {"jit_init", "jit_train_step", "jit_loss_fn"} <= set(programs)
+    step = programs["jit_train_step"]
+    assert step["mesh"] == {"data": 4, "model": 2} and step["call_site"]["line"] == 52
+    assert programs["jit_loss_fn"]["call_site"]["line"] == 56
+    assert step["collectives"] and step["memory"]["peak_bytes"] > 0
+    # The script's source, read without importing it: three habits that bite at scale.
+    assert {(f["rule"], f["source"]["line"]) for f in report["findings"]} == {
+        ("SL402", 54), ("SL403", 52), ("SL404", 53)}
+
+
+def test_run_reports_what_was_captured_when_the_script_raises(cli):
+    result = cli("run", TRAIN, "--devices", "8", "--only", "train_step", "--format", "json",
+                 "--", "--steps", "3", "--fail-at", "2")
+    report = json.loads(result.out)
+    assert report["run"]["exit_code"] == 1
+    assert report["run"]["error"] == "RuntimeError: data loader failed at step 2"
+    assert [t["name"] for t in report["targets"]] == ["jit_train_step"]
+    assert any("does not match --only" in s for s in report["run"]["skipped"])
+
+
+def test_run_max_programs_and_missing_script(cli):
+    report = json.loads(cli("run", TRAIN, "--devices", "8", "--max-programs", "1", "--format", "json",
+                            "--", "--steps", "1").out)
+    assert len(report["targets"]) == 1 and any("past --max-programs 1" in s for s in report["run"]["skipped"])
+    result = cli("run", "nope.py")
+    assert result.code == 2 and result.err.strip() == "jax-shard-lint: error: nope.py: no such file"
+
+
+@pytest.fixture(scope="module")
+def brute_force():
+    """Every admissible batch's peak, compiled one by one."""
+    from jax_shard_lint.analyzer.config import Settings
+    from jax_shard_lint.analyzer.fit import FitRequest, _Prober
+
+    prober = _Prober(FitRequest(REMAT, "batch", params=("layers=2",)), Settings(), None)
+    return {b: prober.peak(b) for b in range(4, 68, 4)}
+
+
+@pytest.mark.parametrize("budget_gib", [0.5, 1.25, 2.0, 100.0])
+def test_fit_matches_brute_force(cli, brute_force, budget_gib):
+    budget = int(budget_gib * 2**30)
+    result = cli("fit", REMAT, "--param", "batch", "--budget", str(budget), "--multiple-of", "4",
+                 "--range", "4:64", "--set", "layers=2", "--format", "json")
+    fitting = [b for b, p in brute_force.items() if p <= budget]
+    answer = json.loads(result.out)
+    assert answer["value"] == (max(fitting) if fitting else None)
+    if answer["value"] is not None:
+        assert result.code == 0
+        assert answer["peak_bytes"] == brute_force[answer["value"]]
+        if answer["value"] < 64:
+            assert answer["next_peak_bytes"] == brute_force[answer["value"] + 4] > budget
+        assert len(answer["probes"]) < len(brute_force)
+    else:
+        assert result.code == 1
+    assert all(p["value"] % 4 == 0 for p in answer["probes"])
+
+
+def test_fit_needs_a_budget_and_a_range(cli):
+    result = cli("fit", REMAT, "--param", "batch")
+    assert result.code == 2 and "needs a budget: --budget SIZE or --device KIND" in result.err
+    result = cli("fit", REMAT, "--param", "batch", "--budget", "1GiB", "--range", "9:3")
+    assert result.code == 2 and "--range: expected 1 <= LO <= HI, got 9:3" in result.err
