@@ -31,7 +31,6 @@ def mesh(shape: Sequence[int], names: Sequence[str], axis_types=None):
     so XLA propagates shardings."""
     import math
 
-    import jax
     import numpy as np
     from jax.sharding import AxisType, Mesh
 

@@ -26,7 +26,7 @@ from ..passes.stablehlo_module import entry_function, path_keys, read_entry_sign
 from ..passes.state_roundtrip import correspond, mismatched
 from . import __version__, jax_adapter
 from .config import Settings
-from .errors import ShardLintInputError, one_line
+from .errors import ShardLintInputError
 from .lint import display_source, relativize
 from .fixtures import analyze_text, read_mlir
 from .script_loading import call_targets, load_entry, parse_params, select_targets

@@ -23,14 +23,14 @@ CASES = [
 
 def bisect(peak, budget, lo, hi, k):
     """Largest multiple of k in [lo, hi] with peak <= budget, by halving."""
-    good, bad = None, None
+    good = None
     a, b = -(-lo // k), hi // k
     while a <= b:
         mid = (a + b) // 2
         if peak(mid * k) <= budget:
             good, a = mid * k, mid + 1
         else:
-            bad, b = mid * k, mid - 1
+            b = mid - 1
     return good
 
 

@@ -118,32 +118,9 @@ class HloModule:
         return None
 
 
-def _split_top_level(text: str, sep: str = ",") -> list[str]:
-    parts, depth, start, quote = [], 0, 0, False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                quote = False
-        elif ch == '"':
-            quote = True
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _balanced_end(text: str, start: int) -> int:
-    """Index just past the bracket group opening at text[start]."""
+def _outside_quotes(text: str, start: int = 0):
+    """(index, character, bracket depth after it) for every character outside
+    double-quoted strings, from ``start``."""
     depth, quote, i = 0, False, start
     while i < len(text):
         ch = text[i]
@@ -154,13 +131,30 @@ def _balanced_end(text: str, start: int) -> int:
                 quote = False
         elif ch == '"':
             quote = True
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
+        else:
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            yield i, ch, depth
         i += 1
+
+
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
+    parts, start = [], 0
+    for i, ch, depth in _outside_quotes(text):
+        if ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _balanced_end(text: str, start: int) -> int:
+    """Index just past the bracket group opening at text[start]."""
+    for i, ch, depth in _outside_quotes(text, start):
+        if ch in ")]}" and depth == 0:
+            return i + 1
     raise HloParseError(f"unbalanced brackets in: {text[:120]}")
 
 

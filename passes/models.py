@@ -183,13 +183,19 @@ class ScriptRun(Model):
     skipped: list[str] = Field(default_factory=list, description="Programs left out, and why.")
 
 
-class LintReport(Model):
+class RunHeader(Model):
+    """What every report starts with: the schema, the versions, the command."""
+
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     tool_version: str
     jax_version: str
     jaxlib_version: str
-    command: str = "lint"
+    command: str
     script: str | None
+
+
+class LintReport(RunHeader):
+    command: str = "lint"
     targets: list[TargetReport]
     findings: list[Finding] = Field(
         default_factory=list, description="Findings about the whole run, e.g. unused suppressions."
@@ -267,11 +273,6 @@ class PropagationReport(Model):
     sweeps: int = 0
 
 
-class PropagateRun(Model):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
-    tool_version: str
-    jax_version: str
-    jaxlib_version: str
+class PropagateRun(RunHeader):
     command: str = "propagate"
-    script: str | None
     targets: list[PropagationReport]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .models import SCHEMA_VERSION, Collective, Model, SourceLocation, TensorInfo
+from .models import Collective, Model, RunHeader, SourceLocation, TensorInfo
 
 
 class ProgramFacts(Model):
@@ -73,11 +73,6 @@ class RewriteReport(Model):
     validation: Validation | None = None
 
 
-class RewriteRun(Model):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
-    tool_version: str
-    jax_version: str
-    jaxlib_version: str
+class RewriteRun(RunHeader):
     command: str = "rewrite"
-    script: str | None
     targets: list[RewriteReport]

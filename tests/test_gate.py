@@ -3,7 +3,6 @@ Python from them, and compared against a baseline."""
 
 import json
 import os
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -73,8 +72,6 @@ def test_thresholds_are_configurable(cli, baseline):
 
 
 def test_check_an_xla_dump_directory(cli, tmp_path):
-    from jax_shard_lint.analyzer import jax_adapter  # noqa: F401
-
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     x = jax.ShapeDtypeStruct((1024, 512), jnp.float32, sharding=NamedSharding(mesh, P("data", "model")))
     dump = tmp_path / "dump"

@@ -1,0 +1,349 @@
+"""What each ``jax-shard-lint`` command does once its arguments are parsed:
+settings from the arguments and the config file, the work, and the output."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import ShardLintInputError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _settings(args: argparse.Namespace):
+    from .config import (
+        Settings, device_budget, find_pyproject, load_file_settings, parse_budget, parse_option, rule_codes,
+    )
+
+    settings = Settings()
+    script_path = args.script.split(":")[0] if getattr(args, "script", None) else "."
+    config_path = args.config or find_pyproject(script_path if os.path.exists(script_path) else os.getcwd())
+    if args.config and not os.path.isfile(args.config):
+        raise ShardLintInputError(args.config, "no such file")
+    if config_path:
+        load_file_settings(settings, config_path)
+    if args.devices is not None:
+        if args.devices < 1:
+            raise ShardLintInputError("--devices", "must be at least 1")
+        settings.devices = args.devices
+    if args.platform:
+        settings.platform = args.platform
+    if args.target_config:
+        settings.target_config = args.target_config
+    if args.hosts is not None:
+        if args.hosts < 1:
+            raise ShardLintInputError("--hosts", "must be at least 1")
+        settings.hosts = args.hosts
+    from .gpu_targets import GPU_TARGETS
+
+    if settings.hosts > 1 and settings.platform not in GPU_TARGETS:
+        raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)})")
+    if args.budget:
+        settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
+    if args.device:
+        settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
+    for item in args.threshold:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ShardLintInputError("--threshold", f"expected NAME=VALUE, got {item!r}")
+        settings.options[name.strip()] = parse_option(name.strip(), value.strip(), "--threshold")
+    settings.ignore |= rule_codes(args.ignore, "--ignore")
+    if getattr(args, "fail_on", None):
+        settings.fail_on = args.fail_on
+    return settings
+
+
+def _console(args, stream=None):
+    from rich.console import Console
+
+    out = stream or sys.stdout
+    return Console(file=out, no_color=not out.isatty() or bool(os.environ.get("NO_COLOR")), width=None
+                   if out.isatty() else 120, highlight=False)
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _emit_run(args, run, html, markdown, terminal) -> None:
+    """The output of a command whose report has no findings to put in SARIF."""
+    from ..reports.json_report import render_json
+
+    if args.format == "sarif":
+        raise ShardLintInputError("--format sarif", "SARIF carries findings: use it with lint or check")
+    if args.format == "terminal":
+        terminal(run, _console(args))
+    else:
+        render = {"json": render_json, "html": html, "markdown": markdown}[args.format]
+        _emit(render(run), args.output)
+
+
+def cmd_lint(args) -> int:
+    from .lint import LintRequest, lint
+
+    settings = _settings(args)
+    err_console = _console(args, sys.stderr)
+    # Progress is for people watching a terminal; logs and pipes get the report alone.
+    show = not args.quiet and sys.stderr.isatty()
+    progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
+    report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        if args.output:
+            from rich.console import Console
+
+            with open(args.output, "w", encoding="utf-8") as f:
+                render_terminal(report, Console(file=f, no_color=True, width=120))
+        else:
+            render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def cmd_run(args) -> int:
+    from .run_capture import RunRequest, run
+
+    for name in ("target", "params", "target_config"):
+        setattr(args, name, [] if name != "target_config" else None)
+    args.platform, args.hosts = None, None
+    script_args = list(args.args)
+    if args.max_programs < 1:
+        raise ShardLintInputError("--max-programs", "must be at least 1")
+    devices = args.devices
+    args.devices = None
+    settings = _settings(args)
+    report = run(RunRequest(args.script, tuple(script_args), args.max_programs, args.only, args.all, devices,
+                            args.timeout), settings)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def cmd_fit(args) -> int:
+    from ..reports.json_report import render_json
+    from .fit import FitRequest, fit
+
+    lo, sep, hi = args.range.partition(":")
+    try:
+        lo_v, hi_v = int(lo), int(hi)
+    except ValueError:
+        raise ShardLintInputError("--range", f"expected LO:HI with integers, got {args.range!r}") from None
+    if not sep:
+        raise ShardLintInputError("--range", f"expected LO:HI, got {args.range!r}")
+    settings = _settings(args)
+    result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
+                            lo_v, hi_v), settings)
+    if args.format == "json":
+        _emit(render_json(result), args.output)
+    else:
+        from ..reports.fit_terminal import render_fit
+
+        render_fit(result, _console(args))
+    return EXIT_OK if result.value is not None else EXIT_FINDINGS
+
+
+def render_lint_as(report, fmt: str) -> str:
+    if fmt == "json":
+        from ..reports.json_report import render_json
+
+        return render_json(report)
+    if fmt == "html":
+        from ..reports.html import render_html
+
+        return render_html(report)
+    if fmt == "sarif":
+        from ..reports.sarif import render_sarif
+
+        return render_sarif(report)
+    from ..reports.markdown import render_lint_markdown
+
+    return render_lint_markdown(report)
+
+
+def exit_code(report, fail_on: str) -> int:
+    if fail_on == "never":
+        return EXIT_OK
+    threshold = 2 if fail_on == "error" else 1
+    worst = report.worst_severity()
+    return EXIT_FINDINGS if worst is not None and worst.rank >= threshold else EXIT_OK
+
+
+def cmd_rules(args) -> int:
+    from rich.table import Table
+
+    from ..passes.rules import RULES
+
+    table = Table(title="jax-shard-lint rules")
+    for col in ("code", "name", "severity", "summary"):
+        table.add_column(col)
+    for code in sorted(RULES):
+        r = RULES[code]
+        table.add_row(r.code, r.name, r.severity.value, r.summary)
+    _console(args).print(table)
+    return EXIT_OK
+
+
+def cmd_rule(args) -> int:
+    from ..passes.rules import RULES, find_rule
+
+    r = find_rule(args.code)
+    if r is None:
+        raise ShardLintInputError(args.code, f"no such rule (known: {', '.join(sorted(RULES))})")
+    print(f"{r.code} {r.name} ({r.severity.value})\n")
+    print(r.doc)
+    if r.options:
+        print("\nOptions\n-------")
+        for o in r.options:
+            print(f"{o.name} (default {o.default}): {o.help}")
+    return EXIT_OK
+
+
+def cmd_propagate(args) -> int:
+    from ..passes.propagation_report import explain, find_values
+    from .lint import display_source
+    from .propagate import PropagateRequest, propagate
+
+    settings = _settings(args)
+    run, propagated = propagate(
+        PropagateRequest(args.script, tuple(args.target), tuple(args.params), compile=not args.no_compile), settings,
+    )
+    explained: dict[str, list[str]] = {}
+    for query in args.explain:
+        lines = []
+        for p in propagated:
+            for t in find_values(p, query)[:3]:
+                lines.extend(explain(p, t, display_source))
+        if not lines:
+            raise ShardLintInputError("--explain", f"no value named {query!r} (an SSA name like %3, FILE:LINE, or "
+                                      "an input or output path)")
+        explained[query] = lines
+    from ..reports.html_runs import render_propagation_html
+    from ..reports.markdown import render_propagation_markdown
+    from ..reports.propagation_terminal import render_propagation
+
+    _emit_run(args, run, render_propagation_html, render_propagation_markdown,
+              lambda r, console: render_propagation(r, console, explained))
+    return EXIT_OK
+
+
+def cmd_rewrite(args) -> int:
+    from .rewrite import RewriteRequest, rewrite
+
+    if args.repeats < 1:
+        raise ShardLintInputError("--repeats", "must be at least 1")
+    settings = _settings(args)
+    run = rewrite(RewriteRequest(args.script, tuple(args.target), tuple(args.params), tuple(args.out),
+                                 args.from_inputs, args.validate, args.repeats), settings)
+    from ..reports.html_runs import render_rewrite_html
+    from ..reports.markdown import render_rewrite_markdown
+    from ..reports.rewrite_terminal import render_rewrite
+
+    _emit_run(args, run, render_rewrite_html, render_rewrite_markdown, render_rewrite)
+    failed = any(t.validation and t.validation.ran and not (t.validation.outputs_match and t.validation.shardings_match)
+                 for t in run.targets)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def cmd_snapshot(args) -> int:
+    from .gate import SnapshotRequest, snapshot
+
+    settings = _settings(args)
+    report = snapshot(SnapshotRequest(args.script, args.output, tuple(args.target), tuple(args.params)), settings)
+    if not args.quiet:
+        print(f"wrote {len(report.targets)} target(s) and baseline.json to {args.output}")
+    return EXIT_OK
+
+
+def cmd_check(args) -> int:
+    from .gate import check
+
+    settings = _settings(args)
+    report = check(list(args.paths), settings)
+    if args.format != "terminal":
+        _emit(render_lint_as(report, args.format), args.output)
+    else:
+        from ..reports.terminal import render_terminal
+
+        render_terminal(report, _console(args))
+    return exit_code(report, settings.fail_on)
+
+
+def _percent(text: str | None, default: float, where: str) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(str(text).strip().rstrip("%")) / 100
+    except ValueError:
+        raise ShardLintInputError(where, f"expected a percentage like 5%, got {text!r}") from None
+    if value < 0:
+        raise ShardLintInputError(where, "must not be negative")
+    return value
+
+
+def cmd_gate(args) -> int:
+    from ..passes.byte_sizes import parse_bytes
+    from ..passes.gate import GateThresholds
+    from ..reports.json_report import render_json
+    from .gate import GateRequest, gate
+
+    settings = _settings(args)
+    defaults = GateThresholds()
+    try:
+        new_bytes = parse_bytes(args.new_collective_bytes) if args.new_collective_bytes else defaults.new_collective_bytes
+    except ValueError as e:
+        raise ShardLintInputError("--new-collective-bytes", str(e)) from None
+    thresholds = GateThresholds(
+        peak_increase=_percent(args.max_peak_increase, defaults.peak_increase, "--max-peak-increase"),
+        collective_increase=_percent(args.max_collective_increase, defaults.collective_increase,
+                                     "--max-collective-increase"),
+        new_collective_bytes=new_bytes,
+    )
+    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update), settings,
+                     thresholds)
+    if args.format == "json":
+        _emit(render_json(result), args.output)
+    elif args.format == "markdown":
+        from ..reports.markdown import render_gate_markdown
+
+        _emit(render_gate_markdown(result), args.output)
+    else:
+        from ..reports.gate_terminal import render_gate
+
+        render_gate(result, _console(args))
+    if args.update:
+        return EXIT_OK
+    return EXIT_OK if result.passed else EXIT_FINDINGS
+
+
+def cmd_schema(args) -> int:
+    import json
+
+    from ..passes.gate import Baseline, GateResult
+    from ..passes.models import LintReport, PropagateRun
+    from ..passes.rewrite_models import RewriteRun
+
+    model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
+             "baseline": Baseline}[args.kind]
+    print(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+
+
+COMMANDS = {
+    "lint": cmd_lint, "run": cmd_run, "fit": cmd_fit, "propagate": cmd_propagate, "rewrite": cmd_rewrite,
+    "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema, "rules": cmd_rules,
+    "rule": cmd_rule,
+}
