@@ -1,11 +1,15 @@
 """Every use of JAX's private APIs, in one place, so a JAX upgrade touches one file.
 
-Private pieces used: the MLIR context JAX builds for its own modules
-(``jax._src.interpreters.mlir.make_ir_context``), whether backends are already
-initialised (``jax._src.xla_bridge``), and compiling StableHLO text without
-re-tracing Python (``jax._src.interpreters.pxla`` / the backend's compile).
-Everything else here uses public API and is kept beside them because it names
-XLA's file layout (dump file names) that also changes between versions.
+Private pieces used:
+- the MLIR context JAX builds for its own modules (``jax._src.interpreters.mlir.make_ir_context``);
+- whether backends are initialised (``jax._src.xla_bridge.backends_are_initialized``);
+- compiling StableHLO text without re-tracing Python (``jax._src.compiler.get_compile_options`` and
+  ``backend_compile_and_load``) and running the result (``execute_sharded``);
+- turning XLA's OpShardings back into NamedShardings (``jax._src.sharding_impls.GSPMDSharding``,
+  ``_gspmd_to_named_sharding_via_mesh``);
+- the devices a Lowered program was lowered for (``Lowered._lowering._device_list``).
+Everything else here is public API, kept beside them because it names XLA's
+file layout (dump file names), which also changes between versions.
 """
 
 from __future__ import annotations

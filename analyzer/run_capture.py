@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from ..passes.memory import stats_from_buffer_assignment
 from ..passes.models import LintReport, ScriptRun, TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
-from ..passes.hlo_text import parse_hlo_module
 from ..passes.rules.registry import rule_docs
 from ..passes.stablehlo_module import call_site
 from . import __version__, jax_adapter
@@ -146,7 +145,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
                 skipped.append(f"{name}: past --max-programs {request.max_programs}")
                 continue
             report = _analyze(name, hlo_path, mlir_path, settings)
-            key = (name, str(report.call_site), parse_hlo_module(_read(hlo_path)).name)
+            key = (name, str(report.call_site))
             if key in by_key and by_key[key].collectives == report.collectives:
                 first = by_key[key]
                 by_key[key] = first.model_copy(update={"compilations": first.compilations + 1})

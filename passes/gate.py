@@ -163,6 +163,6 @@ def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: 
         for err in sorted(set(after.errors) - set(before.errors)):
             rows.append(GateRow(target=name, metric=f"new error {err.split(' ', 1)[0]}", before=None, after=None,
                                 ratio=None, alert=err))
-    return GateResult(baseline=baseline_name, passed=not any(r.alert for r in rows if r.metric != "target"
-                                                              or r.alert.startswith("missing")),
-                      thresholds=thresholds, rows=rows)
+    # A target new to the baseline is news, not a regression; everything else flagged fails.
+    failing = [r for r in rows if r.alert and not (r.metric == "target" and r.alert.startswith("new target"))]
+    return GateResult(baseline=baseline_name, passed=not failing, thresholds=thresholds, rows=rows)
