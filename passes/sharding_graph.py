@@ -21,7 +21,7 @@ from jaxlib.mlir.dialects import sdy
 from .axes import Axes, AxisRef
 from .hlo_shapes import mlir_dtype_to_hlo
 from .models import SourceLocation
-from .stablehlo_module import op_name_of_location, read_meshes, source_of_location
+from .stablehlo_module import dim_axes, op_name_of_location, read_dims, read_meshes, source_of_location
 
 
 @dataclass(frozen=True)
@@ -159,23 +159,10 @@ class _Builder:
     def seed(self, tid: int, attr: ir.Attribute, what: str, drop_axes: frozenset[str] = frozenset()) -> None:
         s = sdy.TensorShardingAttr(attr)
         t = self.g.tensors[tid]
-        for d, dim in enumerate(s.dimension_shardings):
-            if d >= len(t.shape):
-                break
-            ds = sdy.DimensionShardingAttr(dim)
-            axes = []
-            for ax in ds.axes:
-                ref = sdy.AxisRefAttr(ax)
-                if ref.name in drop_axes:
-                    continue
-                if ref.sub_axis_info is not None:
-                    sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
-                    axes.append((ref.name, int(sub.pre_size), int(sub.size)))
-                else:
-                    axes.append((ref.name, 1, self.g.axis_sizes.get(ref.name, 1)))
-            t.dims[d] = tuple(axes)
-            t.closed[d] = bool(ds.is_closed)
-            t.priority[d] = ds.priority
+        for d, dim in enumerate(read_dims(s)[: len(t.shape)]):
+            t.dims[d] = dim_axes(dim, self.g.axis_sizes, drop_axes)
+            t.closed[d] = dim.closed
+            t.priority[d] = dim.priority
         t.replicated = frozenset(
             (sdy.AxisRefAttr(a).name, 1, self.g.axis_sizes.get(sdy.AxisRefAttr(a).name, 1)) for a in s.replicated_axes
         )

@@ -10,6 +10,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
 from .axes import Axes, label, merge_adjacent
+from .stablehlo_module import dim_axes, read_dims
 
 POPULATE_RULES = "builtin.module(func.func(sdy-populate-op-sharding-rules))"
 SHARDY_PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
@@ -41,18 +42,7 @@ def shardy_propagated(module: ir.Module) -> ir.Module:
 
 
 def axes_of(attr: ir.Attribute, axis_sizes: dict[str, int], rank: int) -> tuple[Axes, ...]:
-    s = sdy.TensorShardingAttr(attr)
-    dims: list[Axes] = []
-    for dim in s.dimension_shardings:
-        refs = []
-        for ax in sdy.DimensionShardingAttr(dim).axes:
-            ref = sdy.AxisRefAttr(ax)
-            if ref.sub_axis_info is not None:
-                sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
-                refs.append((ref.name, int(sub.pre_size), int(sub.size)))
-            else:
-                refs.append((ref.name, 1, axis_sizes.get(ref.name, 1)))
-        dims.append(merge_adjacent(tuple(refs)))
+    dims = [merge_adjacent(dim_axes(d, axis_sizes)) for d in read_dims(sdy.TensorShardingAttr(attr))]
     return tuple(dims) + ((),) * (rank - len(dims))
 
 

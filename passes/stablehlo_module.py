@@ -93,20 +93,39 @@ def entry_function(module: ir.Module):
     return public[0]
 
 
-def sharding_axes(sharding: sdy.TensorShardingAttr) -> list[list[str]]:
-    """Mesh axes per dimension, sub-axes in Shardy's ``name:(pre)size`` notation."""
+@dataclass(frozen=True)
+class DimSharding:
+    """One dimension of an ``sdy.sharding``: its axes as (name, sub-axis (pre, size)
+    or None for the whole axis), whether it is closed, and its priority."""
+
+    axes: tuple[tuple[str, tuple[int, int] | None], ...]
+    closed: bool
+    priority: int | None
+
+
+def read_dims(sharding: sdy.TensorShardingAttr) -> list[DimSharding]:
+    """The one reader of a TensorShardingAttr's dimensions through the bindings."""
     out = []
     for dim in sharding.dimension_shardings:
-        labels = []
-        for ax in sdy.DimensionShardingAttr(dim).axes:
+        ds = sdy.DimensionShardingAttr(dim)
+        axes = []
+        for ax in ds.axes:
             ref = sdy.AxisRefAttr(ax)
-            if ref.sub_axis_info is not None:
-                sub = sdy.SubAxisInfoAttr(ref.sub_axis_info)
-                labels.append(f"{ref.name}:({sub.pre_size}){sub.size}")
-            else:
-                labels.append(ref.name)
-        out.append(labels)
+            sub = sdy.SubAxisInfoAttr(ref.sub_axis_info) if ref.sub_axis_info is not None else None
+            axes.append((ref.name, (int(sub.pre_size), int(sub.size)) if sub else None))
+        out.append(DimSharding(tuple(axes), bool(ds.is_closed), ds.priority))
     return out
+
+
+def dim_axes(dim: DimSharding, axis_sizes: dict[str, int], drop: frozenset[str] = frozenset()):
+    """A dimension's axes as (name, pre, size) references (see passes/axes.py)."""
+    return tuple((name, sub[0], sub[1]) if sub else (name, 1, axis_sizes.get(name, 1))
+                 for name, sub in dim.axes if name not in drop)
+
+
+def sharding_axes(sharding: sdy.TensorShardingAttr) -> list[list[str]]:
+    """Mesh axes per dimension, sub-axes in Shardy's ``name:(pre)size`` notation."""
+    return [[f"{name}:({sub[0]}){sub[1]}" if sub else name for name, sub in d.axes] for d in read_dims(sharding)]
 
 
 def axis_label_size(label: str, mesh: MeshInfo) -> int:
