@@ -310,8 +310,8 @@ def cmd_gate(args) -> int:
                                      "--max-collective-increase"),
         new_collective_bytes=new_bytes,
     )
-    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update), settings,
-                     thresholds)
+    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
+                                 platform_given=args.platform is not None), settings, thresholds)
     if args.format == "json":
         _emit(render_json(result), args.output)
     elif args.format == "markdown":

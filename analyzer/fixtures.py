@@ -120,8 +120,23 @@ def kind_of(path: str) -> str:
     return "export"
 
 
-def check_path(path: str, settings: Settings) -> list[TargetReport]:
-    """Analyse one checked-in program (or every module of a dump directory)."""
+def snapshot_platform(mlir_path: str) -> str | None:
+    """The platform a snapshot was taken on, from the metadata beside it."""
+    meta = os.path.splitext(mlir_path)[0] + ".meta.json"
+    if not os.path.isfile(meta):
+        return None
+    import json
+
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return str(json.load(f).get("platform", "")) or None
+    except (OSError, ValueError):
+        return None
+
+
+def check_path(path: str, settings: Settings, devices: list | None = None) -> list[TargetReport]:
+    """Analyse one checked-in program (or every module of a dump directory) on
+    the run's devices."""
     kind = kind_of(path)
     if kind != "dump" and not os.path.isfile(path):
         raise ShardLintInputError(path, "no such file")
@@ -136,7 +151,13 @@ def check_path(path: str, settings: Settings) -> list[TargetReport]:
     else:
         text, n = read_export(path)
         name = os.path.splitext(os.path.basename(path))[0]
-    if n > len(jax_adapter.cpu_devices()):
+    pool = devices if devices is not None else jax_adapter.cpu_devices()
+    if n > len(pool):
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
-    report, _, _ = analyze_text(name, text, settings, path)
+    report, _, _ = analyze_text(name, text, settings, path, devices=pool)
+    taken_on = snapshot_platform(path) if kind == "mlir" else None
+    if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
+        report = report.model_copy(update={"warnings": [
+            f"this snapshot was taken on {taken_on} but these figures come from a CPU compile; "
+            f"use --platform {taken_on.split()[0]}"]})
     return [report]

@@ -108,8 +108,8 @@ def check(paths: list[str], settings: Settings) -> LintReport:
 
             needed = max(needed, read_entry_signature(read_mlir(p)[0]).num_partitions)
     settings.devices = max(settings.devices, needed)
-    select_run_devices(settings)
-    reports = [r for p in paths for r in check_path(p, settings)]
+    devices = select_run_devices(settings)
+    reports = [r for p in paths for r in check_path(p, settings, devices)]
     names = [r.name for r in reports]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -129,6 +129,7 @@ class GateRequest:
     paths: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     update: bool = False
+    platform_given: bool = False
 
 
 def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -> tuple[GateResult, LintReport]:
@@ -141,6 +142,13 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
         paths = snapshot_fixtures(request.baseline)
         if not paths:
             raise ShardLintInputError(request.baseline, "no .mlir snapshots in this directory")
+        from .fixtures import snapshot_platform
+        from .gpu_targets import GPU_TARGETS
+
+        taken = {(snapshot_platform(p) or "cpu").split()[0] for p in paths}
+        if not request.platform_given and len(taken) == 1 and next(iter(taken)) in GPU_TARGETS:
+            # Compare like with like: re-analyse the snapshots for the GPU they were taken for.
+            settings.platform = next(iter(taken))
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
     if scripts and len(paths) > 1:
         raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")

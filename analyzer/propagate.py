@@ -13,7 +13,7 @@ from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
 from .fixtures import read_mlir
-from .lint import analyze_lowered, relativize
+from .lint import analyze_lowered, relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 
@@ -34,7 +34,8 @@ def _mesh_of(module):
 def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
     module, text = read_mlir(request.path)
     sig = _mesh_of(module)
-    jax_adapter.configure_devices("cpu", max(settings.devices, sig.num_partitions))
+    settings.devices = max(settings.devices, sig.num_partitions)
+    devices = select_run_devices(settings)
     compiled = None
     if request.compile:
         from ..passes.collectives import find_collectives
@@ -42,7 +43,7 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
 
         try:
             program = jax_adapter.compile_stablehlo_text(
-                text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False)
+                text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
         except Exception as e:
             raise ShardLintInputError(request.path, f"failed to compile: {one_line(e)}") from e
         compiled = list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives)
@@ -51,9 +52,11 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
 
 
 def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
-    jax_adapter.configure_devices(settings.platform, settings.devices)
+    devices = select_run_devices(settings)
     fn, where = load_entry(request.path)
-    targets = select_targets(call_targets(fn, where, parse_params(list(request.params))), list(request.targets), where)
+    targets = select_targets(
+        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": devices}),
+        list(request.targets), where)
     out = []
     for name, lowered in targets.items():
         module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))

@@ -20,14 +20,15 @@ from jaxlib.mlir import ir
 
 from ..passes.models import TargetReport
 from ..passes.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
-from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun
+from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun, Validation
 from ..passes.sharding_text import normalized, out_shardings_text
 from ..passes.stablehlo_module import entry_function, path_keys, read_entry_signature
 from ..passes.state_roundtrip import correspond, mismatched
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
-from .lint import display_source, relativize
+from .gpu_targets import GPU_TARGETS
+from .lint import display_source, relativize, select_run_devices
 from .fixtures import analyze_text, read_mlir
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -168,13 +169,13 @@ def _spec_repr(spec) -> str:
 
 
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
-                   declared: dict) -> RewriteReport:
-    before, program_before, module = analyze_text(name, text, settings, where)
+                   declared: dict, devices: list | None = None) -> RewriteReport:
+    before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
     applied = plan(before, module, request, declared)
     sig = read_entry_signature(module)
     if applied:
         text_after = with_result_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
-        after, program_after, _ = analyze_text(name, text_after, settings, where)
+        after, program_after, _ = analyze_text(name, text_after, settings, where, devices=devices)
     else:
         after, program_after = before, program_before
     facts_before, facts_after = program_facts(before), program_facts(after)
@@ -188,7 +189,10 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     else:
         summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
     validation = None
-    if request.validate:
+    if request.validate and settings.platform in GPU_TARGETS:
+        validation = Validation(ran=False, reason=f"compiled for {settings.platform} without one: there is nothing to "
+                                "run it on here; use --platform gpu where GPUs are present")
+    elif request.validate:
         from .validate import validate
 
         expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
@@ -205,18 +209,20 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
     reports = []
     if request.path.endswith(".mlir"):
         module, text = read_mlir(request.path)
-        jax_adapter.configure_devices("cpu", max(settings.devices, read_entry_signature(module).num_partitions))
+        settings.devices = max(settings.devices, read_entry_signature(module).num_partitions)
+        devices = select_run_devices(settings)
         name = os.path.splitext(os.path.basename(request.path))[0]
-        reports.append(rewrite_target(name, text, request, settings, request.path, {}))
+        reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
     else:
-        jax_adapter.configure_devices(settings.platform, settings.devices)
+        devices = select_run_devices(settings)
         fn, where = load_entry(request.path)
         params = parse_params(list(request.params))
-        targets = select_targets(call_targets(fn, where, params), list(request.targets), where)
+        targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
+                                 list(request.targets), where)
         declared_all = _declared(fn, params)
         for name, lowered in targets.items():
             text = jax_adapter.stablehlo_text(lowered)
-            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {})))
+            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {}), devices))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = RewriteRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
                      script=request.path, targets=reports)

@@ -112,3 +112,33 @@ def test_missing_plugin_is_one_clear_line(cli, monkeypatch):
     assert result.code == 2
     assert result.err.strip() == ('jax-shard-lint: error: --platform b200: compiling for a GPU target needs the CUDA '
                                   'PJRT plugin: pip install "jax-shard-lint[gpu]"')
+
+
+def test_rewrite_and_propagate_compile_for_the_target(cli):
+    script = os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py")
+    result = cli("rewrite", script, "--target", "unpinned", "--platform", "h100", "--validate", "--format", "json")
+    assert result.code == 0, result.err
+    [t] = json.loads(result.out)["targets"]
+    assert t["platform"].startswith("h100") and all(c["is_async"] for c in t["after"]["collectives"])
+    assert t["validation"]["ran"] is False and "without one" in t["validation"]["reason"]
+    result = cli("propagate", os.path.join("examples", "value_function_step.py"), "--platform", "h100",
+                 "--target", "sharded_on_grid", "--format", "json")
+    [p] = json.loads(result.out)["targets"]
+    assert any(x["matched_compiled"] for x in p["predicted"])
+
+
+def test_snapshots_are_gated_on_the_platform_they_were_taken_on(cli, tmp_path):
+    out = tmp_path / "snap"
+    assert cli("snapshot", REMAT, "--platform", "h100", "--set", "batch=8", "-o", str(out)).code == 0
+    result = cli("gate", "--baseline", str(out), "--format", "json")
+    assert result.code == 0, result.out
+    assert json.loads(result.out)["passed"]
+    # Checking the same snapshot on CPU says the figures are not the GPU's.
+    [t] = lint_json_check(cli, str(out / "train_step.mlir"))
+    assert t["platform"].startswith("cpu") and "use --platform h100" in t["warnings"][0]
+
+
+def lint_json_check(cli, *paths):
+    result = cli("check", *paths, "--format", "json", "--fail-on", "never")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["targets"]
