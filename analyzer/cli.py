@@ -28,6 +28,11 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
                    "within a host or across hosts")
     p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
                    help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
+    _add_rule_args(p)
+
+
+def _add_rule_args(p: argparse.ArgumentParser) -> None:
+    """The budget, thresholds, ignored rules and config file: every analysing command's."""
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--budget", metavar="SIZE", help="per-device memory budget, e.g. 80GiB")
     budget.add_argument("--device", metavar="KIND",
@@ -81,11 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--devices", type=int, default=None, metavar="N",
                       help="give the script N virtual CPU devices (sets XLA's host device count)")
     runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="stop the script after this long")
-    runp.add_argument("--budget", metavar="SIZE")
-    runp.add_argument("--device", metavar="KIND")
-    runp.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE")
-    runp.add_argument("--ignore", action="append", default=[], metavar="CODE")
-    runp.add_argument("--config", metavar="PYPROJECT")
+    _add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
     _add_output_args(runp)
 

@@ -24,15 +24,15 @@ def _settings(args: argparse.Namespace):
         raise ShardLintInputError(args.config, "no such file")
     if config_path:
         load_file_settings(settings, config_path)
-    if args.devices is not None:
+    if getattr(args, "devices", None) is not None:
         if args.devices < 1:
             raise ShardLintInputError("--devices", "must be at least 1")
         settings.devices = args.devices
-    if args.platform:
+    if getattr(args, "platform", None):
         settings.platform = args.platform
-    if args.target_config:
+    if getattr(args, "target_config", None):
         settings.target_config = args.target_config
-    if args.hosts is not None:
+    if getattr(args, "hosts", None) is not None:
         if args.hosts < 1:
             raise ShardLintInputError("--hosts", "must be at least 1")
         settings.hosts = args.hosts
@@ -111,16 +111,10 @@ def cmd_lint(args) -> int:
 def cmd_run(args) -> int:
     from .run_capture import RunRequest, run
 
-    for name in ("target", "params", "target_config"):
-        setattr(args, name, [] if name != "target_config" else None)
-    args.platform, args.hosts = None, None
-    script_args = list(args.args)
     if args.max_programs < 1:
         raise ShardLintInputError("--max-programs", "must be at least 1")
-    devices = args.devices
-    args.devices = None
     settings = _settings(args)
-    report = run(RunRequest(args.script, tuple(script_args), args.max_programs, args.only, args.all, devices,
+    report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                             args.timeout), settings)
     if args.format != "terminal":
         _emit(render_lint_as(report, args.format), args.output)

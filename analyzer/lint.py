@@ -98,8 +98,8 @@ def _check_platform(settings: Settings) -> int | None:
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
     program = jax_adapter.compile_lowered(lowered)
     processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
-    out_info = [a for a in _flat_avals(lowered.out_info)]
-    in_info = [a for a in _flat_avals(lowered.in_avals)]
+    out_info = _flat_avals(lowered.out_info)
+    in_info = _flat_avals(lowered.in_avals)
     return CompiledFacts(
         hlo_text=program.hlo_text,
         platform=platform,
