@@ -24,6 +24,9 @@ def _settings(args: argparse.Namespace):
         raise ShardLintInputError(args.config, "no such file")
     if config_path:
         load_file_settings(settings, config_path)
+    if os.path.isfile(script_path):
+        # The script's folder is the user's code (helper modules beside it included).
+        settings.user_roots.append(os.path.dirname(os.path.abspath(script_path)))
     if getattr(args, "devices", None) is not None:
         if args.devices < 1:
             raise ShardLintInputError("--devices", "must be at least 1")
@@ -59,8 +62,16 @@ def _console(args, stream=None):
     from rich.console import Console
 
     out = stream or sys.stdout
-    return Console(file=out, no_color=not out.isatty() or bool(os.environ.get("NO_COLOR")), width=None
-                   if out.isatty() else 120, highlight=False)
+    return Console(file=out, no_color=not out.isatty() or bool(os.environ.get("NO_COLOR")),
+                   width=None if out.isatty() else piped_width(), highlight=False)
+
+
+def piped_width() -> int:
+    """The width of a report written to a pipe or file: $COLUMNS, else 100."""
+    try:
+        return max(60, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 100
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -102,7 +113,7 @@ def cmd_lint(args) -> int:
             from rich.console import Console
 
             with open(args.output, "w", encoding="utf-8") as f:
-                render_terminal(report, Console(file=f, no_color=True, width=120))
+                render_terminal(report, Console(file=f, no_color=True, width=piped_width()))
         else:
             render_terminal(report, _console(args))
     return exit_code(report, settings.fail_on)

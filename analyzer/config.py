@@ -7,6 +7,8 @@ The command line wins over the file. Example::
     device = "h100"            # or budget = "80GiB"
     fail-on = "warning"
     ignore = ["SL203"]
+    first-party = ["mypkg", "src/"]   # whose frames are the user's (default: the script's folder)
+    third-party = ["vendored/"]       # files that are never the user's
 
     [tool.jax-shard-lint.thresholds]
     replicating-collective-bytes = "128MiB"
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..passes.byte_sizes import parse_bytes
+from ..passes.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..passes.models import Severity
 from ..passes.pipeline import PassConfig
 from ..passes.rules.registry import RULES, all_options
@@ -32,7 +35,7 @@ from .errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
 _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",
-               "target-config"}
+               "target-config", "first-party", "third-party"}
 
 
 @dataclass
@@ -48,11 +51,22 @@ class Settings:
     config_file: str | None = None
     target_config: str | None = None
     hosts: int = 1
+    first_party: list[str] = field(default_factory=list)
+    third_party: list[str] = field(default_factory=list)
+    # Folders whose files are the user's (the script's): set by the command.
+    user_roots: list[str] = field(default_factory=list)
+
+    def ownership(self) -> CodeOwnership:
+        root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
+        return CodeOwnership(
+            first_party=tuple(self.first_party), third_party=tuple(self.third_party), root=root,
+            user_roots=tuple(self.user_roots), stdlib=DEFAULT_OWNERSHIP.stdlib,
+        )
 
     def pass_config(self) -> PassConfig:
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
-            disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes,
+            disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes, ownership=self.ownership(),
         )
 
 
@@ -153,6 +167,12 @@ def load_file_settings(settings: Settings, path: str) -> None:
         settings.fail_on = section["fail-on"]
     if "ignore" in section:
         settings.ignore |= rule_codes(section["ignore"], where)
+    for key in ("first-party", "third-party"):
+        if key in section:
+            value = section[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ShardLintInputError(where, f"{key} must be a list of module names or paths")
+            getattr(settings, key.replace("-", "_")).extend(value)
     for name, value in (section.get("thresholds") or {}).items():
         settings.options[name] = parse_option(name, value, where)
     for code, sev in (section.get("severity") or {}).items():

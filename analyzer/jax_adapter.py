@@ -7,7 +7,10 @@ Private pieces used:
   ``backend_compile_and_load``) and running the result (``execute_sharded``);
 - turning XLA's OpShardings back into NamedShardings (``jax._src.sharding_impls.GSPMDSharding``,
   ``_gspmd_to_named_sharding_via_mesh``);
-- the devices a Lowered program was lowered for (``Lowered._lowering._device_list``).
+- the devices a Lowered program was lowered for (``Lowered._lowering._device_list``);
+- which frames JAX records in op locations (``jax._src.source_info_util._exclude_paths``);
+- how ``jit`` matches an ``out_shardings`` pytree prefix to the output tree
+  (``jax._src.sharding_impls.prepare_axis_resources``, ``jax._src.api_util.flatten_axis_resources``).
 Everything else here is public API, kept beside them because it names XLA's
 file layout (dump file names), which also changes between versions.
 """
@@ -145,6 +148,70 @@ def sharding_axes(sharding: Any, rank: int) -> list[list[str]] | None:
         else:  # PartitionSpec.UNCONSTRAINED and friends: not a fixed layout
             return None
     return dims + [[] for _ in range(rank - len(dims))]
+
+
+def record_library_frames() -> None:
+    """Make JAX record the frames of installed libraries (flax, optax, ...) in op
+    locations, as it does in a virtual environment.
+
+    JAX drops frames under the standard library's folder, which on a pyenv or
+    system Python contains site-packages, so there it drops every library frame;
+    flax also registers its own files. The tool decides whose code a frame is
+    itself (passes/frames.py) and needs the library frames for ``via``: keep JAX's
+    own exclusion and the standard library's, less the package folders inside it.
+    """
+    from jax._src import source_info_util as siu
+
+    jax_root = os.path.dirname(os.path.dirname(os.path.abspath(siu.__file__))) + os.sep
+    kept: list[str] = []
+    for path in list(siu._exclude_paths):
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith(jax_root):
+            kept.append(path)
+        elif "site-packages" in parts or "dist-packages" in parts:
+            continue  # a library's own exclusion (flax registers its files)
+        elif os.path.isdir(os.path.join(path, "site-packages")) or os.path.isdir(os.path.join(path, "dist-packages")):
+            for child in sorted(os.listdir(path)):
+                if child not in ("site-packages", "dist-packages"):
+                    full = os.path.join(path, child)
+                    kept.append(full + os.sep if os.path.isdir(full) else full)
+        else:
+            kept.append(path)
+    if kept != siu._exclude_paths:
+        siu._exclude_paths[:] = kept
+        siu._exclude_path_regex.cache_clear()
+        siu.is_user_filename.cache_clear()
+        siu.user_frame.cache_clear()
+
+
+def flatten_out_shardings(value: Any, out_tree: Any, n_outputs: int) -> list[Any]:
+    """What ``jax.jit(f, out_shardings=value)`` makes of ``value`` for outputs of
+    tree ``out_tree``: one Sharding (or None, unspecified) per flattened output.
+    Raises ValueError with JAX's own message where jit would reject it."""
+    from jax._src.api_util import flatten_axis_resources
+    from jax._src.sharding_impls import UnspecifiedValue, prepare_axis_resources
+
+    prepared = prepare_axis_resources(value, "out_shardings")
+    if prepared is None or isinstance(prepared, (UnspecifiedValue, jax.sharding.Sharding)):
+        flat = [prepared] * n_outputs
+    else:
+        flat = list(flatten_axis_resources("pjit out_shardings", out_tree, prepared, tupled_args=False))
+    return [None if isinstance(s, UnspecifiedValue) else s for s in flat]
+
+
+def lowered_mesh(lowered: Any) -> Any:
+    """The concrete Mesh of a Lowered program's NamedShardings, or None."""
+    args = lowered._lowering.compile_args
+    for s in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
+        mesh = getattr(s, "mesh", None)
+        if isinstance(mesh, jax.sharding.Mesh):
+            return mesh
+    return None
+
+
+def arg_info_dtype(info: Any) -> Any:
+    """The dtype of one leaf of ``Lowered.args_info``."""
+    return info._aval.dtype
 
 
 def configure_devices(platform: str, num_cpu_devices: int) -> None:

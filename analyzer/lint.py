@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from ..passes.frames import library_relative
 from ..passes.memory import MemoryStats
 from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
 from ..passes.finding_provenance import EXPLAINED_RULES, attach_provenance
@@ -22,6 +23,7 @@ from . import devices as run_devices
 from .config import Settings
 from .device_presets import PRESETS
 from .gpu_targets import GPU_TARGETS, load_target, target_devices
+from .out_shardings import suggest as suggest_out_shardings
 from .errors import ShardLintInputError, one_line
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -128,9 +130,13 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    report = analyze_target(name, module, facts, settings.pass_config())
+    def out_shardings_hook(inputs, outputs, roundtrips):
+        s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)
+        return s.text, s.problem
+
+    report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook)
     if any(f.rule in EXPLAINED_RULES for f in report.findings):
-        report = attach_provenance(report, run_propagation(module), display_source)
+        report = attach_provenance(report, run_propagation(module, settings.ownership()), display_source)
     return report
 
 
@@ -139,6 +145,13 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _display_path(path: str, base: str) -> str:
+    """Relative to ``base`` beneath it; an installed library's file as its package
+    path (``flax/nnx/nn/linear.py``), so reports read the same on every machine."""
+    if path.startswith("<"):
+        return path
+    packaged = library_relative(path)
+    if packaged != path:
+        return packaged
     absolute = os.path.abspath(path)
     rel = os.path.relpath(absolute, base)
     return rel if not rel.startswith("..") else absolute
@@ -277,7 +290,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         say(f"compiling {name}")
         _check_lowered_for(lowered, name, settings, where)
         report = analyze_lowered(name, lowered, settings, where)
-        reports.append(report.model_copy(update={"warnings": run_warnings(settings)}))
+        reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     local = local_source_files(where) if os.path.exists(where) else []
     from_source = source_findings(local, settings)
     files = [os.path.abspath(where)] + local + [

@@ -106,7 +106,7 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
                 live_range_text=live, buffer_assignment_text=buffers,
             )
             report = analyze_target(name, module, facts, settings.pass_config())
-            return report.model_copy(update={"call_site": call_site(module, name)})
+            return report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
             pass
     return analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live)

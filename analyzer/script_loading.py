@@ -9,6 +9,7 @@ The script's ``if __name__ == "__main__"`` block does not run.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -56,7 +57,9 @@ def import_script(path: str) -> Any:
         sys.path.insert(0, folder)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        # What the script prints goes to stderr: stdout carries the report (--format json).
+        with contextlib.redirect_stdout(sys.stderr):
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         raise ShardLintInputError(path, f"syntax error at line {e.lineno}: {e.msg}") from e
     except BaseException as e:
@@ -74,7 +77,8 @@ def load_entry(spec: str) -> tuple[Callable[..., Any], str]:
         where = target
     else:
         try:
-            module = importlib.import_module(target)
+            with contextlib.redirect_stdout(sys.stderr):
+                module = importlib.import_module(target)
         except ImportError as e:
             raise ShardLintInputError(target, f"cannot import module: {one_line(e)}") from e
         except BaseException as e:
@@ -130,8 +134,13 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any], ext
     for key, value in (extra or {}).items():
         if accepts_any or key in known:
             kwargs.setdefault(key, value)
+    from . import jax_adapter
+
+    # After the import (libraries register their exclusions then), before lowering.
+    jax_adapter.record_library_frames()
     try:
-        result = fn(**kwargs)
+        with contextlib.redirect_stdout(sys.stderr):
+            result = fn(**kwargs)
     except TypeError as e:
         raise ShardLintInputError(where, f"{fn.__name__}() failed: {one_line(e)}") from e
     except BaseException as e:

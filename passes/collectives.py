@@ -17,6 +17,7 @@ from .device_groups import (
     spans_hosts,
 )
 from .hlo_shapes import parse_arrays, split_tuple
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .hlo_text import HloInstruction, HloModule
 from .models import Collective
 
@@ -92,6 +93,7 @@ def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
 
 def find_collectives(
     module: HloModule, mesh: MeshInfo | None, processes: tuple[int, ...] | None = None,
+    ownership: CodeOwnership = DEFAULT_OWNERSHIP,
 ) -> CollectivesResult:
     counts, unknown = computation_multiplicity(module)
     diagnostics: list[str] = []
@@ -136,10 +138,11 @@ def find_collectives(
                 diagnostics.append(f"{ins.name}: {e}")
             if not axes and group_size > 1:
                 axes = [f"<{group_size} devices>"]
+            source, via = module.attribution_of(ins, ownership)
             found.append(Collective(
                 kind=kind, bytes=nbytes, count=runs, mesh_axes=axes,
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
-                op_name=ins.op_name, source=module.source_of(ins), hlo_name=ins.name,
+                op_name=ins.op_name, source=source, via=via, hlo_name=ins.name,
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
                 group_size=group_size, count_is_lower_bound=comp.name in unknown, cross_host=cross,
             ))

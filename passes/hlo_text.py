@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .models import SourceLocation
 
 _METADATA_STR = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -105,17 +106,32 @@ class HloModule:
     def instruction(self, name: str) -> HloInstruction | None:
         return self.by_name.get(name)
 
-    def source_of(self, ins: HloInstruction) -> SourceLocation | None:
-        """The user's line for an instruction: the innermost stack frame, else
-        the metadata's source_file/source_line, else None."""
+    def stack_of(self, ins: HloInstruction) -> list[SourceLocation]:
+        """The op's call stack, innermost frame first: the StackFrames chain of its
+        ``stack_frame_id``, else the metadata's source_file/source_line."""
         frame_id = ins.metadata.get("stack_frame_id")
-        if isinstance(frame_id, int) and frame_id in self.frames:
+        stack: list[SourceLocation] = []
+        seen: set[int] = set()
+        while isinstance(frame_id, int) and frame_id in self.frames and frame_id not in seen:
+            seen.add(frame_id)
             f = self.frames[frame_id]
-            return SourceLocation(file=f.file, line=f.line, function=f.function)
+            stack.append(SourceLocation(file=f.file, line=f.line, function=f.function or None))
+            frame_id = f.parent
+        if stack:
+            return stack
         file, line = ins.metadata.get("source_file"), ins.metadata.get("source_line")
         if isinstance(file, str) and isinstance(line, int):
-            return SourceLocation(file=file, line=line)
-        return None
+            return [SourceLocation(file=file, line=line)]
+        return []
+
+    def attribution_of(
+        self, ins: HloInstruction, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+    ) -> tuple[SourceLocation | None, SourceLocation | None]:
+        """(the user's line, the library line it went through) for an instruction."""
+        return ownership.attribute(self.stack_of(ins))
+
+    def source_of(self, ins: HloInstruction, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> SourceLocation | None:
+        return self.attribution_of(ins, ownership)[0]
 
 
 def _outside_quotes(text: str, start: int = 0):
@@ -211,6 +227,43 @@ def parse_instruction(line: str) -> HloInstruction:
     return HloInstruction(name, opcode, shape, operands, attrs, metadata, is_root)
 
 
+_C_ESCAPES = {"n": 10, "t": 9, "r": 13, '"': 34, "\\": 92, "'": 39, "a": 7, "b": 8, "f": 12, "v": 11, "?": 63}
+
+
+def c_string(text: str) -> str:
+    """A string as XLA prints it (C escapes, non-ASCII bytes as octal ``\\303\\251``)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1]
+    if "\\" not in text:
+        return text
+    out = bytearray()
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\" or i + 1 == n:
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt in "01234567":
+            j = i + 1
+            while j < n and j < i + 4 and text[j] in "01234567":
+                j += 1
+            out.append(int(text[i + 1:j], 8) & 0xFF)
+            i = j
+        elif nxt == "x":
+            j = i + 2
+            while j < n and j < i + 4 and text[j] in "0123456789abcdefABCDEF":
+                j += 1
+            out.append(int(text[i + 2:j] or "0", 16) & 0xFF)
+            i = j
+        else:
+            out.append(_C_ESCAPES.get(nxt, ord(nxt) if ord(nxt) < 128 else 63))
+            i += 2
+    return out.decode("utf-8", errors="replace")
+
+
 def _parse_tables(lines: list[str]) -> dict[int, StackFrame]:
     tables: dict[str, dict[int, str]] = {}
     current = None
@@ -222,8 +275,8 @@ def _parse_tables(lines: list[str]) -> dict[int, StackFrame]:
         m = _TABLE_ENTRY.match(s)
         if current is not None and m:
             current[int(m.group(1))] = m.group(2)
-    files = {k: json.loads(v) for k, v in tables.get("FileNames", {}).items()}
-    funcs = {k: json.loads(v) for k, v in tables.get("FunctionNames", {}).items()}
+    files = {k: c_string(v) for k, v in tables.get("FileNames", {}).items()}
+    funcs = {k: c_string(v) for k, v in tables.get("FunctionNames", {}).items()}
     locs = {}
     for k, v in tables.get("FileLocations", {}).items():
         fields = dict(re.findall(r"(\w+)=(-?\d+)", v))

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from .hlo_shapes import parse_arrays
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .hlo_text import HloModule
 from .models import LiveBuffer, MemorySummary, MemoryTimelinePoint
 
@@ -150,6 +151,7 @@ def summarize_memory(
     live_range_text: str | None = None,
     buffer_assignment_text: str | None = None,
     budget_bytes: int | None = None,
+    ownership: CodeOwnership = DEFAULT_OWNERSHIP,
 ) -> MemorySummary:
     live: list[LiveBuffer] = []
     report = parse_live_range_report(live_range_text) if live_range_text else None
@@ -159,11 +161,12 @@ def summarize_memory(
             ins = hlo.instruction(base) if hlo else None
             arrays = parse_arrays(ins.shape) if ins else []
             main = arrays[0] if len(arrays) == 1 else None
+            source, via = hlo.attribution_of(ins, ownership) if hlo and ins else (None, None)
             live.append(LiveBuffer(
                 name=name, bytes=nbytes,
                 shape=list(main.dims) if main else None, dtype=main.dtype if main else None,
                 op_name=ins.op_name if ins else None,
-                source=hlo.source_of(ins) if hlo and ins else None,
+                source=source, via=via,
             ))
         live.sort(key=lambda b: (-b.bytes, b.name))
     timeline = _timeline(report, parse_buffer_values(buffer_assignment_text)) if (

@@ -30,7 +30,8 @@ class Severity(str, Enum):
 
 
 class SourceLocation(Model):
-    """A line in the user's code: the innermost frame of the op's stack."""
+    """A line of code: as a ``source``, the innermost frame of the op's stack in
+    the user's code; as a ``via``, the innermost library frame it went through."""
 
     file: str
     line: int
@@ -38,6 +39,20 @@ class SourceLocation(Model):
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+_VIA = Field(default=None, description="The innermost library frame the op went through (flax, optax, ...), "
+             "when that is not the user's own line; set alone when no frame is the user's.")
+
+
+def where_text(source: SourceLocation | None, via: SourceLocation | None) -> str:
+    """``model.py:41 via flax/nnx/nn/linear.py:210``; ``(no user frame) via
+    optax/_src/numerics.py:143`` when no frame is the user's; ``-`` when nothing is known."""
+    if source is not None:
+        return f"{source} via {via}" if via is not None else str(source)
+    if via is not None:
+        return f"(no user frame) via {via}"
+    return "-"
 
 
 class TensorInfo(Model):
@@ -67,6 +82,7 @@ class Collective(Model):
     dtype: str
     op_name: str | None
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
     hlo_name: str
     computation: str
     is_async: bool = False
@@ -92,6 +108,7 @@ class LiveBuffer(Model):
     dtype: str | None
     op_name: str | None
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
 
 
 class MemoryTimelinePoint(Model):
@@ -129,6 +146,7 @@ class Finding(Model):
     severity: Severity
     message: str
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
     fix: str | None = None
     subject: str | None = Field(default=None, description="What the finding is about: an HLO op, a pytree path.")
     provenance: list[str] = Field(
@@ -218,6 +236,7 @@ class ProvenanceStep(Model):
     sharding: list[list[str]]
     op: str | None
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
 
 
 class PropagatedValue(Model):
@@ -229,6 +248,7 @@ class PropagatedValue(Model):
     per_device_bytes: int
     op_name: str | None
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
     seed: str | None = Field(description="The stated sharding this value's sharding traces back to.")
     provenance: list[ProvenanceStep] = Field(default_factory=list)
 
@@ -241,6 +261,7 @@ class PredictedCollective(Model):
     value: str
     reason: str
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
     matched_compiled: bool | None = Field(
         description="Whether the compiled program runs a collective of this family at this source line; "
         "null when no compiled program was available."
@@ -251,6 +272,7 @@ class Disagreement(Model):
     value: str
     op_name: str | None
     source: SourceLocation | None
+    via: SourceLocation | None = _VIA
     ours: list[list[str]]
     shardy: list[list[str]]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -18,6 +19,7 @@ from jaxlib.mlir import ir
 from . import rules as _rules  # noqa: F401  (registers the rules)
 from .collectives import find_collectives
 from .device_groups import axis_scopes
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .hlo_text import parse_hlo_module
 from .hlo_shapes import array_bytes, parse_arrays, split_tuple
 from .memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
@@ -52,6 +54,7 @@ class PassConfig:
     severities: dict[str, Severity] = field(default_factory=dict)
     disabled: frozenset[str] = frozenset()
     budget_bytes: int | None = None
+    ownership: CodeOwnership = DEFAULT_OWNERSHIP
 
     def resolved_options(self) -> dict[str, Any]:
         out = {name: opt.default for name, opt in all_options().items()}
@@ -90,20 +93,28 @@ def _with_shardings(tensors, shardings, mesh) -> tuple:
     )
 
 
-def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig) -> TargetReport:
+# Builds and checks the out_shardings= text from the program's real pytrees, which
+# only the analyzer has: (inputs, outputs, round trips) -> (text, why there is none).
+OutShardingsHook = Callable[[tuple, tuple, tuple], "tuple[str | None, str | None]"]
+
+
+def analyze_target(
+    name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig,
+    out_shardings_hook: OutShardingsHook | None = None,
+) -> TargetReport:
     # 1. The entry signature and its source lines, from StableHLO.
     sig = read_entry_signature(module)
-    sources = read_entry_sources(module)
+    sources = read_entry_sources(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
     outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
     sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
 
     # 2. The compiled program: collectives and memory.
     hlo = parse_hlo_module(compiled.hlo_text)
-    collectives = find_collectives(hlo, sig.mesh, compiled.device_processes).collectives
+    collectives = find_collectives(hlo, sig.mesh, compiled.device_processes, config.ownership).collectives
     memory = summarize_memory(
         compiled.memory, compiled.platform, hlo, compiled.live_range_text, compiled.buffer_assignment_text,
-        config.budget_bytes,
+        config.budget_bytes, config.ownership,
     ) if compiled.memory else None
 
     # 3. Which outputs are inputs coming back.
@@ -120,10 +131,17 @@ def analyze_target(name: str, module: ir.Module, compiled: CompiledFacts, config
         sharded_global_shapes=sharded,
     )
     findings = run_rules(ctx, config)
+    warnings: list[str] = []
+    if out_shardings_hook is not None:
+        suggestion, problem = out_shardings_hook(inputs, outputs, roundtrips)
+        if problem:
+            warnings.append(problem)
+    else:
+        suggestion = suggested_out_shardings(outputs, roundtrips)
     return TargetReport(
         name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
         memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
-        findings=findings, suggested_out_shardings=suggested_out_shardings(outputs, roundtrips),
+        findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
         axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
     )
 
@@ -173,15 +191,15 @@ def analyze_hlo_only(
     mesh = MeshInfo(())
     sig = EntrySignature(None, mesh, inputs, outputs, tuple((k,) for k in range(len(inputs))),
                          tuple((k,) for k in range(len(outputs))), hlo.num_partitions)
-    collectives = find_collectives(hlo, None).collectives
+    collectives = find_collectives(hlo, None, None, config.ownership).collectives
     memory = summarize_memory(
         stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text, buffer_assignment_text,
-        config.budget_bytes,
+        config.budget_bytes, config.ownership,
     ) if buffer_assignment_text else None
     ctx = RuleContext(
         target=name, platform=platform, signature=sig, inputs=inputs, outputs=outputs, collectives=collectives,
         memory=memory, roundtrips=(), options=config.resolved_options(),
-        entry_source=next((hlo.source_of(i) for i in entry.instructions if hlo.source_of(i)), None),
+        entry_source=next((s for s in (hlo.source_of(i, config.ownership) for i in entry.instructions) if s), None),
     )
     return TargetReport(
         name=name, platform=platform, num_devices=hlo.num_partitions, mesh={}, memory=memory,

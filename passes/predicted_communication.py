@@ -101,7 +101,8 @@ def _edge(step: Step, tensors: list[Tensor], sizes) -> list[PredictedCollective]
 def _make(kind, nbytes, axes, step: Step, t: Tensor, reason, sizes) -> PredictedCollective:
     return PredictedCollective(
         kind=kind, bytes=int(nbytes), mesh_axes=_labels(axes, sizes), op=step.op, value=t.name,
-        reason=reason, source=step.source or t.source, matched_compiled=None,
+        reason=reason, source=step.source or t.source, via=step.via if step.source else t.via,
+        matched_compiled=None,
     )
 
 

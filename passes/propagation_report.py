@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from .axes import label, merge_adjacent
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .hlo_shapes import array_bytes
 from .models import (
     Collective, Disagreement, PropagatedValue, PropagationReport, ProvenanceStep, ShardyAgreement,
@@ -47,14 +48,15 @@ class Propagated:
             src_id, step_id = current.parent[dim]
             step = self.graph.steps[step_id]
             chain.append(ProvenanceStep(
-                value=current.name, sharding=self.labels(current), op=step.op, source=step.source,
+                value=current.name, sharding=self.labels(current), op=step.op, source=step.source, via=step.via,
             ))
             if src_id in seen:
                 break
             seen.add(src_id)
             current = self.graph.tensors[src_id]
             dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
-        chain.append(ProvenanceStep(value=current.name, sharding=self.labels(current), op=None, source=current.source))
+        chain.append(ProvenanceStep(
+            value=current.name, sharding=self.labels(current), op=None, source=current.source, via=current.via))
         return chain
 
     def seed_of(self, t: Tensor) -> str | None:
@@ -63,9 +65,9 @@ class Propagated:
         return origin.seed if origin else None
 
 
-def run_propagation(module: ir.Module) -> Propagated:
+def run_propagation(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> Propagated:
     ruled = with_sharding_rules(module)
-    graph = build_graph(ruled)
+    graph = build_graph(ruled, ownership)
     stats = propagate(graph)
     return Propagated(ruled, graph, stats.sweeps)
 
@@ -86,7 +88,7 @@ def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
             agreeing += 1
         elif len(disagreements) < MAX_DISAGREEMENTS:
             disagreements.append(Disagreement(
-                value=t.name, op_name=t.op_name, source=t.source, ours=p.labels(t),
+                value=t.name, op_name=t.op_name, source=t.source, via=t.via, ours=p.labels(t),
                 shardy=[[label(r, p.graph.axis_sizes) for r in d] for d in pair.shardy],
             ))
     return ShardyAgreement(
@@ -99,16 +101,16 @@ def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
     return PropagatedValue(
         name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=p.labels(t),
         bytes=array_bytes(t.dtype, list(t.shape)), per_device_bytes=per_device_bytes(t),
-        op_name=t.op_name, source=t.source, seed=p.seed_of(t) if any(t.dims) else None,
+        op_name=t.op_name, source=t.source, via=t.via, seed=p.seed_of(t) if any(t.dims) else None,
         provenance=p.provenance(t) if with_provenance and any(t.dims) else [],
     )
 
 
 def build_report(
     name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
-    provenance: bool = True,
+    provenance: bool = True, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
 ) -> tuple[PropagationReport, Propagated]:
-    p = run_propagation(module)
+    p = run_propagation(module, ownership)
     tensors = [t for t in p.graph.tensors if not t.virtual and t.compare]
     values = sorted((_value(p, t, provenance) for t in tensors), key=lambda v: (-v.bytes, v.name))
     report = PropagationReport(

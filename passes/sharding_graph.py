@@ -21,7 +21,10 @@ from jaxlib.mlir.dialects import sdy
 from .axes import Axes, AxisRef
 from .hlo_shapes import mlir_dtype_to_hlo
 from .models import SourceLocation
-from .stablehlo_module import dim_axes, op_name_of_location, read_dims, read_meshes, source_of_location
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .stablehlo_module import (
+    attribution_of_location, dim_axes, op_name_of_location, read_dims, read_meshes, source_of_location,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Tensor:
     virtual: bool = False  # a seed holder with no SSA value (a result attribute, a boundary)
     compare: bool = True  # counted in agreement (constants and virtual holders are not)
     parent: list[tuple[int, int] | None] = field(default_factory=list)  # per dim: (tensor, step) it came from
+    via: SourceLocation | None = None  # the library line the op went through
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Step:
     rule: FactorRule
     source: SourceLocation | None
     is_edge: bool = False
+    via: SourceLocation | None = None
 
 
 @dataclass
@@ -108,7 +113,8 @@ def _identity_rule(shape: tuple[int, ...], n: int) -> FactorRule:
 
 
 class _Builder:
-    def __init__(self, module: ir.Module):
+    def __init__(self, module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP):
+        self.ownership = ownership
         meshes = read_meshes(module)
         mesh = next(iter(meshes.values())) if meshes else None
         self.g = ShardingGraph(
@@ -125,6 +131,12 @@ class _Builder:
         self.call_sites: dict[str, SourceLocation | None] = {}
         self.fallback: SourceLocation | None = None
 
+    def where(self, loc) -> tuple[SourceLocation | None, SourceLocation | None]:
+        """(user's line, library line) of a location; a private function's ops fall
+        back to the line that called it."""
+        source, via = attribution_of_location(loc, self.ownership) if loc is not None else (None, None)
+        return source or self.fallback, via
+
     # -- tensors -------------------------------------------------------------
     def tensor(self, value, name: str, loc, compare: bool = True) -> int | None:
         """The tensor of an SSA value; ``loc`` is its location or the location's text."""
@@ -135,9 +147,10 @@ class _Builder:
         except ValueError:
             return None  # tokens, tuples: nothing to shard
         shape = tuple(int(d) for d in rt.shape)
+        source, via = self.where(loc)
         t = Tensor(
             id=len(self.g.tensors), name=name, shape=shape, dtype=mlir_dtype_to_hlo(str(rt.element_type)),
-            source=(source_of_location(loc) if loc is not None else None) or self.fallback,
+            source=source, via=via,
             op_name=op_name_of_location(loc) if loc is not None else None,
             dims=[() for _ in shape], closed=[False] * len(shape), priority=[None] * len(shape),
             compare=compare, parent=[None] * len(shape),
@@ -149,7 +162,7 @@ class _Builder:
     def virtual(self, like: int, name: str) -> int:
         base = self.g.tensors[like]
         t = Tensor(
-            id=len(self.g.tensors), name=name, shape=base.shape, dtype=base.dtype, source=base.source,
+            id=len(self.g.tensors), name=name, shape=base.shape, dtype=base.dtype, source=base.source, via=base.via,
             op_name=base.op_name, dims=[() for _ in base.shape], closed=[False] * len(base.shape),
             priority=[None] * len(base.shape), virtual=True, compare=False, parent=[None] * len(base.shape),
         )
@@ -171,9 +184,10 @@ class _Builder:
     def step(self, op: str, tensors: list[int | None], n_operands: int, rule: FactorRule, loc, edge=False) -> None:
         if any(t is None for t in tensors):
             return
+        source, via = self.where(loc)
         self.g.steps.append(Step(
             id=len(self.g.steps), op=op, tensors=tuple(tensors), n_operands=n_operands, rule=rule,
-            source=(source_of_location(loc) if loc is not None else None) or self.fallback, is_edge=edge,
+            source=source, via=via, is_edge=edge,
         ))
 
     def edge(self, op: str, members: list[int | None], loc) -> None:
@@ -250,7 +264,7 @@ class _Builder:
         operands = [self.g.value_ids.get(v) for v in op.operands]
         if before_body:
             first_call = callee not in self.walked
-            self.call_sites.setdefault(callee, source_of_location(op.location) or self.fallback)
+            self.call_sites.setdefault(callee, source_of_location(op.location, self.ownership) or self.fallback)
             if first_call:
                 # A callee is walked in module order; its arguments are needed now.
                 state = ir.AsmState(fn)
@@ -341,6 +355,6 @@ class _Builder:
             self.edge("func.return", [tid, holder], None)
 
 
-def build_graph(module: ir.Module) -> ShardingGraph:
+def build_graph(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> ShardingGraph:
     """The propagation graph of a module that already carries sharding rules."""
-    return _Builder(module).build()
+    return _Builder(module, ownership).build()

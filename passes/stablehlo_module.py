@@ -14,10 +14,11 @@ from jaxlib.mlir.dialects import sdy
 
 from .device_groups import MeshInfo
 from .hlo_shapes import array_bytes, mlir_dtype_to_hlo
+from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .models import SourceLocation, TensorInfo
 
-_FRAME = re.compile(r'"([^"]*)"\("([^"]+)":(\d+):\d+')
-_FILE_LINE = re.compile(r'"([^"]+)":(\d+):\d+')
+_FRAME = re.compile(r'"((?:[^"\\]|\\.)*)"\("((?:[^"\\]|\\.)+)":(\d+):\d+')
+_FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
 _NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
 _PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
 
@@ -35,16 +36,45 @@ class EntrySignature:
     num_partitions: int
 
 
-def source_of_location(loc: ir.Location | str) -> SourceLocation | None:
-    """The innermost user frame of an MLIR location (callee before caller)."""
+def _mlir_string(text: str) -> str:
+    """An MLIR string literal's body: ``\\XX`` hex escapes of UTF-8 bytes, ``\\\\``, ``\\"``."""
+    if "\\" not in text:
+        return text
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "\\" and i + 2 < len(text) + 1 and re.fullmatch(r"[0-9A-Fa-f]{2}", text[i + 1:i + 3] or ""):
+            out.append(int(text[i + 1:i + 3], 16))
+            i += 3
+        elif text[i] == "\\" and i + 1 < len(text):
+            out += text[i + 1].encode("utf-8")
+            i += 2
+        else:
+            out += text[i].encode("utf-8")
+            i += 1
+    return out.decode("utf-8", errors="replace")
+
+
+def frames_of_location(loc: ir.Location | str) -> list[SourceLocation]:
+    """The call stack of an MLIR location, innermost frame first."""
     text = str(loc)
-    m = _FRAME.search(text)
-    if m:
-        return SourceLocation(file=m.group(2), line=int(m.group(3)), function=m.group(1) or None)
-    m = _FILE_LINE.search(text)
-    if m:
-        return SourceLocation(file=m.group(1), line=int(m.group(2)))
-    return None
+    frames = [SourceLocation(file=_mlir_string(m.group(2)), line=int(m.group(3)), function=m.group(1) or None)
+              for m in _FRAME.finditer(text)]
+    if frames:
+        return frames
+    return [SourceLocation(file=_mlir_string(m.group(1)), line=int(m.group(2))) for m in _FILE_LINE.finditer(text)]
+
+
+def attribution_of_location(
+    loc: ir.Location | str, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+) -> tuple[SourceLocation | None, SourceLocation | None]:
+    """(the user's innermost line, the innermost library line) of an MLIR location."""
+    return ownership.attribute(frames_of_location(loc))
+
+
+def source_of_location(loc: ir.Location | str, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> SourceLocation | None:
+    """The innermost user frame of an MLIR location (callee before caller)."""
+    return attribution_of_location(loc, ownership)[0]
 
 
 def op_name_of_location(loc: ir.Location | str) -> str | None:
@@ -201,15 +231,12 @@ class EntrySources:
     outputs: tuple[SourceLocation | None, ...]
 
 
-def _outermost_source(loc: ir.Location) -> SourceLocation | None:
-    matches = list(_FILE_LINE.finditer(str(loc)))
-    if not matches:
-        return None
-    m = matches[-1]
-    return SourceLocation(file=m.group(1), line=int(m.group(2)))
+def _outermost_source(loc: ir.Location, ownership: CodeOwnership) -> SourceLocation | None:
+    frames = [f for f in frames_of_location(loc) if ownership.is_user(f.file)]
+    return frames[-1].model_copy(update={"function": None}) if frames else None
 
 
-def read_entry_sources(module: ir.Module) -> EntrySources:
+def read_entry_sources(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> EntrySources:
     fn = entry_function(module)
     block = fn.regions[0].blocks[0]
     n_args = len(block.arguments)
@@ -218,16 +245,16 @@ def read_entry_sources(module: ir.Module) -> EntrySources:
     outputs: list[SourceLocation | None] = []
     for op in block.operations:
         loc = op.location
-        src = source_of_location(loc)
+        src = source_of_location(loc, ownership)
         if entry is None and src is not None:
-            entry = _outermost_source(loc)
+            entry = _outermost_source(loc, ownership)
         if op.name == "func.return":
             for v in op.operands:
                 owner = v.owner
                 if isinstance(owner, ir.Block) or not hasattr(owner, "location"):
                     outputs.append(None)
                 else:
-                    outputs.append(source_of_location(owner.location))
+                    outputs.append(source_of_location(owner.location, ownership))
             continue
         if src is None:
             continue
@@ -239,17 +266,23 @@ def read_entry_sources(module: ir.Module) -> EntrySources:
     return EntrySources(entry, tuple(first_use), tuple(outputs))
 
 
-def call_site(module: ir.Module, program_name: str) -> SourceLocation | None:
+def call_site(
+    module: ir.Module, program_name: str, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+) -> SourceLocation | None:
     """The user's line that called the jitted function a program was traced from:
-    the frame just outside the outermost frame of that function (``jit_step`` is
-    function ``step``) in the ops' location chains."""
+    the first user frame outside the outermost frame of that function (``jit_step``
+    is function ``step``) in the ops' location chains. Library frames between them
+    (``nnx.jit``'s or ``eqx.filter_jit``'s wrappers) are skipped."""
     name = program_name[4:] if program_name.startswith("jit_") else program_name
     wanted = {name, "<lambda>" if name in ("_lambda", "lambda") else name}
     fn = entry_function(module)
     for op in fn.regions[0].blocks[0].operations:
-        frames = _FRAME.findall(str(op.location))  # innermost first
-        inside = [i for i, (func, _, _) in enumerate(frames) if func.split(".")[-1] in wanted or func in wanted]
-        if inside and inside[-1] + 1 < len(frames):
-            func, file, line = frames[inside[-1] + 1]
-            return SourceLocation(file=file, line=int(line), function=func or None)
+        frames = frames_of_location(op.location)  # innermost first
+        inside = [i for i, f in enumerate(frames)
+                  if f.function and (f.function.split(".")[-1] in wanted or f.function in wanted)]
+        if not inside:
+            continue
+        outside = [f for f in frames[inside[-1] + 1:] if ownership.is_user(f.file)]
+        if outside:
+            return outside[0]
     return None

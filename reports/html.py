@@ -8,7 +8,7 @@ from collections import defaultdict
 from html import escape
 
 from ..passes.byte_sizes import format_bytes
-from ..passes.models import LintReport, MemorySummary, TargetReport, TensorInfo
+from ..passes.models import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
 from ..passes.sharding_text import pspec_text
 from .html_assets import CSS, SCRIPT
 from .terminal import shape_text
@@ -113,7 +113,7 @@ def _memory(t: TargetReport) -> str:
         return ""
     rows = "".join(
         f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td><td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
-        f"<td>{e(b.source) if b.source else '-'}</td><td class=\"op\">{e(b.op_name or b.name)}</td></tr>"
+        f"<td>{e(where_text(b.source, b.via))}</td><td class=\"op\">{e(b.op_name or b.name)}</td></tr>"
         for b in m.live_at_peak[:20]
     )
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "
@@ -135,7 +135,7 @@ def _collectives(t: TargetReport) -> str:
         f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
         f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
         f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
-        f"<td>{e(c.source) if c.source else '-'}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
+        f"<td>{e(where_text(c.source, c.via))}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives
     )
     by_line: dict[str, list] = defaultdict(list)
@@ -238,7 +238,7 @@ def _findings(findings, docs: dict) -> str:
         why = "".join(f"<li>{e(line)}</li>" for line in f.provenance)
         items.append(
             f'<div class="finding {e(f.severity.value)}"><div><span class="sev {e(f.severity.value)}">'
-            f"{e(f.severity.value)}</span> <b>{e(f.rule)}</b> {e(f.name)} <code>{e(f.source) if f.source else '-'}"
+            f"{e(f.severity.value)}</span> <b>{e(f.rule)}</b> {e(f.name)} <code>{e(where_text(f.source, f.via))}"
             f"</code></div><p>{e(f.message)}</p>"
             + (f'<p class="fix">fix: <code>{e(f.fix)}</code></p>' if f.fix else "")
             + (f'<details><summary>why (propagation)</summary><ul>{why}</ul></details>' if why else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..passes.byte_sizes import format_bytes
 from ..passes.gate import GateResult
-from ..passes.models import LintReport
+from ..passes.models import LintReport, where_text
 
 
 def _cell(text: str) -> str:
@@ -51,7 +51,7 @@ def render_lint_markdown(report: LintReport) -> str:
     if findings:
         lines += ["", "| severity | rule | target | where | message | fix |", "| --- | --- | --- | --- | --- | --- |"]
         for name, f in findings:
-            where = f"`{_cell(str(f.source))}`" if f.source else "-"
+            where = f"`{_cell(where_text(f.source, f.via))}`" if (f.source or f.via) else "-"
             lines.append(f"| {f.severity.value} | {f.rule} {f.name} | {_cell(name)} | {where} | "
                          f"{_cell(f.message)} | {_cell(f.fix or '')} |")
     return "\n".join(lines) + "\n"

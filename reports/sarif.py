@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 from ..passes.models import Finding, LintReport, Severity
 
@@ -32,9 +33,16 @@ def _result(f: Finding, target: str | None, index: dict[str, int], script: str |
     }
     if f.rule in index:
         result["ruleIndex"] = index[f.rule]
+    if f.via is not None:
+        result["properties"]["via"] = str(f.via)
     uri = f.source.file if f.source else script
     if uri:
-        location: dict = {"artifactLocation": {"uri": uri.replace("\\\\", "/"), "uriBaseId": "%SRCROOT%"}}
+        uri = uri.replace("\\", "/")
+        # First-party files are relative to the checkout (%SRCROOT%), which is what code
+        # scanning annotates; a file outside it can only be named absolutely.
+        artifact = ({"uri": "file://" + quote(uri)} if uri.startswith("/")
+                    else {"uri": quote(uri), "uriBaseId": "%SRCROOT%"})
+        location: dict = {"artifactLocation": artifact}
         if f.source:
             location["region"] = {"startLine": max(1, f.source.line)}
         result["locations"] = [{"physicalLocation": location}]

@@ -7,8 +7,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..passes.byte_sizes import format_bytes
-from ..passes.models import Finding, LintReport, Severity, TargetReport
+from ..passes.models import Finding, LintReport, Severity, TargetReport, where_text
 from ..passes.sharding_text import pspec_text
+from .terminal_layout import Column, fitted_table
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 MAX_ROWS = 15
@@ -39,7 +40,7 @@ def _summary(t: TargetReport) -> Table:
     grid.add_row("mesh", f"{mesh}  ({t.num_devices} devices)")
     if t.call_site is not None:
         again = f"; compiled {t.compilations} times (recompilation)" if t.compilations > 1 else ""
-        grid.add_row("call site", f"{t.call_site}{again}")
+        grid.add_row("call site", Text(f"{t.call_site}{again}"))
     grid.add_row("platform", t.platform)
     m = t.memory
     if m is not None:
@@ -67,56 +68,66 @@ def _summary(t: TargetReport) -> Table:
     return grid
 
 
-def _collectives(t: TargetReport) -> Table | None:
+def _where(source, via) -> str:
+    return where_text(source, via)
+
+
+def _collectives(t: TargetReport, width: int) -> Table | None:
     if not t.collectives:
         return None
-    table = Table(title="Collectives (by bytes x count)", title_justify="left", expand=False)
+    rows = t.collectives[:MAX_ROWS]
     # The op name is in the JSON and HTML reports; the terminal keeps the source line.
-    for col, kw in (("kind", {"no_wrap": True}), ("bytes", {"justify": "right", "no_wrap": True}),
-                    ("count", {"justify": "right", "no_wrap": True}), ("axes", {"min_width": 6}),
-                    ("shape", {"no_wrap": True}), ("source", {"no_wrap": True})):
-        table.add_column(col, **kw)
-    for c in t.collectives[:MAX_ROWS]:
-        count = f"{c.count}{'+' if c.count_is_lower_bound else ''}"
-        table.add_row(
-            c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else ""),
-            format_bytes(c.bytes), count,
-            ",".join(c.mesh_axes), shape_text(c.dtype, c.shape), _src(c.source),
-        )
-    if len(t.collectives) > MAX_ROWS:
-        table.caption = f"{len(t.collectives) - MAX_ROWS} more in --format json"
-    return table
+    columns = [
+        Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "") for c in rows]),
+        Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
+        Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
+        Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
+        Column("source", [_src(c.source) for c in rows], path=True),
+        Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
+        Column("via", [_src(c.via) for c in rows], essential=False, path=True),
+    ]
+    if all(c.via is None for c in rows):
+        columns.pop()
+    caption = f"{len(t.collectives) - MAX_ROWS} more in --format json" if len(t.collectives) > MAX_ROWS else None
+    return fitted_table("Collectives (by bytes x count)", columns, width, caption)
 
 
-def _live(t: TargetReport) -> Table | None:
+def _live(t: TargetReport, width: int) -> Table | None:
     if not t.memory or not t.memory.live_at_peak:
         return None
-    table = Table(title="Live at the peak", title_justify="left")
-    for col, kw in (("bytes", {"justify": "right", "no_wrap": True}), ("shape", {"no_wrap": True}),
-                    ("source", {"no_wrap": True}), ("produced by", {"overflow": "ellipsis", "no_wrap": True, "max_width": 40})):
-        table.add_column(col, **kw)
-    for b in t.memory.live_at_peak[:10]:
-        shape = shape_text(b.dtype, b.shape) if b.shape is not None else "-"
-        table.add_row(format_bytes(b.bytes), shape, _src(b.source), short_op_name(b.op_name or b.name))
-    return table
+    rows = t.memory.live_at_peak[:10]
+    columns = [
+        Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
+        Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
+        Column("source", [_src(b.source) for b in rows], path=True),
+        Column("produced by", [short_op_name(b.op_name or b.name) for b in rows], essential=False),
+        Column("via", [_src(b.via) for b in rows], essential=False, path=True),
+    ]
+    if all(b.via is None for b in rows):
+        columns.pop()
+    return fitted_table("Live at the peak", columns, width)
 
 
-def _io(t: TargetReport) -> Table:
-    table = Table(title="Inputs and outputs", title_justify="left")
-    for col in ("", "path", "shape", "sharding", "per device", "donated"):
-        table.add_column(col)
-    for kind, items in (("in", t.inputs), ("out", t.outputs)):
-        for x in items[:MAX_ROWS]:
-            table.add_row(kind, x.path, shape_text(x.dtype, x.shape), pspec_text(x.sharding),
-                          format_bytes(x.per_device_bytes), "yes" if x.donated else "")
-    return table
+def _io(t: TargetReport, width: int) -> Table:
+    items = [("in", x) for x in t.inputs[:MAX_ROWS]] + [("out", x) for x in t.outputs[:MAX_ROWS]]
+    columns = [
+        Column("", [k for k, _ in items]),
+        Column("path", [x.path for _, x in items], fold=True),
+        Column("shape", [shape_text(x.dtype, x.shape) for _, x in items]),
+        Column("sharding", [pspec_text(x.sharding) for _, x in items], fold=True),
+        Column("per device", [format_bytes(x.per_device_bytes) for _, x in items], justify="right"),
+    ]
+    if any(x.donated for _, x in items):
+        columns.append(Column("donated", ["yes" if x.donated else "" for _, x in items], essential=False))
+    more = len(t.inputs) + len(t.outputs) - len(items)
+    return fitted_table("Inputs and outputs", columns, width, f"{more} more in --format json" if more > 0 else None)
 
 
 def render_finding(f: Finding) -> Text:
     line = Text()
     line.append(f"{f.rule} ", style=SEVERITY_STYLE[f.severity])
     line.append(f"[{f.severity.value}] ", style=SEVERITY_STYLE[f.severity])
-    line.append(f"{_src(f.source)}: ", style="bold")
+    line.append(f"{_where(f.source, f.via)}: ", style="bold")
     line.append(f.message)
     if f.fix:
         line.append("\n    fix: ", style="green")
@@ -148,7 +159,9 @@ def render_terminal(report: LintReport, console: Console) -> None:
             fix = Text.assemble(("Suggested out_shardings for the state outputs (SL201):\n", "bold green"),
                                 f"jax.jit(..., {t.suggested_out_shardings})")
         warn = Text("\n".join(f"warning: {w}" for w in t.warnings), style="yellow") if t.warnings else None
-        parts = [x for x in (_summary(t), warn, _collectives(t), _live(t), _io(t), _findings(t.findings), fix)
+        width = console.width
+        parts = [x for x in (_summary(t), warn, _collectives(t, width), _live(t, width), _io(t, width),
+                             _findings(t.findings), fix)
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(Group(*parts))

@@ -63,7 +63,7 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
             out.emit(
                 f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
                 + (f", {c.count}x per step" if c.count > 1 else ""),
-                c.source,
+                c.source, via=c.via,
                 fix="shard a dimension this op does not read along, or keep the operand sharded with "
                 "jax.lax.with_sharding_constraint before the op",
                 subject=c.hlo_name,
@@ -125,7 +125,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
         out.emit(
             f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device",
-            group[0].source,
+            group[0].source, via=group[0].via,
             fix="if the operand does not change across iterations, gather it once before the loop "
             "(jax.lax.with_sharding_constraint); in a layer scan this is FSDP's per-layer gather, which a "
             "'# shard-lint: ignore[SL102]' on this line acknowledges",

@@ -56,7 +56,7 @@ def peak_over_budget(ctx: RuleContext, out: Emitter) -> None:
     out.emit(
         f"per-device peak {format_bytes(mem.peak_bytes)} exceeds the budget {format_bytes(mem.budget_bytes)} "
         f"by {format_bytes(mem.peak_bytes - mem.budget_bytes)} ({mem.platform} figures){_peak_detail(ctx)}",
-        top.source if top else ctx.entry_source,
+        top.source if top else ctx.entry_source, via=top.via if top else None,
         fix="reduce the batch, shard the buffers live at the peak, donate the state, or wrap layers in "
         "jax.checkpoint",
         subject="peak",
@@ -103,7 +103,7 @@ def low_headroom(ctx: RuleContext, out: Emitter) -> None:
             f"per-device peak {format_bytes(mem.peak_bytes)} leaves {format_bytes(free)} "
             f"({100 * free / mem.budget_bytes:.1f}%) of the {format_bytes(mem.budget_bytes)} budget "
             f"({mem.platform} figures){_peak_detail(ctx)}",
-            top.source if top else ctx.entry_source,
+            top.source if top else ctx.entry_source, via=top.via if top else None,
             fix="keep at least 10% free: a smaller batch, or shard the buffers live at the peak",
             subject="peak",
         )

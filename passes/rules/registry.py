@@ -85,10 +85,13 @@ class Emitter:
     severity: Severity
     findings: list[Finding] = field(default_factory=list)
 
-    def emit(self, message: str, source: SourceLocation | None, fix: str | None = None, subject: str | None = None) -> None:
+    def emit(
+        self, message: str, source: SourceLocation | None, fix: str | None = None, subject: str | None = None,
+        via: SourceLocation | None = None,
+    ) -> None:
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
-            message=message, source=source, fix=fix, subject=subject,
+            message=message, source=source, via=via, fix=fix, subject=subject,
         ))
 
 

@@ -1,0 +1,51 @@
+"""A GPT-2 language model from transformers (its Flax implementation) trained
+with optax AdamW; parameters are built on abstract inputs, nothing is downloaded."""
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+from transformers import GPT2Config, FlaxGPT2LMHeadModel
+
+from mesh_util import abstract, data_model_mesh
+
+
+def gpt2_spec(path, x):
+    """Megatron-style: c_attn/c_fc columns and c_proj rows on 'model', embeddings on the vocab."""
+    name = jax.tree_util.keystr(path)
+    if x.ndim == 2 and ("c_attn" in name or "c_fc" in name):
+        return P(None, "model")
+    if x.ndim == 2 and "c_proj" in name:
+        return P("model", None)
+    if x.ndim == 2 and "wte" in name:
+        return P("model", None)
+    return P()
+
+
+def make(layers=2, d_model=256, heads=4, vocab=8192, seq=128):
+    config = GPT2Config(n_layer=layers, n_embd=d_model, n_head=heads, vocab_size=vocab, n_positions=seq)
+    return FlaxGPT2LMHeadModel(config, input_shape=(1, seq), _do_init=False)
+
+
+optimizer = optax.adamw(1e-3)
+
+
+def train_step(model, params, opt_state, tokens):
+    def loss_fn(p):
+        logits = model(tokens, params=p, train=False).logits
+        return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:]).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def shard_lint_targets(batch=16, seq=128, mesh_devices=None):
+    mesh = data_model_mesh(mesh_devices)
+    model = make(seq=seq)
+    params_shape = jax.eval_shape(lambda key: model.init_weights(key, (1, seq)), jax.random.key(0))
+    params = abstract(params_shape, mesh, gpt2_spec)
+    opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, gpt2_spec)
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
+    step = jax.jit(lambda p, o, t: train_step(model, p, o, t))
+    return {"train_step": step.lower(params, opt_state, tokens)}

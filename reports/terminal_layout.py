@@ -1,0 +1,83 @@
+"""Tables that fit the terminal: essential columns stay whole, low-value columns
+drop first, and long file paths are shortened from the left (``…/models/gpt2.py:41``)
+instead of collapsing to ``al… │ …``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.table import Table
+from rich.text import Text
+
+# Per column: the two padding spaces and its left border.
+_COLUMN_OVERHEAD = 3
+MIN_PATH_WIDTH = 18
+
+
+@dataclass
+class Column:
+    header: str
+    values: list[str]
+    essential: bool = True
+    justify: str = "left"
+    path: bool = False  # shortened from the left when space runs out
+    fold: bool = False  # wrapped instead of shortened
+    kwargs: dict = field(default_factory=dict)
+
+    @property
+    def natural(self) -> int:
+        return max([len(self.header), *(len(v) for v in self.values)])
+
+
+def shorten_left(text: str, width: int) -> str:
+    """``examples/models/gpt2_flax.py:35`` -> ``…/gpt2_flax.py:35``, cut at a '/'
+    where one falls inside the width."""
+    if len(text) <= width:
+        return text
+    tail = text[-(width - 1):]
+    cut = tail.find("/")
+    if 0 <= cut < len(tail) - 4:
+        tail = tail[cut:]
+    return "…" + tail
+
+
+def fitted_table(title: str, columns: list[Column], width: int, caption: str | None = None) -> Table:
+    """A table of at most ``width`` characters: optional columns are dropped right
+    to left until the essential ones fit, then path columns are shortened."""
+    cols = list(columns)
+
+    def total(cs):
+        return sum(c.natural + _COLUMN_OVERHEAD for c in cs) + 1
+
+    while total(cols) > width and any(not c.essential for c in cols):
+        drop = max(i for i, c in enumerate(cols) if not c.essential)
+        cols.pop(drop)
+    excess = total(cols) - width
+    limits = {id(c): c.natural for c in cols if c.path or c.fold}
+    # Take the excess from the widest shrinkable column first, down to MIN_PATH_WIDTH.
+    while excess > 0:
+        wide = [k for k, v in limits.items() if v > MIN_PATH_WIDTH]
+        if not wide:
+            break
+        k = max(wide, key=lambda k: limits[k])
+        limits[k] -= 1
+        excess -= 1
+    table = Table(title=title, title_justify="left", caption=caption)
+    for c in cols:
+        limit = limits.get(id(c))
+        kw = dict(c.kwargs)
+        if c.fold:
+            kw.update(overflow="fold", max_width=limit)
+        else:
+            kw["no_wrap"] = True
+        table.add_column(c.header, justify=c.justify, **kw)
+    for row in range(len(cols[0].values) if cols else 0):
+        cells = []
+        for c in cols:
+            v = c.values[row]
+            limit = limits.get(id(c))
+            if c.path and limit is not None:
+                v = shorten_left(v, limit)
+            cells.append(Text(v))
+        table.add_row(*cells)
+    return table
