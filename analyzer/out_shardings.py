@@ -220,6 +220,14 @@ def suggest(
         return OutShardingsSuggestion(None)
     intended = [fixes.get(o.index, o.sharding) for o in outputs]
     pair_of = {rt.output.index: rt.input.index for rt in roundtrips}
+    return suggest_for(lowered, inputs, outputs, intended, pair_of)
+
+
+def suggest_for(
+    lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+    pair_of: dict[int, int],
+) -> OutShardingsSuggestion:
+    """The checked text giving each output its ``intended`` sharding."""
     try:
         text = build_text(lowered, inputs, outputs, intended, pair_of)
     except (ValueError, TypeError, AttributeError) as e:

@@ -30,6 +30,7 @@ from .errors import ShardLintInputError
 from .gpu_targets import GPU_TARGETS
 from .lint import display_source, relativize, select_run_devices
 from .fixtures import analyze_text, read_mlir
+from .out_shardings import suggest_for
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 DECLARED_ENTRY = "shard_lint_out_shardings"
@@ -168,8 +169,23 @@ def _spec_repr(spec) -> str:
     return "P(" + ", ".join(repr(e) for e in entries) + ")"
 
 
+def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict, module: ir.Module) -> str | None:
+    """The checked out_shardings= text for the pinned shardings: from the real pytrees
+    when the program came from a script, else from the result paths where those
+    spell the containers (dicts and tuples only)."""
+    intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
+    if lowered is None:
+        if any(re.search(r"\.[A-Za-z_]", o.path) for o in after.outputs):
+            return None
+        return out_shardings_text([o.path for o in after.outputs], intended)
+    sig = read_entry_signature(module)
+    sig_compiled = type(sig)(**{**sig.__dict__, "outputs": tuple(before.outputs), "inputs": tuple(before.inputs)})
+    pair_of = {rt.output.index: rt.input.index for rt in correspond(sig_compiled)}
+    return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
+
+
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
-                   declared: dict, devices: list | None = None) -> RewriteReport:
+                   declared: dict, devices: list | None = None, lowered=None) -> RewriteReport:
     before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
     applied = plan(before, module, request, declared)
     sig = read_entry_signature(module)
@@ -181,9 +197,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     facts_before, facts_after = program_facts(before), program_facts(after)
     remaining = remaining_costs(after, display_source)
     pinned = {a.index: a.after for a in applied}
-    python_fix = out_shardings_text(
-        [o.path for o in after.outputs], [pinned.get(o.index, o.sharding) for o in after.outputs],
-    ) if applied else None
+    python_fix = _python_fix(lowered, before, after, pinned, module) if applied else None
     if applied:
         summary = verdict(facts_before, facts_after, remaining)
     else:
@@ -222,7 +236,8 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         declared_all = _declared(fn, params)
         for name, lowered in targets.items():
             text = jax_adapter.stablehlo_text(lowered)
-            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {}), devices))
+            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {}), devices,
+                                          lowered))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = RewriteRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
                      script=request.path, targets=reports)

@@ -53,12 +53,17 @@ def train_step(params, opt_state, static, tokens):
     return eqx.apply_updates(params, updates), opt_state, loss
 
 
-def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+def step_and_inputs(batch=32, seq=128, mesh_devices=None):
+    """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     model = eqx.filter_eval_shape(Model, key=jax.random.key(0))
     params_shape, static = eqx.partition(model, lambda x: isinstance(x, jax.ShapeDtypeStruct))
     params = abstract(params_shape, mesh, megatron_spec)
     opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, megatron_spec)
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
-    step = jax.jit(train_step, static_argnums=2)
-    return {"train_step": step.lower(params, opt_state, static, tokens)}
+    return train_step, {"static_argnums": 2}, (params, opt_state, static, tokens)
+
+
+def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+    return {"train_step": jax.jit(fn, **options).lower(*args)}

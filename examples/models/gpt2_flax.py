@@ -40,12 +40,18 @@ def train_step(model, params, opt_state, tokens):
     return optax.apply_updates(params, updates), opt_state, loss
 
 
-def shard_lint_targets(batch=16, seq=128, mesh_devices=None):
+def step_and_inputs(batch=16, seq=128, mesh_devices=None):
+    """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     model = make(seq=seq)
     params_shape = jax.eval_shape(lambda key: model.init_weights(key, (1, seq)), jax.random.key(0))
     params = abstract(params_shape, mesh, gpt2_spec)
     opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, gpt2_spec)
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
-    step = jax.jit(lambda p, o, t: train_step(model, p, o, t))
-    return {"train_step": step.lower(params, opt_state, tokens)}
+    return (lambda params, opt_state, tokens: train_step(model, params, opt_state, tokens)), {}, (
+        params, opt_state, tokens)
+
+
+def shard_lint_targets(batch=16, seq=128, mesh_devices=None):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+    return {"train_step": jax.jit(fn, **options).lower(*args)}

@@ -51,10 +51,15 @@ def train_step(graphdef, state, tokens):
     return state, loss
 
 
-def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+def step_and_inputs(batch=32, seq=128, mesh_devices=None):
+    """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     graphdef, state_shape = nnx.split(nnx.eval_shape(build))
     state = abstract(state_shape, mesh, megatron_spec)
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
-    step = jax.jit(train_step, static_argnums=0)
-    return {"train_step": step.lower(graphdef, state, tokens)}
+    return train_step, {"static_argnums": 0}, (graphdef, state, tokens)
+
+
+def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+    return {"train_step": jax.jit(fn, **options).lower(*args)}

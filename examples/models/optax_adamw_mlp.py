@@ -39,10 +39,16 @@ def train_step(params, opt_state, tokens):
     return params, opt_state, loss
 
 
-def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+def step_and_inputs(batch=32, seq=128, mesh_devices=None):
+    """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     params_shape = jax.eval_shape(init_params)
     params = abstract(params_shape, mesh, megatron_spec)
     opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, megatron_spec)
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
-    return {"train_step": jax.jit(train_step).lower(params, opt_state, tokens)}
+    return train_step, {}, (params, opt_state, tokens)
+
+
+def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+    return {"train_step": jax.jit(fn, **options).lower(*args)}
