@@ -200,7 +200,7 @@ def read_entry_signature(module: ir.Module) -> EntrySignature:
 
     inputs, input_keys, base_index = [], [], {}
     for i, (arg, ty) in enumerate(zip(fn.arguments, fn_type.inputs)):
-        a = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else ir.DictAttr.get({})
+        a = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else ir.DictAttr.get({}, context=module.context)
         path = op_name_of_location(arg.location) or f"args[{i}]"
         donated = "jax.buffer_donor" in a or "tf.aliasing_output" in a
         inputs.append(_tensor(i, path, ty, a, mesh, donated))
@@ -212,7 +212,7 @@ def read_entry_signature(module: ir.Module) -> EntrySignature:
 
     outputs, output_keys = [], []
     for i, ty in enumerate(fn_type.results):
-        a = ir.DictAttr(res_attrs[i]) if i < len(res_attrs) else ir.DictAttr.get({})
+        a = ir.DictAttr(res_attrs[i]) if i < len(res_attrs) else ir.DictAttr.get({}, context=module.context)
         path = ir.StringAttr(a["jax.result_info"]).value if "jax.result_info" in a else f"result[{i}]"
         outputs.append(_tensor(i, path, ty, a, mesh, False))
         output_keys.append(path_keys(path)[1])
@@ -276,8 +276,11 @@ def call_site(
     name = program_name[4:] if program_name.startswith("jit_") else program_name
     wanted = {name, "<lambda>" if name in ("_lambda", "lambda") else name}
     fn = entry_function(module)
+    stacks = []
     for op in fn.regions[0].blocks[0].operations:
         frames = frames_of_location(op.location)  # innermost first
+        if frames:
+            stacks.append(frames)
         inside = [i for i, f in enumerate(frames)
                   if f.function and (f.function.split(".")[-1] in wanted or f.function in wanted)]
         if not inside:
@@ -285,4 +288,14 @@ def call_site(
         outside = [f for f in frames[inside[-1] + 1:] if ownership.is_user(f.file)]
         if outside:
             return outside[0]
-    return None
+    # Locations without function names (JAX's IR dumps): the frames every op shares
+    # are the call chain into the program; its innermost user frame is the call.
+    if len(stacks) < 2:
+        return None
+    common: list[SourceLocation] = []
+    for frames in zip(*(reversed(st) for st in stacks)):
+        if any((f.file, f.line) != (frames[0].file, frames[0].line) for f in frames):
+            break
+        common.append(frames[0])
+    users = [f for f in common if ownership.is_user(f.file)]
+    return users[-1] if users else None

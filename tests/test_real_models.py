@@ -131,3 +131,46 @@ def test_sarif_uris_are_relative_to_the_checkout(cli):
         artifact = r["locations"][0]["physicalLocation"]["artifactLocation"]
         assert artifact["uriBaseId"] == "%SRCROOT%"
         assert artifact["uri"].startswith("examples/models/"), artifact
+
+
+NNX_LOOP = """
+import jax, jax.numpy as jnp, optax
+from flax import nnx
+
+
+class M(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(64, 128, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l1(x)
+
+
+model = M(nnx.Rngs(0))
+opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+
+@nnx.jit
+def step(model, opt, x):
+    loss, grads = nnx.value_and_grad(lambda m: (m(x) ** 2).mean())(model)
+    opt.update(model, grads)
+    return loss
+
+
+for _ in range(2):
+    step(model, opt, jnp.ones((8, 64)))
+"""
+
+
+def test_run_names_the_call_site_of_an_nnx_jit_step(cli, tmp_path):
+    _needs(("flax", "optax"))
+    script = tmp_path / "loop.py"
+    script.write_text(NNX_LOOP)
+    result = cli("run", str(script), "--devices", "8", "--all", "--only", "step", "--format", "json", "-q",
+                 "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    report = json.loads(result.out)
+    (target,) = [t for t in report["targets"] if t["name"] == "jit_step"]
+    line = NNX_LOOP.splitlines().index("    step(model, opt, jnp.ones((8, 64)))") + 1
+    assert target["call_site"]["line"] == line
+    assert target["call_site"]["file"].endswith("loop.py")
