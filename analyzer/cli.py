@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "output pytree path (state['w'], result[0])")
     prop.add_argument("--no-compile", action="store_true",
                       help="do not compile to match predicted communication against XLA's")
+    prop.add_argument("--all-values", action="store_true",
+                      help="list every value (default: the 200 largest; --explain adds the ones it names)")
 
     rw = sub.add_parser("rewrite", parents=[debug],
                         help="pin output shardings in the StableHLO, recompile, compare, and optionally run both")

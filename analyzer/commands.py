@@ -216,24 +216,31 @@ def cmd_rule(args) -> int:
 
 
 def cmd_propagate(args) -> int:
-    from ..passes.propagation_report import explain, find_values
-    from .lint import display_source
+    from ..passes.propagation_report import explain, find_values, with_provenance
+    from .lint import display_source, relativize
     from .propagate import PropagateRequest, propagate
 
     settings = _settings(args)
     run, propagated = propagate(
-        PropagateRequest(args.script, tuple(args.target), tuple(args.params), compile=not args.no_compile), settings,
+        PropagateRequest(args.script, tuple(args.target), tuple(args.params), compile=not args.no_compile,
+                         all_values=args.all_values), settings,
     )
     explained: dict[str, list[str]] = {}
+    named: list[list] = [[] for _ in propagated]
     for query in args.explain:
         lines = []
-        for p in propagated:
+        for k, p in enumerate(propagated):
             for t in find_values(p, query)[:3]:
                 lines.extend(explain(p, t, display_source))
+                named[k].append(t)
         if not lines:
             raise ShardLintInputError("--explain", f"no value named {query!r} (an SSA name like %3, FILE:LINE, or "
                                       "an input or output path)")
         explained[query] = lines
+    if any(named):
+        # The explained values carry their provenance in every format.
+        targets = [with_provenance(r, p, ts) if ts else r for r, p, ts in zip(run.targets, propagated, named)]
+        run = relativize(run.model_copy(update={"targets": targets}), os.getcwd())
     from ..reports.html_runs import render_propagation_html
     from ..reports.markdown import render_propagation_markdown
     from ..reports.propagation_terminal import render_propagation

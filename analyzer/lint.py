@@ -4,6 +4,8 @@ pass pipeline, apply suppressions, and build the report."""
 from __future__ import annotations
 
 import os
+import threading
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,7 +16,9 @@ from ..passes.memory import MemoryStats
 from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
 from ..passes.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ..passes.pipeline import CompiledFacts, analyze_target, sort_findings
+from ..passes.predicted_communication import predict
 from ..passes.propagation_report import run_propagation
+from ..passes.stablehlo_module import read_entry_signature, read_entry_sources
 from ..passes.rules.registry import RULES, Emitter, rule_docs
 from ..passes.source_rules import check_source
 from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
@@ -124,19 +128,55 @@ def _flat_avals(tree):
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
 
 
+class _Background:
+    """A pass run on another thread while XLA compiles: XLA's compile releases
+    the GIL, so on two cores the propagation behind the findings' provenance
+    costs no wall time up to the compile's own."""
+
+    def __init__(self, fn, *args):
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args):
+        try:
+            self.result = fn(*args)
+        except Exception as e:  # reported when the result is asked for
+            self.error = e
+
+    def get(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _stablehlo_passes(text: str, ownership):
+    """What the StableHLO alone tells, on a copy of the module in a context of its
+    own (the compile on the main thread uses the original's): the entry signature
+    and source lines, and our propagation with its predicted communication."""
+    module = jax_adapter.parse_stablehlo(text)
+    entry = (read_entry_signature(module), read_entry_sources(module, ownership))
+    propagated = run_propagation(module, ownership)
+    return entry, propagated, predict(propagated.graph)
+
+
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
+    background = _Background(_stablehlo_passes, jax_adapter.stablehlo_text(lowered), settings.ownership())
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+
     def out_shardings_hook(inputs, outputs, roundtrips):
         s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)
         return s.text, s.problem
 
-    report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook)
+    entry, propagated, predicted = background.get()
+    report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
     if any(f.rule in EXPLAINED_RULES for f in report.findings):
-        report = attach_provenance(report, run_propagation(module, settings.ownership()), display_source)
+        report = attach_provenance(report, propagated, display_source, predicted)
     return report
 
 
@@ -161,17 +201,50 @@ def display_source(src: SourceLocation, base: str | None = None) -> str:
     return f"{_display_path(src.file, base or os.getcwd())}:{src.line}"
 
 
+def _located_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a report model that can hold a SourceLocation, at any depth."""
+    hit = _LOCATED.get(cls)
+    if hit is None:
+        _LOCATED[cls] = ()  # recursion guard
+        names = []
+        for name, info in cls.model_fields.items():
+            todo, found = [info.annotation], False
+            while todo and not found:
+                t = todo.pop()
+                if t is SourceLocation:
+                    found = True
+                elif isinstance(t, type) and issubclass(t, BaseModel):
+                    found = bool(_located_fields(t))
+                else:
+                    todo.extend(typing.get_args(t))
+            if found:
+                names.append(name)
+        hit = _LOCATED[cls] = tuple(names)
+    return hit
+
+
+_LOCATED: dict[type, tuple[str, ...]] = {}
+
+
 def relativize(report, base: str):
     """Source paths relative to ``base`` where they lie beneath it, so reports
-    read the same on every machine."""
+    read the same on every machine. Only fields that can hold a location are
+    walked, and each path is worked out once."""
+    paths: dict[str, str] = {}
 
     def fix(obj):
         if isinstance(obj, SourceLocation):
-            return obj.model_copy(update={"file": _display_path(obj.file, base)})
+            shown = paths.get(obj.file)
+            if shown is None:
+                shown = paths[obj.file] = _display_path(obj.file, base)
+            return obj if shown == obj.file else obj.model_copy(update={"file": shown})
         if isinstance(obj, list):
             return [fix(x) for x in obj]
         if isinstance(obj, BaseModel):
-            updates = {k: fix(getattr(obj, k)) for k in type(obj).model_fields}
+            fields = _located_fields(type(obj))
+            if not fields:
+                return obj
+            updates = {k: fix(getattr(obj, k)) for k in fields}
             return obj.model_copy(update=updates)
         return obj
 

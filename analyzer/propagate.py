@@ -8,12 +8,12 @@ import os
 from dataclasses import dataclass
 
 from ..passes.models import PropagateRun, PropagationReport
-from ..passes.propagation_report import Propagated, build_report
+from ..passes.propagation_report import MAX_VALUES, Propagated, build_report
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
 from .fixtures import read_mlir
-from .lint import analyze_lowered, relativize, select_run_devices
+from .lint import relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 
@@ -23,6 +23,7 @@ class PropagateRequest:
     targets: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     compile: bool = True
+    all_values: bool = False
 
 
 def _mesh_of(module):
@@ -48,7 +49,8 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
             raise ShardLintInputError(request.path, f"failed to compile: {one_line(e)}") from e
         compiled = list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives)
     name = os.path.splitext(os.path.basename(request.path))[0]
-    return [build_report(name, module, compiled)]
+    return [build_report(name, module, compiled, ownership=settings.ownership(),
+                         max_values=None if request.all_values else MAX_VALUES)]
 
 
 def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
@@ -60,9 +62,26 @@ def propagate_script(request: PropagateRequest, settings: Settings) -> list[tupl
     out = []
     for name, lowered in targets.items():
         module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
-        compiled = analyze_lowered(name, lowered, settings, where).collectives if request.compile else None
-        out.append(build_report(name, module, compiled))
+        compiled = _compiled_collectives(name, lowered, module, settings, where) if request.compile else None
+        out.append(build_report(name, module, compiled, ownership=settings.ownership(),
+                                max_values=None if request.all_values else MAX_VALUES))
     return out
+
+
+def _compiled_collectives(name: str, lowered, module, settings: Settings, where: str):
+    """The compiled program's collectives: one compile without XLA's memory
+    reports, and no lint passes (propagate needs only the collectives)."""
+    from ..passes.collectives import find_collectives
+    from ..passes.hlo_text import parse_hlo_module
+    from ..passes.stablehlo_module import read_entry_signature
+
+    try:
+        program = jax_adapter.compile_lowered(lowered, with_reports=False)
+    except Exception as e:  # XLA rejects the program: the user's input
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
+    return list(find_collectives(parse_hlo_module(program.hlo_text), read_entry_signature(module).mesh,
+                                 processes if len(set(processes)) > 1 else None, settings.ownership()).collectives)
 
 
 def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateRun, list[Propagated]]:

@@ -17,8 +17,10 @@ def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[Pred
     return [p for p in predicted if p.source and p.source.line == f.source.line and p.source.file == f.source.file]
 
 
-def attach_provenance(report: TargetReport, p: Propagated, display=str) -> TargetReport:
-    predicted = predict(p.graph)
+def attach_provenance(
+    report: TargetReport, p: Propagated, display=str, predicted: list[PredictedCollective] | None = None,
+) -> TargetReport:
+    predicted = predict(p.graph) if predicted is None else predicted
     out = []
     for f in report.findings:
         lines: list[str] = []

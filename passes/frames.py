@@ -67,6 +67,8 @@ class CodeOwnership:
     user_roots: tuple[str, ...] = ()
     stdlib: tuple[str, ...] = ()
     _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # Attribution per location text: a module repeats the same few hundred stacks.
+    locations: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def _matches(self, pattern: str, path: str, parts: list[str]) -> bool:
         pattern = pattern.strip()

@@ -8,6 +8,7 @@ attributes that name called computations, metadata and backend_config.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from dataclasses import dataclass, field
@@ -20,27 +21,51 @@ _METADATA_INT = re.compile(r"(\w+)=(-?\d+)(?=[\s}]|$)")
 _COMPUTATION_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)\{\s*$")
 _TABLE_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
 _COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
+_ARRAY_SHAPE = re.compile(r"[a-z][a-z0-9]*(\[[^\]]*\])?(\{[^}]*\})?")
 
 # Attributes whose values name other computations.
 _CALL_ATTRS = (
     "calls", "to_apply", "body", "condition", "branch_computations",
     "true_computation", "false_computation", "called_computations",
 )
+_MAY_CALL = re.compile(r"\b(?:" + "|".join(_CALL_ATTRS) + r")=")
 
 
 class HloParseError(ValueError):
     """The text is not an HLO module this parser understands."""
 
 
-@dataclass(frozen=True)
 class HloInstruction:
-    name: str
-    opcode: str
-    shape: str
-    operands: tuple[str, ...]
-    attrs: dict[str, str]
-    metadata: dict[str, str | int]
-    is_root: bool = False
+    """One instruction, read-only. ``attrs`` and ``metadata`` are parsed from the
+    text after the operands on first use: most instructions are never asked.
+    (A slotted class: a module has tens of thousands of these.)"""
+
+    __slots__ = ("name", "opcode", "shape", "operands", "attr_text", "is_root", "_attrs", "_metadata")
+
+    def __init__(self, name: str, opcode: str, shape: str, operands: tuple[str, ...], attr_text: str,
+                 is_root: bool = False):
+        self.name, self.opcode, self.shape, self.operands = name, opcode, shape, operands
+        self.attr_text, self.is_root = attr_text, is_root
+        self._attrs: dict[str, str] | None = None
+        self._metadata: dict[str, str | int] | None = None
+
+    def __repr__(self) -> str:
+        return f"HloInstruction({self.name!r}, {self.opcode!r}, {self.shape!r})"
+
+    def _parse(self) -> None:
+        self._attrs, self._metadata = _parse_attrs(self.attr_text)
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        if self._attrs is None:
+            self._parse()
+        return self._attrs  # type: ignore[return-value]
+
+    @property
+    def metadata(self) -> dict[str, str | int]:
+        if self._metadata is None:
+            self._parse()
+        return self._metadata  # type: ignore[return-value]
 
     @property
     def op_name(self) -> str | None:
@@ -59,6 +84,8 @@ class HloInstruction:
 
     def called(self) -> list[tuple[str, str]]:
         """(attribute, computation name) for every computation this instruction calls."""
+        if "=" not in self.attr_text or not _MAY_CALL.search(self.attr_text):
+            return []
         out = []
         for key in _CALL_ATTRS:
             value = self.attrs.get(key)
@@ -94,6 +121,7 @@ class HloModule:
     entry: str
     frames: dict[int, StackFrame] = field(default_factory=dict)
     by_name: dict[str, HloInstruction] = field(default_factory=dict, repr=False)
+    attributions: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def entry_computation(self) -> HloComputation:
@@ -115,63 +143,77 @@ class HloModule:
         while isinstance(frame_id, int) and frame_id in self.frames and frame_id not in seen:
             seen.add(frame_id)
             f = self.frames[frame_id]
-            stack.append(SourceLocation(file=f.file, line=f.line, function=f.function or None))
+            stack.append(SourceLocation.model_construct(file=f.file, line=f.line, function=f.function or None))
             frame_id = f.parent
         if stack:
             return stack
         file, line = ins.metadata.get("source_file"), ins.metadata.get("source_line")
         if isinstance(file, str) and isinstance(line, int):
-            return [SourceLocation(file=file, line=line)]
+            return [SourceLocation.model_construct(file=file, line=line, function=None)]
         return []
 
     def attribution_of(
         self, ins: HloInstruction, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
     ) -> tuple[SourceLocation | None, SourceLocation | None]:
         """(the user's line, the library line it went through) for an instruction."""
-        return ownership.attribute(self.stack_of(ins))
+        key = (id(ownership), ins.metadata.get("stack_frame_id"), ins.metadata.get("source_file"),
+               ins.metadata.get("source_line"))
+        hit = self.attributions.get(key)
+        if hit is None:
+            hit = self.attributions[key] = ownership.attribute(self.stack_of(ins))
+        return hit
 
     def source_of(self, ins: HloInstruction, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> SourceLocation | None:
         return self.attribution_of(ins, ownership)[0]
 
 
-def _outside_quotes(text: str, start: int = 0):
-    """(index, character, bracket depth after it) for every character outside
-    double-quoted strings, from ``start``."""
-    depth, quote, i = 0, False, start
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                quote = False
-        elif ch == '"':
-            quote = True
-        else:
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-            yield i, ch, depth
-        i += 1
+# Brackets, commas and whole double-quoted strings: everything else is skipped in C.
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[()\[\]{},]')
+_OPEN, _CLOSE = frozenset("([{"), frozenset(")]}")
 
 
 def _split_top_level(text: str, sep: str = ",") -> list[str]:
-    parts, start = [], 0
-    for i, ch, depth in _outside_quotes(text):
-        if ch == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
+    parts, start, depth = [], 0, 0
+    for m in _STRUCTURE.finditer(text):
+        ch = m.group()
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:m.start()])
+            start = m.end()
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
 
 
 def _balanced_end(text: str, start: int) -> int:
     """Index just past the bracket group opening at text[start]."""
-    for i, ch, depth in _outside_quotes(text, start):
-        if ch in ")]}" and depth == 0:
-            return i + 1
+    depth = 0
+    for m in _STRUCTURE.finditer(text, start):
+        ch = m.group()
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return m.end()
     raise HloParseError(f"unbalanced brackets in: {text[:120]}")
+
+
+def _parse_attrs(text: str) -> tuple[dict[str, str], dict[str, str | int]]:
+    attrs: dict[str, str] = {}
+    metadata: dict[str, str | int] = {}
+    for part in _split_top_level(text.lstrip(", ")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            continue
+        key = key.strip()
+        if key == "metadata":
+            metadata = _parse_metadata(value)
+        else:
+            attrs[key] = value.strip()
+    return attrs, metadata
 
 
 def _parse_metadata(text: str) -> dict[str, str | int]:
@@ -185,46 +227,53 @@ def _parse_metadata(text: str) -> dict[str, str | int]:
     return out
 
 
+# name = shape opcode( for an array-shaped instruction, the common case, in one match.
+_HEAD = re.compile(r"(ROOT )?%?([\w.\-]+) = ([a-z][a-z0-9]*(?:\[[^\]]*\])?(?:\{[^}]*\})?) ([\w\-]+)\(")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
 def parse_instruction(line: str) -> HloInstruction:
-    text = line.strip()
-    is_root = text.startswith("ROOT ")
-    if is_root:
-        text = text[5:]
-    eq = text.find(" = ")
-    if eq < 0:
-        raise HloParseError(f"not an instruction: {line.strip()[:120]}")
-    name = text[:eq].strip().lstrip("%")
-    rest = text[eq + 3 :].lstrip()
-    if rest.startswith("("):
-        shape_end = _balanced_end(rest, 0)
+    return _parse_stripped(line.strip())
+
+
+def _parse_stripped(text: str) -> HloInstruction:
+    line = text
+    m = _HEAD.match(text)
+    if m:
+        is_root, name, shape, opcode = m.group(1) is not None, m.group(2), m.group(3), m.group(4)
+        rest, paren = text, m.end() - 1
     else:
-        m = re.match(r"[a-z][a-z0-9]*(\[[^\]]*\])?(\{[^}]*\})?", rest)
-        if not m:
-            raise HloParseError(f"no shape in: {line.strip()[:120]}")
-        shape_end = m.end()
-    shape = rest[:shape_end]
-    rest = rest[shape_end:].lstrip()
-    paren = rest.find("(")
-    if paren < 0:
-        raise HloParseError(f"no opcode in: {line.strip()[:120]}")
-    opcode = rest[:paren].strip()
-    ops_end = _balanced_end(rest, paren)
-    operand_text = rest[paren + 1 : ops_end - 1]
-    operands = tuple(
-        tok.split()[-1].lstrip("%") for tok in _split_top_level(operand_text) if tok.split()
-    )
-    attrs: dict[str, str] = {}
-    metadata: dict[str, str | int] = {}
-    for part in _split_top_level(rest[ops_end:].lstrip(", ")):
-        key, sep, value = part.partition("=")
-        if not sep:
-            continue
-        key = key.strip()
-        if key == "metadata":
-            metadata = _parse_metadata(value)
+        is_root = text.startswith("ROOT ")
+        if is_root:
+            text = text[5:]
+        eq = text.find(" = ")
+        if eq < 0:
+            raise HloParseError(f"not an instruction: {line.strip()[:120]}")
+        name = text[:eq].strip().lstrip("%")
+        rest = text[eq + 3 :].lstrip()
+        if rest.startswith("("):
+            shape_end = _balanced_end(rest, 0)
         else:
-            attrs[key] = value.strip()
-    return HloInstruction(name, opcode, shape, operands, attrs, metadata, is_root)
+            sm = _ARRAY_SHAPE.match(rest)
+            if not sm:
+                raise HloParseError(f"no shape in: {line.strip()[:120]}")
+            shape_end = sm.end()
+        shape = rest[:shape_end]
+        rest = rest[shape_end:].lstrip()
+        paren = rest.find("(")
+        if paren < 0:
+            raise HloParseError(f"no opcode in: {line.strip()[:120]}")
+        opcode = rest[:paren].strip()
+    close = rest.find(")", paren)
+    inner = rest[paren + 1 : close] if close > 0 else "("
+    # The operand list usually holds no nested parenthesis or string: its end is the next ')'.
+    ops_end = close + 1 if "(" not in inner and '"' not in inner else _balanced_end(rest, paren)
+    operand_text = rest[paren + 1 : ops_end - 1]
+    if "%" in operand_text:  # printed operands are %names (with their shapes in dumps)
+        operands = tuple(_OPERAND.findall(operand_text))
+    else:  # parameter(0), constant(1.5), get-tuple-element index forms
+        operands = tuple(tok.split()[-1] for tok in _split_top_level(operand_text) if tok.split())
+    return HloInstruction(name, opcode, shape, operands, rest[ops_end:], is_root)
 
 
 _C_ESCAPES = {"n": 10, "t": 9, "r": 13, '"': 34, "\\": 92, "'": 39, "a": 7, "b": 8, "f": 12, "v": 11, "?": 63}
@@ -299,6 +348,18 @@ def _parse_tables(lines: list[str]) -> dict[int, StackFrame]:
 
 
 def parse_hlo_module(text: str) -> HloModule:
+    # Tens of thousands of small objects and no cycles: the cyclic collector would
+    # only rescan them over and over while they are built.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_hlo_module(text)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse_hlo_module(text: str) -> HloModule:
     lines = text.splitlines()
     first = next((ln for ln in lines if ln.strip()), "")
     if not first.startswith("HloModule "):
@@ -331,7 +392,7 @@ def parse_hlo_module(text: str) -> HloModule:
                 entry = current_name
             current_name = None
             continue
-        current_instrs.append(parse_instruction(s))
+        current_instrs.append(_parse_stripped(s))
     if current_name is not None:
         raise HloParseError(f"computation {current_name} is not closed")
     if entry is None:

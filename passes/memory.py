@@ -8,6 +8,7 @@ writes beside its dumps (``*-live-range.txt``, ``*-buffer-assignment.txt``).
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -113,35 +114,60 @@ def _timeline(report: LiveRangeReport, slices: dict[str, tuple[int, int, int]]) 
 
     Values that share a buffer (a while loop's phis, aliased tuple elements) share
     an allocation slice, so live bytes are the union of live slices, not a sum of
-    values.
+    values. One sweep over start/end events: each allocation's byte range is cut
+    at the slice boundaries, and a segment counts while any live slice covers it,
+    so the cost is the number of ranges (times the few segments a slice spans),
+    not ranges times steps.
     """
     if not report.ranges or not slices:
         return []
     last = max(max(end for _, _, end in report.ranges), report.sequence_length - 1)
-    live_at: list[set[tuple[int, int, int]]] = [set() for _ in range(last + 1)]
+    events: list[tuple[int, int, tuple[int, int, int]]] = []
+    bounds: dict[int, set[int]] = {}
     for name, start, end in report.ranges:
         where = slices.get(name)
         if where is None or start < 0 or end < start:
             continue
-        for step in range(start, min(end, last) + 1):
-            live_at[step].add(where)
-    points = []
-    for step, live in enumerate(live_at):
-        total, by_alloc = 0, {}
-        for alloc, offset, size in live:
-            by_alloc.setdefault(alloc, []).append((offset, offset + size))
-        for intervals in by_alloc.values():
-            end = -1
-            for lo, hi in sorted(intervals):
-                if hi > end:
-                    total += hi - max(lo, end)
-                    end = hi
-        points.append(MemoryTimelinePoint(step=step, bytes=total))
-    if len(points) > MAX_TIMELINE_POINTS:
-        stride = -(-len(points) // MAX_TIMELINE_POINTS)
-        keep = {p.step for p in points[::stride]} | {report.peak_step, points[-1].step}
-        points = [p for p in points if p.step in keep]
-    return points
+        events.append((start, 1, where))
+        events.append((min(end, last) + 1, -1, where))
+        alloc, offset, size = where
+        bounds.setdefault(alloc, set()).update((offset, offset + size))
+    cuts = {a: sorted(b) for a, b in bounds.items()}
+    index = {a: {x: i for i, x in enumerate(c)} for a, c in cuts.items()}
+    cover = {a: [0] * len(c) for a, c in cuts.items()}
+    events.sort(key=lambda e: (e[0], e[1]))
+    total = 0
+    change_steps: list[int] = []
+    change_totals: list[int] = []
+    i = 0
+    while i < len(events):
+        step = events[i][0]
+        while i < len(events) and events[i][0] == step:
+            _, delta, (alloc, offset, size) = events[i]
+            c, counts = cuts[alloc], cover[alloc]
+            for seg in range(index[alloc][offset], index[alloc][offset + size]):
+                before = counts[seg]
+                counts[seg] += delta
+                if before == 0 and delta > 0:
+                    total += c[seg + 1] - c[seg]
+                elif counts[seg] == 0 and delta < 0:
+                    total -= c[seg + 1] - c[seg]
+            i += 1
+        change_steps.append(step)
+        change_totals.append(total)
+
+    def at(step: int) -> int:
+        k = bisect.bisect_right(change_steps, step) - 1
+        return change_totals[k] if k >= 0 else 0
+
+    if last + 1 <= MAX_TIMELINE_POINTS:
+        steps = range(last + 1)
+    else:
+        stride = -(-(last + 1) // MAX_TIMELINE_POINTS)
+        steps = sorted(set(range(0, last + 1, stride)) | {last} | (
+            {report.peak_step} if report.peak_step is not None and 0 <= report.peak_step <= last else set()))
+    make = MemoryTimelinePoint.model_construct
+    return [make(step=step, bytes=at(step)) for step in steps]
 
 
 def summarize_memory(

@@ -288,7 +288,9 @@ class ShardyAgreement(Model):
 class PropagationReport(Model):
     name: str
     mesh: dict[str, int]
-    values: list[PropagatedValue]
+    values: list[PropagatedValue] = Field(description="The largest values first; provenance only for values "
+                                          "--explain names.")
+    values_omitted: int = Field(default=0, description="Values left out of the list (--all-values lists them).")
     predicted: list[PredictedCollective]
     agreement_with_shardy: ShardyAgreement | None
     ops_without_rule: list[str] = Field(default_factory=list, description="Ops that stop propagation.")

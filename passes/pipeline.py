@@ -27,7 +27,9 @@ from .device_groups import MeshInfo
 from .models import Finding, Severity, TargetReport, TensorInfo
 from .rules.context import RuleContext
 from .rules.registry import RULES, Emitter, all_options
-from .stablehlo_module import EntrySignature, per_device_bytes, read_entry_signature, read_entry_sources
+from .stablehlo_module import (
+    EntrySignature, EntrySources, per_device_bytes, read_entry_signature, read_entry_sources,
+)
 from .state_roundtrip import correspond, suggested_out_shardings
 
 
@@ -101,10 +103,12 @@ OutShardingsHook = Callable[[tuple, tuple, tuple], "tuple[str | None, str | None
 def analyze_target(
     name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig,
     out_shardings_hook: OutShardingsHook | None = None,
+    entry: tuple[EntrySignature, EntrySources] | None = None,
 ) -> TargetReport:
+    """``entry``: the entry signature and sources when already read (from a copy
+    of the module, on another thread while XLA compiled)."""
     # 1. The entry signature and its source lines, from StableHLO.
-    sig = read_entry_signature(module)
-    sources = read_entry_sources(module, config.ownership)
+    sig, sources = entry or (read_entry_signature(module), read_entry_sources(module, config.ownership))
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
     outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
     sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)

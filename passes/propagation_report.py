@@ -4,7 +4,7 @@ Shardy's own propagation of the same module."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
@@ -30,6 +30,7 @@ class Propagated:
     module: ir.Module
     graph: ShardingGraph
     sweeps: int
+    _origins: dict = field(default_factory=dict, repr=False)
 
     def labels(self, t: Tensor) -> list[list[str]]:
         return [[label(r, self.graph.axis_sizes) for r in merge_adjacent(d)] for d in t.dims]
@@ -60,9 +61,38 @@ class Propagated:
         return chain
 
     def seed_of(self, t: Tensor) -> str | None:
-        chain = self.provenance(t)
-        origin = self.graph.tensors_by_name().get(chain[-1].value)
-        return origin.seed if origin else None
+        """The stated sharding a value's sharding came from: the end of its
+        provenance chain, found by following parent links (memoised per value and
+        axis, so asking for every value costs one walk of the graph)."""
+        from .axes import overlaps
+
+        dim = next((d for d, axes in enumerate(t.dims) if axes), None)
+        if dim is None:
+            return t.seed
+        axis = t.dims[dim][0]
+        memo = self._origins
+        path: list[tuple[int, object]] = []
+        seen = {t.id}
+        current = t
+        while True:
+            key = (current.id, axis)
+            if key in memo:
+                origin = memo[key]
+                break
+            path.append(key)
+            if dim is None or current.parent[dim] is None:
+                origin = current.id
+                break
+            src_id, _ = current.parent[dim]
+            if src_id in seen:  # a cycle (a loop's carried value): the chain ends here
+                origin = current.id
+                break
+            seen.add(src_id)
+            current = self.graph.tensors[src_id]
+            dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
+        for key in path:
+            memo[key] = origin
+        return self.graph.tensors[origin].seed
 
 
 def run_propagation(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> Propagated:
@@ -106,20 +136,43 @@ def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
     )
 
 
+MAX_VALUES = 200
+
+
 def build_report(
     name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
-    provenance: bool = True, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+    provenance: bool = False, ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES,
 ) -> tuple[PropagationReport, Propagated]:
+    """The report of one module. Values are listed largest first, at most
+    ``max_values`` of them (None: all); provenance chains are kept as parent links
+    in the graph and written out only where asked for (``provenance``, or
+    ``with_provenance`` for the values ``--explain`` names)."""
     p = run_propagation(module, ownership)
-    tensors = [t for t in p.graph.tensors if not t.virtual and t.compare]
-    values = sorted((_value(p, t, provenance) for t in tensors), key=lambda v: (-v.bytes, v.name))
+    tensors = sorted((t for t in p.graph.tensors if not t.virtual and t.compare),
+                     key=lambda t: (-array_bytes(t.dtype, list(t.shape)), t.name))
+    listed = tensors if max_values is None else tensors[:max_values]
+    values = [_value(p, t, provenance) for t in listed]
     report = PropagationReport(
-        name=name, mesh=dict(p.graph.axis_sizes), values=values,
+        name=name, mesh=dict(p.graph.axis_sizes), values=values, values_omitted=len(tensors) - len(listed),
         predicted=match_compiled(predict(p.graph), compiled),
         agreement_with_shardy=agreement(p, module) if with_shardy else None,
         ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
     )
     return report, p
+
+
+def with_provenance(report: PropagationReport, p: Propagated, tensors: list[Tensor]) -> PropagationReport:
+    """The report with these values' provenance written out (added to the list
+    when the cap left them out)."""
+    by_name = {v.name: i for i, v in enumerate(report.values)}
+    values = list(report.values)
+    for t in tensors:
+        v = _value(p, t, True)
+        if t.name in by_name:
+            values[by_name[t.name]] = v
+        else:
+            values.append(v)
+    return report.model_copy(update={"values": values})
 
 
 def find_values(p: Propagated, query: str) -> list[Tensor]:

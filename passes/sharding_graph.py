@@ -82,10 +82,14 @@ class ShardingGraph:
     value_ids: dict = field(default_factory=dict)  # ir.Value -> tensor id
     without_rule: list[str] = field(default_factory=list)  # ops that stop propagation
     _names: dict[str, Tensor] | None = field(default=None, repr=False)
+    _names_built_at: int = field(default=-1, repr=False)
 
     def tensors_by_name(self) -> dict[str, Tensor]:
-        if self._names is None or len(self._names) != sum(1 for t in self.tensors if not t.virtual):
+        # Rebuilt only when tensors were added since (names may repeat, so the
+        # dict's size is no measure of that).
+        if self._names is None or self._names_built_at != len(self.tensors):
             self._names = {t.name: t for t in self.tensors if not t.virtual}
+            self._names_built_at = len(self.tensors)
         return self._names
 
 

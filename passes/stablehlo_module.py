@@ -58,18 +58,24 @@ def _mlir_string(text: str) -> str:
 def frames_of_location(loc: ir.Location | str) -> list[SourceLocation]:
     """The call stack of an MLIR location, innermost frame first."""
     text = str(loc)
-    frames = [SourceLocation(file=_mlir_string(m.group(2)), line=int(m.group(3)), function=m.group(1) or None)
+    make = SourceLocation.model_construct  # our own parse: no validation on this hot path
+    frames = [make(file=_mlir_string(m.group(2)), line=int(m.group(3)), function=m.group(1) or None)
               for m in _FRAME.finditer(text)]
     if frames:
         return frames
-    return [SourceLocation(file=_mlir_string(m.group(1)), line=int(m.group(2))) for m in _FILE_LINE.finditer(text)]
+    return [make(file=_mlir_string(m.group(1)), line=int(m.group(2)), function=None)
+            for m in _FILE_LINE.finditer(text)]
 
 
 def attribution_of_location(
     loc: ir.Location | str, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
 ) -> tuple[SourceLocation | None, SourceLocation | None]:
     """(the user's innermost line, the innermost library line) of an MLIR location."""
-    return ownership.attribute(frames_of_location(loc))
+    text = str(loc)
+    hit = ownership.locations.get(text)
+    if hit is None:
+        hit = ownership.locations[text] = ownership.attribute(frames_of_location(text))
+    return hit
 
 
 def source_of_location(loc: ir.Location | str, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> SourceLocation | None:
