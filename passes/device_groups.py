@@ -10,6 +10,7 @@ report says ``data`` rather than XLA's internal ``axis_0``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from math import prod
@@ -45,9 +46,15 @@ class MeshInfo:
         return dict(self.axes)[name]
 
     def coordinates(self) -> dict[int, tuple[int, ...]]:
-        ids = self.device_ids if self.device_ids is not None else tuple(range(self.size))
-        shape = self.shape or (1,)
-        return {int(d): tuple(int(c) for c in np.unravel_index(i, shape)) for i, d in enumerate(ids)}
+        """Mesh coordinates of each logical device (computed once per mesh)."""
+        return _coordinates(self.axes, self.device_ids)
+
+
+@functools.lru_cache(maxsize=64)
+def _coordinates(axes: tuple[tuple[str, int], ...], device_ids: tuple[int, ...] | None) -> dict[int, tuple[int, ...]]:
+    shape = tuple(s for _, s in axes) or (1,)
+    ids = device_ids if device_ids is not None else tuple(range(prod(shape)))
+    return {int(d): tuple(int(c) for c in np.unravel_index(i, shape)) for i, d in enumerate(ids)}
 
 
 def _iota_groups(text: str) -> list[list[int]]:

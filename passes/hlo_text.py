@@ -21,6 +21,10 @@ _METADATA_INT = re.compile(r"(\w+)=(-?\d+)(?=[\s}]|$)")
 _COMPUTATION_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)\{\s*$")
 _TABLE_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
 _COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
+_UNESCAPE = re.compile(r"\\(.)")
+# A called computation without parsing the whole attribute list (metadata included).
+_CALL_VALUE = re.compile(r"(?:^|[\s,])(calls|to_apply|body|condition|branch_computations|true_computation|"
+                         r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)")
 _ARRAY_SHAPE = re.compile(r"[a-z][a-z0-9]*(\[[^\]]*\])?(\{[^}]*\})?")
 
 # Attributes whose values name other computations.
@@ -86,9 +90,11 @@ class HloInstruction:
         """(attribute, computation name) for every computation this instruction calls."""
         if "=" not in self.attr_text or not _MAY_CALL.search(self.attr_text):
             return []
+        head = self.attr_text.split("metadata={", 1)[0]  # metadata strings could mention "calls="
+        found = {m.group(1): m.group(2) for m in _CALL_VALUE.finditer(head)} or self.attrs
         out = []
         for key in _CALL_ATTRS:
-            value = self.attrs.get(key)
+            value = found.get(key)
             if value:
                 for m in _COMPUTATION_REF.finditer(value.strip("{}")):
                     out.append((key, m.group(1)))
@@ -220,7 +226,8 @@ def _parse_metadata(text: str) -> dict[str, str | int]:
     inner = text.strip()[1:-1]
     out: dict[str, str | int] = {}
     for m in _METADATA_STR.finditer(inner):
-        out[m.group(1)] = re.sub(r"\\(.)", r"\1", m.group(2))
+        value = m.group(2)
+        out[m.group(1)] = _UNESCAPE.sub(r"\1", value) if "\\" in value else value
     stripped = _METADATA_STR.sub("", inner)
     for m in _METADATA_INT.finditer(stripped):
         out[m.group(1)] = int(m.group(2))

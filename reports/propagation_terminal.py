@@ -9,47 +9,53 @@ from rich.table import Table
 from rich.text import Text
 
 from ..passes.byte_sizes import format_bytes
-from ..passes.models import PropagateRun, PropagationReport
+from ..passes.models import PropagateRun, PropagationReport, where_text
 from ..passes.sharding_text import pspec_text
 from .terminal import shape_text
+from .terminal_layout import Column, fitted_table
 
 MAX_ROWS = 20
 
 
-def _values(t: PropagationReport) -> Table:
+def _values(t: PropagationReport, width: int) -> Table:
     sharded = [v for v in t.values if any(v.sharding)]
-    table = Table(title=f"Sharded values ({len(sharded)} of {len(t.values)}, largest first)", title_justify="left")
-    for col, kw in (("value", {"no_wrap": True}), ("shape", {"no_wrap": True}), ("sharding", {}),
-                    ("per device", {"justify": "right", "no_wrap": True}), ("source", {"no_wrap": True}),
-                    ("from", {"overflow": "ellipsis", "max_width": 36})):
-        table.add_column(col, **kw)
-    for v in sharded[:MAX_ROWS]:
-        table.add_row(v.name, shape_text(v.dtype, v.shape), pspec_text(v.sharding), format_bytes(v.per_device_bytes),
-                      str(v.source) if v.source else "-", v.seed or "-")
-    return table
+    rows = sharded[:MAX_ROWS]
+    total = len(t.values) + t.values_omitted
+    title = (f"Sharded values ({len(sharded)} of the {len(t.values)} largest of {total}; --all-values lists all)"
+             if t.values_omitted else f"Sharded values ({len(sharded)} of {total}, largest first)")
+    columns = [
+        Column("value", [v.name for v in rows], fold=True),
+        Column("shape", [shape_text(v.dtype, v.shape) for v in rows]),
+        Column("sharding", [pspec_text(v.sharding) for v in rows], fold=True),
+        Column("per device", [format_bytes(v.per_device_bytes) for v in rows], justify="right"),
+        Column("source", [where_text(v.source, None) for v in rows], path=True),
+        Column("from", [v.seed or "-" for v in rows], essential=False, fold=True),
+    ]
+    return fitted_table(title, columns, width)
 
 
-def _predicted(t: PropagationReport) -> Table | None:
+def _predicted(t: PropagationReport, width: int) -> Table | None:
     if not t.predicted:
         return None
-    table = Table(title="Predicted communication", title_justify="left")
-    for col, kw in (("kind", {"no_wrap": True}), ("bytes", {"justify": "right", "no_wrap": True}), ("axes", {}),
-                    ("op", {"no_wrap": True}), ("source", {"no_wrap": True}), ("compiled", {}),
-                    ("why", {"overflow": "fold"})):
-        table.add_column(col, **kw)
-    for p in t.predicted[:MAX_ROWS]:
-        matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
-        table.add_row(p.kind, format_bytes(p.bytes), ",".join(p.mesh_axes), p.op.replace("stablehlo.", ""),
-                      str(p.source) if p.source else "-", matched, p.reason)
-    return table
+    rows = t.predicted[:MAX_ROWS]
+    columns = [
+        Column("kind", [p.kind for p in rows]),
+        Column("bytes", [format_bytes(p.bytes) for p in rows], justify="right"),
+        Column("axes", [",".join(p.mesh_axes) for p in rows], fold=True),
+        Column("source", [where_text(p.source, None) for p in rows], path=True),
+        Column("compiled", [{True: "yes", False: "no", None: "-"}[p.matched_compiled] for p in rows]),
+        Column("op", [p.op.replace("stablehlo.", "") for p in rows], essential=False),
+        Column("why", [p.reason for p in rows], essential=False, fold=True),
+    ]
+    return fitted_table("Predicted communication", columns, width)
 
 
 def render_propagation(run: PropagateRun, console: Console, explained: dict[str, list[str]] | None = None) -> None:
     for t in run.targets:
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(f"mesh {' x '.join(f'{k}={v}' for k, v in t.mesh.items()) or '(none)'}")
-        console.print(_values(t))
-        table = _predicted(t)
+        console.print(_values(t, console.width))
+        table = _predicted(t, console.width)
         if table is not None:
             console.print(table)
         a = t.agreement_with_shardy
