@@ -23,8 +23,7 @@ _TABLE_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
 _COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
 _UNESCAPE = re.compile(r"\\(.)")
 # A called computation without parsing the whole attribute list (metadata included).
-_CALL_VALUE = re.compile(r"(?:^|[\s,])(calls|to_apply|body|condition|branch_computations|true_computation|"
-                         r"false_computation|called_computations)=(\{[^}]*\}|%?[\w.\-]+)")
+_CALL_TARGET = re.compile(r"\{[^}]*\}|%?[\w.\-]+")
 _ARRAY_SHAPE = re.compile(r"[a-z][a-z0-9]*(\[[^\]]*\])?(\{[^}]*\})?")
 
 # Attributes whose values name other computations.
@@ -90,8 +89,17 @@ class HloInstruction:
         """(attribute, computation name) for every computation this instruction calls."""
         if "=" not in self.attr_text or not _MAY_CALL.search(self.attr_text):
             return []
-        head = self.attr_text.split("metadata={", 1)[0]  # metadata strings could mention "calls="
-        found = {m.group(1): m.group(2) for m in _CALL_VALUE.finditer(head)} or self.attrs
+        text = self.attr_text
+        cut = text.find("metadata={")  # metadata strings could mention "calls="
+        head = text if cut < 0 else text[:cut]
+        found: dict[str, str] = {}
+        for key in _CALL_ATTRS:
+            at = head.find(key + "=")
+            if at >= 0 and (at == 0 or head[at - 1] in " ,"):
+                m = _CALL_TARGET.match(head, at + len(key) + 1)
+                if m:
+                    found[key] = m.group()
+        found = found or self.attrs
         out = []
         for key in _CALL_ATTRS:
             value = found.get(key)
@@ -237,6 +245,7 @@ def _parse_metadata(text: str) -> dict[str, str | int]:
 # name = shape opcode( for an array-shaped instruction, the common case, in one match.
 _HEAD = re.compile(r"(ROOT )?%?([\w.\-]+) = ([a-z][a-z0-9]*(?:\[[^\]]*\])?(?:\{[^}]*\})?) ([\w\-]+)\(")
 _OPERAND = re.compile(r"%([\w.\-]+)")
+_WHOLE = re.compile(_HEAD.pattern + r'([^()"]*)\)')
 
 
 def parse_instruction(line: str) -> HloInstruction:
@@ -245,6 +254,12 @@ def parse_instruction(line: str) -> HloInstruction:
 
 def _parse_stripped(text: str) -> HloInstruction:
     line = text
+    m = _WHOLE.match(text)
+    if m:  # the common case in one match: an array shape and an operand list without parentheses
+        ops = m.group(5)
+        operands = tuple(_OPERAND.findall(ops)) if "%" in ops else tuple(
+            t.split()[-1] for t in ops.split(",") if t.strip())
+        return HloInstruction(m.group(2), m.group(4), m.group(3), operands, text[m.end():], m.group(1) is not None)
     m = _HEAD.match(text)
     if m:
         is_root, name, shape, opcode = m.group(1) is not None, m.group(2), m.group(3), m.group(4)
