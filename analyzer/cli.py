@@ -9,6 +9,7 @@ import traceback
 
 from . import __version__
 from .errors import ShardLintInputError
+from .gpu_targets import PLATFORMS
 
 from .commands import EXIT_INPUT, EXIT_INTERNAL
 
@@ -18,9 +19,13 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
                    help="lint only this target (repeatable); default: all the script returns")
     p.add_argument("--devices", type=int, default=None, metavar="N",
                    help="number of virtual CPU devices (default 8, or devices= in the config)")
-    p.add_argument("--platform", choices=("cpu", "gpu", "h100", "h200", "b200", "a100-80g", "a100-40g"), default=None,
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
                    help="cpu: virtual CPU devices (default); gpu: the GPUs JAX sees; h100, h200, b200, a100-80g, "
-                   "a100-40g: compile for that GPU without one (needs jax-shard-lint[gpu])")
+                   "a100-40g: compile for that GPU without one (needs jax-shard-lint[gpu]); tpu-v4, tpu-v5e, "
+                   "tpu-v5p, tpu-v6e: compile for that TPU without one (needs jax-shard-lint[tpu])")
+    p.add_argument("--topology", metavar="GRID",
+                   help="for a TPU target: the slice, e.g. 2x4 (v5e, v6e) or 4x4x4 (v4, v5p); its device count "
+                   "and hosts are the slice's (default: the most square grid of --devices)")
     p.add_argument("--target-config", metavar="FILE",
                    help="your own GpuTargetConfigProto text for a GPU platform (instead of the bundled spec)")
     p.add_argument("--hosts", type=int, default=None, metavar="N",

@@ -16,6 +16,7 @@ def _settings(args: argparse.Namespace):
     from .config import (
         Settings, device_budget, find_pyproject, load_file_settings, parse_budget, parse_option, rule_codes,
     )
+    from .device_presets import target_memory
 
     settings = Settings()
     script_path = args.script.split(":")[0] if getattr(args, "script", None) else "."
@@ -39,14 +40,23 @@ def _settings(args: argparse.Namespace):
         if args.hosts < 1:
             raise ShardLintInputError("--hosts", "must be at least 1")
         settings.hosts = args.hosts
-    from .gpu_targets import GPU_TARGETS
+    from .gpu_targets import GPU_TARGETS, TPU_TARGETS
 
     if settings.hosts > 1 and settings.platform not in GPU_TARGETS:
-        raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)})")
+        raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)}); a TPU "
+                                  "target's hosts come from its --topology")
+    if getattr(args, "topology", None):
+        settings.topology = args.topology
+    if settings.topology and settings.platform not in TPU_TARGETS:
+        raise ShardLintInputError("--topology", f"needs a TPU target platform ({', '.join(TPU_TARGETS)})")
     if args.budget:
         settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
     if args.device:
         settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
+    if settings.budget_bytes is None:
+        # One memory size per device: an accelerator target's own, for every command (fit included).
+        settings.budget_bytes = target_memory(settings.platform, settings.target_config)
+        settings.budget_source = settings.platform if settings.budget_bytes is not None else None
     for item in args.threshold:
         name, sep, value = item.partition("=")
         if not sep:

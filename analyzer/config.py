@@ -35,7 +35,7 @@ from .errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
 _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",
-               "target-config", "first-party", "third-party"}
+               "target-config", "first-party", "third-party", "topology"}
 
 
 @dataclass
@@ -51,6 +51,7 @@ class Settings:
     config_file: str | None = None
     target_config: str | None = None
     hosts: int = 1
+    topology: str | None = None
     first_party: list[str] = field(default_factory=list)
     third_party: list[str] = field(default_factory=list)
     # Folders whose files are the user's (the script's): set by the command.
@@ -154,6 +155,8 @@ def load_file_settings(settings: Settings, path: str) -> None:
         if not isinstance(section["hosts"], int) or section["hosts"] < 1:
             raise ShardLintInputError(where, "hosts must be a positive integer")
         settings.hosts = section["hosts"]
+    if "topology" in section:
+        settings.topology = str(section["topology"])
     if "target-config" in section:
         settings.target_config = os.path.join(os.path.dirname(path), str(section["target-config"]))
     if "budget" in section:

@@ -19,6 +19,8 @@ class DevicePreset:
 
 
 PRESETS: dict[str, DevicePreset] = {p.name: p for p in (
+    # The GPUs that are also compile targets take their memory from the target's
+    # spec file below (one figure per device, whichever flag names it).
     DevicePreset("h100", 80 * GiB, "NVIDIA H100 80GB (SXM or PCIe)"),
     DevicePreset("h100-nvl", 94 * GiB, "NVIDIA H100 NVL 94GB"),
     DevicePreset("h200", 141 * GiB, "NVIDIA H200 141GB"),
@@ -33,6 +35,29 @@ PRESETS: dict[str, DevicePreset] = {p.name: p for p in (
 ALIASES = {"a100": "a100-80g", "v4": "tpu-v4", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
 
 
+def _target_file_memory(name: str) -> int | None:
+    from .gpu_targets import load_target
+
+    return load_target(name).memory_bytes
+
+
+def target_memory(platform: str, target_config: str | None = None) -> int | None:
+    """The memory of one device of an accelerator target; None for cpu and gpu."""
+    from .gpu_targets import GPU_TARGETS, TPU_TARGETS, load_target
+
+    if platform in GPU_TARGETS:
+        return load_target(platform, target_config).memory_bytes
+    if platform in TPU_TARGETS:
+        from .tpu_targets import TPU_GENERATIONS
+
+        return TPU_GENERATIONS[platform].memory_bytes
+    return None
+
+
 def find_preset(name: str) -> DevicePreset | None:
     key = name.strip().lower()
     return PRESETS.get(ALIASES.get(key, key))
+
+
+for _name in ("h100", "h200", "b200", "a100-80g", "a100-40g"):
+    PRESETS[_name] = DevicePreset(_name, _target_file_memory(_name), PRESETS[_name].description)

@@ -143,10 +143,10 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
         if not paths:
             raise ShardLintInputError(request.baseline, "no .mlir snapshots in this directory")
         from .fixtures import snapshot_platform
-        from .gpu_targets import GPU_TARGETS
+        from .gpu_targets import ACCELERATOR_TARGETS
 
         taken = {(snapshot_platform(p) or "cpu").split()[0] for p in paths}
-        if not request.platform_given and len(taken) == 1 and next(iter(taken)) in GPU_TARGETS:
+        if not request.platform_given and len(taken) == 1 and next(iter(taken)) in ACCELERATOR_TARGETS:
             # Compare like with like: re-analyse the snapshots for the GPU they were taken for.
             settings.platform = next(iter(taken))
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]

@@ -13,7 +13,10 @@ from importlib import resources
 from .errors import ShardLintInputError
 
 GPU_TARGETS = ("h100", "h200", "b200", "a100-80g", "a100-40g")
-PLATFORMS = ("cpu", "gpu") + GPU_TARGETS
+TPU_TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")  # analyzer/tpu_targets.py
+# Accelerators compiled for without one: figures are the accelerator's, execution is impossible.
+ACCELERATOR_TARGETS = GPU_TARGETS + TPU_TARGETS
+PLATFORMS = ("cpu", "gpu") + ACCELERATOR_TARGETS
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,29 @@ def gpu_target_devices(spec_text: str, num_devices: int, hosts: int = 1) -> list
     return list(topology.devices)
 
 
+def tpu_target_devices(topology_name: str, accelerator_type: str) -> list:
+    """Compile-only devices of a TPU topology (``v5e:2x4``) through libtpu.
+    Raises ImportError without libtpu.
+
+    libtpu reads what pod it runs in from the environment and prints warnings
+    when that is unset; on a machine without TPUs there is no pod, so a
+    single-host value is given (only where the user has not set one)."""
+    import importlib.util
+
+    from jax.experimental import topologies
+
+    if importlib.util.find_spec("libtpu") is None:
+        raise ImportError("libtpu is not installed")
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", accelerator_type)
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    with quiet_native_stderr():
+        topology = topologies.get_topology_desc(topology_name=topology_name, platform="tpu")
+    # libtpu lists each TensorCore of a v4 chip; JAX runs v4 (and v5p) as megacore,
+    # one device per chip, and builds meshes only over those.
+    return [d for d in topology.devices if getattr(d, "core_on_chip", 0) == 0]
+
+
 def gpu_devices() -> list:
     """The GPUs JAX sees; empty when there are none or no CUDA backend is installed."""
     try:

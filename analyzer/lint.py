@@ -26,7 +26,8 @@ from . import __version__, jax_adapter
 from . import devices as run_devices
 from .config import Settings
 from .device_presets import PRESETS
-from .gpu_targets import GPU_TARGETS, load_target, target_devices
+from .gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
+from .tpu_targets import resolve_target, tpu_devices
 from .out_shardings import suggest as suggest_out_shardings
 from .errors import ShardLintInputError, one_line
 from .script_loading import call_targets, load_entry, parse_params, select_targets
@@ -46,6 +47,12 @@ def platform_label(settings: Settings) -> str:
         return "cpu (virtual devices)"
     if settings.platform == "gpu":
         return f"gpu ({jax_adapter.device_kind_summary()})"
+    if settings.platform in TPU_TARGETS:
+        target = resolve_target(settings.platform, settings.devices, settings.topology)
+        hosts = len({d.process_index for d in run_devices.selected() or []})
+        over = f" over {hosts} hosts" if hosts > 1 else ""
+        return (f"{settings.platform} (compiled for {target.num_devices} x {settings.platform.upper()}, topology "
+                f"{target.topology_name}{over}, without one)")
     hosts = f", {settings.hosts} hosts" if settings.hosts > 1 else ""
     return f"{settings.platform} (compiled for {settings.devices} x {settings.platform.upper()} without one{hosts})"
 
@@ -61,6 +68,12 @@ def select_run_devices(settings: Settings) -> list:
         chosen = target_devices(target, settings.devices, settings.hosts)
         if settings.budget_bytes is None and target.memory_bytes:
             settings.budget_bytes, settings.budget_source = target.memory_bytes, settings.platform
+    elif settings.platform in TPU_TARGETS:
+        tpu = resolve_target(settings.platform, settings.devices, settings.topology)
+        chosen = tpu_devices(tpu)
+        settings.devices, settings.topology = len(chosen), tpu.topology
+        if settings.budget_bytes is None:
+            settings.budget_bytes, settings.budget_source = tpu.generation.memory_bytes, settings.platform
     elif settings.platform == "gpu":
         chosen = jax_adapter.gpu_devices()
     else:
@@ -77,7 +90,7 @@ def run_warnings(settings: Settings) -> list[str]:
 
 
 def _check_lowered_for(lowered, name: str, settings: Settings, where: str) -> None:
-    if settings.platform not in GPU_TARGETS:
+    if settings.platform not in ACCELERATOR_TARGETS:
         return
     assignment = jax_adapter.device_assignment(lowered)
     if assignment and assignment[0].platform == "cpu":

@@ -27,7 +27,7 @@ from ..passes.state_roundtrip import correspond, mismatched
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
-from .gpu_targets import GPU_TARGETS
+from .gpu_targets import ACCELERATOR_TARGETS
 from .lint import display_source, relativize, select_run_devices
 from .fixtures import analyze_text, read_mlir
 from .out_shardings import suggest_for
@@ -203,9 +203,10 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     else:
         summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
     validation = None
-    if request.validate and settings.platform in GPU_TARGETS:
+    if request.validate and settings.platform in ACCELERATOR_TARGETS:
         validation = Validation(ran=False, reason=f"compiled for {settings.platform} without one: there is nothing to "
-                                "run it on here; use --platform gpu where GPUs are present")
+                                "run it on here; validate where the accelerator is (--platform gpu where GPUs are "
+                                "present)")
     elif request.validate:
         from .validate import validate
 

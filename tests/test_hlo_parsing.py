@@ -111,3 +111,17 @@ def test_instruction_with_tuple_shape_and_nested_attributes():
 def test_malformed_modules_raise(text, message):
     with pytest.raises(HloParseError, match=message):
         parse_hlo_module(text)
+
+
+def test_tpu_layouts_and_mesh_replica_groups():
+    # TPU HLO: tiled layouts ({1,0:T(8,128)(2,1)}), bf16 matmul operands, groups as
+    # mesh['axis_0'=4,'axis_1'=2] {'axis_1'} or iota. Bytes by hand from the fixture's shapes:
+    # bf16[32,512] = 32 KiB over axis_1 (model), bf16[512,256] = 256 KiB over axis_0 (data),
+    # f32[256] = 1 KiB over axis_0.
+    assert summary("tpu_v5p_scan", DATA_MODEL) == [
+        ("all-gather", 32768, 1, ("model",), (32, 512), False),
+        ("all-gather", 262144, 1, ("data",), (512, 256), False),
+        ("all-reduce", 1024, 1, ("data",), (256,), False),
+    ]
+    fsdp = summary("tpu_v5p_fsdp", FSDP_TP)
+    assert not any(axes and axes[0].startswith("<") for _, _, _, axes, _, _ in fsdp)

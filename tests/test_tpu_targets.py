@@ -1,0 +1,100 @@
+"""Compiling for TPU slices on this CPU-only machine (libtpu's compile-only
+devices, installed by CI through the [tpu] extra; skipped where it is absent).
+The oracle is XLA's TPU compiler itself: the same program compiled directly for
+the same topology."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+if importlib.util.find_spec("libtpu") is None:
+    pytest.skip("the [tpu] extra (libtpu) is not installed", allow_module_level=True)
+
+from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
+from jax_shard_lint.analyzer.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
+
+FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
+REMAT = os.path.join("examples", "remat_layer_stack.py")
+VALUE = os.path.join("examples", "value_function_step.py")
+
+
+def lint_json(cli, *args):
+    result = cli("lint", *args, "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["targets"]
+
+
+@pytest.mark.parametrize("platform, devices, topology", [
+    ("tpu-v5e", 8, "2x4"), ("tpu-v5e", 16, "4x4"), ("tpu-v6e", 64, "8x8"),
+    ("tpu-v5p", 8, "2x2x2"), ("tpu-v5p", 16, "2x2x4"), ("tpu-v4", 8, "2x2x2"), ("tpu-v4", 4, "2x2x1"),
+])
+def test_default_topologies(platform, devices, topology):
+    assert default_topology(TPU_GENERATIONS[platform], devices) == topology
+
+
+@pytest.mark.parametrize("platform", sorted(TPU_GENERATIONS))
+def test_every_generation_gives_compile_only_devices(platform):
+    target = resolve_target(platform, 8, None)
+    devices = tpu_devices(target)
+    assert len(devices) == 8 == target.num_devices
+    assert devices[0].platform == "tpu"
+    assert len({d.process_index for d in devices}) == 2  # a slice of 8 chips spans two hosts
+
+
+def _direct_compile(path, platform, **params):
+    """The example's own targets compiled for the same TPU devices, without the tool."""
+    sys.path.insert(0, "examples")
+    try:
+        import importlib
+
+        module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+    finally:
+        sys.path.pop(0)
+    devices = tpu_devices(resolve_target(platform, 8, None))
+    return {name: lowered.compile() for name, lowered in module.shard_lint_targets(mesh_devices=devices, **params).items()}
+
+
+@pytest.mark.parametrize("path", [FSDP, REMAT, VALUE])
+def test_peak_and_collectives_are_the_tpu_compilers(cli, path):
+    targets = lint_json(cli, path, "--platform", "tpu-v5p")
+    direct = _direct_compile(path, "tpu-v5p")
+    for t in targets:
+        assert t["platform"].startswith("tpu-v5p (compiled for 8 x TPU-V5P, topology v5p:2x2x2 over 2 hosts")
+        m = direct[t["name"]].memory_analysis()
+        peak = m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+        assert t["memory"]["peak_bytes"] == peak
+        assert t["memory"]["budget_bytes"] == 95 * 2**30
+        hlo = direct[t["name"]].as_text()
+        kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+        expected = sum(1 for line in hlo.splitlines() if " = " in line and any(
+            f" {k}(" in line or f" {k}-start(" in line for k in kinds))
+        assert len(t["collectives"]) == expected
+        for c in t["collectives"]:
+            assert c["mesh_axes"] and not c["mesh_axes"][0].startswith("<"), c  # the user's axis names
+        if t["collectives"]:
+            assert set(t["axis_scope"].values()) <= {"within-host", "cross-host"}
+
+
+def test_bad_topologies_are_one_line_input_errors(cli):
+    result = cli("lint", REMAT, "--platform", "tpu-v5e", "--topology", "3x3", "-q")
+    assert result.code == 2
+    assert result.err.strip().startswith("jax-shard-lint: error: --topology: libtpu has no topology v5e:3x3")
+    assert len(result.err.strip().splitlines()) == 1
+    result = cli("lint", REMAT, "--platform", "h100", "--topology", "2x2", "-q")
+    assert result.code == 2 and "needs a TPU target platform" in result.err
+    with pytest.raises(ShardLintInputError, match="pass --topology"):
+        resolve_target("tpu-v5e", 6, None)
+
+
+def test_fit_takes_its_budget_from_the_platform(cli):
+    result = cli("fit", REMAT, "--param", "batch", "--platform", "tpu-v5p", "--multiple-of", "64",
+                 "--range", "64:4096", "--format", "json", "-q")
+    assert result.code == 0, result.err
+    fit = json.loads(result.out)
+    assert fit["budget_bytes"] == 95 * 2**30
+    [t] = lint_json(cli, REMAT, "--platform", "tpu-v5p", "--set", f"batch={fit['value']}")
+    assert t["memory"]["peak_bytes"] <= t["memory"]["budget_bytes"]
+    assert not [f for f in t["findings"] if f["rule"] == "SL301"]
