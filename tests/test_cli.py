@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ROOT
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 VALUE = os.path.join("examples", "value_function_step.py")
@@ -61,7 +61,11 @@ def test_budget_and_device_presets(cli):
     assert code == 1 and report["targets"][0]["memory"]["budget_bytes"] == 2**30
     assert "SL301" in {f["rule"] for f in report["targets"][0]["findings"]}
     report, code = lint_json(cli, REMAT, "--set", "batch=8", "--device", "h100")
-    assert report["targets"][0]["memory"]["budget_bytes"] == 80 * 2**30
+    # One memory size per device: --device h100 is the H100 target spec's device_memory_size.
+    import re
+
+    spec = open(os.path.join(ROOT, "analyzer", "data", "gpu_targets", "h100.txtpb")).read()
+    assert report["targets"][0]["memory"]["budget_bytes"] == int(re.search(r"device_memory_size: (\d+)", spec).group(1))
 
 
 def test_peak_grows_with_the_batch_param(cli):
