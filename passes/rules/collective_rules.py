@@ -17,6 +17,10 @@ _REPLICATING = ("all-gather", "all-reduce")
                    "per-device bytes at which any all-gather or all-reduce is reported"),
         RuleOption("whole-array-gather-min-bytes", 1024**2, "bytes",
                    "smallest collective reported for rebuilding a whole sharded array"),
+        RuleOption("replicating-collective-peak-fraction", 0.25, "fraction",
+                   "share of the per-device peak at which an all-gather or all-reduce is reported"),
+        RuleOption("replicating-collective-min-bytes", 4 * 1024**2, "bytes",
+                   "smallest collective the peak-fraction criterion reports (tiny programs)"),
     ),
 )
 def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
@@ -25,9 +29,12 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     What it does
     ------------
     Reports an all-gather or all-reduce whose per-device result reaches
-    `replicating-collective-bytes`, or whose per-device result has the global
-    shape of an array the program holds sharded (the collective rebuilds the whole
-    array on every device) and reaches `whole-array-gather-min-bytes`.
+    `replicating-collective-bytes` (absolute), or `replicating-collective-peak-fraction`
+    of the per-device peak (relative: at a size a user lints at, 128 MiB can be
+    half the peak; at least `replicating-collective-min-bytes`), or whose
+    per-device result has the global shape of an array the program holds sharded
+    (the collective rebuilds the whole array on every device) and reaches
+    `whole-array-gather-min-bytes`.
 
     Why is this bad
     ---------------
@@ -53,16 +60,21 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     """
     big = ctx.options["replicating-collective-bytes"]
     whole_min = ctx.options["whole-array-gather-min-bytes"]
+    peak = ctx.memory.peak_bytes if ctx.memory else 0
+    share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
+    share_min = ctx.options["replicating-collective-min-bytes"]
     for c in ctx.collectives:
         if c.kind not in _REPLICATING:
             continue
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
-        if c.bytes >= big or (whole and c.bytes >= whole_min):
+        large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
+        if c.bytes >= big or large_share or (whole and c.bytes >= whole_min):
             what = "rebuilds the whole array" if whole else "materialises"
             axes = ", ".join(c.mesh_axes) or "all devices"
             out.emit(
                 f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
-                + (f", {c.count}x per step" if c.count > 1 else ""),
+                + (f", {c.count}x per step" if c.count > 1 else "")
+                + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else ""),
                 c.source, via=c.via,
                 fix="shard a dimension this op does not read along, or keep the operand sharded with "
                 "jax.lax.with_sharding_constraint before the op",

@@ -14,7 +14,12 @@ def _sharding_of(t: TensorInfo):
     return normalized(t.sharding, len(t.shape))
 
 
-@rule("SL201", "output-sharding-mismatch", Severity.warning)
+@rule(
+    "SL201", "output-sharding-mismatch", Severity.warning,
+    options=(RuleOption("output-mismatch-min-bytes", 1024**2, "bytes",
+                        "per-device size from which each mismatched output is its own finding; smaller ones are "
+                        "reported together in one finding"),),
+)
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     """A step's state comes back on another layout than it went in.
 
@@ -23,6 +28,8 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     Pairs each output with the input it corresponds to (by pytree path, or by
     position with equal shape and dtype where the structures differ) and reports
     a pair whose compiled output sharding differs from the input's sharding.
+    Pairs under `output-mismatch-min-bytes` per device (norm scales, biases and
+    their optimizer moments) are reported together, as one finding.
 
     Why is this bad
     ---------------
@@ -46,17 +53,38 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     out_shardings=...)` with the text this rule prints, or run
     `jax-shard-lint rewrite` to apply and validate it.
     """
-    if not mismatched(ctx.roundtrips):
-        return
-    for rt in mismatched(ctx.roundtrips):
+    pairs = mismatched(ctx.roundtrips)
+    floor = ctx.options["output-mismatch-min-bytes"]
+    small = [rt for rt in pairs if max(rt.output.per_device_bytes, rt.input.per_device_bytes) < floor]
+    small_outputs = {rt.output.index for rt in small}
+    for rt in pairs:
+        if rt.output.index in small_outputs:
+            continue
         out.emit(
             f"output {rt.output.path} comes back as {pspec_text(rt.output.sharding)} but its input "
             f"{rt.input.path} is {pspec_text(rt.input.sharding)}: the next step reshards "
-            f"{format_bytes(rt.output.bytes)} (global) on entry",
+            f"{format_bytes(rt.output.per_device_bytes)} per device ({format_bytes(rt.output.bytes)} global) on entry",
             ctx.output_source(rt.output.index),
             fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
-            "(the whole out_shardings= text is in the target's suggested fix)",
+            "(the target's suggested out_shardings= pins every state output)",
             subject=rt.output.path,
+        )
+    if small:
+        # Many small outputs (norm scales, biases and their optimizer moments) are one
+        # decision, and one finding, so the large state that reshards stands out.
+        small.sort(key=lambda rt: (-rt.output.per_device_bytes, rt.output.index))
+        sizes = sorted(rt.output.per_device_bytes for rt in small)
+        shown = ", ".join(f"{rt.output.path} ({pspec_text(rt.output.sharding)}, input "
+                          f"{pspec_text(rt.input.sharding)})" for rt in small[:3])
+        more = f" and {len(small) - 3} more" if len(small) > 3 else ""
+        span = format_bytes(sizes[0]) if sizes[0] == sizes[-1] else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}"
+        noun = "output comes" if len(small) == 1 else "small outputs come"
+        out.emit(
+            f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
+            f"{format_bytes(floor)}): {shown}{more}",
+            ctx.output_source(small[0].output.index),
+            fix="pin them with the target's suggested out_shardings= (it pins every state output)",
+            subject=small[0].output.path,
         )
 
 
