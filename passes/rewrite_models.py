@@ -55,6 +55,9 @@ class Validation(Model):
     measured_peak_after_bytes: int | None = None
     repeats: int = 0
     mismatches: list[str] = Field(default_factory=list)
+    nan_values: list[str] = Field(
+        default_factory=list, description="Outputs that are NaN in both versions at the same positions (they agree; "
+        "seeded inputs can make a step produce NaN, e.g. the sqrt of a negative Adam moment).")
     reason: str | None = Field(default=None, description="Why it did not run, when it did not.")
 
 

@@ -73,4 +73,6 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
                        f"{format_bytes(v.measured_peak_after_bytes)}" if v.measured_peak_before_bytes else "")
                 )
                 for m in v.mismatches:
-                    console.print(f"  mismatch: {m}")
+                    console.print(Text(f"  mismatch: {m}"))
+                for m in v.nan_values:
+                    console.print(Text(f"  agrees, NaN in both (from the seeded inputs): {m}"))

@@ -109,3 +109,35 @@ def test_validation_on_gpu_when_present(cli):
 
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("no GPU visible to JAX: the GPU validation path runs where one is")
+
+
+ADAM = """
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def step(params, mu, nu, x):
+    g = jax.grad(lambda p: jnp.tanh(x @ p["w"]).sum())(params)
+    mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, mu, g)
+    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, nu, g)
+    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+    return params, mu, nu
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=mesh_devices)
+    s = lambda shape, p: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, p))
+    w = {"w": s((256, 512), P("data", "model"))}
+    return {"adam": jax.jit(step).lower(w, w, w, s((64, 256), P("data")))}
+"""
+
+
+def test_validate_an_adam_step_counts_nans_instead_of_failing(cli, tmp_path):
+    # Standard-normal inputs make nu negative and sqrt(nu) NaN in both versions, at the same places.
+    script = tmp_path / "adam.py"
+    script.write_text(ADAM)
+    result = cli("rewrite", str(script), "--validate", "--repeats", "2", "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    v = json.loads(result.out)["targets"][0]["validation"]
+    assert v["ran"] and v["outputs_match"] and not v["mismatches"]
+    assert v["nan_values"] and v["nan_values"][0].startswith("result[0]['w']: ")
