@@ -3,8 +3,9 @@
 What it shows:
 - the parameters are sharded FSDP-style over ``fsdp`` and Megatron-style over
   ``tp``; every layer's weights are all-gathered inside the layer scan, so the
-  report lists those all-gathers with a count equal to the number of layers
-  (SL102 weighs them by the trip count);
+  report lists those all-gathers with a count equal to the number of layers,
+  classified as parameter gathers (intended, not warned about); XLA also
+  re-lays out activations inside the scan, which SL102 weighs by the trip count;
 - the jitted step sets neither ``out_shardings`` nor ``donate_argnums``: XLA
   returns some parameters on another layout than they came in (SL201, with the
   ``out_shardings=`` text to paste) and the old state stays alive beside the new

@@ -93,6 +93,9 @@ class Collective(Model):
     cross_host: bool | None = Field(
         default=None, description="Whether a device group spans hosts; null when all devices are on one host."
     )
+    intent: str | None = Field(
+        default=None, description="Why it runs: parameter-gather (FSDP), gradient-reduction, activation "
+        "(tensor-parallel partial sums), or reshard (no stated sharding asked for it); null without a mesh.")
 
     @property
     def total_bytes(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
+from .collective_intent import classify, parameters
 from .collectives import find_collectives
 from .device_groups import axis_scopes
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -121,8 +122,10 @@ def analyze_target(
         config.budget_bytes, config.ownership,
     ) if compiled.memory else None
 
-    # 3. Which outputs are inputs coming back.
+    # 3. Which outputs are inputs coming back: the step's state, whose parameters'
+    # gathers and gradient reductions are intended traffic.
     roundtrips = correspond(sig_compiled)
+    collectives = classify(collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
 
     # 4. Rules.
     sharded = frozenset(

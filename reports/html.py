@@ -134,7 +134,7 @@ def _collectives(t: TargetReport) -> str:
         f"{' <span class=tag>x-host</span>' if c.cross_host else ''}</td>"
         f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
         f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
-        f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
+        f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
         f"<td>{e(where_text(c.source, c.via))}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives
     )
@@ -150,7 +150,7 @@ def _collectives(t: TargetReport) -> str:
     return (
         "<h3>Collectives</h3><p class=\"muted\">Click a column to sort.</p>"
         '<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th><th>count</th><th>per step</th>'
-        f"<th>mesh axes</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
         '<h4>Per source line</h4><table class="sortable"><thead><tr><th>source</th><th>ops</th><th>per step</th>'
         f"<th>kinds</th></tr></thead><tbody>{agg}</tbody></table>"
     )

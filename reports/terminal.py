@@ -57,6 +57,13 @@ def _summary(t: TargetReport) -> Table:
         )
     total = sum(c.bytes * c.count for c in t.collectives)
     grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")
+    by_intent: dict[str, int] = {}
+    for c in t.collectives:
+        if c.intent:
+            by_intent[c.intent] = by_intent.get(c.intent, 0) + c.bytes * c.count
+    if by_intent:
+        grid.add_row("  by intent", ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(
+            by_intent.items(), key=lambda kv: (-kv[1], kv[0]))))
     if t.axis_scope:
         scopes = ", ".join(f"{axis} {scope}" for axis, scope in t.axis_scope.items())
         grid.add_row("hosts", f"{scopes}; {format_bytes(t.cross_host_bytes)} per step crosses hosts")
@@ -83,6 +90,7 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
         Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
         Column("source", [_src(c.source) for c in rows], path=True),
+        Column("intent", [c.intent or "-" for c in rows], essential=False),
         Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
         Column("via", [_src(c.via) for c in rows], essential=False, path=True),
     ]

@@ -108,14 +108,17 @@ def test_suppression_on_the_users_line(cli, tmp_path):
     for f in ("nnx_transformer.py", "mesh_util.py"):
         shutil.copy(os.path.join(MODELS, f), tmp_path / f)
     script = str(tmp_path / "nnx_transformer.py")
-    report = _lint(cli, script)
+    # The embedding lookup's all-reduce (a vocab-sharded table) at a threshold that reports it;
+    # its innermost frame is flax's Embed.
+    strict = ("--threshold", "replicating-collective-bytes=1MiB")
+    report = _lint(cli, script, *strict)
     sl101 = [f for t in report["targets"] for f in t["findings"] if f["rule"] == "SL101"]
     assert sl101 and sl101[0]["via"]["file"].startswith("flax/")
     line = sl101[0]["source"]["line"]
     lines = open(script).read().splitlines()
     lines[line - 1] += "  # shard-lint: ignore[SL101]"
     open(script, "w").write("\n".join(lines) + "\n")
-    after = _lint(cli, script)
+    after = _lint(cli, script, *strict)
     assert not [f for t in after["targets"] for f in t["findings"] if f["rule"] == "SL101"]
     assert after["targets"][0]["suppressed"] >= 1
     assert not [f for f in after["findings"] if f["rule"] == "SL001"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..byte_sizes import format_bytes
 from ..models import Severity
+from ..collective_intent import INTENDED
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
 
@@ -64,7 +65,7 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
     share_min = ctx.options["replicating-collective-min-bytes"]
     for c in ctx.collectives:
-        if c.kind not in _REPLICATING:
+        if c.kind not in _REPLICATING or c.intent in INTENDED:
             continue
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
         large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
@@ -93,35 +94,40 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
 
     What it does
     ------------
-    Reports the collectives of one source line that run more than once per step
-    (inside a `scan`, `fori_loop` or `while_loop` body) when their bytes times
-    their execution counts, summed, reach `loop-collective-bytes`.
+    Reports the resharding collectives of one source line that run more than
+    once per step (inside a `scan`, `fori_loop` or `while_loop` body) when their
+    bytes times their execution counts, summed, reach `loop-collective-bytes`.
+    Traffic the sharding asked for (a layer's FSDP parameter gather, a gradient
+    reduction, tensor-parallel partial sums: the collective's `intent`) is
+    counted but not reported.
 
     Why is this bad
     ---------------
-    A collective in a loop body runs on every iteration. An all-gather of a
-    weight that does not change across iterations moves the same bytes each
-    time; a layer scan over 48 layers multiplies a small collective 48-fold.
+    A collective in a loop body runs on every iteration. Re-laying out the
+    carry, or gathering a value that does not change across iterations, moves
+    the same bytes each time; a layer scan over 48 layers multiplies a small
+    collective 48-fold.
 
     Example
     -------
     ```python
     def body(h, _):
-        return jnp.tanh(h @ w), None      # w sharded on the contracted axis
+        h = jax.lax.with_sharding_constraint(h, P("data", "model"))
+        return jnp.cumsum(h, axis=1), None  # reads along the model-sharded axis
     h, _ = jax.lax.scan(body, x, None, length=48)
     ```
 
     Fix
     ---
-    Hoist the collective out of the loop (gather `w` once before the scan with
-    `jax.lax.with_sharding_constraint`), or shard `w` so the body needs no
-    communication.
+    Keep the loop's values in the layout the body reads them in (constrain the
+    carry to a sharding the body does not read along), or hoist a gather of a
+    loop-invariant value out of the loop.
     """
     limit = ctx.options["loop-collective-bytes"]
     # One finding per source line: a layer scan's many per-layer collectives are one decision.
     by_line: dict[tuple, list] = {}
     for c in ctx.collectives:
-        if c.count > 1:
+        if c.count > 1 and c.intent not in INTENDED:
             key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
             by_line.setdefault(key, []).append(c)
     for group in by_line.values():
@@ -138,8 +144,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
         out.emit(
             f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device",
             group[0].source, via=group[0].via,
-            fix="if the operand does not change across iterations, gather it once before the loop "
-            "(jax.lax.with_sharding_constraint); in a layer scan this is FSDP's per-layer gather, which a "
-            "'# shard-lint: ignore[SL102]' on this line acknowledges",
+            fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
+            "body does not read along), or gather a loop-invariant value once before the loop",
             subject=group[0].hlo_name,
         )

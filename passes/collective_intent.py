@@ -1,0 +1,154 @@
+"""Why a collective runs: the traffic a sharding asked for, or resharding nobody asked for.
+
+- ``parameter-gather``: an all-gather whose result is an argument's shard with
+  the gathered axes undone (or one layer of a stacked argument): FSDP/ZeRO
+  gathering a parameter before it is used.
+- ``gradient-reduction``: a reduce-scatter or all-reduce whose result has an
+  argument's per-device shape (or one layer's): a gradient summed back to its
+  parameter's sharding.
+- ``activation``: the sum of partial results that a matmul or a reduction
+  over a sharded dimension leaves on each device (tensor parallelism, a norm
+  over a sharded hidden dimension).
+- ``reshard``: anything else; no stated sharding asked for it (a gather along
+  an axis an op reads, a layout change between ops).
+
+Intended traffic (the first three) is reported, counted and priced, but the
+rules warn on resharding only. Shapes are compared without the dtype (TPUs
+gather f32 parameters as bf16).
+"""
+
+from __future__ import annotations
+
+import re
+from math import prod
+
+from .device_groups import MeshInfo
+from .hlo_text import HloInstruction, HloModule
+from .models import Collective, TensorInfo
+
+INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation"})
+# Partial results that a sharded contraction or reduction leaves on each device.
+_MATMUL = frozenset({"dot", "convolution", "reduce"})
+_MATMUL_CALL = re.compile(r"gemm|matmul|dot|conv", re.I)
+_AXIS = re.compile(r"^([^:]+)")
+
+
+def _axis_names(labels: list[str]) -> frozenset[str]:
+    return frozenset(m.group(1) for m in map(_AXIS.match, labels) if m and not labels[0].startswith("<"))
+
+
+def _local(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> tuple[int, ...]:
+    dims = list(t.sharding or []) + [[]] * (len(t.shape) - len(t.sharding or []))
+    return tuple(-(-n // prod(sizes.get(_AXIS.match(a).group(1), 1) for a in axes
+                              if _AXIS.match(a).group(1) not in undone))
+                 for n, axes in zip(t.shape, dims))
+
+
+def _shapes(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> set[tuple[int, ...]]:
+    """The argument's shard with ``undone`` axes gathered, and one layer of it."""
+    full = _local(t, sizes, undone)
+    return {full, full[1:]} if len(full) > 1 else {full}
+
+
+def _is_matmul(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> bool:
+    if ins is None or depth > 3:
+        return False
+    if ins.opcode in _MATMUL:
+        return True
+    if ins.opcode == "custom-call":
+        return bool(_MATMUL_CALL.search(ins.attrs.get("custom_call_target", "")))
+    if ins.opcode == "fusion":
+        for _, name in ins.called():
+            comp = module.computations.get(name)
+            if comp and any(i.opcode in _MATMUL or (i.opcode == "custom-call" and _MATMUL_CALL.search(
+                    i.attrs.get("custom_call_target", ""))) for i in comp.instructions):
+                return True
+        return False
+    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element"):
+        return _is_matmul(module.instruction(ins.operands[0]) if ins.operands else None, module, depth + 1)
+    return False
+
+
+_PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "all-gather-done",
+                 "dynamic-slice", "slice", "broadcast")
+
+
+def _users(module: HloModule) -> dict[str, list[HloInstruction]]:
+    """Each instruction's users, across computations (built once per module)."""
+    out: dict[str, list[HloInstruction]] = {}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            for op in ins.operands:
+                out.setdefault(op, []).append(ins)
+    return out
+
+
+def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
+    comps = [module.computations.get(name) for _, name in ins.called()]
+    return bool(comps) and all(
+        c is not None and all(i.opcode in _PASS_THROUGH + ("parameter", "tuple") for i in c.instructions)
+        for c in comps)
+
+
+def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
+    """Whether a value reaches a matmul through layout-only ops: a parameter
+    gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
+    todo, seen = [ins], set()
+    while todo and len(seen) < 64:
+        cur = todo.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        for user in users.get(cur.name, []):
+            if _is_matmul(user, module, depth=3):
+                return True
+            if user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and _fusion_is_layout(user, module)):
+                todo.append(user)
+    return False
+
+
+def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
+              users: dict[str, list[HloInstruction]] | None = None) -> str:
+    sizes = dict(mesh.axes)
+    axes = _axis_names(c.mesh_axes) if c.mesh_axes else frozenset()
+    result = tuple(c.shape)
+    sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
+    ins = module.instruction(c.hlo_name) if module else None
+    gathered_for_matmul = ins is None or users is None or _feeds_matmul(ins, module, users)
+    if c.kind == "all-gather" and axes and gathered_for_matmul:
+        for t in sharded:
+            held = frozenset(_AXIS.match(a).group(1) for dim in t.sharding for a in dim)
+            if axes & held and result in _shapes(t, sizes, axes & held):
+                return "parameter-gather"
+    if c.kind in ("reduce-scatter", "all-reduce") and result:
+        for t in params:
+            held = frozenset(_AXIS.match(a).group(1) for dim in (t.sharding or []) for a in dim)
+            # The parameter's shard, or (an all-reduce then a slice, CPU's reduce-scatter)
+            # its shard with the reduced axes undone.
+            if len(t.shape) >= 1 and (result in _shapes(t, sizes, frozenset())
+                                      or result in _shapes(t, sizes, axes & held)):
+                return "gradient-reduction"
+    if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
+        if _is_matmul(module.instruction(ins.operands[0]), module):
+            return "activation"
+    return "reshard"
+
+
+def parameters(inputs: tuple[TensorInfo, ...], roundtrips) -> tuple[TensorInfo, ...]:
+    """The arguments that are parameters (or optimizer state): floating-point
+    inputs that come back as outputs, or every floating-point input of a
+    program that returns none of them (inference)."""
+    floats = [t for t in inputs if t.dtype.startswith(("f", "bf"))]
+    state = {rt.input.index for rt in roundtrips}
+    return tuple(t for t in floats if t.index in state) if state else tuple(floats)
+
+
+def classify(
+    collectives: tuple[Collective, ...], module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
+) -> tuple[Collective, ...]:
+    """The collectives with their ``intent``; without a mesh (compiled HLO alone)
+    only the matmul test applies."""
+    if not mesh.axes:
+        return collectives
+    users = _users(module) if module is not None else None
+    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users)}) for c in collectives)
