@@ -56,13 +56,19 @@ class Settings:
     third_party: list[str] = field(default_factory=list)
     # Folders whose files are the user's (the script's): set by the command.
     user_roots: list[str] = field(default_factory=list)
+    _ownership: tuple | None = field(default=None, repr=False, compare=False)
 
     def ownership(self) -> CodeOwnership:
+        """Whose frames are the user's; one object per configuration, so its caches
+        of decided files and attributed locations are shared by every pass."""
         root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
-        return CodeOwnership(
-            first_party=tuple(self.first_party), third_party=tuple(self.third_party), root=root,
-            user_roots=tuple(self.user_roots), stdlib=DEFAULT_OWNERSHIP.stdlib,
-        )
+        key = (tuple(self.first_party), tuple(self.third_party), root, tuple(self.user_roots))
+        if self._ownership is None or self._ownership[0] != key:
+            self._ownership = (key, CodeOwnership(
+                first_party=key[0], third_party=key[1], root=root, user_roots=key[3],
+                stdlib=DEFAULT_OWNERSHIP.stdlib,
+            ))
+        return self._ownership[1]
 
     def pass_config(self) -> PassConfig:
         return PassConfig(

@@ -170,8 +170,11 @@ def _stablehlo_passes(text: str, ownership):
     and source lines, and our propagation with its predicted communication."""
     module = jax_adapter.parse_stablehlo(text)
     entry = (read_entry_signature(module), read_entry_sources(module, ownership))
-    propagated = run_propagation(module, ownership)
-    return entry, propagated, predict(propagated.graph)
+    try:
+        propagated = run_propagation(module, ownership)
+        return entry, propagated, predict(propagated.graph)
+    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
+        return entry, None, None  # provenance, never the lint (it ran only for them before)
 
 
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
@@ -188,7 +191,7 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
 
     entry, propagated, predicted = background.get()
     report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
-    if any(f.rule in EXPLAINED_RULES for f in report.findings):
+    if propagated is not None and any(f.rule in EXPLAINED_RULES for f in report.findings):
         report = attach_provenance(report, propagated, display_source, predicted)
     return report
 
