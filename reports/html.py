@@ -62,48 +62,65 @@ def _summary(t: TargetReport) -> str:
 
 
 def memory_plot(m: MemorySummary) -> str:
-    """Bytes live over the entry's program order, XLA's peak step marked."""
+    """Bytes live over the entry's program order, with XLA's live-range peak step
+    marked and the headline peak (memory_analysis) drawn as its own labelled line:
+    the two are different accountings, and the plot says which is which."""
     points = m.timeline
     if not points:
         return '<p class="muted">No live-range data for this program.</p>'
-    width, height, pad = 860, 240, 44
-    top = max(max(p.bytes for p in points), m.live_range_peak_bytes or 0, 1)
+    width, height, pad = 860, 250, 44
+    curve_max = max(p.bytes for p in points)
+    top = max(curve_max, m.live_range_peak_bytes or 0, m.peak_bytes, 1)
     budget_visible = m.budget_bytes is not None and m.budget_bytes <= 1.5 * top
     if budget_visible:
         top = max(top, m.budget_bytes)
     top *= 1.08
     last = max(points[-1].step, 1)
+    ticks = [(frac, format_bytes(int(frac * top / 1.08))) for frac in (0, 0.5, 1)]
+    # Room on the left for the longest tick label (about 7 px a character at this size).
+    left = max(pad, 14 + 7 * max(len(label) for _, label in ticks))
 
     def x(step):
-        return pad + (width - 2 * pad) * step / last
+        return left + (width - left - pad) * step / last
 
     def y(nbytes):
-        return height - pad + 0 - (height - 2 * pad) * nbytes / top
+        return height - pad - (height - 2 * pad) * nbytes / top
 
     path = " ".join(f"{x(p.step):.1f},{y(p.bytes):.1f}" for p in points)
     parts = [f'<svg class="memplot" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="bytes live over program order" data-points="{len(points)}">']
-    for frac in (0, 0.5, 1):
+             f'aria-label="bytes live over program order" data-points="{len(points)}" '
+             f'data-curve-max="{curve_max}" data-headline-peak="{m.peak_bytes}" data-top="{top:.1f}" '
+             f'data-plot-top="{pad}" data-plot-bottom="{height - pad}">']
+    for frac, label in ticks:
         yy = y(frac * top / 1.08)
-        parts.append(f'<line class="grid" x1="{pad}" x2="{width - pad}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
-                     f'<text class="tick" x="{pad - 4}" y="{yy + 4:.1f}" text-anchor="end">'
-                     f'{e(format_bytes(int(frac * top / 1.08)))}</text>')
+        parts.append(f'<line class="grid" x1="{left}" x2="{width - pad}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
+                     f'<text class="tick ylabel" x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">{e(label)}</text>')
     parts.append(f'<polyline class="live" points="{path}"/>')
+    yh = y(m.peak_bytes)
+    parts.append(f'<line class="headline" x1="{left}" x2="{width - pad}" y1="{yh:.1f}" y2="{yh:.1f}"/>'
+                 f'<text class="tick" x="{left + 4}" y="{yh - 4:.1f}">peak {e(format_bytes(m.peak_bytes))} '
+                 "(temp + arguments + outputs - aliased)</text>")
     if budget_visible:
         yb = y(m.budget_bytes)
-        parts.append(f'<line class="budget" x1="{pad}" x2="{width - pad}" y1="{yb:.1f}" y2="{yb:.1f}"/>'
+        parts.append(f'<line class="budget" x1="{left}" x2="{width - pad}" y1="{yb:.1f}" y2="{yb:.1f}"/>'
                      f'<text class="tick budget-label" x="{width - pad}" y="{yb - 4:.1f}" text-anchor="end">'
                      f'budget {e(format_bytes(m.budget_bytes))}</text>')
     if m.peak_step is not None and m.live_range_peak_bytes is not None:
         xp, yp = x(m.peak_step), y(m.live_range_peak_bytes)
+        anchor = "end" if xp > width / 2 else "start"
+        xt = xp - 6 if anchor == "end" else xp + 6
         parts.append(f'<line class="peak" x1="{xp:.1f}" x2="{xp:.1f}" y1="{pad}" y2="{height - pad}"/>'
                      f'<circle class="peak-dot" cx="{xp:.1f}" cy="{yp:.1f}" r="4"/>'
-                     f'<text class="tick" x="{xp + 6:.1f}" y="{pad + 10}">XLA peak at step {m.peak_step}: '
-                     f'{e(format_bytes(m.live_range_peak_bytes))}</text>')
-    parts.append(f'<text class="tick" x="{width / 2}" y="{height - 8}" text-anchor="middle">program order '
-                 f'(instruction of the entry computation)</text></svg>')
-    note = "" if budget_visible or m.budget_bytes is None else (
-        f'<p class="muted">Budget {e(format_bytes(m.budget_bytes))} is off the scale of this plot.</p>')
+                     f'<text class="tick" x="{xt:.1f}" y="{height - pad - 6}" text-anchor="{anchor}">'
+                     f'live-range peak at step {m.peak_step}: {e(format_bytes(m.live_range_peak_bytes))}</text>')
+    parts.append(f'<text class="tick" x="{(left + width - pad) / 2:.1f}" y="{height - 10}" text-anchor="middle">'
+                 "program order (instruction of the entry computation)</text></svg>")
+    note = ('<p class="muted">The curve is the bytes of the entry computation\'s buffers live at each instruction '
+            "(XLA's live-range report and buffer assignment); the headline peak is memory_analysis(), which also "
+            "counts what the curve cannot place in time (arguments and outputs held throughout, "
+            "buffers of called computations).</p>")
+    if not budget_visible and m.budget_bytes is not None:
+        note += f'<p class="muted">Budget {e(format_bytes(m.budget_bytes))} is off the scale of this plot.</p>'
     return "".join(parts) + note
 
 

@@ -17,7 +17,7 @@ td.op{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all;max
 .memory{display:flex;flex-wrap:wrap;gap:12px}.memory .plot{flex:2 1 560px}.memory .live{flex:1 1 300px}
 svg.memplot{width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}
 svg .grid{stroke:#e3e6ec}svg .live{fill:none;stroke:var(--accent);stroke-width:1.6}svg .budget{stroke:var(--bad);stroke-dasharray:6 4}
-svg .peak{stroke:var(--warn);stroke-dasharray:3 3}svg .peak-dot{fill:var(--warn)}svg .tick{font-size:11px;fill:var(--muted)}
+svg .peak{stroke:var(--warn);stroke-dasharray:3 3}svg .peak-dot{fill:var(--warn)}svg .headline{stroke:#333;stroke-dasharray:2 3}svg .tick{font-size:11px;fill:var(--muted)}
 .grids{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;padding:6px;border:1px solid var(--line);border-radius:6px;background:#fbfcfe}
 figcaption{font-size:12px;margin-bottom:4px;max-width:520px}svg.grid text{font-size:11px;font-family:ui-monospace,monospace}
 .finding{border-left:4px solid var(--line);padding:4px 10px;margin:8px 0;background:#fbfcfe}.finding.error{border-color:var(--bad)}

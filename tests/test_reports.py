@@ -157,3 +157,42 @@ def test_markdown_for_every_command(cli):
     out = cli("rewrite", os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py"), "--target",
               "unpinned", "--format", "markdown").out
     assert out.startswith("### jax-shard-lint rewrite: unpinned") and "out_shardings=" in out
+
+
+MEASURE = """<script>
+document.querySelectorAll('svg.memplot').forEach(function (svg) {
+  var vb = svg.viewBox.baseVal, inside = true;
+  svg.querySelectorAll('text').forEach(function (t) {
+    var b = t.getBBox();
+    if (b.x < vb.x - 0.5 || b.y < vb.y - 0.5 || b.x + b.width > vb.x + vb.width + 0.5 ||
+        b.y + b.height > vb.y + vb.height + 0.5) inside = false;
+  });
+  var pts = svg.querySelector('polyline').points, minY = 1e9;
+  for (var k = 0; k < pts.numberOfItems; k++) minY = Math.min(minY, pts.getItem(k).y);
+  var headline = parseFloat(svg.querySelector('line.headline').getAttribute('y1'));
+  svg.setAttribute('data-measured', (inside ? 'inside' : 'clipped') + ' ' + minY.toFixed(2) + ' ' +
+                   headline.toFixed(2));
+});
+</script>"""
+
+
+def test_memory_plot_agrees_with_the_json_and_keeps_its_labels_inside(cli, chromium, tmp_path):
+    report = json.loads(cli("lint", VALUE, "--format", "json", "-q").out)
+    html_path = tmp_path / "plot.html"
+    assert cli("lint", VALUE, "--format", "html", "-o", str(html_path), "-q").code == 0
+    html_path.write_text(html_path.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = run_chromium(chromium, html_path.as_uri(), "--dump-dom", "--virtual-time-budget=2000", tmp_path=tmp_path)
+    measured = re.findall(r'data-measured="(\w+) ([\d.]+) ([\d.]+)"', dom.stdout)
+    tops = [(float(t), float(a), float(b)) for t, a, b in re.findall(
+        r'data-top="([\d.]+)" data-plot-top="(\d+)" data-plot-bottom="(\d+)"', dom.stdout)]
+    assert len(measured) == len(report["targets"]) == len(tops)
+    for t, (where, curve_y, headline_y), (top, plot_top, plot_bottom) in zip(report["targets"], measured, tops):
+        assert where == "inside"  # every tick and label within the SVG's box
+        mem = t["memory"]
+
+        def pixel(nbytes):
+            return plot_bottom - (plot_bottom - plot_top) * nbytes / top
+
+        # The curve's highest point is the JSON timeline's maximum, the dashed line the JSON's peak.
+        assert abs(float(curve_y) - pixel(max(p["bytes"] for p in mem["timeline"]))) <= 1
+        assert abs(float(headline_y) - pixel(mem["peak_bytes"])) <= 1
