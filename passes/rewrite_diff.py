@@ -76,19 +76,33 @@ def verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> 
 
 def remaining_costs(after: TargetReport, display=str) -> list[str]:
     """Findings that survive the rewrite and what would remove them; ``display``
-    turns a source location into text."""
-    out = []
-    sharded = {(t.dtype, tuple(t.shape)): t.path for t in after.inputs if t.sharding and any(t.sharding)}
+    turns a source location into text.
+
+    Only resharding the rewrite cannot touch counts: a parameter gather or a
+    gradient reduction is what the sharding asked for. An input is named only
+    when it is the one sharded input of that shape (a backward-pass gather that
+    merely shares a shape with an Adam moment is not blamed on it), and
+    identical lines are given once, with a count."""
+    by_shape: dict[tuple, list[str]] = defaultdict(list)
+    for t in after.inputs:
+        if t.sharding and any(t.sharding):
+            by_shape[(t.dtype, tuple(t.shape))].append(t.path)
+    lines: dict[str, int] = {}
     for c in after.collectives:
+        if c.intent not in (None, "reshard") or c.kind not in ("all-gather", "all-reduce") or c.group_size < 2:
+            continue
         # Whatever its size, a collective that rebuilds a whole sharded input stays.
-        whole = sharded.get((c.dtype, tuple(c.shape)))
-        if whole and c.kind in ("all-gather", "all-reduce") and c.group_size > 1:
-            where = display(c.source) if c.source else "the program"
-            out.append(
-                f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still rebuilds the whole of {whole} "
-                f"({format_bytes(c.bytes)}) on every device; pinning outputs cannot remove it, because the op reads "
-                "along the sharded dimension: shard another axis (one the op does not read along)"
-            )
+        owners = by_shape.get((c.dtype, tuple(c.shape)), [])
+        if not owners:
+            continue
+        what = f"the whole of {owners[0]}" if len(owners) == 1 else (
+            f"a whole {c.dtype}{list(c.shape)} (the shape of {len(owners)} sharded inputs)")
+        where = display(c.source) if c.source else "the program"
+        line = (f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still rebuilds {what} ({format_bytes(c.bytes)}) "
+                "on every device; pinning outputs cannot remove it, because the op reads along the sharded "
+                "dimension: shard another axis (one the op does not read along)")
+        lines[line] = lines.get(line, 0) + c.count
+    out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
     for f in after.findings:
         if f.rule == "SL201":
             out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")

@@ -177,3 +177,16 @@ def test_run_names_the_call_site_of_an_nnx_jit_step(cli, tmp_path):
     line = NNX_LOOP.splitlines().index("    step(model, opt, jnp.ones((8, 64)))") + 1
     assert target["call_site"]["line"] == line
     assert target["call_site"]["file"].endswith("loop.py")
+
+
+def test_rewrite_does_not_blame_optimizer_state_for_a_gradient_reduction(cli):
+    # Before: "still rebuilds the whole of opt_state[0].nu.embed.weight" for the embedding
+    # gradient's all-reduce, which only shares that moment's shape.
+    _needs(SCRIPTS["equinox_mlp"])
+    result = cli("rewrite", os.path.join(MODELS, "equinox_mlp.py"), "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    [t] = json.loads(result.out)["targets"]
+    assert t["out_shardings"]  # the state outputs were pinned
+    assert not [line for line in t["remaining"] if "opt_state" in line]
+    intents = {c["intent"] for c in t["after"]["collectives"]}
+    assert "gradient-reduction" in intents
