@@ -178,6 +178,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_output_path(args: argparse.Namespace) -> None:
+    """``-o`` never overwrites an input (the script, a fixture, a baseline) and a
+    report file is never written onto a directory or into a missing one."""
+    output = getattr(args, "output", None)
+    if not output:
+        return
+    inputs = []
+    if getattr(args, "script", None):
+        inputs.append(args.script.split(":")[0] if not os.path.exists(args.script) else args.script)
+    inputs += list(getattr(args, "paths", None) or [])
+    if getattr(args, "baseline", None):
+        inputs.append(args.baseline)
+    target = os.path.realpath(output)
+    for path in inputs:
+        if os.path.exists(path) and os.path.realpath(path) == target:
+            raise ShardLintInputError("-o", f"{output} is an input of this run; the report would overwrite it")
+    if args.command == "snapshot":
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise ShardLintInputError("-o", f"{output} is a file, not a directory to write the snapshot to")
+        return
+    if os.path.isdir(output):
+        raise ShardLintInputError("-o", f"{output} is a directory; name a file to write the report to")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise ShardLintInputError("-o", f"the folder {parent} does not exist")
+
+
 def main(argv: list[str] | None = None) -> int:
     # XLA logs every dump and device at INFO on stderr; keep warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -199,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from .commands import COMMANDS
 
+        check_output_path(args)
         return COMMANDS[args.command](args)
     except ShardLintInputError as e:
         if args.debug:

@@ -4,6 +4,7 @@ settings from the arguments and the config file, the work, and the output."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -134,6 +135,8 @@ def cmd_run(args) -> int:
 
     if args.max_programs < 1:
         raise ShardLintInputError("--max-programs", "must be at least 1")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ShardLintInputError("--timeout", f"must be a positive number of seconds, got {args.timeout}")
     settings = _settings(args)
     report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                             args.timeout), settings)
@@ -157,6 +160,8 @@ def cmd_fit(args) -> int:
         raise ShardLintInputError("--range", f"expected LO:HI with integers, got {args.range!r}") from None
     if not sep:
         raise ShardLintInputError("--range", f"expected LO:HI, got {args.range!r}")
+    if args.multiple_of < 1:
+        raise ShardLintInputError("--multiple-of", f"must be at least 1, got {args.multiple_of}")
     settings = _settings(args)
     result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
                             lo_v, hi_v), settings)
@@ -309,6 +314,8 @@ def _percent(text: str | None, default: float, where: str) -> float:
         value = float(str(text).strip().rstrip("%")) / 100
     except ValueError:
         raise ShardLintInputError(where, f"expected a percentage like 5%, got {text!r}") from None
+    if not math.isfinite(value):  # nan would make the check impossible to fail
+        raise ShardLintInputError(where, f"expected a finite percentage like 5%, got {text!r}")
     if value < 0:
         raise ShardLintInputError(where, "must not be negative")
     return value

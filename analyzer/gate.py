@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -85,6 +86,12 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     targets = select_targets(
         call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": selected}),
         list(request.targets), where)
+    for name in targets:
+        # The target's name becomes a file name (and, read back, the target's name again):
+        # never a path, never hidden.
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", name):
+            raise ShardLintInputError(where, f"target name {name!r} cannot be a snapshot file name: use letters, "
+                                      "digits, '_', '.' and '-'")
     for name, lowered in targets.items():
         with open(os.path.join(request.out_dir, f"{name}.mlir"), "w", encoding="utf-8") as f:
             f.write(jax_adapter.stablehlo_text(lowered))

@@ -19,8 +19,8 @@ def parse_bytes(text: str | int) -> int:
             raise ValueError(f"size must not be negative: {text}")
         return text
     m = _SIZE.match(str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (write e.g. 80GiB, 512MiB, 1.5TB or a byte count)")
+    if not m or m.group(2).lower() not in _UNITS or len(m.group(1)) > 30:
+        raise ValueError(f"not a size: {str(text)[:40]!r} (write e.g. 80GiB, 512MiB, 1.5TB or a byte count)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 

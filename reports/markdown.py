@@ -3,13 +3,22 @@ compact lint summary."""
 
 from __future__ import annotations
 
+import html
+import re
+
 from ..passes.byte_sizes import format_bytes
 from ..passes.gate import GateResult
 from ..passes.models import LintReport, where_text
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text from a program (names, paths, messages) as inert Markdown: one line, HTML
+    as entities (no <script>, no <img onerror>, no <!--), and the characters that
+    make links, code or table cells escaped (no [x](javascript:...)). Underscores
+    stay: file names are full of them and intraword ones are not emphasis."""
+    text = " ".join(text.replace("\r", "\n").split("\n"))
+    text = html.escape(text, quote=False)
+    return re.sub(r"([\\`\[\]|])", r"\\\1", text)
 
 
 def render_gate_markdown(result: GateResult) -> str:
@@ -17,7 +26,7 @@ def render_gate_markdown(result: GateResult) -> str:
     lines = [
         f"### jax-shard-lint gate: {status}",
         "",
-        f"Baseline `{_cell(result.baseline)}`; limits: peak +{result.thresholds.peak_increase * 100:g}%, collective "
+        f"Baseline {_cell(result.baseline)}; limits: peak +{result.thresholds.peak_increase * 100:g}%, collective "
         f"bytes +{result.thresholds.collective_increase * 100:g}%, new all-gather or all-to-all over "
         f"{format_bytes(result.thresholds.new_collective_bytes)}.",
         "",
@@ -51,7 +60,7 @@ def render_lint_markdown(report: LintReport) -> str:
     if findings:
         lines += ["", "| severity | rule | target | where | message | fix |", "| --- | --- | --- | --- | --- | --- |"]
         for name, f in findings:
-            where = f"`{_cell(where_text(f.source, f.via))}`" if (f.source or f.via) else "-"
+            where = _cell(where_text(f.source, f.via)) if (f.source or f.via) else "-"
             lines.append(f"| {f.severity.value} | {f.rule} {f.name} | {_cell(name)} | {where} | "
                          f"{_cell(f.message)} | {_cell(f.fix or '')} |")
     return "\n".join(lines) + "\n"
