@@ -17,7 +17,6 @@ def _settings(args: argparse.Namespace):
     from .config import (
         Settings, device_budget, find_pyproject, load_file_settings, parse_budget, parse_option, rule_codes,
     )
-    from .device_presets import target_memory
 
     settings = Settings()
     script_path = args.script.split(":")[0] if getattr(args, "script", None) else "."
@@ -54,10 +53,7 @@ def _settings(args: argparse.Namespace):
         settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
     if args.device:
         settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
-    if settings.budget_bytes is None:
-        # One memory size per device: an accelerator target's own, for every command (fit included).
-        settings.budget_bytes = target_memory(settings.platform, settings.target_config)
-        settings.budget_source = settings.platform if settings.budget_bytes is not None else None
+    settings.default_budget()
     for item in args.threshold:
         name, sep, value = item.partition("=")
         if not sep:

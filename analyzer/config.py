@@ -30,7 +30,7 @@ from ..passes.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..passes.models import Severity
 from ..passes.pipeline import PassConfig
 from ..passes.rules.registry import RULES, all_options
-from .device_presets import PRESETS, find_preset
+from .device_presets import PRESETS, find_preset, target_memory
 from .errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
@@ -69,6 +69,13 @@ class Settings:
                 stdlib=DEFAULT_OWNERSHIP.stdlib,
             ))
         return self._ownership[1]
+
+    def default_budget(self) -> None:
+        """Without --budget or --device, an accelerator target's own memory (one
+        memory size per device, for every command)."""
+        if self.budget_bytes is None:
+            self.budget_bytes = target_memory(self.platform, self.target_config)
+            self.budget_source = self.platform if self.budget_bytes is not None else None
 
     def pass_config(self) -> PassConfig:
         return PassConfig(

@@ -35,12 +35,6 @@ PRESETS: dict[str, DevicePreset] = {p.name: p for p in (
 ALIASES = {"a100": "a100-80g", "v4": "tpu-v4", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
 
 
-def _target_file_memory(name: str) -> int | None:
-    from .gpu_targets import load_target
-
-    return load_target(name).memory_bytes
-
-
 def target_memory(platform: str, target_config: str | None = None) -> int | None:
     """The memory of one device of an accelerator target; None for cpu and gpu."""
     from .gpu_targets import GPU_TARGETS, TPU_TARGETS, load_target
@@ -60,4 +54,4 @@ def find_preset(name: str) -> DevicePreset | None:
 
 
 for _name in ("h100", "h200", "b200", "a100-80g", "a100-40g"):
-    PRESETS[_name] = DevicePreset(_name, _target_file_memory(_name), PRESETS[_name].description)
+    PRESETS[_name] = DevicePreset(_name, target_memory(_name), PRESETS[_name].description)

@@ -162,6 +162,8 @@ def record_library_frames() -> None:
     """
     from jax._src import source_info_util as siu
 
+    if siu._exclude_paths == _RECORDED_EXCLUSIONS:
+        return  # fit calls this per probe: nothing registered since the last call
     jax_root = os.path.dirname(os.path.dirname(os.path.abspath(siu.__file__))) + os.sep
     kept: list[str] = []
     for path in list(siu._exclude_paths):
@@ -182,6 +184,10 @@ def record_library_frames() -> None:
         siu._exclude_path_regex.cache_clear()
         siu.is_user_filename.cache_clear()
         siu.user_frame.cache_clear()
+    _RECORDED_EXCLUSIONS[:] = kept
+
+
+_RECORDED_EXCLUSIONS: list[str] = []  # JAX's exclusions as record_library_frames last left them
 
 
 def flatten_out_shardings(value: Any, out_tree: Any, n_outputs: int) -> list[Any]:

@@ -64,20 +64,17 @@ def select_run_devices(settings: Settings) -> list:
     except RuntimeError as e:
         raise ShardLintInputError("--devices", str(e)) from None
     if settings.platform in GPU_TARGETS:
-        target = load_target(settings.platform, settings.target_config)
-        chosen = target_devices(target, settings.devices, settings.hosts)
-        if settings.budget_bytes is None and target.memory_bytes:
-            settings.budget_bytes, settings.budget_source = target.memory_bytes, settings.platform
+        chosen = target_devices(load_target(settings.platform, settings.target_config), settings.devices,
+                                settings.hosts)
     elif settings.platform in TPU_TARGETS:
         tpu = resolve_target(settings.platform, settings.devices, settings.topology)
         chosen = tpu_devices(tpu)
         settings.devices, settings.topology = len(chosen), tpu.topology
-        if settings.budget_bytes is None:
-            settings.budget_bytes, settings.budget_source = tpu.generation.memory_bytes, settings.platform
     elif settings.platform == "gpu":
         chosen = jax_adapter.gpu_devices()
     else:
         chosen = None
+    settings.default_budget()  # the commands' settings have it already; a library caller's may not
     run_devices.select(chosen)
     return run_devices.selected()
 
@@ -114,9 +111,14 @@ def _check_platform(settings: Settings) -> int | None:
     return len(gpus)
 
 
+def device_processes(lowered) -> tuple[int, ...] | None:
+    """The host of each logical device a program was lowered for, when they span several."""
+    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
+    return processes if len(set(processes)) > 1 else None
+
+
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
     program = jax_adapter.compile_lowered(lowered)
-    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
     out_info = _flat_avals(lowered.out_info)
     in_info = _flat_avals(lowered.in_avals)
     return CompiledFacts(
@@ -131,7 +133,7 @@ def compiled_facts(lowered, platform: str) -> CompiledFacts:
         input_shardings=tuple(
             jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
         ) or None,
-        device_processes=processes if len(set(processes)) > 1 else None,
+        device_processes=device_processes(lowered),
     )
 
 

@@ -13,7 +13,7 @@ from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
 from .fixtures import read_mlir
-from .lint import relativize, select_run_devices
+from .lint import device_processes, relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 
@@ -79,9 +79,8 @@ def _compiled_collectives(name: str, lowered, module, settings: Settings, where:
         program = jax_adapter.compile_lowered(lowered, with_reports=False)
     except Exception as e:  # XLA rejects the program: the user's input
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
     return list(find_collectives(parse_hlo_module(program.hlo_text), read_entry_signature(module).mesh,
-                                 processes if len(set(processes)) > 1 else None, settings.ownership()).collectives)
+                                 device_processes(lowered), settings.ownership()).collectives)
 
 
 def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateRun, list[Propagated]]:

@@ -11,6 +11,7 @@ so their figures compare like for like.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import os
 import re
@@ -141,8 +142,7 @@ def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, decla
     chosen: dict[int, AppliedSharding] = {}
     explicit = bool(request.outs or declared)
     if request.from_inputs or not explicit:
-        sig_compiled = type(sig)(**{**sig.__dict__, "outputs": tuple(report.outputs), "inputs": tuple(report.inputs)})
-        for rt in mismatched(correspond(sig_compiled)):
+        for rt in mismatched(correspond(_compiled_signature(sig, report))):
             chosen[rt.output.index] = AppliedSharding(
                 path=rt.output.path, index=rt.output.index, before=rt.output.sharding, after=rt.input.sharding,
                 why=f"the input it corresponds to, {rt.input.path}",
@@ -169,18 +169,19 @@ def _spec_repr(spec) -> str:
     return "P(" + ", ".join(repr(e) for e in entries) + ")"
 
 
-def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict, module: ir.Module) -> str | None:
+def _compiled_signature(sig, report: TargetReport):
+    """The entry signature with the compiled shardings the report holds."""
+    return dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
+
+
+def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict, sig) -> str | None:
     """The checked out_shardings= text for the pinned shardings: from the real pytrees
     when the program came from a script, else from the result paths where those
     spell the containers (dicts and tuples only)."""
     intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
     if lowered is None:
-        if any(re.search(r"\.[A-Za-z_]", o.path) for o in after.outputs):
-            return None
         return out_shardings_text([o.path for o in after.outputs], intended)
-    sig = read_entry_signature(module)
-    sig_compiled = type(sig)(**{**sig.__dict__, "outputs": tuple(before.outputs), "inputs": tuple(before.inputs)})
-    pair_of = {rt.output.index: rt.input.index for rt in correspond(sig_compiled)}
+    pair_of = {rt.output.index: rt.input.index for rt in correspond(_compiled_signature(sig, before))}
     return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
 
 
@@ -197,7 +198,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     facts_before, facts_after = program_facts(before), program_facts(after)
     remaining = remaining_costs(after, display_source)
     pinned = {a.index: a.after for a in applied}
-    python_fix = _python_fix(lowered, before, after, pinned, module) if applied else None
+    python_fix = _python_fix(lowered, before, after, pinned, sig) if applied else None
     if applied:
         summary = verdict(facts_before, facts_after, remaining)
     else:

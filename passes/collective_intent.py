@@ -33,14 +33,20 @@ _MATMUL_CALL = re.compile(r"gemm|matmul|dot|conv", re.I)
 _AXIS = re.compile(r"^([^:]+)")
 
 
+def _axis_name(label: str) -> str:
+    """``data`` for ``data`` and for the sub-axis ``data:(2)2``."""
+    return _AXIS.match(label).group(1)
+
+
 def _axis_names(labels: list[str]) -> frozenset[str]:
-    return frozenset(m.group(1) for m in map(_AXIS.match, labels) if m and not labels[0].startswith("<"))
+    if not labels or labels[0].startswith("<"):  # <N devices>: no axis of the mesh
+        return frozenset()
+    return frozenset(map(_axis_name, labels))
 
 
 def _local(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> tuple[int, ...]:
     dims = list(t.sharding or []) + [[]] * (len(t.shape) - len(t.sharding or []))
-    return tuple(-(-n // prod(sizes.get(_AXIS.match(a).group(1), 1) for a in axes
-                              if _AXIS.match(a).group(1) not in undone))
+    return tuple(-(-n // prod(sizes.get(name, 1) for name in map(_axis_name, axes) if name not in undone))
                  for n, axes in zip(t.shape, dims))
 
 
@@ -110,19 +116,19 @@ def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[
 def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
               users: dict[str, list[HloInstruction]] | None = None) -> str:
     sizes = dict(mesh.axes)
-    axes = _axis_names(c.mesh_axes) if c.mesh_axes else frozenset()
+    axes = _axis_names(c.mesh_axes)
     result = tuple(c.shape)
     sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
     ins = module.instruction(c.hlo_name) if module else None
     gathered_for_matmul = ins is None or users is None or _feeds_matmul(ins, module, users)
     if c.kind == "all-gather" and axes and gathered_for_matmul:
         for t in sharded:
-            held = frozenset(_AXIS.match(a).group(1) for dim in t.sharding for a in dim)
+            held = frozenset(_axis_name(a) for dim in t.sharding for a in dim)
             if axes & held and result in _shapes(t, sizes, axes & held):
                 return "parameter-gather"
     if c.kind in ("reduce-scatter", "all-reduce") and result:
         for t in params:
-            held = frozenset(_AXIS.match(a).group(1) for dim in (t.sharding or []) for a in dim)
+            held = frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim)
             # The parameter's shard, or (an all-reduce then a slice, CPU's reduce-scatter)
             # its shard with the reduced axes undone.
             if len(t.shape) >= 1 and (result in _shapes(t, sizes, frozenset())

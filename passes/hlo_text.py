@@ -170,7 +170,7 @@ class HloModule:
         self, ins: HloInstruction, ownership: CodeOwnership = DEFAULT_OWNERSHIP,
     ) -> tuple[SourceLocation | None, SourceLocation | None]:
         """(the user's line, the library line it went through) for an instruction."""
-        key = (id(ownership), ins.metadata.get("stack_frame_id"), ins.metadata.get("source_file"),
+        key = (ownership, ins.metadata.get("stack_frame_id"), ins.metadata.get("source_file"),
                ins.metadata.get("source_line"))
         hit = self.attributions.get(key)
         if hit is None:

@@ -7,6 +7,7 @@ import re
 from .stablehlo_module import path_keys
 
 _SUB_AXIS = re.compile(r".+:\(\d+\)\d+")
+_ATTRIBUTE_KEY = re.compile(r"\.\w")
 
 
 def is_replicated(sharding: list[list[str]] | None) -> bool:
@@ -46,12 +47,19 @@ def named_sharding_text(sharding: list[list[str]] | None, mesh_var: str = "mesh"
     return f"NamedSharding({mesh_var}, {pspec_text(sharding)})"
 
 
-def out_shardings_text(paths: list[str], shardings: list[list[list[str]] | None], mesh_var: str = "mesh") -> str:
+def out_shardings_text(
+    paths: list[str], shardings: list[list[list[str]] | None], mesh_var: str = "mesh",
+) -> str | None:
     """The ``out_shardings=`` argument for outputs with these pytree paths.
 
     The result pytree is rebuilt from the paths (``result[0]['w']``): integer keys
     become tuples, string keys dicts, so the text has the structure ``jit`` expects.
+    None when a path has an attribute key (optax's ``ScaleByAdamState.mu``, an
+    Equinox module's field): it names a container paths cannot spell; only the
+    text built from the real pytree (analyzer/out_shardings.py) can.
     """
+    if any(_ATTRIBUTE_KEY.search(path) for path in paths):
+        return None
     tree: dict = {}
     single = None
     for path, sharding in zip(paths, shardings):

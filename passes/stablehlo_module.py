@@ -19,6 +19,7 @@ from .models import SourceLocation, TensorInfo
 
 _FRAME = re.compile(r'"((?:[^"\\]|\\.)*)"\("((?:[^"\\]|\\.)+)":(\d+):\d+')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
+_HEX_BYTE = re.compile(r"[0-9A-Fa-f]{2}")
 _NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
 _PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
 
@@ -43,7 +44,7 @@ def _mlir_string(text: str) -> str:
     out = bytearray()
     i = 0
     while i < len(text):
-        if text[i] == "\\" and i + 2 < len(text) + 1 and re.fullmatch(r"[0-9A-Fa-f]{2}", text[i + 1:i + 3] or ""):
+        if text[i] == "\\" and _HEX_BYTE.fullmatch(text, i + 1, i + 3):
             out.append(int(text[i + 1:i + 3], 16))
             i += 3
         elif text[i] == "\\" and i + 1 < len(text):

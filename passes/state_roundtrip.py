@@ -9,12 +9,11 @@ dtype. A pair always has equal shape and dtype.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from .models import TensorInfo
 from .sharding_text import normalized, out_shardings_text
-from .stablehlo_module import EntrySignature, path_keys
+from .stablehlo_module import EntrySignature
 
 
 @dataclass(frozen=True)
@@ -82,9 +81,5 @@ def suggested_out_shardings(outputs: tuple[TensorInfo, ...], roundtrips: tuple[R
     layout and keeps the others as compiled; None when nothing needs pinning."""
     fixes = {rt.output.index: rt.input.sharding for rt in mismatched(roundtrips)}
     if not fixes:
-        return None
-    if any(re.search(r"\.\w", path_keys(o.path)[0] + o.path[len(path_keys(o.path)[0]):]) for o in outputs):
-        # An attribute key (optax's ScaleByAdamState.mu, an Equinox module's field) names a
-        # container that paths cannot spell; only the pytree-based text (lint) can.
         return None
     return out_shardings_text([o.path for o in outputs], [fixes.get(o.index, o.sharding) for o in outputs])

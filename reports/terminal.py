@@ -75,10 +75,6 @@ def _summary(t: TargetReport) -> Table:
     return grid
 
 
-def _where(source, via) -> str:
-    return where_text(source, via)
-
-
 def _collectives(t: TargetReport, width: int) -> Table | None:
     if not t.collectives:
         return None
@@ -135,7 +131,7 @@ def render_finding(f: Finding) -> Text:
     line = Text()
     line.append(f"{f.rule} ", style=SEVERITY_STYLE[f.severity])
     line.append(f"[{f.severity.value}] ", style=SEVERITY_STYLE[f.severity])
-    line.append(f"{_where(f.source, f.via)}: ", style="bold")
+    line.append(f"{where_text(f.source, f.via)}: ", style="bold")
     line.append(f.message)
     if f.fix:
         line.append("\n    fix: ", style="green")

@@ -16,6 +16,15 @@ FIXTURES = os.path.join(ROOT, "fixtures")
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
+def lint_targets(cli, *args):
+    """``lint ARGS`` as JSON (never failing on findings): its targets."""
+    import json
+
+    result = cli("lint", *args, "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    return json.loads(result.out)["targets"]
+
+
 class CliResult:
     def __init__(self, code, out, err):
         self.code, self.out, self.err = code, out, err

@@ -1,16 +1,13 @@
 """Collectives classified by intent, and rules that warn on the unintended only.
 Shapes are checked against the arguments' own (global shape and PartitionSpec)."""
 
-import json
 import os
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import EXAMPLES, FIXTURES, lint_targets
 
 
 def targets(cli, path, *args):
-    result = cli("lint", path, "--format", "json", "-q", "--fail-on", "never", *args)
-    assert result.code == 0, result.err[-2000:]
-    return {t["name"]: t for t in json.loads(result.out)["targets"]}
+    return {t["name"]: t for t in lint_targets(cli, path, *args)}
 
 
 def test_fsdp_gathers_are_parameter_gathers(cli):

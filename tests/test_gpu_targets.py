@@ -13,16 +13,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+from conftest import lint_targets  # noqa: E402
 from jax_shard_lint.analyzer.gpu_targets import GPU_TARGETS, load_target, target_devices  # noqa: E402
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 REMAT = os.path.join("examples", "remat_layer_stack.py")
-
-
-def lint_json(cli, *args):
-    result = cli("lint", *args, "--format", "json", "-q", "--fail-on", "never")
-    assert result.code == 0, result.err
-    return json.loads(result.out)["targets"]
 
 
 def _small_step(devices):
@@ -43,8 +38,8 @@ def test_every_bundled_spec_parses_and_compiles(name):
 
 
 def test_gpu_compile_gives_reduce_scatters_and_async_collectives(cli):
-    [cpu] = lint_json(cli, FSDP)
-    [gpu] = lint_json(cli, FSDP, "--platform", "h100")
+    [cpu] = lint_targets(cli, FSDP)
+    [gpu] = lint_targets(cli, FSDP, "--platform", "h100")
     assert gpu["platform"].startswith("h100") and cpu["platform"].startswith("cpu")
     assert "reduce-scatter" in {c["kind"] for c in gpu["collectives"]}
     assert "reduce-scatter" not in {c["kind"] for c in cpu["collectives"]}
@@ -53,7 +48,7 @@ def test_gpu_compile_gives_reduce_scatters_and_async_collectives(cli):
 
 
 def test_peak_comes_from_the_gpu_compile(cli):
-    [t] = lint_json(cli, REMAT, "--platform", "h100", "--set", "batch=16")
+    [t] = lint_targets(cli, REMAT, "--platform", "h100", "--set", "batch=16")
     # The same program compiled directly for the same target: XLA's own figures.
     import sys
 
@@ -71,7 +66,7 @@ def test_peak_comes_from_the_gpu_compile(cli):
 
 
 def test_hosts_class_collectives_within_or_across_hosts(cli):
-    [t] = lint_json(cli, FSDP, "--platform", "h100", "--hosts", "2")
+    [t] = lint_targets(cli, FSDP, "--platform", "h100", "--hosts", "2")
     assert t["axis_scope"] == {"fsdp": "cross-host", "tp": "within-host"}
     for c in t["collectives"]:
         if c["mesh_axes"] == ["fsdp"]:
@@ -84,7 +79,7 @@ def test_user_target_config(cli, tmp_path):
     spec = load_target("h100").spec_text.replace("device_memory_size: 84978434048", "device_memory_size: 1073741824")
     path = tmp_path / "small_h100.txtpb"
     path.write_text(spec)
-    [t] = lint_json(cli, REMAT, "--platform", "h100", "--target-config", str(path), "--set", "batch=16")
+    [t] = lint_targets(cli, REMAT, "--platform", "h100", "--target-config", str(path), "--set", "batch=16")
     assert t["memory"]["budget_bytes"] == 1073741824
     assert "SL301" in {f["rule"] for f in t["findings"]}
 
@@ -97,7 +92,7 @@ def test_script_that_ignores_the_tools_devices(cli):
 
 
 def test_cpu_figures_against_a_gpu_budget_warn(cli):
-    [t] = lint_json(cli, REMAT, "--device", "h100", "--set", "batch=8")
+    [t] = lint_targets(cli, REMAT, "--device", "h100", "--set", "batch=8")
     assert t["warnings"] and "--platform h100" in t["warnings"][0]
 
 

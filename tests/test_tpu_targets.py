@@ -13,18 +13,13 @@ import pytest
 if importlib.util.find_spec("libtpu") is None:
     pytest.skip("the [tpu] extra (libtpu) is not installed", allow_module_level=True)
 
+from conftest import lint_targets  # noqa: E402
 from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
 from jax_shard_lint.analyzer.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 REMAT = os.path.join("examples", "remat_layer_stack.py")
 VALUE = os.path.join("examples", "value_function_step.py")
-
-
-def lint_json(cli, *args):
-    result = cli("lint", *args, "--format", "json", "-q", "--fail-on", "never")
-    assert result.code == 0, result.err
-    return json.loads(result.out)["targets"]
 
 
 @pytest.mark.parametrize("platform, devices, topology", [
@@ -59,7 +54,7 @@ def _direct_compile(path, platform, **params):
 
 @pytest.mark.parametrize("path", [FSDP, REMAT, VALUE])
 def test_peak_and_collectives_are_the_tpu_compilers(cli, path):
-    targets = lint_json(cli, path, "--platform", "tpu-v5p")
+    targets = lint_targets(cli, path, "--platform", "tpu-v5p")
     direct = _direct_compile(path, "tpu-v5p")
     for t in targets:
         assert t["platform"].startswith("tpu-v5p (compiled for 8 x TPU-V5P, topology v5p:2x2x2 over 2 hosts")
@@ -95,6 +90,6 @@ def test_fit_takes_its_budget_from_the_platform(cli):
     assert result.code == 0, result.err
     fit = json.loads(result.out)
     assert fit["budget_bytes"] == 95 * 2**30
-    [t] = lint_json(cli, REMAT, "--platform", "tpu-v5p", "--set", f"batch={fit['value']}")
+    [t] = lint_targets(cli, REMAT, "--platform", "tpu-v5p", "--set", f"batch={fit['value']}")
     assert t["memory"]["peak_bytes"] <= t["memory"]["budget_bytes"]
     assert not [f for f in t["findings"] if f["rule"] == "SL301"]
