@@ -107,6 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("-o", "--output", metavar="FILE")
     fitp.add_argument("-q", "--quiet", action="store_true")
 
+    swp = sub.add_parser("sweep", parents=[debug],
+                         help="compile a script's targets for several meshes or parameter values and rank them by "
+                         "estimated step time among those that fit the budget")
+    swp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    swp.add_argument("--mesh", action="append", default=[], metavar="SHAPE",
+                     help="a mesh shape to try, e.g. 4x2, passed to shard_lint_targets as mesh_shape=(4, 2) "
+                     "(repeatable)")
+    swp.add_argument("--mesh-param", default="mesh_shape", metavar="NAME",
+                     help="the shard_lint_targets parameter --mesh sets (default mesh_shape)")
+    swp.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                     help="a parameter to vary, e.g. --grid batch=16,32 (repeatable; every combination runs)")
+    swp.add_argument("--jobs", type=int, default=1, metavar="N", help="compile N candidates at once in child "
+                     "processes (default 1: one after another in this process)")
+    _add_common_compile_args(swp)
+    swp.add_argument("--format", choices=("terminal", "json", "html", "markdown"), default="terminal")
+    swp.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    swp.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
     prop = sub.add_parser("propagate", parents=[debug],
                           help="propagate shardings over StableHLO: values, provenance, predicted communication")
     prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
@@ -161,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--update", action="store_true", help="rewrite the baseline from the current analysis")
     gt.add_argument("--max-peak-increase", default=None, metavar="PCT", help="default 2%%")
     gt.add_argument("--max-collective-increase", default=None, metavar="PCT", help="default 5%%")
+    gt.add_argument("--max-time-increase", default=None, metavar="PCT",
+                    help="estimated step time (same device model as the baseline's); default 5%%")
     gt.add_argument("--new-collective-bytes", default=None, metavar="SIZE",
                     help="smallest new all-gather or all-to-all (bytes per step) that fails the gate; default 1MiB")
     _add_common_compile_args(gt)

@@ -170,6 +170,38 @@ def cmd_fit(args) -> int:
     return EXIT_OK if result.value is not None else EXIT_FINDINGS
 
 
+def _forwarded_args(args) -> list[str]:
+    """The options a sweep's child processes need to compile as this one does."""
+    out: list[str] = []
+    for flag, value in (("--devices", args.devices), ("--platform", args.platform), ("--topology", args.topology),
+                        ("--target-config", args.target_config), ("--hosts", args.hosts),
+                        ("--budget", args.budget), ("--device", args.device), ("--config", args.config)):
+        if value is not None:
+            out += [flag, str(value)]
+    for t in args.threshold:
+        out += ["--threshold", t]
+    for code in args.ignore:
+        out += ["--ignore", code]
+    return out
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import SweepRequest, sweep
+
+    if args.jobs < 1:
+        raise ShardLintInputError("--jobs", f"must be at least 1, got {args.jobs}")
+    settings = _settings(args)
+    err_console = _console(args, sys.stderr)
+    show = not args.quiet and sys.stderr.isatty()
+    progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
+    run = sweep(SweepRequest(args.script, tuple(args.mesh), tuple(args.grid), tuple(args.params), tuple(args.target),
+                             args.jobs, args.mesh_param), settings, _forwarded_args(args), progress)
+    from ..reports.sweep_report import render_sweep_html, render_sweep_markdown, render_sweep_terminal
+
+    _emit_run(args, run, render_sweep_html, render_sweep_markdown, render_sweep_terminal)
+    return EXIT_OK if any(c.rank for c in run.candidates) else EXIT_FINDINGS
+
+
 def render_lint_as(report, fmt: str) -> str:
     if fmt == "json":
         from ..reports.json_report import render_json
@@ -334,6 +366,7 @@ def cmd_gate(args) -> int:
         collective_increase=_percent(args.max_collective_increase, defaults.collective_increase,
                                      "--max-collective-increase"),
         new_collective_bytes=new_bytes,
+        time_increase=_percent(args.max_time_increase, defaults.time_increase, "--max-time-increase"),
     )
     result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
                                  platform_given=args.platform is not None), settings, thresholds)
@@ -369,6 +402,6 @@ def cmd_schema(args) -> int:
 
 COMMANDS = {
     "lint": cmd_lint, "run": cmd_run, "fit": cmd_fit, "propagate": cmd_propagate, "rewrite": cmd_rewrite,
-    "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema, "rules": cmd_rules,
+    "sweep": cmd_sweep, "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema, "rules": cmd_rules,
     "rule": cmd_rule,
 }

@@ -81,7 +81,19 @@ class Settings:
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
             disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes, ownership=self.ownership(),
+            device_spec=self.device_spec(),
         )
+
+    def device_spec(self):
+        """The device model behind the step-time estimate (None for GPUs it does not know)."""
+        from .device_performance import spec_for_platform
+
+        kind = None
+        if self.platform == "gpu":
+            from . import jax_adapter
+
+            kind = jax_adapter.device_kind_summary()
+        return spec_for_platform(self.platform, kind)
 
 
 def find_pyproject(start: str) -> str | None:

@@ -53,6 +53,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
         output_shardings=tuple(
             jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
         ) or None,
+        xla_cost=program.cost,
     )
     return analyze_target(name, module, facts, settings.pass_config()), program, module
 

@@ -75,6 +75,17 @@ class CompiledProgram:
     buffer_assignment_text: str | None
     output_shardings: tuple[Any, ...]  # flattened jax.sharding.Sharding leaves
     input_shardings: tuple[Any, ...]
+    cost: dict[str, Any] | None = None  # XLA's cost_analysis(), where the backend gives one
+
+
+def _cost_dict(compiled: Any) -> dict[str, Any] | None:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # backends without a cost model raise (or return None: compile-only GPU targets)
+        return None
+    if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
+        cost = cost[0] if cost else None
+    return dict(cost) if isinstance(cost, dict) else None
 
 
 def _read_dump(dump_dir: str, suffix: str) -> str | None:
@@ -129,7 +140,8 @@ def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
         ins = _flat_shardings(compiled.input_shardings[0])
     except Exception:
         ins = ()
-    return CompiledProgram(compiled, compiled.as_text(), _memory_dict(compiled), live, buffers, outs, ins)
+    return CompiledProgram(compiled, compiled.as_text(), _memory_dict(compiled), live, buffers, outs, ins,
+                           _cost_dict(compiled))
 
 
 def sharding_axes(sharding: Any, rank: int) -> list[list[str]] | None:
@@ -356,7 +368,8 @@ def compile_stablehlo_text(
             )
         except Exception:  # a sharding no mesh expresses (maximal, manual): leave unknown
             outs = ()
-    return CompiledProgram(executable, executable.hlo_modules()[0].to_string(), memory, live, buffers, outs, ())
+    return CompiledProgram(executable, executable.hlo_modules()[0].to_string(), memory, live, buffers, outs, (),
+                           _cost_dict(executable))
 
 
 def parameter_shardings(program: CompiledProgram) -> list[Any]:

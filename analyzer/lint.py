@@ -134,6 +134,7 @@ def compiled_facts(lowered, platform: str) -> CompiledFacts:
             jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
         ) or None,
         device_processes=device_processes(lowered),
+        xla_cost=program.cost,
     )
 
 

@@ -14,6 +14,7 @@ What it shows:
 
     jax-shard-lint lint examples/fsdp_tp_train_step.py
     jax-shard-lint lint examples/fsdp_tp_train_step.py --set layers=24 --device h100
+    jax-shard-lint sweep examples/fsdp_tp_train_step.py --mesh 8x1 --mesh 4x2 --mesh 2x4 --mesh 1x8
 """
 
 import jax
@@ -48,12 +49,16 @@ def train_step(params, opt_state, tokens, lr=1e-3):
     return params, {"mu": mu, "nu": nu}, loss
 
 
-def shard_lint_targets(batch=16, seq=1024, d_model=1024, d_ff=4096, layers=8, vocab=32768, mesh_devices=None):
-    # The tool passes the devices it compiles for (virtual CPUs, or an H100 target's).
+def shard_lint_targets(batch=16, seq=1024, d_model=1024, d_ff=4096, layers=8, vocab=32768, mesh_shape=None,
+                       mesh_devices=None):
+    # The tool passes the devices it compiles for (virtual CPUs, or an H100 target's),
+    # and `sweep --mesh 4x2` passes mesh_shape=(4, 2): (fsdp, tp).
     devices = mesh_devices if mesh_devices is not None else jax.devices()
     n = len(devices)
-    tp = 2 if n % 2 == 0 and n > 1 else 1
-    mesh = jax.make_mesh((n // tp, tp), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2, devices=devices)
+    if mesh_shape is None:
+        tp = 2 if n % 2 == 0 and n > 1 else 1
+        mesh_shape = (n // tp, tp)
+    mesh = jax.make_mesh(tuple(mesh_shape), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2, devices=devices)
 
     def spec(shape, pspec, dtype=jnp.float32):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, pspec))

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from .byte_sizes import format_bytes
 from .models import SCHEMA_VERSION, Model, Severity, TargetReport
+from .step_time import format_seconds
 
 BASELINE_VERSION = 1
 WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
@@ -38,6 +39,8 @@ class BaselineTarget(Model):
     bytes_by_kind: dict[str, int] = Field(description="Per-step bytes by 'kind over axes'.")
     collectives: list[CollectiveSummary]
     errors: list[str] = Field(description="Error-level findings: 'CODE file:line: message'.")
+    step_seconds: float | None = Field(default=None, description="Estimated step time (the overlapped bound).")
+    step_time_device: str | None = Field(default=None, description="The device model of the estimate.")
 
 
 class Baseline(Model):
@@ -52,18 +55,28 @@ class GateThresholds(Model):
     peak_increase: float = 0.02
     collective_increase: float = 0.05
     new_collective_bytes: int = 1024**2
+    time_increase: float = 0.05
 
 
 class GateRow(Model):
     target: str
     metric: str
-    before: int | None
-    after: int | None
+    before: int | float | None = Field(description="Bytes, or seconds for the estimated step time.")
+    after: int | float | None
     ratio: float | None
     alert: str | None = None
 
-    def display(self, value: int | None) -> str:
-        return "-" if value is None else str(value) if self.metric.startswith("new error") else format_bytes(value)
+    def display(self, value: int | float | None) -> str:
+        if value is None:
+            return "-"
+        if self.metric.startswith("new error"):
+            return str(value)
+        if self.metric.startswith(TIME_METRIC):
+            return format_seconds(float(value))
+        return format_bytes(int(value))
+
+
+TIME_METRIC = "estimated step time"
 
 
 class GateResult(Model):
@@ -101,6 +114,8 @@ def summarize(report: TargetReport) -> BaselineTarget:
         argument_bytes=m.argument_bytes if m else None, output_bytes=m.output_bytes if m else None,
         alias_bytes=m.alias_bytes if m else None, collective_bytes=sum(c.bytes_per_step for c in collectives),
         bytes_by_kind=dict(sorted(by_kind.items())), collectives=collectives, errors=errors,
+        step_seconds=report.time.seconds if report.time else None,
+        step_time_device=report.time.device if report.time else None,
     )
 
 
@@ -115,6 +130,24 @@ def _ratio(before: int | None, after: int | None) -> float | None:
 def _identity(c: CollectiveSummary) -> tuple:
     # Source lines move with every edit above them; shape, kind and axes do not.
     return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype)
+
+
+def _time_rows(name: str, before: BaselineTarget, after: BaselineTarget, thresholds: GateThresholds) -> list[GateRow]:
+    """The estimated step time against the baseline's, when both have one on the
+    same device model (a baseline written before estimates existed has none)."""
+    if after.step_seconds is None or before.step_seconds is None:
+        return []
+    metric = f"{TIME_METRIC} ({after.step_time_device})"
+    if before.step_time_device != after.step_time_device:
+        return [GateRow(target=name, metric=metric, before=before.step_seconds, after=after.step_seconds,
+                        ratio=None, alert=None)]
+    r = None if before.step_seconds == 0 else round(after.step_seconds / before.step_seconds, 4)
+    over = r is not None and r > 1 + thresholds.time_increase
+    return [GateRow(
+        target=name, metric=metric, before=before.step_seconds, after=after.step_seconds, ratio=r,
+        alert=f"estimated step time +{(r - 1) * 100:.1f}% (limit +{thresholds.time_increase * 100:g}%)"
+        if over else None,
+    )]
 
 
 def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: GateThresholds,
@@ -146,6 +179,7 @@ def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: 
             alert=f"collective bytes +{(r - 1) * 100:.1f}% (limit +{thresholds.collective_increase * 100:g}%)"
             if r is not None and r > 1 + thresholds.collective_increase else None,
         ))
+        rows.extend(_time_rows(name, before, after, thresholds))
         for group in sorted(set(before.bytes_by_kind) | set(after.bytes_by_kind)):
             b, a = before.bytes_by_kind.get(group), after.bytes_by_kind.get(group)
             if a != b:

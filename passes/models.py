@@ -96,6 +96,9 @@ class Collective(Model):
     intent: str | None = Field(
         default=None, description="Why it runs: parameter-gather (FSDP), gradient-reduction, activation "
         "(tensor-parallel partial sums), or reshard (no stated sharding asked for it); null without a mesh.")
+    seconds: float | None = Field(
+        default=None, description="Estimated time per step, all executions (ring algorithm over the link it "
+        "crosses); null without a device model.")
 
     @property
     def total_bytes(self) -> int:
@@ -143,6 +146,33 @@ class MemorySummary(Model):
     timeline: list[MemoryTimelinePoint] = Field(default_factory=list)
 
 
+class StepTime(Model):
+    """An estimated step time from the compiled program and the device's published
+    peaks; ``seconds`` is the overlapped bound, ``serial_seconds`` the no-overlap sum."""
+
+    device: str = Field(description="The device model's name: cpu, h100, tpu-v5p, ...")
+    device_description: str
+    nominal: bool = Field(default=False, description="True for CPU figures: for ranking, not a prediction.")
+    basis: str
+    seconds: float = Field(description="max(compute, async communication) + synchronous communication.")
+    serial_seconds: float = Field(description="compute + all communication, nothing overlapped.")
+    compute_seconds: float = Field(description="Sum over operations of max(FLOPs / peak, bytes / HBM bandwidth).")
+    flop_seconds: float = Field(description="Matmul FLOPs over the peak alone.")
+    memory_seconds: float = Field(description="Bytes touched over HBM bandwidth alone.")
+    communication_seconds: float
+    async_communication_seconds: float
+    within_host_seconds: float
+    across_hosts_seconds: float
+    flops: float = Field(description="Matmul FLOPs per step per device, counted from the compiled HLO.")
+    bytes_accessed: float = Field(description="Bytes the operations touch per step per device.")
+    xla_flops: float | None = Field(default=None, description="XLA's cost_analysis() flops, where it gives them.")
+    xla_bytes_accessed: float | None = None
+    xla_optimal_seconds: float | None = Field(
+        default=None, description="The TPU compiler's own estimate (cost_analysis optimal_seconds), where given.")
+    sources: list[str] = Field(default_factory=list, description="Where the device's figures come from.")
+    notes: list[str] = Field(default_factory=list)
+
+
 class Finding(Model):
     rule: str = Field(description="Stable rule code, e.g. SL101.")
     name: str = Field(description="Kebab-case rule name.")
@@ -178,6 +208,7 @@ class TargetReport(Model):
     call_site: SourceLocation | None = Field(
         default=None, description="run: the line the program was compiled from (its outermost user frame).")
     compilations: int = Field(default=1, description="run: how many times this program was compiled.")
+    time: StepTime | None = Field(default=None, description="Estimated step time, with its basis.")
 
     @property
     def cross_host_bytes(self) -> int:

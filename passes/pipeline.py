@@ -32,6 +32,8 @@ from .stablehlo_module import (
     EntrySignature, EntrySources, per_device_bytes, read_entry_signature, read_entry_sources,
 )
 from .state_roundtrip import correspond, suggested_out_shardings
+from .hlo_cost import program_cost, xla_cost_figures
+from .step_time import DeviceSpec, estimate_step_time
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class CompiledFacts:
     input_shardings: tuple[list[list[str]] | None, ...] | None = None
     # The host (process index) of each logical device, when the devices span several.
     device_processes: tuple[int, ...] | None = None
+    # XLA's cost_analysis() of the compiled program, where the backend gives one.
+    xla_cost: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class PassConfig:
     disabled: frozenset[str] = frozenset()
     budget_bytes: int | None = None
     ownership: CodeOwnership = DEFAULT_OWNERSHIP
+    device_spec: DeviceSpec | None = None  # the step-time estimate's device; None: no estimate
 
     def resolved_options(self) -> dict[str, Any]:
         out = {name: opt.default for name, opt in all_options().items()}
@@ -126,6 +131,7 @@ def analyze_target(
     # gathers and gradient reductions are intended traffic.
     roundtrips = correspond(sig_compiled)
     collectives = classify(collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
+    time, collectives = _step_time(hlo, collectives, config, compiled.xla_cost)
 
     # 4. Rules.
     sharded = frozenset(
@@ -150,7 +156,18 @@ def analyze_target(
         memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
         findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
         axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+        time=time,
     )
+
+
+def _step_time(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):
+    """The estimate and the collectives with their times, slowest first (as they
+    were when there is no device model)."""
+    if config.device_spec is None:
+        return None, tuple(collectives)
+    time, timed = estimate_step_time(program_cost(hlo), collectives, config.device_spec,
+                                     xla_cost_figures(xla_cost))
+    return time, tuple(timed)
 
 
 def _hlo_tensor(index: int, path: str, shape_text: str, sharding_attr: str | None) -> TensorInfo | None:
@@ -199,6 +216,7 @@ def analyze_hlo_only(
     sig = EntrySignature(None, mesh, inputs, outputs, tuple((k,) for k in range(len(inputs))),
                          tuple((k,) for k in range(len(outputs))), hlo.num_partitions)
     collectives = find_collectives(hlo, None, None, config.ownership).collectives
+    time, collectives = _step_time(hlo, collectives, config, None)
     memory = summarize_memory(
         stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text, buffer_assignment_text,
         config.budget_bytes, config.ownership,
@@ -211,4 +229,5 @@ def analyze_hlo_only(
     return TargetReport(
         name=name, platform=platform, num_devices=hlo.num_partitions, mesh={}, memory=memory,
         collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=run_rules(ctx, config),
+        time=time,
     )

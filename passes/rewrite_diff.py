@@ -17,7 +17,7 @@ def program_facts(report: TargetReport) -> ProgramFacts:
         output_bytes=m.output_bytes if m else 0, temp_bytes=m.temp_bytes if m else 0,
         alias_bytes=m.alias_bytes if m else 0,
         collective_bytes=sum(c.bytes * c.count for c in report.collectives),
-        collectives=report.collectives, outputs=report.outputs,
+        collectives=report.collectives, outputs=report.outputs, time=report.time,
     )
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .models import Collective, Model, RunHeader, SourceLocation, TensorInfo
+from .models import Collective, Model, RunHeader, SourceLocation, StepTime, TensorInfo
 
 
 class ProgramFacts(Model):
@@ -21,6 +21,7 @@ class ProgramFacts(Model):
     collective_bytes: int = Field(description="Per-device collective bytes per step (bytes x count, summed).")
     collectives: list[Collective]
     outputs: list[TensorInfo]
+    time: StepTime | None = Field(default=None, description="Estimated step time of this version.")
 
 
 class CollectiveChange(Model):

@@ -8,6 +8,7 @@ from collections import defaultdict
 from html import escape
 
 from ..passes.byte_sizes import format_bytes
+from .time_text import format_seconds, step_time_basis, step_time_line
 from ..passes.models import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
 from ..passes.sharding_text import pspec_text
 from .html_assets import CSS, SCRIPT
@@ -55,6 +56,10 @@ def _summary(t: TargetReport) -> str:
                                             "</span>", bar, cls))
     total = sum(c.bytes * c.count for c in t.collectives)
     cards.append(_card("collectives / step", e(format_bytes(total)), f'<div class="sub">{len(t.collectives)} ops</div>'))
+    if t.time is not None:
+        cards.append(_card("estimated step time", f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}'
+                           "</span>", f'<div class="sub">{e(step_time_line(t.time))}</div>'
+                           f'<div class="sub">{e(step_time_basis(t.time))}; sources: {e("; ".join(t.time.sources))}</div>'))
     cards.append(_card("findings", " ".join(
         f'<span class="sev {s}">{n} {s}</span>' for s, n in sorted(counts.items())) or "none",
         f'<div class="sub">{t.suppressed} suppressed</div>' if t.suppressed else ""))
@@ -151,6 +156,7 @@ def _collectives(t: TargetReport) -> str:
         f"{' <span class=tag>x-host</span>' if c.cross_host else ''}</td>"
         f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
         f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
+        f'<td data-v="{c.seconds or 0}">{e(format_seconds(c.seconds))}</td>'
         f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
         f"<td>{e(where_text(c.source, c.via))}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives
@@ -167,7 +173,7 @@ def _collectives(t: TargetReport) -> str:
     return (
         "<h3>Collectives</h3><p class=\"muted\">Click a column to sort.</p>"
         '<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th><th>count</th><th>per step</th>'
-        f"<th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>est. time</th><th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
         '<h4>Per source line</h4><table class="sortable"><thead><tr><th>source</th><th>ops</th><th>per step</th>'
         f"<th>kinds</th></tr></thead><tbody>{agg}</tbody></table>"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..passes.byte_sizes import format_bytes
+from ..passes.step_time import format_seconds
 from ..passes.models import PropagateRun
 from ..passes.rewrite_models import RewriteRun
 from ..passes.sharding_text import pspec_text
@@ -60,6 +61,9 @@ def render_rewrite_html(run: RewriteRun) -> str:
                                 ("outputs", "output_bytes"), ("aliased", "alias_bytes"),
                                 ("collectives / step", "collective_bytes"))
         )
+        if r.before.time is not None and r.after.time is not None:
+            rows += (f"<tr><td>est. step time ({e(r.after.time.device)})</td><td>{e(format_seconds(r.before.time.seconds))}"
+                     f"</td><td>{e(format_seconds(r.after.time.seconds))}</td></tr>")
         pinned = "".join(
             f"<tr><td>{e(a.path)}</td><td>{e(pspec_text(a.before))}</td><td>{e(pspec_text(a.after))}</td>"
             f"<td>{e(a.why)}</td></tr>" for a in r.out_shardings

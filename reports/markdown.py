@@ -7,6 +7,7 @@ import html
 import re
 
 from ..passes.byte_sizes import format_bytes
+from .time_text import format_seconds
 from ..passes.gate import GateResult
 from ..passes.models import LintReport, where_text
 
@@ -27,7 +28,8 @@ def render_gate_markdown(result: GateResult) -> str:
         f"### jax-shard-lint gate: {status}",
         "",
         f"Baseline {_cell(result.baseline)}; limits: peak +{result.thresholds.peak_increase * 100:g}%, collective "
-        f"bytes +{result.thresholds.collective_increase * 100:g}%, new all-gather or all-to-all over "
+        f"bytes +{result.thresholds.collective_increase * 100:g}%, estimated step time "
+        f"+{result.thresholds.time_increase * 100:g}%, new all-gather or all-to-all over "
         f"{format_bytes(result.thresholds.new_collective_bytes)}.",
         "",
         "| target | metric | before | after | ratio | alert |",
@@ -43,8 +45,8 @@ def render_gate_markdown(result: GateResult) -> str:
 
 def render_lint_markdown(report: LintReport) -> str:
     lines = [f"### jax-shard-lint: {len(report.all_findings())} finding(s)", ""]
-    lines += ["| target | platform | peak / device | budget | collectives / step | findings |",
-              "| --- | --- | ---: | ---: | ---: | --- |"]
+    lines += ["| target | platform | peak / device | budget | collectives / step | est. step time | findings |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for t in report.targets:
         m = t.memory
         counts = {}
@@ -54,7 +56,9 @@ def render_lint_markdown(report: LintReport) -> str:
         lines.append(
             f"| {_cell(t.name)} | {_cell(t.platform)} | {format_bytes(m.peak_bytes) if m else '-'} | "
             f"{format_bytes(m.budget_bytes) if m and m.budget_bytes else '-'} | "
-            f"{format_bytes(sum(c.bytes * c.count for c in t.collectives))} | {found} |"
+            f"{format_bytes(sum(c.bytes * c.count for c in t.collectives))} | "
+            f"{_cell('~' + format_seconds(t.time.seconds) + (' (nominal)' if t.time.nominal else '')) if t.time else '-'} | "
+            f"{found} |"
         )
     findings = [(t.name, f) for t in report.targets for f in t.findings] + [("(run)", f) for f in report.findings]
     if findings:
@@ -101,6 +105,9 @@ def render_rewrite_markdown(run) -> str:
         lines += ["| | before | after |", "| --- | ---: | ---: |"]
         for label, attr in (("peak / device", "peak_bytes"), ("collectives / step", "collective_bytes")):
             lines.append(f"| {label} | {format_bytes(getattr(r.before, attr))} | {format_bytes(getattr(r.after, attr))} |")
+        if r.before.time is not None and r.after.time is not None:
+            lines.append(f"| est. step time ({_cell(r.after.time.device)}) | {format_seconds(r.before.time.seconds)} | "
+                         f"{format_seconds(r.after.time.seconds)} |")
         if r.out_shardings:
             lines += ["", "| output | before | pinned to |", "| --- | --- | --- |"]
             lines += [f"| {_cell(a.path)} | {_cell(pspec_text(a.before))} | {_cell(pspec_text(a.after))} |"

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..passes.byte_sizes import format_bytes
+from ..passes.step_time import format_seconds
 from ..passes.rewrite_models import RewriteReport, RewriteRun
 from ..passes.sharding_text import pspec_text
 from .terminal import shape_text
@@ -24,6 +25,10 @@ def _side_by_side(r: RewriteReport) -> Table:
         b, a = getattr(r.before, attr), getattr(r.after, attr)
         table.add_row(label, format_bytes(b), format_bytes(a), format_bytes(a - b) if a != b else "")
     table.add_row("collective ops", str(len(r.before.collectives)), str(len(r.after.collectives)), "")
+    if r.before.time is not None and r.after.time is not None:
+        b, a = r.before.time.seconds, r.after.time.seconds
+        change = f"{(a / b - 1) * 100:+.1f}%" if b and a != b else ""
+        table.add_row(f"est. step time ({r.after.time.device})", format_seconds(b), format_seconds(a), change)
     return table
 
 

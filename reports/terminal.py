@@ -10,6 +10,7 @@ from ..passes.byte_sizes import format_bytes
 from ..passes.models import Finding, LintReport, Severity, TargetReport, where_text
 from ..passes.sharding_text import pspec_text
 from .terminal_layout import Column, fitted_table
+from .time_text import format_seconds, step_time_basis, step_time_line
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 MAX_ROWS = 15
@@ -55,6 +56,9 @@ def _summary(t: TargetReport) -> Table:
             f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + "
             f"outputs {format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}",
         )
+    if t.time is not None:
+        grid.add_row("step time", Text(f"~{step_time_line(t.time)}"))
+        grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))
     total = sum(c.bytes * c.count for c in t.collectives)
     grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")
     by_intent: dict[str, int] = {}
@@ -81,9 +85,11 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     rows = t.collectives[:MAX_ROWS]
     # The op name is in the JSON and HTML reports; the terminal keeps the source line.
     columns = [
-        Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "") for c in rows]),
+        Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "") for c in rows],
+               fold=True),
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
+        Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
         Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
         Column("source", [_src(c.source) for c in rows], path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),
@@ -92,8 +98,12 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     ]
     if all(c.via is None for c in rows):
         columns.pop()
+    timed = any(c.seconds is not None for c in rows)
+    if not timed:
+        columns = [c for c in columns if c.header != "time"]
     caption = f"{len(t.collectives) - MAX_ROWS} more in --format json" if len(t.collectives) > MAX_ROWS else None
-    return fitted_table("Collectives (by bytes x count)", columns, width, caption)
+    title = "Collectives (by estimated time per step)" if timed else "Collectives (by bytes x count)"
+    return fitted_table(title, columns, width, caption)
 
 
 def _live(t: TargetReport, width: int) -> Table | None:

@@ -4,6 +4,8 @@ instead of collapsing to ``al… │ …``."""
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 from rich.table import Table
@@ -54,6 +56,14 @@ def fitted_table(title: str, columns: list[Column], width: int, caption: str | N
         cols.pop(drop)
     excess = total(cols) - width
     limits = {id(c): c.natural for c in cols if c.path or c.fold}
+    # Wrapping a folded column at its word boundaries costs nothing read: do that
+    # before a path loses its folders.
+    for c in cols:
+        if c.fold and not c.path and excess > 0:
+            words = max([len(c.header), *(len(w) for v in c.values for w in re.split(r"[-, ]", v))])
+            give = min(excess, max(0, limits[id(c)] - words))
+            limits[id(c)] -= give
+            excess -= give
     # Take the excess from the widest shrinkable column first, down to MIN_PATH_WIDTH.
     while excess > 0:
         wide = [k for k, v in limits.items() if v > MIN_PATH_WIDTH]

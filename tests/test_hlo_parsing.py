@@ -117,10 +117,11 @@ def test_tpu_layouts_and_mesh_replica_groups():
     # TPU HLO: tiled layouts ({1,0:T(8,128)(2,1)}), bf16 matmul operands, groups as
     # mesh['axis_0'=4,'axis_1'=2] {'axis_1'} or iota. Bytes by hand from the fixture's shapes:
     # bf16[32,512] = 32 KiB over axis_1 (model), bf16[512,256] = 256 KiB over axis_0 (data),
-    # f32[256] = 1 KiB over axis_0.
+    # f32[256] = 1 KiB over axis_0. The TPU compiler leaves known_trip_count out of its
+    # while loops: the count (5, the scan's length) is read from the loop's condition.
     assert summary("tpu_v5p_scan", DATA_MODEL) == [
-        ("all-gather", 32768, 1, ("model",), (32, 512), False),
-        ("all-gather", 262144, 1, ("data",), (512, 256), False),
+        ("all-gather", 32768, 5, ("model",), (32, 512), False),
+        ("all-gather", 262144, 5, ("data",), (512, 256), False),
         ("all-reduce", 1024, 1, ("data",), (256,), False),
     ]
     fsdp = summary("tpu_v5p_fsdp", FSDP_TP)
