@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-q", "--quiet", action="store_true")
 
     sch = sub.add_parser("schema", parents=[debug], help="print the JSON Schema of a report")
-    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline"),
+    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep"),
                      help="which report (default lint; check writes the lint report too)")
 
     sub.add_parser("rules", parents=[debug], help="list the rules")

@@ -392,8 +392,10 @@ def cmd_schema(args) -> int:
     from ..passes.models import LintReport, PropagateRun
     from ..passes.rewrite_models import RewriteRun
 
+    from ..passes.sweep import SweepRun
+
     model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
-             "baseline": Baseline}[args.kind]
+             "baseline": Baseline, "sweep": SweepRun}[args.kind]
     print(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
     return EXIT_OK
 

@@ -17,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from jaxlib.mlir import ir
 
 from ..passes.models import TargetReport
@@ -27,7 +29,7 @@ from ..passes.stablehlo_module import entry_function, path_keys, read_entry_sign
 from ..passes.state_roundtrip import correspond, mismatched
 from . import __version__, jax_adapter
 from .config import Settings
-from .errors import ShardLintInputError
+from .errors import ShardLintInputError, one_line
 from .gpu_targets import ACCELERATOR_TARGETS
 from .lint import display_source, relativize, select_run_devices
 from .fixtures import analyze_text, read_mlir
@@ -35,6 +37,7 @@ from .out_shardings import suggest_for
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 DECLARED_ENTRY = "shard_lint_out_shardings"
+INPUTS_ENTRY = "shard_lint_inputs"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,44 @@ def _declared(fn, params: dict) -> dict:
         return declare() or {}
 
 
+def script_inputs(fn, params: dict, where: str) -> dict:
+    """``shard_lint_inputs(**params)`` from the script, when it has one: concrete
+    arguments for ``--validate`` per target (``{name: (arg, ...)}``), or one tuple of
+    arguments for every target. Without it, validation draws seeded random inputs."""
+    module = inspect.getmodule(fn)
+    make = getattr(module, INPUTS_ENTRY, None)
+    if make is None:
+        return {}
+    accepted = inspect.signature(make).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    try:
+        result = make(**{k: v for k, v in params.items() if takes_any or k in accepted})
+    except Exception as e:  # the user's code: one line, not a traceback
+        raise ShardLintInputError(where, f"{INPUTS_ENTRY}() raised {one_line(e)}") from e
+    if isinstance(result, dict):
+        return dict(result)
+    if isinstance(result, (tuple, list)):
+        return {"*": tuple(result)}
+    raise ShardLintInputError(where, f"{INPUTS_ENTRY}() returned {type(result).__name__}; expected a dict of target "
+                              "name to a tuple of arguments, or one tuple of arguments")
+
+
+def flat_inputs(args, sig, name: str, where: str) -> list:
+    """The script's arguments for one target as flat host arrays, checked against
+    the program's inputs (count, shape and element type)."""
+    import jax
+
+    leaves = [np.asarray(x) for x in jax.tree.leaves(args)]
+    if len(leaves) != len(sig.inputs):
+        raise ShardLintInputError(where, f"{INPUTS_ENTRY}() gives {len(leaves)} arrays for target {name!r}, which "
+                                  f"takes {len(sig.inputs)}")
+    for leaf, t in zip(leaves, sig.inputs):
+        if tuple(leaf.shape) != tuple(t.shape):
+            raise ShardLintInputError(where, f"{INPUTS_ENTRY}() for {name!r}: {t.path} has shape {list(leaf.shape)}, "
+                                      f"the program takes {t.shape}")
+    return leaves
+
+
 def _match_output(key: str, report: TargetReport, where: str) -> int:
     key = key.strip()
     if key.isdigit():
@@ -186,7 +227,7 @@ def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict
 
 
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
-                   declared: dict, devices: list | None = None, lowered=None) -> RewriteReport:
+                   declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
     before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
     applied = plan(before, module, request, declared)
     sig = read_entry_signature(module)
@@ -212,8 +253,9 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
         from .validate import validate
 
         expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
+        host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
         validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
-                              facts_before.peak_bytes, facts_after.peak_bytes)
+                              facts_before.peak_bytes, facts_after.peak_bytes, host)
     return RewriteReport(
         name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
         collective_changes=collective_changes(before.collectives, after.collectives), python_fix=python_fix,
@@ -236,10 +278,11 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
                                  list(request.targets), where)
         declared_all = _declared(fn, params)
+        given = script_inputs(fn, params, where) if request.validate else {}
         for name, lowered in targets.items():
             text = jax_adapter.stablehlo_text(lowered)
             reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {}), devices,
-                                          lowered))
+                                          lowered, given.get(name, given.get("*"))))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = RewriteRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
                      script=request.path, targets=reports)

@@ -60,6 +60,8 @@ class Validation(Model):
         default_factory=list, description="Outputs that are NaN in both versions at the same positions (they agree; "
         "seeded inputs can make a step produce NaN, e.g. the sqrt of a negative Adam moment).")
     reason: str | None = Field(default=None, description="Why it did not run, when it did not.")
+    inputs: str | None = Field(default=None, description="seeded (random, from the shapes) or shard_lint_inputs "
+                               "(the script's own arrays).")
 
 
 class RewriteReport(Model):

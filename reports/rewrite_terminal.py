@@ -72,7 +72,8 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
                 ok = "yes" if v.outputs_match else "NO"
                 sh = "yes" if v.shardings_match else "NO"
                 console.print(
-                    f"validation on {v.backend}: outputs match {ok}, shardings as declared {sh}, median step "
+                    f"validation on {v.backend} ({'the script' if v.inputs == 'shard_lint_inputs' else 'seeded'} "
+                    f"inputs): outputs match {ok}, shardings as declared {sh}, median step "
                     f"{v.time_before_s * 1000:.2f} ms -> {v.time_after_s * 1000:.2f} ms over {v.repeats} runs"
                     + (f", peak in use {format_bytes(v.measured_peak_before_bytes)} -> "
                        f"{format_bytes(v.measured_peak_after_bytes)}" if v.measured_peak_before_bytes else "")
@@ -80,4 +81,4 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
                 for m in v.mismatches:
                     console.print(Text(f"  mismatch: {m}"))
                 for m in v.nan_values:
-                    console.print(Text(f"  agrees, NaN in both (from the seeded inputs): {m}"))
+                    console.print(Text(f"  agrees, NaN in both versions: {m}"))

@@ -116,15 +116,16 @@ def scatter(run: SweepRun) -> str:
     if len(front) > 1:
         path = " ".join(f"{x(c.peak_bytes):.1f},{y(c.seconds):.1f}" for c in front)
         parts.append(f'<polyline class="pareto" points="{path}"/>')
-    for k, c in enumerate(pts):
+    # Points are labelled with their row number in the table below (labels as long
+    # as a candidate's parameters would cover each other); hovering shows the whole.
+    number = {id(c): k + 1 for k, c in enumerate(run.candidates)}
+    for c in pts:
         cls = "best" if c.rank == 1 else "over" if c.fits is False else "pareto" if c.pareto else "other"
         cx, cy = x(c.peak_bytes), y(c.seconds)
-        anchor = "end" if cx > width * 0.6 else "start"
-        tx = cx - 8 if anchor == "end" else cx + 8
         parts.append(f'<circle class="cand {cls}" cx="{cx:.1f}" cy="{cy:.1f}" r="5" data-label="{e(c.label)}">'
-                     f"<title>{e(c.label)}: {e(format_seconds(c.seconds))}, {e(format_bytes(c.peak_bytes))}</title>"
-                     f'</circle><text class="tick" x="{tx:.1f}" y="{cy - 8 - (k % 2) * 10:.1f}" '
-                     f'text-anchor="{anchor}">{e(c.label)}</text>')
+                     f"<title>#{number[id(c)]} {e(c.label)}: {e(format_seconds(c.seconds))}, "
+                     f"{e(format_bytes(c.peak_bytes))}</title></circle>"
+                     f'<text class="tick pointlabel" x="{cx + 7:.1f}" y="{cy - 7:.1f}">#{number[id(c)]}</text>')
     parts.append(f'<text class="tick" x="{(left + width - pad) / 2:.1f}" y="{height - 8}" text-anchor="middle">'
                  "peak memory per device</text>"
                  f'<text class="tick" x="14" y="{height / 2:.1f}" transform="rotate(-90 14 {height / 2:.1f})" '
@@ -134,21 +135,22 @@ def scatter(run: SweepRun) -> str:
 
 def render_sweep_html(run: SweepRun) -> str:
     rows = "".join(
-        f"<tr class=\"{'over' if c.fits is False else 'failed' if c.error else ''}\"><td>{c.rank or '-'}</td>"
+        f"<tr class=\"{'over' if c.fits is False else 'failed' if c.error else ''}\"><td>#{k + 1}</td>"
+        f"<td>{c.rank or '-'}</td>"
         f"<td>{e(c.label)}</td><td data-v=\"{c.seconds or 0}\">{e(format_seconds(c.seconds))}</td>"
         f"<td>{e(_slowdown(c))}</td><td data-v=\"{c.peak_bytes or 0}\">"
         f"{e(format_bytes(c.peak_bytes) if c.peak_bytes is not None else '-')}</td><td>{e(_fit_text(c))}</td>"
         f"<td data-v=\"{c.collective_bytes}\">{e(format_bytes(c.collective_bytes))}</td>"
         f"<td data-v=\"{c.cross_host_bytes}\">{e(format_bytes(c.cross_host_bytes))}</td>"
         f"<td>{'yes' if c.pareto else ''}</td><td>{e(_top(c))}</td></tr>"
-        for c in run.candidates)
+        for k, c in enumerate(run.candidates))
     basis = next((c.time for c in run.candidates if c.time is not None), None)
     note = (f'<p class="muted">Estimates: {e(basis.basis)}. Sources: {e("; ".join(basis.sources))}.</p>'
             if basis else "")
     body = (f"<header><h1>jax-shard-lint sweep</h1><p>{e(run.script or '')} &middot; {e(run.platform)} &middot; "
             f"jax {e(run.jax_version)} &middot; jax-shard-lint {e(run.tool_version)}</p></header>"
             f'<section class="target"><p><b>{e(_headline(run))}</b></p>{scatter(run)}{note}'
-            '<table class="sortable sweep"><thead><tr><th>#</th><th>candidate</th><th>est. time</th><th>vs best</th>'
+            '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th><th>vs best</th>'
             "<th>peak / device</th><th>fits</th><th>collectives / step</th><th>across hosts</th><th>Pareto</th>"
             f"<th>slowest collective</th></tr></thead><tbody>{rows}</tbody></table></section>")
     return _page(f"jax-shard-lint sweep: {run.script}", body)

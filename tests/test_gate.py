@@ -50,8 +50,9 @@ def test_a_higher_peak_fails_with_its_row_flagged(cli, baseline):
     result = cli("gate", "--baseline", str(baseline), V3, "--format", "json")
     assert result.code == 1
     flagged = [r for r in json.loads(result.out)["rows"] if r["alert"]]
-    assert [r["metric"] for r in flagged] == ["peak bytes / device"]
-    assert flagged[0]["after"] > flagged[0]["before"]
+    # v3 also does more work per step (cumsum, sin, cos, exp): its estimated time rises too.
+    assert [r["metric"] for r in flagged] == ["peak bytes / device", "estimated step time (cpu)"]
+    assert all(r["after"] > r["before"] for r in flagged)
 
 
 def test_markdown_table_for_a_pull_request(cli, baseline):
@@ -68,7 +69,8 @@ def test_update_rewrites_the_baseline(cli, baseline):
 
 
 def test_thresholds_are_configurable(cli, baseline):
-    assert cli("gate", "--baseline", str(baseline), V3, "--max-peak-increase", "10000%").code == 0
+    assert cli("gate", "--baseline", str(baseline), V3, "--max-peak-increase", "10000%",
+               "--max-time-increase", "10000%").code == 0
 
 
 def test_check_an_xla_dump_directory(cli, tmp_path):
@@ -161,3 +163,23 @@ def test_assertion_helpers_and_pytest_fixture(shard_lint):
     report = shard_lint.assert_peak_below(local, "1GiB")
     with pytest.raises(AssertionError, match="is not below"):
         shard_lint.assert_peak_below(local, report.memory.peak_bytes)
+
+
+def test_estimated_time_regression_fails_the_gate():
+    from jax_shard_lint.passes.gate import Baseline, BaselineTarget, GateThresholds, compare
+
+    def target(seconds, device="h100"):
+        return BaselineTarget(platform="h100", num_devices=8, mesh={"x": 8}, peak_bytes=1, temp_bytes=1,
+                              argument_bytes=0, output_bytes=0, alias_bytes=0, collective_bytes=0, bytes_by_kind={},
+                              collectives=[], errors=[], step_seconds=seconds, step_time_device=device)
+
+    base = Baseline(tool_version="0", jax_version="0", jaxlib_version="0", targets={"t": target(0.010)})
+    slower = compare(base, {"t": target(0.0106)}, GateThresholds(), "b")
+    assert not slower.passed
+    row = next(r for r in slower.rows if r.metric.startswith("estimated step time"))
+    assert row.alert == "estimated step time +6.0% (limit +5%)" and row.display(row.after) == "10.6 ms"
+    assert compare(base, {"t": target(0.0106)}, GateThresholds(time_increase=0.1), "b").passed
+    # Another device model, or a baseline without an estimate: shown, never failing.
+    assert compare(base, {"t": target(0.05, "cpu")}, GateThresholds(), "b").passed
+    assert compare(Baseline(tool_version="0", jax_version="0", jaxlib_version="0", targets={"t": target(None)}),
+                   {"t": target(0.05)}, GateThresholds(), "b").passed

@@ -141,3 +141,28 @@ def test_validate_an_adam_step_counts_nans_instead_of_failing(cli, tmp_path):
     v = json.loads(result.out)["targets"][0]["validation"]
     assert v["ran"] and v["outputs_match"] and not v["mismatches"]
     assert v["nan_values"] and v["nan_values"][0].startswith("result[0]['w']: ")
+
+
+ADAM_INPUTS = ADAM + '''
+
+def shard_lint_inputs():
+    import numpy as np
+    rng = np.random.default_rng(1)
+    w = {"w": rng.standard_normal((256, 512), dtype=np.float32)}
+    nu = {"w": np.abs(rng.standard_normal((256, 512), dtype=np.float32))}  # a second moment is never negative
+    return {"adam": (w, w, nu, rng.standard_normal((64, 256), dtype=np.float32))}
+'''
+
+
+def test_validate_with_the_scripts_own_inputs(cli, tmp_path):
+    script = tmp_path / "adam_inputs.py"
+    script.write_text(ADAM_INPUTS)
+    result = cli("rewrite", str(script), "--validate", "--repeats", "1", "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    v = json.loads(result.out)["targets"][0]["validation"]
+    assert v["inputs"] == "shard_lint_inputs" and v["outputs_match"] and v["nan_values"] == []
+    script.write_text(ADAM_INPUTS.replace("(64, 256), dtype", "(64, 255), dtype"))
+    result = cli("rewrite", str(script), "--validate", "--repeats", "1", "-q")
+    assert result.code == 2
+    assert result.err.strip().endswith("shard_lint_inputs() for 'adam': x has shape [64, 255], the program takes "
+                                       "[64, 256]"), result.err

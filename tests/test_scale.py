@@ -72,6 +72,8 @@ def test_scale_step_lint_and_propagate_at_two_layers(cli):
     memory = target["memory"]
     at_peak = {p["step"]: p["bytes"] for p in memory["timeline"]}[memory["peak_step"]]
     assert at_peak == memory["live_range_peak_bytes"]  # XLA's live-range figure at XLA's peak step
+    # Layers unrolled, no loop: our matmul FLOP count and XLA's cost_analysis() agree.
+    assert abs(target["time"]["flops"] / target["time"]["xla_flops"] - 1) < 0.01
     prop = cli("propagate", SCALE, "--set", "layers=2", "--set", "vocab=4096", "--set", "seq=128",
                "--set", "batch=16", "--format", "json", "-q")
     assert prop.code == 0, prop.err[-2000:]

@@ -1,0 +1,95 @@
+"""``sweep``: ranking meshes and shardings by estimated step time among the
+candidates that fit the budget."""
+
+import json
+import os
+
+import pytest
+
+from jax_shard_lint.passes.sweep import SweepCandidate, rank
+
+FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
+VALUE = os.path.join("examples", "value_function_step.py")
+SMALL = ("--set", "layers=2", "--set", "seq=256")
+MESHES = ("--mesh", "8x1", "--mesh", "4x2", "--mesh", "2x4", "--mesh", "1x8")
+
+
+def _sweep(cli, *args):
+    result = cli("sweep", *args, "--format", "json", "-q")
+    assert result.code in (0, 1), result.err[-2000:]
+    return json.loads(result.out)
+
+
+def test_value_function_discrete_axis_ranks_first(cli):
+    run = _sweep(cli, VALUE)
+    first, second = run["candidates"]
+    assert (first["target"], first["rank"]) == ("sharded_on_states", 1)
+    assert (second["target"], second["rank"]) == ("sharded_on_grid", 2)
+    # Sharding the interpolated axis all-reduces the gathered intermediate and every
+    # device then interpolates the whole grid: several times slower, and the report says by how much.
+    assert second["slowdown"] > 3 and second["collective_bytes"] > 1024**3 and first["collective_bytes"] == 0
+    text = cli("sweep", VALUE, "-q").out
+    assert f"{second['slowdown']:.2f}x slower" in text
+
+
+def test_fsdp_meshes_ranked_with_the_one_over_budget_marked(cli):
+    run = _sweep(cli, FSDP, *SMALL, *MESHES, "--budget", "1900MiB")
+    by_mesh = {tuple(c["params"]["mesh_shape"]): c for c in run["candidates"]}
+    assert set(by_mesh) == {(8, 1), (4, 2), (2, 4), (1, 8)}
+    over = [c for c in run["candidates"] if c["fits"] is False]
+    assert over and all(c["rank"] is None and c["peak_bytes"] > 1900 * 1024**2 for c in over)
+    ranked = [c for c in run["candidates"] if c["rank"]]
+    assert [c["rank"] for c in ranked] == list(range(1, len(ranked) + 1))
+    assert [c["seconds"] for c in ranked] == sorted(c["seconds"] for c in ranked)
+    assert run["candidates"][-len(over):] == over  # after every candidate that fits
+    # Each candidate's figures are its own lint's.
+    lint = json.loads(cli("lint", FSDP, *SMALL, "--set", "mesh_shape=(4, 2)", "--format", "json", "-q",
+                          "--fail-on", "never").out)["targets"][0]
+    assert by_mesh[(4, 2)]["peak_bytes"] == lint["memory"]["peak_bytes"]
+    assert by_mesh[(4, 2)]["seconds"] == lint["time"]["seconds"]
+
+
+def test_parallel_jobs_give_the_same_ranking(cli):
+    one = _sweep(cli, FSDP, *SMALL, "--mesh", "8x1", "--mesh", "4x2")
+    two = _sweep(cli, FSDP, *SMALL, "--mesh", "8x1", "--mesh", "4x2", "--jobs", "2")
+    assert one["candidates"] == two["candidates"]
+
+
+def test_a_mesh_that_does_not_match_the_devices_is_one_line(cli):
+    result = cli("sweep", FSDP, "--mesh", "3x3")
+    assert result.code == 2
+    assert result.err.strip() == ("jax-shard-lint: error: --mesh: 3x3 has 9 devices; the run compiles for 8 "
+                                  "(--devices or the target's topology)")
+
+
+def test_a_candidate_the_script_rejects_is_listed_not_fatal(cli):
+    run = _sweep(cli, VALUE, "--grid", "states=256,255")  # 255 states do not split over 8 devices
+    failed = [c for c in run["candidates"] if c["error"]]
+    assert failed and failed[0]["params"] == {"states": 255}
+    assert any(c["rank"] == 1 for c in run["candidates"])
+
+
+def test_pareto_front():
+    def cand(label, peak, seconds, fits=True):
+        return SweepCandidate(label=label, params={}, target=label, peak_bytes=peak, seconds=seconds, fits=fits)
+
+    ranked = {c.label: c for c in rank([cand("a", 1, 10), cand("b", 2, 5), cand("c", 3, 6), cand("d", 9, 1, False)])}
+    assert {k for k, c in ranked.items() if c.pareto} == {"a", "b", "d"}
+    assert [ranked[k].rank for k in "abcd"] == [3, 1, 2, None]
+
+
+def test_html_scatter(cli, tmp_path):
+    out = tmp_path / "sweep.html"
+    result = cli("sweep", VALUE, "--format", "html", "-o", str(out), "-q")
+    assert result.code == 0
+    page = out.read_text()
+    assert 'class="sweepplot"' in page and 'data-points="2"' in page
+    assert page.count('class="cand ') == 2 and "Fastest that fits: sharded_on_states" in page
+
+
+def test_h100_sweep_ranks_the_discrete_axis_first(cli):
+    pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda12-plugin) is not installed")
+    run = _sweep(cli, VALUE, "--platform", "h100")
+    assert [c["target"] for c in run["candidates"]] == ["sharded_on_states", "sharded_on_grid"]
+    assert all(c["fits"] for c in run["candidates"]) and run["candidates"][1]["slowdown"] > 3
+    assert run["candidates"][0]["time"]["device"] == "h100" and not run["candidates"][0]["time"]["nominal"]
