@@ -81,7 +81,7 @@ class Settings:
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
             disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes, ownership=self.ownership(),
-            device_spec=self.device_spec(),
+            device_spec=self.device_spec(), where=_display_where,
         )
 
     def device_spec(self):
@@ -210,3 +210,11 @@ def load_file_settings(settings: Settings, path: str) -> None:
             settings.severities[code.upper()] = Severity(sev)
         except ValueError:
             raise ShardLintInputError(where, f"severity of {code} must be error, warning or info") from None
+
+
+def _display_where(source, via) -> str:
+    """``examples/vfi.py:34 via flax/...``: a location in a message, as the reports show it."""
+    from ..passes.models import where_text
+    from .lint import display_source
+
+    return where_text(display_source(source) if source else None, display_source(via) if via else None)

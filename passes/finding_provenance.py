@@ -39,5 +39,8 @@ def attach_provenance(
         if len(lines) > MAX_LINES:
             # The first hops say what is near the finding, the last ones where it began.
             lines = lines[: MAX_LINES - 3] + [f"... {len(lines) - MAX_LINES + 2} more ..."] + lines[-2:]
+        # What the compiled program showed (the op that reads along a sharded
+        # dimension) first, then how propagation got there.
+        lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
         out.append(f.model_copy(update={"provenance": lines}) if lines else f)
     return report.model_copy(update={"findings": out})

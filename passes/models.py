@@ -99,6 +99,11 @@ class Collective(Model):
     seconds: float | None = Field(
         default=None, description="Estimated time per step, all executions (ring algorithm over the link it "
         "crosses); null without a device model.")
+    input_path: str | None = Field(
+        default=None, description="The input the collective's operand is (traced through layout ops, one layer "
+        "of a stack and loop carries in the compiled HLO), when it is one.")
+    why: str | None = Field(default=None, description="Why a resharding collective runs: the op that reads "
+                            "along a sharded dimension, and what XLA does about it.")
 
     @property
     def total_bytes(self) -> int:

@@ -18,6 +18,7 @@ from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
 from .collective_intent import classify, parameters
+from .collective_origin import collective_origins, explain_outputs
 from .collectives import find_collectives
 from .device_groups import axis_scopes
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -25,7 +26,7 @@ from .hlo_text import parse_hlo_module
 from .hlo_shapes import array_bytes, parse_arrays, split_tuple
 from .memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from .device_groups import MeshInfo
-from .models import Finding, Severity, TargetReport, TensorInfo
+from .models import Finding, Severity, TargetReport, TensorInfo, where_text
 from .rules.context import RuleContext
 from .rules.registry import RULES, Emitter, all_options
 from .stablehlo_module import (
@@ -63,6 +64,8 @@ class PassConfig:
     budget_bytes: int | None = None
     ownership: CodeOwnership = DEFAULT_OWNERSHIP
     device_spec: DeviceSpec | None = None  # the step-time estimate's device; None: no estimate
+    # How a (source, via) pair reads inside a message (paths relative to where the user is).
+    where: Callable[[Any, Any], str] = where_text
 
     def resolved_options(self) -> dict[str, Any]:
         out = {name: opt.default for name, opt in all_options().items()}
@@ -131,6 +134,7 @@ def analyze_target(
     # gathers and gradient reductions are intended traffic.
     roundtrips = correspond(sig_compiled)
     collectives = classify(collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
+    collectives = collective_origins(hlo, collectives, inputs, config.ownership, config.where)
     time, collectives = _step_time(hlo, collectives, config, compiled.xla_cost)
 
     # 4. Rules.
@@ -143,7 +147,7 @@ def analyze_target(
         entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
         sharded_global_shapes=sharded,
     )
-    findings = run_rules(ctx, config)
+    findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
     warnings: list[str] = []
     if out_shardings_hook is not None:
         suggestion, problem = out_shardings_hook(inputs, outputs, roundtrips)

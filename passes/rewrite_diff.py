@@ -23,12 +23,13 @@ def program_facts(report: TargetReport) -> ProgramFacts:
 
 def _key(c: Collective) -> tuple:
     src = (c.source.file, c.source.line) if c.source else None
-    return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype, src)
+    return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype, src, c.input_path or "")
 
 
 def collective_changes(before: list[Collective], after: list[Collective]) -> list[CollectiveChange]:
-    """Collectives matched by kind, mesh axes, shape, dtype and source line;
-    bytes are per step (bytes x count), summed over matching ops."""
+    """Collectives matched by kind, mesh axes, shape, dtype, source line and the
+    input their operand is (operand identity, where the compiled program shows
+    it); bytes are per step (bytes x count), summed over matching ops."""
     b: dict[tuple, int] = defaultdict(int)
     a: dict[tuple, int] = defaultdict(int)
     sources = {}
@@ -44,7 +45,7 @@ def collective_changes(before: list[Collective], after: list[Collective]) -> lis
         if before_bytes == after_bytes:
             continue
         change = "added" if not before_bytes else "removed" if not after_bytes else "changed"
-        kind, axes, shape, dtype, _ = key
+        kind, axes, shape, dtype, _, _ = key
         out.append(CollectiveChange(
             change=change, kind=kind, mesh_axes=list(axes), shape=list(shape), dtype=dtype, source=sources[key],
             bytes_before=before_bytes, bytes_after=after_bytes,
@@ -79,28 +80,26 @@ def remaining_costs(after: TargetReport, display=str) -> list[str]:
     turns a source location into text.
 
     Only resharding the rewrite cannot touch counts: a parameter gather or a
-    gradient reduction is what the sharding asked for. An input is named only
-    when it is the one sharded input of that shape (a backward-pass gather that
-    merely shares a shape with an Adam moment is not blamed on it), and
-    identical lines are given once, with a count."""
-    by_shape: dict[tuple, list[str]] = defaultdict(list)
-    for t in after.inputs:
-        if t.sharding and any(t.sharding):
-            by_shape[(t.dtype, tuple(t.shape))].append(t.path)
+    gradient reduction is what the sharding asked for. A collective is blamed on
+    an input only when the compiled program shows its operand is that input (or
+    the gather that reads it along a sharded dimension): a backward-pass gather
+    that merely shares a shape with an Adam moment is not. Identical lines are
+    given once, with a count."""
+    sharded = {t.path: t for t in after.inputs if t.sharding and any(t.sharding)}
     lines: dict[str, int] = {}
     for c in after.collectives:
         if c.intent not in (None, "reshard") or c.kind not in ("all-gather", "all-reduce") or c.group_size < 2:
             continue
-        # Whatever its size, a collective that rebuilds a whole sharded input stays.
-        owners = by_shape.get((c.dtype, tuple(c.shape)), [])
-        if not owners:
-            continue
-        what = f"the whole of {owners[0]}" if len(owners) == 1 else (
-            f"a whole {c.dtype}{list(c.shape)} (the shape of {len(owners)} sharded inputs)")
         where = display(c.source) if c.source else "the program"
-        line = (f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still rebuilds {what} ({format_bytes(c.bytes)}) "
-                "on every device; pinning outputs cannot remove it, because the op reads along the sharded "
-                "dimension: shard another axis (one the op does not read along)")
+        if c.kind == "all-gather" and c.input_path in sharded:
+            what = f"rebuilds the whole of {c.input_path} ({format_bytes(c.bytes)}) on every device"
+        elif c.why:
+            what = f"runs because {c.why}"
+        else:
+            continue
+        line = (f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still {what}; pinning outputs cannot remove it, "
+                "because an op reads along the sharded dimension: shard another axis (one the op does not read "
+                "along)")
         lines[line] = lines.get(line, 0) + c.count
     out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
     for f in after.findings:

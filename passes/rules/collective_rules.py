@@ -79,7 +79,7 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
                 c.source, via=c.via,
                 fix="shard a dimension this op does not read along, or keep the operand sharded with "
                 "jax.lax.with_sharding_constraint before the op",
-                subject=c.hlo_name,
+                subject=c.hlo_name, why=[c.why] if c.why else None,
             )
 
 
@@ -146,5 +146,5 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
             group[0].source, via=group[0].via,
             fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
             "body does not read along), or gather a loop-invariant value once before the loop",
-            subject=group[0].hlo_name,
+            subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
         )

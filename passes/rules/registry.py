@@ -87,11 +87,11 @@ class Emitter:
 
     def emit(
         self, message: str, source: SourceLocation | None, fix: str | None = None, subject: str | None = None,
-        via: SourceLocation | None = None,
+        via: SourceLocation | None = None, why: list[str] | None = None,
     ) -> None:
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
-            message=message, source=source, via=via, fix=fix, subject=subject,
+            message=message, source=source, via=via, fix=fix, subject=subject, provenance=list(why or []),
         ))
 
 
