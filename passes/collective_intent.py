@@ -80,13 +80,7 @@ _PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tupl
 
 
 def _users(module: HloModule) -> dict[str, list[HloInstruction]]:
-    """Each instruction's users, across computations (built once per module)."""
-    out: dict[str, list[HloInstruction]] = {}
-    for comp in module.computations.values():
-        for ins in comp.instructions:
-            for op in ins.operands:
-                out.setdefault(op, []).append(ins)
-    return out
+    return module.users()
 
 
 def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
@@ -113,26 +107,47 @@ def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[
     return False
 
 
+class _ParameterShapes:
+    """The shapes a parameter's collectives can have, worked out once per
+    (parameter, gathered axes): intent is asked of every collective against
+    every parameter, and a large step has thousands of each."""
+
+    def __init__(self, params: tuple[TensorInfo, ...], mesh: MeshInfo):
+        self.sizes = dict(mesh.axes)
+        self.params = params
+        self.sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
+        self.held = {t.index: frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim) for t in params}
+        self._cache: dict[tuple[int, frozenset[str]], set[tuple[int, ...]]] = {}
+        # Any parameter's shard (or one layer of it), for the common "no" answer.
+        self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
+            if params else set()
+
+    def shapes(self, t: TensorInfo, undone: frozenset[str]) -> set[tuple[int, ...]]:
+        key = (t.index, undone)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = _shapes(t, self.sizes, undone)
+        return hit
+
+
 def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
-              users: dict[str, list[HloInstruction]] | None = None) -> str:
-    sizes = dict(mesh.axes)
+              users: dict[str, list[HloInstruction]] | None = None, shapes: _ParameterShapes | None = None) -> str:
+    shapes = shapes or _ParameterShapes(params, mesh)
     axes = _axis_names(c.mesh_axes)
     result = tuple(c.shape)
-    sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
     ins = module.instruction(c.hlo_name) if module else None
-    gathered_for_matmul = ins is None or users is None or _feeds_matmul(ins, module, users)
-    if c.kind == "all-gather" and axes and gathered_for_matmul:
-        for t in sharded:
-            held = frozenset(_axis_name(a) for dim in t.sharding for a in dim)
-            if axes & held and result in _shapes(t, sizes, axes & held):
-                return "parameter-gather"
+    if c.kind == "all-gather" and axes:
+        candidates = [t for t in shapes.sharded if axes & shapes.held[t.index]
+                      and result in shapes.shapes(t, axes & shapes.held[t.index])]
+        if candidates and (ins is None or users is None or _feeds_matmul(ins, module, users)):
+            return "parameter-gather"
     if c.kind in ("reduce-scatter", "all-reduce") and result:
-        for t in params:
-            held = frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim)
-            # The parameter's shard, or (an all-reduce then a slice, CPU's reduce-scatter)
-            # its shard with the reduced axes undone.
-            if len(t.shape) >= 1 and (result in _shapes(t, sizes, frozenset())
-                                      or result in _shapes(t, sizes, axes & held)):
+        if result in shapes.any_shard:
+            return "gradient-reduction"
+        for t in shapes.params:
+            undone = axes & shapes.held[t.index]
+            # Its shard with the reduced axes undone (an all-reduce then a slice, CPU's reduce-scatter).
+            if len(t.shape) >= 1 and undone and result in shapes.shapes(t, undone):
                 return "gradient-reduction"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
         if _is_matmul(module.instruction(ins.operands[0]), module):
@@ -157,4 +172,6 @@ def classify(
     if not mesh.axes:
         return collectives
     users = _users(module) if module is not None else None
-    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users)}) for c in collectives)
+    shapes = _ParameterShapes(params, mesh)
+    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users, shapes)})
+                 for c in collectives)

@@ -180,37 +180,42 @@ def collective_origins(module: HloModule, collectives, inputs: tuple[TensorInfo,
     return tuple(out)
 
 
-_MAX_UPSTREAM = 20000
+def _downstream_users(module: HloModule) -> dict[str, list[str]]:
+    """Each value's users, and a loop's, call's or branch's root feeding the op
+    that runs it (its result depends on that root)."""
+    users: dict[str, list[str]] = {k: [u.name for u in v] for k, v in module.users().items()}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if ins.opcode in ("while", "call", "conditional", "async-start"):
+                for _, callee in ins.called():
+                    callee_comp = module.computations.get(callee)
+                    root = next((i for i in callee_comp.instructions if i.is_root), None) if callee_comp else None
+                    if root is not None:
+                        users.setdefault(root.name, []).append(ins.name)
+    return users
 
 
-def upstream_collectives(module: HloModule, output_index: int, names: set[str]) -> list[str]:
-    """The collectives among ``names`` that an entry output depends on, nearest
-    first (a walk back over operands, through loops and calls, bounded)."""
+def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[str]]:
+    """For each entry output, the collectives among ``names`` it depends on (a
+    walk forward from each collective over its users: linear in the program per
+    collective, and few collectives have a why)."""
     entry = module.entry_computation
     root = next((i for i in entry.instructions if i.is_root), None)
-    if root is None:
-        return []
-    start = root.operands[output_index] if root.opcode == "tuple" and output_index < len(root.operands) else root.name
-    found, seen, frontier = [], {start}, [start]
-    while frontier and len(seen) < _MAX_UPSTREAM:
-        nxt = []
-        for name in frontier:
-            ins = module.by_name.get(name)
-            if ins is None:
-                continue
-            if name in names:
-                found.append(name)
-            operands = list(ins.operands)
-            for _, callee in ins.called():  # a loop's or call's result depends on its body's root
-                comp = module.computations.get(callee)
-                body_root = next((i for i in comp.instructions if i.is_root), None) if comp else None
-                if body_root is not None and ins.opcode in ("while", "call", "conditional", "async-start"):
-                    operands.append(body_root.name)
-            for op in operands:
-                if op not in seen and op in module.by_name:
-                    seen.add(op)
-                    nxt.append(op)
-        frontier = nxt
+    if root is None or not names:
+        return {}
+    outputs = list(root.operands) if root.opcode == "tuple" else [root.name]
+    users = _downstream_users(module)
+    found: dict[int, list[str]] = {}
+    for name in names:
+        seen, todo = {name}, [name]
+        while todo:
+            for user in users.get(todo.pop(), ()):
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+        for k, out in enumerate(outputs):
+            if out in seen or (root.opcode != "tuple" and root.name in seen):
+                found.setdefault(k, []).append(name)
     return found
 
 
@@ -221,10 +226,13 @@ def explain_outputs(module: HloModule, findings, outputs: tuple[TensorInfo, ...]
     if not with_why:
         return list(findings)
     by_path = {t.path: t.index for t in outputs}
+    if not any(f.rule == "SL201" for f in findings):
+        return list(findings)
+    depends = outputs_depending_on(module, sorted(with_why))
     out = []
     for f in findings:
         index = by_path.get(f.subject or "") if f.rule == "SL201" else None
-        names = upstream_collectives(module, index, set(with_why)) if index is not None else []
+        names = depends.get(index, []) if index is not None else []
         lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
                  for n in names[:2]]
         out.append(f.model_copy(update={"provenance": lines + list(f.provenance)}) if lines else f)

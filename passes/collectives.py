@@ -41,7 +41,15 @@ def _kind(opcode: str) -> str | None:
 
 def computation_multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
     """How many times each computation runs per execution of ENTRY, and the ones
-    inside loops whose trip count XLA did not prove (counted once per entry)."""
+    inside loops whose trip count XLA did not prove (counted once per entry).
+    Worked out once per module: the collective and cost passes both ask."""
+    hit = module.derived.get("multiplicity")
+    if hit is None:
+        hit = module.derived["multiplicity"] = _multiplicity(module)
+    return hit
+
+
+def _multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
     callers: dict[str, list[tuple[str, HloInstruction, str]]] = defaultdict(list)
     for comp in module.computations.values():
         for ins in comp.instructions:

@@ -16,6 +16,7 @@ are not counted: on every accelerator they hide under the op's memory time.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from math import prod
@@ -67,13 +68,28 @@ class ProgramCost:
         return sum(o.bytes * o.runs for o in self.ops)
 
 
-def _arrays(module: HloModule, name: str) -> list[ArrayShape]:
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed(shape: str) -> tuple[ArrayShape, ...]:
+    return tuple(parse_arrays(shape))  # a step repeats the same few shapes thousands of times
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shape_bytes(shape: str) -> int:
+    return sum(a.nbytes for a in _parsed(shape))
+
+
+def _arrays(module: HloModule, name: str) -> tuple[ArrayShape, ...]:
     ins = module.by_name.get(name)
-    return parse_arrays(ins.shape) if ins is not None else []
+    return _parsed(ins.shape) if ins is not None else ()
+
+
+def _operand_bytes(module: HloModule, name: str) -> int:
+    ins = module.by_name.get(name)
+    return _shape_bytes(ins.shape) if ins is not None else 0
 
 
 def _first_array(shape: str) -> ArrayShape | None:
-    arrays = parse_arrays(shape)
+    arrays = _parsed(shape)
     return arrays[0] if arrays else None
 
 
@@ -183,14 +199,14 @@ def _parameter_reads(comp: HloComputation) -> tuple[dict[int, int], int | None]:
     for pname, index in params.items():
         uses = users.get(pname, [])
         if uses and all(u.opcode in _SLICING and u.operands and u.operands[0] == pname for u in uses):
-            sliced[index] = sum(sum(a.nbytes for a in parse_arrays(u.shape)) for u in uses)
+            sliced[index] = sum(_shape_bytes(u.shape) for u in uses)
     in_place = None
     root = next((i for i in comp.instructions if i.is_root), None)
     if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1 \
             and root.operands[0] in params:
         update = next((i for i in comp.instructions if i.name == root.operands[1]), None)
         if update is not None:
-            in_place = sum(a.nbytes for a in parse_arrays(update.shape))
+            in_place = _shape_bytes(update.shape)
             sliced[params[root.operands[0]]] = 0
     return sliced, in_place
 
@@ -220,13 +236,13 @@ def _op_cost(module: HloModule, ins: HloInstruction, fused: _FusedComputations,
     base = opcode[:-6] if opcode.endswith("-start") else opcode
     if opcode in _FREE or base in COLLECTIVE_KINDS or opcode.endswith("-done"):
         return None
-    result = sum(a.nbytes for a in parse_arrays(ins.shape))
+    result = _shape_bytes(ins.shape)
     flops: dict[str, float] = {}
     if opcode in _SLICING:
         return 2 * result, flops
     if opcode == "dynamic-update-slice" and len(ins.operands) > 1:
-        return 2 * sum(a.nbytes for a in _arrays(module, ins.operands[1])), flops
-    operand_bytes = [sum(a.nbytes for a in _arrays(module, op)) for op in ins.operands]
+        return 2 * _operand_bytes(module, ins.operands[1]), flops
+    operand_bytes = [_operand_bytes(module, op) for op in ins.operands]
     if opcode in ("dot", "convolution"):
         found = dot_flops(module, ins)
         if found is not None:

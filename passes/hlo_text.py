@@ -43,7 +43,7 @@ class HloInstruction:
     text after the operands on first use: most instructions are never asked.
     (A slotted class: a module has tens of thousands of these.)"""
 
-    __slots__ = ("name", "opcode", "shape", "operands", "attr_text", "is_root", "_attrs", "_metadata")
+    __slots__ = ("name", "opcode", "shape", "operands", "attr_text", "is_root", "_attrs", "_metadata", "_called")
 
     def __init__(self, name: str, opcode: str, shape: str, operands: tuple[str, ...], attr_text: str,
                  is_root: bool = False):
@@ -51,6 +51,7 @@ class HloInstruction:
         self.attr_text, self.is_root = attr_text, is_root
         self._attrs: dict[str, str] | None = None
         self._metadata: dict[str, str | int] | None = None
+        self._called: list[tuple[str, str]] | None = None
 
     def __repr__(self) -> str:
         return f"HloInstruction({self.name!r}, {self.opcode!r}, {self.shape!r})"
@@ -86,7 +87,13 @@ class HloInstruction:
         return cfg if isinstance(cfg, dict) else {}
 
     def called(self) -> list[tuple[str, str]]:
-        """(attribute, computation name) for every computation this instruction calls."""
+        """(attribute, computation name) for every computation this instruction
+        calls (worked out once: every pass over the module asks)."""
+        if self._called is None:
+            self._called = self._find_called()
+        return self._called
+
+    def _find_called(self) -> list[tuple[str, str]]:
         if "=" not in self.attr_text or not _MAY_CALL.search(self.attr_text):
             return []
         text = self.attr_text
@@ -136,6 +143,18 @@ class HloModule:
     frames: dict[int, StackFrame] = field(default_factory=dict)
     by_name: dict[str, HloInstruction] = field(default_factory=dict, repr=False)
     attributions: dict = field(default_factory=dict, repr=False, compare=False)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # indexes the passes share
+
+    def users(self) -> dict[str, list[HloInstruction]]:
+        """Each instruction's users, across computations (built once per module)."""
+        hit = self.derived.get("users")
+        if hit is None:
+            hit = self.derived["users"] = {}
+            for comp in self.computations.values():
+                for ins in comp.instructions:
+                    for op in ins.operands:
+                        hit.setdefault(op, []).append(ins)
+        return hit
 
     @property
     def entry_computation(self) -> HloComputation:
@@ -256,10 +275,10 @@ def _parse_stripped(text: str) -> HloInstruction:
     line = text
     m = _WHOLE.match(text)
     if m:  # the common case in one match: an array shape and an operand list without parentheses
-        ops = m.group(5)
+        root, name, shape, opcode, ops = m.groups()
         operands = tuple(_OPERAND.findall(ops)) if "%" in ops else tuple(
             t.split()[-1] for t in ops.split(",") if t.strip())
-        return HloInstruction(m.group(2), m.group(4), m.group(3), operands, text[m.end():], m.group(1) is not None)
+        return HloInstruction(name, opcode, shape, operands, text[m.end():], root is not None)
     m = _HEAD.match(text)
     if m:
         is_root, name, shape, opcode = m.group(1) is not None, m.group(2), m.group(3), m.group(4)
@@ -397,14 +416,20 @@ def _parse_hlo_module(text: str) -> HloModule:
     entry = None
     table_lines: list[str] = []
     current_name, current_entry, current_instrs = None, False, []
+    parse = _parse_stripped
+    append = None
     for line in lines[1:]:
         s = line.strip()
-        if not s or s.startswith("//"):
+        if not s or s[0] == "/":
+            continue
+        if append is not None and s[0] != "}":  # inside a computation: an instruction (the common case)
+            append(parse(s))
             continue
         if current_name is None:
             m = _COMPUTATION_HEADER.match(s)
             if m and "->" in s:
                 current_name, current_entry, current_instrs = m.group(2), bool(m.group(1)), []
+                append = current_instrs.append
             else:
                 table_lines.append(s)
             continue
@@ -412,9 +437,9 @@ def _parse_hlo_module(text: str) -> HloModule:
             computations[current_name] = HloComputation(current_name, current_entry, tuple(current_instrs))
             if current_entry:
                 entry = current_name
-            current_name = None
+            current_name, append = None, None
             continue
-        current_instrs.append(_parse_stripped(s))
+        current_instrs.append(parse(s))
     if current_name is not None:
         raise HloParseError(f"computation {current_name} is not closed")
     if entry is None:
