@@ -391,7 +391,6 @@ def cmd_schema(args) -> int:
     from ..passes.gate import Baseline, GateResult
     from ..passes.models import LintReport, PropagateRun
     from ..passes.rewrite_models import RewriteRun
-
     from ..passes.sweep import SweepRun
 
     model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
@@ -404,6 +403,6 @@ def cmd_schema(args) -> int:
 
 COMMANDS = {
     "lint": cmd_lint, "run": cmd_run, "fit": cmd_fit, "propagate": cmd_propagate, "rewrite": cmd_rewrite,
-    "sweep": cmd_sweep, "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema, "rules": cmd_rules,
-    "rule": cmd_rule,
+    "sweep": cmd_sweep, "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema,
+    "rules": cmd_rules, "rule": cmd_rule,
 }
