@@ -153,9 +153,10 @@ def rule_codes(values: Any, where: str) -> set[str]:
 
 
 def load_file_settings(settings: Settings, path: str) -> None:
+    from .input_files import read_input_text
+
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(read_input_text(path, strict=True))
     except tomllib.TOMLDecodeError as e:
         raise ShardLintInputError(path, f"invalid TOML: {e}") from None
     section = data.get("tool", {}).get("jax-shard-lint")

@@ -16,16 +16,14 @@ from ..passes.stablehlo_module import read_entry_signature
 from . import jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
+from .input_files import read_input_bytes, read_input_text
 
 _HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
 
 
 def read_mlir(path: str):
     """Parse a StableHLO file; bad input is one line naming the file."""
-    if not os.path.isfile(path):
-        raise ShardLintInputError(path, "no such file")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    text = read_input_text(path)
     try:
         module = jax_adapter.parse_stablehlo(text)
     except Exception as e:
@@ -59,8 +57,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    return read_input_text(path)
 
 
 def _beside(hlo_path: str, report: str) -> str | None:
@@ -102,8 +99,7 @@ def dump_directory_modules(path: str) -> list[str]:
 
 def read_export(path: str) -> tuple[str, int]:
     """StableHLO text and device count of a ``jax.export`` serialized artifact."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_input_bytes(path)
     try:
         exported = jax_adapter.deserialize_export(data)
     except Exception as e:
@@ -140,6 +136,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     the run's devices."""
     kind = kind_of(path)
     if kind != "dump" and not os.path.isfile(path):
+        read_input_bytes(path, 0)  # says what it is instead (a FIFO, a device, missing)
         raise ShardLintInputError(path, "no such file")
     if kind == "dump":
         return [analyze_hlo_file(f, settings) for f in dump_directory_modules(path)]

@@ -19,6 +19,7 @@ from ..reports.json_report import render_json
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
+from .input_files import MAX_BASELINE_BYTES, read_input_text
 from .fixtures import check_path
 from .lint import LintRequest, lint, relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
@@ -48,13 +49,13 @@ def read_baseline(path: str) -> Baseline:
     file = baseline_path(path)
     if not os.path.exists(file):
         raise ShardLintInputError(file, "no such baseline (create one with jax-shard-lint snapshot)")
+    text = read_input_text(file, MAX_BASELINE_BYTES, strict=True)
     try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ShardLintInputError(file, f"not a jax-shard-lint baseline: invalid JSON at line {e.lineno}") from None
-    except UnicodeDecodeError:
-        raise ShardLintInputError(file, "not a jax-shard-lint baseline: not UTF-8 text") from None
+    except RecursionError:
+        raise ShardLintInputError(file, "not a jax-shard-lint baseline: nested too deeply") from None
     if not isinstance(data, dict) or "baseline_version" not in data:
         raise ShardLintInputError(file, "not a jax-shard-lint baseline: no baseline_version")
     if data["baseline_version"] != BASELINE_VERSION:

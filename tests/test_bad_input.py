@@ -57,3 +57,30 @@ def test_bad_input(cli, argv, message):
 def test_debug_shows_the_traceback(cli):
     result = cli("lint", f"{BAD}/raises.py", "--debug")
     assert result.code == 2 and "Traceback" in result.err
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda p: os.mkfifo(p), "is a FIFO, not a regular file"),  # would block the read forever
+    (lambda p: os.symlink("/dev/zero", p), "is a device, not a regular file"),  # would be read until OOM
+])
+@pytest.mark.parametrize("command", ["gate", "check"])
+def test_inputs_that_are_not_regular_files(cli, tmp_path, make, problem, command):
+    name = "baseline.json" if command == "gate" else "step.mlir"
+    path = tmp_path / name
+    make(str(path))
+    argv = ["gate", "--baseline", str(path), str(tmp_path / "missing.mlir")] if command == "gate" else ["check", str(path)]
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.err.strip() == f"jax-shard-lint: error: {path}: {problem}", result.err
+
+
+def test_an_oversized_baseline_is_refused_before_it_is_read(cli, tmp_path):
+    from jax_shard_lint.analyzer.input_files import MAX_BASELINE_BYTES
+
+    path = tmp_path / "baseline.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_BASELINE_BYTES + 1)  # sparse: no disk used
+    result = cli("gate", "--baseline", str(path))
+    assert result.code == 2
+    assert result.err.strip() == (f"jax-shard-lint: error: {path}: is {MAX_BASELINE_BYTES + 1:,} bytes, more than "
+                                  f"the {MAX_BASELINE_BYTES:,} this reads")
