@@ -16,7 +16,7 @@ from ..passes.stablehlo_module import read_entry_signature
 from . import jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
-from .input_files import read_input_bytes, read_input_text
+from .input_files import check_input_file, read_input_bytes, read_input_text
 
 _HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
 
@@ -135,9 +135,8 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     """Analyse one checked-in program (or every module of a dump directory) on
     the run's devices."""
     kind = kind_of(path)
-    if kind != "dump" and not os.path.isfile(path):
-        read_input_bytes(path, 0)  # says what it is instead (a FIFO, a device, missing)
-        raise ShardLintInputError(path, "no such file")
+    if kind != "dump":
+        check_input_file(path)
     if kind == "dump":
         return [analyze_hlo_file(f, settings) for f in dump_directory_modules(path)]
     if kind == "hlo":

@@ -18,7 +18,8 @@ MAX_INPUT_BYTES = 1 << 30  # 1 GiB: a 64-layer step's compiled HLO is under 10 M
 MAX_BASELINE_BYTES = 64 << 20
 
 
-def _checked(path: str, limit: int) -> None:
+def check_input_file(path: str, limit: int = MAX_INPUT_BYTES) -> None:
+    """A regular file of at most ``limit`` bytes, or a one-line error saying what it is."""
     try:
         info = os.stat(path)  # follows symlinks: what would be read
     except FileNotFoundError:
@@ -37,7 +38,7 @@ def _checked(path: str, limit: int) -> None:
 
 
 def read_input_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    _checked(path, limit)
+    check_input_file(path, limit)
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)

@@ -79,10 +79,6 @@ _PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tupl
                  "dynamic-slice", "slice", "broadcast")
 
 
-def _users(module: HloModule) -> dict[str, list[HloInstruction]]:
-    return module.users()
-
-
 def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
     comps = [module.computations.get(name) for _, name in ins.called()]
     return bool(comps) and all(
@@ -171,7 +167,7 @@ def classify(
     only the matmul test applies."""
     if not mesh.axes:
         return collectives
-    users = _users(module) if module is not None else None
+    users = module.users() if module is not None else None
     shapes = _ParameterShapes(params, mesh)
     return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users, shapes)})
                  for c in collectives)

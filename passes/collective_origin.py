@@ -180,10 +180,10 @@ def collective_origins(module: HloModule, collectives, inputs: tuple[TensorInfo,
     return tuple(out)
 
 
-def _downstream_users(module: HloModule) -> dict[str, list[str]]:
-    """Each value's users, and a loop's, call's or branch's root feeding the op
-    that runs it (its result depends on that root)."""
-    users: dict[str, list[str]] = {k: [u.name for u in v] for k, v in module.users().items()}
+def _callers_of_roots(module: HloModule) -> dict[str, list[HloInstruction]]:
+    """A loop's, call's or branch's root, to the op that runs it: that op's
+    result depends on the root, though the root is not its operand."""
+    out: dict[str, list[HloInstruction]] = {}
     for comp in module.computations.values():
         for ins in comp.instructions:
             if ins.opcode in ("while", "call", "conditional", "async-start"):
@@ -191,8 +191,8 @@ def _downstream_users(module: HloModule) -> dict[str, list[str]]:
                     callee_comp = module.computations.get(callee)
                     root = next((i for i in callee_comp.instructions if i.is_root), None) if callee_comp else None
                     if root is not None:
-                        users.setdefault(root.name, []).append(ins.name)
-    return users
+                        out.setdefault(root.name, []).append(ins)
+    return out
 
 
 def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[str]]:
@@ -204,15 +204,16 @@ def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[
     if root is None or not names:
         return {}
     outputs = list(root.operands) if root.opcode == "tuple" else [root.name]
-    users = _downstream_users(module)
+    users, callers = module.users(), _callers_of_roots(module)
     found: dict[int, list[str]] = {}
     for name in names:
         seen, todo = {name}, [name]
         while todo:
-            for user in users.get(todo.pop(), ()):
-                if user not in seen:
-                    seen.add(user)
-                    todo.append(user)
+            current = todo.pop()
+            for user in (*users.get(current, ()), *callers.get(current, ())):
+                if user.name not in seen:
+                    seen.add(user.name)
+                    todo.append(user.name)
         for k, out in enumerate(outputs):
             if out in seen or (root.opcode != "tuple" and root.name in seen):
                 found.setdefault(k, []).append(name)

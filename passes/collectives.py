@@ -34,7 +34,8 @@ class CollectivesResult:
     diagnostics: tuple[str, ...]
 
 
-def _kind(opcode: str) -> str | None:
+def collective_kind(opcode: str) -> str | None:
+    """The collective an opcode runs (``all-gather`` for ``all-gather-start``); None for other ops."""
     base = opcode[: -len(_START_SUFFIX)] if opcode.endswith(_START_SUFFIX) else opcode
     return base if base in COLLECTIVE_KINDS else None
 
@@ -221,7 +222,7 @@ def find_collectives(
         if runs == 0:
             continue
         for ins in comp.instructions:
-            kind = _kind(ins.opcode)
+            kind = collective_kind(ins.opcode)
             if kind is None:
                 continue
             shape_text = _result_shape(ins, done_shapes)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from math import prod
 
-from .collectives import COLLECTIVE_KINDS, computation_multiplicity
+from .collectives import collective_kind, computation_multiplicity
 from .hlo_shapes import ArrayShape, parse_arrays
 from .hlo_text import HloComputation, HloInstruction, HloModule
 
@@ -179,22 +179,20 @@ class _FusedComputations:
         sliced: dict[int, int] = {}
         in_place: int | None = None
         if comp is not None:
-            sliced, in_place = _parameter_reads(comp)
+            sliced, in_place = _parameter_reads(self.module, comp)
         self._reads[name] = (sliced, in_place)
         return sliced, in_place
 
 
-def _parameter_reads(comp: HloComputation) -> tuple[dict[int, int], int | None]:
+def _parameter_reads(module: HloModule, comp: HloComputation) -> tuple[dict[int, int], int | None]:
     params: dict[str, int] = {}
-    users: dict[str, list[HloInstruction]] = {}
     for ins in comp.instructions:
         if ins.opcode == "parameter" and ins.operands:
             try:
                 params[ins.name] = int(ins.operands[0])
             except ValueError:
                 continue
-        for op in ins.operands:
-            users.setdefault(op, []).append(ins)
+    users = module.users()  # names are unique in a module: a parameter's users are its computation's
     sliced: dict[int, int] = {}
     for pname, index in params.items():
         uses = users.get(pname, [])
@@ -204,7 +202,7 @@ def _parameter_reads(comp: HloComputation) -> tuple[dict[int, int], int | None]:
     root = next((i for i in comp.instructions if i.is_root), None)
     if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1 \
             and root.operands[0] in params:
-        update = next((i for i in comp.instructions if i.name == root.operands[1]), None)
+        update = module.by_name.get(root.operands[1])
         if update is not None:
             in_place = _shape_bytes(update.shape)
             sliced[params[root.operands[0]]] = 0
@@ -233,8 +231,7 @@ def _program_computations(module: HloModule) -> set[str]:
 def _op_cost(module: HloModule, ins: HloInstruction, fused: _FusedComputations,
              unknown: list[str]) -> tuple[int, dict[str, float]] | None:
     opcode = ins.opcode
-    base = opcode[:-6] if opcode.endswith("-start") else opcode
-    if opcode in _FREE or base in COLLECTIVE_KINDS or opcode.endswith("-done"):
+    if opcode in _FREE or collective_kind(opcode) or opcode.endswith("-done"):
         return None
     result = _shape_bytes(ins.shape)
     flops: dict[str, float] = {}

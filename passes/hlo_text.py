@@ -420,7 +420,7 @@ def _parse_hlo_module(text: str) -> HloModule:
     append = None
     for line in lines[1:]:
         s = line.strip()
-        if not s or s[0] == "/":
+        if not s or s.startswith("//"):
             continue
         if append is not None and s[0] != "}":  # inside a computation: an instruction (the common case)
             append(parse(s))

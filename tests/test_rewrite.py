@@ -132,13 +132,17 @@ def shard_lint_targets(mesh_devices=None):
 """
 
 
+def _validation(cli, script, text):
+    """``rewrite --validate`` on a script written from ``text``: its validation block."""
+    script.write_text(text)
+    result = cli("rewrite", str(script), "--validate", "--repeats", "1", "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    return json.loads(result.out)["targets"][0]["validation"]
+
+
 def test_validate_an_adam_step_counts_nans_instead_of_failing(cli, tmp_path):
     # Standard-normal inputs make nu negative and sqrt(nu) NaN in both versions, at the same places.
-    script = tmp_path / "adam.py"
-    script.write_text(ADAM)
-    result = cli("rewrite", str(script), "--validate", "--repeats", "2", "--format", "json", "-q")
-    assert result.code == 0, result.err[-2000:]
-    v = json.loads(result.out)["targets"][0]["validation"]
+    v = _validation(cli, tmp_path / "adam.py", ADAM)
     assert v["ran"] and v["outputs_match"] and not v["mismatches"]
     assert v["nan_values"] and v["nan_values"][0].startswith("result[0]['w']: ")
 
@@ -156,10 +160,7 @@ def shard_lint_inputs():
 
 def test_validate_with_the_scripts_own_inputs(cli, tmp_path):
     script = tmp_path / "adam_inputs.py"
-    script.write_text(ADAM_INPUTS)
-    result = cli("rewrite", str(script), "--validate", "--repeats", "1", "--format", "json", "-q")
-    assert result.code == 0, result.err[-2000:]
-    v = json.loads(result.out)["targets"][0]["validation"]
+    v = _validation(cli, script, ADAM_INPUTS)
     assert v["inputs"] == "shard_lint_inputs" and v["outputs_match"] and v["nan_values"] == []
     script.write_text(ADAM_INPUTS.replace("(64, 256), dtype", "(64, 255), dtype"))
     result = cli("rewrite", str(script), "--validate", "--repeats", "1", "-q")
