@@ -317,6 +317,24 @@ def device_kind_summary() -> str:
     return f"{len(devices)} x {', '.join(kinds)}"
 
 
+def _name_for_xla(module: ir.Module) -> None:
+    """XLA's import wants a named module whose entry is ``@main``: a module written
+    by hand (or by another tool) may have neither, which is no reason to refuse it."""
+    from ..passes.stablehlo_module import entry_function
+
+    attrs = module.operation.attributes
+    with module.context:
+        if "sym_name" not in attrs:
+            attrs["sym_name"] = ir.StringAttr.get("module")
+        names = [ir.StringAttr(op.operation.attributes["sym_name"]).value
+                 for op in module.body.operations if op.operation.name == "func.func"]
+        if "main" not in names:
+            entry = entry_function(module)
+            old = ir.StringAttr(entry.operation.attributes["sym_name"]).value
+            ir.SymbolTable.replace_all_symbol_uses(old, "main", module.operation)
+            entry.operation.attributes["sym_name"] = ir.StringAttr.get("main")
+
+
 def compile_stablehlo_text(
     text: str, num_partitions: int, mesh_axes: tuple[tuple[str, int], ...] = (),
     device_ids: tuple[int, ...] | None = None, with_reports: bool = True, devices: list | None = None,
@@ -346,6 +364,7 @@ def compile_stablehlo_text(
         )
         options.executable_build_options.use_spmd_partitioning = True
         module = parse_stablehlo(text)
+        _name_for_xla(module)
         executable = compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, [])
         live = _read_dump(dump_dir, "live-range") if with_reports else None
         buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from math import prod
 
 from ..passes.models import PropagateRun, PropagationReport
 from ..passes.propagation_report import MAX_VALUES, Propagated, build_report
+from ..passes.shardy_reference import ShardyRejected
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
@@ -26,31 +28,52 @@ class PropagateRequest:
     all_values: bool = False
 
 
-def _mesh_of(module):
+# A module states its own device count (mhlo.num_partitions, its meshes); virtual
+# CPU devices past this many are not made for it: it propagates, it is not compiled.
+MAX_MODULE_DEVICES = 4096
+
+
+def _devices_needed(module, sig) -> int:
+    from ..passes.stablehlo_module import read_meshes
+
+    sizes = [sig.num_partitions] + [prod(size for _, size in mesh.axes) for mesh in read_meshes(module).values()]
+    return max(sizes)
+
+
+def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str):
+    """The compiled program's collectives, or None and why not: a module XLA cannot
+    compile (or too large to make devices for) still propagates."""
+    from ..passes.collectives import find_collectives
+    from ..passes.hlo_text import parse_hlo_module
     from ..passes.stablehlo_module import read_entry_signature
 
-    return read_entry_signature(module)
+    sig = read_entry_signature(module)
+    needed = _devices_needed(module, sig)
+    if needed > MAX_MODULE_DEVICES:
+        return None, f"it needs {needed} devices, more than the {MAX_MODULE_DEVICES} made for a module"
+    settings.devices = max(settings.devices, needed)
+    try:
+        devices = select_run_devices(settings)
+    except ShardLintInputError as e:
+        return None, f"its {needed} devices could not be made: {e.problem}"
+    try:
+        program = jax_adapter.compile_stablehlo_text(
+            text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
+    except Exception as e:
+        return None, f"XLA could not compile it: {one_line(e)}"
+    return list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives), None
 
 
 def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
     module, text = read_mlir(request.path)
-    sig = _mesh_of(module)
-    settings.devices = max(settings.devices, sig.num_partitions)
-    devices = select_run_devices(settings)
-    compiled = None
-    if request.compile:
-        from ..passes.collectives import find_collectives
-        from ..passes.hlo_text import parse_hlo_module
-
-        try:
-            program = jax_adapter.compile_stablehlo_text(
-                text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
-        except Exception as e:
-            raise ShardLintInputError(request.path, f"failed to compile: {one_line(e)}") from e
-        compiled = list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives)
+    compiled, not_compiled = _compile_mlir(request, settings, module, text) if request.compile else (None, None)
     name = os.path.splitext(os.path.basename(request.path))[0]
-    return [build_report(name, module, compiled, ownership=settings.ownership(),
-                         max_values=None if request.all_values else MAX_VALUES)]
+    try:
+        report, propagated = build_report(name, module, compiled, ownership=settings.ownership(),
+                                          max_values=None if request.all_values else MAX_VALUES)
+    except ShardyRejected as e:
+        raise ShardLintInputError(request.path, f"Shardy rejects the module: {e}") from e
+    return [(report.model_copy(update={"not_compiled": not_compiled}), propagated)]
 
 
 def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:

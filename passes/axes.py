@@ -56,35 +56,36 @@ def merge_adjacent(axes: Axes) -> Axes:
 
 
 def split_for_factors(axes: Axes, factor_sizes: list[int]) -> list[Axes]:
-    """Project a dimension's axes onto its factors, major factor first.
+    """Project a dimension's axes onto its factors, major factor first, as Shardy's
+    ``buildTensorFactorShardings`` does.
 
-    Axes fill a factor while their sizes divide what is left of it; an axis larger
-    than the room left is split into a sub-axis for this factor and the rest for the
-    next. Axes that fit no factor are dropped, as Shardy drops them.
+    A factor takes axes (size-1 axes always) while they share a divisor with what
+    is left of it, splitting an axis into a sub-axis where only part of it fits.
+    The minor-most factor takes every remaining axis, divisible or not (Shardy
+    pads). Where a non-minor factor is left partly sharded, the rest of the axes
+    overflow: they stay on the dimension and no later factor is sharded.
     """
     out: list[list[AxisRef]] = [[] for _ in factor_sizes]
     queue = list(axes)
     for i, fsize in enumerate(factor_sizes):
+        if i == len(factor_sizes) - 1:
+            out[i].extend(queue)
+            break
         room = fsize
-        while queue and room > 1:
+        while queue:
             name, pre, size = queue[0]
-            if room % size == 0:
+            part = gcd(room, size)
+            if size != 1 and part == 1:
+                break
+            if size > part:
+                out[i].append((name, pre, part))
+                queue[0] = (name, pre * part, size // part)
+                room //= part
+            else:
                 out[i].append(queue.pop(0))
                 room //= size
-            elif size % room == 0:
-                out[i].append((name, pre, room))
-                queue[0] = (name, pre * room, size // room)
-                room = 1
-            else:
-                # The largest major part of the axis that divides what is left; the
-                # rest overflows and nothing further shards this dimension.
-                part = gcd(room, size)
-                if part > 1:
-                    out[i].append((name, pre, part))
-                queue.clear()
-                break
-        if queue and room > 1:
-            break  # a partly sharded factor cannot be followed by sharding of the next
+        if room > 1 and queue:
+            break
     return [tuple(x) for x in out]
 
 

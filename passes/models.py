@@ -317,11 +317,15 @@ class Disagreement(Model):
 
 
 class ShardyAgreement(Model):
-    compared: int
+    reported: int = Field(description="Values this report gives a sharding for (constants and region arguments "
+                          "aside).")
+    compared: int = Field(description="Reported values paired with the same value in Shardy's output, by op "
+                          "identity.")
     agreeing: int
-    fraction: float
+    fraction: float | None = Field(description="agreeing / compared; null when nothing was compared.")
+    not_compared: dict[str, int] = Field(default_factory=dict,
+                                         description="Reported values not compared, counted by reason.")
     disagreements: list[Disagreement]
-    structure_diverged: list[str] = Field(default_factory=list)
 
 
 class PropagationReport(Model):
@@ -331,6 +335,8 @@ class PropagationReport(Model):
                                           "--explain names.")
     values_omitted: int = Field(default=0, description="Values left out of the list (--all-values lists them).")
     predicted: list[PredictedCollective]
+    not_compiled: str | None = Field(default=None, description="Why the predictions were not matched against a "
+                                     "compiled program (propagation itself does not need one).")
     agreement_with_shardy: ShardyAgreement | None
     ops_without_rule: list[str] = Field(default_factory=list, description="Ops that stop propagation.")
     sweeps: int = 0

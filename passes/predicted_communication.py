@@ -88,6 +88,15 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
 
 
 def _edge(step: Step, tensors: list[Tensor], sizes) -> list[PredictedCollective]:
+    if step.manual_axes is not None:
+        # A shard_map boundary: the body's view lacks the manual axes by definition;
+        # only free axes the two sides disagree on move data.
+        outer, inner = tensors
+        free = [tuple(r for r in d if r[0] not in step.manual_axes) for d in outer.dims]
+        if free == list(inner.dims):
+            return []
+        return [_make("reshard", per_device_bytes(outer), tuple(dict.fromkeys(r for d in free for r in d)), step,
+                      outer, f"shard_map's body and its boundary disagree on free axes: {outer.name}", sizes)]
     dims = {tuple(t.dims) for t in tensors}
     if len(dims) <= 1:
         return []

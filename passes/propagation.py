@@ -26,10 +26,11 @@ Shardings only grow, so the fixpoint is reached.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 from .axes import (
-    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, overlaps, prefix_without_overlap,
-    split_for_factors,
+    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, merge_adjacent, overlaps,
+    prefix_without_overlap, size_of, split_for_factors,
 )
 from .sharding_graph import ShardingGraph, Step, Tensor
 
@@ -190,6 +191,8 @@ def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: 
     rule = step.rule
     if not any(any(g.tensors[t].dims) for t in step.tensors) or all(w == NONE for w in ways):
         return False
+    if step.manual_axes is not None:
+        return _apply_manual_boundary(g, step)
     proj = _projection(g, step)
     chosen = _factor_axes(g, step, proj, ways, round_priority)
     changed = False
@@ -219,6 +222,38 @@ def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: 
                 src = _source_tensor(g, step, proj, factors, chosen, tid)
                 t.parent[d] = (src, step.id) if src is not None else None
                 changed = True
+    return changed
+
+
+def _grow(g: ShardingGraph, t: Tensor, d: int, new: Axes, source: int, step: Step) -> bool:
+    """Extend dimension ``d`` of ``t`` to ``new`` where it only adds axes that are
+    free in the tensor (not on another dimension, not replicated)."""
+    if t.closed[d] or new == t.dims[d] or not is_prefix(t.dims[d], new):
+        return False
+    others = [r for e, axes in enumerate(t.dims) if e != d for r in axes]
+    keep = list(t.dims[d])
+    for ref in new[len(t.dims[d]):]:
+        if any(overlaps(ref, o) for o in others) or any(overlaps(ref, r) for r in t.replicated):
+            break
+        keep.append(ref)
+    if tuple(keep) == t.dims[d]:
+        return False
+    t.dims[d] = tuple(keep)
+    t.parent[d] = (source, step.id)
+    return True
+
+
+def _apply_manual_boundary(g: ShardingGraph, step: Step) -> bool:
+    """A shard_map boundary: the body's dimension is the global one less the manual
+    axes; free axes the body gains are appended after the manual ones outside."""
+    outer, inner = (g.tensors[t] for t in step.tensors)
+    manual = step.manual_axes
+    changed = False
+    for d in range(len(outer.dims)):
+        manual_part = tuple(r for r in outer.dims[d] if r[0] in manual)
+        free_part = tuple(r for r in outer.dims[d] if r[0] not in manual)
+        changed |= _grow(g, inner, d, free_part, outer.id, step)
+        changed |= _grow(g, outer, d, manual_part + inner.dims[d], inner.id, step)
     return changed
 
 
@@ -276,4 +311,43 @@ def propagate(g: ShardingGraph) -> PropagationStats:
     for p in priorities:
         for level in range(LEVELS):
             _fixpoint(g, level, p, users, table, stats)
+    export_boundaries(g)
     return PropagationStats(rounds=len(priorities), sweeps=stats[0], step_visits=stats[1])
+
+
+def evenly_sharded(axes: Axes, dim_size: int) -> Axes:
+    """The largest major part of a dimension's axes that divides its size (Shardy's
+    ``getEvenlySharded``): whole axes while they divide, then one sub-axis at most."""
+    if dim_size % size_of(axes) == 0:
+        return axes
+    out: list[AxisRef] = []
+    remaining = dim_size
+    for name, pre, size in axes:
+        part = gcd(size, remaining)
+        if part == 1:
+            break
+        out.append((name, pre, part))
+        if part != size:
+            break
+        remaining //= part
+    return tuple(out)
+
+
+def export_boundaries(g: ShardingGraph) -> None:
+    """Shardy's export at function boundaries: every function's arguments and every
+    call's results are made to divide their shape (padding stays inside a
+    function), and the main function's open argument shardings drop sub-axes and
+    what follows them (``sdy-remove-sub-axes-in-input-output-shardings``)."""
+    for tid in [t for t, _ in g.function_args] + g.call_results:
+        t = g.tensors[tid]
+        t.dims = [evenly_sharded(merge_adjacent(axes), size) for axes, size in zip(t.dims, t.shape)]
+    for tid, func in g.function_args:
+        if func != g.entry:
+            continue
+        t = g.tensors[tid]
+        for d, axes in enumerate(t.dims):
+            if t.closed[d]:
+                continue
+            whole = [ref for ref in axes if ref[1] == 1 and ref[2] == g.axis_sizes.get(ref[0])]
+            n = next((i for i, ref in enumerate(axes) if ref not in whole), len(axes))
+            t.dims[d] = axes[:n]

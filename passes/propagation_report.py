@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
 
 from .axes import label, merge_adjacent
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -16,9 +17,9 @@ from .models import (
 )
 from .predicted_communication import match_compiled, per_device_bytes, predict
 from .propagation import propagate
-from .shardy_reference import pair_values, shardy_propagated, with_sharding_rules
+from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 from .sharding_graph import ShardingGraph, Tensor, build_graph
-from .stablehlo_module import entry_function, path_keys
+from .stablehlo_module import entry_function, mesh_of_sharding, path_keys, read_meshes
 
 MAX_DISAGREEMENTS = 200
 
@@ -103,27 +104,38 @@ def run_propagation(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERS
 
 
 def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
-    theirs = shardy_propagated(original)
-    pairs, diverged = pair_values(p.module, theirs, p.graph.axis_sizes)
-    compared = agreeing = 0
+    """Our sharding of every value the report lists against Shardy's pipeline on the
+    same module, values paired by op identity. ``reported`` counts the values,
+    ``compared`` those Shardy's output has, ``not_compared`` says why the rest are not."""
+    theirs = shardy_propagated(tagged_clone(original))
+    meshes = read_meshes(original)
+    paired = pair_values(p.module, theirs, lambda attr: dict(mesh_of_sharding(sdy.TensorShardingAttr(attr), meshes).axes))
+    compared = agreeing = reported = 0
+    not_compared: dict[str, int] = {}
     disagreements: list[Disagreement] = []
-    for pair in pairs:
-        tid = p.graph.value_ids.get(pair.ours)
-        if tid is None:
-            continue
+    for value, tid in p.graph.value_ids.items():
         t = p.graph.tensors[tid]
+        if t.virtual or not t.compare:
+            continue
+        reported += 1
+        theirs_dims = paired.shardings.get(value)
+        if theirs_dims is None:
+            reason = paired.not_paired.get(value, "not in Shardy's output")
+            not_compared[reason] = not_compared.get(reason, 0) + 1
+            continue
         compared += 1
         mine = tuple(merge_adjacent(d) for d in t.dims)
-        if mine == pair.shardy:
+        if mine == theirs_dims:
             agreeing += 1
         elif len(disagreements) < MAX_DISAGREEMENTS:
             disagreements.append(Disagreement(
                 value=t.name, op_name=t.op_name, source=t.source, via=t.via, ours=p.labels(t),
-                shardy=[[label(r, p.graph.axis_sizes) for r in d] for d in pair.shardy],
+                shardy=[[label(r, p.graph.axis_sizes) for r in d] for d in theirs_dims],
             ))
     return ShardyAgreement(
-        compared=compared, agreeing=agreeing, fraction=round(agreeing / compared, 4) if compared else 1.0,
-        disagreements=disagreements, structure_diverged=diverged,
+        reported=reported, compared=compared, agreeing=agreeing,
+        fraction=round(agreeing / compared, 4) if compared else None,
+        not_compared=dict(sorted(not_compared.items())), disagreements=disagreements,
     )
 
 

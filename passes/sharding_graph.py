@@ -23,7 +23,8 @@ from .hlo_shapes import mlir_dtype_to_hlo
 from .models import SourceLocation
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .stablehlo_module import (
-    attribution_of_location, dim_axes, op_name_of_location, read_dims, read_meshes, source_of_location,
+    attribution_of_location, dim_axes, main_mesh, mesh_of_sharding, op_name_of_location, read_dims, read_meshes,
+    source_of_location,
 )
 
 
@@ -71,6 +72,9 @@ class Step:
     source: SourceLocation | None
     is_edge: bool = False
     via: SourceLocation | None = None
+    # A shard_map boundary (tensors: the global view, the body's view): the body's
+    # sharding is the global one less these manual axes.
+    manual_axes: frozenset[str] | None = None
 
 
 @dataclass
@@ -81,6 +85,11 @@ class ShardingGraph:
     steps: list[Step] = field(default_factory=list)
     value_ids: dict = field(default_factory=dict)  # ir.Value -> tensor id
     without_rule: list[str] = field(default_factory=list)  # ops that stop propagation
+    # Function boundaries, where Shardy's export makes shardings divide the shape:
+    # every function's arguments (tensor, function name) and every call's results.
+    function_args: list[tuple[int, str]] = field(default_factory=list)
+    call_results: list[int] = field(default_factory=list)
+    entry: str | None = None  # the function Shardy's export treats as main
     _names: dict[str, Tensor] | None = field(default=None, repr=False)
     _names_built_at: int = field(default=-1, repr=False)
 
@@ -119,8 +128,9 @@ def _identity_rule(shape: tuple[int, ...], n: int) -> FactorRule:
 class _Builder:
     def __init__(self, module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP):
         self.ownership = ownership
-        meshes = read_meshes(module)
-        mesh = next(iter(meshes.values())) if meshes else None
+        self.meshes = read_meshes(module)
+        # The graph's axes are the largest mesh's; every sharding is read on the mesh it names.
+        mesh = main_mesh(self.meshes)[1] if self.meshes else None
         self.g = ShardingGraph(
             axis_sizes=dict(mesh.axes) if mesh else {}, mesh_axes=tuple(mesh.names) if mesh else (),
         )
@@ -176,12 +186,16 @@ class _Builder:
     def seed(self, tid: int, attr: ir.Attribute, what: str, drop_axes: frozenset[str] = frozenset()) -> None:
         s = sdy.TensorShardingAttr(attr)
         t = self.g.tensors[tid]
+        sizes = dict(mesh_of_sharding(s, self.meshes).axes) or self.g.axis_sizes
+        # Shardy's import removes axes of size 1 (sdy-remove-size-one-axes).
+        drop_axes = drop_axes | {name for name, size in sizes.items() if size == 1}
         for d, dim in enumerate(read_dims(s)[: len(t.shape)]):
-            t.dims[d] = dim_axes(dim, self.g.axis_sizes, drop_axes)
+            t.dims[d] = dim_axes(dim, sizes, drop_axes)
             t.closed[d] = dim.closed
             t.priority[d] = dim.priority
         t.replicated = frozenset(
-            (sdy.AxisRefAttr(a).name, 1, self.g.axis_sizes.get(sdy.AxisRefAttr(a).name, 1)) for a in s.replicated_axes
+            (sdy.AxisRefAttr(a).name, 1, sizes.get(sdy.AxisRefAttr(a).name, 1)) for a in s.replicated_axes
+            if sdy.AxisRefAttr(a).name not in drop_axes
         )
         t.seed = what
 
@@ -204,6 +218,8 @@ class _Builder:
     # -- walking -------------------------------------------------------------
     def build(self) -> ShardingGraph:
         self.walked: set[str] = set()
+        # Shardy's getMainFuncOrDie: the only function, else the one named main.
+        self.g.entry = next(iter(self.funcs)) if len(self.funcs) == 1 else "main"
         order = ["main"] + [n for n in self.funcs if n != "main"] if "main" in self.funcs else list(self.funcs)
         self.pending_results: list = []
         for name in order:
@@ -227,6 +243,8 @@ class _Builder:
         arg_attrs = list(fn.arg_attrs) if "arg_attrs" in fn.operation.attributes else []
         for i, arg in enumerate(block.arguments):
             tid = self.tensor(arg, prefix + arg.get_name(state), arg.location)
+            if tid is not None:
+                self.g.function_args.append((tid, name))
             if tid is not None and i < len(arg_attrs) and "sdy.sharding" in ir.DictAttr(arg_attrs[i]):
                 path = op_name_of_location(arg.location) if name == "main" else None
                 what = f"argument {path}" if path else f"argument {self.g.tensors[tid].name}"
@@ -267,6 +285,7 @@ class _Builder:
             return
         operands = [self.g.value_ids.get(v) for v in op.operands]
         if before_body:
+            self.g.call_results.extend(r for r in results if r is not None)
             first_call = callee not in self.walked
             self.call_sites.setdefault(callee, source_of_location(op.location, self.ownership) or self.fallback)
             if first_call:
@@ -324,6 +343,10 @@ class _Builder:
             self.g.without_rule.append(name)
 
     def manual(self, op, operands, results) -> None:
+        """Shardy's data-flow edges of a ``manual_computation``: an operand and its
+        in_sharding (the body argument's owner, global view) are one edge; the body
+        argument sees that sharding less the manual axes, and free axes found inside
+        come back out after them. Results and the yielded values likewise."""
         attrs = op.attributes
         # #sdy<manual_axes{"x", "y"}>: the bindings expose no accessor for the names.
         manual_axes = frozenset(re.findall(r'"([^"]+)"', str(attrs["manual_axes"])))
@@ -331,22 +354,31 @@ class _Builder:
         outs = sdy.TensorShardingPerValueAttr(attrs["out_shardings"]).shardings
         body = op.regions[0].blocks[0]
         for i, (operand, s) in enumerate(zip(operands, ins)):
-            if operand is None:
+            arg = self.g.value_ids.get(body.arguments[i])
+            if operand is None or arg is None:
                 continue
             holder = self.virtual(operand, f"{self.g.tensors[operand].name} (shard_map in)")
             self.seed(holder, s, "shard_map in_specs")
             self.edge("sdy.manual_computation", [operand, holder], op.location)
-            arg = self.g.value_ids.get(body.arguments[i])
-            if arg is not None:
-                self.seed(arg, s, "shard_map in_specs (free axes)", drop_axes=manual_axes)
+            self.seed(arg, s, "shard_map in_specs (free axes)", drop_axes=manual_axes)
+            self.boundary(holder, arg, manual_axes, op.location)
         yielded = [self.g.value_ids.get(v) for v in list(body.operations)[-1].operands]
         for res, y, s in zip(results, yielded, outs):
-            if res is not None:
-                self.seed(res, s, "shard_map out_specs")
+            if res is None:
+                continue
+            self.seed(res, s, "shard_map out_specs")
             if y is not None:
-                holder = self.virtual(y, f"{self.g.tensors[y].name} (shard_map out)")
-                self.seed(holder, s, "shard_map out_specs (free axes)", drop_axes=manual_axes)
-                self.edge("sdy.manual_computation", [y, holder], op.location)
+                self.boundary(res, y, manual_axes, op.location)
+
+    def boundary(self, outer: int, inner: int, manual_axes: frozenset[str], loc) -> None:
+        # The body's shape is the local one (divided by the manual axes): the step
+        # maps dimensions one to one and sizes play no part in it.
+        shape = self.g.tensors[outer].shape
+        source, via = self.where(loc)
+        self.g.steps.append(Step(
+            id=len(self.g.steps), op="sdy.manual_computation", tensors=(outer, inner), n_operands=1,
+            rule=_identity_rule(shape, 2), source=source, via=via, is_edge=True, manual_axes=manual_axes,
+        ))
 
     def link_results(self, name: str, fn) -> None:
         returned = self.returns.get(name, [])

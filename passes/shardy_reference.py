@@ -4,6 +4,7 @@ it is held against."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
@@ -14,9 +15,6 @@ from .stablehlo_module import dim_axes, read_dims
 
 POPULATE_RULES = "builtin.module(func.func(sdy-populate-op-sharding-rules))"
 SHARDY_PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
-_CONSTANTS = ("stablehlo.constant", "sdy.constant")
-# Shardy's export turns a constraint it could not satisfy in place into a reshard.
-_ALIASES = {"sdy.sharding_constraint": "sdy.reshard"}
 
 
 def clone(module: ir.Module) -> ir.Module:
@@ -26,10 +24,36 @@ def clone(module: ir.Module) -> ir.Module:
         return ir.Module.parse(text)
 
 
+class ShardyRejected(ValueError):
+    """Shardy's passes refuse the module: the message is Shardy's first diagnostic, one line."""
+
+
+def _first_diagnostic(error: Exception) -> str:
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    line = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else type(error).__name__)
+    # 'error: "-":23:8: message': the module was parsed from text, so "-" names nothing.
+    return re.sub(r'^error:\s*(?:"[^"]*":(\d+):\d+:\s*)?', lambda m: f"line {m.group(1)}: " if m.group(1) else "",
+                  line)
+
+
+def check_runs_in_shardy(module: ir.Module) -> None:
+    """Module shapes that Shardy's pipeline does not diagnose but aborts the process
+    on (an ``SDY_CHECK``): refused here, before the pipeline runs."""
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    names = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in funcs}
+    if len(funcs) > 1 and "main" not in names:
+        # getMainFuncOrDie: with several functions Shardy's pipeline needs one named main.
+        raise ShardyRejected(f"{len(funcs)} functions and none named main (Shardy's pipeline needs @main "
+                             "when a module has several functions)")
+
+
 def run_pipeline(module: ir.Module, pipeline: str) -> ir.Module:
     out = clone(module)
     with out.context:
-        passmanager.PassManager.parse(pipeline).run(out.operation)
+        try:
+            passmanager.PassManager.parse(pipeline).run(out.operation)
+        except ir.MLIRError as e:
+            raise ShardyRejected(_first_diagnostic(e)) from e
     return out
 
 
@@ -38,6 +62,7 @@ def with_sharding_rules(module: ir.Module) -> ir.Module:
 
 
 def shardy_propagated(module: ir.Module) -> ir.Module:
+    check_runs_in_shardy(module)
     return run_pipeline(module, SHARDY_PROPAGATION)
 
 
@@ -50,29 +75,39 @@ def labels(dims: tuple[Axes, ...], axis_sizes: dict[str, int]) -> list[list[str]
     return [[label(r, axis_sizes) for r in d] for d in dims]
 
 
-@dataclass(frozen=True)
-class PairedValue:
-    """A value of our module and the sharding Shardy gave the same value."""
-
-    ours: ir.Value
-    shardy: tuple[Axes, ...]
+# Each op of the module Shardy propagates carries its position in our walk, so its
+# result is paired with ours by identity, however Shardy restructures around it.
+OP_ID = "jax_shard_lint.op_id"
 
 
-def _ops(block, constant_values: set | None = None):
-    """Ops in walk order, leaving out constant subexpressions (constants, iotas and
-    region-free ops computed only from them): Shardy duplicates those per use."""
-    consts = set() if constant_values is None else constant_values
+def walk_ops(block):
+    """Every op under a block, pre-order, regions in order: the one walk both sides number."""
     for op in block.operations:
-        operands = list(op.operands)
-        if op.name in _CONSTANTS or op.name == "stablehlo.iota" or (
-            operands and not op.regions and all(v in consts for v in operands)
-        ):
-            consts.update(op.results)
-            continue
         yield op
         for region in op.regions:
             for inner in region.blocks:
-                yield from _ops(inner, consts)
+                yield from walk_ops(inner)
+
+
+def _functions(module: ir.Module) -> dict:
+    return {
+        ir.StringAttr(op.operation.attributes["sym_name"]).value: op
+        for op in module.body.operations if op.operation.name == "func.func"
+    }
+
+
+def tagged_clone(module: ir.Module) -> ir.Module:
+    """A copy whose every op inside a function carries ``OP_ID``: its index in
+    ``walk_ops`` over the functions in module order."""
+    out = clone(module)
+    with out.context:
+        i64 = ir.IntegerType.get_signless(64)
+        index = 0
+        for fn in _functions(out).values():
+            for op in walk_ops(fn.regions[0].blocks[0]):
+                op.operation.attributes[OP_ID] = ir.IntegerAttr.get(i64, index)
+                index += 1
+    return out
 
 
 def _result_shardings(op) -> list:
@@ -88,41 +123,68 @@ def _result_shardings(op) -> list:
     return []
 
 
-def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes: dict[str, int]) -> tuple[list[PairedValue], list[str]]:
-    """Walk both modules in the same order (constants aside: Shardy splits and
-    dedups them) and pair each op result with Shardy's sharding of it; values
-    Shardy left unannotated are unsharded. Returns the pairs and the places where
-    the two modules' structure diverged (nothing after them is compared)."""
+def _rank(value) -> int | None:
+    return len(ir.RankedTensorType(value.type).shape) if isinstance(value.type, ir.RankedTensorType) else None
 
-    def funcs(m):
-        return {
-            ir.StringAttr(op.operation.attributes["sym_name"]).value: op
-            for op in m.body.operations if op.operation.name == "func.func"
-        }
 
-    pairs: list[PairedValue] = []
-    diverged: list[str] = []
-    theirs_funcs = funcs(theirs)
-    for name, fn in funcs(ours).items():
+@dataclass(frozen=True)
+class PairedValues:
+    """Our values with the sharding Shardy gave the same value (by op identity;
+    a value Shardy left unannotated is unsharded), and why the rest were not paired."""
+
+    shardings: dict  # ir.Value of our module -> Shardy's axes per dimension
+    not_paired: dict  # ir.Value -> reason
+
+
+def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes_of) -> PairedValues:
+    """Pair our module's values with Shardy's output of its ``tagged_clone``.
+    ``axis_sizes_of(attr)`` gives the axis sizes of the mesh a sharding names."""
+    by_id: dict[int, list] = {}
+    for fn in _functions(theirs).values():
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            if OP_ID in op.attributes:
+                by_id.setdefault(ir.IntegerAttr(op.attributes[OP_ID]).value, []).append(op)
+
+    def axes(attr, rank):
+        return axes_of(attr, axis_sizes_of(attr), rank)
+
+    shardings: dict = {}
+    not_paired: dict = {}
+    theirs_funcs = _functions(theirs)
+    index = 0
+    for name, fn in _functions(ours).items():
         other = theirs_funcs.get(name)
-        if other is None:
-            diverged.append(f"@{name}: not in Shardy's output")
-            continue
-        attrs = list(other.arg_attrs) if "arg_attrs" in other.operation.attributes else []
+        attrs = list(other.arg_attrs) if other is not None and "arg_attrs" in other.operation.attributes else []
         for i, arg in enumerate(fn.regions[0].blocks[0].arguments):
-            rank = len(ir.RankedTensorType(arg.type).shape) if isinstance(arg.type, ir.RankedTensorType) else 0
+            rank = _rank(arg)
+            if rank is None:
+                continue
+            if other is None:
+                not_paired[arg] = "its function is not in Shardy's output"
+                continue
             a = ir.DictAttr(attrs[i]) if i < len(attrs) else None
-            dims = axes_of(a["sdy.sharding"], axis_sizes, rank) if a is not None and "sdy.sharding" in a else ((),) * rank
-            pairs.append(PairedValue(arg, dims))
-        for a, b in zip(_ops(fn.regions[0].blocks[0]), _ops(other.regions[0].blocks[0])):
-            if _ALIASES.get(a.name, a.name) != _ALIASES.get(b.name, b.name) or len(a.results) != len(b.results):
-                diverged.append(f"@{name}: {a.name} vs {b.name}")
-                break
-            shardings = _result_shardings(b)
-            for i, r in enumerate(a.results):
-                if not isinstance(r.type, ir.RankedTensorType):
-                    continue
-                rank = len(ir.RankedTensorType(r.type).shape)
-                dims = axes_of(shardings[i], axis_sizes, rank) if i < len(shardings) else ((),) * rank
-                pairs.append(PairedValue(r, dims))
-    return pairs, diverged
+            shardings[arg] = axes(a["sdy.sharding"], rank) if a is not None and "sdy.sharding" in a else ((),) * rank
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            copies = by_id.get(index, [])
+            index += 1
+            ranked = [(i, r, _rank(r)) for i, r in enumerate(op.results) if _rank(r) is not None]
+            if not ranked:
+                continue
+            if not copies:
+                for _, r, _ in ranked:
+                    not_paired[r] = "Shardy replaced the op"
+                continue
+            if any(len(c.results) != len(op.results) for c in copies):
+                for _, r, _ in ranked:
+                    not_paired[r] = "Shardy changed the op's results"
+                continue
+            for i, r, rank in ranked:
+                seen = set()
+                for c in copies:
+                    found = _result_shardings(c)
+                    seen.add(axes(found[i], rank) if i < len(found) else ((),) * rank)
+                if len(seen) == 1:
+                    shardings[r] = seen.pop()
+                else:
+                    not_paired[r] = "Shardy's copies of the op differ"
+    return PairedValues(shardings, not_paired)

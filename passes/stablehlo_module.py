@@ -115,6 +115,24 @@ def read_meshes(module: ir.Module) -> dict[str, MeshInfo]:
     return meshes
 
 
+def main_mesh(meshes: dict[str, MeshInfo]) -> tuple[str | None, MeshInfo]:
+    """The mesh a module's figures are given on: the one with the most devices. JAX
+    puts a scalar's sharding on an ``@empty_mesh`` declared before the real one."""
+    if not meshes:
+        return None, MeshInfo(())
+    return max(meshes.items(), key=lambda kv: (prod(size for _, size in kv[1].axes), len(kv[1].axes)))
+
+
+def mesh_of_sharding(sharding: sdy.TensorShardingAttr, meshes: dict[str, MeshInfo]) -> MeshInfo:
+    """The mesh a sharding names: a symbol (``@mesh``) or a mesh written inline."""
+    ref = sharding.mesh_or_ref
+    if not sdy.MeshAttr.isinstance(ref):
+        return meshes.get(ir.FlatSymbolRefAttr(ref).value, MeshInfo(()))
+    attr = sdy.MeshAttr(ref)
+    return MeshInfo(tuple((sdy.MeshAxisAttr(a).name, int(sdy.MeshAxisAttr(a).size)) for a in attr.axes),
+                    tuple(int(d) for d in attr.device_ids) or None)
+
+
 def entry_function(module: ir.Module):
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
     for op in funcs:
@@ -183,6 +201,12 @@ def per_device_bytes(shape: list[int], dtype: str, sharding: list[list[str]] | N
 
 
 def _tensor(index: int, path: str, ty: ir.Type, attrs: ir.DictAttr, mesh: MeshInfo, donated: bool) -> TensorInfo:
+    if not isinstance(ty, ir.RankedTensorType):
+        # A token (jax.debug.print(ordered=True), effects) or a tuple: no array to
+        # shard or to count; it keeps its place so indices still match the function's.
+        kind = "token" if "token" in str(ty) else "tuple" if str(ty).startswith("tuple") else "opaque"
+        return TensorInfo(index=index, path=path, shape=[], dtype=kind, sharding=None, donated=donated,
+                          bytes=0, per_device_bytes=0)
     rt = ir.RankedTensorType(ty)
     shape = [int(d) for d in rt.shape]
     dtype = mlir_dtype_to_hlo(str(rt.element_type))
@@ -200,7 +224,7 @@ def read_entry_signature(module: ir.Module) -> EntrySignature:
     fn = entry_function(module)
     attrs = module.operation.attributes
     num_partitions = ir.IntegerAttr(attrs["mhlo.num_partitions"]).value if "mhlo.num_partitions" in attrs else 1
-    mesh_name, mesh = (next(iter(meshes.items())) if meshes else (None, MeshInfo(())))
+    mesh_name, mesh = main_mesh(meshes)
     fn_type = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
     arg_attrs = list(fn.arg_attrs) if "arg_attrs" in fn.operation.attributes else []
     res_attrs = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else []

@@ -7,6 +7,7 @@ from ..passes.step_time import format_seconds
 from ..passes.models import PropagateRun
 from ..passes.rewrite_models import RewriteRun
 from ..passes.sharding_text import pspec_text
+from .agreement_text import agreement_text
 from .html import _page, e
 from .terminal import shape_text
 
@@ -36,12 +37,13 @@ def render_propagation_html(run: PropagateRun) -> str:
         )
         a = t.agreement_with_shardy
         agreement = "" if a is None else (
-            f"<p>Agreement with Shardy: <b data-agreement=\"{a.fraction}\">{a.agreeing}/{a.compared}</b> values "
-            f"({100 * a.fraction:.1f}%).</p>" + "".join(
+            f"<p data-agreement=\"{'' if a.fraction is None else a.fraction}\">{e(agreement_text(a).capitalize())}."
+            "</p>" + "".join(
                 f"<p class=\"muted\">{e(d.value)} ({e(d.source) if d.source else '-'}): ours {e(pspec_text(d.ours))}, "
                 f"Shardy {e(pspec_text(d.shardy))}</p>" for d in a.disagreements[:20]))
         body += (
             f'<section class="target" data-target="{e(t.name)}"><h2>{e(t.name)}</h2>{agreement}'
+            + (f'<p class="muted">Not compiled: {e(t.not_compiled)}.</p>' if t.not_compiled else "") +
             '<h3>Sharded values</h3><table class="sortable"><thead><tr><th>value</th><th>shape</th><th>sharding</th>'
             f"<th>per device</th><th>source</th><th>from</th><th>provenance</th></tr></thead><tbody>{values}</tbody>"
             '</table><h3>Predicted communication</h3><table class="sortable"><thead><tr><th>kind</th><th>bytes</th>'

@@ -7,6 +7,7 @@ import html
 import re
 
 from ..passes.byte_sizes import format_bytes
+from .agreement_text import agreement_text
 from .time_text import format_seconds
 from ..passes.gate import GateResult
 from ..passes.models import LintReport, where_text
@@ -78,7 +79,9 @@ def render_propagation_markdown(run) -> str:
         a = t.agreement_with_shardy
         lines += [f"### jax-shard-lint propagate: {_cell(t.name)}", ""]
         if a is not None:
-            lines += [f"Agreement with Shardy: {a.agreeing}/{a.compared} values ({100 * a.fraction:.1f}%).", ""]
+            lines += [_cell(agreement_text(a).capitalize()) + ".", ""]
+        if t.not_compiled:
+            lines += [_cell(f"Not compiled: {t.not_compiled}."), ""]
         lines += ["| kind | bytes | axes | op | source | compiled | why |", "| --- | ---: | --- | --- | --- | --- | --- |"]
         for p in t.predicted[:30]:
             matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]

@@ -11,6 +11,7 @@ from rich.text import Text
 from ..passes.byte_sizes import format_bytes
 from ..passes.models import PropagateRun, PropagationReport, where_text
 from ..passes.sharding_text import pspec_text
+from .agreement_text import agreement_text
 from .terminal import shape_text
 from .terminal_layout import Column, fitted_table
 
@@ -58,9 +59,11 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         table = _predicted(t, console.width)
         if table is not None:
             console.print(table)
+        if t.not_compiled:
+            console.print(Text(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
         a = t.agreement_with_shardy
         if a is not None:
-            line = Text(f"agreement with Shardy: {a.agreeing}/{a.compared} values ({100 * a.fraction:.1f}%)")
+            line = Text(agreement_text(a))
             console.print(line)
             for d in a.disagreements[:5]:
                 console.print(f"  {d.value} ({d.source or '-'}): ours {pspec_text(d.ours)}, Shardy {pspec_text(d.shardy)}")

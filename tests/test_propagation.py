@@ -40,11 +40,13 @@ def test_agreement_with_shardy_is_at_least_95_percent(corpus_agreement):
     agreeing = sum(a.agreeing for a in corpus_agreement.values())
     assert compared > 900
     assert agreeing / compared >= 0.95, {n: a.fraction for n, a in corpus_agreement.items()}
-    assert all(not a.structure_diverged for a in corpus_agreement.values())
+    # Values are paired by op identity: nearly every reported value is compared.
+    reported = sum(a.reported for a in corpus_agreement.values())
+    assert compared >= 0.97 * reported, {n: a.not_compared for n, a in corpus_agreement.items() if a.not_compared}
 
 
 def test_every_program_mostly_agrees(corpus_agreement):
-    low = {n: a.fraction for n, a in corpus_agreement.items() if a.fraction < 0.85}
+    low = {n: a.fraction for n, a in corpus_agreement.items() if a.fraction is None or a.fraction < 0.85}
     assert not low
 
 
@@ -54,8 +56,10 @@ def test_factor_projection_splits_axes_into_sub_axes():
     assert join_factors([(("x", 1, 2),), (("x", 2, 2), Y)], [2, 128]) == (X, Y)
     # A later factor is sharded only when every earlier one is whole.
     assert join_factors([(), (X,)], [2, 128]) == ()
-    # 66 rows on x (4): the largest part of x that divides 66.
-    assert split_for_factors((X,), [66]) == [(("x", 1, 2),)]
+    # 66 rows on x (4): the minor-most factor takes the whole axis (Shardy pads) ...
+    assert split_for_factors((X,), [66]) == [(X,)]
+    # ... a major factor only the part of x that divides it; the rest overflows.
+    assert split_for_factors((X, Y), [66, 8]) == [(("x", 1, 2),), ()]
 
 
 def test_compatible_major_axes_follow_shardy():
