@@ -68,6 +68,8 @@ def direction(step: Step, f: int, level: int) -> str:
        dynamic slices forward;
     1: also the pass-through factors of any op (broadcasts only backward);
     2: everything, both ways."""
+    if step.allowed_direction is not None:
+        return step.allowed_direction
     out = NONE
     if step.is_edge or step.rule.pass_through or step.op in _PASS_THROUGH_OPS:
         out = BOTH
@@ -99,6 +101,28 @@ def _projection(g: ShardingGraph, step: Step) -> list[dict[int, Axes]]:
             for f, axes in zip(factors, split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])):
                 per[f] = axes
         out.append(per)
+    return out
+
+
+def _fixed_factors(g: ShardingGraph, step: Step) -> list[set[int]]:
+    """Per tensor of the step, the factors that cannot take a new axis: those of a
+    closed dimension, and those of a dimension whose axes overflow its factors."""
+    rule = step.rule
+    out: list[set[int]] = []
+    for tid, dims in zip(step.tensors, rule.maps):
+        t = g.tensors[tid]
+        fixed: set[int] = set()
+        for d, factors in enumerate(dims):
+            if not factors or d >= len(t.dims):
+                continue
+            if t.closed[d]:
+                fixed.update(factors)
+            elif t.dims[d]:
+                # Overflow: the factors took less of the dimension's axes than it has.
+                parts = split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])
+                if size_of(tuple(r for p in parts for r in p)) < size_of(t.dims[d]):
+                    fixed.update(factors)
+        out.append(fixed)
     return out
 
 
@@ -144,23 +168,6 @@ def _factor_axes(g: ShardingGraph, step: Step, proj, ways: tuple[str, ...], roun
             if f in proj[k] and (round_priority is None or _dims_active(g, step.tensors[k], step, f, round_priority)):
                 axes, can = compatible_major(axes, proj[k][f], can)
         result.append(axes)
-    # Conflicts within a factor: replicated axes and dimensions that cannot grow.
-    for k, per in enumerate(proj):
-        t = g.tensors[step.tensors[k]]
-        for f, existing in per.items():
-            def keep(ref, size, f=f, existing=existing, t=t, k=k):
-                for r in t.replicated:
-                    ref = prefix_without_overlap(ref, r)
-                    if ref is None:
-                        return None
-                if any(is_prefix_axis(ref, e) for e in existing):
-                    return ref
-                if _minor_most(step, k, f) or rule.factor_sizes[f] % size == 0:
-                    return ref
-                if existing and is_prefix_axis(existing[-1], ref):
-                    return existing[-1]
-                return None
-            result[f] = _truncate(result[f], keep)
     # Conflicts across factors: an axis may shard only one factor of a tensor.
     snapshot = list(result)
     for per in proj:
@@ -180,6 +187,38 @@ def _factor_axes(g: ShardingGraph, step: Step, proj, ways: tuple[str, ...], roun
     return result
 
 
+def _within_factor(g: ShardingGraph, step: Step, k: int, f: int, axes: Axes, existing: Axes, fixed: set[int]) -> Axes:
+    """Shardy's ``compatiblePrefixNoConflictsWithinFactor`` for one tensor (the
+    aggressive strategy resolves these per tensor): the candidate axes less what
+    the tensor replicates, and, where its factor cannot take a new axis (a closed
+    dimension, overflowing axes), only what it already holds; otherwise only the
+    part of an axis that divides what is left of a major factor."""
+    t = g.tensors[step.tensors[k]]
+    factor_size = step.rule.factor_sizes[f]
+
+    def keep(ref, size):
+        for r in t.replicated:
+            ref = prefix_without_overlap(ref, r)
+            if ref is None:
+                return None
+        if any(is_prefix_axis(ref, e) for e in existing):
+            return ref
+        if f not in fixed:
+            if _minor_most(step, k, f):
+                return ref
+            prev = size // ref[2]
+            if factor_size % prev == 0:
+                part = gcd(factor_size // prev, ref[2])
+                if part == ref[2]:
+                    return ref
+                if part != 1:
+                    return (ref[0], ref[1], part)
+        if existing and is_prefix_axis(existing[-1], ref):
+            return existing[-1]
+        return None
+    return _truncate(axes, keep)
+
+
 def _active(t: Tensor, d: int, round_priority: int | None) -> bool:
     p = t.priority[d]
     return round_priority is None or p is None or p <= round_priority
@@ -188,13 +227,44 @@ def _active(t: Tensor, d: int, round_priority: int | None) -> bool:
 def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: int | None) -> bool:
     """One propagation step; ``round_priority`` is None when the program states no
     priorities (every sharding takes part)."""
-    rule = step.rule
     if not any(any(g.tensors[t].dims) for t in step.tensors) or all(w == NONE for w in ways):
         return False
+    mesh = common_mesh(g, step)
+    if mesh is False:
+        return False
     if step.manual_axes is not None:
-        return _apply_manual_boundary(g, step)
+        changed = _apply_manual_boundary(g, step)
+    else:
+        changed = _apply_rule(g, step, ways, round_priority)
+    if changed and mesh is not None:
+        for tid in step.tensors:
+            t = g.tensors[tid]
+            if (t.mesh is None or not t.mesh.axes) and any(t.dims):
+                t.mesh = mesh
+    return changed
+
+
+def common_mesh(g: ShardingGraph, step: Step):
+    """Shardy's ``getCommonMeshOrRef``: the one mesh the step's shardings are on,
+    empty meshes aside; False where two differ (the op is not propagated through),
+    None where none is stated."""
+    mesh = None
+    for tid in step.tensors:
+        other = g.tensors[tid].mesh
+        if other is None:
+            continue
+        if mesh is None or (not mesh.axes and not mesh.device_ids):
+            mesh = other
+        elif (other.axes or other.device_ids) and other != mesh:
+            return False
+    return mesh
+
+
+def _apply_rule(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: int | None) -> bool:
+    rule = step.rule
     proj = _projection(g, step)
     chosen = _factor_axes(g, step, proj, ways, round_priority)
+    fixed = _fixed_factors(g, step)
     changed = False
     for k, (tid, dims) in enumerate(zip(step.tensors, rule.maps)):
         t = g.tensors[tid]
@@ -207,27 +277,18 @@ def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: 
                 way = ways[f]
                 may_update = way == BOTH or (way == FORWARD and not is_operand) or (way == BACKWARD and is_operand)
                 current = proj[k].get(f, ())
-                parts.append(chosen[f] if may_update and is_prefix(current, chosen[f]) else current)
+                axes = _within_factor(g, step, k, f, chosen[f], current, fixed[k]) if may_update else current
+                parts.append(axes if is_prefix(current, axes) else current)
             new = join_factors(parts, [rule.factor_sizes[f] for f in factors])
-            if new == t.dims[d] or not is_prefix(t.dims[d], new):
-                continue
-            others = [r for e, axes in enumerate(t.dims) if e != d for r in axes]
-            keep = list(t.dims[d])
-            for ref in new[len(t.dims[d]):]:
-                if any(overlaps(ref, o) for o in others) or any(overlaps(ref, r) for r in t.replicated):
-                    break
-                keep.append(ref)
-            if tuple(keep) != t.dims[d]:
-                t.dims[d] = tuple(keep)
-                src = _source_tensor(g, step, proj, factors, chosen, tid)
-                t.parent[d] = (src, step.id) if src is not None else None
-                changed = True
+            changed |= _grow(t, d, new, step,
+                             lambda f=factors, tid=tid: _source_tensor(g, step, proj, f, chosen, tid))
     return changed
 
 
-def _grow(g: ShardingGraph, t: Tensor, d: int, new: Axes, source: int, step: Step) -> bool:
+def _grow(t: Tensor, d: int, new: Axes, step: Step, source_of) -> bool:
     """Extend dimension ``d`` of ``t`` to ``new`` where it only adds axes that are
-    free in the tensor (not on another dimension, not replicated)."""
+    free in the tensor (not on another dimension, not replicated); the parent link
+    names ``source_of()``, asked only when the dimension grew."""
     if t.closed[d] or new == t.dims[d] or not is_prefix(t.dims[d], new):
         return False
     others = [r for e, axes in enumerate(t.dims) if e != d for r in axes]
@@ -239,7 +300,8 @@ def _grow(g: ShardingGraph, t: Tensor, d: int, new: Axes, source: int, step: Ste
     if tuple(keep) == t.dims[d]:
         return False
     t.dims[d] = tuple(keep)
-    t.parent[d] = (source, step.id)
+    source = source_of()
+    t.parent[d] = (source, step.id) if source is not None else None
     return True
 
 
@@ -252,8 +314,8 @@ def _apply_manual_boundary(g: ShardingGraph, step: Step) -> bool:
     for d in range(len(outer.dims)):
         manual_part = tuple(r for r in outer.dims[d] if r[0] in manual)
         free_part = tuple(r for r in outer.dims[d] if r[0] not in manual)
-        changed |= _grow(g, inner, d, free_part, outer.id, step)
-        changed |= _grow(g, outer, d, manual_part + inner.dims[d], inner.id, step)
+        changed |= _grow(inner, d, free_part, step, lambda: outer.id)
+        changed |= _grow(outer, d, manual_part + inner.dims[d], step, lambda: inner.id)
     return changed
 
 

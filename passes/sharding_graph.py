@@ -19,6 +19,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from .axes import Axes, AxisRef
+from .device_groups import MeshInfo
 from .hlo_shapes import mlir_dtype_to_hlo
 from .models import SourceLocation
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -60,6 +61,7 @@ class Tensor:
     compare: bool = True  # counted in agreement (constants and virtual holders are not)
     parent: list[tuple[int, int] | None] = field(default_factory=list)  # per dim: (tensor, step) it came from
     via: SourceLocation | None = None  # the library line the op went through
+    mesh: MeshInfo | None = None  # the mesh its sharding is on (None: not stated, nor propagated yet)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ class Step:
     # A shard_map boundary (tensors: the global view, the body's view): the body's
     # sharding is the global one less these manual axes.
     manual_axes: frozenset[str] | None = None
+    # An sdy.propagation_barrier's allowed direction ("forward", "backward", "none",
+    # "both"), in place of the op-priority schedule.
+    allowed_direction: str | None = None
 
 
 @dataclass
@@ -186,7 +191,8 @@ class _Builder:
     def seed(self, tid: int, attr: ir.Attribute, what: str, drop_axes: frozenset[str] = frozenset()) -> None:
         s = sdy.TensorShardingAttr(attr)
         t = self.g.tensors[tid]
-        sizes = dict(mesh_of_sharding(s, self.meshes).axes) or self.g.axis_sizes
+        t.mesh = mesh_of_sharding(s, self.meshes)
+        sizes = dict(t.mesh.axes) or self.g.axis_sizes
         # Shardy's import removes axes of size 1 (sdy-remove-size-one-axes).
         drop_axes = drop_axes | {name for name, size in sizes.items() if size == 1}
         for d, dim in enumerate(read_dims(s)[: len(t.shape)]):
@@ -335,6 +341,16 @@ class _Builder:
                 self.edge(name, [a, b], loc)
         elif name == "sdy.manual_computation":
             self.manual(op, operands, results)
+        elif name == "sdy.propagation_barrier" and operands[0] is not None and results[0] is not None:
+            # Shardy's PropagationDirection enum, printed as its integer.
+            allowed = ("none", "forward", "backward", "both")[ir.IntegerAttr(attrs["allowed_direction"]).value]
+            source, via = self.where(loc)
+            shape = self.g.tensors[results[0]].shape
+            self.g.steps.append(Step(
+                id=len(self.g.steps), op=name, tensors=(operands[0], results[0]), n_operands=1,
+                rule=_identity_rule(shape, 2), source=source, via=via, is_edge=True,
+                allowed_direction=allowed,
+            ))
         elif name == "func.call":
             self.call(op, results, before_body=False)
         elif "sdy.sharding_rule" in attrs:
