@@ -10,13 +10,14 @@ Conflict policy, in Shardy's documented hierarchy:
 1. user priorities: in round ``i`` only dimension shardings with priority
    ``<= i`` (or none) act as seeds; a dimension with a later priority is not
    overwritten before its round;
-2. op priority: pass-through ops (elementwise: every tensor maps each factor to
-   the same dimension) and data-flow edges run to a fixpoint first, then all ops;
-3. per factor, the longest sharding every candidate is compatible with (one is
-   a prefix of the other) wins; when candidates conflict, the one of largest
-   total size wins (ties: the earliest tensor, operands before results), and the
-   tensors it conflicts with keep their sharding: that is where communication
-   is predicted;
+2. op priority: Shardy's five-level schedule (see ``direction``), each level
+   run to a fixpoint;
+3. Shardy's aggressive strategy per step: per factor the longest sharding every
+   tensor is compatible with (one is a prefix of the other); results before
+   operands, each tensor takes it factor by factor, the factor whose source
+   tensor is largest first, truncated where it conflicts within the factor for
+   that tensor or with the tensor's other factors; tensors that conflict keep
+   their sharding: that is where communication is predicted;
 4. never: an axis twice in one tensor, an explicitly replicated axis, a change to
    a closed dimension, propagation along a need-replication or blocked factor.
 
@@ -26,7 +27,7 @@ Shardings only grow, so the fixpoint is reached.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, prod
 
 from .axes import (
     Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, merge_adjacent, overlaps,
@@ -47,7 +48,7 @@ class PropagationStats:
 BOTH, FORWARD, BACKWARD, NONE = "both", "forward", "backward", "none"
 _PASS_THROUGH_OPS = ("stablehlo.reshape", "stablehlo.transpose")
 _FORWARD_ONLY_OPS = ("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice")
-LEVELS = 3
+LEVELS = 5
 
 
 def _union(a: str, b: str) -> str:
@@ -63,21 +64,28 @@ def _pass_through_factor(step: Step, f: int) -> bool:
 
 
 def direction(step: Step, f: int, level: int) -> str:
-    """Shardy's op-priority schedule, cumulative over levels:
-    0: elementwise ops, reshapes, transposes and data-flow edges both ways;
-       dynamic slices forward;
-    1: also the pass-through factors of any op (broadcasts only backward);
-    2: everything, both ways."""
+    """Shardy's op-priority schedule (``opPropagationSchedule``), cumulative over levels:
+    0: elementwise ops, reshapes, transposes and data-flow edges both ways, dynamic
+       slices forward, but none of them where an operand has several uses;
+    1: the same whatever the uses;
+    2: also the pass-through factors of any op (broadcasts only backward);
+    3: every op, broadcasts only backward;
+    4: everything, both ways."""
     if step.allowed_direction is not None:
         return step.allowed_direction
     out = NONE
-    if step.is_edge or step.rule.pass_through or step.op in _PASS_THROUGH_OPS:
-        out = BOTH
-    elif step.op in _FORWARD_ONLY_OPS:
-        out = FORWARD
-    if level >= 1 and _pass_through_factor(step, f):
-        out = _union(out, BACKWARD if step.op == "stablehlo.broadcast_in_dim" else BOTH)
-    if level >= 2:
+    pass_through = step.is_edge or step.rule.pass_through or step.op in _PASS_THROUGH_OPS
+    if level >= 1 or not step.multi_use:
+        if pass_through:
+            out = BOTH
+        elif step.op in _FORWARD_ONLY_OPS:
+            out = FORWARD
+    broadcast = step.op == "stablehlo.broadcast_in_dim"
+    if level >= 2 and _pass_through_factor(step, f):
+        out = _union(out, BACKWARD if broadcast else BOTH)
+    if level >= 3:
+        out = _union(out, BACKWARD if broadcast else BOTH)
+    if level >= 4:
         out = BOTH
     return out
 
@@ -168,22 +176,6 @@ def _factor_axes(g: ShardingGraph, step: Step, proj, ways: tuple[str, ...], roun
             if f in proj[k] and (round_priority is None or _dims_active(g, step.tensors[k], step, f, round_priority)):
                 axes, can = compatible_major(axes, proj[k][f], can)
         result.append(axes)
-    # Conflicts across factors: an axis may shard only one factor of a tensor.
-    snapshot = list(result)
-    for per in proj:
-        for f in per:
-            def keep(ref, _size, f=f, per=per):
-                if any(is_prefix_axis(ref, e) for e in per[f]):
-                    return ref  # the tensor already holds it on this factor: that wins
-                for g2, other in per.items():
-                    if g2 == f:
-                        continue
-                    for o in (*other, *snapshot[g2]):
-                        ref = prefix_without_overlap(ref, o)
-                        if ref is None:
-                            return None
-                return ref
-            result[f] = _truncate(result[f], keep)
     return result
 
 
@@ -260,29 +252,80 @@ def common_mesh(g: ShardingGraph, step: Step):
     return mesh
 
 
+_ELEMENTWISE_SDY_OPS = ("sdy.sharding_constraint", "sdy.propagation_barrier", "sdy.reshard")
+
+
+def _factor_order(g: ShardingGraph, step: Step, proj, candidates: list[Axes], elementwise: bool) -> list[int]:
+    """Shardy's aggressive order of factors: the largest source tensor first (a
+    tensor that already holds the candidate axes; its size is the product of its
+    factors), then for elementwise ops the most sharded factor, then the earliest
+    source tensor, then the factor index."""
+    sizes = step.rule.factor_sizes
+    source = [(-1, -1)] * len(sizes)  # (tensor size, tensor index)
+    for k, per in enumerate(proj):
+        tensor_size = prod(sizes[f] for f in per)
+        for f, axes in per.items():
+            if candidates[f] and is_prefix(candidates[f], axes) and tensor_size > source[f][0]:
+                source[f] = (tensor_size, k)
+    return sorted(range(len(sizes)), key=lambda f: (
+        -source[f][0], -size_of(candidates[f]) if elementwise else 0, source[f][1], f))
+
+
 def _apply_rule(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: int | None) -> bool:
+    """Shardy's aggressive factor propagation: per factor the axes every tensor is
+    compatible with; then results before operands, each tensor takes them factor
+    by factor in ``_factor_order``, truncated where they conflict within the
+    factor (for this tensor) or with its other factors (as updated so far); an
+    elementwise op's operand takes no more than a result holds."""
     rule = step.rule
     proj = _projection(g, step)
-    chosen = _factor_axes(g, step, proj, ways, round_priority)
+    candidates = _factor_axes(g, step, proj, ways, round_priority)
+    if not any(candidates):
+        return False
     fixed = _fixed_factors(g, step)
+    elementwise = not step.is_edge and rule.pass_through or step.op in _ELEMENTWISE_SDY_OPS
+    order = _factor_order(g, step, proj, candidates, elementwise)
+    n_ops = step.n_operands
+    updated = [dict(per) for per in proj]
+    for k in [*range(n_ops, len(step.tensors)), *range(n_ops)]:
+        t = g.tensors[step.tensors[k]]
+        per = updated[k]
+        held = {r for axes in t.dims for r in axes}
+        for f in order:
+            if f not in per or not candidates[f]:
+                continue
+            new = _within_factor(g, step, k, f, candidates[f], per[f], fixed[k])
+            if not (is_prefix(per[f], new) and len(new) > len(per[f])):
+                continue
+            others = [r for f2, axes in per.items() if f2 != f for r in axes] + \
+                [r for r in held if r not in per[f]]
+            new = _truncate(new, lambda ref, _size: _without_overlap(ref, others))
+            if elementwise and k < n_ops:
+                for res in updated[n_ops:]:
+                    if f in res and is_prefix(res[f], new) and len(new) > len(res[f]):
+                        new = res[f]
+            if is_prefix(per[f], new) and len(new) > len(per[f]):
+                per[f] = new
     changed = False
     for k, (tid, dims) in enumerate(zip(step.tensors, rule.maps)):
         t = g.tensors[tid]
-        is_operand = k < step.n_operands
         for d, factors in enumerate(dims):
-            if not factors or t.closed[d] or (not _active(t, d, round_priority) and t.dims[d]):
+            if not factors or (not _active(t, d, round_priority) and t.dims[d]):
                 continue
-            parts = []
-            for f in factors:
-                way = ways[f]
-                may_update = way == BOTH or (way == FORWARD and not is_operand) or (way == BACKWARD and is_operand)
-                current = proj[k].get(f, ())
-                axes = _within_factor(g, step, k, f, chosen[f], current, fixed[k]) if may_update else current
-                parts.append(axes if is_prefix(current, axes) else current)
-            new = join_factors(parts, [rule.factor_sizes[f] for f in factors])
+            if all(updated[k].get(f, ()) == proj[k].get(f, ()) for f in factors):
+                continue
+            new = join_factors([updated[k].get(f, ()) for f in factors], [rule.factor_sizes[f] for f in factors])
             changed |= _grow(t, d, new, step,
-                             lambda f=factors, tid=tid: _source_tensor(g, step, proj, f, chosen, tid))
+                             lambda f=factors, tid=tid: _source_tensor(g, step, proj, f, candidates, tid))
     return changed
+
+
+def _without_overlap(ref: AxisRef, others) -> AxisRef | None:
+    for other in others:
+        ref = prefix_without_overlap(ref, other)
+        if ref is None:
+            return None
+    return ref
 
 
 def _grow(t: Tensor, d: int, new: Axes, step: Step, source_of) -> bool:

@@ -80,6 +80,9 @@ class Step:
     # An sdy.propagation_barrier's allowed direction ("forward", "backward", "none",
     # "both"), in place of the op-priority schedule.
     allowed_direction: str | None = None
+    # An operand (not a scalar, not a constant expression, which Shardy splits per
+    # use) has several uses: the op-priority schedule defers such ops.
+    multi_use: bool = False
 
 
 @dataclass
@@ -145,6 +148,7 @@ class _Builder:
             for op in module.body.operations if op.operation.name == "func.func"
         }
         self.returns: dict[str, list[int]] = {}
+        self.constants: dict = {}  # ir.Value -> whether it is a constant expression
         # Ops of a private function carry no file location of their own; they are
         # reported at the line that called the function.
         self.call_sites: dict[str, SourceLocation | None] = {}
@@ -205,14 +209,42 @@ class _Builder:
         )
         t.seed = what
 
-    def step(self, op: str, tensors: list[int | None], n_operands: int, rule: FactorRule, loc, edge=False) -> None:
+    def step(self, op: str, tensors: list[int | None], n_operands: int, rule: FactorRule, loc, edge=False,
+             multi_use: bool = False) -> None:
         if any(t is None for t in tensors):
             return
         source, via = self.where(loc)
         self.g.steps.append(Step(
             id=len(self.g.steps), op=op, tensors=tuple(tensors), n_operands=n_operands, rule=rule,
-            source=source, via=via, is_edge=edge,
+            source=source, via=via, is_edge=edge, multi_use=multi_use,
         ))
+
+    def multi_use(self, op) -> bool:
+        """Whether an operand of ``op`` that Shardy would not split has several uses."""
+        for v in op.operands:
+            if not isinstance(v.type, ir.RankedTensorType) or not ir.RankedTensorType(v.type).shape:
+                continue
+            if self.constant_expression(v):
+                continue
+            if sum(1 for _ in v.uses) > 1:
+                return True
+        return False
+
+    def constant_expression(self, value) -> bool:
+        """A constant, an iota, or a region-free op of constant expressions: Shardy's
+        import gives each use its own copy (sdy-constant-or-scalar-splitter)."""
+        hit = self.constants.get(value)
+        if hit is None:
+            owner = value.owner
+            if isinstance(owner, ir.Block) or not hasattr(owner, "name"):
+                hit = False
+            elif owner.name in ("stablehlo.constant", "sdy.constant", "stablehlo.iota"):
+                hit = True
+            else:
+                operands = list(owner.operands)
+                hit = bool(operands) and not owner.regions and all(self.constant_expression(v) for v in operands)
+            self.constants[value] = hit
+        return hit
 
     def edge(self, op: str, members: list[int | None], loc) -> None:
         members = [m for m in members if m is not None]
@@ -354,7 +386,8 @@ class _Builder:
         elif name == "func.call":
             self.call(op, results, before_body=False)
         elif "sdy.sharding_rule" in attrs:
-            self.step(name, operands + results, len(operands), _rule(attrs["sdy.sharding_rule"]), loc)
+            self.step(name, operands + results, len(operands), _rule(attrs["sdy.sharding_rule"]), loc,
+                      multi_use=self.multi_use(op))
         elif name not in ("stablehlo.constant", "sdy.constant", "stablehlo.return", "sdy.return") and results:
             self.g.without_rule.append(name)
 
