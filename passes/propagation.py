@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from math import gcd, prod
 
 from .axes import (
-    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, merge_adjacent, overlaps,
+    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, overlaps,
     prefix_without_overlap, size_of, split_for_factors,
 )
+from .function_boundaries import common_mesh, export_boundaries
 from .sharding_graph import ShardingGraph, Step, Tensor
 
 MAX_SWEEPS = 64
@@ -236,22 +237,6 @@ def _apply(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_priority: 
     return changed
 
 
-def common_mesh(g: ShardingGraph, step: Step):
-    """Shardy's ``getCommonMeshOrRef``: the one mesh the step's shardings are on,
-    empty meshes aside; False where two differ (the op is not propagated through),
-    None where none is stated."""
-    mesh = None
-    for tid in step.tensors:
-        other = g.tensors[tid].mesh
-        if other is None:
-            continue
-        if mesh is None or (not mesh.axes and not mesh.device_ids):
-            mesh = other
-        elif (other.axes or other.device_ids) and other != mesh:
-            return False
-    return mesh
-
-
 _ELEMENTWISE_SDY_OPS = ("sdy.sharding_constraint", "sdy.propagation_barrier", "sdy.reshard")
 
 
@@ -418,41 +403,3 @@ def propagate(g: ShardingGraph) -> PropagationStats:
             _fixpoint(g, level, p, users, table, stats)
     export_boundaries(g)
     return PropagationStats(rounds=len(priorities), sweeps=stats[0], step_visits=stats[1])
-
-
-def evenly_sharded(axes: Axes, dim_size: int) -> Axes:
-    """The largest major part of a dimension's axes that divides its size (Shardy's
-    ``getEvenlySharded``): whole axes while they divide, then one sub-axis at most."""
-    if dim_size % size_of(axes) == 0:
-        return axes
-    out: list[AxisRef] = []
-    remaining = dim_size
-    for name, pre, size in axes:
-        part = gcd(size, remaining)
-        if part == 1:
-            break
-        out.append((name, pre, part))
-        if part != size:
-            break
-        remaining //= part
-    return tuple(out)
-
-
-def export_boundaries(g: ShardingGraph) -> None:
-    """Shardy's export at function boundaries: every function's arguments and every
-    call's results are made to divide their shape (padding stays inside a
-    function), and the main function's open argument shardings drop sub-axes and
-    what follows them (``sdy-remove-sub-axes-in-input-output-shardings``)."""
-    for tid in [t for t, _ in g.function_args] + g.call_results:
-        t = g.tensors[tid]
-        t.dims = [evenly_sharded(merge_adjacent(axes), size) for axes, size in zip(t.dims, t.shape)]
-    for tid, func in g.function_args:
-        if func != g.entry:
-            continue
-        t = g.tensors[tid]
-        for d, axes in enumerate(t.dims):
-            if t.closed[d]:
-                continue
-            whole = [ref for ref in axes if ref[1] == 1 and ref[2] == g.axis_sizes.get(ref[0])]
-            n = next((i for i, ref in enumerate(axes) if ref not in whole), len(axes))
-            t.dims[d] = axes[:n]
