@@ -320,15 +320,13 @@ def device_kind_summary() -> str:
 def _name_for_xla(module: ir.Module) -> None:
     """XLA's import wants a named module whose entry is ``@main``: a module written
     by hand (or by another tool) may have neither, which is no reason to refuse it."""
-    from ..passes.stablehlo_module import entry_function
+    from ..passes.stablehlo_module import entry_function, functions
 
     attrs = module.operation.attributes
     with module.context:
         if "sym_name" not in attrs:
             attrs["sym_name"] = ir.StringAttr.get("module")
-        names = [ir.StringAttr(op.operation.attributes["sym_name"]).value
-                 for op in module.body.operations if op.operation.name == "func.func"]
-        if "main" not in names:
+        if "main" not in functions(module):
             entry = entry_function(module)
             old = ir.StringAttr(entry.operation.attributes["sym_name"]).value
             ir.SymbolTable.replace_all_symbol_uses(old, "main", module.operation)

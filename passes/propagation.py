@@ -97,42 +97,26 @@ def direction_table(steps: list[Step]) -> list[list[tuple[str, ...]]]:
             for s in steps]
 
 
-def _projection(g: ShardingGraph, step: Step) -> list[dict[int, Axes]]:
-    """Per tensor of the step: each factor's axes."""
+def _projection(g: ShardingGraph, step: Step) -> tuple[list[dict[int, Axes]], list[set[int]]]:
+    """Per tensor of the step: each factor's axes, and the factors that cannot take
+    a new axis (those of a closed dimension, and of a dimension whose axes
+    overflow its factors: the factors took less of them than it has)."""
     rule = step.rule
-    out = []
+    out, fixed_out = [], []
     for tid, dims in zip(step.tensors, rule.maps):
         t = g.tensors[tid]
         per: dict[int, Axes] = {}
-        for d, factors in enumerate(dims):
-            if not factors or d >= len(t.dims):
-                continue
-            for f, axes in zip(factors, split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])):
-                per[f] = axes
-        out.append(per)
-    return out
-
-
-def _fixed_factors(g: ShardingGraph, step: Step) -> list[set[int]]:
-    """Per tensor of the step, the factors that cannot take a new axis: those of a
-    closed dimension, and those of a dimension whose axes overflow its factors."""
-    rule = step.rule
-    out: list[set[int]] = []
-    for tid, dims in zip(step.tensors, rule.maps):
-        t = g.tensors[tid]
         fixed: set[int] = set()
         for d, factors in enumerate(dims):
             if not factors or d >= len(t.dims):
                 continue
-            if t.closed[d]:
+            parts = split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])
+            per.update(zip(factors, parts))
+            if t.closed[d] or size_of(tuple(r for part in parts for r in part)) < size_of(t.dims[d]):
                 fixed.update(factors)
-            elif t.dims[d]:
-                # Overflow: the factors took less of the dimension's axes than it has.
-                parts = split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])
-                if size_of(tuple(r for p in parts for r in p)) < size_of(t.dims[d]):
-                    fixed.update(factors)
-        out.append(fixed)
-    return out
+        out.append(per)
+        fixed_out.append(fixed)
+    return out, fixed_out
 
 
 def _minor_most(step: Step, k: int, f: int) -> bool:
@@ -263,11 +247,10 @@ def _apply_rule(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_prior
     factor (for this tensor) or with its other factors (as updated so far); an
     elementwise op's operand takes no more than a result holds."""
     rule = step.rule
-    proj = _projection(g, step)
+    proj, fixed = _projection(g, step)
     candidates = _factor_axes(g, step, proj, ways, round_priority)
     if not any(candidates):
         return False
-    fixed = _fixed_factors(g, step)
     elementwise = not step.is_edge and rule.pass_through or step.op in _ELEMENTWISE_SDY_OPS
     order = _factor_order(g, step, proj, candidates, elementwise)
     n_ops = step.n_operands

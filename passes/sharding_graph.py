@@ -24,8 +24,8 @@ from .hlo_shapes import mlir_dtype_to_hlo
 from .models import SourceLocation
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .stablehlo_module import (
-    attribution_of_location, dim_axes, main_mesh, mesh_of_sharding, op_name_of_location, read_dims, read_meshes,
-    source_of_location,
+    attribution_of_location, dim_axes, functions, main_mesh, mesh_of_sharding, op_name_of_location, read_dims,
+    read_meshes, source_of_location,
 )
 
 
@@ -143,10 +143,7 @@ class _Builder:
             axis_sizes=dict(mesh.axes) if mesh else {}, mesh_axes=tuple(mesh.names) if mesh else (),
         )
         self.module = module
-        self.funcs = {
-            ir.StringAttr(op.operation.attributes["sym_name"]).value: op
-            for op in module.body.operations if op.operation.name == "func.func"
-        }
+        self.funcs = functions(module)
         self.returns: dict[str, list[int]] = {}
         self.constants: dict = {}  # ir.Value -> whether it is a constant expression
         # Ops of a private function carry no file location of their own; they are

@@ -11,7 +11,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
 from .axes import Axes, label, merge_adjacent
-from .stablehlo_module import dim_axes, read_dims
+from .stablehlo_module import dim_axes, functions, read_dims
 
 POPULATE_RULES = "builtin.module(func.func(sdy-populate-op-sharding-rules))"
 SHARDY_PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
@@ -39,9 +39,8 @@ def _first_diagnostic(error: Exception) -> str:
 def check_runs_in_shardy(module: ir.Module) -> None:
     """Module shapes that Shardy's pipeline does not diagnose but aborts the process
     on (an ``SDY_CHECK``): refused here, before the pipeline runs."""
-    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
-    names = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in funcs}
-    if len(funcs) > 1 and "main" not in names:
+    funcs = functions(module)
+    if len(funcs) > 1 and "main" not in funcs:
         # getMainFuncOrDie: with several functions Shardy's pipeline needs one named main.
         raise ShardyRejected(f"{len(funcs)} functions and none named main (Shardy's pipeline needs @main "
                              "when a module has several functions)")
@@ -89,13 +88,6 @@ def walk_ops(block):
                 yield from walk_ops(inner)
 
 
-def _functions(module: ir.Module) -> dict:
-    return {
-        ir.StringAttr(op.operation.attributes["sym_name"]).value: op
-        for op in module.body.operations if op.operation.name == "func.func"
-    }
-
-
 def tagged_clone(module: ir.Module) -> ir.Module:
     """A copy whose every op inside a function carries ``OP_ID``: its index in
     ``walk_ops`` over the functions in module order."""
@@ -103,7 +95,7 @@ def tagged_clone(module: ir.Module) -> ir.Module:
     with out.context:
         i64 = ir.IntegerType.get_signless(64)
         index = 0
-        for fn in _functions(out).values():
+        for fn in functions(out).values():
             for op in walk_ops(fn.regions[0].blocks[0]):
                 op.operation.attributes[OP_ID] = ir.IntegerAttr.get(i64, index)
                 index += 1
@@ -140,7 +132,7 @@ def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes_of) -> PairedValu
     """Pair our module's values with Shardy's output of its ``tagged_clone``.
     ``axis_sizes_of(attr)`` gives the axis sizes of the mesh a sharding names."""
     by_id: dict[int, list] = {}
-    for fn in _functions(theirs).values():
+    for fn in functions(theirs).values():
         for op in walk_ops(fn.regions[0].blocks[0]):
             if OP_ID in op.attributes:
                 by_id.setdefault(ir.IntegerAttr(op.attributes[OP_ID]).value, []).append(op)
@@ -150,9 +142,9 @@ def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes_of) -> PairedValu
 
     shardings: dict = {}
     not_paired: dict = {}
-    theirs_funcs = _functions(theirs)
+    theirs_funcs = functions(theirs)
     index = 0
-    for name, fn in _functions(ours).items():
+    for name, fn in functions(ours).items():
         other = theirs_funcs.get(name)
         attrs = list(other.arg_attrs) if other is not None and "arg_attrs" in other.operation.attributes else []
         for i, arg in enumerate(fn.regions[0].blocks[0].arguments):

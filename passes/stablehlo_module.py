@@ -133,13 +133,20 @@ def mesh_of_sharding(sharding: sdy.TensorShardingAttr, meshes: dict[str, MeshInf
                     tuple(int(d) for d in attr.device_ids) or None)
 
 
+def functions(module: ir.Module) -> dict:
+    """The module's ``func.func``s by name, in module order."""
+    return {
+        ir.StringAttr(op.operation.attributes["sym_name"]).value: op
+        for op in module.body.operations if op.operation.name == "func.func"
+    }
+
+
 def entry_function(module: ir.Module):
-    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
-    for op in funcs:
-        if ir.StringAttr(op.operation.attributes["sym_name"]).value == "main":
-            return op
+    funcs = functions(module)
+    if "main" in funcs:
+        return funcs["main"]
     public = [
-        op for op in funcs
+        op for op in funcs.values()
         if "sym_visibility" not in op.operation.attributes
         or ir.StringAttr(op.operation.attributes["sym_visibility"]).value == "public"
     ]
