@@ -12,6 +12,16 @@ from .errors import ShardLintInputError
 from .gpu_targets import PLATFORMS
 
 from .commands import EXIT_INPUT, EXIT_INTERNAL
+from .isolation import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
+
+
+def _check_timeout(args: argparse.Namespace) -> None:
+    """A positive, finite number of seconds: nan, inf, 0 and -1 would each disable the limit."""
+    import math
+
+    value = getattr(args, "timeout", None)
+    if value is not None and not (math.isfinite(value) and 0 < value <= 7 * 24 * 3600):
+        raise ShardLintInputError("--timeout", f"must be a positive number of seconds (at most a week), got {value}")
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -72,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show Python tracebacks for errors")
+    debug.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                       help=f"stop after this long and exit 2 (default {DEFAULT_TIMEOUT_S:g}); the command runs in a "
+                       "child process, so a hang or crash in the script or in XLA is one line too")
+    # `run`'s --timeout has always meant the script's limit; its parser takes it below.
+    run_parent = argparse.ArgumentParser(add_help=False)
+    run_parent.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                            help="show Python tracebacks for errors")
 
     lint = sub.add_parser("lint", parents=[debug], help="lower and compile a script's targets and report findings")
     lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
@@ -80,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
-    runp = sub.add_parser("run", parents=[debug],
+    runp = sub.add_parser("run", parents=[run_parent],
                           help="run an unmodified script as __main__ and lint every program it compiles")
     runp.add_argument("script", help="the script to run")
     runp.add_argument("args", nargs="*", metavar="ARGS",
@@ -90,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--all", action="store_true", help="include single-device programs (eager ops)")
     runp.add_argument("--devices", type=int, default=None, metavar="N",
                       help="give the script N virtual CPU devices (sets XLA's host device count)")
-    runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="stop the script after this long")
+    runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                      help="stop the script after this long and report what it compiled (the analysis after it "
+                      f"gets {RUN_ANALYSIS_MARGIN_S:g} s more; default: {DEFAULT_TIMEOUT_S:g} s in all)")
     _add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
     _add_output_args(runp)
@@ -225,27 +244,63 @@ def check_output_path(args: argparse.Namespace) -> None:
         raise ShardLintInputError("-o", f"the folder {parent} does not exist")
 
 
+def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = build_parser()
+    # Everything after the first -- belongs to the script that `run` runs.
+    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if getattr(args, "command", None) == "run":
+        args.args = list(args.args) + passthrough
+    return parser, args
+
+
+def _first_input(args: argparse.Namespace) -> str:
+    """The file a crash or a timeout is reported against until the child names one."""
+    for value in (getattr(args, "script", None), *(getattr(args, "paths", None) or []),
+                  getattr(args, "baseline", None)):
+        if value:
+            return value
+    return args.command
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The console script: parse the arguments here, run the command in a
+    supervised child (see isolation.py)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, args = _parse(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_INPUT
+    if in_process():
+        return run_command(argv)
+    try:
+        _check_timeout(args)
+    except ShardLintInputError as e:
+        print(f"jax-shard-lint: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.command == "run":
+        limit = (args.timeout + RUN_ANALYSIS_MARGIN_S) if args.timeout else DEFAULT_TIMEOUT_S
+    else:
+        limit = args.timeout or DEFAULT_TIMEOUT_S
+    return supervise(argv, _first_input(args), limit, args.debug)
+
+
+def run_command(argv: list[str]) -> int:
+    """The command itself, in this process (the supervised child, and the tests)."""
     # XLA logs every dump and device at INFO on stderr; keep warnings and errors.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from .native_stderr import quiet_native_stderr
 
     with quiet_native_stderr():
         import jax  # noqa: F401  (loading JAX's plugins is where native code writes to stderr)
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Everything after the first -- belongs to the script that `run` runs.
-    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
-    args = parser.parse_args(argv)
-    if getattr(args, "command", None) == "run":
-        args.args = list(args.args) + passthrough
+    parser, args = _parse(argv)
     if not args.command:
         parser.print_help()
         return EXIT_INPUT
     try:
         from .commands import COMMANDS
 
+        _check_timeout(args)
         check_output_path(args)
         return COMMANDS[args.command](args)
     except ShardLintInputError as e:
@@ -255,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except RecursionError as e:  # a structure nested past Python's stack, in input no reader bounded
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: error: {_first_input(args)}: nested too deeply to analyse ({e})", file=sys.stderr)
+        return EXIT_INPUT
     except Exception as e:  # a bug in jax-shard-lint, not in the input
         if args.debug:
             traceback.print_exc()

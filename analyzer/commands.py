@@ -29,8 +29,12 @@ def _settings(args: argparse.Namespace):
         # The script's folder is the user's code (helper modules beside it included).
         settings.user_roots.append(os.path.dirname(os.path.abspath(script_path)))
     if getattr(args, "devices", None) is not None:
+        from .input_limits import MAX_DEVICES
+
         if args.devices < 1:
             raise ShardLintInputError("--devices", "must be at least 1")
+        if args.devices > MAX_DEVICES:
+            raise ShardLintInputError("--devices", f"at most {MAX_DEVICES} virtual devices, got {args.devices}")
         settings.devices = args.devices
     if getattr(args, "platform", None):
         settings.platform = args.platform
@@ -49,9 +53,9 @@ def _settings(args: argparse.Namespace):
         settings.topology = args.topology
     if settings.topology and settings.platform not in TPU_TARGETS:
         raise ShardLintInputError("--topology", f"needs a TPU target platform ({', '.join(TPU_TARGETS)})")
-    if args.budget:
+    if args.budget is not None:
         settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
-    if args.device:
+    if args.device is not None:
         settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
     settings.default_budget()
     for item in args.threshold:
@@ -83,7 +87,9 @@ def piped_width() -> int:
 
 def _emit(text: str, output: str | None) -> None:
     if output:
-        with open(output, "w", encoding="utf-8") as f:
+        from .input_files import open_output
+
+        with open_output(output) as f:
             f.write(text)
     else:
         sys.stdout.write(text)
@@ -119,7 +125,9 @@ def cmd_lint(args) -> int:
         if args.output:
             from rich.console import Console
 
-            with open(args.output, "w", encoding="utf-8") as f:
+            from .input_files import open_output
+
+            with open_output(args.output) as f:
                 render_terminal(report, Console(file=f, no_color=True, width=piped_width()))
         else:
             render_terminal(report, _console(args))
@@ -131,8 +139,6 @@ def cmd_run(args) -> int:
 
     if args.max_programs < 1:
         raise ShardLintInputError("--max-programs", "must be at least 1")
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ShardLintInputError("--timeout", f"must be a positive number of seconds, got {args.timeout}")
     settings = _settings(args)
     report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                             args.timeout), settings)

@@ -159,17 +159,25 @@ def load_file_settings(settings: Settings, path: str) -> None:
         data = tomllib.loads(read_input_text(path, strict=True))
     except tomllib.TOMLDecodeError as e:
         raise ShardLintInputError(path, f"invalid TOML: {e}") from None
-    section = data.get("tool", {}).get("jax-shard-lint")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ShardLintInputError(f"{path} [tool]", f"expected a table, got {tool!r}")
+    section = tool.get("jax-shard-lint")
     if section is None:
         return
     settings.config_file = path
     where = f"{path} [tool.jax-shard-lint]"
+    if not isinstance(section, dict):
+        raise ShardLintInputError(where, f"expected a table, got {section!r}")
+    for key in ("thresholds", "severity"):
+        if key in section and not isinstance(section[key], dict):
+            raise ShardLintInputError(where, f"{key}: expected a table, got {section[key]!r}")
     unknown = set(section) - _KNOWN_KEYS
     if unknown:
         raise ShardLintInputError(where, f"unknown key {sorted(unknown)[0]!r}")
     if "devices" in section:
-        if not isinstance(section["devices"], int) or section["devices"] < 1:
-            raise ShardLintInputError(where, "devices must be a positive integer")
+        if not isinstance(section["devices"], int) or not 1 <= section["devices"] <= 4096:
+            raise ShardLintInputError(where, "devices must be an integer from 1 to 4096")
         settings.devices = section["devices"]
     if "platform" in section:
         from .gpu_targets import PLATFORMS

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+# A user's exception message quoted in an error line: enough to recognise it.
+MAX_MESSAGE_CHARS = 300
+
+
 class ShardLintInputError(Exception):
     """Bad input: names the file (or argument) and the problem."""
 
@@ -14,6 +18,12 @@ class ShardLintInputError(Exception):
 
 def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` for an exception raised by user code."""
-    text = str(exc).strip().splitlines()
+    try:
+        text = str(exc).strip().splitlines()
+    except BaseException:  # the user's __str__ raised: the type still says something
+        text = []
     msg = text[0] if text else ""
-    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if len(msg) > MAX_MESSAGE_CHARS:
+        msg = msg[: MAX_MESSAGE_CHARS - 1] + "…"
+    name = type(exc).__name__
+    return f"{name}: {msg}" if msg else name

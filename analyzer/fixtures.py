@@ -13,9 +13,10 @@ from ..passes.memory import MemoryStats
 from ..passes.models import TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
 from ..passes.stablehlo_module import read_entry_signature
-from . import jax_adapter
+from . import isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
+from .input_limits import check_device_count, check_mlir_text
 from .input_files import check_input_file, read_input_bytes, read_input_text
 
 _HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
@@ -24,11 +25,15 @@ _HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
 def read_mlir(path: str):
     """Parse a StableHLO file; bad input is one line naming the file."""
     text = read_input_text(path)
+    check_mlir_text(path, text)
+    isolation.phase(path, "parsing the module")
     try:
         module = jax_adapter.parse_stablehlo(text)
     except Exception as e:
         lines = str(e).strip().splitlines()
         detail = next((ln.strip() for ln in lines if "error:" in ln), lines[0] if lines else type(e).__name__)
+        # MLIR names the text it parsed "-": say the line and column of the file instead.
+        detail = re.sub(r'^error: "-":(\d+):(\d+): ', r"line \1, column \2: ", detail)
         raise ShardLintInputError(path, f"not a StableHLO module: {detail}") from None
     return module, text
 
@@ -39,6 +44,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     sig = read_entry_signature(module)
     from .lint import platform_label
 
+    isolation.phase(where, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
             text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
@@ -91,7 +97,8 @@ def _dump_module_name(path: str) -> str:
 
 
 def dump_directory_modules(path: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(path, "*after_optimizations.txt")))
+    # Regular files only: a folder or a dangling link named like a module is not one.
+    files = sorted(f for f in glob.glob(os.path.join(path, "*after_optimizations.txt")) if os.path.isfile(f))
     if not files:
         raise ShardLintInputError(path, "no *after_optimizations.txt in this XLA dump directory")
     return files
@@ -104,7 +111,9 @@ def read_export(path: str) -> tuple[str, int]:
         exported = jax_adapter.deserialize_export(data)
     except Exception as e:
         raise ShardLintInputError(path, f"not a jax.export artifact: {one_line(e)}") from None
-    return exported.mlir_module(), exported.nr_devices
+    text = exported.mlir_module()
+    check_mlir_text(path, text)
+    return text, exported.nr_devices
 
 
 def kind_of(path: str) -> str:
@@ -137,6 +146,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     kind = kind_of(path)
     if kind != "dump":
         check_input_file(path)
+    isolation.phase(path, "reading it")
     if kind == "dump":
         return [analyze_hlo_file(f, settings) for f in dump_directory_modules(path)]
     if kind == "hlo":
@@ -148,6 +158,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     else:
         text, n = read_export(path)
         name = os.path.splitext(os.path.basename(path))[0]
+    check_device_count(path, n)
     pool = devices if devices is not None else jax_adapter.cpu_devices()
     if n > len(pool):
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")

@@ -19,8 +19,9 @@ from ..reports.json_report import render_json
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
-from .input_files import MAX_BASELINE_BYTES, read_input_text
+from .input_files import MAX_BASELINE_BYTES, open_output, read_input_text
 from .fixtures import check_path
+from .input_limits import check_device_count
 from .lint import LintRequest, lint, relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -37,7 +38,7 @@ def baseline_of(reports: list[TargetReport]) -> Baseline:
 
 
 def write_baseline(baseline: Baseline, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    with open_output(path, "--baseline") as f:
         f.write(render_json(baseline))
 
 
@@ -94,13 +95,13 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
             raise ShardLintInputError(where, f"target name {name!r} cannot be a snapshot file name: use letters, "
                                       "digits, '_', '.' and '-'")
     for name, lowered in targets.items():
-        with open(os.path.join(request.out_dir, f"{name}.mlir"), "w", encoding="utf-8") as f:
+        with open_output(os.path.join(request.out_dir, f"{name}.mlir")) as f:
             f.write(jax_adapter.stablehlo_text(lowered))
     report = lint(LintRequest(request.script, tuple(targets), request.params), settings)
     for t in report.targets:
         meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
                 **_versions()}
-        with open(os.path.join(request.out_dir, f"{t.name}.meta.json"), "w", encoding="utf-8") as f:
+        with open_output(os.path.join(request.out_dir, f"{t.name}.meta.json")) as f:
             f.write(json.dumps(meta, indent=2) + "\n")
     write_baseline(baseline_of(report.targets), os.path.join(request.out_dir, BASELINE_FILE))
     return report
@@ -114,7 +115,9 @@ def check(paths: list[str], settings: Settings) -> LintReport:
             from .fixtures import read_mlir
             from ..passes.stablehlo_module import read_entry_signature
 
-            needed = max(needed, read_entry_signature(read_mlir(p)[0]).num_partitions)
+            n = read_entry_signature(read_mlir(p)[0]).num_partitions
+            check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
+            needed = max(needed, n)
     settings.devices = max(settings.devices, needed)
     devices = select_run_devices(settings)
     reports = [r for p in paths for r in check_path(p, settings, devices)]

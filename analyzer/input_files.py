@@ -9,6 +9,7 @@ checked before it is opened and the read never takes more than the limit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -56,3 +57,15 @@ def read_input_text(path: str, limit: int = MAX_INPUT_BYTES, strict: bool = Fals
         return data.decode("utf-8", errors="strict" if strict else "replace")
     except UnicodeDecodeError:
         raise ShardLintInputError(path, "is not UTF-8 text") from None
+
+
+@contextlib.contextmanager
+def open_output(path: str, where: str = "-o"):
+    """A report or snapshot file opened for writing; a folder that is read-only,
+    missing or not a real file system is one line naming the option."""
+    try:
+        f = open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise ShardLintInputError(where, f"cannot write {path}: {e.strerror or e}") from None
+    with f:
+        yield f

@@ -389,12 +389,16 @@ def compile_stablehlo_text(
                            _cost_dict(executable))
 
 
-def parameter_shardings(program: CompiledProgram) -> list[Any]:
+def parameter_shardings(program: CompiledProgram, n_parameters: int) -> list[Any]:
     """Shardings to place each argument of a text-compiled executable with."""
     from jax._src.sharding_impls import GSPMDSharding
+    from jax.sharding import SingleDeviceSharding
 
     devices = tuple(program.compiled.local_devices())
-    return [GSPMDSharding(devices, s) for s in program.compiled.get_parameter_shardings()]
+    shardings = program.compiled.get_parameter_shardings()
+    if shardings is None:  # a one-device program is not partitioned: no shardings to read
+        return [SingleDeviceSharding(devices[0])] * n_parameters
+    return [GSPMDSharding(devices, s) for s in shardings]
 
 
 def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[int, ...]]) -> list[Any]:
@@ -405,9 +409,15 @@ def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[in
     results = program.compiled.execute_sharded(args)
     shards = results.disassemble_into_single_device_arrays()
     out_specs = program.compiled.get_output_shardings()
+    if out_specs is None:  # one device, not partitioned
+        from jax.sharding import SingleDeviceSharding
+
+        placed = [SingleDeviceSharding(devices[0])] * len(out_shapes)
+    else:
+        placed = [GSPMDSharding(devices, spec) for spec in out_specs]
     return [
-        jax.make_array_from_single_device_arrays(shape, GSPMDSharding(devices, spec), parts)
-        for shape, spec, parts in zip(out_shapes, out_specs, shards)
+        jax.make_array_from_single_device_arrays(shape, sharding, parts)
+        for shape, sharding, parts in zip(out_shapes, placed, shards)
     ]
 
 

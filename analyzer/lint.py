@@ -22,7 +22,7 @@ from ..passes.stablehlo_module import read_entry_signature, read_entry_sources
 from ..passes.rules.registry import RULES, Emitter, rule_docs
 from ..passes.source_rules import check_source
 from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
-from . import __version__, jax_adapter
+from . import __version__, isolation, jax_adapter
 from . import devices as run_devices
 from .config import Settings
 from .device_presets import PRESETS
@@ -380,6 +380,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     reports = []
     for name, lowered in targets.items():
         say(f"compiling {name}")
+        isolation.phase(where, f"compiling target {name!r}")
         _check_lowered_for(lowered, name, settings, where)
         report = analyze_lowered(name, lowered, settings, where)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))

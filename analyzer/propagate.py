@@ -11,9 +11,10 @@ from math import prod
 from ..passes.models import PropagateRun, PropagationReport
 from ..passes.propagation_report import MAX_VALUES, Propagated, build_report
 from ..passes.shardy_reference import ShardyRejected
-from . import __version__, jax_adapter
+from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
+from .input_limits import MAX_DEVICES
 from .fixtures import read_mlir
 from .lint import device_processes, relativize, select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
@@ -30,7 +31,6 @@ class PropagateRequest:
 
 # A module states its own device count (mhlo.num_partitions, its meshes); virtual
 # CPU devices past this many are not made for it: it propagates, it is not compiled.
-MAX_MODULE_DEVICES = 4096
 
 
 def _devices_needed(module, sig) -> int:
@@ -49,13 +49,14 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
 
     sig = read_entry_signature(module)
     needed = _devices_needed(module, sig)
-    if needed > MAX_MODULE_DEVICES:
-        return None, f"it needs {needed} devices, more than the {MAX_MODULE_DEVICES} made for a module"
+    if needed > MAX_DEVICES:
+        return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
     settings.devices = max(settings.devices, needed)
     try:
         devices = select_run_devices(settings)
     except ShardLintInputError as e:
         return None, f"its {needed} devices could not be made: {e.problem}"
+    isolation.phase(request.path, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
             text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
@@ -68,6 +69,7 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
     module, text = read_mlir(request.path)
     compiled, not_compiled = _compile_mlir(request, settings, module, text) if request.compile else (None, None)
     name = os.path.splitext(os.path.basename(request.path))[0]
+    isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
     try:
         report, propagated = build_report(name, module, compiled, ownership=settings.ownership(),
                                           max_values=None if request.all_values else MAX_VALUES)

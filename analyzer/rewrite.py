@@ -27,8 +27,9 @@ from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun, 
 from ..passes.sharding_text import normalized, out_shardings_text
 from ..passes.stablehlo_module import entry_function, path_keys, read_entry_signature
 from ..passes.state_roundtrip import correspond, mismatched
-from . import __version__, jax_adapter
+from . import __version__, isolation, jax_adapter
 from .config import Settings
+from .input_limits import check_device_count
 from .errors import ShardLintInputError, one_line
 from .gpu_targets import ACCELERATOR_TARGETS
 from .lint import display_source, relativize, select_run_devices
@@ -112,15 +113,22 @@ def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]
     return edited.operation.get_asm(enable_debug_info=True)
 
 
-def _declared(fn, params: dict) -> dict:
+def _declared(fn, params: dict, where: str) -> dict:
+    """``shard_lint_out_shardings(**params)``: {target name: {output path: spec}}."""
     module = inspect.getmodule(fn)
     declare = getattr(module, DECLARED_ENTRY, None)
     if declare is None:
         return {}
+    accepted = inspect.signature(declare).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     try:
-        return declare(**params) or {}
-    except TypeError:
-        return declare() or {}
+        result = declare(**{k: v for k, v in params.items() if takes_any or k in accepted}) or {}
+    except Exception as e:  # the user's code: one line, not a traceback
+        raise ShardLintInputError(where, f"{DECLARED_ENTRY}() raised {one_line(e)}") from e
+    if not isinstance(result, dict) or not all(isinstance(v, dict) for v in result.values()):
+        raise ShardLintInputError(where, f"{DECLARED_ENTRY}() returned {type(result).__name__}; expected a dict of "
+                                  "target name to a dict of output path to PartitionSpec")
+    return result
 
 
 def script_inputs(fn, params: dict, where: str) -> dict:
@@ -254,6 +262,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
 
         expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
         host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
+        isolation.phase(where, "running both versions on the devices (--validate)")
         validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
                               facts_before.peak_bytes, facts_after.peak_bytes, host)
     return RewriteReport(
@@ -267,7 +276,9 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
     reports = []
     if request.path.endswith(".mlir"):
         module, text = read_mlir(request.path)
-        settings.devices = max(settings.devices, read_entry_signature(module).num_partitions)
+        needed = read_entry_signature(module).num_partitions
+        check_device_count(request.path, needed)
+        settings.devices = max(settings.devices, needed)
         devices = select_run_devices(settings)
         name = os.path.splitext(os.path.basename(request.path))[0]
         reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
@@ -277,7 +288,7 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         params = parse_params(list(request.params))
         targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
                                  list(request.targets), where)
-        declared_all = _declared(fn, params)
+        declared_all = _declared(fn, params, where)
         given = script_inputs(fn, params, where) if request.validate else {}
         for name, lowered in targets.items():
             text = jax_adapter.stablehlo_text(lowered)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from ..passes.models import LintReport, ScriptRun, TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
 from ..passes.rules.registry import rule_docs
 from ..passes.stablehlo_module import call_site
-from . import __version__, jax_adapter
+from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
 from .lint import apply_run_suppressions, local_source_files, relativize, source_findings
@@ -112,6 +113,29 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     return analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live)
 
 
+def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None]:
+    """The script in its own process group: at the timeout the group goes, the
+    processes the script started with it."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, request.script, *request.args], env=_child_env(dump, request.devices),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, process_group=0)
+        isolation.process_group(proc.pid)
+        try:
+            code = proc.wait(timeout=request.timeout_s)
+            err.seek(0)
+            stderr = err.read().decode("utf-8", errors="replace")
+            error = _last_error_line(stderr) if code else None
+        except subprocess.TimeoutExpired:
+            code, error = -1, f"stopped after {request.timeout_s:g} s (--timeout)"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+    return code, error
+
+
 def run(request: RunRequest, settings: Settings) -> LintReport:
     if not os.path.isfile(request.script):
         raise ShardLintInputError(request.script, "no such file")
@@ -122,14 +146,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
         except re.error as e:
             raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
-        try:
-            proc = subprocess.run(
-                [sys.executable, request.script, *request.args], env=_child_env(dump, request.devices),
-                capture_output=True, text=True, timeout=request.timeout_s,
-            )
-            code, error = proc.returncode, (_last_error_line(proc.stderr) if proc.returncode else None)
-        except subprocess.TimeoutExpired:
-            code, error = -1, f"stopped after {request.timeout_s:g} s (--timeout)"
+        code, error = _run_script(request, dump)
         programs = _programs(dump)
         jax_adapter.configure_devices(settings.platform, settings.devices)
         skipped, reports = [], []

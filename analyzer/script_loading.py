@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from . import isolation
 from .errors import ShardLintInputError, one_line
 
 DEFAULT_ENTRY = "shard_lint_targets"
@@ -51,6 +52,7 @@ def import_script(path: str) -> Any:
     if spec is None or spec.loader is None:
         raise ShardLintInputError(path, "cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
+    isolation.phase(path, "importing the script")
     folder = os.path.dirname(abspath)
     added = folder not in sys.path
     if added:
@@ -138,6 +140,7 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any], ext
 
     # After the import (libraries register their exclusions then), before lowering.
     jax_adapter.record_library_frames()
+    isolation.phase(where, f"running {fn.__name__}()")
     try:
         with contextlib.redirect_stdout(sys.stderr):
             result = fn(**kwargs)

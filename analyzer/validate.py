@@ -136,7 +136,8 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
     given = host is not None
     host = host if given else seeded_inputs(sig)
     shapes = [tuple(o.shape) for o in sig.outputs]
-    in_before, in_after = jax_adapter.parameter_shardings(before), jax_adapter.parameter_shardings(after)
+    in_before = jax_adapter.parameter_shardings(before, len(sig.inputs))
+    in_after = jax_adapter.parameter_shardings(after, len(sig.inputs))
     outs_before, t_before = _timed(
         before, lambda: [jax.device_put(x, s) for x, s in zip(host, in_before)], shapes, repeats)
     measured_before = _peak_in_use()

@@ -191,7 +191,7 @@ def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
     return ins.shape
 
 
-def _replica_groups_text(ins: HloInstruction) -> str | None:
+def replica_groups_text(ins: HloInstruction) -> str | None:
     """The replica groups as one text. In the mesh form with a device order
     (TPU: ``mesh[...], device_ids=([2,2,2]T(2,1,0)) {'axis_0':(2)2}``) the order and
     the axis selection print as a second attribute, which belongs to the first."""
@@ -240,7 +240,7 @@ def find_collectives(
                     if processes:
                         cross = spans_hosts([list(p) for p in pairs], processes)
                 else:
-                    groups = parse_replica_groups(_replica_groups_text(ins), num_devices)
+                    groups = parse_replica_groups(replica_groups_text(ins), num_devices)
                     group_size = len(groups[0]) if groups else num_devices
                     axes = axes_of_groups(groups, mesh) if mesh and mesh.axes else []
                     if processes:

@@ -18,8 +18,17 @@ from math import prod
 import numpy as np
 
 
+# Far more devices than any slice; a group table past it is malformed input.
+MAX_GROUP_DEVICES = 1 << 20
+
+
 class DeviceGroupError(ValueError):
     """A replica-group string this module cannot read."""
+
+
+class MalformedDeviceGroups(DeviceGroupError):
+    """Groups that cannot be right whatever XLA meant: letters for device ids, a
+    table whose size disagrees with its shape, more devices than any slice."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ def _iota_groups(text: str) -> list[list[int]]:
         raise DeviceGroupError(f"unreadable iota replica groups: {text}")
     out_shape = [int(x) for x in m.group(1).split(",")]
     dims = [int(x) for x in m.group(2).split(",")]
+    if prod(dims) != prod(out_shape) or prod(dims) > MAX_GROUP_DEVICES:
+        # Checked before the table is built: [4,2]<=[100000000000] would allocate 745 GiB.
+        raise MalformedDeviceGroups(f"replica_groups={text.strip()} lists {prod(dims)} devices; the group shape "
+                               f"[{','.join(map(str, out_shape))}] has {prod(out_shape)}")
     arr = np.arange(prod(dims)).reshape(dims)
     if m.group(3):
         arr = arr.transpose([int(x) for x in m.group(3).split(",")])
@@ -74,7 +87,10 @@ def _explicit_groups(text: str) -> list[list[int]]:
     inner = text.strip()[1:-1].strip()
     if not inner:
         return []
-    return [[int(x) for x in g.split(",") if x.strip()] for g in re.findall(r"\{([^{}]*)\}", inner)]
+    groups = re.findall(r"\{([^{}]*)\}", inner)
+    if not all(re.fullmatch(r"[\d,\s]*", g) for g in groups):
+        raise MalformedDeviceGroups(f"replica_groups={text.strip()} is not a list of device numbers")
+    return [[int(x) for x in g.split(",") if x.strip()] for g in groups]
 
 
 _IOTA_ARRAY = re.compile(r"\[([\d,\s]+)\](?:<=\[([\d,\s]+)\])?(?:T\(([\d,\s]+)\))?")
@@ -87,11 +103,16 @@ def _device_array(text: str, shape: list[int]) -> np.ndarray:
     m = _IOTA_ARRAY.fullmatch(text)
     if m:
         dims = [int(x) for x in (m.group(2) or m.group(1)).split(",")]
+        if prod(dims) != prod(shape):
+            raise MalformedDeviceGroups(f"device ids {text} list {prod(dims)} devices; the mesh has {prod(shape)}")
         arr = np.arange(prod(dims)).reshape(dims)
         if m.group(3):
             arr = arr.transpose([int(x) for x in m.group(3).split(",")])
         return arr.reshape(shape)
-    return np.array([int(x) for x in re.findall(r"\d+", text)]).reshape(shape)
+    ids = [int(x) for x in re.findall(r"\d+", text)]
+    if len(ids) != prod(shape):
+        raise MalformedDeviceGroups(f"device ids ({text}) list {len(ids)} devices; the mesh has {prod(shape)}")
+    return np.array(ids).reshape(shape)
 
 
 def _mesh_groups(text: str) -> list[list[int]]:
@@ -102,7 +123,11 @@ def _mesh_groups(text: str) -> list[list[int]]:
     for part in m.group(1).split(","):
         name, _, size = part.rpartition("=")
         names.append(name.strip().strip("'\""))
+        if not size.strip().isdigit():
+            raise DeviceGroupError(f"unreadable mesh replica groups: {text}")
         sizes.append(int(size))
+    if prod(sizes) > MAX_GROUP_DEVICES:
+        raise MalformedDeviceGroups(f"mesh replica groups over {prod(sizes)} devices, more than {MAX_GROUP_DEVICES}")
     devices = _device_array(m.group(2), sizes) if m.group(2) else np.arange(prod(sizes)).reshape(sizes)
     # Split every axis into [pre, size, rest] so sub-axes become whole dims.
     split_shape, group_dims = [], []

@@ -4,7 +4,7 @@ target's analysis, and the comparison that flags regressions against it."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -16,30 +16,37 @@ BASELINE_VERSION = 1
 WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
 
 
+# A baseline is a file a user (or an attacker) can edit: byte counts are
+# non-negative and below 2^60 (an exabyte), times finite, counts positive.
+ByteCount = Annotated[int, Field(ge=0, le=1 << 60)]
+Count = Annotated[int, Field(ge=0, le=1 << 60)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class CollectiveSummary(Model):
     kind: str
     mesh_axes: list[str]
     shape: list[int]
     dtype: str
-    bytes_per_step: int
-    count: int
+    bytes_per_step: ByteCount
+    count: Count
     source: str | None
 
 
 class BaselineTarget(Model):
     platform: str
-    num_devices: int
-    mesh: dict[str, int]
-    peak_bytes: int | None
-    temp_bytes: int | None
-    argument_bytes: int | None
-    output_bytes: int | None
-    alias_bytes: int | None
-    collective_bytes: int
-    bytes_by_kind: dict[str, int] = Field(description="Per-step bytes by 'kind over axes'.")
+    num_devices: Count
+    mesh: dict[str, Count]
+    peak_bytes: ByteCount | None
+    temp_bytes: ByteCount | None
+    argument_bytes: ByteCount | None
+    output_bytes: ByteCount | None
+    alias_bytes: ByteCount | None
+    collective_bytes: ByteCount
+    bytes_by_kind: dict[str, ByteCount] = Field(description="Per-step bytes by 'kind over axes'.")
     collectives: list[CollectiveSummary]
     errors: list[str] = Field(description="Error-level findings: 'CODE file:line: message'.")
-    step_seconds: float | None = Field(default=None, description="Estimated step time (the overlapped bound).")
+    step_seconds: Seconds | None = Field(default=None, description="Estimated step time (the overlapped bound).")
     step_time_device: str | None = Field(default=None, description="The device model of the estimate.")
 
 

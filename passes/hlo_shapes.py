@@ -45,7 +45,14 @@ def dtype_bits(dtype: str) -> int:
     try:
         return _DTYPE_BITS[dtype]
     except KeyError:
-        raise ValueError(f"unknown element type {dtype!r}") from None
+        pass
+    # Any width MLIR can spell (i3, ui7, si24, f6E3M2FN) and the index type (64-bit on every target here).
+    m = re.fullmatch(r"(?:s|u|i|ui|si|f)(\d+)\w*", dtype)
+    if m:
+        return int(m.group(1))
+    if dtype == "index":
+        return 64
+    raise ValueError(f"unknown element type {dtype!r}")
 
 
 def array_bytes(dtype: str, dims: tuple[int, ...] | list[int]) -> int:

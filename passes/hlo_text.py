@@ -445,4 +445,31 @@ def _parse_hlo_module(text: str) -> HloModule:
     if entry is None:
         raise HloParseError("the HLO module has no ENTRY computation")
     by_name = {i.name: i for c in computations.values() for i in c.instructions}
-    return HloModule(mod_name.strip(), header_attrs, computations, entry, _parse_tables(table_lines), by_name)
+    module = HloModule(mod_name.strip(), header_attrs, computations, entry, _parse_tables(table_lines), by_name)
+    _check_numbers(module)
+    return module
+
+
+def _check_numbers(module: HloModule) -> None:
+    """The fields later passes read as numbers are numbers, and every replica
+    group is readable and of a sane size: a malformed module fails here, once,
+    with the instruction named, not deep inside an analysis."""
+    from .collectives import replica_groups_text
+    from .device_groups import MAX_GROUP_DEVICES, DeviceGroupError, MalformedDeviceGroups, parse_replica_groups
+
+    if not re.fullmatch(r"\d+", module.header_attrs.get("num_partitions", "1")):
+        raise HloParseError(f"num_partitions={module.header_attrs['num_partitions']} is not a number")
+    num_devices = int(module.header_attrs.get("num_partitions", "1"))
+    if num_devices > MAX_GROUP_DEVICES:
+        raise HloParseError(f"num_partitions={num_devices} is more than {MAX_GROUP_DEVICES} devices")
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if ins.opcode == "parameter" and not (len(ins.operands) == 1 and ins.operands[0].isdigit()):
+                raise HloParseError(f"%{ins.name}: parameter({', '.join(ins.operands)}) is not a parameter number")
+            if "replica_groups=" in ins.attr_text:
+                try:
+                    parse_replica_groups(replica_groups_text(ins), num_devices)
+                except MalformedDeviceGroups as e:
+                    raise HloParseError(f"%{ins.name}: {e}") from None
+                except DeviceGroupError:  # a form this parser does not read: the collectives pass says so
+                    pass

@@ -40,10 +40,20 @@ def check_runs_in_shardy(module: ir.Module) -> None:
     """Module shapes that Shardy's pipeline does not diagnose but aborts the process
     on (an ``SDY_CHECK``): refused here, before the pipeline runs."""
     funcs = functions(module)
+    if funcs and all(_is_private(f) for f in funcs.values()):
+        # Its symbol DCE drops every private function, then getMainFuncOrDie finds no main.
+        raise ShardyRejected("every function is private (Shardy's pipeline drops private functions, then needs "
+                             "a public @main)")
     if len(funcs) > 1 and "main" not in funcs:
         # getMainFuncOrDie: with several functions Shardy's pipeline needs one named main.
         raise ShardyRejected(f"{len(funcs)} functions and none named main (Shardy's pipeline needs @main "
                              "when a module has several functions)")
+
+
+def _is_private(func) -> bool:
+    attributes = func.operation.attributes
+    visibility = attributes["sym_visibility"] if "sym_visibility" in attributes else None
+    return visibility is not None and ir.StringAttr(visibility).value == "private"
 
 
 def run_pipeline(module: ir.Module, pipeline: str) -> ir.Module:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
+
+from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
@@ -10,6 +12,7 @@ from ..passes.byte_sizes import format_bytes
 
 
 def render_fit(result, console: Console) -> None:
+    result = terminal_safe(result)
     table = Table(title=f"Probes of {result.param} (in the order compiled)", title_justify="left")
     for col, kw in (("#", {"justify": "right"}), (result.param, {"justify": "right"}),
                     ("peak / device", {"justify": "right"}), ("fits", {})):

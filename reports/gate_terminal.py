@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
+
+from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
@@ -10,6 +12,7 @@ from ..passes.gate import GateResult
 
 
 def render_gate(result: GateResult, console: Console) -> None:
+    result = terminal_safe(result)
     table = Table(title=f"Against {result.baseline}", title_justify="left")
     for col, kw in (("target", {}), ("metric", {}), ("before", {"justify": "right"}), ("after", {"justify": "right"}),
                     ("ratio", {"justify": "right"}), ("alert", {"style": "red"})):

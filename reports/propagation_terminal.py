@@ -4,6 +4,8 @@ agreement with Shardy, and provenance on request."""
 from __future__ import annotations
 
 from rich.console import Console
+
+from .terminal_safe import terminal_safe
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -52,6 +54,8 @@ def _predicted(t: PropagationReport, width: int) -> Table | None:
 
 
 def render_propagation(run: PropagateRun, console: Console, explained: dict[str, list[str]] | None = None) -> None:
+    run = terminal_safe(run)
+    explained = terminal_safe(explained)
     for t in run.targets:
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(f"mesh {' x '.join(f'{k}={v}' for k, v in t.mesh.items()) or '(none)'}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
+
+from .terminal_safe import terminal_safe
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -45,6 +47,7 @@ def _changes(r: RewriteReport) -> Table | None:
 
 
 def render_rewrite(run: RewriteRun, console: Console) -> None:
+    run = terminal_safe(run)
     for r in run.targets:
         console.print(Rule(f"[bold]{r.name}[/bold]", align="left"))
         console.print(f"platform {r.platform}")

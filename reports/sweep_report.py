@@ -4,6 +4,8 @@ peak-memory against estimated-time scatter (the Pareto front joined)."""
 from __future__ import annotations
 
 from rich.console import Console
+
+from .terminal_safe import terminal_safe
 from rich.text import Text
 
 from ..passes.byte_sizes import format_bytes
@@ -48,6 +50,7 @@ def _headline(run: SweepRun) -> str:
 
 
 def render_sweep_terminal(run: SweepRun, console: Console) -> None:
+    run = terminal_safe(run)
     rows = run.candidates
     budget = f", budget {format_bytes(run.budget_bytes)}" if run.budget_bytes else ""
     console.print(Text(f"{run.script}: {len(rows)} candidate(s) on {run.platform}{budget}", style="bold"))

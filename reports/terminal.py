@@ -6,6 +6,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from .terminal_safe import terminal_safe
+
 from ..passes.byte_sizes import format_bytes
 from ..passes.models import Finding, LintReport, Severity, TargetReport, where_text
 from ..passes.sharding_text import pspec_text
@@ -159,6 +161,7 @@ def _findings(findings: list[Finding]) -> Group | None:
 
 
 def render_terminal(report: LintReport, console: Console) -> None:
+    report = terminal_safe(report)
     from rich.rule import Rule
 
     if report.run is not None:

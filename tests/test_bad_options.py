@@ -38,8 +38,8 @@ def test_report_into_a_missing_folder_or_onto_a_folder(cli, tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (("gate", VALUE, "--baseline", "missing.json", "--max-peak-increase", "nan"),
      "--max-peak-increase: expected a finite percentage like 5%, got 'nan'"),
-    (("run", VALUE, "--timeout", "-1"), "--timeout: must be a positive number of seconds, got -1.0"),
-    (("run", VALUE, "--timeout", "nan"), "--timeout: must be a positive number of seconds, got nan"),
+    (("run", VALUE, "--timeout", "-1"), "--timeout: must be a positive number of seconds (at most a week), got -1.0"),
+    (("run", VALUE, "--timeout", "nan"), "--timeout: must be a positive number of seconds (at most a week), got nan"),
     (("fit", REMAT, "--param", "batch", "--budget", "1GiB", "--multiple-of", "0"),
      "--multiple-of: must be at least 1, got 0"),
     (("lint", REMAT, "--budget", "9" * 400), "--budget: unparsable budget: not a size: '" + "9" * 40

@@ -1,0 +1,47 @@
+"""Names and messages from user input made inert for a terminal.
+
+A target name, a pytree path, a file name in a ``.mlir`` location or a crafted
+baseline can hold rich markup (``[/]`` would crash the renderer, ``[bogus]x``
+would print as ``x``) or terminal escape sequences (``ESC]0;`` retitles the
+window, ``ESC[2J`` clears it). Every terminal renderer passes its model through
+``terminal_safe`` first: markup is escaped, control characters are shown as
+``\\xNN``, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel
+from rich.markup import escape
+
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str) -> str:
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text))
+
+
+def terminal_safe(value: Any) -> Any:
+    if type(value) is str:  # not a str enum (Severity): its members are ours, and stay members
+        return safe_text(value)
+    if isinstance(value, BaseModel):
+        changes = {}
+        for name in type(value).model_fields:
+            old = getattr(value, name)
+            new = terminal_safe(old)
+            if new is not old:
+                changes[name] = new
+        return value.model_copy(update=changes) if changes else value
+    if isinstance(value, list):
+        new = [terminal_safe(v) for v in value]
+        return new if any(a is not b for a, b in zip(new, value)) else value
+    if isinstance(value, tuple):
+        new = tuple(terminal_safe(v) for v in value)
+        return new if any(a is not b for a, b in zip(new, value)) else value
+    if isinstance(value, dict):
+        new = {terminal_safe(k): terminal_safe(v) for k, v in value.items()}
+        return new if any(a is not b for a, b in zip(new.values(), value.values())) or any(
+            a is not b for a, b in zip(new, value)) else value
+    return value
