@@ -66,18 +66,22 @@ def _read(path: str) -> str:
     return read_input_text(path)
 
 
-def _beside(hlo_path: str, report: str) -> str | None:
-    """XLA's report for the same module: ``...after_optimizations-<report>.txt``
+def _beside_path(hlo_path: str, report: str) -> str:
+    """Where XLA's report for the same module is: ``...after_optimizations-<report>.txt``
     next to a dump, or ``NAME.<report>.txt`` next to ``NAME.hlo``."""
     if _HLO_SUFFIX.search(hlo_path):
-        candidate = _HLO_SUFFIX.sub(f"after_optimizations-{report}.txt", hlo_path)
-    else:
-        candidate = os.path.splitext(hlo_path)[0] + f".{report}.txt"
-    return _read(candidate) if os.path.isfile(candidate) else None
+        return _HLO_SUFFIX.sub(f"after_optimizations-{report}.txt", hlo_path)
+    return os.path.splitext(hlo_path)[0] + f".{report}.txt"
+
+
+def _beside(hlo_path: str, report: str) -> str | None:
+    candidate = _beside_path(hlo_path, report)
+    return _read(candidate) if os.path.lexists(candidate) else None
 
 
 def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
     from ..passes.hlo_text import HloParseError
+    from ..passes.memory import MalformedReport
 
     text = _read(path)
     try:
@@ -88,6 +92,8 @@ def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> 
         )
     except HloParseError as e:
         raise ShardLintInputError(path, f"not compiled HLO text: {e}") from None
+    except MalformedReport as e:
+        raise ShardLintInputError(_beside_path(path, "buffer-assignment"), str(e)) from None
 
 
 def _dump_module_name(path: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,19 @@ def supervise(argv: list[str], first_input: str, timeout_s: float, debug: bool) 
     env[_STATUS_FD_ENV] = str(write_fd)
     env[_STREAMS_ENV] = f"{out_fd},{err_fd}"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # The child's temporary files (XLA dumps, `run`'s capture) go in a folder of
+    # ours, removed however the child ends: a killed child cleans up nothing.
+    scratch = tempfile.mkdtemp(prefix="jax-shard-lint-")
+    env["TMPDIR"] = scratch
+    try:
+        return _supervise(argv, env, status, read_fd, (write_fd, out_fd, err_fd), timeout_s, debug)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, passed: tuple[int, int, int],
+               timeout_s: float, debug: bool) -> int:
+    write_fd, out_fd, err_fd = passed
     with tempfile.TemporaryFile() as native:
         try:
             child = subprocess.Popen(

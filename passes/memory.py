@@ -215,6 +215,10 @@ def summarize_memory(
     )
 
 
+class MalformedReport(ValueError):
+    """An XLA memory report (buffer assignment, live range) that cannot be read."""
+
+
 _ALLOCATION_LINE = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.M)
 
 
@@ -224,6 +228,10 @@ def stats_from_buffer_assignment(text: str) -> MemoryStats:
     when they may be live out, aliased outputs), output and live-out allocations
     are outputs, the preallocated temp is the temp."""
     arg = out = temp = alias = 0
+    if not _ALLOCATION_LINE.search(text):
+        # Every compiled program has at least its parameters' allocations: a
+        # report with none is damaged, and would otherwise read as a 0 B peak.
+        raise MalformedReport("not an XLA buffer-assignment report: no 'allocation N: size S, ...' line")
     for m in _ALLOCATION_LINE.finditer(text):
         size, rest = int(m.group(1)), m.group(2)
         if "parameter" in rest:
