@@ -81,23 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     # default from overwriting a --debug given before it.
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="show Python tracebacks for errors")
-    debug.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                       help=f"stop after this long and exit 2 (default {DEFAULT_TIMEOUT_S:g}); the command runs in a "
-                       "child process, so a hang or crash in the script or in XLA is one line too")
-    # `run`'s --timeout has always meant the script's limit; its parser takes it below.
-    run_parent = argparse.ArgumentParser(add_help=False)
-    run_parent.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                            help="show Python tracebacks for errors")
+                       help="show Python tracebacks for errors, and what native code wrote to stderr")
+    # Every command but `run`, whose --timeout has always meant the script's limit (its parser takes it below).
+    debug_and_timeout = argparse.ArgumentParser(add_help=False, parents=[debug])
+    debug_and_timeout.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                                   help=f"stop after this long and exit 2 (default {DEFAULT_TIMEOUT_S:g}); the command "
+                                   "runs in a child process, so a hang or crash in the script or in XLA is one line "
+                                   "too")
 
-    lint = sub.add_parser("lint", parents=[debug], help="lower and compile a script's targets and report findings")
+    lint = sub.add_parser("lint", parents=[debug_and_timeout],
+                          help="lower and compile a script's targets and report findings")
     lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(lint)
     _add_output_args(lint)
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
-    runp = sub.add_parser("run", parents=[run_parent],
+    runp = sub.add_parser("run", parents=[debug],
                           help="run an unmodified script as __main__ and lint every program it compiles")
     runp.add_argument("script", help="the script to run")
     runp.add_argument("args", nargs="*", metavar="ARGS",
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
     _add_output_args(runp)
 
-    fitp = sub.add_parser("fit", parents=[debug],
+    fitp = sub.add_parser("fit", parents=[debug_and_timeout],
                           help="find the largest value of a parameter whose per-device peak fits the budget")
     fitp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     fitp.add_argument("--param", required=True, metavar="NAME", help="the shard_lint_targets parameter to size")
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("-o", "--output", metavar="FILE")
     fitp.add_argument("-q", "--quiet", action="store_true")
 
-    swp = sub.add_parser("sweep", parents=[debug],
+    swp = sub.add_parser("sweep", parents=[debug_and_timeout],
                          help="compile a script's targets for several meshes or parameter values and rank them by "
                          "estimated step time among those that fit the budget")
     swp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     swp.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
-    prop = sub.add_parser("propagate", parents=[debug],
+    prop = sub.add_parser("propagate", parents=[debug_and_timeout],
                           help="propagate shardings over StableHLO: values, provenance, predicted communication")
     prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
                       help="a script (as for lint) or a StableHLO .mlir file")
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("--all-values", action="store_true",
                       help="list every value (default: the 200 largest; --explain adds the ones it names)")
 
-    rw = sub.add_parser("rewrite", parents=[debug],
+    rw = sub.add_parser("rewrite", parents=[debug_and_timeout],
                         help="pin output shardings in the StableHLO, recompile, compare, and optionally run both")
     rw.add_argument("script", metavar="SCRIPT|FILE.mlir", help="a script (as for lint) or a StableHLO .mlir file")
     _add_common_compile_args(rw)
@@ -173,14 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run both versions on the devices at hand and compare outputs, shardings and time")
     rw.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs per version (default 10)")
 
-    snap = sub.add_parser("snapshot", parents=[debug],
+    snap = sub.add_parser("snapshot", parents=[debug_and_timeout],
                           help="write each target's StableHLO, metadata and a baseline into a directory")
     snap.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(snap)
     snap.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the snapshot to")
     snap.add_argument("-q", "--quiet", action="store_true", help="no summary line")
 
-    chk = sub.add_parser("check", parents=[debug],
+    chk = sub.add_parser("check", parents=[debug_and_timeout],
                          help="analyse checked-in programs (.mlir, XLA dumps, compiled HLO, jax.export) without "
                          "running Python from them")
     chk.add_argument("paths", nargs="+", metavar="PATH",
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_args(chk)
     chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
 
-    gt = sub.add_parser("gate", parents=[debug],
+    gt = sub.add_parser("gate", parents=[debug_and_timeout],
                         help="compare the current analysis with a baseline and fail on regressions")
     gt.add_argument("paths", nargs="*", metavar="SCRIPT|PATH",
                     help="a script, or fixture paths; default: the .mlir snapshots beside the baseline")
@@ -207,12 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
     gt.add_argument("-q", "--quiet", action="store_true")
 
-    sch = sub.add_parser("schema", parents=[debug], help="print the JSON Schema of a report")
+    sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
     sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep"),
                      help="which report (default lint; check writes the lint report too)")
 
-    sub.add_parser("rules", parents=[debug], help="list the rules")
-    rule = sub.add_parser("rule", parents=[debug], help="print a rule's documentation")
+    sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")
+    rule = sub.add_parser("rule", parents=[debug_and_timeout], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
     return parser
 

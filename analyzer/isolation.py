@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 
 from .errors import ShardLintInputError
@@ -173,7 +172,6 @@ def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, 
                 os.close(fd)
         reader = threading.Thread(target=status.read, args=(os.fdopen(read_fd, encoding="utf-8"),), daemon=True)
         reader.start()
-        started = time.monotonic()
         # The child has its own process group, so a CI runner stopping this one
         # (SIGTERM, SIGHUP) would orphan it: pass the stop on.
         previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -198,7 +196,7 @@ def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, 
             sys.stderr.write(captured)
         if status.exit_code is not None and code == status.exit_code:
             return code
-        return _fail(status, _how_it_ended(code, status.doing, captured, time.monotonic() - started))
+        return _fail(status, _how_it_ended(code, status.doing, captured))
 
 
 class _Stopped(Exception):
@@ -218,7 +216,7 @@ def _fail(status: ChildStatus, problem: str) -> int:
     return EXIT_INPUT
 
 
-def _how_it_ended(code: int, doing: str, native_stderr: str, _elapsed: float) -> str:
+def _how_it_ended(code: int, doing: str, native_stderr: str) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
