@@ -20,7 +20,7 @@ MAX_NESTING = 1000
 MAX_DEVICES = 4096
 
 _TENSOR = re.compile(r"tensor<((?:\d+|\?)(?:x(?:\d+|\?))*)x[a-zA-Z!]")
-_BRACES = re.compile(r'"(?:[^"\\\n]|\\.)*"|[{}]|\n')
+_BRACES = re.compile(r'"(?:[^"\\\n]|\\.)*"|[{}]')
 
 
 def check_mlir_text(path: str, text: str) -> None:
@@ -34,34 +34,24 @@ def check_mlir_text(path: str, text: str) -> None:
             end = text.find(">", m.end())
             raise ShardLintInputError(
                 path, f"{text[m.start():end + 1 if end >= 0 else m.end()]} at line {line} has more than 2^48 elements")
-    depth, line = 0, 1
+    # Braces in string attributes (an HLO sharding "{devices=[2]0,1}") are skipped whole.
+    depth = deepest = 0
+    first_too_deep = None
     for m in _BRACES.finditer(text):
         token = m.group(0)
-        if token == "\n":
-            line += 1
-        elif token == "{":
-            depth += 1
-            if depth > MAX_NESTING:
-                total = _total_depth(text)
-                raise ShardLintInputError(path, f"braces nested {total} deep (more than {MAX_NESTING}) at line {line}")
-        elif token == "}":
-            depth -= 1
-        else:
-            line += token.count("\n")
-
-
-def _total_depth(text: str) -> int:
-    depth = deepest = 0
-    for m in _BRACES.finditer(text):
-        if m.group(0) == "{":
+        if token == "{":
             depth += 1
             deepest = max(deepest, depth)
-        elif m.group(0) == "}":
+            if depth > MAX_NESTING and first_too_deep is None:
+                first_too_deep = m.start()
+        elif token == "}":
             depth -= 1
-    return deepest
+    if first_too_deep is not None:
+        line = text.count("\n", 0, first_too_deep) + 1
+        raise ShardLintInputError(path, f"braces nested {deepest} deep (more than {MAX_NESTING}) at line {line}")
 
 
-def check_device_count(where: str, needed: int, how: str = "needs") -> None:
+def check_device_count(where: str, needed: int) -> None:
     if needed > MAX_DEVICES:
         raise ShardLintInputError(
-            where, f"{how} {needed} devices, more than the {MAX_DEVICES} jax-shard-lint makes for a module")
+            where, f"needs {needed} devices, more than the {MAX_DEVICES} jax-shard-lint makes for a module")

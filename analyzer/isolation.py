@@ -189,7 +189,7 @@ def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, 
                 signal.signal(sig, handler)
         reader.join(5.0)
         # The child is gone; what it started in its own group (a script's workers) goes with it.
-        _kill_groups(status.process_groups + [child.pid])
+        _signal_groups(status.process_groups + [child.pid], signal.SIGKILL)
         native.seek(0)
         captured = native.read().decode("utf-8", errors="replace")
         if debug:  # what native code wrote, held back otherwise: a crash's full story
@@ -237,10 +237,10 @@ _REASON = re.compile(r"(Check failed: .*|F\d{4} .*|terminate called .*|what\(\):
 
 def _native_reason(text: str) -> str:
     """The line a native crash left that says why, shortened and made printable."""
-    found = [m.group(1) for m in _REASON.finditer(text)]
+    found = _REASON.search(text)
     if not found:
         return ""
-    line = re.sub(r"[\x00-\x1f\x7f]", "?", found[0]).strip()
+    line = re.sub(r"[\x00-\x1f\x7f]", "?", found.group(1)).strip()
     line = re.sub(r"^F\d{4} [\d:. ]+\d+ \S+\] ", "", line)  # absl's "F0000 00:00:... file.cc:12] " prefix
     return line if len(line) <= 200 else line[:199] + "…"
 
@@ -252,12 +252,8 @@ def _kill(child: subprocess.Popen, status: ChildStatus) -> None:
         child.wait(timeout=TERMINATE_GRACE_S)
     except subprocess.TimeoutExpired:
         pass
-    _kill_groups(groups)
-    child.wait()
-
-
-def _kill_groups(groups: list[int]) -> None:
     _signal_groups(groups, signal.SIGKILL)
+    child.wait()
 
 
 def _signal_groups(groups: list[int], sig: int) -> None:

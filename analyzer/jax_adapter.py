@@ -389,32 +389,28 @@ def compile_stablehlo_text(
                            _cost_dict(executable))
 
 
-def parameter_shardings(program: CompiledProgram, n_parameters: int) -> list[Any]:
-    """Shardings to place each argument of a text-compiled executable with."""
+def _placements(program: CompiledProgram, specs: list | None, count: int) -> list[Any]:
+    """jax shardings for an executable's HLO shardings; a one-device program is
+    not partitioned and has none to read."""
     from jax._src.sharding_impls import GSPMDSharding
     from jax.sharding import SingleDeviceSharding
 
     devices = tuple(program.compiled.local_devices())
-    shardings = program.compiled.get_parameter_shardings()
-    if shardings is None:  # a one-device program is not partitioned: no shardings to read
-        return [SingleDeviceSharding(devices[0])] * n_parameters
-    return [GSPMDSharding(devices, s) for s in shardings]
+    if specs is None:
+        return [SingleDeviceSharding(devices[0])] * count
+    return [GSPMDSharding(devices, s) for s in specs]
+
+
+def parameter_shardings(program: CompiledProgram, n_parameters: int) -> list[Any]:
+    """Shardings to place each argument of a text-compiled executable with."""
+    return _placements(program, program.compiled.get_parameter_shardings(), n_parameters)
 
 
 def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[int, ...]]) -> list[Any]:
     """Run a text-compiled executable on placed arguments; its outputs as jax Arrays."""
-    from jax._src.sharding_impls import GSPMDSharding
-
-    devices = tuple(program.compiled.local_devices())
     results = program.compiled.execute_sharded(args)
     shards = results.disassemble_into_single_device_arrays()
-    out_specs = program.compiled.get_output_shardings()
-    if out_specs is None:  # one device, not partitioned
-        from jax.sharding import SingleDeviceSharding
-
-        placed = [SingleDeviceSharding(devices[0])] * len(out_shapes)
-    else:
-        placed = [GSPMDSharding(devices, spec) for spec in out_specs]
+    placed = _placements(program, program.compiled.get_output_shardings(), len(out_shapes))
     return [
         jax.make_array_from_single_device_arrays(shape, sharding, parts)
         for shape, sharding, parts in zip(out_shapes, placed, shards)

@@ -113,18 +113,24 @@ def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]
     return edited.operation.get_asm(enable_debug_info=True)
 
 
-def _declared(fn, params: dict, where: str) -> dict:
-    """``shard_lint_out_shardings(**params)``: {target name: {output path: spec}}."""
-    module = inspect.getmodule(fn)
-    declare = getattr(module, DECLARED_ENTRY, None)
-    if declare is None:
-        return {}
-    accepted = inspect.signature(declare).parameters
+def _call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]:
+    """(whether the script defines ``entry``, what it returned), called with the
+    params it takes; what it raises is one line naming the script."""
+    make = getattr(inspect.getmodule(fn), entry, None)
+    if make is None:
+        return False, None
+    accepted = inspect.signature(make).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     try:
-        result = declare(**{k: v for k, v in params.items() if takes_any or k in accepted}) or {}
+        return True, make(**{k: v for k, v in params.items() if takes_any or k in accepted})
     except Exception as e:  # the user's code: one line, not a traceback
-        raise ShardLintInputError(where, f"{DECLARED_ENTRY}() raised {one_line(e)}") from e
+        raise ShardLintInputError(where, f"{entry}() raised {one_line(e)}") from e
+
+
+def _declared(fn, params: dict, where: str) -> dict:
+    """``shard_lint_out_shardings(**params)``: {target name: {output path: spec}}."""
+    _, result = _call_entry(fn, DECLARED_ENTRY, params, where)
+    result = result or {}
     if not isinstance(result, dict) or not all(isinstance(v, dict) for v in result.values()):
         raise ShardLintInputError(where, f"{DECLARED_ENTRY}() returned {type(result).__name__}; expected a dict of "
                                   "target name to a dict of output path to PartitionSpec")
@@ -135,16 +141,9 @@ def script_inputs(fn, params: dict, where: str) -> dict:
     """``shard_lint_inputs(**params)`` from the script, when it has one: concrete
     arguments for ``--validate`` per target (``{name: (arg, ...)}``), or one tuple of
     arguments for every target. Without it, validation draws seeded random inputs."""
-    module = inspect.getmodule(fn)
-    make = getattr(module, INPUTS_ENTRY, None)
-    if make is None:
+    defined, result = _call_entry(fn, INPUTS_ENTRY, params, where)
+    if not defined:
         return {}
-    accepted = inspect.signature(make).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    try:
-        result = make(**{k: v for k, v in params.items() if takes_any or k in accepted})
-    except Exception as e:  # the user's code: one line, not a traceback
-        raise ShardLintInputError(where, f"{INPUTS_ENTRY}() raised {one_line(e)}") from e
     if isinstance(result, dict):
         return dict(result)
     if isinstance(result, (tuple, list)):

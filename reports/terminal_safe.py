@@ -27,21 +27,11 @@ def terminal_safe(value: Any) -> Any:
     if type(value) is str:  # not a str enum (Severity): its members are ours, and stay members
         return safe_text(value)
     if isinstance(value, BaseModel):
-        changes = {}
-        for name in type(value).model_fields:
-            old = getattr(value, name)
-            new = terminal_safe(old)
-            if new is not old:
-                changes[name] = new
-        return value.model_copy(update=changes) if changes else value
+        return value.model_copy(update={name: terminal_safe(getattr(value, name)) for name in type(value).model_fields})
     if isinstance(value, list):
-        new = [terminal_safe(v) for v in value]
-        return new if any(a is not b for a, b in zip(new, value)) else value
+        return [terminal_safe(v) for v in value]
     if isinstance(value, tuple):
-        new = tuple(terminal_safe(v) for v in value)
-        return new if any(a is not b for a, b in zip(new, value)) else value
+        return tuple(terminal_safe(v) for v in value)
     if isinstance(value, dict):
-        new = {terminal_safe(k): terminal_safe(v) for k, v in value.items()}
-        return new if any(a is not b for a, b in zip(new.values(), value.values())) or any(
-            a is not b for a, b in zip(new, value)) else value
+        return {terminal_safe(k): terminal_safe(v) for k, v in value.items()}
     return value
