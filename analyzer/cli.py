@@ -173,6 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run both versions on the devices at hand and compare outputs, shardings and time")
     rw.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs per version (default 10)")
 
+    sg = sub.add_parser("suggest", parents=[debug_and_timeout],
+                        help="choose argument and result shardings by solving an ILP under the memory budget, "
+                        "compile them beside the written ones and baselines, and print the in/out_shardings text")
+    sg.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(sg)
+    _add_output_args(sg)
+    sg.add_argument("--axes", default=None, metavar="A,B",
+                    help="the mesh axes the solver may shard over (default: every axis larger than 1)")
+    sg.add_argument("--fix", action="append", default=[], metavar="PATH[=SPEC]",
+                    help="keep an argument (or every argument under a pytree path) as written, or at SPEC, e.g. "
+                    "--fix tokens or --fix \"params['embed']=P(None, 'tp')\" (repeatable)")
+    sg.add_argument("--solver", choices=("auto", "ilp", "local"), default="auto",
+                    help="ilp (HiGHS), local (a local search), or auto: the ILP up to 300,000 variables")
+    sg.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                    help="the ILP's time limit per solve (default 60); the gap says how close it got")
+
     snap = sub.add_parser("snapshot", parents=[debug_and_timeout],
                           help="write each target's StableHLO, metadata and a baseline into a directory")
     snap.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
@@ -208,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-q", "--quiet", action="store_true")
 
     sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
-    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep"),
+    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep",
+                                                            "suggest"),
                      help="which report (default lint; check writes the lint report too)")
 
     sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")

@@ -317,6 +317,23 @@ def cmd_rewrite(args) -> int:
     return EXIT_FINDINGS if failed else EXIT_OK
 
 
+def cmd_suggest(args) -> int:
+    from .suggest import SuggestRequest, suggest
+
+    if not (args.time_limit > 0 and args.time_limit < float("inf")):
+        raise ShardLintInputError("--time-limit", f"must be a positive number of seconds, got {args.time_limit:g}")
+    axes = tuple(a.strip() for a in args.axes.split(",") if a.strip()) if args.axes is not None else ()
+    if args.axes is not None and not axes:
+        raise ShardLintInputError("--axes", "names no mesh axis")
+    settings = _settings(args)
+    run = suggest(SuggestRequest(args.script, tuple(args.target), tuple(args.params), axes, tuple(args.fix),
+                                 args.solver, args.time_limit), settings)
+    from ..reports.suggest_report import render_suggest_html, render_suggest_markdown, render_suggest_terminal
+
+    _emit_run(args, run, render_suggest_html, render_suggest_markdown, render_suggest_terminal)
+    return EXIT_OK
+
+
 def cmd_snapshot(args) -> int:
     from .gate import SnapshotRequest, snapshot
 
@@ -397,18 +414,17 @@ def cmd_schema(args) -> int:
     from ..passes.gate import Baseline, GateResult
     from ..passes.models import LintReport, PropagateRun
     from ..passes.rewrite_models import RewriteRun
+    from ..passes.suggest_models import SuggestRun
     from ..passes.sweep import SweepRun
 
     model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
-             "baseline": Baseline, "sweep": SweepRun}[args.kind]
+             "baseline": Baseline, "sweep": SweepRun, "suggest": SuggestRun}[args.kind]
     print(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
     return EXIT_OK
-
-
 
 
 COMMANDS = {
     "lint": cmd_lint, "run": cmd_run, "fit": cmd_fit, "propagate": cmd_propagate, "rewrite": cmd_rewrite,
     "sweep": cmd_sweep, "snapshot": cmd_snapshot, "check": cmd_check, "gate": cmd_gate, "schema": cmd_schema,
-    "rules": cmd_rules, "rule": cmd_rule,
+    "rules": cmd_rules, "rule": cmd_rule, "suggest": cmd_suggest,
 }

@@ -93,23 +93,30 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
     return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
 
 
-def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str) -> str:
-    """The module's text with the entry function's results pinned to these shardings."""
+def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
+                          arguments: dict[int, list[list[str]]] | None = None) -> str:
+    """The module's text with the entry function's results (and ``arguments``)
+    pinned to these shardings."""
     from ..passes.shardy_reference import clone
 
     edited = clone(module)
     fn = entry_function(edited)
-    n = len(ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value).results)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
     with edited.context:
-        old = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else [ir.DictAttr.get({})] * n
-        new = []
-        for i, attrs in enumerate(old):
-            d = ir.DictAttr(attrs)
-            entries = {d[k].name: d[k].attr for k in range(len(d))}
-            if i in shardings:
-                entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(shardings[i], mesh_name))
-            new.append(ir.DictAttr.get(entries))
-        fn.operation.attributes["res_attrs"] = ir.ArrayAttr.get(new)
+        for key, count, pins in (("res_attrs", len(ftype.results), shardings),
+                                 ("arg_attrs", len(ftype.inputs), arguments or {})):
+            if not pins:
+                continue
+            old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
+                else [ir.DictAttr.get({})] * count
+            new = []
+            for i, attrs in enumerate(old):
+                d = ir.DictAttr(attrs)
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+                if i in pins:
+                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
+                new.append(ir.DictAttr.get(entries))
+            fn.operation.attributes[key] = ir.ArrayAttr.get(new)
     return edited.operation.get_asm(enable_debug_info=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .terminal_safe import terminal_safe
+from .terminal_safe import code_text, terminal_safe
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -47,8 +47,9 @@ def _changes(r: RewriteReport) -> Table | None:
 
 
 def render_rewrite(run: RewriteRun, console: Console) -> None:
+    raw = run  # the Python change is printed as Text, not markup: escaping would put "\\[" into it
     run = terminal_safe(run)
-    for r in run.targets:
+    for r, code in zip(run.targets, raw.targets):
         console.print(Rule(f"[bold]{r.name}[/bold]", align="left"))
         console.print(f"platform {r.platform}")
         if r.out_shardings:
@@ -65,8 +66,8 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
         console.print(Text(r.verdict, style="bold"))
         for line in r.remaining:
             console.print(f"  remaining: {line}")
-        if r.python_fix:
-            console.print(Text.assemble(("Python change: ", "bold green"), f"jax.jit(..., {r.python_fix})"))
+        if code.python_fix:
+            console.print(Text.assemble(("Python change: ", "bold green"), code_text(f"jax.jit(..., {code.python_fix})")))
         v = r.validation
         if v is not None:
             if not v.ran:

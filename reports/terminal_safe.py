@@ -23,6 +23,12 @@ def safe_text(text: str) -> str:
     return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text))
 
 
+def code_text(text: str) -> str:
+    """Python to paste, for a ``rich.text.Text`` (never parsed as markup): only control
+    characters are shown as ``\\xNN``; brackets stay as they are."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
 def terminal_safe(value: Any) -> Any:
     if type(value) is str:  # not a str enum (Severity): its members are ours, and stay members
         return safe_text(value)

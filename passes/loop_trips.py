@@ -1,0 +1,78 @@
+"""How many times each value of a StableHLO module is computed per call: the
+trip counts of the ``while`` loops around it (``scan`` and ``fori_loop`` lower
+to a loop whose condition compares a counter that starts at a constant with a
+constant bound), multiplied through nesting. A loop whose count cannot be read
+counts once."""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from .stablehlo_module import entry_function
+
+_COMPARISON = {"LT": lambda lo, hi: hi - lo, "LE": lambda lo, hi: hi - lo + 1,
+               "GT": lambda lo, hi: lo - hi, "GE": lambda lo, hi: lo - hi + 1,
+               "NE": lambda lo, hi: abs(hi - lo)}
+
+
+def _constant_int(value) -> int | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or not hasattr(owner, "name") or owner.name != "stablehlo.constant":
+        return None
+    try:
+        attr = ir.DenseIntElementsAttr(owner.attributes["value"])
+    except (ValueError, TypeError):
+        return None
+    return int(attr[0]) if len(attr) == 1 else None
+
+
+def trip_count(op) -> int | None:
+    """A ``stablehlo.while``'s iterations, when its condition is ``counter <cmp> bound``."""
+    cond = op.regions[0].blocks[0]
+    ops = list(cond.operations)
+    if not ops or ops[-1].name != "stablehlo.return":
+        return None
+    cmp = ops[-1].operands[0].owner
+    if isinstance(cmp, ir.Block) or not hasattr(cmp, "name") or cmp.name != "stablehlo.compare":
+        return None
+    direction = str(cmp.attributes["comparison_direction"]).split()[-1].rstrip(">")
+    lhs, rhs = cmp.operands[0], cmp.operands[1]
+    if not isinstance(lhs, ir.BlockArgument):
+        return None
+    start = _constant_int(op.operands[ir.BlockArgument(lhs).arg_number])
+    bound = _constant_int(rhs)
+    if start is None or bound is None or direction not in _COMPARISON:
+        return None
+    return max(0, _COMPARISON[direction](start, bound))
+
+
+def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
+    """Tensor id -> runs per call, for values defined inside loops (others run once)."""
+    out: dict[int, int] = {}
+
+    def walk(block, times: int) -> None:
+        for op in block.operations:
+            if times > 1:
+                for r in op.results:
+                    tid = value_ids.get(r)
+                    if tid is not None:
+                        out[tid] = times
+            inner = times
+            if op.name == "stablehlo.while":
+                inner = times * max(1, trip_count(op) or 1)
+            for region in op.regions:
+                for b in region.blocks:
+                    walk(b, inner)
+
+    for op in module.body.operations:
+        for region in op.regions:
+            for block in region.blocks:
+                walk(block, 1)
+    return out
+
+
+def entry_results(module: ir.Module, value_ids: dict) -> list[int | None]:
+    """The tensor id each result of the entry function returns."""
+    block = entry_function(module).regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    return [value_ids.get(v) for v in ret.operands]
