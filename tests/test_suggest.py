@@ -1,0 +1,201 @@
+"""``suggest``: the ILP's choice is the brute-force optimum of its cost model;
+the suggestion, compiled by XLA, fits the budget and is no slower than the
+written shardings; its Python text pastes into ``jax.jit`` and gives XLA's
+compiled program exactly the suggested shardings."""
+
+import importlib.util
+import inspect
+import itertools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+from conftest import EXAMPLES
+
+from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.config import Settings
+from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
+from jax_shard_lint.passes.sharding_problem import Assignment, evaluate
+from jax_shard_lint.passes.sharding_solver import NoFeasibleSharding, local_search, solve
+
+VALUE = os.path.join("examples", "value_function_step.py")
+FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
+EQUINOX = os.path.join(EXAMPLES, "models", "equinox_mlp.py")
+
+
+def _mesh(shape, names):
+    n = 1
+    for s in shape:
+        n *= s
+    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape), devices=jax.devices()[:n])
+
+
+def _lowered(fn, mesh, *specs_and_shapes, **jit):
+    args = [jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+            for shape, spec in specs_and_shapes]
+    return jax.jit(fn, **jit).lower(*args)
+
+
+def _problem_of(lowered, budget=None):
+    settings = Settings(devices=8)
+    settings.budget_bytes = budget
+    return _problem("t", lowered, SuggestRequest(path="t.py"), settings, {}, "t.py").problem
+
+
+def brute_force(problem) -> float:
+    """The least cost over every assignment of candidates to groups (ops then take their
+    cheapest strategy given their groups, which is exact: an op's cost depends on its
+    own strategy and its groups only), subject to ties and the budget."""
+    free = [g.id for g in problem.groups if len(g.candidates) > 1]
+    best = float("inf")
+    for combo in itertools.product(*(range(len(problem.groups[g].candidates)) for g in free)):
+        groups = [0] * len(problem.groups)
+        for g, c in zip(free, combo):
+            groups[g] = c
+        if any(groups[a] != groups[b] for a, b in problem.ties):
+            continue
+        if problem.budget_bytes is not None and \
+                sum(m.bytes[groups[m.group]] for m in problem.memory) > problem.budget_bytes:
+            continue
+        ops = tuple(min(range(len(op.strategies)), key=lambda s: op.seconds[s] + sum(
+            u.seconds[u.wanted[s]][groups[u.group]] for u in op.uses)) for op in problem.ops)
+        best = min(best, evaluate(problem, Assignment(tuple(groups), ops))[0])
+    return best
+
+
+def _programs():
+    line = _mesh((2,), ("d",))
+    grid = _mesh((2, 2), ("a", "b"))
+    yield "mlp on 2 devices", _lowered(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, line,
+                                       ((8, 16), P()), ((16, 8), P()), ((8, 4), P())), None
+    yield "matmul and reduce on 2x2", _lowered(lambda x, w: (x @ w).sum(0), grid,
+                                               ((4, 8), P()), ((8, 4), P())), None
+    # A state update that comes back: the tie keeps w's layout a fixed point.
+    yield "state step on 2x2", _lowered(lambda w, x: w - 0.1 * (x @ w), grid,
+                                        ((4, 4), P()), ((4, 4), P())), None
+    # A budget below the unconstrained optimum's memory: the constraint binds.
+    yield "budgeted on 2x2", _lowered(lambda x, w: jnp.tanh(x @ w), grid,
+                                      ((32, 32), P()), ((32, 32), P())), "below the optimum"
+
+
+@pytest.mark.parametrize("name, lowered, budget", list(_programs()), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_ilp_finds_the_brute_force_optimum(name, lowered, budget):
+    if budget is not None:
+        free = solve(_problem_of(lowered), "ilp")
+        budget = free.memory_bytes - 1
+    problem = _problem_of(lowered, budget)
+    optimum = brute_force(problem)
+    solution = solve(problem, "ilp")
+    assert solution.seconds == pytest.approx(optimum, rel=1e-6, abs=1e-12)
+    assert solution.gap is not None and solution.gap <= 1e-6
+    if budget is not None:
+        assert solution.memory_bytes <= budget < free.memory_bytes
+        assert optimum >= free.seconds - 1e-12
+    # The local search is a heuristic: never better than the optimum.
+    heuristic = evaluate(problem, local_search(problem))[0]
+    assert heuristic >= optimum - 1e-12
+
+
+def test_an_impossible_budget_is_a_clear_error():
+    problem = _problem_of(next(p for n, p, _ in _programs() if n == "budgeted on 2x2"), budget=100)
+    with pytest.raises(NoFeasibleSharding, match="fits the arguments and results in the budget"):
+        solve(problem, "ilp")
+
+
+def _suggest(cli, *args):
+    result = cli("suggest", *args, "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    return json.loads(result.out)["targets"]
+
+
+def _version(report, name):
+    return next(v for v in report["versions"] if v["name"] == name)
+
+
+def test_value_function_step_moves_the_sharding_to_the_discrete_axis(cli):
+    [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid")
+    v_next = next(a for a in r["arguments"] if a["path"] == "v_next")
+    assert v_next["current"] == [[], ["x"]]  # the grid axis the interpolation reads
+    assert v_next["suggested"] == [["x"], []]  # the discrete state axis
+    assert r["chosen"] == "solver" and r["solver"]["method"] == "ilp" and r["solver"]["gap"] <= 1e-6
+    solver, written = _version(r, "solver"), _version(r, "written")
+    assert solver["collective_bytes"] == 0 < written["collective_bytes"]
+    assert solver["estimated_seconds"] < written["estimated_seconds"]
+    assert solver["peak_bytes"] < written["peak_bytes"]
+
+
+def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cli):
+    [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid")
+    spec = importlib.util.spec_from_file_location("_suggest_value", os.path.join(EXAMPLES, "value_function_step.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lowered = module.shard_lint_targets()["sharded_on_grid"]
+    mesh = jax_adapter.lowered_mesh(lowered)
+    names = list(inspect.signature(module.bellman_step).parameters)
+    args = [jax.ShapeDtypeStruct(a.shape, jax_adapter.arg_info_dtype(a)) for a in lowered.args_info[0]]
+    namespace = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh, **dict(zip(names, args))}
+    in_shardings = eval(r["in_shardings_text"].removeprefix("in_shardings="), namespace)
+    out_shardings = eval(r["out_shardings_text"].removeprefix("out_shardings="), namespace)
+    compiled = jax.jit(module.bellman_step, in_shardings=in_shardings, out_shardings=out_shardings) \
+        .lower(*args).compile()
+    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
+        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
+        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
+    # XLA's own accounting of the pasted program agrees with the suggestion's per-device bytes.
+    stats = compiled.memory_analysis()
+    assert stats.argument_size_in_bytes == sum(a["suggested_per_device_bytes"] for a in r["arguments"])
+    assert not any(op in compiled.as_text() for op in ("all-gather", "all-reduce", "all-to-all"))
+
+
+def test_fsdp_tp_step_under_an_h100_budget_fits_and_is_no_slower(cli):
+    [r] = _suggest(cli, FSDP, "--platform", "h100")
+    assert r["platform"].startswith("h100") and r["budget_bytes"] > 70 * 2**30
+    chosen, written = _version(r, r["chosen"]), _version(r, "written")
+    assert chosen["fits"] and chosen["peak_bytes"] <= r["budget_bytes"]
+    assert chosen["estimated_seconds"] <= written["estimated_seconds"]
+    assert r["solver"]["gap"] is not None and r["in_shardings_text"] and r["out_shardings_text"]
+    assert {v["name"] for v in r["versions"]} == {"solver", "written", "replicated", "data-parallel", "fsdp"}
+
+
+def test_equinox_optax_step_text_checks(cli):
+    pytest.importorskip("equinox")
+    pytest.importorskip("optax")
+    [r] = _suggest(cli, EQUINOX)
+    assert r["text_problem"] is None, r["text_problem"]
+    # optax's ScaleByAdamState has no literal spelling: it is written as a map over key paths.
+    assert "jax.tree_util.tree_map_with_path" in r["in_shardings_text"]
+    assert _version(r, r["chosen"])["estimated_seconds"] <= _version(r, "written")["estimated_seconds"]
+
+
+def test_fix_keeps_an_argument_as_written(cli):
+    [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid", "--fix", "v_next")
+    v_next = next(a for a in r["arguments"] if a["path"] == "v_next")
+    assert v_next["suggested"] == v_next["current"] == [[], ["x"]]
+    assert v_next["pinned"] == "--fix v_next"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fix", "nope"], "--fix: no argument 'nope' (arguments: v_next, grid, income, choices)"),
+    (["--fix", "v_next=P('y')"], "--fix: P('y'): no mesh axis 'y' (mesh: x)"),
+    (["--axes", "y"], "--axes: no mesh axis 'y' (mesh: x)"),
+    (["--time-limit", "0"], "--time-limit: must be a positive number of seconds, got 0"),
+    (["--budget", "1KiB"], f"{VALUE}: target 'sharded_on_grid': no choice of candidates fits the arguments and "
+                           "results in the budget (1.0 KiB for arguments and results)"),
+])
+def test_bad_suggest_options(cli, argv, message):
+    result = cli("suggest", VALUE, "--target", "sharded_on_grid", *argv)
+    assert result.code == 2 and result.out == ""
+    assert result.err.strip().splitlines() == [f"jax-shard-lint: error: {message}"]
+
+
+def test_a_target_without_a_mesh_is_named(cli, tmp_path):
+    script = tmp_path / "one_device.py"
+    script.write_text("import jax, jax.numpy as jnp\n\ndef shard_lint_targets():\n"
+                      "    return {'f': jax.jit(lambda x: x * 2).lower(jax.ShapeDtypeStruct((4,), jnp.float32))}\n")
+    result = cli("suggest", str(script))
+    assert result.code == 2
+    assert "target 'f' has no mesh of several devices to shard over" in result.err
