@@ -45,12 +45,15 @@ Sharding = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes on it (in
 # cannot take an operand on an axis its producer did not shard it on, nor hand its
 # consumers a result on an axis it did not compute it on (both would be a plan the
 # program never compiles to). Axes enter at the arguments, and at factors only a
-# result has (a broadcast's new dimensions, an iota), which any sharding may take.
+# result has (a broadcast's new dimensions, an iota), which any sharding may take;
+# a sharding the program states (a constraint) reaches back to its producer.
 FORBIDDEN = float("inf")
 
 # Above this many candidate strategies an op keeps the ones with the most parallelism
 # (and the replicated one): a 3-D mesh on a 5-factor dot_general has 216.
 MAX_STRATEGIES = 64
+# Candidates per value group, likewise (the rest are pruned, see tensor_candidates).
+MAX_CANDIDATES = 16
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,21 @@ def tensor_candidates(shape: tuple[int, ...], free_axes: tuple[str, ...], sizes:
         dims = [tuple(a for a, d in zip(free_axes, placement) if d == k) for k in range(len(shape))]
         if all(n % prod(sizes[a] for a in axes) == 0 for n, axes in zip(shape, dims)):
             out.append(tuple(dims))
+    if len(out) > MAX_CANDIDATES:
+        # Keep the replicated one, every axis alone on each dimension, all axes on one
+        # dimension, then the most parallel of the rest (a 3-D mesh on a rank-4 value has 125).
+        def rank(c: Sharding) -> tuple:
+            used = [a for axes in c for a in axes]
+            simple = len(used) <= 1 or sum(1 for axes in c if axes) == 1
+            return (bool(used), not simple, -prod(sizes[a] for a in used), out.index(c))
+        out = sorted(out, key=rank)[:MAX_CANDIDATES]
+        out.sort(key=lambda c: tensor_order(c, free_axes, len(shape)))
     return out
+
+
+def tensor_order(c: Sharding, free_axes: tuple[str, ...], rank: int) -> tuple:
+    """The enumeration order of candidates (replicated first), kept after pruning."""
+    return tuple(next((d for d, axes in enumerate(c) if a in axes), -1) for a in free_axes)
 
 
 class _Groups:
@@ -336,7 +353,7 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
             index = {s: j for j, s in enumerate(distinct)}
             is_result = k >= step.n_operands
             table = tuple(
-                tuple(FORBIDDEN if (_adds_axis(w, c) if is_result else _adds_axis(c, w))
+                tuple(FORBIDDEN if (_adds_axis(w, c) and not group.pinned if is_result else _adds_axis(c, w))
                       else repeats * reshard_seconds(t.shape, t.dtype, *((w, c) if is_result else (c, w)),
                                                      sizes, inp.spec)
                       for c in group.candidates)

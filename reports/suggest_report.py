@@ -123,8 +123,9 @@ def render_suggest_html(run: SuggestRun) -> str:
     for r in run.targets:
         mesh = dict(r.mesh)
         versions = "".join(
-            ("<tr class=\"chosen\">" if v.name == r.chosen else "<tr>")
-            + "".join(f"<td>{e(c)}</td>" for c in _cells(v)) + "</tr>" for v in r.versions)
+            "<tr>" + "".join(f"<td><b>{e(c)} (suggested)</b></td>" if k == 0 and v.name == r.chosen
+                             else f"<td>{e(c)}</td>" for k, c in enumerate(_cells(v))) + "</tr>"
+            for v in r.versions)
         costs = "".join(
             f"<tr><td>{e(v.name)}</td><td>{e(format_seconds(v.model.compute_seconds))}</td>"
             f"<td>{e(format_seconds(v.model.reduction_seconds))}</td><td>{e(format_seconds(v.model.reshard_seconds))}"
