@@ -23,7 +23,7 @@ from typing import Any
 from ..passes.models import TensorInfo
 from ..passes.sharding_text import named_sharding_text, normalized, pspec_text
 from . import jax_adapter
-from .out_shardings import _arg_names, _keys_text, _Tree
+from .out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
 
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
@@ -68,20 +68,11 @@ def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended
     """None when pasting ``text`` into ``jax.jit`` gives every argument its intended
     sharding; else what goes wrong."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = jax_adapter.lowered_mesh(lowered)
-    if mesh is None:
-        return "the program has no named mesh"
+    namespace = paste_namespace(lowered, inputs)
+    if isinstance(namespace, str):
+        return namespace
     args = lowered.args_info[0]
-    tree = _Tree(args)
-    namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh}
-    bound = jax.tree_util.tree_unflatten(
-        jax.tree_util.tree_structure(args),
-        [jax.ShapeDtypeStruct(tuple(t.shape), jax_adapter.arg_info_dtype(leaf))
-         for t, leaf in zip(inputs, jax.tree_util.tree_leaves(args))])
-    for i, name in _arg_names(inputs, tree, args).items():
-        namespace[name] = bound[i]
     try:
         value = eval(text.removeprefix("in_shardings="), namespace)  # our own text, built above
         flat = jax_adapter.flatten_out_shardings(value, jax.tree_util.tree_structure(args), len(inputs))

@@ -169,11 +169,10 @@ def build_text(
     return "out_shardings=" + render(out_info)
 
 
-def check_text(
-    text: str, lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
-) -> str | None:
-    """None when pasting ``text`` into ``jax.jit`` gives every output its intended
-    sharding; else what goes wrong."""
+def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, Any] | str:
+    """What a pasted text may name: ``jax``, ``NamedSharding``, ``P``, ``mesh`` and each
+    argument's own name bound to its abstract input on ``inputs``' shardings; a str
+    says why there is none."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -193,6 +192,17 @@ def check_text(
     namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh}
     for i, name in _arg_names(inputs, args_tree, args).items():
         namespace[name] = bound[i]
+    return namespace
+
+
+def check_text(
+    text: str, lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+) -> str | None:
+    """None when pasting ``text`` into ``jax.jit`` gives every output its intended
+    sharding; else what goes wrong."""
+    namespace = paste_namespace(lowered, inputs)
+    if isinstance(namespace, str):
+        return namespace
     try:
         value = eval(text.removeprefix("out_shardings="), namespace)  # our own text, built above
         flat = jax_adapter.flatten_out_shardings(value, lowered.out_tree, len(outputs))

@@ -119,8 +119,7 @@ class _Target:
     module: Any
     sig: Any
     problem: ShardingProblem
-    arg_groups: tuple[int, ...]
-    res_groups: tuple[int, ...]
+    fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
 
 
 def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict, where: str) -> _Target:
@@ -147,6 +146,8 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
     labels = dict(sizes)
     args = [t for t, f in g.function_args if f == g.entry]
     results = entry_results(ruled, g.value_ids)
+    if None in results:
+        raise ShardLintInputError(where, f"target {name!r}: result {results.index(None)} is not a tensor value")
     fixed = _fixed(request, declared, sig, where)
     pinned = {}
     for t in g.tensors:
@@ -163,12 +164,12 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
     spec = settings.device_spec() or device_spec("cpu")
     problem = build_problem(g, ProblemInput(
         free_axes=free, axis_sizes=labels, spec=spec, repeats=value_repeats(ruled, g.value_ids), arguments=tuple(args),
-        results=tuple(r for r in results if r is not None),
+        results=tuple(results),
         argument_paths=tuple(t.path for t in sig.inputs), result_paths=tuple(o.path for o in sig.outputs),
         pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
         result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=settings.budget_bytes,
     ))
-    return _Target(name, lowered, text, module, sig, problem, problem.arguments, problem.results)
+    return _Target(name, lowered, text, module, sig, problem, fixed)
 
 
 def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, results: dict[int, list[list[str]]],
@@ -303,9 +304,9 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
                                       "arguments and results)") from e
         a = solution.assignment
         arg_pins = {x.index: [list(ax) for ax in problem.groups[g].candidates[a.groups[g]]]
-                    for x, g in zip(t.sig.inputs, t.arg_groups)}
+                    for x, g in zip(t.sig.inputs, t.problem.arguments)}
         res_pins = {x.index: [list(ax) for ax in problem.groups[g].candidates[a.groups[g]]]
-                    for x, g in zip(t.sig.outputs, t.res_groups)}
+                    for x, g in zip(t.sig.outputs, t.problem.results)}
         version, report = _compile(t, "solver", arg_pins, res_pins, settings, devices,
                                    "the solver's choice", where)
         over = (version.peak_bytes or 0) - budget if budget is not None and version.peak_bytes else 0
@@ -319,7 +320,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
                    devices, where: str) -> SuggestReport:
     t = _problem(name, lowered, request, settings, declared, where)
     problem, budget = t.problem, settings.budget_bytes
-    fixed = _fixed(request, declared, t.sig, where)
+    fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
     solution, rounds, solver_version, solver_report, arg_pins, res_pins = _solve_within_budget(
         t, request, settings, devices, where)
@@ -334,7 +335,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         outs = {o: pins[i] for o, i in state.items()} if pins is not None else {}
         version, report = _compile(t, vname, pins, outs, settings, devices, description, where)
         model_pins = pins if pins is not None else written
-        pinned = pin_groups(problem, {t.arg_groups[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})
+        pinned = pin_groups(problem, {t.problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})
         if pinned is not None and not version.error:
             try:
                 model = solve(pinned, request.solver, request.time_limit)
