@@ -93,7 +93,7 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
     return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
 
 
-def with_result_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
+def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
                           arguments: dict[int, list[list[str]]] | None = None) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings."""
@@ -246,7 +246,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     applied = plan(before, module, request, declared)
     sig = read_entry_signature(module)
     if applied:
-        text_after = with_result_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
+        text_after = with_entry_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
         after, program_after, _ = analyze_text(name, text_after, settings, where, devices=devices)
     else:
         after, program_after = before, program_before

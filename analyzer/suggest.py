@@ -30,17 +30,17 @@ from ..passes.sharding_solver import NoFeasibleSharding, solve
 from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
 from ..passes.state_roundtrip import correspond
 from ..passes.stablehlo_module import read_entry_signature
-from ..passes.step_time import format_seconds
+from ..passes.step_time import format_seconds, significant
 from ..passes.suggest_models import ChosenSharding, ModelCost, SolverStats, SuggestReport, SuggestRun, Version
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .device_performance import device_spec
-from .errors import ShardLintInputError, one_line
+from .errors import ShardLintInputError
 from .fixtures import analyze_text
 from .in_shardings import build_text as in_text, check_text as check_in_text
 from .lint import platform_label, relativize, select_run_devices
 from .out_shardings import suggest_for
-from .rewrite import _call_entry, parse_spec, with_result_shardings
+from .rewrite import _call_entry, parse_spec, with_entry_shardings
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 FIXED_ENTRY = "shard_lint_fixed"
@@ -120,6 +120,7 @@ class _Target:
     sig: Any
     problem: ShardingProblem
     fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
+    state: tuple  # RoundTrips: the outputs that are inputs coming back
 
 
 def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict, where: str) -> _Target:
@@ -169,12 +170,12 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
         pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
         result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=settings.budget_bytes,
     ))
-    return _Target(name, lowered, text, module, sig, problem, fixed)
+    return _Target(name, lowered, text, module, sig, problem, fixed, pairs)
 
 
 def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, results: dict[int, list[list[str]]],
              settings: Settings, devices, description: str, where: str) -> tuple[Version, Any]:
-    text = t.text if args is None else with_result_shardings(t.module, results, t.sig.mesh_name, args)
+    text = t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args)
     isolation.phase(where, f"compiling the {name} version of target {t.name!r}")
     try:
         report, _, _ = analyze_text(t.name, text, settings, where, devices=devices)
@@ -193,12 +194,8 @@ def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, res
 
 def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
     compute, reduction, reshard = breakdown(problem, a)
-    return ModelCost(seconds=_sig(compute + reduction + reshard), compute_seconds=_sig(compute),
-                     reduction_seconds=_sig(reduction), reshard_seconds=_sig(reshard))
-
-
-def _sig(x: float) -> float:
-    return float(f"{x:.6g}")
+    return ModelCost(seconds=significant(compute + reduction + reshard), compute_seconds=significant(compute),
+                     reduction_seconds=significant(reduction), reshard_seconds=significant(reshard))
 
 
 def _baselines(t: _Target) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
@@ -209,7 +206,7 @@ def _baselines(t: _Target) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
     total = 1
     for a in free:
         total *= sizes[a]
-    state = {rt.input.index for rt in correspond(t.sig)}
+    state = {rt.input.index for rt in t.state}
 
     def on(shape, dim) -> list[list[str]]:
         return [list(free) if d == dim else [] for d in range(len(shape))]
@@ -241,7 +238,7 @@ def _texts(t: _Target, args: list[ChosenSharding], results: list[ChosenSharding]
         return None, None, f"the in_shardings text did not check ({problem}); not shown"
     # out_shardings may name an input subtree coming back: its sharding is then the suggested input one.
     arriving = tuple(x.model_copy(update={"sharding": c.suggested}) for x, c in zip(t.sig.inputs, args))
-    pair_of = {rt.output.index: rt.input.index for rt in correspond(t.sig)}
+    pair_of = {rt.output.index: rt.input.index for rt in t.state}
     out = suggest_for(t.lowered, arriving, t.sig.outputs, [c.suggested for c in results], pair_of)
     if out.text is None:
         return text_in, None, out.problem
@@ -327,7 +324,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     versions = [solver_version]
     pins_of = {"solver": (arg_pins, res_pins)}
     reports = {"solver": solver_report}
-    state = {rt.output.index: rt.input.index for rt in correspond(t.sig)}
+    state = {rt.output.index: rt.input.index for rt in t.state}
     written = {x.index: x.sharding for x in t.sig.inputs if x.sharding is not None}
     for vname, description, pins in [("written", "the shardings the program states", None)] + _baselines(t):
         if pins is not None:
@@ -369,8 +366,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         solver=SolverStats(
             method=solution.method, variables=solution.variables, value_groups=len(problem.groups),
             ops=len(problem.ops), solve_seconds=round(solution.solve_seconds, 3),
-            objective_seconds=_sig(solution.seconds),
-            lower_bound_seconds=None if solution.lower_bound is None else _sig(solution.lower_bound),
+            objective_seconds=significant(solution.seconds),
+            lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
             gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds,
         ),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, text_problem=text_problem,
@@ -390,12 +387,7 @@ def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     reports = []
     for name, lowered in targets.items():
         declared = _declared_fixed(fn, params, name, where)
-        try:
-            reports.append(suggest_target(name, lowered, request, settings, declared, devices, where))
-        except ShardLintInputError:
-            raise
-        except NoFeasibleSharding as e:
-            raise ShardLintInputError(where, f"target {name!r}: {one_line(e)}") from e
+        reports.append(suggest_target(name, lowered, request, settings, declared, devices, where))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = SuggestRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
                      script=request.path, targets=reports)

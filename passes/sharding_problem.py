@@ -146,13 +146,6 @@ def breakdown(problem: ShardingProblem, a: Assignment) -> tuple[float, float, fl
     return compute, reduction, reshard
 
 
-def feasible(problem: ShardingProblem, a: Assignment) -> bool:
-    if any(a.groups[x] != a.groups[y] for x, y in problem.ties):
-        return False
-    _, memory = evaluate(problem, a)
-    return problem.budget_bytes is None or memory <= problem.budget_bytes
-
-
 def local_bytes(shape: tuple[int, ...], dtype: str, sharding: Sharding, sizes: dict[str, int]) -> int:
     return array_bytes(dtype, [n // prod(sizes[a] for a in axes) for n, axes in zip(shape, sharding)])
 
@@ -198,14 +191,9 @@ def tensor_candidates(shape: tuple[int, ...], free_axes: tuple[str, ...], sizes:
             used = [a for axes in c for a in axes]
             simple = len(used) <= 1 or sum(1 for axes in c if axes) == 1
             return (bool(used), not simple, -prod(sizes[a] for a in used), out.index(c))
-        out = sorted(out, key=rank)[:MAX_CANDIDATES]
-        out.sort(key=lambda c: tensor_order(c, free_axes, len(shape)))
+        keep = set(sorted(out, key=rank)[:MAX_CANDIDATES])
+        out = [c for c in out if c in keep]  # in enumeration order, replicated first
     return out
-
-
-def tensor_order(c: Sharding, free_axes: tuple[str, ...], rank: int) -> tuple:
-    """The enumeration order of candidates (replicated first), kept after pruning."""
-    return tuple(next((d for d, axes in enumerate(c) if a in axes), -1) for a in free_axes)
 
 
 class _Groups:

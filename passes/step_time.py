@@ -84,7 +84,7 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
-def _sig(x: float) -> float:
+def significant(x: float) -> float:
     """Six significant digits: the JSON stays stable across float summation orders."""
     return float(f"{x:.6g}")
 
@@ -106,7 +106,7 @@ def estimate_step_time(
     sync = asynchronous = within = across = 0.0
     for c in collectives:
         seconds = collective_seconds(c.kind, c.bytes, c.group_size, c.cross_host, spec) * c.count
-        timed.append(c.model_copy(update={"seconds": _sig(seconds)}))
+        timed.append(c.model_copy(update={"seconds": significant(seconds)}))
         if c.is_async:
             asynchronous += seconds
         else:
@@ -128,11 +128,11 @@ def estimate_step_time(
                      + ", ".join(cost.unknown_custom_calls))
     estimate = StepTime(
         device=spec.name, device_description=spec.description, nominal=spec.nominal, basis=basis,
-        seconds=_sig(max(compute, asynchronous) + sync), serial_seconds=_sig(compute + communication),
-        compute_seconds=_sig(compute), flop_seconds=_sig(flop_time), memory_seconds=_sig(memory_time),
-        communication_seconds=_sig(communication), async_communication_seconds=_sig(asynchronous),
-        within_host_seconds=_sig(within), across_hosts_seconds=_sig(across),
-        flops=_sig(cost.flops), bytes_accessed=_sig(cost.bytes),
+        seconds=significant(max(compute, asynchronous) + sync), serial_seconds=significant(compute + communication),
+        compute_seconds=significant(compute), flop_seconds=significant(flop_time), memory_seconds=significant(memory_time),
+        communication_seconds=significant(communication), async_communication_seconds=significant(asynchronous),
+        within_host_seconds=significant(within), across_hosts_seconds=significant(across),
+        flops=significant(cost.flops), bytes_accessed=significant(cost.bytes),
         xla_flops=xla.get("flops"), xla_bytes_accessed=xla.get("bytes_accessed"),
         xla_optimal_seconds=xla.get("optimal_seconds"), sources=list(spec.sources), notes=notes,
     )
