@@ -113,7 +113,7 @@ def main() -> int:
     if totals["modules"]:
         print(f"agreement where Shardy runs: {totals['full']}/{totals['modules']} modules in full; "
               f"values {totals['agreeing']}/{totals['compared']} = {totals['agreeing'] / max(totals['compared'], 1):.2%} "
-              f"(reported {totals['reported']})")
+              f"(reported {totals['reported']}: {totals['agreeing'] / max(totals['reported'], 1):.2%} of them agree)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

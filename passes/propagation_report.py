@@ -10,6 +10,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from .axes import label, merge_adjacent
+from .call_graph import flatten_call_graph
 from .frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .hlo_shapes import array_bytes
 from .models import (
@@ -31,6 +32,9 @@ class Propagated:
     module: ir.Module
     graph: ShardingGraph
     sweeps: int
+    # The program propagated, before Shardy's rules were attached: the module, or
+    # its copy with the call graph flattened as Shardy's import does.
+    flat: ir.Module | None = None
     _origins: dict = field(default_factory=dict, repr=False)
 
     def labels(self, t: Tensor) -> list[list[str]]:
@@ -97,17 +101,18 @@ class Propagated:
 
 
 def run_propagation(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> Propagated:
-    ruled = with_sharding_rules(module)
+    flat = flatten_call_graph(module)
+    ruled = with_sharding_rules(flat)
     graph = build_graph(ruled, ownership)
     stats = propagate(graph)
-    return Propagated(ruled, graph, stats.sweeps)
+    return Propagated(ruled, graph, stats.sweeps, flat)
 
 
 def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
     """Our sharding of every value the report lists against Shardy's pipeline on the
     same module, values paired by op identity. ``reported`` counts the values,
     ``compared`` those Shardy's output has, ``not_compared`` says why the rest are not."""
-    theirs = shardy_propagated(tagged_clone(original))
+    theirs = shardy_propagated(tagged_clone(p.flat if p.flat is not None else original))
     meshes = read_meshes(original)
     paired = pair_values(p.module, theirs, lambda attr: dict(mesh_of_sharding(sdy.TensorShardingAttr(attr), meshes).axes))
     compared = agreeing = reported = 0

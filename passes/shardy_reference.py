@@ -153,9 +153,24 @@ def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes_of) -> PairedValu
     shardings: dict = {}
     not_paired: dict = {}
     theirs_funcs = functions(theirs)
+    ours_funcs = functions(ours)
+    # Shardy's export merges clones whose shardings are equal (``bar`` and ``bar_0``
+    # become one): a function missing from its output is the one our call's copy calls.
+    renamed: dict[str, str] = {}
     index = 0
-    for name, fn in functions(ours).items():
+    for fn in ours_funcs.values():
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            if op.name == "func.call":
+                for copy in by_id.get(index, []):
+                    if copy.name == "func.call":
+                        renamed.setdefault(ir.FlatSymbolRefAttr(op.attributes["callee"]).value,
+                                           ir.FlatSymbolRefAttr(copy.attributes["callee"]).value)
+            index += 1
+    index = 0
+    for name, fn in ours_funcs.items():
         other = theirs_funcs.get(name)
+        if other is None and name in renamed:
+            other = theirs_funcs.get(renamed[name])
         attrs = list(other.arg_attrs) if other is not None and "arg_attrs" in other.operation.attributes else []
         for i, arg in enumerate(fn.regions[0].blocks[0].arguments):
             rank = _rank(arg)

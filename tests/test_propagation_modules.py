@@ -5,6 +5,7 @@ reports; modules Shardy rejects are one-line input errors."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -14,7 +15,7 @@ from jax_shard_lint.passes.propagation_report import agreement, run_propagation
 
 MODULES = os.path.join(FIXTURES, "propagation", "modules")
 AGREEING = ["several_meshes", "different_meshes", "non_divisible", "size_one_axes", "propagation_barrier",
-            "shard_map_free_axes", "token_argument", "no_name_no_attributes"]
+            "shard_map_free_axes", "token_argument", "no_name_no_attributes", "non_flat_call_graph"]
 
 
 def _module(name):
@@ -43,6 +44,20 @@ def test_each_module_exercises_what_it_names():
     assert '{"x":(1)2}' in shardings("non_divisible")  # the call's result: only what divides
     assert '"b"' in shardings("shard_map_free_axes").split("sdy.manual_computation")[1].split("manual_axes")[0]
     assert '{"b", "a"}' in shardings("shard_map_free_axes")  # the free axis comes out after the manual one
+
+
+def test_call_graph_is_flattened_as_shardy_flattens_it():
+    # Shardy's own sdy-flatten-call-graph is the oracle: the same clones, names and call targets.
+    from jax_shard_lint.passes.call_graph import flatten_call_graph
+    from jax_shard_lint.passes.shardy_reference import run_pipeline
+
+    module = _module("non_flat_call_graph")
+    theirs = run_pipeline(module, "builtin.module(sdy-flatten-call-graph)")
+    ours = flatten_call_graph(module)
+    # Shardy marks its clones for its export's merging; propagation does not read the mark.
+    assert str(ours) == re.sub(r" attributes \{sdy.original_func_name = \"\w+\"\}", "", str(theirs))
+    assert "@scale_1" in str(ours) and "@block_2" in str(ours)
+    assert flatten_call_graph(ours) is ours  # already flat: no copy
 
 
 def test_propagate_runs_without_a_name_or_attributes(cli):
