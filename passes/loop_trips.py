@@ -2,13 +2,13 @@
 trip counts of the ``while`` loops around it (``scan`` and ``fori_loop`` lower
 to a loop whose condition compares a counter that starts at a constant with a
 constant bound), multiplied through nesting. A loop whose count cannot be read
-counts once."""
+counts once. A function runs once per run of each place that calls it."""
 
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .stablehlo_module import entry_function
+from .stablehlo_module import entry_function, functions
 
 _COMPARISON = {"LT": lambda lo, hi: hi - lo, "LE": lambda lo, hi: hi - lo + 1,
                "GT": lambda lo, hi: lo - hi, "GE": lambda lo, hi: lo - hi + 1,
@@ -47,7 +47,27 @@ def trip_count(op) -> int | None:
 
 
 def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
-    """Tensor id -> runs per call, for values defined inside loops (others run once)."""
+    """Tensor id -> runs per call, for values defined inside loops (others run once).
+    A function runs as many times as its call sites do, summed over them: JAX puts
+    a scan's body in functions (``closed_call``, ``dynamic_index_in_dim``) that the
+    loop calls, and those run once per iteration."""
+    funcs = functions(module)
+    calls: dict[str, list[tuple[str, int]]] = {name: [] for name in funcs}
+
+    def collect(block, times: int, caller: str) -> None:
+        for op in block.operations:
+            if op.name == "func.call":
+                callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                if callee in funcs:
+                    calls[caller].append((callee, times))
+            inner = times * max(1, trip_count(op) or 1) if op.name == "stablehlo.while" else times
+            for region in op.regions:
+                for b in region.blocks:
+                    collect(b, inner, caller)
+
+    for name, fn in funcs.items():
+        collect(fn.regions[0].blocks[0], 1, name)
+    runs = _function_runs(funcs, calls, entry_function(module))
     out: dict[int, int] = {}
 
     def walk(block, times: int) -> None:
@@ -57,18 +77,34 @@ def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
                     tid = value_ids.get(r)
                     if tid is not None:
                         out[tid] = times
-            inner = times
-            if op.name == "stablehlo.while":
-                inner = times * max(1, trip_count(op) or 1)
+            inner = times * max(1, trip_count(op) or 1) if op.name == "stablehlo.while" else times
             for region in op.regions:
                 for b in region.blocks:
                     walk(b, inner)
 
-    for op in module.body.operations:
-        for region in op.regions:
-            for block in region.blocks:
-                walk(block, 1)
+    for name, fn in funcs.items():
+        walk(fn.regions[0].blocks[0], max(1, runs.get(name, 1)))
     return out
+
+
+def _function_runs(funcs: dict, calls: dict[str, list[tuple[str, int]]], entry) -> dict[str, int]:
+    """Runs per call of the entry, callers before callees (Kahn's order over the call
+    graph; a function on a call cycle, which StableHLO does not produce, runs once)."""
+    callers = {name: 0 for name in funcs}
+    for name in funcs:
+        for callee, _ in calls[name]:
+            callers[callee] += 1
+    entry_name = ir.StringAttr(entry.operation.attributes["sym_name"]).value
+    runs = {name: (1 if name == entry_name else 0) for name in funcs}
+    ready = [n for n in funcs if callers[n] == 0]
+    while ready:
+        name = ready.pop()
+        for callee, times in calls[name]:
+            runs[callee] += runs[name] * times
+            callers[callee] -= 1
+            if callers[callee] == 0:
+                ready.append(callee)
+    return runs
 
 
 def entry_results(module: ir.Module, value_ids: dict) -> list[int | None]:

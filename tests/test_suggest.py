@@ -199,3 +199,29 @@ def test_a_target_without_a_mesh_is_named(cli, tmp_path):
     result = cli("suggest", str(script))
     assert result.code == 2
     assert "target 'f' has no mesh of several devices to shard over" in result.err
+
+
+def test_loop_trip_counts_reach_the_functions_a_scan_body_calls():
+    # jax.checkpoint puts a scan's body in a function (closed_call) the loop calls: its
+    # values run once per iteration. The oracle is XLA's known_trip_count of the loop.
+    from jax_shard_lint.passes.call_graph import flatten_call_graph
+    from jax_shard_lint.passes.hlo_text import parse_hlo_module
+    from jax_shard_lint.passes.loop_trips import value_repeats
+    from jax_shard_lint.passes.shardy_reference import with_sharding_rules
+    from jax_shard_lint.passes.sharding_graph import build_graph
+
+    def step(h, ws):
+        return jax.lax.scan(lambda h, w: (jax.checkpoint(lambda h, w: jnp.tanh(h @ w))(h, w), None), h, ws)[0]
+
+    mesh = _mesh((8,), ("x",))
+    lowered = _lowered(step, mesh, ((64, 32), P("x")), ((5, 32, 32), P()))
+    known = [i.backend_config().get("known_trip_count", {}).get("n")
+             for c in parse_hlo_module(lowered.compile().as_text()).computations.values()
+             for i in c.instructions if i.opcode == "while"]
+    assert known == ["5"]
+    ruled = with_sharding_rules(flatten_call_graph(jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))))
+    g = build_graph(ruled)
+    repeats = value_repeats(ruled, g.value_ids)
+    dots = [s for s in g.steps if s.op == "stablehlo.dot_general"]
+    assert "func.call" in str(ruled) and dots
+    assert all(repeats.get(s.tensors[-1]) == 5 for s in dots)
