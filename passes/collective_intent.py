@@ -23,6 +23,7 @@ import re
 from math import prod
 
 from .device_groups import MeshInfo
+from .hlo_shapes import shape_bytes
 from .hlo_text import HloInstruction, HloModule
 from .models import Collective, TensorInfo
 
@@ -149,6 +150,51 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
         if _is_matmul(module.instruction(ins.operands[0]), module):
             return "activation"
     return "reshard"
+
+
+def _matmul_of(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> HloInstruction | None:
+    """The dot (or convolution) that produces ``ins``, through layout ops and into a fusion."""
+    if ins is None or depth > 3:
+        return None
+    if ins.opcode in ("dot", "convolution"):
+        return ins
+    if ins.opcode == "fusion":
+        for _, name in ins.called():
+            comp = module.computations.get(name)
+            found = next((i for i in comp.instructions if i.opcode in ("dot", "convolution")), None) if comp else None
+            if found is not None:
+                return found
+        return None
+    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element") and ins.operands:
+        return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)
+    return None
+
+
+def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule | None
+                         ) -> dict[str, tuple[int, int | None]]:
+    """For each all-reduce that adds a matmul's partial sums (``activation``): the
+    per-device bytes of that matmul's smaller operand, the one gathering instead of
+    summing would move (a logits projection contracts a small hidden state into a
+    large output; a row-parallel projection contracts a large one into a small),
+    and the entry parameter the larger operand is (the weight), when it is one."""
+    from .collective_origin import _index, entry_parameter
+
+    out: dict[str, tuple[int, int | None]] = {}
+    if module is None:
+        return out
+    index = None
+    for c in collectives:
+        if c.intent != "activation" or c.kind != "all-reduce":
+            continue
+        ins = module.instruction(c.hlo_name)
+        dot = _matmul_of(module.instruction(ins.operands[0]), module) if ins is not None and ins.operands else None
+        operands = [module.instruction(n) for n in dot.operands] if dot is not None else []
+        sizes = [shape_bytes(o.shape) for o in operands if o is not None]
+        if len(sizes) == 2 and min(sizes) > 0:
+            index = index or _index(module)
+            larger = dot.operands[0] if sizes[0] >= sizes[1] else dot.operands[1]
+            out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index))
+    return out
 
 
 def parameters(inputs: tuple[TensorInfo, ...], roundtrips) -> tuple[TensorInfo, ...]:

@@ -17,7 +17,7 @@ from typing import Any
 from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
-from .collective_intent import classify, parameters
+from .collective_intent import classify, parameters, partial_sum_operands
 from .collective_origin import collective_origins, explain_outputs
 from .collectives import find_collectives
 from .device_groups import axis_scopes
@@ -145,7 +145,7 @@ def analyze_target(
         target=name, platform=compiled.platform, signature=sig_compiled, inputs=inputs, outputs=outputs,
         collectives=collectives, memory=memory, roundtrips=roundtrips, options=config.resolved_options(),
         entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
-        sharded_global_shapes=sharded,
+        sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
     warnings: list[str] = []

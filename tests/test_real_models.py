@@ -195,3 +195,22 @@ def test_rewrite_does_not_blame_optimizer_state_for_a_gradient_reduction(cli, na
     assert not [p for p in named if "opt_state" in p or ".nu" in p or ".mu" in p]
     intents = {c["intent"] for c in t["after"]["collectives"]}
     assert "gradient-reduction" in intents
+
+
+@pytest.mark.parametrize("name,logits,weight", [
+    ("gpt2_flax", "f32[4, 128, 8192]", "['wte']['embedding'] P(None, 'model')"),
+    ("nnx_transformer", "f32[8, 128, 4096]", "['embed']['embedding'].value P(None, 'model')"),
+])
+def test_the_logits_all_reduce_of_a_d_model_sharded_embedding_is_raised(cli, name, logits, weight):
+    # The logits are the tied embedding contracted over d_model: sharded there, XLA
+    # all-reduces the whole (batch/data, seq, vocab) logits. The shape comes from each
+    # config (GPT-2: batch 16, vocab 8192; NNX: batch 32, vocab 4096; data=4, seq 128).
+    _needs(SCRIPTS[name])
+    script = os.path.join(MODELS, f"{name}.py")
+    found = [f for t in _lint(cli, script, "--set", "embed_on=d_model")["targets"] for f in t["findings"]
+             if f["rule"] == "SL103"]
+    assert len(found) == 1, found
+    f = found[0]
+    assert logits in f["message"] and weight in f["message"], f["message"]
+    assert f["source"]["file"] == f"examples/models/{name}.py" and f["via"]["file"].startswith("flax/")
+    assert not [f for t in _lint(cli, script)["targets"] for f in t["findings"] if f["rule"] == "SL103"]

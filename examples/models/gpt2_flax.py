@@ -1,5 +1,10 @@
 """A GPT-2 language model from transformers (its Flax implementation) trained
-with optax AdamW; parameters are built on abstract inputs, nothing is downloaded."""
+with optax AdamW; parameters are built on abstract inputs, nothing is downloaded.
+
+    jax-shard-lint lint examples/models/gpt2_flax.py --set embed_on=d_model   # SL103
+"""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,15 +15,17 @@ from transformers import GPT2Config, FlaxGPT2LMHeadModel
 from mesh_util import abstract, data_model_mesh
 
 
-def gpt2_spec(path, x):
-    """Megatron-style: c_attn/c_fc columns and c_proj rows on 'model', embeddings on the vocab."""
+def gpt2_spec(path, x, embed_on="vocab"):
+    """Megatron-style: c_attn/c_fc columns and c_proj rows on 'model', the token
+    embedding on the vocab (``embed_on="d_model"`` shards its hidden dimension
+    instead, which the tied logits projection contracts: SL103)."""
     name = jax.tree_util.keystr(path)
     if x.ndim == 2 and ("c_attn" in name or "c_fc" in name):
         return P(None, "model")
     if x.ndim == 2 and "c_proj" in name:
         return P("model", None)
     if x.ndim == 2 and "wte" in name:
-        return P("model", None)
+        return P("model", None) if embed_on == "vocab" else P(None, "model")
     return P()
 
 
@@ -40,18 +47,19 @@ def train_step(model, params, opt_state, tokens):
     return optax.apply_updates(params, updates), opt_state, loss
 
 
-def step_and_inputs(batch=16, seq=128, mesh_devices=None):
+def step_and_inputs(batch=16, seq=128, mesh_devices=None, embed_on="vocab"):
     """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     model = make(seq=seq)
     params_shape = jax.eval_shape(lambda key: model.init_weights(key, (1, seq)), jax.random.key(0))
-    params = abstract(params_shape, mesh, gpt2_spec)
-    opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, gpt2_spec)
+    spec = functools.partial(gpt2_spec, embed_on=embed_on)
+    params = abstract(params_shape, mesh, spec)
+    opt_state = abstract(jax.eval_shape(optimizer.init, params_shape), mesh, spec)
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
     return (lambda params, opt_state, tokens: train_step(model, params, opt_state, tokens)), {}, (
         params, opt_state, tokens)
 
 
-def shard_lint_targets(batch=16, seq=128, mesh_devices=None):
-    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+def shard_lint_targets(batch=16, seq=128, mesh_devices=None, embed_on="vocab"):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices, embed_on)
     return {"train_step": jax.jit(fn, **options).lower(*args)}

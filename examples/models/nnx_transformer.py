@@ -1,5 +1,10 @@
 """A Flax NNX MLP block stack trained with optax through nnx.Optimizer, split into
-pure state for jax.jit."""
+pure state for jax.jit.
+
+    jax-shard-lint lint examples/models/nnx_transformer.py --set embed_on=d_model   # SL103
+"""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -51,15 +56,23 @@ def train_step(graphdef, state, tokens):
     return state, loss
 
 
-def step_and_inputs(batch=32, seq=128, mesh_devices=None):
+def sharding_spec(path, x, embed_on="vocab"):
+    """Megatron's, with the tied embedding on its vocabulary (``embed_on="d_model"``
+    shards the hidden dimension instead, which the logits projection contracts: SL103)."""
+    if embed_on == "d_model" and x.ndim == 2 and "embed" in jax.tree_util.keystr(path):
+        return P(None, "model")
+    return megatron_spec(path, x)
+
+
+def step_and_inputs(batch=32, seq=128, mesh_devices=None, embed_on="vocab"):
     """The step, its jit options and its abstract inputs."""
     mesh = data_model_mesh(mesh_devices)
     graphdef, state_shape = nnx.split(nnx.eval_shape(build))
-    state = abstract(state_shape, mesh, megatron_spec)
+    state = abstract(state_shape, mesh, functools.partial(sharding_spec, embed_on=embed_on))
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(mesh, P("data")))
     return train_step, {"static_argnums": 0}, (graphdef, state, tokens)
 
 
-def shard_lint_targets(batch=32, seq=128, mesh_devices=None):
-    fn, options, args = step_and_inputs(batch, seq, mesh_devices)
+def shard_lint_targets(batch=32, seq=128, mesh_devices=None, embed_on="vocab"):
+    fn, options, args = step_and_inputs(batch, seq, mesh_devices, embed_on)
     return {"train_step": jax.jit(fn, **options).lower(*args)}

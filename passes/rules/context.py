@@ -27,6 +27,9 @@ class RuleContext:
     # Global (dtype, shape) of arrays the program holds sharded: a collective whose
     # per-device result has one of these shapes rebuilt the whole array.
     sharded_global_shapes: frozenset[tuple[str, tuple[int, ...]]] = field(default_factory=frozenset)
+    # A partial-sum all-reduce's HLO name -> (per-device bytes of its matmul's smaller
+    # operand, the input index its larger operand is, if it is one).
+    partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
     @property
     def num_devices(self) -> int:
