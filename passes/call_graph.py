@@ -18,19 +18,13 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from .shardy_reference import walk_ops
 from .stablehlo_module import functions
 
 
 def _calls(block) -> list:
     """The ``func.call`` ops under a block, in program order (nested regions included)."""
-    found = []
-    for op in block.operations:
-        if op.operation.name == "func.call":
-            found.append(op)
-        for region in op.regions:
-            for inner in region.blocks:
-                found.extend(_calls(inner))
-    return found
+    return [op for op in walk_ops(block) if op.operation.name == "func.call"]
 
 
 def _callee(call) -> str:

@@ -57,23 +57,32 @@ def _shapes(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> set
     return {full, full[1:]} if len(full) > 1 else {full}
 
 
-def _is_matmul(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> bool:
+def _is_matmul_op(ins: HloInstruction) -> bool:
+    return ins.opcode in _MATMUL or (ins.opcode == "custom-call"
+                                     and bool(_MATMUL_CALL.search(ins.attrs.get("custom_call_target", ""))))
+
+
+def _matmul_of(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> HloInstruction | None:
+    """The matmul (or reduction) that produces ``ins``: itself, the one inside its
+    fusion, or the one behind layout ops."""
     if ins is None or depth > 3:
-        return False
-    if ins.opcode in _MATMUL:
-        return True
-    if ins.opcode == "custom-call":
-        return bool(_MATMUL_CALL.search(ins.attrs.get("custom_call_target", "")))
+        return None
+    if _is_matmul_op(ins):
+        return ins
     if ins.opcode == "fusion":
         for _, name in ins.called():
             comp = module.computations.get(name)
-            if comp and any(i.opcode in _MATMUL or (i.opcode == "custom-call" and _MATMUL_CALL.search(
-                    i.attrs.get("custom_call_target", ""))) for i in comp.instructions):
-                return True
-        return False
-    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element"):
-        return _is_matmul(module.instruction(ins.operands[0]) if ins.operands else None, module, depth + 1)
-    return False
+            found = next((i for i in comp.instructions if _is_matmul_op(i)), None) if comp else None
+            if found is not None:
+                return found
+        return None
+    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element") and ins.operands:
+        return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)
+    return None
+
+
+def _is_matmul(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> bool:
+    return _matmul_of(ins, module, depth) is not None
 
 
 _PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "all-gather-done",
@@ -152,24 +161,6 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     return "reshard"
 
 
-def _matmul_of(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> HloInstruction | None:
-    """The dot (or convolution) that produces ``ins``, through layout ops and into a fusion."""
-    if ins is None or depth > 3:
-        return None
-    if ins.opcode in ("dot", "convolution"):
-        return ins
-    if ins.opcode == "fusion":
-        for _, name in ins.called():
-            comp = module.computations.get(name)
-            found = next((i for i in comp.instructions if i.opcode in ("dot", "convolution")), None) if comp else None
-            if found is not None:
-                return found
-        return None
-    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element") and ins.operands:
-        return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)
-    return None
-
-
 def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule | None
                          ) -> dict[str, tuple[int, int | None]]:
     """For each all-reduce that adds a matmul's partial sums (``activation``): the
@@ -188,7 +179,9 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
             continue
         ins = module.instruction(c.hlo_name)
         dot = _matmul_of(module.instruction(ins.operands[0]), module) if ins is not None and ins.operands else None
-        operands = [module.instruction(n) for n in dot.operands] if dot is not None else []
+        if dot is None or dot.opcode not in ("dot", "convolution"):
+            continue
+        operands = [module.instruction(n) for n in dot.operands]
         sizes = [shape_bytes(o.shape) for o in operands if o is not None]
         if len(sizes) == 2 and min(sizes) > 0:
             index = index or _index(module)
