@@ -53,37 +53,30 @@ def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
     loop calls, and those run once per iteration."""
     funcs = functions(module)
     calls: dict[str, list[tuple[str, int]]] = {name: [] for name in funcs}
+    local: dict[str, dict[int, int]] = {name: {} for name in funcs}  # runs per run of its function
 
-    def collect(block, times: int, caller: str) -> None:
+    def walk(block, times: int, func: str) -> None:
         for op in block.operations:
+            for r in op.results:
+                tid = value_ids.get(r)
+                if tid is not None:
+                    local[func][tid] = times
             if op.name == "func.call":
                 callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
                 if callee in funcs:
-                    calls[caller].append((callee, times))
+                    calls[func].append((callee, times))
             inner = times * max(1, trip_count(op) or 1) if op.name == "stablehlo.while" else times
             for region in op.regions:
                 for b in region.blocks:
-                    collect(b, inner, caller)
+                    walk(b, inner, func)
 
     for name, fn in funcs.items():
-        collect(fn.regions[0].blocks[0], 1, name)
+        walk(fn.regions[0].blocks[0], 1, name)
     runs = _function_runs(funcs, calls, entry_function(module))
     out: dict[int, int] = {}
-
-    def walk(block, times: int) -> None:
-        for op in block.operations:
-            if times > 1:
-                for r in op.results:
-                    tid = value_ids.get(r)
-                    if tid is not None:
-                        out[tid] = times
-            inner = times * max(1, trip_count(op) or 1) if op.name == "stablehlo.while" else times
-            for region in op.regions:
-                for b in region.blocks:
-                    walk(b, inner)
-
-    for name, fn in funcs.items():
-        walk(fn.regions[0].blocks[0], max(1, runs.get(name, 1)))
+    for name, values in local.items():
+        scale = max(1, runs.get(name, 1))
+        out.update({tid: times * scale for tid, times in values.items() if times * scale > 1})
     return out
 
 

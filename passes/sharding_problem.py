@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
+from .fused_traffic import FusedTraffic
 from .hlo_shapes import array_bytes
 from .sharding_graph import ShardingGraph, Step
 from .step_time import DeviceSpec, collective_seconds
@@ -260,51 +261,6 @@ def _compute_seconds(step: Step, g: ShardingGraph, per, sizes, spec: DeviceSpec,
     return max(_flops(step, g) / spec.peak(dtype), moved / spec.hbm_bytes_per_s) / parallel
 
 
-# Ops XLA fuses into their neighbours (loop and input fusions): what they read from
-# a fused producer or hand to a fused consumer never goes through HBM.
-_FUSIBLE = frozenset({
-    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose",
-    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.concatenate", "stablehlo.pad", "stablehlo.reverse",
-    "stablehlo.iota", "stablehlo.constant", "stablehlo.select", "stablehlo.compare", "stablehlo.reduce",
-    "stablehlo.clamp", "stablehlo.bitcast_convert",
-})
-
-
-class _Traffic:
-    """HBM bytes each op moves once XLA has fused: a fusible op (elementwise, a
-    broadcast, reshape, reduce...) reads only the operands an unfused op or the
-    program produced and writes only the results an unfused op, a loop or the
-    program reads. Without it every elementwise op of an optimizer update paid its
-    full operands and result, and state left replicated cost several times what the
-    compiled fusion does."""
-
-    def __init__(self, g: ShardingGraph, returned: tuple[int, ...]):
-        self.g = g
-        fused_producer: set[int] = set()
-        self.materialized: set[int] = set(returned)
-        for step in g.steps:
-            if step.is_edge or step.manual_axes is not None:
-                self.materialized.update(step.tensors)  # loop carries, call boundaries, shard_map
-            elif self.fusible(step):
-                fused_producer.update(step.tensors[step.n_operands:])
-            else:
-                self.materialized.update(step.tensors[:step.n_operands])
-        self.fused_producer = fused_producer - self.materialized
-
-    def fusible(self, step: Step) -> bool:
-        return step.op in _FUSIBLE or (step.rule.pass_through and not step.op.startswith(("func.", "sdy.")))
-
-    def bytes(self, step: Step) -> int:
-        def size(t: int) -> int:
-            return array_bytes(self.g.tensors[t].dtype, list(self.g.tensors[t].shape))
-
-        if not self.fusible(step):
-            return sum(size(t) for t in step.tensors)
-        reads = sum(size(t) for t in step.tensors[:step.n_operands] if t not in self.fused_producer)
-        writes = sum(size(t) for t in step.tensors[step.n_operands:] if t in self.materialized)
-        return reads + writes
-
-
 @dataclass(frozen=True)
 class ProblemInput:
     """What the problem is built from besides the graph."""
@@ -351,7 +307,7 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
                                  pins[i][1] if i in pins else None))
         unary.append(dict.fromkeys(candidates, 0.0))
 
-    traffic = _Traffic(g, inp.results)
+    traffic = FusedTraffic(g, inp.results)
     ops: list[OpChoice] = []
     for step in g.steps:
         repeats = max(1, inp.repeats.get(step.tensors[-1], 1))
