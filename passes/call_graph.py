@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .shardy_reference import walk_ops
+from .shardy_reference import clone, walk_ops
 from .stablehlo_module import functions
 
 
@@ -71,9 +71,8 @@ def flatten_call_graph(module: ir.Module) -> ir.Module:
     which second and later calls call clones (source locations kept)."""
     if not needs_flattening(module):
         return module
-    text = module.operation.get_asm(enable_debug_info=True)
+    out = clone(module)
     with module.context:
-        out = ir.Module.parse(text)
         table = ir.SymbolTable(out.operation)
         funcs = functions(out)
 

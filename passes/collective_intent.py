@@ -23,6 +23,7 @@ import re
 from math import prod
 
 from .device_groups import MeshInfo
+from .collective_origin import entry_parameter, origin_index
 from .hlo_shapes import shape_bytes
 from .hlo_text import HloInstruction, HloModule
 from .models import Collective, TensorInfo
@@ -168,8 +169,6 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
     summing would move (a logits projection contracts a small hidden state into a
     large output; a row-parallel projection contracts a large one into a small),
     and the entry parameter the larger operand is (the weight), when it is one."""
-    from .collective_origin import _index, entry_parameter
-
     out: dict[str, tuple[int, int | None]] = {}
     if module is None:
         return out
@@ -184,7 +183,7 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
         operands = [module.instruction(n) for n in dot.operands]
         sizes = [shape_bytes(o.shape) for o in operands if o is not None]
         if len(sizes) == 2 and min(sizes) > 0:
-            index = index or _index(module)
+            index = index or origin_index(module)
             larger = dot.operands[0] if sizes[0] >= sizes[1] else dot.operands[1]
             out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index))
     return out

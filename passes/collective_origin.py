@@ -35,7 +35,11 @@ class _Index:
     fusions_of: dict[str, list[HloInstruction]]
 
 
-def _index(module: HloModule) -> _Index:
+def origin_index(module: HloModule) -> _Index:
+    """Built once per module (intent's and origin's passes both ask for it)."""
+    hit = module.derived.get("origin_index")
+    if hit is not None:
+        return hit
     computation_of, loops, fusions = {}, {}, {}
     for comp in module.computations.values():
         for ins in comp.instructions:
@@ -45,7 +49,8 @@ def _index(module: HloModule) -> _Index:
                     loops.setdefault(callee, []).append(ins)
                 elif ins.opcode == "fusion" and attr == "calls":
                     fusions.setdefault(callee, []).append(ins)
-    return _Index(computation_of, loops, fusions)
+    hit = module.derived["origin_index"] = _Index(computation_of, loops, fusions)
+    return hit
 
 
 def _parameter_number(ins: HloInstruction) -> int | None:
@@ -134,7 +139,7 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
                       index: _Index | None = None, display=where_text) -> tuple[str | None, str | None]:
     """(the path of the input the collective's operand is; why the collective runs),
     each None when the compiled program does not say."""
-    index = index or _index(module)
+    index = index or origin_index(module)
     ins = module.by_name.get(c.hlo_name)
     if ins is None or not ins.operands:
         return None, None
@@ -172,7 +177,7 @@ def collective_origins(module: HloModule, collectives, inputs: tuple[TensorInfo,
                        display=where_text):
     """Every collective with its ``input_path`` and ``why`` filled in where known;
     ``display`` writes a (source, via) pair as text."""
-    index = _index(module)
+    index = origin_index(module)
     out = []
     for c in collectives:
         path, why = collective_origin(module, c, inputs, ownership, index, display)
