@@ -30,6 +30,7 @@ from .gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_tar
 from .tpu_targets import resolve_target, tpu_devices
 from .out_shardings import suggest as suggest_out_shardings
 from .errors import ShardLintInputError, one_line
+from .heap import paused_collector
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 Progress = Callable[[str], None]
@@ -145,9 +146,8 @@ def _flat_avals(tree):
 
 
 class _Background:
-    """A pass run on another thread while XLA compiles: XLA's compile releases
-    the GIL, so on two cores the propagation behind the findings' provenance
-    costs no wall time up to the compile's own."""
+    """A pass run on another thread while XLA compiles (XLA's compile releases the
+    GIL): reading the StableHLO's entry signature costs no wall time there."""
 
     def __init__(self, fn, *args):
         self.result, self.error = None, None
@@ -167,22 +167,31 @@ class _Background:
         return self.result
 
 
-def _stablehlo_passes(text: str, ownership):
+def _stablehlo_entry(text: str, ownership):
     """What the StableHLO alone tells, on a copy of the module in a context of its
     own (the compile on the main thread uses the original's): the entry signature
-    and source lines, and our propagation with its predicted communication."""
+    and source lines, and the copy itself, for the propagation behind a finding's
+    provenance."""
     module = jax_adapter.parse_stablehlo(text)
-    entry = (read_entry_signature(module), read_entry_sources(module, ownership))
+    return module, (read_entry_signature(module), read_entry_sources(module, ownership))
+
+
+def _provenance_facts(module, ownership):
+    """Our propagation and its predicted communication, run only when a finding asks
+    for its provenance. (It once ran beside every compile, on the second core: XLA's
+    CPU compile uses more than one, and the propagation slowed it by 10-20% on the
+    scale benchmark's clean programs, which never read it.)"""
     try:
         propagated = run_propagation(module, ownership)
-        return entry, propagated, predict(propagated.graph)
+        return propagated, predict(propagated.graph)
     except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
-        return entry, None, None  # provenance, never the lint (it ran only for them before)
+        return None, None  # provenance, never the lint (it ran only for them before)
 
 
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
-    background = _Background(_stablehlo_passes, jax_adapter.stablehlo_text(lowered), settings.ownership())
+    ownership = settings.ownership()
+    background = _Background(_stablehlo_entry, jax_adapter.stablehlo_text(lowered), ownership)
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
@@ -192,10 +201,12 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
         s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)
         return s.text, s.problem
 
-    entry, propagated, predicted = background.get()
+    copy, entry = background.get()
     report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
-    if propagated is not None and any(f.rule in EXPLAINED_RULES for f in report.findings):
-        report = attach_provenance(report, propagated, display_source, predicted)
+    if any(f.rule in EXPLAINED_RULES for f in report.findings):
+        propagated, predicted = _provenance_facts(copy, ownership)
+        if propagated is not None:
+            report = attach_provenance(report, propagated, display_source, predicted)
     return report
 
 
@@ -382,7 +393,8 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         say(f"compiling {name}")
         isolation.phase(where, f"compiling target {name!r}")
         _check_lowered_for(lowered, name, settings, where)
-        report = analyze_lowered(name, lowered, settings, where)
+        with paused_collector():
+            report = analyze_lowered(name, lowered, settings, where)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     local = local_source_files(where) if os.path.exists(where) else []
     from_source = source_findings(local, settings)

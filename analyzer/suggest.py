@@ -250,18 +250,24 @@ def _texts(t: _Target, args: list[ChosenSharding], results: list[ChosenSharding]
 def _verdict(versions: list[Version], best: Version, budget: int | None) -> str:
     by = {v.name: v for v in versions}
     w, solver = by.get("written"), by["solver"]
-    text = f"suggested: the {best.name} shardings, peak {format_bytes(best.peak_bytes or 0)}"
+    keep = best.name == "written"
+    text = ("suggested: keep the written shardings" if keep else f"suggested: the {best.name} shardings") \
+        + f", peak {format_bytes(best.peak_bytes or 0)}"
     if budget is not None:
         text += f" (fits {format_bytes(budget)})"
     text += f", estimated {format_seconds(best.estimated_seconds)} per step"
-    if w is not None and not w.error and w.estimated_seconds:
+    others = [v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
+              and v.fits is not False]
+    if keep:
+        runner = min(others, key=lambda v: v.estimated_seconds, default=None)
+        text += ": nothing compiled faster" + (
+            f" (the closest, {runner.name}, {runner.estimated_seconds / best.estimated_seconds:.2f}x this time)"
+            if runner is not None else "")
+    elif w is not None and not w.error and w.estimated_seconds:
         ratio = best.estimated_seconds / w.estimated_seconds
         text += f", {ratio:.2f}x the written shardings' {format_seconds(w.estimated_seconds)}"
-        if ratio > 1 and w.fits is not False:
-            text += ": keep the written shardings, nothing compiled faster"
-    fastest = min((v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
-                   and v.fits is not False), key=lambda v: v.estimated_seconds, default=best)
-    if fastest is not best:
+    fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
+    if not keep and fastest is not best:
         text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
                  f"this time (within 1%) with a peak {(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
@@ -299,17 +305,21 @@ LESS_MEMORY = 0.9
 
 
 def _best(versions: list[Version]) -> Version | None:
-    """The fastest compiled version that fits, of those suggest may propose (not the
-    written one); but where one within 1% of its time has a peak at least 10% lower,
-    that one (the lowest such peak)."""
-    ok = [v for v in versions if v.name != "written" and not v.error and v.estimated_seconds is not None
-          and v.fits is not False]
+    """The fastest compiled version that fits; but where one within 1% of its time
+    has a peak at least 10% lower, that one (the lowest such peak). The written
+    shardings compete too: when nothing beats them, the suggestion is to keep them
+    (and on a tie they win, a change being worth making only for a gain)."""
+    ok = [v for v in versions if not v.error and v.estimated_seconds is not None and v.fits is not False]
     if not ok:
         return None
-    fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, v.name != "solver"))
+
+    def preference(v: Version) -> tuple[bool, bool]:
+        return v.name != "written", v.name != "solver"
+
+    fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, *preference(v)))
     leaner = [v for v in ok if v.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME)
               and (v.peak_bytes or 0) <= (fastest.peak_bytes or 0) * LESS_MEMORY]
-    return min(leaner, key=lambda v: (v.peak_bytes or 0, v.name != "solver")) if leaner else fastest
+    return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
 
 
 def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings, devices, where: str):
@@ -373,11 +383,13 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     if best is None:
         raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget "
                                   f"({'; '.join(f'{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}' for v in versions)})")
-    arg_pins, _ = pins_of[best.name]
+    # Keeping the written shardings: they are the arguments' pins, and the results are
+    # pinned to what they compiled to (so the next step gets them).
+    arg_pins = pins_of[best.name][0] or written
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}
     args = _chosen_list(t.sig.inputs, arg_pins, problem, why)
-    results = _chosen_list(t.sig.outputs, {**compiled_outs, **pins_of[best.name][1]}, problem, {})
+    results = _chosen_list(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")

@@ -129,6 +129,21 @@ class _ParameterShapes:
         self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
             if params else set()
 
+    def reachable(self, axes: frozenset[str]) -> set[tuple[int, ...]]:
+        """Every shape a collective over ``axes`` gives when it undoes those of
+        them that some parameter is sharded on: one set per set of axes (a step
+        has a handful), so each collective is one lookup, not a walk over the
+        parameters."""
+        key = (-1, axes)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = set()
+            for t in self.sharded:
+                undone = axes & self.held[t.index]
+                if undone:
+                    hit |= self.shapes(t, undone)
+        return hit
+
     def shapes(self, t: TensorInfo, undone: frozenset[str]) -> set[tuple[int, ...]]:
         key = (t.index, undone)
         hit = self._cache.get(key)
@@ -144,18 +159,13 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     result = tuple(c.shape)
     ins = module.instruction(c.hlo_name) if module else None
     if c.kind == "all-gather" and axes:
-        candidates = [t for t in shapes.sharded if axes & shapes.held[t.index]
-                      and result in shapes.shapes(t, axes & shapes.held[t.index])]
-        if candidates and (ins is None or users is None or _feeds_matmul(ins, module, users)):
+        if result in shapes.reachable(axes) and (ins is None or users is None or _feeds_matmul(ins, module, users)):
             return "parameter-gather"
     if c.kind in ("reduce-scatter", "all-reduce") and result:
-        if result in shapes.any_shard:
+        # A parameter's shard, or its shard with the reduced axes undone (an
+        # all-reduce then a slice, CPU's reduce-scatter).
+        if result in shapes.any_shard or result in shapes.reachable(axes):
             return "gradient-reduction"
-        for t in shapes.params:
-            undone = axes & shapes.held[t.index]
-            # Its shard with the reduced axes undone (an all-reduce then a slice, CPU's reduce-scatter).
-            if len(t.shape) >= 1 and undone and result in shapes.shapes(t, undone):
-                return "gradient-reduction"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
         if _is_matmul(module.instruction(ins.operands[0]), module):
             return "activation"
@@ -178,7 +188,7 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
             continue
         ins = module.instruction(c.hlo_name)
         dot = _matmul_of(module.instruction(ins.operands[0]), module) if ins is not None and ins.operands else None
-        if dot is None or dot.opcode not in ("dot", "convolution"):
+        if dot is None or dot.opcode not in ("dot", "convolution") or _is_backward(dot):
             continue
         operands = [module.instruction(n) for n in dot.operands]
         sizes = [shape_bytes(o.shape) for o in operands if o is not None]
@@ -187,6 +197,15 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
             larger = dot.operands[0] if sizes[0] >= sizes[1] else dot.operands[1]
             out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index))
     return out
+
+
+def _is_backward(ins: HloInstruction) -> bool:
+    """Whether JAX emitted the op for the backward pass (its op_name carries the
+    ``transpose(jvp(...))`` of reverse-mode autodiff). There, a contracted
+    sharded dimension is the forward's sharded output: the input gradient of a
+    column-parallel projection, Megatron's backward all-reduce, which no layout
+    of the weight avoids short of giving up tensor parallelism."""
+    return "transpose(" in (ins.op_name or "")
 
 
 def parameters(inputs: tuple[TensorInfo, ...], roundtrips) -> tuple[TensorInfo, ...]:

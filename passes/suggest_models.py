@@ -67,8 +67,9 @@ class SuggestReport(Model):
     mesh: list[tuple[str, int]]
     free_axes: list[str]
     budget_bytes: int | None
-    chosen: str = Field(description="The version suggested: the fastest compiled one that fits (the solver's, "
-                        "or a baseline where it compiled faster).")
+    chosen: str = Field(description="The version suggested: the fastest compiled one that fits (the solver's, a "
+                        "baseline, or 'written' when nothing compiled faster than the program's own shardings); "
+                        "one within 1% of that time with a peak at least 10% lower wins over it.")
     arguments: list[ChosenSharding]
     results: list[ChosenSharding]
     solver: SolverStats

@@ -15,6 +15,8 @@ from ..passes.rewrite_models import RewriteReport, RewriteRun
 from ..passes.sharding_text import pspec_text
 from .terminal import shape_text
 
+_NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
+
 
 def _side_by_side(r: RewriteReport) -> Table:
     table = Table(title="Before and after", title_justify="left")
@@ -84,5 +86,9 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
                 )
                 for m in v.mismatches:
                     console.print(Text(f"  mismatch: {m}"))
-                for m in v.nan_values:
+                shown = v.nan_values if len(v.nan_values) <= _NAN_LINES else v.nan_values[:_NAN_LINES - 1]
+                if len(shown) < len(v.nan_values):  # one line each would bury the verdict (an Adam step: every output)
+                    console.print(Text(f"  agrees: {len(v.nan_values)} outputs are NaN in both versions at the same "
+                                       f"positions (all of them in the JSON report), e.g."))
+                for m in shown:
                     console.print(Text(f"  agrees, NaN in both versions: {m}"))

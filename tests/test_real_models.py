@@ -24,6 +24,7 @@ SCRIPTS = {
     "equinox_mlp": ("equinox", "optax"),
     "nnx_transformer": ("flax", "optax"),
     "gpt2_flax": ("transformers", "flax", "optax"),
+    "penzai_llama": ("penzai", "optax"),
 }
 
 
@@ -213,4 +214,23 @@ def test_the_logits_all_reduce_of_a_d_model_sharded_embedding_is_raised(cli, nam
     f = found[0]
     assert logits in f["message"] and weight in f["message"], f["message"]
     assert f["source"]["file"] == f"examples/models/{name}.py" and f["via"]["file"].startswith("flax/")
+    assert not [f for t in _lint(cli, script)["targets"] for f in t["findings"] if f["rule"] == "SL103"]
+
+
+def test_penzai_llama_sharded_on_its_embedding_axis_raises_the_logits_all_reduce(cli):
+    # penzai shards by axis name: {"embedding": "model"} puts every weight's embedding
+    # axis on the model axis, so the lm_head (embedding, vocabulary) contracts a sharded
+    # axis and XLA all-reduces the whole (batch/data, seq, vocabulary) logits: batch 16
+    # over data=4, seq 128, vocabulary 8192. Its Megatron mapping (heads, neurons and
+    # vocabulary on model) raises none, nor does the backward pass of either.
+    _needs(SCRIPTS["penzai_llama"])
+    script = os.path.join(MODELS, "penzai_llama.py")
+    found = [f for t in _lint(cli, script, "--set", "embed_on=embedding")["targets"] for f in t["findings"]
+             if f["rule"] == "SL103"]
+    logits = [f for f in found if "f32[4, 128, 8192]" in f["message"]]
+    assert len(logits) == 1, [f["message"] for f in found]
+    assert "params[20].value.data_array P('model')" in logits[0]["message"]  # the lm_head, last parameter
+    source = logits[0]["source"]
+    assert (source["file"], source["line"]) == ("examples/models/penzai_llama.py", 31)  # logits = model(...)
+    assert logits[0]["via"]["file"].startswith("penzai/")
     assert not [f for t in _lint(cli, script)["targets"] for f in t["findings"] if f["rule"] == "SL103"]

@@ -36,6 +36,17 @@ def brute_force_timeline(report, slices):
     return out
 
 
+def test_the_collector_is_paused_for_the_analysis_and_restored():
+    import gc
+
+    from jax_shard_lint.analyzer.heap import paused_collector
+
+    assert gc.isenabled()
+    with paused_collector():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def test_timeline_sweep_equals_brute_force():
     for name in ("cpu_fsdp", "cpu_scan", "h100_fsdp", "h100_scan"):
         report = parse_live_range_report(fixture(name, ".live-range.txt"))
