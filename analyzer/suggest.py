@@ -383,9 +383,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     if best is None:
         raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget "
                                   f"({'; '.join(f'{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}' for v in versions)})")
-    # Keeping the written shardings: they are the arguments' pins, and the results are
-    # pinned to what they compiled to (so the next step gets them).
-    arg_pins = pins_of[best.name][0] or written
+    arg_pins = pins_of[best.name][0] or written  # keeping the written shardings: they are the pins
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}
     args = _chosen_list(t.sig.inputs, arg_pins, problem, why)

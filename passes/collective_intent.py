@@ -116,15 +116,16 @@ def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[
 
 class _ParameterShapes:
     """The shapes a parameter's collectives can have, worked out once per
-    (parameter, gathered axes): intent is asked of every collective against
-    every parameter, and a large step has thousands of each."""
+    (parameter, gathered axes), and their union once per set of collective axes:
+    intent is asked of every collective, and a large step has thousands of
+    collectives and of parameters."""
 
     def __init__(self, params: tuple[TensorInfo, ...], mesh: MeshInfo):
         self.sizes = dict(mesh.axes)
-        self.params = params
         self.sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
         self.held = {t.index: frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim) for t in params}
         self._cache: dict[tuple[int, frozenset[str]], set[tuple[int, ...]]] = {}
+        self._reachable: dict[frozenset[str], set[tuple[int, ...]]] = {}
         # Any parameter's shard (or one layer of it), for the common "no" answer.
         self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
             if params else set()
@@ -134,10 +135,9 @@ class _ParameterShapes:
         them that some parameter is sharded on: one set per set of axes (a step
         has a handful), so each collective is one lookup, not a walk over the
         parameters."""
-        key = (-1, axes)
-        hit = self._cache.get(key)
+        hit = self._reachable.get(axes)
         if hit is None:
-            hit = self._cache[key] = set()
+            hit = self._reachable[axes] = set()
             for t in self.sharded:
                 undone = axes & self.held[t.index]
                 if undone:
