@@ -31,8 +31,9 @@ from ..passes.sharding_solver import NoFeasibleSharding, solve
 from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
 from ..passes.state_roundtrip import correspond
 from ..passes.stablehlo_module import read_entry_signature
+from ..passes.sharding_text import pspec_text
 from ..passes.step_time import format_seconds, significant
-from ..passes.suggest_models import ChosenSharding, ModelCost, SolverStats, SuggestReport, SuggestRun, Version
+from ..passes.suggest_models import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .device_performance import device_spec
@@ -42,6 +43,7 @@ from .in_shardings import build_text as in_text, check_text as check_in_text
 from .lint import platform_label, relativize, select_run_devices
 from .out_shardings import suggest_for
 from .rewrite import _call_entry, parse_spec, with_entry_shardings
+from .suggest_refine import pins as refine_pins, refine
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 FIXED_ENTRY = "shard_lint_fixed"
@@ -122,6 +124,8 @@ class _Target:
     problem: ShardingProblem
     fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
     state: tuple  # RoundTrips: the outputs that are inputs coming back
+    graph: Any  # the ShardingGraph the problem was built from (tensor ids for suggest_refine)
+    ownership: Any
 
 
 def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict, where: str) -> _Target:
@@ -172,7 +176,7 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
         pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
         result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=settings.budget_bytes,
     ))
-    return _Target(name, lowered, text, module, sig, problem, fixed, pairs)
+    return _Target(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
 
 
 def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, results: dict[int, list[list[str]]],
@@ -322,32 +326,64 @@ def _best(versions: list[Version]) -> Version | None:
     return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    plan: Any  # suggest_refine.Plan
+    version: Version
+    report: Any
+    arg_pins: dict[int, list[list[str]]]
+    res_pins: dict[int, list[list[str]]]
+
+
+def _plan_check(t: _Target, c: _Compiled) -> PlanCheck:
+    check, v = c.plan.check, c.version
+    return PlanCheck(
+        solve=c.plan.solve, objective_seconds=significant(c.plan.solution.seconds),
+        propagated_seconds=None if check is None else significant(check.seconds),
+        differing_values=None if check is None else len(check.differing),
+        excluded=[f"{t.sig.inputs[i].path} {pspec_text([list(a) for a in s])}" for i, s in c.plan.excluded],
+        estimated_seconds=v.estimated_seconds, peak_bytes=v.peak_bytes, error=v.error,
+    )
+
+
 def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings, devices, where: str):
-    """The solver's choice, compiled; the arguments' budget lowered by the excess
-    while its compiled peak exceeds the budget."""
-    problem, budget = t.problem, settings.budget_bytes
+    """The solver's plans (each checked against propagation, ``suggest_refine``), each
+    compiled; the fastest that fits is the solver's version. When none fits, the
+    arguments' budget is lowered by the smallest excess and the loop run again."""
+    budget = settings.budget_bytes
+    spec = settings.device_spec() or device_spec("cpu")
     arg_budget, rounds = budget, 0
     while True:
         rounds += 1
-        isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({problem.size:,} variables)")
+        isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({t.problem.size:,} variables)")
         try:
-            solution = solve(dataclasses.replace(problem, budget_bytes=arg_budget), request.solver,
-                             request.time_limit)
+            refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
+                             request.time_limit, spec)
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
-        a = solution.assignment
-        arg_pins = {x.index: [list(ax) for ax in problem.groups[g].candidates[a.groups[g]]]
-                    for x, g in zip(t.sig.inputs, t.problem.arguments)}
-        res_pins = {x.index: [list(ax) for ax in problem.groups[g].candidates[a.groups[g]]]
-                    for x, g in zip(t.sig.outputs, t.problem.results)}
-        version, report = _compile(t, "solver", arg_pins, res_pins, settings, devices,
-                                   "the solver's choice", where)
-        over = (version.peak_bytes or 0) - budget if budget is not None and version.peak_bytes else 0
-        if over <= 0 or rounds >= MAX_ROUNDS or solution.memory_bytes - over <= 0:
-            version = version.model_copy(update={"model": _model_cost(problem, a)})
-            return solution, rounds, version, report, arg_pins, res_pins
-        arg_budget = solution.memory_bytes - over
+        compiled = []
+        for plan in refined.ranked():
+            a = plan.solution.assignment
+            arg_pins = refine_pins(plan.problem, a, plan.problem.arguments)
+            res_pins = refine_pins(plan.problem, a, plan.problem.results)
+            version, report = _compile(t, "solver", arg_pins, res_pins, settings, devices,
+                                       "the solver's choice", where)
+            compiled.append(_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem, a)}),
+                                      report, arg_pins, res_pins))
+        ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
+        fitting = [c for c in ok if c.version.fits is not False]
+        if fitting or not ok or rounds >= MAX_ROUNDS:
+            pool = fitting or ok or compiled
+            kept = min(pool, key=lambda c: (c.version.estimated_seconds or 0.0, c.version.peak_bytes or 0,
+                                            c.plan.solve))
+            checks = sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve)
+            return refined, kept, checks, rounds
+        least = min(ok, key=lambda c: c.version.peak_bytes or 0)
+        over = (least.version.peak_bytes or 0) - budget
+        if least.plan.solution.memory_bytes - over <= 0:
+            return refined, least, sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve), rounds
+        arg_budget = least.plan.solution.memory_bytes - over
 
 
 def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
@@ -356,8 +392,9 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
-    solution, rounds, solver_version, solver_report, arg_pins, res_pins = _solve_within_budget(
-        t, request, settings, devices, where)
+    refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
+    solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
+    arg_pins, res_pins = kept.arg_pins, kept.res_pins
     versions = [solver_version]
     pins_of = {"solver": (arg_pins, res_pins)}
     reports = {"solver": solver_report}
@@ -392,7 +429,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")
     if rounds > 1:
-        notes.append(f"the solver's first choice compiled above the budget; its arguments' budget was lowered "
+        notes.append(f"none of the solver's plans compiled within the budget; its arguments' budget was lowered "
                      f"and the problem solved {rounds} times")
     notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first step "
                  "does not reshard it")
@@ -402,10 +439,11 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         arguments=args, results=results,
         solver=SolverStats(
             method=solution.method, variables=solution.variables, value_groups=len(problem.groups),
-            ops=len(problem.ops), solve_seconds=round(solution.solve_seconds, 3),
+            ops=len(problem.ops), solve_seconds=round(refined.solve_seconds, 3),
             objective_seconds=significant(solution.seconds),
             lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
-            gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds,
+            gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,
+            kept=kept.plan.solve,
         ),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, text_problem=text_problem,
         verdict=_verdict(versions, best, budget), notes=notes,

@@ -31,6 +31,7 @@ lowers). Memory is the per-device bytes of the entry arguments and results.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from itertools import product
 from math import prod
@@ -379,15 +380,21 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
 def pin_groups(problem: ShardingProblem, pins: dict[int, Sharding]) -> ShardingProblem | None:
     """The problem with these groups restricted to one sharding each (None when a
     pin is not among a group's candidates: it uses an axis the solver does not)."""
-    keep: dict[int, int] = {}
+    keep: dict[int, tuple[int, ...]] = {}
     for gid, sharding in pins.items():
         cands = problem.groups[gid].candidates
         if sharding not in cands:
             return None
-        keep[gid] = cands.index(sharding)
+        keep[gid] = (cands.index(sharding),)
+    return dataclasses.replace(restrict_groups(problem, keep), budget_bytes=None)
+
+
+def restrict_groups(problem: ShardingProblem, keep: dict[int, tuple[int, ...]]) -> ShardingProblem:
+    """The problem with these groups' candidates cut to the ones at these indices
+    (in their order); every table indexed by a group's candidates is cut alike."""
 
     def cut(gid: int, values):
-        return (values[keep[gid]],) if gid in keep else tuple(values)
+        return tuple(values[i] for i in keep[gid]) if gid in keep else tuple(values)
 
     groups = tuple(ValueGroup(x.id, x.tensors, x.shape, x.dtype, cut(x.id, x.candidates), cut(x.id, x.unary),
                               x.pinned) for x in problem.groups)
@@ -396,5 +403,5 @@ def pin_groups(problem: ShardingProblem, pins: dict[int, Sharding]) -> ShardingP
         for u in o.uses), o.repeats) for o in problem.ops)
     memory = tuple(MemoryTerm(m.group, m.path, cut(m.group, m.bytes)) for m in problem.memory)
     ties = tuple((a, b) for a, b in problem.ties if groups[a].candidates == groups[b].candidates)
-    return ShardingProblem(problem.axis_sizes, problem.free_axes, groups, ops, memory, None, ties,
+    return ShardingProblem(problem.axis_sizes, problem.free_axes, groups, ops, memory, problem.budget_bytes, ties,
                            problem.arguments, problem.results)

@@ -47,6 +47,20 @@ class Version(Model):
     error: str | None = Field(default=None, description="Why it did not compile.")
 
 
+class PlanCheck(Model):
+    """One solve of the loop that checks plans against propagation."""
+
+    solve: int
+    objective_seconds: float = Field(description="The plan, priced by the cost model.")
+    propagated_seconds: float | None = Field(description="The layout propagation reaches from the plan's "
+                                             "arguments, priced by the same model; null where not matched.")
+    differing_values: int | None = Field(description="Value groups where propagation and plan disagree.")
+    excluded: list[str] = Field(description="Argument shardings this solve was not offered: 'path P(...)'.")
+    estimated_seconds: float | None = Field(description="The step-time estimate of the compiled plan.")
+    peak_bytes: int | None
+    error: str | None = None
+
+
 class SolverStats(Model):
     method: str = Field(description="ilp, ilp (time limit) or local search.")
     variables: int
@@ -56,8 +70,13 @@ class SolverStats(Model):
     objective_seconds: float
     lower_bound_seconds: float | None
     gap: float | None = Field(description="(objective - lower bound) / objective; null for the local search.")
-    rounds: int = Field(description="Solves: the first, plus one per budget tightening after a verified "
-                        "peak exceeded the budget.")
+    rounds: int = Field(description="Budget rounds: the first, plus one per budget tightening after a "
+                        "verified peak exceeded the budget.")
+    plans: list[PlanCheck] = Field(default_factory=list, description="Every solve of the last round, in order: "
+                                   "after each, the plan's argument shardings are propagated, and the ones "
+                                   "propagation carried where the plan did not want them are excluded before the "
+                                   "next; each plan is compiled and the fastest that fits is the solver's version.")
+    kept: int = Field(default=1, description="The solve whose plan is the solver's version.")
 
 
 class SuggestReport(Model):

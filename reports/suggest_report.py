@@ -34,7 +34,28 @@ def _gap(r: SuggestReport) -> str:
 def _solver_line(r: SuggestReport) -> str:
     s = r.solver
     return (f"{_gap(r)}; {s.variables:,} variables over {s.value_groups:,} value groups and {s.ops:,} ops, "
-            f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else ""))
+            f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
+            + _propagation_text(r))
+
+
+def _propagation_text(r: SuggestReport) -> str:
+    """The plans the solver compiled: per solve, its cost model, its arguments'
+    layout as propagated, and the compiled estimate (the kept one marked *)."""
+    s = r.solver
+    if not s.plans:
+        return ""
+
+    def one(p) -> str:
+        compiled = p.error and "did not compile" or format_seconds(p.estimated_seconds)
+        propagated = "-" if p.propagated_seconds is None else format_seconds(p.propagated_seconds)
+        return (f"{'*' if p.solve == s.kept else ''}{p.solve}: {format_seconds(p.objective_seconds)} / "
+                f"{propagated} / {compiled}")
+
+    excluded = max((len(p.excluded) for p in s.plans), default=0)
+    return (f"; {len(s.plans)} plan{'' if len(s.plans) == 1 else 's'} (solve: model / propagated / compiled) "
+            + ", ".join(one(p) for p in s.plans)
+            + (f", {excluded} argument sharding{'' if excluded == 1 else 's'} excluded where propagation carried "
+               "them past the plan" if excluded else ""))
 
 
 def _cells(v: Version) -> list[str]:

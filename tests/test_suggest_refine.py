@@ -1,0 +1,85 @@
+"""``suggest`` checks each plan against propagation: the layout it prices is the
+one Shardy's own pipeline reaches from the plan's arguments, and an argument
+sharding Shardy carries where the plan did not want it is excluded before the
+next solve. On the Flax NNX transformer the first plan's embedding table (its
+feature dimension on ``data``) leaks into every activation after the lookup."""
+
+import os
+
+import pytest
+
+from conftest import EXAMPLES
+
+from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.config import Settings
+from jax_shard_lint.analyzer.device_performance import device_spec
+from jax_shard_lint.analyzer.lint import select_run_devices
+from jax_shard_lint.analyzer.rewrite import with_entry_shardings
+from jax_shard_lint.analyzer.script_loading import call_targets, load_entry
+from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
+from jax_shard_lint.analyzer.suggest_refine import pins, refine
+from jax_shard_lint.passes.propagation_report import build_report
+from jax_shard_lint.passes.sharding_problem import restrict_groups
+
+NNX = os.path.join(EXAMPLES, "models", "nnx_transformer.py")
+EMBEDDING = "state[0]['embed']['embedding'].value"
+
+pytest.importorskip("flax")
+
+
+@pytest.fixture(scope="module")
+def nnx():
+    settings = Settings()
+    settings.default_budget()
+    fn, where = load_entry(NNX)
+    lowered = next(iter(call_targets(fn, where, {}, extra={"mesh_devices": select_run_devices(settings)}).values()))
+    t = _problem("train_step", lowered, SuggestRequest(path=NNX), settings, {}, where)
+    return t, refine(t, t.problem, "auto", 60.0, device_spec("cpu"))
+
+
+def _pinned_text(t, plan) -> str:
+    a = plan.solution.assignment
+    return with_entry_shardings(t.module, pins(plan.problem, a, plan.problem.results), t.sig.mesh_name,
+                                pins(plan.problem, a, plan.problem.arguments))
+
+
+def test_each_plans_propagated_layout_is_shardys(nnx):
+    t, refined = nnx
+    assert len(refined.plans) >= 2
+    for plan in refined.plans:
+        report, _ = build_report("plan", jax_adapter.parse_stablehlo(_pinned_text(t, plan)), max_values=0)
+        shardy = report.agreement_with_shardy
+        assert shardy.compared > 700 and shardy.agreeing == shardy.compared, plan.solve
+
+
+def test_the_embedding_that_leaks_is_excluded_from_the_next_solve(nnx):
+    t, refined = nnx
+    first, second = refined.plans[:2]
+    index = [x.path for x in t.sig.inputs].index(EMBEDDING)
+    assert first.check.culprits[0][0] == index
+    group = first.problem.arguments[index]
+    table = first.problem.groups[group].candidates[first.solution.assignment.groups[group]]
+    assert any(a == "data" for a in table[1])  # the feature dimension on data
+    assert (index, table) in second.excluded
+    assert table not in second.problem.groups[group].candidates
+    # Shardy carries that axis onto the lookup's feature dimension (every value agrees
+    # with Shardy's pipeline), where the plan had none.
+    report, _ = build_report("plan", jax_adapter.parse_stablehlo(_pinned_text(t, first)), max_values=None)
+    assert report.agreement_with_shardy.agreeing == report.agreement_with_shardy.compared
+    lookups = [v for v in report.values if v.shape == [32, 128, 512] and "_take" in (v.op_name or "")]
+    assert lookups and all("data" in v.sharding[2] for v in lookups)
+    planned = {first.problem.groups[g].candidates[first.solution.assignment.groups[g]]
+               for g in first.check.differing}
+    assert any(s[2] == () and s[0] for s in planned if len(s) == 3)
+
+
+def test_restricting_a_group_cuts_every_table_alike(nnx):
+    t, _ = nnx
+    problem = t.problem
+    group = next(g for g in problem.groups if len(g.candidates) > 3 and g.pinned is None)
+    cut = restrict_groups(problem, {group.id: (0, 2)})
+    assert cut.groups[group.id].candidates == (group.candidates[0], group.candidates[2])
+    for before, after in zip(problem.ops, cut.ops):
+        for u, v in zip(before.uses, after.uses):
+            rows = [tuple(r[i] for i in (0, 2)) for r in u.seconds] if u.group == group.id else list(u.seconds)
+            assert list(v.seconds) == rows
