@@ -32,7 +32,7 @@ from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
 from ..passes.state_roundtrip import correspond
 from ..passes.stablehlo_module import read_entry_signature
 from ..passes.sharding_text import pspec_text
-from ..passes.step_time import format_seconds, significant
+from ..passes.step_time import significant
 from ..passes.suggest_models import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
 from . import __version__, isolation, jax_adapter
 from .config import Settings
@@ -43,6 +43,7 @@ from .in_shardings import build_text as in_text, check_text as check_in_text
 from .lint import platform_label, relativize, select_run_devices
 from .out_shardings import suggest_for
 from .rewrite import _call_entry, parse_spec, with_entry_shardings
+from .suggest_verdict import best_version, verdict
 from .suggest_refine import pins as refine_pins, refine
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
@@ -251,43 +252,6 @@ def _texts(t: _Target, args: list[ChosenSharding], results: list[ChosenSharding]
     return text_in, out.text, None
 
 
-def _verdict(versions: list[Version], best: Version, budget: int | None) -> str:
-    by = {v.name: v for v in versions}
-    w, solver = by.get("written"), by["solver"]
-    keep = best.name == "written"
-    text = ("suggested: keep the written shardings" if keep else f"suggested: the {best.name} shardings") \
-        + f", peak {format_bytes(best.peak_bytes or 0)}"
-    if budget is not None:
-        text += f" (fits {format_bytes(budget)})"
-    text += f", estimated {format_seconds(best.estimated_seconds)} per step"
-    others = [v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
-              and v.fits is not False]
-    if keep:
-        runner = min(others, key=lambda v: v.estimated_seconds, default=None)
-        text += ": nothing compiled faster" + (
-            f" (the closest, {runner.name}, {runner.estimated_seconds / best.estimated_seconds:.2f}x this time)"
-            if runner is not None else "")
-    elif w is not None and not w.error and w.estimated_seconds:
-        ratio = best.estimated_seconds / w.estimated_seconds
-        text += f", {ratio:.2f}x the written shardings' {format_seconds(w.estimated_seconds)}"
-    fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
-    if not keep and fastest is not best:
-        text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
-                 f"this time (within 1%) with a peak {(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
-                 f"this one ({format_bytes(fastest.peak_bytes or 0)})")
-    if best.name != "solver" and fastest.name != "solver":
-        tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
-                and solver.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME))
-        if tied:
-            text += (f"; the solver's own choice is within 1% ({format_seconds(solver.estimated_seconds)}, peak "
-                     f"{format_bytes(solver.peak_bytes or 0)})")
-        else:
-            detail = solver.error or f"{format_seconds(solver.estimated_seconds)}" + (
-                ", over the budget" if solver.fits is False else "")
-            text += f"; the solver's own choice compiled slower ({detail})"
-    return text
-
-
 def _chosen_list(infos, pins: dict[int, list[list[str]]], problem: ShardingProblem, why: dict) -> list[ChosenSharding]:
     out = []
     for x in infos:
@@ -300,30 +264,6 @@ def _chosen_list(infos, pins: dict[int, list[list[str]]], problem: ShardingProbl
             pinned=why.get(x.path),
         ))
     return out
-
-
-# Estimated times this close are one time: the estimate is a model of the compiled
-# program, not a measurement, and a 1% edge is not worth a tenth more memory.
-SAME_TIME = 0.01
-LESS_MEMORY = 0.9
-
-
-def _best(versions: list[Version]) -> Version | None:
-    """The fastest compiled version that fits; but where one within 1% of its time
-    has a peak at least 10% lower, that one (the lowest such peak). The written
-    shardings compete too: when nothing beats them, the suggestion is to keep them
-    (and on a tie they win, a change being worth making only for a gain)."""
-    ok = [v for v in versions if not v.error and v.estimated_seconds is not None and v.fits is not False]
-    if not ok:
-        return None
-
-    def preference(v: Version) -> tuple[bool, bool]:
-        return v.name != "written", v.name != "solver"
-
-    fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, *preference(v)))
-    leaner = [v for v in ok if v.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME)
-              and (v.peak_bytes or 0) <= (fastest.peak_bytes or 0) * LESS_MEMORY]
-    return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
 
 
 @dataclass(frozen=True)
@@ -371,18 +311,17 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
                                        "the solver's choice", where)
             compiled.append(_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem, a)}),
                                       report, arg_pins, res_pins))
+        checks = sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve)
         ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
         fitting = [c for c in ok if c.version.fits is not False]
         if fitting or not ok or rounds >= MAX_ROUNDS:
-            pool = fitting or ok or compiled
-            kept = min(pool, key=lambda c: (c.version.estimated_seconds or 0.0, c.version.peak_bytes or 0,
-                                            c.plan.solve))
-            checks = sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve)
+            kept = min(fitting or ok or compiled, key=lambda c: (
+                c.version.estimated_seconds or 0.0, c.version.peak_bytes or 0, c.plan.solve))
             return refined, kept, checks, rounds
         least = min(ok, key=lambda c: c.version.peak_bytes or 0)
         over = (least.version.peak_bytes or 0) - budget
         if least.plan.solution.memory_bytes - over <= 0:
-            return refined, least, sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve), rounds
+            return refined, least, checks, rounds
         arg_budget = least.plan.solution.memory_bytes - over
 
 
@@ -415,7 +354,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
                 pass
         versions.append(version)
         pins_of[vname], reports[vname] = (pins, outs), report
-    best = _best(versions)
+    best = best_version(versions)
     notes = []
     if best is None:
         raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget "
@@ -446,7 +385,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
             kept=kept.plan.solve,
         ),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, text_problem=text_problem,
-        verdict=_verdict(versions, best, budget), notes=notes,
+        verdict=verdict(versions, best, budget), notes=notes,
     )
 
 

@@ -8,7 +8,8 @@ propagation reaches with the plan's cost model, and excludes the chosen sharding
 the arguments that reached the most disagreeing bytes (with the state tied to
 them). The round whose propagated layout is cheapest is kept; the loop ends when
 propagation realizes the plan (its price within ``CLOSE`` of the plan's), when
-no argument is to blame, or after ``MAX_SOLVES`` solves.
+no argument is to blame, after ``MAX_SOLVES`` solves, or once the solves together
+used the time limit one solve has.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def refine(t, problem: ShardingProblem, method: str, time_limit: float, spec) ->
         plans.append(Plan(current, solution, check, tuple(excluded), solves))
         if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
             break
+        if spent >= time_limit:
+            break  # --time-limit caps each solve, and the loop starts no solve once they used it together
         if not _exclude(problem, current, solution.assignment, check, tied, keep, excluded):
             break
     return Refined(tuple(plans), spent)

@@ -31,11 +31,12 @@ def _gap(r: SuggestReport) -> str:
            f"{format_seconds(s.lower_bound_seconds)})"
 
 
-def _solver_line(r: SuggestReport) -> str:
+def _solver_line(r: SuggestReport, plans_inline: bool = True) -> str:
+    """The solver's figures; the plans in the line unless a table lists them."""
     s = r.solver
     return (f"{_gap(r)}; {s.variables:,} variables over {s.value_groups:,} value groups and {s.ops:,} ops, "
             f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
-            + _propagation_text(r))
+            + (_propagation_text(r) if plans_inline or len(s.plans) <= 1 else ""))
 
 
 def _propagation_text(r: SuggestReport) -> str:
@@ -51,11 +52,33 @@ def _propagation_text(r: SuggestReport) -> str:
         return (f"{'*' if p.solve == s.kept else ''}{p.solve}: {format_seconds(p.objective_seconds)} / "
                 f"{propagated} / {compiled}")
 
+    if len(s.plans) == 1:
+        p = s.plans[0]
+        return f"; its plan as propagated {one(p).split(' / ', 1)[1].replace(' / ', ', compiled ')}"
     excluded = max((len(p.excluded) for p in s.plans), default=0)
     return (f"; {len(s.plans)} plan{'' if len(s.plans) == 1 else 's'} (solve: model / propagated / compiled) "
             + ", ".join(one(p) for p in s.plans)
             + (f", {excluded} argument sharding{'' if excluded == 1 else 's'} excluded where propagation carried "
                "them past the plan" if excluded else ""))
+
+
+_PLAN_HEAD = ("solve", "cost model", "propagated", "values differing", "compiled", "peak / device",
+              "argument shardings excluded before it")
+
+
+def _plan_rows(r: SuggestReport) -> list[list[str]]:
+    """One row per solve of the propagation check (the kept one marked *); the
+    exclusions each solve added to the ones before it."""
+    rows, before = [], 0
+    for p in r.solver.plans:
+        rows.append([f"{'*' if p.solve == r.solver.kept else ''}{p.solve}", format_seconds(p.objective_seconds),
+                     "-" if p.propagated_seconds is None else format_seconds(p.propagated_seconds),
+                     "-" if p.differing_values is None else f"{p.differing_values:,}",
+                     p.error and "did not compile" or format_seconds(p.estimated_seconds),
+                     "-" if p.peak_bytes is None else format_bytes(p.peak_bytes),
+                     "; ".join(p.excluded[before:]) or "-"])
+        before = len(p.excluded)
+    return rows
 
 
 def _cells(v: Version) -> list[str]:
@@ -120,12 +143,15 @@ def render_suggest_markdown(run: SuggestRun) -> str:
     lines: list[str] = []
     for r in run.targets:
         lines += [f"### jax-shard-lint suggest: {_cell(r.name)}", "", _cell(r.verdict), "",
-                  f"Solver: {_cell(_solver_line(r))}", ""]
+                  f"Solver: {_cell(_solver_line(r, plans_inline=False))}", ""]
         lines += ["| " + " | ".join(_HEAD[:-1]) + " |", "| --- | ---: | ---: | ---: | ---: |"]
         for v in r.versions:
             cells = [_cell(c) for c in _cells(v)[:-1]]
             cells[0] = f"**{cells[0]}**" if v.name == r.chosen else cells[0]
             lines.append("| " + " | ".join(cells) + " |")
+        if len(r.solver.plans) > 1:
+            lines += ["", "| " + " | ".join(_PLAN_HEAD) + " |", "| --- |" + " ---: |" * 5 + " --- |"]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in _plan_rows(r)]
         changed = _changed(r)
         if changed:
             lines += ["", "| argument | written | suggested |", "| --- | --- | --- |"]
@@ -157,6 +183,12 @@ def render_suggest_html(run: SuggestRun) -> str:
             f'{e(format_bytes(a.suggested_per_device_bytes))}/device{" (pinned: " + e(a.pinned) + ")" if a.pinned else ""}'
             f'</figcaption>{device_grid(SimpleNamespace(sharding=a.suggested, shape=a.shape), mesh)}</figure>'
             for a in sorted(r.arguments, key=lambda a: (-_size(a), a.index))[:24])
+        plans = ""
+        if len(r.solver.plans) > 1:
+            plans = ("<h3>The solver's plans, checked against propagation and compiled</h3><table><thead><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in _PLAN_HEAD) + "</tr></thead><tbody>"
+                     + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in _plan_rows(r))
+                     + "</tbody></table>")
         text = ""
         if r.in_shardings_text:
             text = (f'<pre class="fixtext">jax.jit(step, {e(r.in_shardings_text)}'
@@ -165,9 +197,9 @@ def render_suggest_html(run: SuggestRun) -> str:
             text = f'<p class="muted">no Python text: {e(r.text_problem)}</p>'
         body += (
             f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
-            f"<p>{e(_solver_line(r))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"
+            f"<p>{e(_solver_line(r, plans_inline=False))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"
             + "".join(f"<th>{e(h)}</th>" for h in _HEAD) + f"</tr></thead><tbody>{versions}</tbody></table>"
-            f"<h3>Cost model breakdown</h3><table><thead><tr><th>version</th><th>compute</th><th>reductions</th>"
+            f"{plans}<h3>Cost model breakdown</h3><table><thead><tr><th>version</th><th>compute</th><th>reductions</th>"
             f"<th>resharding</th><th>total</th></tr></thead><tbody>{costs}</tbody></table>"
             f"<h3>Suggested argument shardings</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
             f"devices that hold it, on the {e(r.chosen)} shardings.</p><div class=\"grids\">{figs}</div>"
