@@ -31,7 +31,6 @@ from ..passes.sharding_solver import NoFeasibleSharding, solve
 from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
 from ..passes.state_roundtrip import correspond
 from ..passes.stablehlo_module import read_entry_signature
-from ..passes.sharding_text import pspec_text
 from ..passes.step_time import significant
 from ..passes.suggest_models import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
 from . import __version__, isolation, jax_adapter
@@ -281,7 +280,7 @@ def _plan_check(t: _Target, c: _Compiled) -> PlanCheck:
         solve=c.plan.solve, objective_seconds=significant(c.plan.solution.seconds),
         propagated_seconds=None if check is None else significant(check.seconds),
         differing_values=None if check is None else len(check.differing),
-        excluded=[f"{t.sig.inputs[i].path} {pspec_text([list(a) for a in s])}" for i, s in c.plan.excluded],
+        excluded=[f"{t.sig.inputs[i].path}: no {axis!r} on dimension {dim}" for i, dim, axis in c.plan.excluded],
         estimated_seconds=v.estimated_seconds, peak_bytes=v.peak_bytes, error=v.error,
     )
 

@@ -4,9 +4,11 @@ argument shardings that propagation carried where the plan did not want them
 
 Each round propagates the plan's argument and result shardings over the same
 flattened module (our propagation, which agrees with Shardy's), prices the layout
-propagation reaches with the plan's cost model, and excludes the chosen sharding of
-the arguments that reached the most disagreeing bytes (with the state tied to
-them). The round whose propagated layout is cheapest is kept; the loop ends when
+propagation reaches with the plan's cost model, and takes the leaking axis off the
+argument dimension it leaked from (every candidate with it there, in the argument's
+group and the state tied to it) for the arguments that reached the most
+disagreeing bytes. ``suggest`` compiles every plan (``ranked`` orders them by
+their propagated price) and keeps the fastest; the loop ends when
 propagation realizes the plan (its price within ``CLOSE`` of the plan's), when
 no argument is to blame, after ``MAX_SOLVES`` solves, or once the solves together
 used the time limit one solve has.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from ..passes.call_graph import flatten_call_graph
 from ..passes.propagation import propagate
 from ..passes.sharding_graph import ShardingGraph, build_graph
-from ..passes.sharding_problem import Assignment, Sharding, ShardingProblem, restrict_groups
+from ..passes.sharding_problem import Assignment, ShardingProblem, restrict_groups
 from ..passes.sharding_refine import LayoutCheck, check_layout
 from ..passes.sharding_solver import NoFeasibleSharding, Solution, solve
 from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
@@ -38,7 +40,7 @@ class Plan:
     problem: ShardingProblem  # the problem it solves (candidates excluded)
     solution: Solution
     check: LayoutCheck | None  # None: the propagated graph could not be matched to the problem
-    excluded: tuple[tuple[int, Sharding], ...]  # (argument index, sharding) no longer offered
+    excluded: tuple[tuple[int, int, str], ...]  # (argument index, dimension, axis) no longer offered
     solve: int  # 1 for the first
 
 
@@ -91,24 +93,24 @@ def _remapped(problem: ShardingProblem, ids: dict[int, int]) -> ShardingProblem:
 
 def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, check: LayoutCheck,
              tied: dict[int, set[int]], keep: dict[int, tuple[int, ...]], excluded: list) -> bool:
-    """Take the culprits' chosen shardings out of their groups (and the groups tied
-    to them) in ``keep``; whether anything was taken out."""
+    """Take out of the culprits' groups (and the groups tied to them) every candidate
+    with the leaking axis on the dimension it leaked from (the next best sharding
+    that leaks the same way is no answer); whether anything was taken out."""
     top = check.culprits[0][1]
     any_cut = False
-    for index, reached in check.culprits:
+    for (index, dim, axis), reached in check.culprits:
         if reached < top * SHARE:
             break
-        gid = current.arguments[index]
-        chosen = current.groups[gid].candidates[a.groups[gid]]
         cut = False
-        for group in sorted({gid} | tied.get(gid, set())):
-            offered = keep.get(group, tuple(range(len(problem.groups[group].candidates))))
-            left = tuple(i for i in offered if problem.groups[group].candidates[i] != chosen)
+        for group in sorted({current.arguments[index]} | tied.get(current.arguments[index], set())):
+            candidates = problem.groups[group].candidates
+            offered = keep.get(group, tuple(range(len(candidates))))
+            left = tuple(i for i in offered if dim >= len(candidates[i]) or axis not in candidates[i][dim])
             if left and left != offered:
                 keep[group] = left
                 cut = True
-        if cut and (index, chosen) not in excluded:
-            excluded.append((index, chosen))
+        if cut and (index, dim, axis) not in excluded:
+            excluded.append((index, dim, axis))
         any_cut |= cut
     return any_cut
 
@@ -120,7 +122,7 @@ def refine(t, problem: ShardingProblem, method: str, time_limit: float, spec) ->
         tied.setdefault(a, set()).add(b)
         tied.setdefault(b, set()).add(a)
     keep: dict[int, tuple[int, ...]] = {}
-    excluded: list[tuple[int, Sharding]] = []
+    excluded: list[tuple[int, int, str]] = []
     plans: list[Plan] = []
     spent = 0.0
     for solves in range(1, MAX_SOLVES + 1):

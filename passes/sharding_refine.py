@@ -20,9 +20,10 @@ and returns
   the layout, a move the plan forbids (an axis that appears from nowhere) priced
   as the reshard it is;
 - the groups where plan and propagation disagree, and the arguments whose
-  shardings propagated into those disagreements (an axis the plan did not want on
-  a dimension, followed back to the argument it came from), by the bytes they
-  reached; ``suggest`` excludes those arguments' shardings and solves again.
+  shardings propagated into those disagreements: each axis the plan did not
+  want on a dimension, followed back through propagation's parent links to the
+  argument dimension it came from, by the bytes it reached. ``suggest`` takes
+  that axis off that dimension of the argument and solves again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class LayoutCheck:
     seconds: float  # the propagated layout, priced
     layout: tuple[int, ...]  # candidate index per group, as propagated
     differing: tuple[int, ...]  # groups whose propagated sharding is not the plan's
-    culprits: tuple[tuple[int, int], ...]  # (argument index, bytes of disagreement it reached), largest first
+    # ((argument index, its dimension, mesh axis), bytes of disagreement it reached), largest first
+    culprits: tuple[tuple[tuple[int, int, str], int], ...]
 
 
 def price_layout(problem: ShardingProblem, layout: tuple[int, ...], spec: DeviceSpec) -> float:
@@ -84,23 +86,22 @@ def _labels(g: ShardingGraph, tid: int, sizes: dict[str, int]) -> Sharding:
     return tuple(tuple(label(r, sizes) for r in axes) for axes in g.tensors[tid].dims)
 
 
-def _root(g: ShardingGraph, tid: int, d: int) -> int:
-    """The tensor an axis on dimension ``d`` of ``tid`` was first stated on: parent
-    links back, at each step to the source's dimension that holds one of its axes."""
+def _root(g: ShardingGraph, tid: int, d: int, axis: str) -> tuple[int, int]:
+    """(tensor, dimension) where ``axis`` on dimension ``d`` of ``tid`` was first
+    stated: parent links back, at each step to the source's dimension holding it."""
     seen: set[tuple[int, int]] = set()
     for _ in range(MAX_CHAIN):
         t = g.tensors[tid]
         link = t.parent[d] if d < len(t.parent) else None
         if link is None or (tid, d) in seen:
-            return tid
+            return tid, d
         seen.add((tid, d))
-        axes = {r[0] for r in t.dims[d]}
         source = g.tensors[link[0]]
-        dims = [e for e, a in enumerate(source.dims) if axes & {r[0] for r in a}]
+        dims = [e for e, a in enumerate(source.dims) if any(r[0] == axis for r in a)]
         if not dims:
-            return link[0]
+            return tid, d
         tid, d = link[0], dims[0]
-    return tid
+    return tid, d
 
 
 def check_layout(problem: ShardingProblem, plan: Assignment, propagated: ShardingGraph,
@@ -110,7 +111,7 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
     sizes = problem.axis_sizes
     layout = list(plan.groups)
     differing = []
-    reached: dict[int, int] = defaultdict(int)
+    reached: dict[tuple[int, int, str], int] = defaultdict(int)
     argument_of = {tid: i for i, tid in enumerate(argument_tensors)}
     for group in problem.groups:
         head = group.tensors[0]
@@ -125,10 +126,10 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
             layout[group.id] = group.candidates.index(have)
         size = array_bytes(group.dtype, list(group.shape)) if prod(group.shape) else 0
         for d, axes in enumerate(have):
-            if any(a not in wanted[d] for a in axes):
-                root = argument_of.get(_root(propagated, head, d))
-                if root is not None:
-                    reached[root] += size
+            for axis in (a for a in axes if a not in wanted[d]):
+                tid, dim = _root(propagated, head, d, axis.split(":")[0])
+                if tid in argument_of:
+                    reached[(argument_of[tid], dim, axis)] += size
     laid = tuple(layout)
     culprits = tuple(sorted(reached.items(), key=lambda kv: (-kv[1], kv[0])))
     return LayoutCheck(price_layout(problem, laid, spec), laid, tuple(differing), culprits)

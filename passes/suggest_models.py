@@ -55,7 +55,8 @@ class PlanCheck(Model):
     propagated_seconds: float | None = Field(description="The layout propagation reaches from the plan's "
                                              "arguments, priced by the same model; null where not matched.")
     differing_values: int | None = Field(description="Value groups where propagation and plan disagree.")
-    excluded: list[str] = Field(description="Argument shardings this solve was not offered: 'path P(...)'.")
+    excluded: list[str] = Field(description="Argument shardings this solve was not offered: \"path: no 'axis' "
+                                "on dimension d\".")
     estimated_seconds: float | None = Field(description="The step-time estimate of the compiled plan.")
     peak_bytes: int | None
     error: str | None = None
