@@ -86,22 +86,32 @@ def _labels(g: ShardingGraph, tid: int, sizes: dict[str, int]) -> Sharding:
     return tuple(tuple(label(r, sizes) for r in axes) for axes in g.tensors[tid].dims)
 
 
-def _root(g: ShardingGraph, tid: int, d: int, axis: str) -> tuple[int, int]:
+def _root(g: ShardingGraph, tid: int, d: int, axis: str, memo: dict) -> tuple[int, int]:
     """(tensor, dimension) where ``axis`` on dimension ``d`` of ``tid`` was first
-    stated: parent links back, at each step to the source's dimension holding it."""
+    stated: parent links back, at each step to the source's dimension holding it.
+    Every link walked is remembered in ``memo``, so the check stays linear in the
+    program however many disagreements share a chain."""
+    path: list[tuple[int, int, str]] = []
     seen: set[tuple[int, int]] = set()
+    root = (tid, d)
     for _ in range(MAX_CHAIN):
+        if (tid, d, axis) in memo:
+            root = memo[(tid, d, axis)]
+            break
+        path.append((tid, d, axis))
         t = g.tensors[tid]
         link = t.parent[d] if d < len(t.parent) else None
+        root = (tid, d)
         if link is None or (tid, d) in seen:
-            return tid, d
+            break
         seen.add((tid, d))
-        source = g.tensors[link[0]]
-        dims = [e for e, a in enumerate(source.dims) if any(r[0] == axis for r in a)]
+        dims = [e for e, a in enumerate(g.tensors[link[0]].dims) if any(r[0] == axis for r in a)]
         if not dims:
-            return tid, d
+            break
         tid, d = link[0], dims[0]
-    return tid, d
+    for key in path:
+        memo[key] = root
+    return root
 
 
 def check_layout(problem: ShardingProblem, plan: Assignment, propagated: ShardingGraph,
@@ -113,6 +123,7 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
     differing = []
     reached: dict[tuple[int, int, str], int] = defaultdict(int)
     argument_of = {tid: i for i, tid in enumerate(argument_tensors)}
+    memo: dict = {}
     for group in problem.groups:
         head = group.tensors[0]
         if propagated.tensors[head].shape != group.shape:
@@ -127,7 +138,7 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
         size = array_bytes(group.dtype, list(group.shape)) if prod(group.shape) else 0
         for d, axes in enumerate(have):
             for axis in (a for a in axes if a not in wanted[d]):
-                tid, dim = _root(propagated, head, d, axis.split(":")[0])
+                tid, dim = _root(propagated, head, d, axis.split(":")[0], memo)
                 if tid in argument_of:
                     reached[(argument_of[tid], dim, axis)] += size
     laid = tuple(layout)
