@@ -302,7 +302,7 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
         compiled = []
-        for plan in refined.ranked():
+        for plan in refined.plans:
             a = plan.solution.assignment
             arg_pins = refine_pins(plan.problem, a, plan.problem.arguments)
             res_pins = refine_pins(plan.problem, a, plan.problem.results)

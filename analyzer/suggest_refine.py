@@ -7,8 +7,8 @@ flattened module (our propagation, which agrees with Shardy's), prices the layou
 propagation reaches with the plan's cost model, and takes the leaking axis off the
 argument dimension it leaked from (every candidate with it there, in the argument's
 group and the state tied to it) for the arguments that reached the most
-disagreeing bytes. ``suggest`` compiles every plan (``ranked`` orders them by
-their propagated price) and keeps the fastest; the loop ends when
+disagreeing bytes. ``suggest`` compiles every plan and keeps the fastest; the loop
+ends when
 propagation realizes the plan (its price within ``CLOSE`` of the plan's), when
 no argument is to blame, after ``MAX_SOLVES`` solves, or once the solves together
 used the time limit one solve has.
@@ -16,7 +16,7 @@ used the time limit one solve has.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..passes.call_graph import flatten_call_graph
 from ..passes.propagation import propagate
@@ -48,10 +48,6 @@ class Plan:
 class Refined:
     plans: tuple[Plan, ...]
     solve_seconds: float  # all solves together
-
-    def ranked(self) -> list[Plan]:
-        """Cheapest propagated layout first (unchecked plans last), earlier solves first on a tie."""
-        return sorted(self.plans, key=lambda p: (p.check is None, p.check.seconds if p.check else 0.0, p.solve))
 
 
 def pins(problem: ShardingProblem, a: Assignment, groups: tuple[int, ...]) -> dict[int, list[list[str]]]:
@@ -85,8 +81,6 @@ def _matched(original: ShardingGraph, propagated: ShardingGraph) -> dict[int, in
 
 
 def _remapped(problem: ShardingProblem, ids: dict[int, int]) -> ShardingProblem:
-    from dataclasses import replace
-
     return replace(problem, groups=tuple(replace(g, tensors=tuple(ids[t] for t in g.tensors))
                                          for g in problem.groups))
 
