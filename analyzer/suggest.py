@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..passes.axes import label
+from ..passes.axes import label, sharding_labels
 from ..passes.byte_sizes import format_bytes
 from ..passes.call_graph import flatten_call_graph
 from ..passes.loop_trips import entry_results, value_repeats
@@ -110,10 +110,6 @@ def _declared_fixed(fn, params: dict, name: str, where: str) -> dict:
                               "argument paths or a dict of argument path to PartitionSpec (None: as written)")
 
 
-def _labels_of(t, sizes) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(label(r, sizes) for r in axes) for axes in t.dims)
-
-
 @dataclass
 class _Target:
     name: str
@@ -161,7 +157,7 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
         if t.seed and not t.seed.startswith(("argument", "out_shardings of result")):
             for ref in (r for axes in t.dims for r in axes):
                 labels.setdefault(label(ref, sizes), ref[2])  # a sub-axis ("x:(1)2") has its own size
-            pinned[t.id] = (_labels_of(t, sizes), f"stated in the program ({t.seed})")
+            pinned[t.id] = (sharding_labels(t.dims, sizes), f"stated in the program ({t.seed})")
     for i, tid in enumerate(args):
         if sig.inputs[i].path in fixed:
             sharding, why = fixed[sig.inputs[i].path]
@@ -310,7 +306,7 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
                                        "the solver's choice", where)
             compiled.append(_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem, a)}),
                                       report, arg_pins, res_pins))
-        checks = sorted((_plan_check(t, c) for c in compiled), key=lambda p: p.solve)
+        checks = [_plan_check(t, c) for c in compiled]  # in solve order, as the plans are
         ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
         fitting = [c for c in ok if c.version.fits is not False]
         if fitting or not ok or rounds >= MAX_ROUNDS:

@@ -128,7 +128,7 @@ def refine(t, problem: ShardingProblem, method: str, time_limit: float, spec) ->
                 raise  # the problem itself has no solution: the caller says so
             break  # the exclusions left none within the budget
         spent += solution.solve_seconds
-        check = None
+        check = None  # when the propagated graph does not match the problem, or Shardy rejects the module
         try:
             g, arguments = _propagated(t, pins(current, solution.assignment, current.arguments),
                                        pins(current, solution.assignment, current.results))
@@ -136,7 +136,7 @@ def refine(t, problem: ShardingProblem, method: str, time_limit: float, spec) ->
             if ids is not None:
                 check = check_layout(_remapped(current, ids), solution.assignment, g, arguments, spec)
         except (ShardyRejected, ValueError):
-            check = None
+            pass
         plans.append(Plan(current, solution, check, tuple(excluded), solves))
         if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
             break

@@ -18,6 +18,11 @@ Axes = tuple[AxisRef, ...]
 _LABEL = re.compile(r"(.+):\((\d+)\)(\d+)")
 
 
+def sharding_labels(dims, axis_sizes: dict[str, int]) -> tuple[tuple[str, ...], ...]:
+    """A tensor's dimension shardings as axis labels per dimension (``label``)."""
+    return tuple(tuple(label(r, axis_sizes) for r in axes) for axes in dims)
+
+
 def label(ref: AxisRef, axis_sizes: dict[str, int]) -> str:
     name, pre, size = ref
     if pre == 1 and size == axis_sizes.get(name):

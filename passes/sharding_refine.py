@@ -16,8 +16,8 @@ and returns
 
 - the layout: per value group, the candidate propagation chose (the plan's own
   where propagation left a sharding no candidate has);
-- its price, with the plan's cost model: every op takes its cheapest strategy for
-  the layout, a move the plan forbids (an axis that appears from nowhere) priced
+- its price, with the plan's cost model: every op takes its cheapest strategy
+  among those the layout's shardings support, a move the plan forbids (an axis that appears from nowhere) priced
   as the reshard it is;
 - the groups where plan and propagation disagree, and the arguments whose
   shardings propagated into those disagreements: each axis the plan did not
@@ -32,10 +32,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from math import prod
 
-from .axes import label
+from .axes import sharding_labels
 from .hlo_shapes import array_bytes
 from .sharding_graph import ShardingGraph
-from .sharding_problem import FORBIDDEN, Assignment, Sharding, ShardingProblem, reshard_seconds
+from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, reshard_seconds
 from .step_time import DeviceSpec
 
 MAX_CHAIN = 10_000  # parent links followed from one dimension (a guard: chains end at a seed)
@@ -82,10 +82,6 @@ def price_layout(problem: ShardingProblem, layout: tuple[int, ...], spec: Device
     return seconds
 
 
-def _labels(g: ShardingGraph, tid: int, sizes: dict[str, int]) -> Sharding:
-    return tuple(tuple(label(r, sizes) for r in axes) for axes in g.tensors[tid].dims)
-
-
 def _root(g: ShardingGraph, tid: int, d: int, axis: str, memo: dict) -> tuple[int, int]:
     """(tensor, dimension) where ``axis`` on dimension ``d`` of ``tid`` was first
     stated: parent links back, at each step to the source's dimension holding it.
@@ -129,7 +125,7 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
         if propagated.tensors[head].shape != group.shape:
             raise ValueError(f"the propagated graph does not match the problem (tensor {head})")
         wanted = group.candidates[plan.groups[group.id]]
-        have = _labels(propagated, head, sizes)
+        have = sharding_labels(propagated.tensors[head].dims, sizes)
         if have == wanted:
             continue
         differing.append(group.id)
