@@ -59,7 +59,7 @@ def _propagation_text(r: SuggestReport) -> str:
     return (f"; {len(s.plans)} plan{'' if len(s.plans) == 1 else 's'} (solve: model / propagated / compiled) "
             + ", ".join(one(p) for p in s.plans)
             + (f", {excluded} argument sharding{'' if excluded == 1 else 's'} excluded where propagation carried "
-               "them past the plan" if excluded else ""))
+               f"{'it' if excluded == 1 else 'them'} past the plan" if excluded else ""))
 
 
 _PLAN_HEAD = ("solve", "cost model", "propagated", "values differing", "compiled", "peak / device",
