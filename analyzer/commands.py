@@ -11,6 +11,8 @@ import sys
 from .errors import ShardLintInputError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+# `run`: the script itself failed (a non-zero exit, a signal); its report is still written.
+EXIT_SCRIPT_FAILED = 4
 
 
 def _settings(args: argparse.Namespace):
@@ -70,19 +72,9 @@ def _settings(args: argparse.Namespace):
 
 
 def _console(args, stream=None):
-    from rich.console import Console
+    from .terminal_size import console_for
 
-    out = stream or sys.stdout
-    return Console(file=out, no_color=not out.isatty() or bool(os.environ.get("NO_COLOR")),
-                   width=None if out.isatty() else piped_width(), highlight=False)
-
-
-def piped_width() -> int:
-    """The width of a report written to a pipe or file: $COLUMNS, else 100."""
-    try:
-        return max(60, int(os.environ.get("COLUMNS", "")))
-    except ValueError:
-        return 100
+    return console_for(stream or sys.stdout)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -95,17 +87,47 @@ def _emit(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
+def emit_report(args, report, text_renderers: dict, terminal) -> None:
+    """The one way a command's report leaves: ``--format`` picks the renderer,
+    ``-o`` the destination (a terminal report written to a file is rendered
+    without colour, at the width of a pipe)."""
+    if args.format == "terminal":
+        from .terminal_size import console_for
+
+        if args.output:
+            from .input_files import open_output
+
+            with open_output(args.output) as f:
+                terminal(report, console_for(f, to_file=True))
+        else:
+            terminal(report, console_for(sys.stdout))
+        return
+    render = text_renderers.get(args.format)
+    if render is None:  # the parser offers only what the command renders; SARIF carries findings alone
+        raise ShardLintInputError(f"--format {args.format}", "SARIF carries findings: use it with lint or check")
+    _emit(render(report), args.output)
+
+
+def _lint_renderers() -> dict:
+    from ..reports.html import render_html
+    from ..reports.json_report import render_json
+    from ..reports.markdown import render_lint_markdown
+    from ..reports.sarif import render_sarif
+
+    return {"json": render_json, "html": render_html, "sarif": render_sarif, "markdown": render_lint_markdown}
+
+
+def _emit_lint(args, report) -> None:
+    from ..reports.terminal import render_terminal
+
+    emit_report(args, report, _lint_renderers(), render_terminal)
+
+
 def _emit_run(args, run, html, markdown, terminal) -> None:
     """The output of a command whose report has no findings to put in SARIF."""
     from ..reports.json_report import render_json
 
-    if args.format == "sarif":
-        raise ShardLintInputError("--format sarif", "SARIF carries findings: use it with lint or check")
-    if args.format == "terminal":
-        terminal(run, _console(args))
-    else:
-        render = {"json": render_json, "html": html, "markdown": markdown}[args.format]
-        _emit(render(run), args.output)
+    emit_report(args, run, {"json": render_json, "html": html, "markdown": markdown}, terminal)
 
 
 def cmd_lint(args) -> int:
@@ -117,20 +139,7 @@ def cmd_lint(args) -> int:
     show = not args.quiet and sys.stderr.isatty()
     progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
     report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
-    if args.format != "terminal":
-        _emit(render_lint_as(report, args.format), args.output)
-    else:
-        from ..reports.terminal import render_terminal
-
-        if args.output:
-            from rich.console import Console
-
-            from .input_files import open_output
-
-            with open_output(args.output) as f:
-                render_terminal(report, Console(file=f, no_color=True, width=piped_width()))
-        else:
-            render_terminal(report, _console(args))
+    _emit_lint(args, report)
     return exit_code(report, settings.fail_on)
 
 
@@ -142,13 +151,8 @@ def cmd_run(args) -> int:
     settings = _settings(args)
     report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                             args.timeout), settings)
-    if args.format != "terminal":
-        _emit(render_lint_as(report, args.format), args.output)
-    else:
-        from ..reports.terminal import render_terminal
-
-        render_terminal(report, _console(args))
-    return exit_code(report, settings.fail_on)
+    _emit_lint(args, report)
+    return run_exit_code(report, settings.fail_on)
 
 
 def cmd_fit(args) -> int:
@@ -167,12 +171,9 @@ def cmd_fit(args) -> int:
     settings = _settings(args)
     result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
                             lo_v, hi_v), settings)
-    if args.format == "json":
-        _emit(render_json(result), args.output)
-    else:
-        from ..reports.fit_terminal import render_fit
+    from ..reports.fit_terminal import render_fit
 
-        render_fit(result, _console(args))
+    emit_report(args, result, {"json": render_json}, render_fit)
     return EXIT_OK if result.value is not None else EXIT_FINDINGS
 
 
@@ -208,30 +209,21 @@ def cmd_sweep(args) -> int:
     return EXIT_OK if any(c.rank for c in run.candidates) else EXIT_FINDINGS
 
 
-def render_lint_as(report, fmt: str) -> str:
-    if fmt == "json":
-        from ..reports.json_report import render_json
-
-        return render_json(report)
-    if fmt == "html":
-        from ..reports.html import render_html
-
-        return render_html(report)
-    if fmt == "sarif":
-        from ..reports.sarif import render_sarif
-
-        return render_sarif(report)
-    from ..reports.markdown import render_lint_markdown
-
-    return render_lint_markdown(report)
-
-
 def exit_code(report, fail_on: str) -> int:
     if fail_on == "never":
         return EXIT_OK
     threshold = 2 if fail_on == "error" else 1
     worst = report.worst_severity()
     return EXIT_FINDINGS if worst is not None and worst.rank >= threshold else EXIT_OK
+
+
+def run_exit_code(report, fail_on: str) -> int:
+    """``run``'s exit: 4 when the script failed (whatever the findings: a CI job
+    must not pass on a crashed script), else as ``lint``. Its own ``--timeout``
+    stopping the script is what the user asked for, not a failure."""
+    if report.run is not None and report.run.exit_code != 0 and not report.run.timed_out:
+        return EXIT_SCRIPT_FAILED
+    return exit_code(report, fail_on)
 
 
 def cmd_rules(args) -> int:
@@ -349,12 +341,7 @@ def cmd_check(args) -> int:
 
     settings = _settings(args)
     report = check(list(args.paths), settings)
-    if args.format != "terminal":
-        _emit(render_lint_as(report, args.format), args.output)
-    else:
-        from ..reports.terminal import render_terminal
-
-        render_terminal(report, _console(args))
+    _emit_lint(args, report)
     return exit_code(report, settings.fail_on)
 
 
@@ -393,16 +380,10 @@ def cmd_gate(args) -> int:
     )
     result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
                                  platform_given=args.platform is not None), settings, thresholds)
-    if args.format == "json":
-        _emit(render_json(result), args.output)
-    elif args.format == "markdown":
-        from ..reports.markdown import render_gate_markdown
+    from ..reports.gate_terminal import render_gate
+    from ..reports.markdown import render_gate_markdown
 
-        _emit(render_gate_markdown(result), args.output)
-    else:
-        from ..reports.gate_terminal import render_gate
-
-        render_gate(result, _console(args))
+    emit_report(args, result, {"json": render_json, "markdown": render_gate_markdown}, render_gate)
     if args.update:
         return EXIT_OK
     return EXIT_OK if result.passed else EXIT_FINDINGS

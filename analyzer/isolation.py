@@ -4,8 +4,12 @@ User code (a script's import, ``shard_lint_targets()``, ``rewrite --validate``)
 and native code (XLA compiling a module a user handed us, the MLIR parser) can
 end a process in ways Python cannot catch: ``os._exit``, a signal, a CHECK
 failure, a segfault, an infinite loop, a non-daemon thread that never ends.
-The parent never imports JAX. It starts ``python -m jax_shard_lint.analyzer.isolation``
-in its own process group and waits at most ``--timeout`` seconds. The child
+The parent never imports JAX. It starts ``python -P -m jax_shard_lint.analyzer.isolation``
+in its own process group and waits at most ``--timeout`` seconds. ``-P``: the
+working directory is not on the child's ``sys.path``, so a ``jax.py`` or a
+``numpy/`` beside a checked-in fixture is never imported in place of the real
+one; the script's folder (or, for ``package.module:fn``, the working directory)
+is added only where a user's script is imported on purpose (script_loading.py). The child
 says what it is doing (the file and the phase) and, last, the exit code of the
 finished command, on a status pipe. So the parent knows three outcomes apart:
 
@@ -18,7 +22,15 @@ What native code writes straight to file descriptors 1 and 2 (XLA's logs, a
 CHECK failure's stack, a script's C extension printing) goes to a file the
 parent reads only to quote a crash's reason; ``--debug`` shows all of it. The
 command's own stdout and stderr are the parent's, so a terminal is still a
-terminal (colours, width, progress).
+terminal (colours, progress); its size, which rich measures on descriptors 0-2,
+is measured by the parent and handed over (terminal_size.py).
+
+The child dies with its parent: it holds the read end of a lifeline pipe whose
+only writer is the parent, and a thread waits for its end of file. A parent
+killed with SIGKILL (a CI timeout) closes it; the child then kills the process
+groups it started, removes the scratch folder and exits. A scratch folder a
+machine crash left behind is removed by the next command (its name carries the
+parent's process id).
 """
 
 from __future__ import annotations
@@ -47,8 +59,11 @@ TERMINATE_GRACE_S = 2.0
 _STATUS_FD_ENV = "JAX_SHARD_LINT_STATUS_FD"
 _STREAMS_ENV = "JAX_SHARD_LINT_STREAMS"
 _IN_PROCESS_ENV = "JAX_SHARD_LINT_IN_PROCESS"
+_LIFELINE_FD_ENV = "JAX_SHARD_LINT_LIFELINE_FD"
+_SCRATCH_PREFIX = "jax-shard-lint-"
 
 _status_file = None  # the child's end of the status pipe; None in process (tests, the parent)
+_started_groups: list[int] = []  # process groups the child started: killed if the parent dies
 
 
 # --- child side ---------------------------------------------------------------
@@ -62,7 +77,24 @@ def phase(where: str, doing: str) -> None:
 
 def process_group(pgid: int) -> None:
     """A process group the child started (``run``'s script): killed with it."""
+    _started_groups.append(pgid)
     _send({"process_group": pgid})
+
+
+def _watch_lifeline(fd: int) -> None:
+    """Block until the parent is gone (end of file on the lifeline), then end
+    everything this child started and the child itself. Runs on a daemon
+    thread: XLA releases the GIL while it compiles, so this runs then too."""
+    try:
+        while os.read(fd, 1):
+            pass
+    except OSError:
+        pass
+    _signal_groups(_started_groups, signal.SIGKILL)
+    scratch = os.environ.get("TMPDIR", "")
+    if os.path.basename(scratch).startswith(_SCRATCH_PREFIX):
+        shutil.rmtree(scratch, ignore_errors=True)
+    os._exit(128 + signal.SIGKILL)
 
 
 def _send(message: dict) -> None:
@@ -88,6 +120,8 @@ def _child_streams() -> None:
 
 def child_main(argv: list[str]) -> None:
     global _status_file
+    lifeline = int(os.environ.pop(_LIFELINE_FD_ENV))
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), name="jax-shard-lint-lifeline", daemon=True).start()
     _status_file = open(int(os.environ.pop(_STATUS_FD_ENV)), "w", encoding="utf-8", buffering=1)
     _child_streams()
     from .cli import run_command
@@ -140,35 +174,65 @@ def in_process() -> bool:
 
 def supervise(argv: list[str], first_input: str, timeout_s: float, debug: bool) -> int:
     """Run the command in a child and turn how it ended into an exit code."""
+    from .terminal_size import TERMINAL_ENV, measure_terminal
+
     status = ChildStatus(first_input, "starting")
     read_fd, write_fd = os.pipe()
+    life_read, life_write = os.pipe()
     out_fd, err_fd = os.dup(1), os.dup(2)
     env = dict(os.environ)
     env[_STATUS_FD_ENV] = str(write_fd)
     env[_STREAMS_ENV] = f"{out_fd},{err_fd}"
+    env[_LIFELINE_FD_ENV] = str(life_read)
+    env[TERMINAL_ENV] = measure_terminal().to_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # Compile-only TPU targets touch no TPU: several processes may load libtpu at
+    # once (parallel CI jobs, sweep --jobs) without its machine-wide lock.
+    env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     # The child's temporary files (XLA dumps, `run`'s capture) go in a folder of
     # ours, removed however the child ends: a killed child cleans up nothing.
-    scratch = tempfile.mkdtemp(prefix="jax-shard-lint-")
+    _remove_orphaned_scratch()
+    scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
     env["TMPDIR"] = scratch
     try:
-        return _supervise(argv, env, status, read_fd, (write_fd, out_fd, err_fd), timeout_s, debug)
+        return _supervise(argv, env, status, read_fd, (write_fd, out_fd, err_fd, life_read), timeout_s, debug)
     finally:
+        os.close(life_write)  # only now: the child's lifeline ends with the parent
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, passed: tuple[int, int, int],
+def _remove_orphaned_scratch() -> None:
+    """Scratch folders whose parent process is gone (a machine crash, or a
+    child killed at once with its parent): nobody else will remove them."""
+    pattern = re.compile(re.escape(_SCRATCH_PREFIX) + r"(\d+)-")
+    try:
+        entries = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for entry in entries:
+        m = pattern.match(entry)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), entry), ignore_errors=True)
+        except (PermissionError, OverflowError):
+            pass
+
+
+def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, passed: tuple[int, ...],
                timeout_s: float, debug: bool) -> int:
-    write_fd, out_fd, err_fd = passed
     with tempfile.TemporaryFile() as native:
         try:
+            # -P: no working directory (nor script folder) on the child's sys.path.
             child = subprocess.Popen(
-                [sys.executable, "-m", "jax_shard_lint.analyzer.isolation", *argv],
+                [sys.executable, "-P", "-m", "jax_shard_lint.analyzer.isolation", *argv],
                 stdin=subprocess.DEVNULL, stdout=native, stderr=native, env=env,
-                pass_fds=(write_fd, out_fd, err_fd), process_group=0,
+                pass_fds=passed, process_group=0,
             )
         finally:
-            for fd in (write_fd, out_fd, err_fd):
+            for fd in passed:
                 os.close(fd)
         reader = threading.Thread(target=status.read, args=(os.fdopen(read_fd, encoding="utf-8"),), daemon=True)
         reader.start()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from ..passes.byte_sizes import format_bytes
 from ..passes.frames import library_relative
 from ..passes.memory import MemoryStats
 from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
@@ -25,7 +26,7 @@ from ..passes.suppressions import Suppression, apply_suppressions, find_suppress
 from . import __version__, isolation, jax_adapter
 from . import devices as run_devices
 from .config import Settings
-from .device_presets import PRESETS
+from .device_presets import find_preset, target_memory
 from .gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
 from .tpu_targets import resolve_target, tpu_devices
 from .out_shardings import suggest as suggest_out_shardings
@@ -80,10 +81,27 @@ def select_run_devices(settings: Settings) -> list:
     return run_devices.selected()
 
 
+# A device preset that is no compile target, and the target that compiles for it.
+_TARGET_FOR_PRESET = {"h100-nvl": "h100"}
+
+
 def run_warnings(settings: Settings) -> list[str]:
-    if settings.platform == "cpu" and settings.budget_source in {p for p in PRESETS if not p.startswith("tpu")}:
-        return [f"the budget is a {settings.budget_source}'s but the figures come from a CPU compile, which can "
-                f"differ a lot from a GPU's: use --platform {settings.budget_source} for GPU figures"]
+    """A budget taken from one device's preset while the figures come from
+    another platform's compile: said, since the verdict mixes the two."""
+    preset = find_preset(settings.budget_source) if settings.budget_source else None
+    if preset is None or preset.name == settings.platform:
+        return []
+    target = _TARGET_FOR_PRESET.get(preset.name, preset.name)
+    budget = f"the budget is the {preset.name} preset's ({format_bytes(settings.budget_bytes or preset.memory_bytes)})"
+    if settings.platform == "cpu":
+        kind = "TPU" if target in TPU_TARGETS else "GPU"
+        return [f"{budget} but the figures come from a CPU compile, which can differ a lot from a {kind}'s: use "
+                f"--platform {target} for {kind} figures"]
+    if settings.platform in ACCELERATOR_TARGETS and target != settings.platform:
+        own = target_memory(settings.platform)
+        return [f"{budget} but the figures come from a {settings.platform} compile, whose devices have "
+                f"{format_bytes(own) if own else 'other memory'}: drop --device (the target's own memory is the "
+                f"budget) or compile for it with --platform {target}"]
     return []
 
 

@@ -113,7 +113,7 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     return analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live)
 
 
-def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None]:
+def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
     """The script in its own process group: at the timeout the group goes, the
     processes the script started with it."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -124,16 +124,16 @@ def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None]:
             code = proc.wait(timeout=request.timeout_s)
             err.seek(0)
             stderr = err.read().decode("utf-8", errors="replace")
-            error = _last_error_line(stderr) if code else None
+            error, timed_out = (_last_error_line(stderr) if code else None), False
         except subprocess.TimeoutExpired:
-            code, error = -1, f"stopped after {request.timeout_s:g} s (--timeout)"
+            code, error, timed_out = -1, f"stopped after {request.timeout_s:g} s (--timeout)", True
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-    return code, error
+    return code, error, timed_out
 
 
 def run(request: RunRequest, settings: Settings) -> LintReport:
@@ -146,7 +146,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
         except re.error as e:
             raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
-        code, error = _run_script(request, dump)
+        code, error, timed_out = _run_script(request, dump)
         programs = _programs(dump)
         jax_adapter.configure_devices(settings.platform, settings.devices)
         skipped, reports = [], []
@@ -185,7 +185,8 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=unique, findings=run_findings,
         rules=rule_docs(frozenset(settings.ignore), settings.severities),
-        run=ScriptRun(exit_code=code, error=error, programs_compiled=len(programs), programs_reported=len(unique),
+        run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
+                      programs_reported=len(unique),
                       skipped=skipped),
     )
     return relativize(report, os.getcwd())

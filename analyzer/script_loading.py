@@ -78,6 +78,10 @@ def load_entry(spec: str) -> tuple[Callable[..., Any], str]:
         module = import_script(target)
         where = target
     else:
+        # As `python -m` would: the working directory holds the package. It is on
+        # sys.path only from here (the child starts with -P, see isolation.py).
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 module = importlib.import_module(target)

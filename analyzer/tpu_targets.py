@@ -10,6 +10,7 @@ square grid of the generation's dimensionality.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from math import prod
@@ -100,5 +101,18 @@ def tpu_devices(target: TpuTarget) -> list:
             f"--platform {target.generation.platform}",
             'compiling for a TPU target needs libtpu: pip install "jax-shard-lint[tpu]"') from None
     except Exception as e:
+        if _is_lock_error(str(e)):
+            # Never relay libtpu's advice to delete the lock: another live process holds it.
+            raise ShardLintInputError(
+                f"--platform {target.generation.platform}",
+                "libtpu's machine-wide lock is held by another process and ALLOW_MULTIPLE_LIBTPU_LOAD is set to "
+                f"{os.environ.get('ALLOW_MULTIPLE_LIBTPU_LOAD')!r}; compile-only targets use no TPU, so unset it "
+                "(jax-shard-lint then sets it to 1) or wait for the other process") from None
         raise ShardLintInputError(
             "--topology", f"libtpu has no topology {target.topology_name}: {str(e).splitlines()[0][:200]}") from None
+
+
+def _is_lock_error(message: str) -> bool:
+    """libtpu's refusal to load while another process holds its lock file."""
+    text = message.lower()
+    return "lockfile" in text or "tpu in use" in text or "already in use by" in text

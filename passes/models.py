@@ -235,6 +235,8 @@ class ScriptRun(Model):
 
     exit_code: int
     error: str | None = Field(description="The script's last error line when it did not finish cleanly.")
+    timed_out: bool = Field(default=False, description="run's --timeout stopped the script (not a failure: what "
+                            "it compiled until then is the report).")
     programs_compiled: int
     programs_reported: int
     skipped: list[str] = Field(default_factory=list, description="Programs left out, and why.")

@@ -29,8 +29,10 @@ def test_run_lints_every_program_the_script_compiles(cli):
 def test_run_reports_what_was_captured_when_the_script_raises(cli):
     result = cli("run", TRAIN, "--devices", "8", "--only", "train_step", "--format", "json",
                  "--", "--steps", "3", "--fail-at", "2")
+    assert result.code == 4  # the script failed: a CI job must not pass
     report = json.loads(result.out)
     assert report["run"]["exit_code"] == 1
+    assert report["run"]["timed_out"] is False
     assert report["run"]["error"] == "RuntimeError: data loader failed at step 2"
     assert [t["name"] for t in report["targets"]] == ["jit_train_step"]
     assert any("does not match --only" in s for s in report["run"]["skipped"])
