@@ -12,7 +12,7 @@ import re
 from ..passes.memory import MemoryStats
 from ..passes.models import TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
-from ..passes.stablehlo_module import read_entry_signature
+from ..passes.stablehlo_module import missing_entry, read_entry_signature
 from . import isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
@@ -25,6 +25,8 @@ _HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
 def read_mlir(path: str):
     """Parse a StableHLO file; bad input is one line naming the file."""
     text = read_input_text(path)
+    if not text.strip():
+        raise ShardLintInputError(path, "not a StableHLO module: the file is empty")
     check_mlir_text(path, text)
     isolation.phase(path, "parsing the module")
     try:
@@ -35,6 +37,9 @@ def read_mlir(path: str):
         # MLIR names the text it parsed "-": say the line and column of the file instead.
         detail = re.sub(r'^error: "-":(\d+):(\d+): ', r"line \1, column \2: ", detail)
         raise ShardLintInputError(path, f"not a StableHLO module: {detail}") from None
+    problem = missing_entry(module)
+    if problem:
+        raise ShardLintInputError(path, f"not a StableHLO program: {problem}")
     return module, text
 
 
@@ -102,6 +107,12 @@ def _dump_module_name(path: str) -> str:
     return m.group(1) if m else os.path.splitext(base)[0]
 
 
+def _numbered_module_name(path: str) -> str:
+    """``module_0038.jit_f``: the dump's module number with the function's name."""
+    m = re.match(r"(module_\d+)\.", os.path.basename(path))
+    return f"{m.group(1)}.{_dump_module_name(path)}" if m else _dump_module_name(path)
+
+
 def dump_directory_modules(path: str) -> list[str]:
     # Regular files only: a folder or a dangling link named like a module is not one.
     files = sorted(f for f in glob.glob(os.path.join(path, "*after_optimizations.txt")) if os.path.isfile(f))
@@ -117,7 +128,11 @@ def read_export(path: str) -> tuple[str, int]:
         exported = jax_adapter.deserialize_export(data)
     except Exception as e:
         raise ShardLintInputError(path, f"not a jax.export artifact: {one_line(e)}") from None
-    text = exported.mlir_module()
+    try:  # the module's bytecode is deserialised only here: a damaged one fails now
+        text = exported.mlir_module()
+    except Exception as e:
+        raise ShardLintInputError(path, f"a damaged jax.export artifact: its StableHLO does not load "
+                                  f"({one_line(e)})") from None
     check_mlir_text(path, text)
     return text, exported.nr_devices
 
@@ -154,7 +169,12 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
         check_input_file(path)
     isolation.phase(path, "reading it")
     if kind == "dump":
-        return [analyze_hlo_file(f, settings) for f in dump_directory_modules(path)]
+        files = dump_directory_modules(path)
+        names = [_dump_module_name(f) for f in files]
+        # A function compiled twice (module_0000.jit_f, module_0038.jit_f) is two
+        # programs: each keeps the dump's own module number in its name.
+        return [analyze_hlo_file(f, settings, name if names.count(name) == 1 else _numbered_module_name(f))
+                for f, name in zip(files, names)]
     if kind == "hlo":
         return [analyze_hlo_file(path, settings)]
     if kind == "mlir":

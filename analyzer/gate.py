@@ -82,7 +82,10 @@ class SnapshotRequest:
 
 def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     """Write each target's StableHLO and metadata, and the baseline of all of them."""
-    os.makedirs(request.out_dir, exist_ok=True)
+    try:
+        os.makedirs(request.out_dir, exist_ok=True)
+    except OSError as e:  # a read-only folder, a missing parent on /proc, a file in the way
+        raise ShardLintInputError("-o", f"cannot create the folder {request.out_dir}: {e.strerror or e}") from None
     selected = select_run_devices(settings)
     fn, where = load_entry(request.script)
     targets = select_targets(

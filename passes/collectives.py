@@ -72,7 +72,7 @@ def _multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
             if caller in unknown:
                 unknown.add(name)
             if ins.opcode == "while" and attr in ("body", "condition"):
-                trip = ins.backend_config().get("known_trip_count", {}).get("n")
+                trip = ins.known_trip_count()
                 if trip is None:
                     trip = inferred_trip_count(module, ins)
                 if trip is None:

@@ -87,6 +87,21 @@ class HloInstruction:
             return {}
         return cfg if isinstance(cfg, dict) else {}
 
+    def known_trip_count(self) -> int | None:
+        """XLA's ``backend_config={"known_trip_count":{"n":"5"}}`` on a while loop
+        (proto JSON writes int64 as a string), or None when XLA did not know it.
+        Raises HloParseError for anything else: a count later passes multiply by."""
+        trip = self.backend_config().get("known_trip_count")
+        if trip is None:
+            return None
+        n = trip.get("n") if isinstance(trip, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            return n
+        if isinstance(n, str) and n.isascii() and n.isdigit() and len(n) <= 18:
+            return int(n)
+        raise HloParseError(f"%{self.name}: known_trip_count {json.dumps(trip)[:80]} is not "
+                            '{"n": a count of iterations}')
+
     def called(self) -> list[tuple[str, str]]:
         """(attribute, computation name) for every computation this instruction
         calls (worked out once: every pass over the module asks)."""
@@ -469,6 +484,8 @@ def _check_numbers(module: HloModule) -> None:
         for ins in comp.instructions:
             if ins.opcode == "parameter" and not (len(ins.operands) == 1 and ins.operands[0].isdigit()):
                 raise HloParseError(f"%{ins.name}: parameter({', '.join(ins.operands)}) is not a parameter number")
+            if ins.opcode == "while":
+                ins.known_trip_count()
             if "replica_groups=" in ins.attr_text:
                 try:
                     parse_replica_groups(replica_groups_text(ins), num_devices)

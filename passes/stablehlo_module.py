@@ -141,15 +141,30 @@ def functions(module: ir.Module) -> dict:
     }
 
 
+def _is_public(func) -> bool:
+    attrs = func.operation.attributes
+    return "sym_visibility" not in attrs or ir.StringAttr(attrs["sym_visibility"]).value == "public"
+
+
+def missing_entry(module: ir.Module) -> str | None:
+    """Why a parsed module has no program to analyse (no ``func.func``, or only
+    private ones: XLA and Shardy both start from a public entry), or None."""
+    funcs = functions(module)
+    if not funcs:
+        others = sorted({op.operation.name for op in module.body.operations})
+        return "it holds no func.func" + (f" (only {', '.join(others[:3])})" if others else "")
+    if not any(_is_public(op) for op in funcs.values()):
+        names = ", ".join("@" + n for n in list(funcs)[:3])
+        return (f"every func.func is private ({names}); XLA and Shardy need a "
+                "public entry function (JAX writes func.func public @main)")
+    return None
+
+
 def entry_function(module: ir.Module):
     funcs = functions(module)
     if "main" in funcs:
         return funcs["main"]
-    public = [
-        op for op in funcs.values()
-        if "sym_visibility" not in op.operation.attributes
-        or ir.StringAttr(op.operation.attributes["sym_visibility"]).value == "public"
-    ]
+    public = [op for op in funcs.values() if _is_public(op)]
     if not public:
         raise ValueError("the module has no public entry function")
     return public[0]
