@@ -257,7 +257,7 @@ def cmd_rule(args) -> int:
 
 
 def cmd_propagate(args) -> int:
-    from ..passes.propagation_report import explain, find_values, with_provenance
+    from ..passes.propagation.report import explain, find_values, with_provenance
     from .lint import display_source, relativize
     from .propagate import PropagateRequest, propagate
 
@@ -360,8 +360,8 @@ def _percent(text: str | None, default: float, where: str) -> float:
 
 
 def cmd_gate(args) -> int:
-    from ..passes.byte_sizes import parse_bytes
-    from ..passes.gate import GateThresholds
+    from ..passes.common.byte_sizes import parse_bytes
+    from ..passes.compare.gate import GateThresholds
     from ..reports.json_report import render_json
     from .gate import GateRequest, gate
 
@@ -392,11 +392,11 @@ def cmd_gate(args) -> int:
 def cmd_schema(args) -> int:
     import json
 
-    from ..passes.gate import Baseline, GateResult
-    from ..passes.models import LintReport, PropagateRun
-    from ..passes.rewrite_models import RewriteRun
-    from ..passes.suggest_models import SuggestRun
-    from ..passes.sweep import SweepRun
+    from ..passes.compare.gate import Baseline, GateResult
+    from ..passes.models.report import LintReport, PropagateRun
+    from ..passes.models.rewrite import RewriteRun
+    from ..passes.models.suggest import SuggestRun
+    from ..passes.compare.sweep import SweepRun
 
     model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
              "baseline": Baseline, "sweep": SweepRun, "suggest": SuggestRun}[args.kind]

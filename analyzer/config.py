@@ -25,9 +25,9 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..passes.byte_sizes import parse_bytes
-from ..passes.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from ..passes.models import Severity
+from ..passes.common.byte_sizes import parse_bytes
+from ..passes.common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..passes.models.report import Severity
 from ..passes.pipeline import PassConfig
 from ..passes.rules.registry import RULES, all_options
 from .device_presets import PRESETS, find_preset, target_memory
@@ -223,7 +223,7 @@ def load_file_settings(settings: Settings, path: str) -> None:
 
 def _display_where(source, via) -> str:
     """``examples/vfi.py:34 via flax/...``: a location in a message, as the reports show it."""
-    from ..passes.models import where_text
+    from ..passes.models.report import where_text
     from .lint import display_source
 
     return where_text(display_source(source) if source else None, display_source(via) if via else None)

@@ -7,7 +7,7 @@ import functools
 import json
 from importlib import resources
 
-from ..passes.step_time import DeviceSpec
+from ..passes.hlo.step_time import DeviceSpec
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from ..passes.models import SCHEMA_VERSION, Model
+from ..passes.models.report import SCHEMA_VERSION, Model
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line

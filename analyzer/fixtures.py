@@ -9,10 +9,10 @@ import glob
 import os
 import re
 
-from ..passes.memory import MemoryStats
-from ..passes.models import TargetReport
+from ..passes.hlo.memory import MemoryStats
+from ..passes.models.report import TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
-from ..passes.stablehlo_module import missing_entry, read_entry_signature
+from ..passes.stablehlo.module import missing_entry, read_entry_signature
 from . import isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
@@ -85,8 +85,8 @@ def _beside(hlo_path: str, report: str) -> str | None:
 
 
 def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
-    from ..passes.hlo_text import HloParseError
-    from ..passes.memory import MalformedReport
+    from ..passes.hlo.errors import HloParseError
+    from ..passes.hlo.memory import MalformedReport
 
     text = _read(path)
     try:

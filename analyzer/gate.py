@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from ..passes.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds, compare, summarize
-from ..passes.models import LintReport, TargetReport
+from ..passes.compare.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds, compare, summarize
+from ..passes.models.report import LintReport, TargetReport
 from ..passes.rules.registry import rule_docs
 from ..reports.json_report import render_json
 from . import __version__, jax_adapter
@@ -116,7 +116,7 @@ def check(paths: list[str], settings: Settings) -> LintReport:
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
             from .fixtures import read_mlir
-            from ..passes.stablehlo_module import read_entry_signature
+            from ..passes.stablehlo.module import read_entry_signature
 
             n = read_entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process

@@ -169,7 +169,7 @@ def record_library_frames() -> None:
     JAX drops frames under the standard library's folder, which on a pyenv or
     system Python contains site-packages, so there it drops every library frame;
     flax also registers its own files. The tool decides whose code a frame is
-    itself (passes/frames.py) and needs the library frames for ``via``: keep JAX's
+    itself (passes/common/frames.py) and needs the library frames for ``via``: keep JAX's
     own exclusion and the standard library's, less the package folders inside it.
     """
     from jax._src import source_info_util as siu
@@ -320,7 +320,7 @@ def device_kind_summary() -> str:
 def _name_for_xla(module: ir.Module) -> None:
     """XLA's import wants a named module whose entry is ``@main``: a module written
     by hand (or by another tool) may have neither, which is no reason to refuse it."""
-    from ..passes.stablehlo_module import entry_function, functions
+    from ..passes.stablehlo.module import entry_function, functions
 
     attrs = module.operation.attributes
     with module.context:

@@ -11,18 +11,18 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.frames import library_relative
-from ..passes.memory import MemoryStats
-from ..passes.models import Finding, LintReport, SourceLocation, TargetReport
-from ..passes.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.common.frames import library_relative
+from ..passes.hlo.memory import MemoryStats
+from ..passes.models.report import Finding, LintReport, SourceLocation, TargetReport
+from ..passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ..passes.pipeline import CompiledFacts, analyze_target, sort_findings
-from ..passes.predicted_communication import predict
-from ..passes.propagation_report import run_propagation
-from ..passes.stablehlo_module import read_entry_signature, read_entry_sources
+from ..passes.propagation.predicted_communication import predict
+from ..passes.propagation.report import run_propagation
+from ..passes.stablehlo.module import read_entry_signature, read_entry_sources
 from ..passes.rules.registry import RULES, Emitter, rule_docs
-from ..passes.source_rules import check_source
-from ..passes.suppressions import Suppression, apply_suppressions, find_suppressions
+from ..passes.rules.source_rules import check_source
+from ..passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
 from . import __version__, isolation, jax_adapter
 from . import devices as run_devices
 from .config import Settings

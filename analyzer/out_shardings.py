@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..passes.models import TensorInfo
-from ..passes.sharding_text import named_sharding_text, normalized
-from ..passes.stablehlo_module import path_keys
-from ..passes.state_roundtrip import RoundTrip, mismatched
+from ..passes.models.report import TensorInfo
+from ..passes.common.sharding_text import named_sharding_text, normalized
+from ..passes.stablehlo.module import path_keys
+from ..passes.stablehlo.state_roundtrip import RoundTrip, mismatched
 from . import jax_adapter
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")

@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from math import prod
 
-from ..passes.models import PropagateRun, PropagationReport
-from ..passes.propagation_report import MAX_VALUES, Propagated, build_report
-from ..passes.shardy_reference import ShardyRejected
+from ..passes.models.report import PropagateRun, PropagationReport
+from ..passes.propagation.report import MAX_VALUES, Propagated, build_report
+from ..passes.propagation.shardy_reference import ShardyRejected
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
@@ -34,7 +34,7 @@ class PropagateRequest:
 
 
 def _devices_needed(module, sig) -> int:
-    from ..passes.stablehlo_module import read_meshes
+    from ..passes.stablehlo.module import read_meshes
 
     sizes = [sig.num_partitions] + [prod(size for _, size in mesh.axes) for mesh in read_meshes(module).values()]
     return max(sizes)
@@ -43,9 +43,9 @@ def _devices_needed(module, sig) -> int:
 def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str):
     """The compiled program's collectives, or None and why not: a module XLA cannot
     compile (or too large to make devices for) still propagates."""
-    from ..passes.collectives import find_collectives
-    from ..passes.hlo_text import parse_hlo_module
-    from ..passes.stablehlo_module import read_entry_signature
+    from ..passes.hlo.collectives import find_collectives
+    from ..passes.hlo.parser import parse_hlo_module
+    from ..passes.stablehlo.module import read_entry_signature
 
     sig = read_entry_signature(module)
     needed = _devices_needed(module, sig)
@@ -96,9 +96,9 @@ def propagate_script(request: PropagateRequest, settings: Settings) -> list[tupl
 def _compiled_collectives(name: str, lowered, module, settings: Settings, where: str):
     """The compiled program's collectives: one compile without XLA's memory
     reports, and no lint passes (propagate needs only the collectives)."""
-    from ..passes.collectives import find_collectives
-    from ..passes.hlo_text import parse_hlo_module
-    from ..passes.stablehlo_module import read_entry_signature
+    from ..passes.hlo.collectives import find_collectives
+    from ..passes.hlo.parser import parse_hlo_module
+    from ..passes.stablehlo.module import read_entry_signature
 
     try:
         program = jax_adapter.compile_lowered(lowered, with_reports=False)

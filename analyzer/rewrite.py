@@ -21,12 +21,12 @@ import numpy as np
 
 from jaxlib.mlir import ir
 
-from ..passes.models import TargetReport
-from ..passes.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
-from ..passes.rewrite_models import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ..passes.sharding_text import normalized, out_shardings_text
-from ..passes.stablehlo_module import entry_function, path_keys, read_entry_signature
-from ..passes.state_roundtrip import correspond, mismatched
+from ..passes.models.report import TargetReport
+from ..passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
+from ..passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
+from ..passes.common.sharding_text import normalized, out_shardings_text
+from ..passes.stablehlo.module import entry_function, path_keys, read_entry_signature
+from ..passes.stablehlo.state_roundtrip import correspond, mismatched
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .input_limits import check_device_count
@@ -97,7 +97,7 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                           arguments: dict[int, list[list[str]]] | None = None) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings."""
-    from ..passes.shardy_reference import clone
+    from ..passes.propagation.shardy_reference import clone
 
     edited = clone(module)
     fn = entry_function(edited)

@@ -20,11 +20,11 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..passes.memory import stats_from_buffer_assignment
-from ..passes.models import LintReport, ScriptRun, TargetReport
+from ..passes.hlo.memory import stats_from_buffer_assignment
+from ..passes.models.report import LintReport, ScriptRun, TargetReport
 from ..passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
 from ..passes.rules.registry import rule_docs
-from ..passes.stablehlo_module import call_site
+from ..passes.stablehlo.module import call_site
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError

@@ -1,5 +1,5 @@
 """``jax-shard-lint suggest``: choose a sharding for every argument and result of
-a target by solving (``passes/sharding_problem.py``, ``passes/sharding_solver.py``),
+a target by solving (``passes/solver/problem.py``, ``passes/solver/solve.py``),
 then compile the choice beside the program's own shardings and three baselines
 and print the checked ``in_shardings=``/``out_shardings=`` text.
 
@@ -18,21 +18,21 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..passes.axes import label, sharding_labels
-from ..passes.byte_sizes import format_bytes
-from ..passes.call_graph import flatten_call_graph
-from ..passes.loop_trips import entry_results, value_repeats
-from ..passes.rewrite_diff import program_facts
-from ..passes.sharding_graph import build_graph
-from ..passes.sharding_problem import (
+from ..passes.common.axes import label, sharding_labels
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.propagation.call_graph import flatten_call_graph
+from ..passes.stablehlo.loop_trips import entry_results, value_repeats
+from ..passes.compare.rewrite_diff import program_facts
+from ..passes.propagation.sharding_graph import build_graph
+from ..passes.solver.problem import (
     Assignment, ProblemInput, ShardingProblem, breakdown, build_problem, local_bytes, pin_groups,
 )
-from ..passes.sharding_solver import NoFeasibleSharding, solve
-from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
-from ..passes.state_roundtrip import correspond
-from ..passes.stablehlo_module import read_entry_signature
-from ..passes.step_time import significant
-from ..passes.suggest_models import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
+from ..passes.solver.solve import NoFeasibleSharding, solve
+from ..passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
+from ..passes.stablehlo.state_roundtrip import correspond
+from ..passes.stablehlo.module import read_entry_signature
+from ..passes.hlo.step_time import significant
+from ..passes.models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .device_performance import device_spec

@@ -1,6 +1,6 @@
 """Solve, then check the plan against propagation, and solve again without the
 argument shardings that propagation carried where the plan did not want them
-(``passes/sharding_refine.py`` says why plans and compiled programs part).
+(``passes/solver/refine.py`` says why plans and compiled programs part).
 
 Each round propagates the plan's argument and result shardings over the same
 flattened module (our propagation, which agrees with Shardy's), prices the layout
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..passes.call_graph import flatten_call_graph
-from ..passes.propagation import propagate
-from ..passes.sharding_graph import ShardingGraph, build_graph
-from ..passes.sharding_problem import Assignment, ShardingProblem, restrict_groups
-from ..passes.sharding_refine import LayoutCheck, check_layout
-from ..passes.sharding_solver import NoFeasibleSharding, Solution, solve
-from ..passes.shardy_reference import ShardyRejected, with_sharding_rules
+from ..passes.propagation.call_graph import flatten_call_graph
+from ..passes.propagation.propagate import propagate
+from ..passes.propagation.sharding_graph import ShardingGraph, build_graph
+from ..passes.solver.problem import Assignment, ShardingProblem, restrict_groups
+from ..passes.solver.refine import LayoutCheck, check_layout
+from ..passes.solver.solve import NoFeasibleSharding, Solution, solve
+from ..passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
 from . import jax_adapter
 from .rewrite import with_entry_shardings
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from ..passes.sweep import SweepCandidate, SweepRun, candidate_from_report, failed_candidate, rank
+from ..passes.compare.sweep import SweepCandidate, SweepRun, candidate_from_report, failed_candidate, rank
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
@@ -108,7 +108,7 @@ def _in_process(request: SweepRequest, params: dict[str, Any], settings: Setting
 
 def _in_child(request: SweepRequest, params: dict[str, Any], cli_args: list[str]):
     """One candidate in a child process: the same lint, as JSON."""
-    from ..passes.models import LintReport
+    from ..passes.models.report import LintReport
 
     argv = [sys.executable, "-m", "jax_shard_lint.analyzer.cli", "lint", request.script, "--format", "json",
             "--fail-on", "never", "-q", *cli_args, *_set_args(params)]

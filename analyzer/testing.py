@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..passes.byte_sizes import format_bytes, parse_bytes
-from ..passes.models import TargetReport
+from ..passes.common.byte_sizes import format_bytes, parse_bytes
+from ..passes.models.report import TargetReport
 
 
 def analyze(lowered, name: str = "target", budget: int | str | None = None) -> TargetReport:

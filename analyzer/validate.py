@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.rewrite_models import Validation
-from ..passes.stablehlo_module import EntrySignature
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.models.rewrite import Validation
+from ..passes.stablehlo.module import EntrySignature
 from . import jax_adapter
 from .config import Settings
 
@@ -155,7 +155,7 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
     for index, want in expected.items():
         got = jax_adapter.sharding_axes(
             jax_adapter.named_sharding(after, index), len(sig.outputs[index].shape)) if after.output_shardings else None
-        from ..passes.sharding_text import normalized
+        from ..passes.common.sharding_text import normalized
 
         if got is None or normalized(got, len(sig.outputs[index].shape)) != want:
             shardings_ok = False

@@ -22,7 +22,7 @@ def main() -> int:
 
     from jax_shard_lint.analyzer.config import Settings
     from jax_shard_lint.analyzer.lint import LintRequest, lint
-    from jax_shard_lint.passes.byte_sizes import format_bytes
+    from jax_shard_lint.passes.common.byte_sizes import format_bytes
 
     rows = []
     for name in EXAMPLES:

@@ -68,10 +68,10 @@ def main() -> int:
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", 8)
     from jax_shard_lint.analyzer import jax_adapter
-    from jax_shard_lint.passes.propagation import propagate
-    from jax_shard_lint.passes.propagation_report import agreement, run_propagation
-    from jax_shard_lint.passes.sharding_graph import build_graph
-    from jax_shard_lint.passes.shardy_reference import shardy_propagated, with_sharding_rules
+    from jax_shard_lint.passes.propagation.propagate import propagate
+    from jax_shard_lint.passes.propagation.report import agreement, run_propagation
+    from jax_shard_lint.passes.propagation.sharding_graph import build_graph
+    from jax_shard_lint.passes.propagation.shardy_reference import shardy_propagated, with_sharding_rules
 
     module = jax_adapter.parse_stablehlo(transformer_step(args.layers).as_text(debug_info=True))
     n_lines = str(module).count("\n")

@@ -41,7 +41,7 @@ def modules_of(path: str) -> list[str]:
 
 def shardy_runs(text: str) -> bool:
     from jax_shard_lint.analyzer import jax_adapter
-    from jax_shard_lint.passes.shardy_reference import shardy_propagated
+    from jax_shard_lint.passes.propagation.shardy_reference import shardy_propagated
 
     try:
         shardy_propagated(jax_adapter.parse_stablehlo(text))

@@ -17,24 +17,24 @@ from typing import Any
 from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
-from .collective_intent import classify, parameters, partial_sum_operands
-from .collective_origin import collective_origins, explain_outputs
-from .collectives import find_collectives
-from .device_groups import axis_scopes
-from .frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .hlo_text import parse_hlo_module
-from .hlo_shapes import array_bytes, parse_arrays, split_tuple
-from .memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
-from .device_groups import MeshInfo
-from .models import Finding, Severity, TargetReport, TensorInfo, where_text
+from .hlo.collective_intent import classify, parameters, partial_sum_operands
+from .hlo.collective_origin import collective_origins, explain_outputs
+from .hlo.collectives import find_collectives
+from .common.device_groups import axis_scopes
+from .common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .hlo.parser import parse_hlo_module
+from .common.shapes import array_bytes, parse_arrays, split_tuple
+from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
+from .common.device_groups import MeshInfo
+from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
 from .rules.context import RuleContext
 from .rules.registry import RULES, Emitter, all_options
-from .stablehlo_module import (
+from .stablehlo.module import (
     EntrySignature, EntrySources, per_device_bytes, read_entry_signature, read_entry_sources,
 )
-from .state_roundtrip import correspond, suggested_out_shardings
-from .hlo_cost import program_cost, xla_cost_figures
-from .step_time import DeviceSpec, estimate_step_time
+from .stablehlo.state_roundtrip import correspond, suggested_out_shardings
+from .hlo.cost import program_cost, xla_cost_figures
+from .hlo.step_time import DeviceSpec, estimate_step_time
 
 
 @dataclass(frozen=True)

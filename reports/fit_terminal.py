@@ -8,7 +8,7 @@ from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.byte_sizes import format_bytes
+from ..passes.common.byte_sizes import format_bytes
 
 
 def render_fit(result, console: Console) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
-from ..passes.byte_sizes import format_bytes
+from ..passes.common.byte_sizes import format_bytes
 from .time_text import format_seconds, step_time_basis, step_time_line
-from ..passes.models import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
-from ..passes.sharding_text import pspec_text
+from ..passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
+from ..passes.common.sharding_text import pspec_text
 from .html_assets import CSS, SCRIPT
 from .terminal import shape_text
 

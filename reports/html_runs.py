@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.step_time import format_seconds
-from ..passes.models import PropagateRun
-from ..passes.rewrite_models import RewriteRun
-from ..passes.sharding_text import pspec_text
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.hlo.step_time import format_seconds
+from ..passes.models.report import PropagateRun
+from ..passes.models.rewrite import RewriteRun
+from ..passes.common.sharding_text import pspec_text
 from .agreement_text import agreement_text
 from .html import _page, e
 from .terminal import shape_text

@@ -10,9 +10,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.models import PropagateRun, PropagationReport, where_text
-from ..passes.sharding_text import pspec_text
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.models.report import PropagateRun, PropagationReport, where_text
+from ..passes.common.sharding_text import pspec_text
 from .agreement_text import agreement_text
 from .terminal import shape_text
 from .terminal_layout import Column, fitted_table

@@ -9,10 +9,10 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.step_time import format_seconds
-from ..passes.rewrite_models import RewriteReport, RewriteRun
-from ..passes.sharding_text import pspec_text
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.hlo.step_time import format_seconds
+from ..passes.models.rewrite import RewriteReport, RewriteRun
+from ..passes.common.sharding_text import pspec_text
 from .terminal import shape_text
 
 _NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted

@@ -11,10 +11,10 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.sharding_text import pspec_text
-from ..passes.step_time import format_seconds
-from ..passes.suggest_models import SuggestReport, SuggestRun, Version
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.common.sharding_text import pspec_text
+from ..passes.hlo.step_time import format_seconds
+from ..passes.models.suggest import SuggestReport, SuggestRun, Version
 from .html import _page, device_grid, e
 from .markdown import _cell
 from .terminal import shape_text

@@ -8,9 +8,9 @@ from rich.console import Console
 from .terminal_safe import terminal_safe
 from rich.text import Text
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.step_time import format_seconds
-from ..passes.sweep import SweepCandidate, SweepRun
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.hlo.step_time import format_seconds
+from ..passes.compare.sweep import SweepCandidate, SweepRun
 from .html import _page, e
 from .markdown import _cell
 from .terminal_layout import Column, fitted_table

@@ -8,9 +8,9 @@ from rich.text import Text
 
 from .terminal_safe import terminal_safe
 
-from ..passes.byte_sizes import format_bytes
-from ..passes.models import Finding, LintReport, Severity, TargetReport, where_text
-from ..passes.sharding_text import pspec_text
+from ..passes.common.byte_sizes import format_bytes
+from ..passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
+from ..passes.common.sharding_text import pspec_text
 from .terminal_layout import Column, fitted_table
 from .time_text import format_seconds, step_time_basis, step_time_line
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..passes.models import StepTime
-from ..passes.step_time import format_seconds
+from ..passes.models.report import StepTime
+from ..passes.hlo.step_time import format_seconds
 
 __all__ = ["format_seconds", "step_time_basis", "step_time_line"]
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from conftest import EXAMPLES, FIXTURES, ROOT
-from jax_shard_lint.passes.frames import CodeOwnership, library_relative
-from jax_shard_lint.passes.hlo_text import c_string
-from jax_shard_lint.passes.models import SourceLocation
+from jax_shard_lint.passes.common.frames import CodeOwnership, library_relative
+from jax_shard_lint.passes.hlo.parser import c_string
+from jax_shard_lint.passes.models.report import SourceLocation
 
 SITE = "/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jax_shard_lint.passes.device_groups import (
+from jax_shard_lint.passes.common.device_groups import (
     MeshInfo, axes_of_groups, axes_of_pairs, parse_replica_groups, parse_source_target_pairs,
 )
 
@@ -50,7 +50,7 @@ def test_collective_permute_pairs():
 
 
 def test_unreadable_groups_raise():
-    from jax_shard_lint.passes.device_groups import DeviceGroupError
+    from jax_shard_lint.passes.common.device_groups import DeviceGroupError
 
     with pytest.raises(DeviceGroupError):
         parse_replica_groups("mesh['axis_0'=4] {'nope'}", 4)

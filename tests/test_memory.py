@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from conftest import FIXTURES
-from jax_shard_lint.passes.hlo_text import parse_hlo_module
-from jax_shard_lint.passes.memory import MemoryStats, parse_live_range_report, summarize_memory
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.hlo.memory import MemoryStats, parse_live_range_report, summarize_memory
 
 
 def fixture(name, suffix):

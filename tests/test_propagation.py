@@ -8,8 +8,8 @@ import pytest
 
 from conftest import FIXTURES
 from jax_shard_lint.analyzer import jax_adapter
-from jax_shard_lint.passes.axes import compatible_major, join_factors, split_for_factors
-from jax_shard_lint.passes.propagation_report import agreement, run_propagation
+from jax_shard_lint.passes.common.axes import compatible_major, join_factors, split_for_factors
+from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 
 sys.path.insert(0, os.path.join(FIXTURES, "propagation"))
 import corpus  # noqa: E402

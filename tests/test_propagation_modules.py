@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FIXTURES
 from jax_shard_lint.analyzer import jax_adapter
-from jax_shard_lint.passes.propagation_report import agreement, run_propagation
+from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 
 MODULES = os.path.join(FIXTURES, "propagation", "modules")
 AGREEING = ["several_meshes", "different_meshes", "non_divisible", "size_one_axes", "propagation_barrier",
@@ -34,7 +34,7 @@ def test_agrees_with_shardy_on_every_value(name):
 def test_each_module_exercises_what_it_names():
     # The semantics, read off Shardy's output, not ours: a module that stopped
     # exercising its feature would pass the agreement test for nothing.
-    from jax_shard_lint.passes.shardy_reference import shardy_propagated
+    from jax_shard_lint.passes.propagation.shardy_reference import shardy_propagated
 
     def shardings(name):
         return str(shardy_propagated(_module(name)))
@@ -48,8 +48,8 @@ def test_each_module_exercises_what_it_names():
 
 def test_call_graph_is_flattened_as_shardy_flattens_it():
     # Shardy's own sdy-flatten-call-graph is the oracle: the same clones, names and call targets.
-    from jax_shard_lint.passes.call_graph import flatten_call_graph
-    from jax_shard_lint.passes.shardy_reference import run_pipeline
+    from jax_shard_lint.passes.propagation.call_graph import flatten_call_graph
+    from jax_shard_lint.passes.propagation.shardy_reference import run_pipeline
 
     module = _module("non_flat_call_graph")
     theirs = run_pipeline(module, "builtin.module(sdy-flatten-call-graph)")
@@ -89,7 +89,7 @@ def test_a_module_shardy_rejects_is_one_line(cli, name, message):
 
 
 def test_nothing_compared_reports_no_fraction():
-    from jax_shard_lint.passes.models import ShardyAgreement
+    from jax_shard_lint.passes.models.report import ShardyAgreement
     from jax_shard_lint.reports.agreement_text import agreement_text
 
     a = ShardyAgreement(reported=3, compared=0, agreeing=0, fraction=None,

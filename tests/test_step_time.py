@@ -13,10 +13,10 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from jax_shard_lint.analyzer.device_performance import device_spec, known_devices
-from jax_shard_lint.passes.collectives import inferred_trip_count
-from jax_shard_lint.passes.hlo_cost import program_cost
-from jax_shard_lint.passes.hlo_text import parse_hlo_module
-from jax_shard_lint.passes.step_time import DeviceSpec, collective_seconds
+from jax_shard_lint.passes.hlo.collectives import inferred_trip_count
+from jax_shard_lint.passes.hlo.cost import program_cost
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.hlo.step_time import DeviceSpec, collective_seconds
 
 # One byte per second on both links and no latency: a collective's seconds are its ring bytes.
 UNIT = DeviceSpec("unit", "unit links", (("f32", 1.0),), 1.0, 1.0, 0.5, 0.0, 0.0)
@@ -102,7 +102,7 @@ def test_inferred_trip_counts_equal_xla_known_trip_count(name):
 @pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is None, reason="the [gpu] extra is not installed")
 def test_h100_matmul_is_flop_bound_at_the_published_peak():
     from jax_shard_lint.analyzer.gpu_targets import load_target, target_devices
-    from jax_shard_lint.passes.step_time import estimate_step_time
+    from jax_shard_lint.passes.hlo.step_time import estimate_step_time
 
     compiled = _matmul(target_devices(load_target("h100"), 8, 1))
     cost = program_cost(parse_hlo_module(compiled.as_text()))
@@ -116,8 +116,8 @@ def test_h100_matmul_is_flop_bound_at_the_published_peak():
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the [tpu] extra is not installed")
 def test_tpu_estimate_against_the_tpu_compilers_own():
     from jax_shard_lint.analyzer.tpu_targets import resolve_target, tpu_devices
-    from jax_shard_lint.passes.hlo_cost import xla_cost_figures
-    from jax_shard_lint.passes.step_time import estimate_step_time
+    from jax_shard_lint.passes.hlo.cost import xla_cost_figures
+    from jax_shard_lint.passes.hlo.step_time import estimate_step_time
 
     compiled = _matmul(tpu_devices(resolve_target("tpu-v5p", 8, None)))
     cost = program_cost(parse_hlo_module(compiled.as_text()))

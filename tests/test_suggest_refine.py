@@ -18,8 +18,8 @@ from jax_shard_lint.analyzer.rewrite import with_entry_shardings
 from jax_shard_lint.analyzer.script_loading import call_targets, load_entry
 from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.suggest_refine import pins, refine
-from jax_shard_lint.passes.propagation_report import build_report
-from jax_shard_lint.passes.sharding_problem import restrict_groups
+from jax_shard_lint.passes.propagation.report import build_report
+from jax_shard_lint.passes.solver.problem import restrict_groups
 
 NNX = os.path.join(EXAMPLES, "models", "nnx_transformer.py")
 EMBEDDING = "state[0]['embed']['embedding'].value"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jax_shard_lint.passes.sweep import SweepCandidate, rank
+from jax_shard_lint.passes.compare.sweep import SweepCandidate, rank
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 VALUE = os.path.join("examples", "value_function_step.py")

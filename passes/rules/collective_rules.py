@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..byte_sizes import format_bytes
-from ..sharding_text import pspec_text
-from ..models import Severity
-from ..collective_intent import INTENDED
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
+from ..models.report import Severity
+from ..hlo.collective_intent import INTENDED
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
 

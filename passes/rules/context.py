@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import Collective, MemorySummary, SourceLocation, TensorInfo
-from ..stablehlo_module import EntrySignature
-from ..state_roundtrip import RoundTrip
+from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
+from ..stablehlo.module import EntrySignature
+from ..stablehlo.state_roundtrip import RoundTrip
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..byte_sizes import format_bytes
-from ..models import Severity, TensorInfo
-from ..sharding_text import is_replicated, named_sharding_text, normalized, pspec_text
-from ..state_roundtrip import mismatched
+from ..common.byte_sizes import format_bytes
+from ..models.report import Severity, TensorInfo
+from ..common.sharding_text import is_replicated, named_sharding_text, normalized, pspec_text
+from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..byte_sizes import format_bytes
-from ..models import Severity
+from ..common.byte_sizes import format_bytes
+from ..models.report import Severity
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
 

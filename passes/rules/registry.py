@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import Finding, Severity, SourceLocation
+from ..models.report import Finding, Severity, SourceLocation
 
 DOC_SECTIONS = ("What it does", "Why is this bad", "Example", "Fix")
 _CODE = re.compile(r"^SL\d{3}$")
@@ -97,7 +97,7 @@ class Emitter:
 
 def rule_docs(disabled: frozenset[str] = frozenset(), severities: dict | None = None):
     """The documentation of every enabled rule, as report models."""
-    from ..models import RuleDoc
+    from ..models.report import RuleDoc
 
     severities = severities or {}
     return [

@@ -1,0 +1,1 @@
+"""What every stage shares: axis labels, byte sizes, shapes, device groups, source frames."""

@@ -1,0 +1,1 @@
+"""Two analyses side by side: the gate's baseline, rewrite's before/after, sweep's ranking."""

@@ -1,0 +1,209 @@
+"""Baselines and the merge gate: a versioned, deterministic summary of each
+target's analysis, and the comparison that flags regressions against it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ..common.byte_sizes import format_bytes
+from ..models.report import SCHEMA_VERSION, Model, Severity, TargetReport
+from ..hlo.step_time import format_seconds
+
+BASELINE_VERSION = 1
+WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
+
+
+# A baseline is a file a user (or an attacker) can edit: byte counts are
+# non-negative and below 2^60 (an exabyte), times finite, counts positive.
+ByteCount = Annotated[int, Field(ge=0, le=1 << 60)]
+Count = Annotated[int, Field(ge=0, le=1 << 60)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class CollectiveSummary(Model):
+    kind: str
+    mesh_axes: list[str]
+    shape: list[int]
+    dtype: str
+    bytes_per_step: ByteCount
+    count: Count
+    source: str | None
+
+
+class BaselineTarget(Model):
+    platform: str
+    num_devices: Count
+    mesh: dict[str, Count]
+    peak_bytes: ByteCount | None
+    temp_bytes: ByteCount | None
+    argument_bytes: ByteCount | None
+    output_bytes: ByteCount | None
+    alias_bytes: ByteCount | None
+    collective_bytes: ByteCount
+    bytes_by_kind: dict[str, ByteCount] = Field(description="Per-step bytes by 'kind over axes'.")
+    collectives: list[CollectiveSummary]
+    errors: list[str] = Field(description="Error-level findings: 'CODE file:line: message'.")
+    step_seconds: Seconds | None = Field(default=None, description="Estimated step time (the overlapped bound).")
+    step_time_device: str | None = Field(default=None, description="The device model of the estimate.")
+
+
+class Baseline(Model):
+    baseline_version: Literal[1] = BASELINE_VERSION
+    tool_version: str
+    jax_version: str
+    jaxlib_version: str
+    targets: dict[str, BaselineTarget]
+
+
+class GateThresholds(Model):
+    peak_increase: float = 0.02
+    collective_increase: float = 0.05
+    new_collective_bytes: int = 1024**2
+    time_increase: float = 0.05
+
+
+class GateRow(Model):
+    target: str
+    metric: str
+    before: int | float | None = Field(description="Bytes, or seconds for the estimated step time.")
+    after: int | float | None
+    ratio: float | None
+    alert: str | None = None
+
+    def display(self, value: int | float | None) -> str:
+        if value is None:
+            return "-"
+        if self.metric.startswith("new error"):
+            return str(value)
+        if self.metric.startswith(TIME_METRIC):
+            return format_seconds(float(value))
+        return format_bytes(int(value))
+
+
+TIME_METRIC = "estimated step time"
+
+
+class GateResult(Model):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    command: str = "gate"
+    baseline: str
+    passed: bool
+    thresholds: GateThresholds
+    rows: list[GateRow]
+
+
+def _group(kind: str, axes: list[str]) -> str:
+    return f"{kind} over {','.join(axes) or 'all devices'}"
+
+
+def summarize(report: TargetReport) -> BaselineTarget:
+    by_kind: dict[str, int] = defaultdict(int)
+    collectives = []
+    for c in report.collectives:
+        per_step = c.bytes * c.count
+        by_kind[_group(c.kind, c.mesh_axes)] += per_step
+        collectives.append(CollectiveSummary(
+            kind=c.kind, mesh_axes=c.mesh_axes, shape=c.shape, dtype=c.dtype, bytes_per_step=per_step,
+            count=c.count, source=f"{c.source.file}:{c.source.line}" if c.source else None,
+        ))
+    collectives.sort(key=lambda c: (-c.bytes_per_step, c.kind, c.mesh_axes, c.shape, c.source or ""))
+    m = report.memory
+    errors = sorted(
+        f"{f.rule} {f.source.file}:{f.source.line}: {f.message}" if f.source else f"{f.rule}: {f.message}"
+        for f in report.findings if f.severity == Severity.error
+    )
+    return BaselineTarget(
+        platform=report.platform, num_devices=report.num_devices, mesh=report.mesh,
+        peak_bytes=m.peak_bytes if m else None, temp_bytes=m.temp_bytes if m else None,
+        argument_bytes=m.argument_bytes if m else None, output_bytes=m.output_bytes if m else None,
+        alias_bytes=m.alias_bytes if m else None, collective_bytes=sum(c.bytes_per_step for c in collectives),
+        bytes_by_kind=dict(sorted(by_kind.items())), collectives=collectives, errors=errors,
+        step_seconds=report.time.seconds if report.time else None,
+        step_time_device=report.time.device if report.time else None,
+    )
+
+
+def _ratio(before: int | None, after: int | None) -> float | None:
+    if before is None or after is None:
+        return None
+    if before == 0:
+        return None if after == 0 else float("inf")
+    return round(after / before, 4)
+
+
+def _identity(c: CollectiveSummary) -> tuple:
+    # Source lines move with every edit above them; shape, kind and axes do not.
+    return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype)
+
+
+def _time_rows(name: str, before: BaselineTarget, after: BaselineTarget, thresholds: GateThresholds) -> list[GateRow]:
+    """The estimated step time against the baseline's, when both have one on the
+    same device model (a baseline written before estimates existed has none)."""
+    if after.step_seconds is None or before.step_seconds is None:
+        return []
+    metric = f"{TIME_METRIC} ({after.step_time_device})"
+    if before.step_time_device != after.step_time_device:
+        return [GateRow(target=name, metric=metric, before=before.step_seconds, after=after.step_seconds,
+                        ratio=None, alert=None)]
+    r = None if before.step_seconds == 0 else round(after.step_seconds / before.step_seconds, 4)
+    over = r is not None and r > 1 + thresholds.time_increase
+    return [GateRow(
+        target=name, metric=metric, before=before.step_seconds, after=after.step_seconds, ratio=r,
+        alert=f"estimated step time +{(r - 1) * 100:.1f}% (limit +{thresholds.time_increase * 100:g}%)"
+        if over else None,
+    )]
+
+
+def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: GateThresholds,
+            baseline_name: str) -> GateResult:
+    rows: list[GateRow] = []
+    for name in sorted(set(baseline.targets) | set(current)):
+        before, after = baseline.targets.get(name), current.get(name)
+        if before is None:
+            rows.append(GateRow(target=name, metric="target", before=None, after=None, ratio=None,
+                                alert="new target: not in the baseline (run gate --update to add it)"))
+            continue
+        if after is None:
+            rows.append(GateRow(target=name, metric="target", before=None, after=None, ratio=None,
+                                alert="missing: in the baseline but not analysed now"))
+            continue
+        if before.platform != after.platform:
+            rows.append(GateRow(target=name, metric=f"platform {after.platform}", before=None, after=None,
+                                ratio=None, alert=f"the baseline's figures come from {before.platform}"))
+        r = _ratio(before.peak_bytes, after.peak_bytes)
+        rows.append(GateRow(
+            target=name, metric="peak bytes / device", before=before.peak_bytes, after=after.peak_bytes, ratio=r,
+            alert=f"peak +{(r - 1) * 100:.1f}% (limit +{thresholds.peak_increase * 100:g}%)"
+            if r is not None and r > 1 + thresholds.peak_increase else None,
+        ))
+        r = _ratio(before.collective_bytes, after.collective_bytes)
+        rows.append(GateRow(
+            target=name, metric="collective bytes / step", before=before.collective_bytes,
+            after=after.collective_bytes, ratio=r,
+            alert=f"collective bytes +{(r - 1) * 100:.1f}% (limit +{thresholds.collective_increase * 100:g}%)"
+            if r is not None and r > 1 + thresholds.collective_increase else None,
+        ))
+        rows.extend(_time_rows(name, before, after, thresholds))
+        for group in sorted(set(before.bytes_by_kind) | set(after.bytes_by_kind)):
+            b, a = before.bytes_by_kind.get(group), after.bytes_by_kind.get(group)
+            if a != b:
+                rows.append(GateRow(target=name, metric=f"  {group}", before=b, after=a, ratio=_ratio(b, a)))
+        known = {_identity(c) for c in before.collectives}
+        for c in after.collectives:
+            if _identity(c) not in known and c.kind in WATCHED_NEW_KINDS \
+                    and c.bytes_per_step >= thresholds.new_collective_bytes:
+                rows.append(GateRow(
+                    target=name, metric=f"new {c.kind} {c.dtype}{c.shape} over {','.join(c.mesh_axes)}",
+                    before=None, after=c.bytes_per_step, ratio=None,
+                    alert=f"new {c.kind} at {c.source or 'unknown line'} "
+                    f"(limit {format_bytes(thresholds.new_collective_bytes)})",
+                ))
+        for err in sorted(set(after.errors) - set(before.errors)):
+            rows.append(GateRow(target=name, metric=f"new error {err.split(' ', 1)[0]}", before=None, after=None,
+                                ratio=None, alert=err))
+    # A target new to the baseline is news, not a regression; everything else flagged fails.
+    failing = [r for r in rows if r.alert and not (r.metric == "target" and r.alert.startswith("new target"))]
+    return GateResult(baseline=baseline_name, passed=not failing, thresholds=thresholds, rows=rows)

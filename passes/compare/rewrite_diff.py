@@ -1,0 +1,108 @@
+"""What pinning output shardings changed: collectives added, removed or changed,
+the peak and its parts, and an honest verdict on whether the cost went away."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..common.byte_sizes import format_bytes
+from ..models.report import Collective, TargetReport
+from ..models.rewrite import CollectiveChange, ProgramFacts
+
+
+def program_facts(report: TargetReport) -> ProgramFacts:
+    m = report.memory
+    return ProgramFacts(
+        peak_bytes=m.peak_bytes if m else 0, argument_bytes=m.argument_bytes if m else 0,
+        output_bytes=m.output_bytes if m else 0, temp_bytes=m.temp_bytes if m else 0,
+        alias_bytes=m.alias_bytes if m else 0,
+        collective_bytes=sum(c.bytes * c.count for c in report.collectives),
+        collectives=report.collectives, outputs=report.outputs, time=report.time,
+    )
+
+
+def _key(c: Collective) -> tuple:
+    src = (c.source.file, c.source.line) if c.source else None
+    return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype, src, c.input_path or "")
+
+
+def collective_changes(before: list[Collective], after: list[Collective]) -> list[CollectiveChange]:
+    """Collectives matched by kind, mesh axes, shape, dtype, source line and the
+    input their operand is (operand identity, where the compiled program shows
+    it); bytes are per step (bytes x count), summed over matching ops."""
+    b: dict[tuple, int] = defaultdict(int)
+    a: dict[tuple, int] = defaultdict(int)
+    sources = {}
+    for c in before:
+        b[_key(c)] += c.bytes * c.count
+        sources[_key(c)] = c.source
+    for c in after:
+        a[_key(c)] += c.bytes * c.count
+        sources[_key(c)] = c.source
+    out = []
+    for key in sorted(set(a) | set(b), key=lambda k: (-(max(a.get(k, 0), b.get(k, 0))), str(k))):
+        before_bytes, after_bytes = b.get(key, 0), a.get(key, 0)
+        if before_bytes == after_bytes:
+            continue
+        change = "added" if not before_bytes else "removed" if not after_bytes else "changed"
+        kind, axes, shape, dtype, _, _ = key
+        out.append(CollectiveChange(
+            change=change, kind=kind, mesh_axes=list(axes), shape=list(shape), dtype=dtype, source=sources[key],
+            bytes_before=before_bytes, bytes_after=after_bytes,
+        ))
+    return out
+
+
+def verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> str:
+    dc = after.collective_bytes - before.collective_bytes
+    dp = after.peak_bytes - before.peak_bytes
+    parts = [
+        f"collectives {format_bytes(before.collective_bytes)} -> {format_bytes(after.collective_bytes)} per step",
+        f"peak {format_bytes(before.peak_bytes)} -> {format_bytes(after.peak_bytes)} per device",
+    ]
+    if dc < 0 and dp <= 0:
+        head = "The rewrite removes communication"
+    elif dc <= 0 and dp < 0:
+        head = "The rewrite lowers the peak"
+    elif dc > 0 or dp > 0:
+        head = ("The rewrite moves the cost into this step: the outputs now leave on their input layout, so the "
+                "next step no longer reshards them on entry, but this step pays for the layout")
+    else:
+        head = "The rewrite changes nothing this step can see"
+    text = f"{head} ({'; '.join(parts)})."
+    if remaining:
+        text += " It cannot remove everything: see remaining."
+    return text
+
+
+def remaining_costs(after: TargetReport, display=str) -> list[str]:
+    """Findings that survive the rewrite and what would remove them; ``display``
+    turns a source location into text.
+
+    Only resharding the rewrite cannot touch counts: a parameter gather or a
+    gradient reduction is what the sharding asked for. A collective is blamed on
+    an input only when the compiled program shows its operand is that input (or
+    the gather that reads it along a sharded dimension): a backward-pass gather
+    that merely shares a shape with an Adam moment is not. Identical lines are
+    given once, with a count."""
+    sharded = {t.path: t for t in after.inputs if t.sharding and any(t.sharding)}
+    lines: dict[str, int] = {}
+    for c in after.collectives:
+        if c.intent not in (None, "reshard") or c.kind not in ("all-gather", "all-reduce") or c.group_size < 2:
+            continue
+        where = display(c.source) if c.source else "the program"
+        if c.kind == "all-gather" and c.input_path in sharded:
+            what = f"rebuilds the whole of {c.input_path} ({format_bytes(c.bytes)}) on every device"
+        elif c.why:
+            what = f"runs because {c.why}"
+        else:
+            continue
+        line = (f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still {what}; pinning outputs cannot remove it, "
+                "because an op reads along the sharded dimension: shard another axis (one the op does not read "
+                "along)")
+        lines[line] = lines.get(line, 0) + c.count
+    out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
+    for f in after.findings:
+        if f.rule == "SL201":
+            out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")
+    return out

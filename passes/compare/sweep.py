@@ -1,0 +1,94 @@
+"""Ranking the candidates of a sweep: each (parameter values, target) pair that
+compiled, by estimated step time among those that fit the memory budget, with
+the Pareto front of peak memory against time marked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ..models.report import Collective, Model, RunHeader, StepTime, TargetReport
+
+
+class SweepCandidate(Model):
+    label: str = Field(description="The candidate's parameters and target, as shown: mesh_shape=(4, 2) / train_step.")
+    params: dict[str, Any] = Field(description="The shard_lint_targets parameters this candidate set.")
+    target: str | None = Field(description="The target's name; null when the candidate failed before compiling.")
+    rank: int | None = Field(default=None, description="1 is fastest among those that fit; null: did not fit "
+                             "or failed.")
+    fits: bool | None = Field(default=None, description="Peak within the budget; null without a budget.")
+    peak_bytes: int | None = None
+    budget_bytes: int | None = None
+    collective_bytes: int = 0
+    within_host_bytes: int = 0
+    cross_host_bytes: int = 0
+    seconds: float | None = Field(default=None, description="Estimated step time (overlapped bound).")
+    slowdown: float | None = Field(default=None, description="seconds / the best candidate's seconds.")
+    pareto: bool = Field(default=False, description="No other candidate has both a lower peak and a lower time.")
+    time: StepTime | None = None
+    top_collectives: list[Collective] = Field(default_factory=list, description="The three slowest collectives.")
+    warnings: int = 0
+    errors: int = 0
+    error: str | None = Field(default=None, description="Why the candidate has no figures.")
+
+
+class SweepRun(RunHeader):
+    command: str = "sweep"
+    platform: str
+    budget_bytes: int | None
+    candidates: list[SweepCandidate] = Field(description="Ranked: those that fit by time, then those that do not, "
+                                             "then failures.")
+
+
+def params_label(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def candidate_from_report(params: dict[str, Any], report: TargetReport, budget: int | None) -> SweepCandidate:
+    m = report.memory
+    peak = m.peak_bytes if m else None
+    label = f"{params_label(params)} / {report.name}" if params else report.name
+    return SweepCandidate(
+        label=label, params=params, target=report.name, peak_bytes=peak, budget_bytes=budget,
+        fits=None if budget is None or peak is None else peak <= budget,
+        collective_bytes=sum(c.bytes * c.count for c in report.collectives),
+        within_host_bytes=sum(c.bytes * c.count for c in report.collectives if not c.cross_host),
+        cross_host_bytes=sum(c.bytes * c.count for c in report.collectives if c.cross_host),
+        seconds=report.time.seconds if report.time else None, time=report.time,
+        top_collectives=list(report.collectives[:3]),
+        warnings=sum(1 for f in report.findings if f.severity.value == "warning"),
+        errors=sum(1 for f in report.findings if f.severity.value == "error"),
+    )
+
+
+def failed_candidate(params: dict[str, Any], error: str) -> SweepCandidate:
+    return SweepCandidate(label=params_label(params) or "(defaults)", params=params, target=None, error=error)
+
+
+def rank(candidates: list[SweepCandidate]) -> list[SweepCandidate]:
+    """Those that fit (or have no budget) by time, then peak; then those over the
+    budget by peak; then the failures, in the order given."""
+    ok = [c for c in candidates if c.error is None and c.fits is not False]
+    over = [c for c in candidates if c.error is None and c.fits is False]
+    failed = [c for c in candidates if c.error is not None]
+    inf = float("inf")
+    ok.sort(key=lambda c: (c.seconds if c.seconds is not None else inf, c.peak_bytes or 0, c.label))
+    over.sort(key=lambda c: (c.peak_bytes or 0, c.label))
+    best = next((c.seconds for c in ok if c.seconds), None)
+    measured = [c for c in ok + over if c.seconds is not None and c.peak_bytes is not None]
+
+    def dominated(c: SweepCandidate) -> bool:
+        return any(o is not c and o.peak_bytes <= c.peak_bytes and o.seconds <= c.seconds
+                   and (o.peak_bytes < c.peak_bytes or o.seconds < c.seconds) for o in measured)
+
+    out = []
+    for k, c in enumerate(ok):
+        out.append(c.model_copy(update={
+            "rank": k + 1, "slowdown": round(c.seconds / best, 4) if best and c.seconds is not None else None,
+            "pareto": c in measured and not dominated(c)}))
+    for c in over:
+        out.append(c.model_copy(update={
+            "slowdown": round(c.seconds / best, 4) if best and c.seconds is not None else None,
+            "pareto": c in measured and not dominated(c)}))
+    return out + failed

@@ -1,0 +1,230 @@
+"""Why a collective runs: the traffic a sharding asked for, or resharding nobody asked for.
+
+- ``parameter-gather``: an all-gather whose result is an argument's shard with
+  the gathered axes undone (or one layer of a stacked argument): FSDP/ZeRO
+  gathering a parameter before it is used.
+- ``gradient-reduction``: a reduce-scatter or all-reduce whose result has an
+  argument's per-device shape (or one layer's): a gradient summed back to its
+  parameter's sharding.
+- ``activation``: the sum of partial results that a matmul or a reduction
+  over a sharded dimension leaves on each device (tensor parallelism, a norm
+  over a sharded hidden dimension).
+- ``reshard``: anything else; no stated sharding asked for it (a gather along
+  an axis an op reads, a layout change between ops).
+
+Intended traffic (the first three) is reported, counted and priced, but the
+rules warn on resharding only. Shapes are compared without the dtype (TPUs
+gather f32 parameters as bf16).
+"""
+
+from __future__ import annotations
+
+import re
+from math import prod
+
+from ..common.device_groups import MeshInfo
+from .collective_origin import entry_parameter, origin_index
+from ..common.shapes import shape_bytes
+from .module import HloInstruction, HloModule
+from ..models.report import Collective, TensorInfo
+
+INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation"})
+# Partial results that a sharded contraction or reduction leaves on each device.
+_MATMUL = frozenset({"dot", "convolution", "reduce"})
+_MATMUL_CALL = re.compile(r"gemm|matmul|dot|conv", re.I)
+_AXIS = re.compile(r"^([^:]+)")
+
+
+def _axis_name(label: str) -> str:
+    """``data`` for ``data`` and for the sub-axis ``data:(2)2``."""
+    return _AXIS.match(label).group(1)
+
+
+def _axis_names(labels: list[str]) -> frozenset[str]:
+    if not labels or labels[0].startswith("<"):  # <N devices>: no axis of the mesh
+        return frozenset()
+    return frozenset(map(_axis_name, labels))
+
+
+def _local(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> tuple[int, ...]:
+    dims = list(t.sharding or []) + [[]] * (len(t.shape) - len(t.sharding or []))
+    return tuple(-(-n // prod(sizes.get(name, 1) for name in map(_axis_name, axes) if name not in undone))
+                 for n, axes in zip(t.shape, dims))
+
+
+def _shapes(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> set[tuple[int, ...]]:
+    """The argument's shard with ``undone`` axes gathered, and one layer of it."""
+    full = _local(t, sizes, undone)
+    return {full, full[1:]} if len(full) > 1 else {full}
+
+
+def _is_matmul_op(ins: HloInstruction) -> bool:
+    return ins.opcode in _MATMUL or (ins.opcode == "custom-call"
+                                     and bool(_MATMUL_CALL.search(ins.attrs.get("custom_call_target", ""))))
+
+
+def _matmul_of(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> HloInstruction | None:
+    """The matmul (or reduction) that produces ``ins``: itself, the one inside its
+    fusion, or the one behind layout ops."""
+    if ins is None or depth > 3:
+        return None
+    if _is_matmul_op(ins):
+        return ins
+    if ins.opcode == "fusion":
+        for _, name in ins.called():
+            comp = module.computations.get(name)
+            found = next((i for i in comp.instructions if _is_matmul_op(i)), None) if comp else None
+            if found is not None:
+                return found
+        return None
+    if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element") and ins.operands:
+        return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)
+    return None
+
+
+def _is_matmul(ins: HloInstruction | None, module: HloModule, depth: int = 0) -> bool:
+    return _matmul_of(ins, module, depth) is not None
+
+
+_PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "all-gather-done",
+                 "dynamic-slice", "slice", "broadcast")
+
+
+def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
+    comps = [module.computations.get(name) for _, name in ins.called()]
+    return bool(comps) and all(
+        c is not None and all(i.opcode in _PASS_THROUGH + ("parameter", "tuple") for i in c.instructions)
+        for c in comps)
+
+
+def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
+    """Whether a value reaches a matmul through layout-only ops: a parameter
+    gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
+    todo, seen = [ins], set()
+    while todo and len(seen) < 64:
+        cur = todo.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        for user in users.get(cur.name, []):
+            if _is_matmul(user, module, depth=3):
+                return True
+            if user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and _fusion_is_layout(user, module)):
+                todo.append(user)
+    return False
+
+
+class _ParameterShapes:
+    """The shapes a parameter's collectives can have, worked out once per
+    (parameter, gathered axes), and their union once per set of collective axes:
+    intent is asked of every collective, and a large step has thousands of
+    collectives and of parameters."""
+
+    def __init__(self, params: tuple[TensorInfo, ...], mesh: MeshInfo):
+        self.sizes = dict(mesh.axes)
+        self.sharded = [t for t in params if t.sharding and any(t.sharding) and len(t.shape) >= 1]
+        self.held = {t.index: frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim) for t in params}
+        self._cache: dict[tuple[int, frozenset[str]], set[tuple[int, ...]]] = {}
+        self._reachable: dict[frozenset[str], set[tuple[int, ...]]] = {}
+        # Any parameter's shard (or one layer of it), for the common "no" answer.
+        self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
+            if params else set()
+
+    def reachable(self, axes: frozenset[str]) -> set[tuple[int, ...]]:
+        """Every shape a collective over ``axes`` gives when it undoes those of
+        them that some parameter is sharded on: one set per set of axes (a step
+        has a handful), so each collective is one lookup, not a walk over the
+        parameters."""
+        hit = self._reachable.get(axes)
+        if hit is None:
+            hit = self._reachable[axes] = set()
+            for t in self.sharded:
+                undone = axes & self.held[t.index]
+                if undone:
+                    hit |= self.shapes(t, undone)
+        return hit
+
+    def shapes(self, t: TensorInfo, undone: frozenset[str]) -> set[tuple[int, ...]]:
+        key = (t.index, undone)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = _shapes(t, self.sizes, undone)
+        return hit
+
+
+def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
+              users: dict[str, list[HloInstruction]] | None = None, shapes: _ParameterShapes | None = None) -> str:
+    shapes = shapes or _ParameterShapes(params, mesh)
+    axes = _axis_names(c.mesh_axes)
+    result = tuple(c.shape)
+    ins = module.instruction(c.hlo_name) if module else None
+    if c.kind == "all-gather" and axes:
+        if result in shapes.reachable(axes) and (ins is None or users is None or _feeds_matmul(ins, module, users)):
+            return "parameter-gather"
+    if c.kind in ("reduce-scatter", "all-reduce") and result:
+        # A parameter's shard, or its shard with the reduced axes undone (an
+        # all-reduce then a slice, CPU's reduce-scatter).
+        if result in shapes.any_shard or result in shapes.reachable(axes):
+            return "gradient-reduction"
+    if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
+        if _is_matmul(module.instruction(ins.operands[0]), module):
+            return "activation"
+    return "reshard"
+
+
+def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule | None
+                         ) -> dict[str, tuple[int, int | None]]:
+    """For each all-reduce that adds a matmul's partial sums (``activation``): the
+    per-device bytes of that matmul's smaller operand, the one gathering instead of
+    summing would move (a logits projection contracts a small hidden state into a
+    large output; a row-parallel projection contracts a large one into a small),
+    and the entry parameter the larger operand is (the weight), when it is one."""
+    out: dict[str, tuple[int, int | None]] = {}
+    if module is None:
+        return out
+    index = None
+    for c in collectives:
+        if c.intent != "activation" or c.kind != "all-reduce":
+            continue
+        ins = module.instruction(c.hlo_name)
+        dot = _matmul_of(module.instruction(ins.operands[0]), module) if ins is not None and ins.operands else None
+        if dot is None or dot.opcode not in ("dot", "convolution") or _is_backward(dot):
+            continue
+        operands = [module.instruction(n) for n in dot.operands]
+        sizes = [shape_bytes(o.shape) for o in operands if o is not None]
+        if len(sizes) == 2 and min(sizes) > 0:
+            index = index or origin_index(module)
+            larger = dot.operands[0] if sizes[0] >= sizes[1] else dot.operands[1]
+            out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index))
+    return out
+
+
+def _is_backward(ins: HloInstruction) -> bool:
+    """Whether JAX emitted the op for the backward pass (its op_name carries the
+    ``transpose(jvp(...))`` of reverse-mode autodiff). There, a contracted
+    sharded dimension is the forward's sharded output: the input gradient of a
+    column-parallel projection, Megatron's backward all-reduce, which no layout
+    of the weight avoids short of giving up tensor parallelism."""
+    return "transpose(" in (ins.op_name or "")
+
+
+def parameters(inputs: tuple[TensorInfo, ...], roundtrips) -> tuple[TensorInfo, ...]:
+    """The arguments that are parameters (or optimizer state): floating-point
+    inputs that come back as outputs, or every floating-point input of a
+    program that returns none of them (inference)."""
+    floats = [t for t in inputs if t.dtype.startswith(("f", "bf"))]
+    state = {rt.input.index for rt in roundtrips}
+    return tuple(t for t in floats if t.index in state) if state else tuple(floats)
+
+
+def classify(
+    collectives: tuple[Collective, ...], module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
+) -> tuple[Collective, ...]:
+    """The collectives with their ``intent``; without a mesh (compiled HLO alone)
+    only the matmul test applies."""
+    if not mesh.axes:
+        return collectives
+    users = module.users() if module is not None else None
+    shapes = _ParameterShapes(params, mesh)
+    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users, shapes)})
+                 for c in collectives)

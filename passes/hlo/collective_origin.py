@@ -1,0 +1,245 @@
+"""Where a collective's data comes from, read in the compiled HLO: which input
+its operand is (operand identity, not a shape that happens to match), and why
+a resharding collective runs at all.
+
+The why names the op that reads along a sharded dimension and what XLA does
+about it: the SPMD partitioner turns a gather whose operand is sharded along an
+indexed dimension into a local gather from each device's shard, a mask, and an
+all-reduce of the masked partial results (every device then holds the whole
+gathered result); an all-gather of an input rebuilds it before an op that
+reads along the sharded dimension.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..common.byte_sizes import format_bytes
+from .module import HloInstruction, HloModule
+from ..models.report import Collective, TensorInfo, where_text
+from ..common.sharding_text import pspec_text
+
+# Ops that pass a value through with its elements (layout, type, one layer of a stack).
+_SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",
+                        "all-gather-done", "copy-done", "copy-start", "bitcast-convert"})
+_READS = frozenset({"gather", "dynamic-slice"})
+_MAX_STEPS = 64
+_DIMS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class _Index:
+    computation_of: dict[str, str]
+    loops_of_body: dict[str, list[HloInstruction]]
+    fusions_of: dict[str, list[HloInstruction]]
+
+
+def origin_index(module: HloModule) -> _Index:
+    """Built once per module (intent's and origin's passes both ask for it)."""
+    hit = module.derived.get("origin_index")
+    if hit is not None:
+        return hit
+    computation_of, loops, fusions = {}, {}, {}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            computation_of[ins.name] = comp.name
+            for attr, callee in ins.called():
+                if ins.opcode == "while" and attr == "body":
+                    loops.setdefault(callee, []).append(ins)
+                elif ins.opcode == "fusion" and attr == "calls":
+                    fusions.setdefault(callee, []).append(ins)
+    hit = module.derived["origin_index"] = _Index(computation_of, loops, fusions)
+    return hit
+
+
+def _parameter_number(ins: HloInstruction) -> int | None:
+    try:
+        return int(ins.operands[0]) if ins.operands else None
+    except ValueError:
+        return None
+
+
+def entry_parameter(module: HloModule, name: str, index: _Index) -> int | None:
+    """The entry parameter a value is, through ops that keep its elements, one
+    layer of a stack, layout fusions' operands and a while loop's carried tuple."""
+    ins = module.by_name.get(name)
+    for _ in range(_MAX_STEPS):
+        if ins is None:
+            return None
+        if ins.opcode == "parameter":
+            comp = index.computation_of.get(ins.name)
+            if comp == module.entry:
+                return _parameter_number(ins)
+            callers = index.fusions_of.get(comp or "", [])
+            k = _parameter_number(ins)
+            if len(callers) != 1 or k is None or k >= len(callers[0].operands):
+                return None
+            ins = module.by_name.get(callers[0].operands[k])
+        elif ins.opcode == "get-tuple-element":
+            source = module.by_name.get(ins.operands[0]) if ins.operands else None
+            try:
+                k = int(ins.attrs.get("index", ""))
+            except ValueError:
+                return None
+            if source is None or source.opcode != "parameter":
+                return None
+            loops = index.loops_of_body.get(index.computation_of.get(source.name, ""), [])
+            carried = module.by_name.get(loops[0].operands[0]) if len(loops) == 1 and loops[0].operands else None
+            if carried is None or carried.opcode != "tuple" or k >= len(carried.operands):
+                return None
+            ins = module.by_name.get(carried.operands[k])
+        elif ins.opcode in _SAME_DATA and ins.operands:
+            ins = module.by_name.get(ins.operands[0])
+        elif ins.opcode == "fusion" and len(ins.operands) == 1 and _moves_data_only(module, ins):
+            ins = module.by_name.get(ins.operands[0])  # a copy or transpose XLA wrapped in a fusion
+        else:
+            return None
+    return None
+
+
+def _moves_data_only(module: HloModule, fusion: HloInstruction) -> bool:
+    comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
+    return comp is not None and all(i.opcode in _SAME_DATA or i.opcode in ("parameter", "tuple")
+                                    for i in comp.instructions)
+
+
+def _sharded_dims(t: TensorInfo) -> dict[int, list[str]]:
+    return {d: axes for d, axes in enumerate(t.sharding or []) if axes}
+
+
+def _reads_in(module: HloModule, producer: HloInstruction, index: _Index):
+    """(read op, input number, dims it indexes) for the gathers and dynamic slices
+    that produce a value: the op itself, or inside the fusion that computes it."""
+    found = []
+    if producer.opcode in _READS:
+        candidates = [(producer, producer.operands[0] if producer.operands else None)]
+    elif producer.opcode == "fusion":
+        comp = module.computations.get(next((c for a, c in producer.called() if a == "calls"), ""))
+        candidates = [(i, i.operands[0] if i.operands else None) for i in (comp.instructions if comp else ())
+                      if i.opcode in _READS]
+    else:
+        candidates = []
+    for op, operand in candidates:
+        if operand is None:
+            continue
+        k = entry_parameter(module, operand, index)
+        if k is None:
+            continue
+        if op.opcode == "gather":
+            dims = tuple(int(d) for d in _DIMS.findall(op.attrs.get("start_index_map", "")))
+        else:  # dynamic-slice: the dimensions whose start is not a constant
+            dims = tuple(d for d, start in enumerate(op.operands[1:])
+                         if (s := module.by_name.get(start)) is None or s.opcode != "constant")
+        found.append((op, k, dims))
+    return found
+
+
+def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], ownership,
+                      index: _Index | None = None, display=where_text) -> tuple[str | None, str | None]:
+    """(the path of the input the collective's operand is; why the collective runs),
+    each None when the compiled program does not say."""
+    index = index or origin_index(module)
+    ins = module.by_name.get(c.hlo_name)
+    if ins is None or not ins.operands:
+        return None, None
+    by_number = {t.index: t for t in inputs}
+    k = entry_parameter(module, ins.operands[0], index)
+    owner = by_number.get(k) if k is not None else None
+    whole = f"{c.dtype}{list(c.shape)} ({format_bytes(c.bytes)})"
+    if c.kind == "all-gather" and owner is not None and _sharded_dims(owner):
+        return owner.path, (f"XLA all-gathers the whole of {owner.path} {pspec_text(owner.sharding)} over "
+                            f"{', '.join(c.mesh_axes)} onto every device: {whole} per device")
+    for name in ins.operands:
+        producer = module.by_name.get(name)
+        if producer is None:
+            continue
+        for op, number, dims in _reads_in(module, producer, index):
+            t = by_number.get(number)
+            if t is None:
+                continue
+            sharded = {d: axes for d, axes in _sharded_dims(t).items() if d in dims}
+            if not sharded:
+                continue
+            d, axes = next(iter(sorted(sharded.items())))
+            src, via = module.attribution_of(op, ownership)
+            at = f" at {display(src, via)}" if src or via else ""
+            kind = "gather" if op.opcode == "gather" else "dynamic slice"
+            return owner.path if owner else None, (
+                f"the {kind}{at} reads {t.path} {pspec_text(t.sharding)} along dimension {d}, which is sharded "
+                f"on {', '.join(axes)}: each device reads only its own shard, and the {c.kind} over "
+                f"{', '.join(c.mesh_axes)} sums the masked partial results, so every device holds the whole "
+                f"{whole}")
+    return (owner.path if owner else None), None
+
+
+def collective_origins(module: HloModule, collectives, inputs: tuple[TensorInfo, ...], ownership,
+                       display=where_text):
+    """Every collective with its ``input_path`` and ``why`` filled in where known;
+    ``display`` writes a (source, via) pair as text."""
+    index = origin_index(module)
+    out = []
+    for c in collectives:
+        path, why = collective_origin(module, c, inputs, ownership, index, display)
+        out.append(c.model_copy(update={"input_path": path, "why": why}) if path or why else c)
+    return tuple(out)
+
+
+def _callers_of_roots(module: HloModule) -> dict[str, list[HloInstruction]]:
+    """A loop's, call's or branch's root, to the op that runs it: that op's
+    result depends on the root, though the root is not its operand."""
+    out: dict[str, list[HloInstruction]] = {}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if ins.opcode in ("while", "call", "conditional", "async-start"):
+                for _, callee in ins.called():
+                    callee_comp = module.computations.get(callee)
+                    root = next((i for i in callee_comp.instructions if i.is_root), None) if callee_comp else None
+                    if root is not None:
+                        out.setdefault(root.name, []).append(ins)
+    return out
+
+
+def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[str]]:
+    """For each entry output, the collectives among ``names`` it depends on (a
+    walk forward from each collective over its users: linear in the program per
+    collective, and few collectives have a why)."""
+    entry = module.entry_computation
+    root = next((i for i in entry.instructions if i.is_root), None)
+    if root is None or not names:
+        return {}
+    outputs = list(root.operands) if root.opcode == "tuple" else [root.name]
+    users, callers = module.users(), _callers_of_roots(module)
+    found: dict[int, list[str]] = {}
+    for name in names:
+        seen, todo = {name}, [name]
+        while todo:
+            current = todo.pop()
+            for user in (*users.get(current, ()), *callers.get(current, ())):
+                if user.name not in seen:
+                    seen.add(user.name)
+                    todo.append(user.name)
+        for k, out in enumerate(outputs):
+            if out in seen or (root.opcode != "tuple" and root.name in seen):
+                found.setdefault(k, []).append(name)
+    return found
+
+
+def explain_outputs(module: HloModule, findings, outputs: tuple[TensorInfo, ...], collectives) -> list:
+    """Output-layout findings (SL201) with the resharding collectives their
+    output depends on, and why each runs, as the first lines of their ``why``."""
+    with_why = {c.hlo_name: c for c in collectives if c.why and c.intent in (None, "reshard")}
+    if not with_why:
+        return list(findings)
+    by_path = {t.path: t.index for t in outputs}
+    if not any(f.rule == "SL201" for f in findings):
+        return list(findings)
+    depends = outputs_depending_on(module, sorted(with_why))
+    out = []
+    for f in findings:
+        index = by_path.get(f.subject or "") if f.rule == "SL201" else None
+        names = depends.get(index, []) if index is not None else []
+        lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
+                 for n in names[:2]]
+        out.append(f.model_copy(update={"provenance": lines + list(f.provenance)}) if lines else f)
+    return out

@@ -1,0 +1,139 @@
+"""An estimated step time from the compiled program alone.
+
+Compute: a roofline per top-level operation (``hlo_cost``): the larger of its
+matmul FLOPs over the device's peak for the operands' type and the bytes it
+touches over HBM bandwidth, summed over the step. Communication: per collective,
+the bytes the standard ring algorithm moves per device over the link it crosses,
+plus a latency per ring step:
+
+    all-gather          (n-1)/n x B        n-1 steps      (B: the per-device result)
+    reduce-scatter      (n-1)   x B        n-1 steps
+    all-reduce        2 (n-1)/n x B      2(n-1) steps
+    all-to-all          (n-1)/n x B        n-1 steps
+    collective-permute          B            1 step
+
+A group that spans hosts runs at the slower across-host link. Async collectives
+(``*-start``/``*-done``) may hide under compute: the overlapped bound is
+max(compute, async communication) + synchronous communication; the serial sum
+assumes no overlap. The truth lies between, nearer the overlapped bound when
+XLA's scheduler has independent work to overlap with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import ProgramCost
+from ..models.report import Collective, StepTime
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Peak figures of one device, from ``analyzer/data/device_performance``."""
+
+    name: str
+    description: str
+    matmul_flops_per_s: tuple[tuple[str, float], ...]
+    hbm_bytes_per_s: float
+    link_within_host: float
+    link_across_hosts: float
+    latency_within_host: float
+    latency_across_hosts: float
+    sources: tuple[str, ...] = ()
+    nominal: bool = False
+
+    def peak(self, dtype: str) -> float:
+        table = dict(self.matmul_flops_per_s)
+        return table.get(dtype) or table.get("f32") or max(table.values())
+
+
+# (bytes moved per byte of result, latency steps) as functions of the group size n.
+_RING = {
+    "all-gather": (lambda n: (n - 1) / n, lambda n: n - 1),
+    "reduce-scatter": (lambda n: n - 1, lambda n: n - 1),
+    "all-reduce": (lambda n: 2 * (n - 1) / n, lambda n: 2 * (n - 1)),
+    "all-to-all": (lambda n: (n - 1) / n, lambda n: n - 1),
+    "ragged-all-to-all": (lambda n: (n - 1) / n, lambda n: n - 1),
+    "collective-permute": (lambda n: 1.0, lambda n: 1),
+    "collective-broadcast": (lambda n: 1.0, lambda n: 1),
+}
+
+
+def collective_seconds(kind: str, result_bytes: int, group_size: int, cross_host: bool | None,
+                       spec: DeviceSpec) -> float:
+    """One execution of a collective, by the ring formulas above."""
+    if group_size <= 1 and kind != "collective-permute":
+        return 0.0
+    moved, steps = _RING.get(kind, _RING["collective-permute"])
+    n = max(group_size, 2)
+    bandwidth = spec.link_across_hosts if cross_host else spec.link_within_host
+    latency = spec.latency_across_hosts if cross_host else spec.latency_within_host
+    return moved(n) * result_bytes / bandwidth + steps(n) * latency
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``376 ms``, ``1.91 ms``, ``10.1 us``: three significant digits."""
+    if seconds is None:
+        return "-"
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            value = seconds / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def significant(x: float) -> float:
+    """Six significant digits: the JSON stays stable across float summation orders."""
+    return float(f"{x:.6g}")
+
+
+def estimate_step_time(
+    cost: ProgramCost, collectives: tuple[Collective, ...] | list[Collective], spec: DeviceSpec,
+    xla: dict[str, float] | None = None,
+) -> tuple[StepTime, list[Collective]]:
+    """The target's estimate, and its collectives with their time per step, the
+    slowest first."""
+    compute = flop_time = memory_time = 0.0
+    for op in cost.ops:
+        flop_s = sum(f / spec.peak(dtype) for dtype, f in op.flops_by_dtype)
+        memory_s = op.bytes / spec.hbm_bytes_per_s
+        compute += max(flop_s, memory_s) * op.runs
+        flop_time += flop_s * op.runs
+        memory_time += memory_s * op.runs
+    timed: list[Collective] = []
+    sync = asynchronous = within = across = 0.0
+    for c in collectives:
+        seconds = collective_seconds(c.kind, c.bytes, c.group_size, c.cross_host, spec) * c.count
+        timed.append(c.model_copy(update={"seconds": significant(seconds)}))
+        if c.is_async:
+            asynchronous += seconds
+        else:
+            sync += seconds
+        if c.cross_host:
+            across += seconds
+        else:
+            within += seconds
+    timed.sort(key=lambda c: (-(c.seconds or 0.0), -c.bytes * c.count, c.kind, c.hlo_name))
+    xla = xla or {}
+    communication = sync + asynchronous
+    basis = (f"roofline per operation of the compiled program ({len(cost.ops)} ops) and ring collectives, "
+             f"with {spec.description} peaks")
+    notes = []
+    if spec.nominal:
+        notes.append("nominal CPU figures: compare targets with each other, do not read the seconds as a prediction")
+    if cost.unknown_custom_calls:
+        notes.append("custom calls without known FLOPs counted by their bytes only: "
+                     + ", ".join(cost.unknown_custom_calls))
+    estimate = StepTime(
+        device=spec.name, device_description=spec.description, nominal=spec.nominal, basis=basis,
+        seconds=significant(max(compute, asynchronous) + sync), serial_seconds=significant(compute + communication),
+        compute_seconds=significant(compute), flop_seconds=significant(flop_time), memory_seconds=significant(memory_time),
+        communication_seconds=significant(communication), async_communication_seconds=significant(asynchronous),
+        within_host_seconds=significant(within), across_hosts_seconds=significant(across),
+        flops=significant(cost.flops), bytes_accessed=significant(cost.bytes),
+        xla_flops=xla.get("flops"), xla_bytes_accessed=xla.get("bytes_accessed"),
+        xla_optimal_seconds=xla.get("optimal_seconds"), sources=list(spec.sources), notes=notes,
+    )
+    return estimate, timed

@@ -1,0 +1,1 @@
+"""The pydantic report models: what passes produce and reports render."""

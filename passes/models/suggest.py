@@ -1,0 +1,106 @@
+"""Result models of ``suggest``: the shardings a solver chose for a target's
+arguments and results, how it chose them, and what compiling them showed
+beside the user's own shardings and simple baselines."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .report import Model, RunHeader
+
+
+class ChosenSharding(Model):
+    """One flattened argument or result: the user's sharding and the suggested one."""
+
+    index: int
+    path: str
+    shape: list[int]
+    dtype: str
+    current: list[list[str]] | None = Field(description="Mesh axes per dimension as the program states them.")
+    suggested: list[list[str]]
+    current_per_device_bytes: int
+    suggested_per_device_bytes: int
+    pinned: str | None = Field(default=None, description="Why the solver did not choose it (--fix, ...).")
+
+
+class ModelCost(Model):
+    """The solver's cost model on one assignment, in seconds per step (one device)."""
+
+    seconds: float
+    compute_seconds: float = Field(description="FLOPs and bytes over the device peaks, divided by parallelism.")
+    reduction_seconds: float = Field(description="All-reduces of partial sums over sharded reduction factors.")
+    reshard_seconds: float = Field(description="All-gathers and all-to-alls between producers and consumers.")
+
+
+class Version(Model):
+    """One set of argument and result shardings, compiled."""
+
+    name: str = Field(description="solver, written (the program's own), replicated, data-parallel, fsdp.")
+    description: str
+    peak_bytes: int | None = Field(description="XLA's per-device peak of the compiled program.")
+    fits: bool | None = Field(description="Peak within the budget; null without a budget.")
+    collective_bytes: int | None = Field(description="Per-device collective bytes per step.")
+    collective_count: int | None
+    estimated_seconds: float | None = Field(description="The step-time estimate of the compiled program.")
+    model: ModelCost | None = Field(default=None, description="The solver's cost model on this version's "
+                                    "arguments (the solver's best intermediates for them).")
+    error: str | None = Field(default=None, description="Why it did not compile.")
+
+
+class PlanCheck(Model):
+    """One solve of the loop that checks plans against propagation."""
+
+    solve: int
+    objective_seconds: float = Field(description="The plan, priced by the cost model.")
+    propagated_seconds: float | None = Field(description="The layout propagation reaches from the plan's "
+                                             "arguments, priced by the same model; null where not matched.")
+    differing_values: int | None = Field(description="Value groups where propagation and plan disagree.")
+    excluded: list[str] = Field(description="Argument shardings this solve was not offered: \"path: no 'axis' "
+                                "on dimension d\".")
+    estimated_seconds: float | None = Field(description="The step-time estimate of the compiled plan.")
+    peak_bytes: int | None
+    error: str | None = None
+
+
+class SolverStats(Model):
+    method: str = Field(description="ilp, ilp (time limit) or local search.")
+    variables: int
+    value_groups: int
+    ops: int
+    solve_seconds: float
+    objective_seconds: float
+    lower_bound_seconds: float | None
+    gap: float | None = Field(description="(objective - lower bound) / objective; null for the local search.")
+    rounds: int = Field(description="Budget rounds: the first, plus one per budget tightening after a "
+                        "verified peak exceeded the budget.")
+    plans: list[PlanCheck] = Field(default_factory=list, description="Every solve of the last round, in order: "
+                                   "after each, the plan's argument shardings are propagated, and the ones "
+                                   "propagation carried where the plan did not want them are excluded before the "
+                                   "next; each plan is compiled and the fastest that fits is the solver's version.")
+    kept: int = Field(default=1, description="The solve whose plan is the solver's version.")
+
+
+class SuggestReport(Model):
+    name: str
+    platform: str
+    device: str | None = Field(description="The device model the costs use.")
+    mesh: list[tuple[str, int]]
+    free_axes: list[str]
+    budget_bytes: int | None
+    chosen: str = Field(description="The version suggested: the fastest compiled one that fits (the solver's, a "
+                        "baseline, or 'written' when nothing compiled faster than the program's own shardings); "
+                        "one within 1% of that time with a peak at least 10% lower wins over it.")
+    arguments: list[ChosenSharding]
+    results: list[ChosenSharding]
+    solver: SolverStats
+    versions: list[Version] = Field(description="Compiled: the solver's choice, the written program, then baselines.")
+    in_shardings_text: str | None = Field(description="Checked Python for jax.jit(..., in_shardings=...).")
+    out_shardings_text: str | None
+    text_problem: str | None = Field(default=None, description="Why no text is shown.")
+    verdict: str
+    notes: list[str] = Field(default_factory=list)
+
+
+class SuggestRun(RunHeader):
+    command: str = "suggest"
+    targets: list[SuggestReport]

@@ -1,0 +1,145 @@
+"""Communication that the propagated shardings imply, op by op, before XLA
+compiles anything.
+
+For each op with a factor rule, each factor's sharding on the results is what
+the op computes in; an operand holding the factor on other axes must change:
+
+- operand sharded on axes the result is not: an all-gather of those axes;
+- operand and result sharded on different axes: an all-to-all (a reshard);
+- a reduction factor sharded on an operand: an all-reduce of the result over
+  those axes (XLA may emit it as a reduce-scatter);
+- a need-replication factor (a concatenate's or sort's dimension) sharded: an
+  all-gather.
+
+Data-flow edges whose members disagree (a loop carry that comes back on another
+layout, a result pinned by out_shardings) need a reshard.
+"""
+
+from __future__ import annotations
+
+from ..common.axes import Axes, label, size_of, split_for_factors
+from ..common.shapes import array_bytes
+from ..models.report import Collective, PredictedCollective, SourceLocation
+from .sharding_graph import ShardingGraph, Step, Tensor
+
+FAMILIES = {
+    "all-gather": "all-gather",
+    "all-reduce": "all-reduce", "reduce-scatter": "all-reduce",
+    "all-to-all": "reshard", "collective-permute": "reshard", "reshard": "reshard",
+}
+
+
+def per_device_bytes(t: Tensor, dims: list[Axes] | None = None) -> int:
+    dims = t.dims if dims is None else dims
+    local = [-(-n // size_of(axes)) for n, axes in zip(t.shape, dims)]
+    return array_bytes(t.dtype, local)
+
+
+def _factor_axes(step: Step, k: int, t: Tensor) -> dict[int, Axes]:
+    rule = step.rule
+    per: dict[int, Axes] = {}
+    for d, factors in enumerate(rule.maps[k]):
+        if factors and d < len(t.dims):
+            for f, axes in zip(factors, split_for_factors(t.dims[d], [rule.factor_sizes[x] for x in factors])):
+                per[f] = axes
+    return per
+
+
+def _labels(axes, sizes) -> list[str]:
+    return [label(r, sizes) for r in axes]
+
+
+def predict(g: ShardingGraph) -> list[PredictedCollective]:
+    sizes = g.axis_sizes
+    out: list[PredictedCollective] = []
+    for step in g.steps:
+        tensors = [g.tensors[t] for t in step.tensors]
+        if step.is_edge:
+            out.extend(_edge(step, tensors, sizes))
+            continue
+        proj = [_factor_axes(step, k, t) for k, t in enumerate(tensors)]
+        results = range(step.n_operands, len(tensors))
+        rule = step.rule
+        for f in range(len(rule.factor_sizes)):
+            target = next((proj[k][f] for k in results if f in proj[k]), None)
+            for k in range(step.n_operands):
+                if f not in proj[k] or not proj[k][f]:
+                    continue
+                t, have = tensors[k], proj[k][f]
+                if f in rule.reduction:
+                    res = tensors[results[0]] if len(results) else t
+                    out.append(_make("all-reduce", per_device_bytes(res), have, step, res,
+                                     f"{t.name} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
+                                     f"the op reduces", sizes))
+                elif f in rule.need_replication:
+                    out.append(_make("all-gather", per_device_bytes(t) * size_of(have), have, step, t,
+                                     f"the op needs {t.name}'s dimension whole", sizes))
+                elif target is not None and have != target:
+                    extra = tuple(a for a in have if a not in target)
+                    if extra and all(a in have for a in target):
+                        out.append(_make("all-gather", per_device_bytes(t) * size_of(extra), extra, step, t,
+                                         f"{t.name} is sharded on {', '.join(_labels(extra, sizes))} where the op's "
+                                         f"result is not", sizes))
+                    elif extra:
+                        out.append(_make("all-to-all", per_device_bytes(t), tuple(dict.fromkeys(have + target)),
+                                         step, t, f"{t.name} is sharded on {', '.join(_labels(have, sizes))} where "
+                                         f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
+    return _dedupe(out)
+
+
+def _edge(step: Step, tensors: list[Tensor], sizes) -> list[PredictedCollective]:
+    if step.manual_axes is not None:
+        # A shard_map boundary: the body's view lacks the manual axes by definition;
+        # only free axes the two sides disagree on move data.
+        outer, inner = tensors
+        free = [tuple(r for r in d if r[0] not in step.manual_axes) for d in outer.dims]
+        if free == list(inner.dims):
+            return []
+        return [_make("reshard", per_device_bytes(outer), tuple(dict.fromkeys(r for d in free for r in d)), step,
+                      outer, f"shard_map's body and its boundary disagree on free axes: {outer.name}", sizes)]
+    dims = {tuple(t.dims) for t in tensors}
+    if len(dims) <= 1:
+        return []
+    widest = max(tensors, key=lambda t: per_device_bytes(t))
+    axes = tuple(dict.fromkeys(a for t in tensors for d in t.dims for a in d))
+    names = " vs ".join(f"{t.name} {[_labels(d, sizes) for d in t.dims]}" for t in tensors[:3])
+    return [_make("reshard", per_device_bytes(widest), axes, step, widest,
+                  f"values that must share a layout disagree: {names}", sizes)]
+
+
+def _make(kind, nbytes, axes, step: Step, t: Tensor, reason, sizes) -> PredictedCollective:
+    return PredictedCollective(
+        kind=kind, bytes=int(nbytes), mesh_axes=_labels(axes, sizes), op=step.op, value=t.name,
+        reason=reason, source=step.source or t.source, via=step.via if step.source else t.via,
+        matched_compiled=None,
+    )
+
+
+def _dedupe(items: list[PredictedCollective]) -> list[PredictedCollective]:
+    seen, out = set(), []
+    for p in items:
+        key = (p.kind, p.value, p.op, tuple(p.mesh_axes))
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    out.sort(key=lambda p: (-p.bytes, p.kind, p.value))
+    return out
+
+
+def _line(src: SourceLocation | None) -> tuple[str, int] | None:
+    return (src.file, src.line) if src else None
+
+
+def match_compiled(
+    predicted: list[PredictedCollective], compiled: list[Collective] | None
+) -> list[PredictedCollective]:
+    """Mark which predictions the compiled program bears out: a compiled
+    collective of the same family (all-gather; all-reduce or reduce-scatter;
+    all-to-all, collective-permute or reshard) at the same source line."""
+    if compiled is None:
+        return predicted
+    have = {(FAMILIES.get(c.kind, c.kind), _line(c.source)) for c in compiled if c.source}
+    return [
+        p.model_copy(update={"matched_compiled": (FAMILIES.get(p.kind, p.kind), _line(p.source)) in have})
+        for p in predicted
+    ]

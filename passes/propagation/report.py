@@ -1,0 +1,241 @@
+"""The propagation pass end to end: rules from Shardy, our propagation, the
+values with their provenance, predicted communication, and agreement with
+Shardy's own propagation of the same module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from ..common.axes import label, merge_adjacent
+from .call_graph import flatten_call_graph
+from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..common.shapes import array_bytes
+from ..models.report import (
+    Collective, Disagreement, PropagatedValue, PropagationReport, ProvenanceStep, ShardyAgreement,
+)
+from .predicted_communication import match_compiled, per_device_bytes, predict
+from .propagate import propagate
+from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
+from .sharding_graph import ShardingGraph, Tensor, build_graph
+from ..stablehlo.module import entry_function, mesh_of_sharding, path_keys, read_meshes
+
+MAX_DISAGREEMENTS = 200
+
+
+@dataclass
+class Propagated:
+    """The graph after propagation, with the module it was built from."""
+
+    module: ir.Module
+    graph: ShardingGraph
+    sweeps: int
+    # The program propagated, before Shardy's rules were attached: the module, or
+    # its copy with the call graph flattened as Shardy's import does.
+    flat: ir.Module | None = None
+    _origins: dict = field(default_factory=dict, repr=False)
+
+    def labels(self, t: Tensor) -> list[list[str]]:
+        return [[label(r, self.graph.axis_sizes) for r in merge_adjacent(d)] for d in t.dims]
+
+    def provenance(self, t: Tensor) -> list[ProvenanceStep]:
+        """From the value back to the stated sharding it came from, one hop per op,
+        following one mesh axis (the first the value is sharded on) across hops."""
+        from ..common.axes import overlaps
+
+        chain: list[ProvenanceStep] = []
+        seen = {t.id}
+        current = t
+        dim = next((d for d, axes in enumerate(t.dims) if axes), None)
+        axis = t.dims[dim][0] if dim is not None else None
+        while dim is not None and current.parent[dim] is not None:
+            src_id, step_id = current.parent[dim]
+            step = self.graph.steps[step_id]
+            chain.append(ProvenanceStep(
+                value=current.name, sharding=self.labels(current), op=step.op, source=step.source, via=step.via,
+            ))
+            if src_id in seen:
+                break
+            seen.add(src_id)
+            current = self.graph.tensors[src_id]
+            dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
+        chain.append(ProvenanceStep(
+            value=current.name, sharding=self.labels(current), op=None, source=current.source, via=current.via))
+        return chain
+
+    def seed_of(self, t: Tensor) -> str | None:
+        """The stated sharding a value's sharding came from: the end of its
+        provenance chain, found by following parent links (memoised per value and
+        axis, so asking for every value costs one walk of the graph)."""
+        from ..common.axes import overlaps
+
+        dim = next((d for d, axes in enumerate(t.dims) if axes), None)
+        if dim is None:
+            return t.seed
+        axis = t.dims[dim][0]
+        memo = self._origins
+        path: list[tuple[int, object]] = []
+        seen = {t.id}
+        current = t
+        while True:
+            key = (current.id, axis)
+            if key in memo:
+                origin = memo[key]
+                break
+            path.append(key)
+            if dim is None or current.parent[dim] is None:
+                origin = current.id
+                break
+            src_id, _ = current.parent[dim]
+            if src_id in seen:  # a cycle (a loop's carried value): the chain ends here
+                origin = current.id
+                break
+            seen.add(src_id)
+            current = self.graph.tensors[src_id]
+            dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
+        for key in path:
+            memo[key] = origin
+        return self.graph.tensors[origin].seed
+
+
+def run_propagation(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> Propagated:
+    flat = flatten_call_graph(module)
+    ruled = with_sharding_rules(flat)
+    graph = build_graph(ruled, ownership)
+    stats = propagate(graph)
+    return Propagated(ruled, graph, stats.sweeps, flat)
+
+
+def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
+    """Our sharding of every value the report lists against Shardy's pipeline on the
+    same module, values paired by op identity. ``reported`` counts the values,
+    ``compared`` those Shardy's output has, ``not_compared`` says why the rest are not."""
+    theirs = shardy_propagated(tagged_clone(p.flat if p.flat is not None else original))
+    meshes = read_meshes(original)
+    paired = pair_values(p.module, theirs, lambda attr: dict(mesh_of_sharding(sdy.TensorShardingAttr(attr), meshes).axes))
+    compared = agreeing = reported = 0
+    not_compared: dict[str, int] = {}
+    disagreements: list[Disagreement] = []
+    for value, tid in p.graph.value_ids.items():
+        t = p.graph.tensors[tid]
+        if t.virtual or not t.compare:
+            continue
+        reported += 1
+        theirs_dims = paired.shardings.get(value)
+        if theirs_dims is None:
+            reason = paired.not_paired.get(value, "not in Shardy's output")
+            not_compared[reason] = not_compared.get(reason, 0) + 1
+            continue
+        compared += 1
+        mine = tuple(merge_adjacent(d) for d in t.dims)
+        if mine == theirs_dims:
+            agreeing += 1
+        elif len(disagreements) < MAX_DISAGREEMENTS:
+            disagreements.append(Disagreement(
+                value=t.name, op_name=t.op_name, source=t.source, via=t.via, ours=p.labels(t),
+                shardy=[[label(r, p.graph.axis_sizes) for r in d] for d in theirs_dims],
+            ))
+    return ShardyAgreement(
+        reported=reported, compared=compared, agreeing=agreeing,
+        fraction=round(agreeing / compared, 4) if compared else None,
+        not_compared=dict(sorted(not_compared.items())), disagreements=disagreements,
+    )
+
+
+def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
+    return PropagatedValue(
+        name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=p.labels(t),
+        bytes=array_bytes(t.dtype, list(t.shape)), per_device_bytes=per_device_bytes(t),
+        op_name=t.op_name, source=t.source, via=t.via, seed=p.seed_of(t) if any(t.dims) else None,
+        provenance=p.provenance(t) if with_provenance and any(t.dims) else [],
+    )
+
+
+MAX_VALUES = 200
+
+
+def build_report(
+    name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
+    provenance: bool = False, ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES,
+) -> tuple[PropagationReport, Propagated]:
+    """The report of one module. Values are listed largest first, at most
+    ``max_values`` of them (None: all); provenance chains are kept as parent links
+    in the graph and written out only where asked for (``provenance``, or
+    ``with_provenance`` for the values ``--explain`` names)."""
+    p = run_propagation(module, ownership)
+    tensors = sorted((t for t in p.graph.tensors if not t.virtual and t.compare),
+                     key=lambda t: (-array_bytes(t.dtype, list(t.shape)), t.name))
+    listed = tensors if max_values is None else tensors[:max_values]
+    values = [_value(p, t, provenance) for t in listed]
+    report = PropagationReport(
+        name=name, mesh=dict(p.graph.axis_sizes), values=values, values_omitted=len(tensors) - len(listed),
+        predicted=match_compiled(predict(p.graph), compiled),
+        agreement_with_shardy=agreement(p, module) if with_shardy else None,
+        ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
+    )
+    return report, p
+
+
+def with_provenance(report: PropagationReport, p: Propagated, tensors: list[Tensor]) -> PropagationReport:
+    """The report with these values' provenance written out (added to the list
+    when the cap left them out)."""
+    by_name = {v.name: i for i, v in enumerate(report.values)}
+    values = list(report.values)
+    for t in tensors:
+        v = _value(p, t, True)
+        if t.name in by_name:
+            values[by_name[t.name]] = v
+        else:
+            values.append(v)
+    return report.model_copy(update={"values": values})
+
+
+def find_values(p: Propagated, query: str) -> list[Tensor]:
+    """Values named by an SSA name (``%3``, ``@f:%2``), a source ``file:line``, or an
+    input or output pytree path (``state['w']``, ``result[0]``)."""
+    g = p.graph
+    by_name = g.tensors_by_name()
+    if query in by_name:
+        return [by_name[query]]
+    if ":" in query and query.rsplit(":", 1)[1].isdigit() and not query.startswith("@"):
+        file, line = query.rsplit(":", 1)
+        hits = [t for t in g.tensors if not t.virtual and t.source and t.source.line == int(line)
+                and (t.source.file == file or t.source.file.endswith("/" + file.lstrip("./")))]
+        return sorted(hits, key=lambda t: -array_bytes(t.dtype, list(t.shape)))
+    fn = entry_function(p.module)
+    block = fn.regions[0].blocks[0]
+    for arg in block.arguments:
+        if _loc_name(arg.location) == query:
+            return [g.tensors[g.value_ids[arg]]]
+    res_attrs = list(fn.result_attrs) if "res_attrs" in fn.operation.attributes else []
+    returned = list(list(block.operations)[-1].operands)
+    for i, attrs in enumerate(res_attrs):
+        d = ir.DictAttr(attrs)
+        path = ir.StringAttr(d["jax.result_info"]).value if "jax.result_info" in d else f"result[{i}]"
+        if (path == query or path_keys(path) == path_keys(query)) and returned[i] in g.value_ids:
+            return [g.tensors[g.value_ids[returned[i]]]]
+    return []
+
+
+def _loc_name(loc) -> str | None:
+    from ..stablehlo.module import op_name_of_location
+
+    return op_name_of_location(loc)
+
+
+def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
+    """Provenance as sentences, for findings and the terminal; ``display`` turns a
+    source location into the text to print."""
+    lines = []
+    for step in p.provenance(t):
+        where = f" at {display(step.source)}" if step.source else ""
+        spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None") for a in step.sharding) + ")"
+        if step.op:
+            lines.append(f"{step.value} is {spec} through {step.op}{where}")
+        else:
+            origin = p.graph.tensors_by_name().get(step.value)
+            seed = origin.seed if origin and origin.seed else "no stated sharding"
+            lines.append(f"{step.value} is {spec}: {seed}{where}")
+    return lines

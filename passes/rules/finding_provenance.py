@@ -1,0 +1,46 @@
+"""Findings explained by sharding propagation: why an output has its layout,
+why a collective at a line is needed."""
+
+from __future__ import annotations
+
+from ..models.report import Finding, PredictedCollective, TargetReport
+from ..propagation.predicted_communication import FAMILIES, predict
+from ..propagation.report import Propagated, explain, find_values
+
+MAX_LINES = 6
+EXPLAINED_RULES = frozenset({"SL101", "SL102", "SL201"})
+
+
+def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[PredictedCollective]:
+    if f.source is None:
+        return []
+    return [p for p in predicted if p.source and p.source.line == f.source.line and p.source.file == f.source.file]
+
+
+def attach_provenance(
+    report: TargetReport, p: Propagated, display=str, predicted: list[PredictedCollective] | None = None,
+) -> TargetReport:
+    predicted = predict(p.graph) if predicted is None else predicted
+    out = []
+    for f in report.findings:
+        lines: list[str] = []
+        if f.rule == "SL201" and f.subject:
+            for t in find_values(p, f.subject)[:1]:
+                lines = explain(p, t, display)
+        elif f.rule in ("SL101", "SL102"):
+            kinds = {FAMILIES.get(c.kind, c.kind) for c in report.collectives if c.hlo_name == f.subject}
+            for pred in _predicted_at(predicted, f):
+                if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:
+                    lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
+                    value = p.graph.tensors_by_name().get(pred.value)
+                    if value is not None:
+                        lines.extend(explain(p, value, display)[1:])
+                    break
+        if len(lines) > MAX_LINES:
+            # The first hops say what is near the finding, the last ones where it began.
+            lines = lines[: MAX_LINES - 3] + [f"... {len(lines) - MAX_LINES + 2} more ..."] + lines[-2:]
+        # What the compiled program showed (the op that reads along a sharded
+        # dimension) first, then how propagation got there.
+        lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
+        out.append(f.model_copy(update={"provenance": lines}) if lines else f)
+    return report.model_copy(update={"findings": out})

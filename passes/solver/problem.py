@@ -1,0 +1,407 @@
+"""The sharding-choice problem of a program: candidate shardings per value, the
+cost of each, and the cost of moving between them, priced with the step-time
+model (``step_time``), for ``suggest`` to solve.
+
+Built from the ``ShardingGraph`` (Shardy's factor rules on every op):
+
+- **Value groups.** Tensors a data-flow edge ties together (a loop carry, a call's
+  argument, a constraint's operand) and tensors an elementwise op maps one to one
+  (same shape, every factor on the same dimension) are one group: they take one
+  sharding. A group's candidates are every way to put each free mesh axis on one
+  of its dimensions (in mesh order) or on none, where the dimension divides; a
+  group the program pins (a ``with_sharding_constraint``, an argument the user
+  fixed) has its one sharding. The elementwise ops merged into a group cost
+  their bytes over HBM bandwidth divided by the sharding's parallelism.
+- **Op strategies.** Every other op (dot_general, reduce, broadcast, reshape,
+  gather, ...) chooses an assignment of free mesh axes to its factors: each axis
+  on at most one factor, a factor only where it divides, never a factor Shardy
+  marks need-replication or blocked, and only a dimension's major factor (a
+  minor one would be a strided sharding). A strategy costs its FLOPs and bytes
+  over the device's peaks divided by its parallelism, plus an all-reduce of the
+  result over the axes on reduction factors.
+- **Uses.** Each tensor of an op is a use: the strategy implies a sharding of the
+  tensor; going from the group's sharding to it (an operand) or from it to the
+  group's (a result) costs an all-gather of the axes dropped, an all-to-all of
+  the axes that move between dimensions; adding an axis is a local slice (free).
+
+Everything inside a loop body counts once per iteration (the trip count of a
+``while`` whose condition compares its counter with a constant, as ``scan``
+lowers). Memory is the per-device bytes of the entry arguments and results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from itertools import product
+from math import prod
+
+from .fused_traffic import FusedTraffic
+from ..common.shapes import array_bytes
+from ..propagation.sharding_graph import ShardingGraph, Step
+from ..hlo.step_time import DeviceSpec, collective_seconds
+
+Sharding = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes on it (in mesh order)
+
+# Shardings flow forward, as propagation makes them flow from the arguments: an op
+# cannot take an operand on an axis its producer did not shard it on, nor hand its
+# consumers a result on an axis it did not compute it on (both would be a plan the
+# program never compiles to). Axes enter at the arguments, and at factors only a
+# result has (a broadcast's new dimensions, an iota), which any sharding may take;
+# a sharding the program states (a constraint) reaches back to its producer.
+FORBIDDEN = float("inf")
+
+# Above this many candidate strategies an op keeps the ones with the most parallelism
+# (and the replicated one): a 3-D mesh on a 5-factor dot_general has 216.
+MAX_STRATEGIES = 64
+# Candidates per value group, likewise (the rest are pruned, see tensor_candidates).
+MAX_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class ValueGroup:
+    id: int
+    tensors: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str
+    candidates: tuple[Sharding, ...]
+    unary: tuple[float, ...]  # seconds per candidate: the elementwise ops merged into it
+    pinned: str | None = None  # what fixed its sharding
+
+
+@dataclass(frozen=True)
+class Use:
+    """One tensor of an op: the sharding each strategy wants of it, and the cost of
+    each (wanted, group candidate) pair."""
+
+    group: int
+    is_result: bool
+    wanted: tuple[int, ...]  # per strategy, an index into `shardings`
+    shardings: tuple[Sharding, ...]
+    seconds: tuple[tuple[float, ...], ...]  # [wanted][group candidate]
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    step: int
+    op: str
+    strategies: tuple[tuple[tuple[str, ...], ...], ...]  # per strategy, per factor: its axes
+    seconds: tuple[float, ...]  # compute and reductions
+    reduce_seconds: tuple[float, ...]  # of which reductions
+    uses: tuple[Use, ...]
+    repeats: int
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    group: int
+    path: str
+    bytes: tuple[int, ...]  # per candidate, per device
+
+
+@dataclass(frozen=True)
+class ShardingProblem:
+    axis_sizes: dict[str, int]
+    free_axes: tuple[str, ...]
+    groups: tuple[ValueGroup, ...]
+    ops: tuple[OpChoice, ...]
+    memory: tuple[MemoryTerm, ...]
+    budget_bytes: int | None
+    ties: tuple[tuple[int, int], ...]  # groups that must choose the same candidate (state in, state out)
+    arguments: tuple[int, ...]  # the group of each entry argument
+    results: tuple[int, ...]  # the group of each entry result
+
+    @property
+    def size(self) -> int:
+        """Variables of the linear program: candidates, strategies and use pairs."""
+        return (sum(len(g.candidates) for g in self.groups) + sum(len(o.strategies) for o in self.ops)
+                + sum(len(u.shardings) * len(self.groups[u.group].candidates) for o in self.ops for u in o.uses))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    groups: tuple[int, ...]  # candidate index per group
+    ops: tuple[int, ...]  # strategy index per op
+
+
+def evaluate(problem: ShardingProblem, a: Assignment) -> tuple[float, int]:
+    """(estimated seconds, per-device bytes of the arguments and results) of an assignment."""
+    seconds = sum(g.unary[a.groups[g.id]] for g in problem.groups)
+    for i, op in enumerate(problem.ops):
+        s = a.ops[i]
+        seconds += op.seconds[s]
+        for use in op.uses:
+            seconds += use.seconds[use.wanted[s]][a.groups[use.group]]
+    memory = sum(m.bytes[a.groups[m.group]] for m in problem.memory)
+    return seconds, memory
+
+
+def breakdown(problem: ShardingProblem, a: Assignment) -> tuple[float, float, float]:
+    """(compute, reductions, resharding) seconds of an assignment."""
+    compute = sum(g.unary[a.groups[g.id]] for g in problem.groups)
+    reduction = reshard = 0.0
+    for i, op in enumerate(problem.ops):
+        s = a.ops[i]
+        compute += op.seconds[s] - op.reduce_seconds[s]
+        reduction += op.reduce_seconds[s]
+        reshard += sum(use.seconds[use.wanted[s]][a.groups[use.group]] for use in op.uses)
+    return compute, reduction, reshard
+
+
+def local_bytes(shape: tuple[int, ...], dtype: str, sharding: Sharding, sizes: dict[str, int]) -> int:
+    return array_bytes(dtype, [n // prod(sizes[a] for a in axes) for n, axes in zip(shape, sharding)])
+
+
+def reshard_seconds(shape, dtype, src: Sharding, dst: Sharding, sizes: dict[str, int], spec: DeviceSpec) -> float:
+    """From ``src`` to ``dst``: an all-gather of the axes ``dst`` drops, an all-to-all of
+    the axes that change dimension (or order); axes only ``dst`` has are a local slice."""
+    if src == dst:
+        return 0.0
+    where_src = {a: d for d, axes in enumerate(src) for a in axes}
+    where_dst = {a: d for d, axes in enumerate(dst) for a in axes}
+    dropped = [a for a in where_src if a not in where_dst]
+    moved = [a for a in where_src if a in where_dst and (where_src[a] != where_dst[a]
+                                                         or src[where_src[a]] != dst[where_dst[a]])]
+    seconds = 0.0
+    if moved:
+        seconds += collective_seconds("all-to-all", local_bytes(shape, dtype, src, sizes),
+                                      prod(sizes[a] for a in moved), False, spec)
+    if dropped:
+        kept = tuple(tuple(a for a in axes if a not in dropped) for axes in src)
+        seconds += collective_seconds("all-gather", local_bytes(shape, dtype, kept, sizes),
+                                      prod(sizes[a] for a in dropped), False, spec)
+    return seconds
+
+
+def _adds_axis(src: Sharding, dst: Sharding) -> bool:
+    """Whether ``dst`` shards on an axis ``src`` does not have."""
+    have = {a for axes in src for a in axes}
+    return any(a not in have for axes in dst for a in axes)
+
+
+def tensor_candidates(shape: tuple[int, ...], free_axes: tuple[str, ...], sizes: dict[str, int]) -> list[Sharding]:
+    """Each free axis on one dimension or none, where the dimension divides."""
+    out = []
+    for placement in product(range(-1, len(shape)), repeat=len(free_axes)):
+        dims = [tuple(a for a, d in zip(free_axes, placement) if d == k) for k in range(len(shape))]
+        if all(n % prod(sizes[a] for a in axes) == 0 for n, axes in zip(shape, dims)):
+            out.append(tuple(dims))
+    if len(out) > MAX_CANDIDATES:
+        # Keep the replicated one, every axis alone on each dimension, all axes on one
+        # dimension, then the most parallel of the rest (a 3-D mesh on a rank-4 value has 125).
+        def rank(c: Sharding) -> tuple:
+            used = [a for axes in c for a in axes]
+            simple = len(used) <= 1 or sum(1 for axes in c if axes) == 1
+            return (bool(used), not simple, -prod(sizes[a] for a in used), out.index(c))
+        keep = set(sorted(out, key=rank)[:MAX_CANDIDATES])
+        out = [c for c in out if c in keep]  # in enumeration order, replicated first
+    return out
+
+
+class _Groups:
+    """Union-find over tensor ids."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
+def _merges(g: ShardingGraph, step: Step) -> bool:
+    """Whether a step ties its tensors into one group: a data-flow edge, or an
+    elementwise op whose tensors all have one shape."""
+    if step.manual_axes is not None:
+        return False
+    if step.is_edge:
+        return True
+    shapes = {g.tensors[t].shape for t in step.tensors}
+    return step.rule.pass_through and len(shapes) == 1
+
+
+def _strategies(step: Step, free_axes: tuple[str, ...], sizes: dict[str, int]) -> list[tuple[tuple[str, ...], ...]]:
+    rule = step.rule
+    n = len(rule.factor_sizes)
+    shardable = set(range(n)) - rule.need_replication - rule.blocked
+    for dims in rule.maps:
+        for factors in dims:
+            shardable -= set(factors[1:])  # a minor factor of a dimension: a strided sharding
+    options = [-1] + sorted(f for f in shardable if rule.factor_sizes[f] > 1)
+    out = []
+    for placement in product(options, repeat=len(free_axes)):
+        per = tuple(tuple(a for a, f in zip(free_axes, placement) if f == k) for k in range(n))
+        if all(rule.factor_sizes[f] % prod(sizes[a] for a in axes) == 0 for f, axes in enumerate(per)):
+            out.append(per)
+    if len(out) > MAX_STRATEGIES:
+        out.sort(key=lambda per: -prod(sizes[a] for axes in per for a in axes))
+        out = [out[-1]] + out[: MAX_STRATEGIES - 1]  # the replicated one (last) and the most parallel
+    return out
+
+
+def _implied(step: Step, k: int, per: tuple[tuple[str, ...], ...]) -> Sharding:
+    return tuple(tuple(a for f in factors for a in per[f]) for factors in step.rule.maps[k])
+
+
+def _flops(step: Step, g: ShardingGraph) -> float:
+    if step.op in ("stablehlo.dot_general", "stablehlo.convolution"):
+        return 2.0 * prod(step.rule.factor_sizes)
+    return float(prod(g.tensors[step.tensors[-1]].shape))
+
+
+def _compute_seconds(step: Step, g: ShardingGraph, per, sizes, spec: DeviceSpec, moved: int) -> float:
+    parallel = prod(sizes[a] for axes in per for a in axes)
+    dtype = g.tensors[step.tensors[0]].dtype
+    return max(_flops(step, g) / spec.peak(dtype), moved / spec.hbm_bytes_per_s) / parallel
+
+
+@dataclass(frozen=True)
+class ProblemInput:
+    """What the problem is built from besides the graph."""
+
+    free_axes: tuple[str, ...]
+    axis_sizes: dict[str, int]  # the mesh's axes, and the sub-axes pinned shardings use ("x:(1)2")
+    spec: DeviceSpec
+    repeats: dict[int, int]  # tensor id -> how many times its defining op runs per step
+    arguments: tuple[int, ...]  # entry argument tensor ids
+    results: tuple[int, ...]  # entry result tensor ids (the returned values)
+    argument_paths: tuple[str, ...]
+    result_paths: tuple[str, ...]
+    pinned: dict[int, tuple[Sharding, str]]  # tensor id -> (sharding, why)
+    ties: tuple[tuple[int, int], ...]  # (argument index, result index) of state coming back
+    result_donated: tuple[bool, ...]  # a result whose buffer is a donated argument's: no memory of its own
+    budget_bytes: int | None
+
+
+def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
+    sizes = dict(inp.axis_sizes)
+    uf = _Groups(len(g.tensors))
+    for step in g.steps:
+        if _merges(g, step):
+            for t in step.tensors[1:]:
+                uf.union(step.tensors[0], t)
+    roots = sorted({uf.find(t.id) for t in g.tensors})
+    gid = {r: i for i, r in enumerate(roots)}
+    members: list[list[int]] = [[] for _ in roots]
+    for t in g.tensors:
+        members[gid[uf.find(t.id)]].append(t.id)
+    pins: dict[int, tuple[Sharding, str]] = {}
+    for tid, pin in inp.pinned.items():
+        pins.setdefault(gid[uf.find(tid)], pin)
+
+    groups: list[ValueGroup] = []
+    unary: list[dict[Sharding, float]] = []
+    for i, tids in enumerate(members):
+        head = g.tensors[tids[0]]
+        if i in pins:
+            candidates = [pins[i][0]]
+        else:
+            candidates = tensor_candidates(head.shape, inp.free_axes, sizes)
+        groups.append(ValueGroup(i, tuple(tids), head.shape, head.dtype, tuple(candidates), (),
+                                 pins[i][1] if i in pins else None))
+        unary.append(dict.fromkeys(candidates, 0.0))
+
+    traffic = FusedTraffic(g, inp.results)
+    ops: list[OpChoice] = []
+    for step in g.steps:
+        repeats = max(1, inp.repeats.get(step.tensors[-1], 1))
+        if step.is_edge or step.manual_axes is not None:
+            continue
+        if _merges(g, step):
+            group = groups[gid[uf.find(step.tensors[0])]]
+            moved = traffic.bytes(step)
+            for c in group.candidates:
+                parallel = prod(sizes[a] for axes in c for a in axes)
+                unary[group.id][c] += repeats * moved / inp.spec.hbm_bytes_per_s / parallel
+            continue
+        strategies = _strategies(step, inp.free_axes, sizes)
+        seconds, reductions = [], []
+        moved = traffic.bytes(step)
+        for per in strategies:
+            s = _compute_seconds(step, g, per, sizes, inp.spec, moved)
+            reduced = tuple(a for f in step.rule.reduction for a in per[f])
+            r = 0.0
+            if reduced:
+                result = g.tensors[step.tensors[step.n_operands]]
+                r = collective_seconds("all-reduce", local_bytes(result.shape, result.dtype,
+                                                                  _implied(step, step.n_operands, per), sizes),
+                                       prod(sizes[a] for a in reduced), False, inp.spec)
+            seconds.append(repeats * (s + r))
+            reductions.append(repeats * r)
+        uses = []
+        for k, tid in enumerate(step.tensors):
+            t = g.tensors[tid]
+            group = groups[gid[uf.find(tid)]]
+            implied = [_implied(step, k, per) for per in strategies]
+            distinct = list(dict.fromkeys(implied))
+            index = {s: j for j, s in enumerate(distinct)}
+            is_result = k >= step.n_operands
+            table = tuple(
+                tuple(FORBIDDEN if (_adds_axis(w, c) and not group.pinned if is_result else _adds_axis(c, w))
+                      else repeats * reshard_seconds(t.shape, t.dtype, *((w, c) if is_result else (c, w)),
+                                                     sizes, inp.spec)
+                      for c in group.candidates)
+                for w in distinct)
+            uses.append(Use(group.id, is_result, tuple(index[s] for s in implied), tuple(distinct), table))
+        ops.append(OpChoice(step.id, step.op, tuple(strategies), tuple(seconds), tuple(reductions), tuple(uses),
+                              repeats))
+
+    groups = [ValueGroup(x.id, x.tensors, x.shape, x.dtype, x.candidates,
+                         tuple(unary[x.id][c] for c in x.candidates), x.pinned) for x in groups]
+    memory = []
+    seen: set[int] = set()
+    for tid, path in zip(inp.arguments, inp.argument_paths):
+        group = groups[gid[uf.find(tid)]]
+        memory.append(MemoryTerm(group.id, path, tuple(local_bytes(group.shape, group.dtype, c, sizes)
+                                                       for c in group.candidates)))
+        seen.add(tid)
+    for tid, path, donated in zip(inp.results, inp.result_paths, inp.result_donated):
+        if donated or tid in seen:
+            continue  # a donated buffer, or an argument returned as it is: no second copy
+        group = groups[gid[uf.find(tid)]]
+        memory.append(MemoryTerm(group.id, path, tuple(local_bytes(group.shape, group.dtype, c, sizes)
+                                                       for c in group.candidates)))
+    arg_groups = tuple(gid[uf.find(t)] for t in inp.arguments)
+    res_groups = tuple(gid[uf.find(t)] for t in inp.results)
+    ties = tuple(sorted({(arg_groups[a], res_groups[r]) for a, r in inp.ties
+                         if arg_groups[a] != res_groups[r]
+                         and groups[arg_groups[a]].candidates == groups[res_groups[r]].candidates}))
+    return ShardingProblem(sizes, inp.free_axes, tuple(groups), tuple(ops), tuple(memory), inp.budget_bytes,
+                           ties, arg_groups, res_groups)
+
+
+def pin_groups(problem: ShardingProblem, pins: dict[int, Sharding]) -> ShardingProblem | None:
+    """The problem with these groups restricted to one sharding each (None when a
+    pin is not among a group's candidates: it uses an axis the solver does not)."""
+    keep: dict[int, tuple[int, ...]] = {}
+    for gid, sharding in pins.items():
+        cands = problem.groups[gid].candidates
+        if sharding not in cands:
+            return None
+        keep[gid] = (cands.index(sharding),)
+    return dataclasses.replace(restrict_groups(problem, keep), budget_bytes=None)
+
+
+def restrict_groups(problem: ShardingProblem, keep: dict[int, tuple[int, ...]]) -> ShardingProblem:
+    """The problem with these groups' candidates cut to the ones at these indices
+    (in their order); every table indexed by a group's candidates is cut alike."""
+
+    def cut(gid: int, values):
+        return tuple(values[i] for i in keep[gid]) if gid in keep else tuple(values)
+
+    groups = tuple(ValueGroup(x.id, x.tensors, x.shape, x.dtype, cut(x.id, x.candidates), cut(x.id, x.unary),
+                              x.pinned) for x in problem.groups)
+    ops = tuple(OpChoice(o.step, o.op, o.strategies, o.seconds, o.reduce_seconds, tuple(
+        Use(u.group, u.is_result, u.wanted, u.shardings, tuple(cut(u.group, row) for row in u.seconds))
+        for u in o.uses), o.repeats) for o in problem.ops)
+    memory = tuple(MemoryTerm(m.group, m.path, cut(m.group, m.bytes)) for m in problem.memory)
+    ties = tuple((a, b) for a, b in problem.ties if groups[a].candidates == groups[b].candidates)
+    return ShardingProblem(problem.axis_sizes, problem.free_axes, groups, ops, memory, problem.budget_bytes, ties,
+                           problem.arguments, problem.results)

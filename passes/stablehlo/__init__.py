@@ -1,0 +1,1 @@
+"""Facts of the lowered program: the StableHLO module, its entry signature, state and loops."""
