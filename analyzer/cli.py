@@ -11,8 +11,8 @@ from . import __version__
 from .errors import ShardLintInputError
 from .gpu_targets import PLATFORMS
 
-from .commands import EXIT_INPUT, EXIT_INTERNAL
-from .isolation import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
+from .exit_codes import EXIT_INPUT, EXIT_INTERNAL
+from .supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
 
 
 def _check_timeout(args: argparse.Namespace) -> None:
@@ -282,7 +282,7 @@ def _first_input(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The console script: parse the arguments here, run the command in a
-    supervised child (see isolation.py)."""
+    supervised child (see supervisor.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, args = _parse(argv)
     if not args.command:

@@ -10,9 +10,7 @@ import sys
 
 from .errors import ShardLintInputError
 
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-# `run`: the script itself failed (a non-zero exit, a signal); its report is still written.
-EXIT_SCRIPT_FAILED = 4
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_SCRIPT_FAILED
 
 
 def _settings(args: argparse.Namespace):
@@ -258,7 +256,7 @@ def cmd_rule(args) -> int:
 
 def cmd_propagate(args) -> int:
     from ..passes.propagation.report import explain, find_values, with_provenance
-    from .lint import display_source, relativize
+    from .display_paths import display_source, relativize
     from .propagate import PropagateRequest, propagate
 
     settings = _settings(args)

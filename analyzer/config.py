@@ -30,7 +30,8 @@ from ..passes.common.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..passes.models.report import Severity
 from ..passes.pipeline import PassConfig
 from ..passes.rules.registry import RULES, all_options
-from .device_presets import PRESETS, find_preset, target_memory
+from .device_presets import PRESETS, find_preset
+from .target_memory import target_memory
 from .errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
@@ -224,6 +225,6 @@ def load_file_settings(settings: Settings, path: str) -> None:
 def _display_where(source, via) -> str:
     """``examples/vfi.py:34 via flax/...``: a location in a message, as the reports show it."""
     from ..passes.models.report import where_text
-    from .lint import display_source
+    from .display_paths import display_source
 
     return where_text(display_source(source) if source else None, display_source(via) if via else None)

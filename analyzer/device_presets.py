@@ -35,23 +35,16 @@ PRESETS: dict[str, DevicePreset] = {p.name: p for p in (
 ALIASES = {"a100": "a100-80g", "v4": "tpu-v4", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
 
 
-def target_memory(platform: str, target_config: str | None = None) -> int | None:
-    """The memory of one device of an accelerator target; None for cpu and gpu."""
-    from .gpu_targets import GPU_TARGETS, TPU_TARGETS, load_target
-
-    if platform in GPU_TARGETS:
-        return load_target(platform, target_config).memory_bytes
-    if platform in TPU_TARGETS:
-        from .tpu_targets import TPU_GENERATIONS
-
-        return TPU_GENERATIONS[platform].memory_bytes
-    return None
-
-
 def find_preset(name: str) -> DevicePreset | None:
     key = name.strip().lower()
     return PRESETS.get(ALIASES.get(key, key))
 
 
+def _gpu_target_memory(name: str) -> int | None:
+    from .gpu_targets import load_target
+
+    return load_target(name).memory_bytes
+
+
 for _name in ("h100", "h200", "b200", "a100-80g", "a100-40g"):
-    PRESETS[_name] = DevicePreset(_name, target_memory(_name), PRESETS[_name].description)
+    PRESETS[_name] = DevicePreset(_name, _gpu_target_memory(_name), PRESETS[_name].description)

@@ -18,7 +18,7 @@ from ..passes.models.report import SCHEMA_VERSION, Model
 from . import __version__, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError, one_line
-from .lint import select_run_devices
+from .platform_selection import select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 
@@ -158,7 +158,7 @@ def fit(request: FitRequest, settings: Settings) -> FitResult:
     value, line = search(prober.peak, settings.budget_bytes, request.lo, request.hi, request.multiple_of)
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None
-    from .lint import platform_label
+    from .platform_selection import platform_label
 
     return FitResult(
         tool_version=__version__, script=request.script, param=request.param, targets=prober.names,

@@ -47,7 +47,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     """Compile StableHLO text on the run's devices and run the lint pipeline on it."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
-    from .lint import platform_label
+    from .platform_selection import platform_label
 
     isolation.phase(where, "compiling the module with XLA")
     try:

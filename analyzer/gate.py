@@ -22,7 +22,9 @@ from .errors import ShardLintInputError
 from .input_files import MAX_BASELINE_BYTES, open_output, read_input_text
 from .fixtures import check_path
 from .input_limits import check_device_count
-from .lint import LintRequest, lint, relativize, select_run_devices
+from .lint import LintRequest, lint
+from .display_paths import relativize
+from .platform_selection import select_run_devices
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 BASELINE_FILE = "baseline.json"

@@ -16,7 +16,8 @@ from .config import Settings
 from .errors import ShardLintInputError, one_line
 from .input_limits import MAX_DEVICES
 from .fixtures import read_mlir
-from .lint import device_processes, relativize, select_run_devices
+from .platform_selection import device_processes, select_run_devices
+from .display_paths import relativize
 from .script_loading import call_targets, load_entry, parse_params, select_targets
 
 

@@ -32,7 +32,8 @@ from .config import Settings
 from .input_limits import check_device_count
 from .errors import ShardLintInputError, one_line
 from .gpu_targets import ACCELERATOR_TARGETS
-from .lint import display_source, relativize, select_run_devices
+from .display_paths import display_source, relativize
+from .platform_selection import select_run_devices
 from .fixtures import analyze_text, read_mlir
 from .out_shardings import suggest_for
 from .script_loading import call_targets, load_entry, parse_params, select_targets

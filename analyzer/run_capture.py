@@ -28,7 +28,8 @@ from ..passes.stablehlo.module import call_site
 from . import __version__, isolation, jax_adapter
 from .config import Settings
 from .errors import ShardLintInputError
-from .lint import apply_run_suppressions, local_source_files, relativize, source_findings
+from .run_suppressions import apply_run_suppressions, local_source_files, source_findings
+from .display_paths import relativize
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
 _JAX_MODULE = re.compile(r"jax_ir(\d+)_(.+)_compile\.mlir$")

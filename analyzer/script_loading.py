@@ -79,7 +79,7 @@ def load_entry(spec: str) -> tuple[Callable[..., Any], str]:
         where = target
     else:
         # As `python -m` would: the working directory holds the package. It is on
-        # sys.path only from here (the child starts with -P, see isolation.py).
+        # sys.path only from here (the child starts with -P, see supervisor.py).
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:

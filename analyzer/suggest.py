@@ -39,7 +39,8 @@ from .device_performance import device_spec
 from .errors import ShardLintInputError
 from .fixtures import analyze_text
 from .in_shardings import build_text as in_text, check_text as check_in_text
-from .lint import platform_label, relativize, select_run_devices
+from .platform_selection import platform_label, select_run_devices
+from .display_paths import relativize
 from .out_shardings import suggest_for
 from .rewrite import _call_entry, parse_spec, with_entry_shardings
 from .suggest_verdict import best_version, verdict

@@ -126,7 +126,7 @@ def _in_child(request: SweepRequest, params: dict[str, Any], cli_args: list[str]
 
 def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None = None,
           progress=None) -> SweepRun:
-    from .lint import platform_label, select_run_devices
+    from .platform_selection import platform_label, select_run_devices
 
     say = progress or (lambda _msg: None)
     selected = select_run_devices(settings)

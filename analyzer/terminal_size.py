@@ -1,7 +1,7 @@
 """The terminal a report is shown in: measured where it is known, used where it is not.
 
 Every command runs in a supervised child whose descriptors 0-2 are ``/dev/null``
-and a capture file (isolation.py); its ``sys.stdout``/``sys.stderr`` are the
+and a capture file (supervisor.py); its ``sys.stdout``/``sys.stderr`` are the
 parent's streams, passed as other descriptors. rich measures the terminal on
 descriptors 0-2, so in the child it would always find 80 columns. The parent
 measures its own stdout and stderr instead and hands the sizes over in

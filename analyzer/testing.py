@@ -23,7 +23,8 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     """The lint report of one Lowered program, compiled as it is."""
     from ..passes.pipeline import analyze_target
     from .config import Settings
-    from .lint import compiled_facts, platform_label
+    from .target_analysis import compiled_facts
+    from .platform_selection import platform_label
     from . import jax_adapter
 
     settings = Settings()

@@ -1,4 +1,4 @@
-"""What running every command in a supervised child costs (analyzer/isolation.py).
+"""What running every command in a supervised child costs (analyzer/supervisor.py).
 
     python benchmarks/supervision_overhead.py [--repeats N]
 

@@ -13,7 +13,7 @@ from conftest import EXAMPLES
 from jax_shard_lint.analyzer import jax_adapter
 from jax_shard_lint.analyzer.config import Settings
 from jax_shard_lint.analyzer.device_performance import device_spec
-from jax_shard_lint.analyzer.lint import select_run_devices
+from jax_shard_lint.analyzer.platform_selection import select_run_devices
 from jax_shard_lint.analyzer.rewrite import with_entry_shardings
 from jax_shard_lint.analyzer.script_loading import call_targets, load_entry
 from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
