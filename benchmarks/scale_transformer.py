@@ -128,7 +128,7 @@ def _measure(what: str, layers: int, devices: int) -> dict:
             shardy_propagated(module)
             out["seconds"] = time.perf_counter() - t0
     else:
-        from jax_shard_lint.analyzer.cli import run_command as main
+        from jax_shard_lint.analyzer.cli.main import run_command as main
 
         json_path = f"/tmp/scale_{what}_{layers}.json"
         args = [what, HERE, "--set", f"layers={layers}", "--devices", str(devices), "--format", "json",

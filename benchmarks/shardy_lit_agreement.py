@@ -51,7 +51,7 @@ def shardy_runs(text: str) -> bool:
 
 
 def run_module(text: str, compile_: bool) -> tuple[int, str, dict | None]:
-    from jax_shard_lint.analyzer.cli import run_command as main
+    from jax_shard_lint.analyzer.cli.main import run_command as main
 
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "module.mlir"), os.path.join(tmp, "report.json")

@@ -55,9 +55,9 @@ def main() -> int:
     if not any(d.platform == "gpu" for d in jax.devices()):
         print("no GPU visible to JAX: nothing to measure (run this where one is)")
         return 0
-    from jax_shard_lint.analyzer.config import Settings
-    from jax_shard_lint.analyzer.lint import LintRequest, lint
-    from jax_shard_lint.analyzer.script_loading import call_targets, load_entry
+    from jax_shard_lint.analyzer.context.config import Settings
+    from jax_shard_lint.analyzer.commands.lint import LintRequest, lint
+    from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
 
     devices = jax.devices()
     print(f"| candidate | predicted | measured | measured / predicted |  ({len(devices)} x {devices[0].device_kind})")

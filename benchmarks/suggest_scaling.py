@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--command-layers", type=int, default=4)
     args = parser.parse_args()
 
-    from jax_shard_lint.analyzer.config import Settings
-    from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
+    from jax_shard_lint.analyzer.context.config import Settings
+    from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
     from jax_shard_lint.passes.solver.problem import evaluate
     from jax_shard_lint.passes.solver.solve import MAX_ILP_VARIABLES, local_search, solve
 
@@ -98,7 +98,7 @@ def main() -> None:
 
     import jax
 
-    from jax_shard_lint.analyzer.cli import run_command
+    from jax_shard_lint.analyzer.cli.main import run_command
 
     jax.config.update("jax_enable_compilation_cache", False)
     t0 = time.perf_counter()

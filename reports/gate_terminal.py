@@ -8,7 +8,7 @@ from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.compare.gate import GateResult
+from ..passes.models.gate import GateResult
 
 
 def render_gate(result: GateResult, console: Console) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.hlo.step_time import format_seconds
+from ..passes.common.durations import format_seconds
 from ..passes.models.report import PropagateRun
 from ..passes.models.rewrite import RewriteRun
 from ..passes.common.sharding_text import pspec_text

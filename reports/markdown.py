@@ -9,7 +9,7 @@ import re
 from ..passes.common.byte_sizes import format_bytes
 from .agreement_text import agreement_text
 from .time_text import format_seconds
-from ..passes.compare.gate import GateResult
+from ..passes.models.gate import GateResult
 from ..passes.models.report import LintReport, where_text
 
 

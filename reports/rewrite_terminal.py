@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.hlo.step_time import format_seconds
+from ..passes.common.durations import format_seconds
 from ..passes.models.rewrite import RewriteReport, RewriteRun
 from ..passes.common.sharding_text import pspec_text
 from .terminal import shape_text

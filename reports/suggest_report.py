@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
 from ..passes.common.sharding_text import pspec_text
-from ..passes.hlo.step_time import format_seconds
+from ..passes.common.durations import format_seconds
 from ..passes.models.suggest import SuggestReport, SuggestRun, Version
 from .html import _page, device_grid, e
 from .markdown import _cell

@@ -9,8 +9,8 @@ from .terminal_safe import terminal_safe
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.hlo.step_time import format_seconds
-from ..passes.compare.sweep import SweepCandidate, SweepRun
+from ..passes.common.durations import format_seconds
+from ..passes.models.sweep import SweepCandidate, SweepRun
 from .html import _page, e
 from .markdown import _cell
 from .terminal_layout import Column, fitted_table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..passes.models.report import StepTime
-from ..passes.hlo.step_time import format_seconds
+from ..passes.common.durations import format_seconds
 
 __all__ = ["format_seconds", "step_time_basis", "step_time_line"]
 

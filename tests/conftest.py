@@ -33,7 +33,7 @@ class CliResult:
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run ``jax-shard-lint ARGS`` in this process (JAX stays initialised) from the repo root."""
-    from jax_shard_lint.analyzer.cli import run_command as main
+    from jax_shard_lint.analyzer.cli.main import run_command as main
 
     monkeypatch.chdir(ROOT)
 

@@ -65,7 +65,7 @@ def set_up(case: dict, tmp: str) -> None:
 
 
 def run_in_process(case: dict, tmp: str) -> tuple[int, str, str]:
-    from jax_shard_lint.analyzer.cli import run_command
+    from jax_shard_lint.analyzer.cli.main import run_command
 
     out, err = io.StringIO(), io.StringIO()
 
@@ -89,7 +89,7 @@ def run_in_process(case: dict, tmp: str) -> tuple[int, str, str]:
 
 
 def run_supervised(case: dict, tmp: str) -> tuple[int, str, str]:
-    argv = [sys.executable, "-m", "jax_shard_lint.analyzer.cli", *[expand(a, tmp) for a in case["argv"]]]
+    argv = [sys.executable, "-m", "jax_shard_lint.analyzer.cli.main", *[expand(a, tmp) for a in case["argv"]]]
     env = {k: v for k, v in os.environ.items() if k != "JAX_SHARD_LINT_IN_PROCESS"}
     try:
         done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=SUPERVISED_SECONDS)

@@ -75,7 +75,7 @@ def test_inputs_that_are_not_regular_files(cli, tmp_path, make, problem, command
 
 
 def test_an_oversized_baseline_is_refused_before_it_is_read(cli, tmp_path):
-    from jax_shard_lint.analyzer.input_files import MAX_BASELINE_BYTES
+    from jax_shard_lint.analyzer.inputs.files import MAX_BASELINE_BYTES
 
     path = tmp_path / "baseline.json"
     with open(path, "wb") as f:

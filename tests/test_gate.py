@@ -166,7 +166,8 @@ def test_assertion_helpers_and_pytest_fixture(shard_lint):
 
 
 def test_estimated_time_regression_fails_the_gate():
-    from jax_shard_lint.passes.compare.gate import Baseline, BaselineTarget, GateThresholds, compare
+    from jax_shard_lint.passes.compare.gate import compare
+    from jax_shard_lint.passes.models.gate import Baseline, BaselineTarget, GateThresholds
 
     def target(seconds, device="h100"):
         return BaselineTarget(platform="h100", num_devices=8, mesh={"x": 8}, peak_bytes=1, temp_bytes=1,

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from conftest import lint_targets  # noqa: E402
-from jax_shard_lint.analyzer.gpu_targets import GPU_TARGETS, load_target, target_devices  # noqa: E402
+from jax_shard_lint.analyzer.platforms.gpu_targets import GPU_TARGETS, load_target, target_devices  # noqa: E402
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 REMAT = os.path.join("examples", "remat_layer_stack.py")

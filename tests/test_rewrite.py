@@ -7,7 +7,7 @@ import os
 import pytest
 
 from jax_shard_lint.analyzer.errors import ShardLintInputError
-from jax_shard_lint.analyzer.rewrite import parse_spec
+from jax_shard_lint.analyzer.commands.rewrite import parse_spec
 
 SL201 = os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py")
 VALUE = os.path.join("examples", "value_function_step.py")

@@ -39,7 +39,7 @@ def brute_force_timeline(report, slices):
 def test_the_collector_is_paused_for_the_analysis_and_restored():
     import gc
 
-    from jax_shard_lint.analyzer.heap import paused_collector
+    from jax_shard_lint.analyzer.backend.heap import paused_collector
 
     assert gc.isenabled()
     with paused_collector():

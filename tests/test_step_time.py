@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from jax_shard_lint.analyzer.device_performance import device_spec, known_devices
+from jax_shard_lint.analyzer.platforms.performance import device_spec, known_devices
 from jax_shard_lint.passes.hlo.collectives import inferred_trip_count
 from jax_shard_lint.passes.hlo.cost import program_cost
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
@@ -101,7 +101,7 @@ def test_inferred_trip_counts_equal_xla_known_trip_count(name):
 
 @pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is None, reason="the [gpu] extra is not installed")
 def test_h100_matmul_is_flop_bound_at_the_published_peak():
-    from jax_shard_lint.analyzer.gpu_targets import load_target, target_devices
+    from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
     from jax_shard_lint.passes.hlo.step_time import estimate_step_time
 
     compiled = _matmul(target_devices(load_target("h100"), 8, 1))
@@ -115,7 +115,7 @@ def test_h100_matmul_is_flop_bound_at_the_published_peak():
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the [tpu] extra is not installed")
 def test_tpu_estimate_against_the_tpu_compilers_own():
-    from jax_shard_lint.analyzer.tpu_targets import resolve_target, tpu_devices
+    from jax_shard_lint.analyzer.platforms.tpu_targets import resolve_target, tpu_devices
     from jax_shard_lint.passes.hlo.cost import xla_cost_figures
     from jax_shard_lint.passes.hlo.step_time import estimate_step_time
 

@@ -17,8 +17,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer import jax_adapter
-from jax_shard_lint.analyzer.config import Settings
-from jax_shard_lint.analyzer.suggest import SuggestRequest, _problem
+from jax_shard_lint.analyzer.context.config import Settings
+from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.passes.solver.problem import Assignment, evaluate
 from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search, solve
 

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from jax_shard_lint.passes.compare.sweep import SweepCandidate, rank
+from jax_shard_lint.passes.compare.sweep import rank
+
+from jax_shard_lint.passes.models.sweep import SweepCandidate
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 VALUE = os.path.join("examples", "value_function_step.py")

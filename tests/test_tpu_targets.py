@@ -15,7 +15,7 @@ if importlib.util.find_spec("libtpu") is None:
 
 from conftest import lint_targets  # noqa: E402
 from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
-from jax_shard_lint.analyzer.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
+from jax_shard_lint.analyzer.platforms.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 REMAT = os.path.join("examples", "remat_layer_stack.py")

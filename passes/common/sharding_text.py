@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..stablehlo.module import path_keys
+from .pytree_paths import path_keys
 
 _SUB_AXIS = re.compile(r".+:\(\d+\)\d+")
 _ATTRIBUTE_KEY = re.compile(r"\.\w")

@@ -4,95 +4,14 @@ target's analysis, and the comparison that flags regressions against it."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Literal
 
-from pydantic import Field
 
 from ..common.byte_sizes import format_bytes
-from ..models.report import SCHEMA_VERSION, Model, Severity, TargetReport
-from ..hlo.step_time import format_seconds
+from ..models.report import Severity, TargetReport
+from ..models.gate import Baseline, BaselineTarget, CollectiveSummary, GateResult, GateRow, GateThresholds
+from ..models.gate import TIME_METRIC
 
-BASELINE_VERSION = 1
 WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
-
-
-# A baseline is a file a user (or an attacker) can edit: byte counts are
-# non-negative and below 2^60 (an exabyte), times finite, counts positive.
-ByteCount = Annotated[int, Field(ge=0, le=1 << 60)]
-Count = Annotated[int, Field(ge=0, le=1 << 60)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class CollectiveSummary(Model):
-    kind: str
-    mesh_axes: list[str]
-    shape: list[int]
-    dtype: str
-    bytes_per_step: ByteCount
-    count: Count
-    source: str | None
-
-
-class BaselineTarget(Model):
-    platform: str
-    num_devices: Count
-    mesh: dict[str, Count]
-    peak_bytes: ByteCount | None
-    temp_bytes: ByteCount | None
-    argument_bytes: ByteCount | None
-    output_bytes: ByteCount | None
-    alias_bytes: ByteCount | None
-    collective_bytes: ByteCount
-    bytes_by_kind: dict[str, ByteCount] = Field(description="Per-step bytes by 'kind over axes'.")
-    collectives: list[CollectiveSummary]
-    errors: list[str] = Field(description="Error-level findings: 'CODE file:line: message'.")
-    step_seconds: Seconds | None = Field(default=None, description="Estimated step time (the overlapped bound).")
-    step_time_device: str | None = Field(default=None, description="The device model of the estimate.")
-
-
-class Baseline(Model):
-    baseline_version: Literal[1] = BASELINE_VERSION
-    tool_version: str
-    jax_version: str
-    jaxlib_version: str
-    targets: dict[str, BaselineTarget]
-
-
-class GateThresholds(Model):
-    peak_increase: float = 0.02
-    collective_increase: float = 0.05
-    new_collective_bytes: int = 1024**2
-    time_increase: float = 0.05
-
-
-class GateRow(Model):
-    target: str
-    metric: str
-    before: int | float | None = Field(description="Bytes, or seconds for the estimated step time.")
-    after: int | float | None
-    ratio: float | None
-    alert: str | None = None
-
-    def display(self, value: int | float | None) -> str:
-        if value is None:
-            return "-"
-        if self.metric.startswith("new error"):
-            return str(value)
-        if self.metric.startswith(TIME_METRIC):
-            return format_seconds(float(value))
-        return format_bytes(int(value))
-
-
-TIME_METRIC = "estimated step time"
-
-
-class GateResult(Model):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
-    command: str = "gate"
-    baseline: str
-    passed: bool
-    thresholds: GateThresholds
-    rows: list[GateRow]
 
 
 def _group(kind: str, axes: list[str]) -> str:

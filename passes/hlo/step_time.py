@@ -71,19 +71,6 @@ def collective_seconds(kind: str, result_bytes: int, group_size: int, cross_host
     return moved(n) * result_bytes / bandwidth + steps(n) * latency
 
 
-def format_seconds(seconds: float | None) -> str:
-    """``376 ms``, ``1.91 ms``, ``10.1 us``: three significant digits."""
-    if seconds is None:
-        return "-"
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            value = seconds / scale
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
-
-
 def significant(x: float) -> float:
     """Six significant digits: the JSON stays stable across float summation orders."""
     return float(f"{x:.6g}")

@@ -20,7 +20,8 @@ from .predicted_communication import match_compiled, per_device_bytes, predict
 from .propagate import propagate
 from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 from .sharding_graph import ShardingGraph, Tensor, build_graph
-from ..stablehlo.module import entry_function, mesh_of_sharding, path_keys, read_meshes
+from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
+from ..common.pytree_paths import path_keys
 
 MAX_DISAGREEMENTS = 200
 

@@ -16,12 +16,12 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, mlir_dtype_to_hlo
 from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..models.report import SourceLocation, TensorInfo
+from ..common.pytree_paths import path_keys
 
 _FRAME = re.compile(r'"((?:[^"\\]|\\.)*)"\("((?:[^"\\]|\\.)+)":(\d+):\d+')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
 _HEX_BYTE = re.compile(r"[0-9A-Fa-f]{2}")
 _NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
-_PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
 
 
 @dataclass(frozen=True)
@@ -87,19 +87,6 @@ def source_of_location(loc: ir.Location | str, ownership: CodeOwnership = DEFAUL
 def op_name_of_location(loc: ir.Location | str) -> str | None:
     m = _NAME.match(str(loc))
     return m.group(1) if m else None
-
-
-def path_keys(path: str) -> tuple[str, tuple]:
-    """Split a pytree path like ``state['w'][0]`` into (``state``, ('w', 0))."""
-    m = re.match(r"^[A-Za-z_]\w*", path)
-    base = m.group(0) if m else ""
-    keys: list = []
-    for km in _PATH_KEY.finditer(path, len(base)):
-        if km.group(1) is not None:
-            keys.append(int(km.group(1)))
-        else:
-            keys.append(next(g for g in km.groups()[1:] if g is not None))
-    return base, tuple(keys)
 
 
 def read_meshes(module: ir.Module) -> dict[str, MeshInfo]:

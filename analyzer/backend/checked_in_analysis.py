@@ -1,0 +1,111 @@
+"""Checked-in programs analysed without running any Python from them: a StableHLO
+text compiled on the run's devices, compiled HLO text (an XLA dump, with its
+buffer-assignment and live-range reports beside it), and ``check``'s walk over
+files and dump folders. Reading and validating the files is inputs/checked_in.py.
+"""
+from __future__ import annotations
+
+import os
+
+from ...passes.hlo.memory import MemoryStats
+from ...passes.models.report import TargetReport
+from ...passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
+from ...passes.stablehlo.module import read_entry_signature
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError, one_line
+from ..inputs.limits import check_device_count
+from ..inputs.checked_in import HLO_SUFFIX, dump_directory_modules, dump_module_name, kind_of, numbered_module_name, read_export, read_mlir, snapshot_platform
+from ..inputs.files import check_input_file, read_input_text
+
+
+
+def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
+    """Compile StableHLO text on the run's devices and run the lint pipeline on it."""
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    from .device_selection import platform_label
+
+    isolation.phase(where, "compiling the module with XLA")
+    try:
+        program = jax_adapter.compile_stablehlo_text(
+            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
+    except Exception as e:
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    facts = CompiledFacts(
+        hlo_text=program.hlo_text, platform=platform_label(settings),
+        memory=MemoryStats(**program.memory) if program.memory else None,
+        live_range_text=program.live_range_text, buffer_assignment_text=program.buffer_assignment_text,
+        output_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
+        ) or None,
+        xla_cost=program.cost,
+    )
+    return analyze_target(name, module, facts, settings.pass_config()), program, module
+
+
+def _beside_path(hlo_path: str, report: str) -> str:
+    """Where XLA's report for the same module is: ``...after_optimizations-<report>.txt``
+    next to a dump, or ``NAME.<report>.txt`` next to ``NAME.hlo``."""
+    if HLO_SUFFIX.search(hlo_path):
+        return HLO_SUFFIX.sub(f"after_optimizations-{report}.txt", hlo_path)
+    return os.path.splitext(hlo_path)[0] + f".{report}.txt"
+
+
+def _beside(hlo_path: str, report: str) -> str | None:
+    candidate = _beside_path(hlo_path, report)
+    return read_input_text(candidate) if os.path.lexists(candidate) else None
+
+
+def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
+    from ...passes.hlo.errors import HloParseError
+    from ...passes.hlo.memory import MalformedReport
+
+    text = read_input_text(path)
+    try:
+        return analyze_hlo_only(
+            name or dump_module_name(path), text, platform="as dumped (compiled HLO)",
+            buffer_assignment_text=_beside(path, "buffer-assignment"),
+            live_range_text=_beside(path, "live-range"), config=settings.pass_config(),
+        )
+    except HloParseError as e:
+        raise ShardLintInputError(path, f"not compiled HLO text: {e}") from None
+    except MalformedReport as e:
+        raise ShardLintInputError(_beside_path(path, "buffer-assignment"), str(e)) from None
+
+
+def check_path(path: str, settings: Settings, devices: list | None = None) -> list[TargetReport]:
+    """Analyse one checked-in program (or every module of a dump directory) on
+    the run's devices."""
+    kind = kind_of(path)
+    if kind != "dump":
+        check_input_file(path)
+    isolation.phase(path, "reading it")
+    if kind == "dump":
+        files = dump_directory_modules(path)
+        names = [dump_module_name(f) for f in files]
+        # A function compiled twice (module_0000.jit_f, module_0038.jit_f) is two
+        # programs: each keeps the dump's own module number in its name.
+        return [analyze_hlo_file(f, settings, name if names.count(name) == 1 else numbered_module_name(f))
+                for f, name in zip(files, names)]
+    if kind == "hlo":
+        return [analyze_hlo_file(path, settings)]
+    if kind == "mlir":
+        module, text = read_mlir(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        n = read_entry_signature(module).num_partitions
+    else:
+        text, n = read_export(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+    check_device_count(path, n)
+    pool = devices if devices is not None else jax_adapter.cpu_devices()
+    if n > len(pool):
+        raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
+    report, _, _ = analyze_text(name, text, settings, path, devices=pool)
+    taken_on = snapshot_platform(path) if kind == "mlir" else None
+    if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
+        report = report.model_copy(update={"warnings": [
+            f"this snapshot was taken on {taken_on} but these figures come from a CPU compile; "
+            f"use --platform {taken_on.split()[0]}"]})
+    return [report]

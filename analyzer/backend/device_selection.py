@@ -1,0 +1,110 @@
+"""The platform a run compiles for: its devices (virtual CPUs, a GPU or TPU target, the GPUs
+at hand), its label in reports, and the warnings when the budget is another device's.
+"""
+
+from __future__ import annotations
+
+
+
+from ...passes.common.byte_sizes import format_bytes
+from ..adapter import jax_adapter
+from ..platforms import devices as run_devices
+from ..context.config import Settings
+from ..platforms.presets import find_preset
+from ..platforms.target_memory import target_memory
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
+from ..platforms.tpu_targets import resolve_target, tpu_devices
+from ..errors import ShardLintInputError
+
+
+
+def platform_label(settings: Settings) -> str:
+    if settings.platform == "cpu":
+        return "cpu (virtual devices)"
+    if settings.platform == "gpu":
+        return f"gpu ({jax_adapter.device_kind_summary()})"
+    if settings.platform in TPU_TARGETS:
+        target = resolve_target(settings.platform, settings.devices, settings.topology)
+        hosts = len({d.process_index for d in run_devices.selected() or []})
+        over = f" over {hosts} hosts" if hosts > 1 else ""
+        return (f"{settings.platform} (compiled for {target.num_devices} x {settings.platform.upper()}, topology "
+                f"{target.topology_name}{over}, without one)")
+    hosts = f", {settings.hosts} hosts" if settings.hosts > 1 else ""
+    return f"{settings.platform} (compiled for {settings.devices} x {settings.platform.upper()} without one{hosts})"
+
+
+def select_run_devices(settings: Settings) -> list:
+    """Configure JAX and choose the devices this run compiles for."""
+    try:
+        jax_adapter.configure_devices(settings.platform, settings.devices)
+    except RuntimeError as e:
+        raise ShardLintInputError("--devices", str(e)) from None
+    if settings.platform in GPU_TARGETS:
+        chosen = target_devices(load_target(settings.platform, settings.target_config), settings.devices,
+                                settings.hosts)
+    elif settings.platform in TPU_TARGETS:
+        tpu = resolve_target(settings.platform, settings.devices, settings.topology)
+        chosen = tpu_devices(tpu)
+        settings.devices, settings.topology = len(chosen), tpu.topology
+    elif settings.platform == "gpu":
+        chosen = jax_adapter.gpu_devices()
+    else:
+        chosen = None
+    settings.default_budget()  # the commands' settings have it already; a library caller's may not
+    run_devices.select(chosen)
+    return run_devices.selected()
+
+
+# A device preset that is no compile target, and the target that compiles for it.
+_TARGET_FOR_PRESET = {"h100-nvl": "h100"}
+
+
+def run_warnings(settings: Settings) -> list[str]:
+    """A budget taken from one device's preset while the figures come from
+    another platform's compile: said, since the verdict mixes the two."""
+    preset = find_preset(settings.budget_source) if settings.budget_source else None
+    if preset is None or preset.name == settings.platform:
+        return []
+    target = _TARGET_FOR_PRESET.get(preset.name, preset.name)
+    budget = f"the budget is the {preset.name} preset's ({format_bytes(settings.budget_bytes or preset.memory_bytes)})"
+    if settings.platform == "cpu":
+        kind = "TPU" if target in TPU_TARGETS else "GPU"
+        return [f"{budget} but the figures come from a CPU compile, which can differ a lot from a {kind}'s: use "
+                f"--platform {target} for {kind} figures"]
+    if settings.platform in ACCELERATOR_TARGETS and target != settings.platform:
+        own = target_memory(settings.platform)
+        return [f"{budget} but the figures come from a {settings.platform} compile, whose devices have "
+                f"{format_bytes(own) if own else 'other memory'}: drop --device (the target's own memory is the "
+                f"budget) or compile for it with --platform {target}"]
+    return []
+
+
+def check_lowered_for(lowered, name: str, settings: Settings, where: str) -> None:
+    if settings.platform not in ACCELERATOR_TARGETS:
+        return
+    assignment = jax_adapter.device_assignment(lowered)
+    if assignment and assignment[0].platform == "cpu":
+        raise ShardLintInputError(
+            where, f"target {name!r} was lowered for CPU devices, not the {settings.platform}'s: build the mesh over "
+            "the devices the tool selects (take mesh_devices= in shard_lint_targets, or use "
+            "jax_shard_lint.analyzer.mesh(shape, names))"
+        )
+
+
+def check_gpu_platform(settings: Settings) -> int | None:
+    """The number of GPUs for --platform gpu; a clear error when there are none."""
+    if settings.platform != "gpu":
+        return None
+    gpus = jax_adapter.gpu_devices()
+    if not gpus:
+        raise ShardLintInputError(
+            "--platform gpu", "JAX sees no GPU (is jax[cuda12] installed and a GPU visible?); "
+            "use --platform cpu for virtual CPU devices"
+        )
+    return len(gpus)
+
+
+def device_processes(lowered) -> tuple[int, ...] | None:
+    """The host of each logical device a program was lowered for, when they span several."""
+    processes = tuple(d.process_index for d in jax_adapter.device_assignment(lowered))
+    return processes if len(set(processes)) > 1 else None

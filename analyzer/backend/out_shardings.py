@@ -1,0 +1,248 @@
+"""The ``out_shardings=`` text a user pastes, built from the program's real output
+pytree and checked before it is shown.
+
+Paths alone (``result[1][0].mu['w']``) cannot say what container a level is
+(optax's ``ScaleByAdamState``, ``EmptyState``, an ``nnx.State``, an Equinox
+module), so the text is built from the pytrees JAX kept on the ``Lowered``:
+
+- an output subtree that is an input subtree coming back, leaf for leaf, is
+  written structurally, ``jax.tree.map(lambda x: x.sharding, opt_state)``, with the
+  argument names the user's function uses;
+- tuples, lists, dicts and single arrays are written out, each leaf as
+  ``NamedSharding(mesh, P(...))``;
+- a subtree of another type whose leaves need nothing pinned is ``None`` (XLA
+  chooses, as it did).
+
+Before a text is shown it is evaluated with the argument names bound to the
+abstract inputs, matched against the output tree the way ``jax.jit`` matches an
+``out_shardings`` prefix (JAX's own code, through jax_adapter), and each output's
+resulting sharding compared with the intended one. A text that fails is not shown.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...passes.models.report import TensorInfo
+from ...passes.common.sharding_text import named_sharding_text, normalized
+from ...passes.common.pytree_paths import path_keys
+from ...passes.stablehlo.state_roundtrip import RoundTrip, mismatched
+from ..adapter import jax_adapter
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class OutShardingsSuggestion:
+    text: str | None
+    problem: str | None = None  # why no text is shown
+
+
+def _keys_text(path: tuple) -> str | None:
+    """Python for a key path, or None where a key has no Python spelling."""
+    import jax
+
+    out = []
+    for k in path:
+        if isinstance(k, jax.tree_util.SequenceKey):
+            out.append(f"[{k.idx}]")
+        elif isinstance(k, jax.tree_util.DictKey) and isinstance(k.key, (str, int)):
+            out.append(f"[{k.key!r}]")
+        elif isinstance(k, jax.tree_util.GetAttrKey) and _IDENTIFIER.match(k.name):
+            out.append(f".{k.name}")
+        else:
+            return None
+    return "".join(out)
+
+
+class _Tree:
+    """A pytree whose leaves are numbered in flatten order, walked one level at a time."""
+
+    def __init__(self, tree: Any):
+        import jax
+
+        self.jax = jax
+        self.tree = tree
+        leaves = jax.tree_util.tree_leaves(tree)
+        self.index = {id(leaf): i for i, leaf in enumerate(leaves)}
+        self.n = len(leaves)
+
+    def children(self, node: Any) -> list[tuple[Any, Any]]:
+        """(key, child) one level down; None children are kept."""
+        flat, _ = self.jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+        return [(path[0], child) for path, child in flat]
+
+    def is_leaf(self, node: Any) -> bool:
+        return id(node) in self.index
+
+    def leaf_range(self, node: Any) -> list[int]:
+        return [self.index[id(x)] for x in self.jax.tree_util.tree_leaves(node)]
+
+    def structure(self, node: Any):
+        return self.jax.tree_util.tree_structure(node)
+
+
+def _arg_names(inputs: tuple[TensorInfo, ...], args_tree: _Tree, args: Any) -> dict[int, str]:
+    """The user's name of each positional argument (``params``), from the
+    StableHLO argument paths, where the function's signature gave one."""
+    names: dict[int, str] = {}
+    for i, (_, arg) in enumerate(args_tree.children(args)):
+        leaves = args_tree.leaf_range(arg)
+        if not leaves or leaves[0] >= len(inputs):
+            continue
+        base, _ = path_keys(inputs[leaves[0]].path)
+        if base and base != "args" and _IDENTIFIER.match(base):
+            names[i] = base
+    return names
+
+
+def _input_subtrees(args_tree: _Tree, args: Any, names: dict[int, str]) -> dict[int, list[tuple[Any, str, Any]]]:
+    """Input subtrees by their first leaf: (structure, Python expression, node)."""
+    out: dict[int, list[tuple[Any, str, Any]]] = {}
+
+    def walk(node, expr):
+        leaves = args_tree.leaf_range(node)
+        if leaves:
+            out.setdefault(leaves[0], []).append((args_tree.structure(node), expr, node))
+        if args_tree.is_leaf(node) or node is None:
+            return
+        for key, child in args_tree.children(node):
+            text = _keys_text((key,))
+            if text is not None:
+                walk(child, expr + text)
+
+    for i, (_, arg) in enumerate(args_tree.children(args)):
+        if i in names:
+            walk(arg, names[i])
+    return out
+
+
+def build_text(
+    lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+    pair_of: dict[int, int],
+) -> str:
+    """The text for ``intended`` shardings (mesh axes per dim, per flattened output)."""
+    args, out_info = lowered.args_info[0], lowered.out_info  # out_info is rebuilt on every access
+    args_tree, out_tree = _Tree(args), _Tree(out_info)
+    names = _arg_names(inputs, args_tree, args)
+    by_first = _input_subtrees(args_tree, args, names)
+
+    def same_as_input(node) -> str | None:
+        leaves = out_tree.leaf_range(node)
+        if not leaves or leaves[0] not in pair_of:
+            return None
+        structure = out_tree.structure(node)
+        for in_structure, expr, in_node in by_first.get(pair_of[leaves[0]], []):
+            if in_structure != structure:
+                continue
+            in_leaves = args_tree.leaf_range(in_node)
+            if all(pair_of.get(o) == i and normalized(intended[o], len(outputs[o].shape))
+                   == normalized(inputs[i].sharding, len(inputs[i].shape)) for o, i in zip(leaves, in_leaves)):
+                return expr
+        return None
+
+    def render(node) -> str:
+        if node is None:
+            return "None"
+        if out_tree.is_leaf(node):
+            s = intended[out_tree.index[id(node)]]
+            return named_sharding_text(s) if s is not None else "None"
+        expr = same_as_input(node)
+        if expr is not None:
+            return f"jax.tree.map(lambda x: x.sharding, {expr})"
+        kids = out_tree.children(node)
+        if type(node) is tuple:
+            items = [render(c) for _, c in kids]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if type(node) is list:
+            return "[" + ", ".join(render(c) for _, c in kids) + "]"
+        if type(node) is dict:
+            return "{" + ", ".join(f"{k.key!r}: {render(c)}" for k, c in kids) + "}"
+        leaves = out_tree.leaf_range(node)
+        if all(normalized(intended[o], len(outputs[o].shape)) == normalized(outputs[o].sharding, len(outputs[o].shape))
+               for o in leaves):
+            return "None"  # nothing to pin in a container we cannot spell
+        raise ValueError(f"output subtree of type {type(node).__name__} needs pinning but is not an input coming back")
+
+    return "out_shardings=" + render(out_info)
+
+
+def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, Any] | str:
+    """What a pasted text may name: ``jax``, ``NamedSharding``, ``P``, ``mesh`` and each
+    argument's own name bound to its abstract input on ``inputs``' shardings; a str
+    says why there is none."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax_adapter.lowered_mesh(lowered)
+    if mesh is None:
+        return "the program has no named mesh"
+    args = lowered.args_info[0]
+    args_tree = _Tree(args)
+    flat_inputs = [
+        jax.ShapeDtypeStruct(tuple(t.shape), jax_adapter.arg_info_dtype(leaf),
+                             sharding=NamedSharding(mesh, P(*[tuple(a) if a else None for a in (t.sharding or [])])))
+        for t, leaf in zip(inputs, jax.tree_util.tree_leaves(args))
+    ]
+    if len(flat_inputs) != args_tree.n:
+        return "the inputs do not match the program's argument tree"
+    bound = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), flat_inputs)
+    namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh}
+    for i, name in _arg_names(inputs, args_tree, args).items():
+        namespace[name] = bound[i]
+    return namespace
+
+
+def check_text(
+    text: str, lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+) -> str | None:
+    """None when pasting ``text`` into ``jax.jit`` gives every output its intended
+    sharding; else what goes wrong."""
+    namespace = paste_namespace(lowered, inputs)
+    if isinstance(namespace, str):
+        return namespace
+    try:
+        value = eval(text.removeprefix("out_shardings="), namespace)  # our own text, built above
+        flat = jax_adapter.flatten_out_shardings(value, lowered.out_tree, len(outputs))
+    except Exception as e:  # the text does not paste: JAX's own message says why
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    for o, (got, want) in enumerate(zip(flat, intended)):
+        if got is None:
+            if normalized(want, len(outputs[o].shape)) != normalized(outputs[o].sharding, len(outputs[o].shape)):
+                return f"{outputs[o].path} would be left to XLA"
+            continue
+        axes = jax_adapter.sharding_axes(got, len(outputs[o].shape))
+        if normalized(axes, len(outputs[o].shape)) != normalized(want, len(outputs[o].shape)):
+            return f"{outputs[o].path} would get {axes}, not {want}"
+    return None
+
+
+def suggest(
+    lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...],
+    roundtrips: tuple[RoundTrip, ...],
+) -> OutShardingsSuggestion:
+    """The checked ``out_shardings=`` text pinning every state output to its
+    input's layout; text None when nothing needs pinning or nothing checks."""
+    fixes = {rt.output.index: rt.input.sharding for rt in mismatched(roundtrips)}
+    if not fixes:
+        return OutShardingsSuggestion(None)
+    intended = [fixes.get(o.index, o.sharding) for o in outputs]
+    pair_of = {rt.output.index: rt.input.index for rt in roundtrips}
+    return suggest_for(lowered, inputs, outputs, intended, pair_of)
+
+
+def suggest_for(
+    lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+    pair_of: dict[int, int],
+) -> OutShardingsSuggestion:
+    """The checked text giving each output its ``intended`` sharding."""
+    try:
+        text = build_text(lowered, inputs, outputs, intended, pair_of)
+    except (ValueError, TypeError, AttributeError) as e:
+        return OutShardingsSuggestion(None, f"no out_shardings text could be built: {e}")
+    problem = check_text(text, lowered, inputs, outputs, intended)
+    if problem is not None:
+        return OutShardingsSuggestion(None, f"the out_shardings text did not check ({problem}); not shown")
+    return OutShardingsSuggestion(text)

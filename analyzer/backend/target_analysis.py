@@ -1,0 +1,116 @@
+"""One lowered target analysed: compiled by XLA (the one builder of CompiledFacts), its
+StableHLO read on a second thread meanwhile, the pass pipeline run, and the propagation
+behind a finding's provenance run only when a finding asks for it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+from ...passes.hlo.memory import MemoryStats
+from ...passes.models.report import TargetReport
+from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ...passes.pipeline import CompiledFacts, analyze_target
+from ...passes.propagation.predicted_communication import predict
+from ...passes.propagation.report import run_propagation
+from ...passes.stablehlo.module import read_entry_signature, read_entry_sources
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from .out_shardings import suggest as suggest_out_shardings
+from ..errors import ShardLintInputError, one_line
+from ..context.display_paths import display_source
+from .device_selection import device_processes, platform_label
+
+
+
+def compiled_facts(lowered, platform: str) -> CompiledFacts:
+    program = jax_adapter.compile_lowered(lowered)
+    out_info = _flat_avals(lowered.out_info)
+    in_info = _flat_avals(lowered.in_avals)
+    return CompiledFacts(
+        hlo_text=program.hlo_text,
+        platform=platform,
+        memory=MemoryStats(**program.memory) if program.memory else None,
+        live_range_text=program.live_range_text,
+        buffer_assignment_text=program.buffer_assignment_text,
+        output_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.output_shardings, out_info)
+        ) or None,
+        input_shardings=tuple(
+            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
+        ) or None,
+        device_processes=device_processes(lowered),
+        xla_cost=program.cost,
+    )
+
+
+def _flat_avals(tree):
+    import jax
+
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+class _Background:
+    """A pass run on another thread while XLA compiles (XLA's compile releases the
+    GIL): reading the StableHLO's entry signature costs no wall time there."""
+
+    def __init__(self, fn, *args):
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args):
+        try:
+            self.result = fn(*args)
+        except Exception as e:  # reported when the result is asked for
+            self.error = e
+
+    def get(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _stablehlo_entry(text: str, ownership):
+    """What the StableHLO alone tells, on a copy of the module in a context of its
+    own (the compile on the main thread uses the original's): the entry signature
+    and source lines, and the copy itself, for the propagation behind a finding's
+    provenance."""
+    module = jax_adapter.parse_stablehlo(text)
+    return module, (read_entry_signature(module), read_entry_sources(module, ownership))
+
+
+def _provenance_facts(module, ownership):
+    """Our propagation and its predicted communication, run only when a finding asks
+    for its provenance. (It once ran beside every compile, on the second core: XLA's
+    CPU compile uses more than one, and the propagation slowed it by 10-20% on the
+    scale benchmark's clean programs, which never read it.)"""
+    try:
+        propagated = run_propagation(module, ownership)
+        return propagated, predict(propagated.graph)
+    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
+        return None, None  # provenance, never the lint (it ran only for them before)
+
+
+def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
+    module = jax_adapter.stablehlo_module(lowered)
+    ownership = settings.ownership()
+    background = _Background(_stablehlo_entry, jax_adapter.stablehlo_text(lowered), ownership)
+    try:
+        facts = compiled_facts(lowered, platform_label(settings))
+    except Exception as e:  # XLA rejects the program: the user's input, not our bug
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+
+    def out_shardings_hook(inputs, outputs, roundtrips):
+        s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)
+        return s.text, s.problem
+
+    copy, entry = background.get()
+    report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
+    if any(f.rule in EXPLAINED_RULES for f in report.findings):
+        propagated, predicted = _provenance_facts(copy, ownership)
+        if propagated is not None:
+            report = attach_provenance(report, propagated, display_source, predicted)
+    return report

@@ -1,0 +1,344 @@
+"""The ``jax-shard-lint`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from .. import __version__
+from ..errors import ShardLintInputError
+from ..platforms.gpu_targets import PLATFORMS
+
+from ..exit_codes import EXIT_INPUT, EXIT_INTERNAL
+from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
+
+
+def _check_timeout(args: argparse.Namespace) -> None:
+    """A positive, finite number of seconds: nan, inf, 0 and -1 would each disable the limit."""
+    import math
+
+    value = getattr(args, "timeout", None)
+    if value is not None and not (math.isfinite(value) and 0 < value <= 7 * 24 * 3600):
+        raise ShardLintInputError("--timeout", f"must be a positive number of seconds (at most a week), got {value}")
+
+
+def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", action="append", default=[], metavar="NAME",
+                   help="lint only this target (repeatable); default: all the script returns")
+    p.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="number of virtual CPU devices (default 8, or devices= in the config)")
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
+                   help="cpu: virtual CPU devices (default); gpu: the GPUs JAX sees; h100, h200, b200, a100-80g, "
+                   "a100-40g: compile for that GPU without one (needs jax-shard-lint[gpu]); tpu-v4, tpu-v5e, "
+                   "tpu-v5p, tpu-v6e: compile for that TPU without one (needs jax-shard-lint[tpu])")
+    p.add_argument("--topology", metavar="GRID",
+                   help="for a TPU target: the slice, e.g. 2x4 (v5e, v6e) or 4x4x4 (v4, v5p); its device count "
+                   "and hosts are the slice's (default: the most square grid of --devices)")
+    p.add_argument("--target-config", metavar="FILE",
+                   help="your own GpuTargetConfigProto text for a GPU platform (instead of the bundled spec)")
+    p.add_argument("--hosts", type=int, default=None, metavar="N",
+                   help="for a GPU target: spread the devices over N hosts; collectives are then classed as "
+                   "within a host or across hosts")
+    p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
+                   help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
+    _add_rule_args(p)
+
+
+def _add_rule_args(p: argparse.ArgumentParser) -> None:
+    """The budget, thresholds, ignored rules and config file: every analysing command's."""
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget", metavar="SIZE", help="per-device memory budget, e.g. 80GiB")
+    budget.add_argument("--device", metavar="KIND",
+                        help="budget from a device preset: h100, h200, b200, a100-80g, a100-40g, tpu-v4, tpu-v5e, "
+                        "tpu-v5p, tpu-v6e")
+    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a rule threshold, e.g. --threshold replicating-collective-bytes=128MiB")
+    p.add_argument("--ignore", action="append", default=[], metavar="CODE", help="disable a rule (repeatable)")
+    p.add_argument("--config", metavar="PYPROJECT",
+                   help="read [tool.jax-shard-lint] from this file (default: the nearest pyproject.toml "
+                   "above the script)")
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("terminal", "json", "html", "sarif", "markdown"), default="terminal",
+                   help="terminal (default), json, html (one self-contained file; use with -o), sarif (2.1.0, for "
+                   "code scanning) or markdown (a pull-request comment)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jax-shard-lint",
+        description="Find the collectives, memory peak and sharding mistakes of a JAX program before it runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"jax-shard-lint {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # --debug works before or after the command; SUPPRESS keeps a subcommand's
+    # default from overwriting a --debug given before it.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show Python tracebacks for errors, and what native code wrote to stderr")
+    # Every command but `run`, whose --timeout has always meant the script's limit (its parser takes it below).
+    debug_and_timeout = argparse.ArgumentParser(add_help=False, parents=[debug])
+    debug_and_timeout.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                                   help=f"stop after this long and exit 2 (default {DEFAULT_TIMEOUT_S:g}); the command "
+                                   "runs in a child process, so a hang or crash in the script or in XLA is one line "
+                                   "too")
+
+    lint = sub.add_parser("lint", parents=[debug_and_timeout],
+                          help="lower and compile a script's targets and report findings")
+    lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(lint)
+    _add_output_args(lint)
+    lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
+                      help="exit 1 when a finding reaches this severity (default error)")
+
+    runp = sub.add_parser("run", parents=[debug],
+                          help="run an unmodified script as __main__ and lint every program it compiles")
+    runp.add_argument("script", help="the script to run")
+    runp.add_argument("args", nargs="*", metavar="ARGS",
+                      help="arguments for the script: everything after --")
+    runp.add_argument("--max-programs", type=int, default=50, metavar="N", help="report at most N programs (50)")
+    runp.add_argument("--only", metavar="REGEX", help="only programs whose name matches (e.g. 'train_step')")
+    runp.add_argument("--all", action="store_true", help="include single-device programs (eager ops)")
+    runp.add_argument("--devices", type=int, default=None, metavar="N",
+                      help="give the script N virtual CPU devices (sets XLA's host device count)")
+    runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                      help="stop the script after this long and report what it compiled (the analysis after it "
+                      f"gets {RUN_ANALYSIS_MARGIN_S:g} s more; default: {DEFAULT_TIMEOUT_S:g} s in all)")
+    _add_rule_args(runp)
+    runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+    _add_output_args(runp)
+
+    fitp = sub.add_parser("fit", parents=[debug_and_timeout],
+                          help="find the largest value of a parameter whose per-device peak fits the budget")
+    fitp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    fitp.add_argument("--param", required=True, metavar="NAME", help="the shard_lint_targets parameter to size")
+    fitp.add_argument("--multiple-of", type=int, default=1, metavar="K",
+                      help="only values that are multiples of K (e.g. the data axis size)")
+    fitp.add_argument("--range", default="1:65536", metavar="LO:HI", help="values to consider (default 1:65536)")
+    _add_common_compile_args(fitp)
+    fitp.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    fitp.add_argument("-o", "--output", metavar="FILE")
+    fitp.add_argument("-q", "--quiet", action="store_true")
+
+    swp = sub.add_parser("sweep", parents=[debug_and_timeout],
+                         help="compile a script's targets for several meshes or parameter values and rank them by "
+                         "estimated step time among those that fit the budget")
+    swp.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    swp.add_argument("--mesh", action="append", default=[], metavar="SHAPE",
+                     help="a mesh shape to try, e.g. 4x2, passed to shard_lint_targets as mesh_shape=(4, 2) "
+                     "(repeatable)")
+    swp.add_argument("--mesh-param", default="mesh_shape", metavar="NAME",
+                     help="the shard_lint_targets parameter --mesh sets (default mesh_shape)")
+    swp.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                     help="a parameter to vary, e.g. --grid batch=16,32 (repeatable; every combination runs)")
+    swp.add_argument("--jobs", type=int, default=1, metavar="N", help="compile N candidates at once in child "
+                     "processes (default 1: one after another in this process)")
+    _add_common_compile_args(swp)
+    swp.add_argument("--format", choices=("terminal", "json", "html", "markdown"), default="terminal")
+    swp.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    swp.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+    prop = sub.add_parser("propagate", parents=[debug_and_timeout],
+                          help="propagate shardings over StableHLO: values, provenance, predicted communication")
+    prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
+                      help="a script (as for lint) or a StableHLO .mlir file")
+    _add_common_compile_args(prop)
+    _add_output_args(prop)
+    prop.add_argument("--explain", action="append", default=[], metavar="VALUE",
+                      help="show how VALUE got its sharding: an SSA name (%%3), a source FILE:LINE, or an input or "
+                      "output pytree path (state['w'], result[0])")
+    prop.add_argument("--no-compile", action="store_true",
+                      help="do not compile to match predicted communication against XLA's")
+    prop.add_argument("--all-values", action="store_true",
+                      help="list every value (default: the 200 largest; --explain adds the ones it names)")
+
+    rw = sub.add_parser("rewrite", parents=[debug_and_timeout],
+                        help="pin output shardings in the StableHLO, recompile, compare, and optionally run both")
+    rw.add_argument("script", metavar="SCRIPT|FILE.mlir", help="a script (as for lint) or a StableHLO .mlir file")
+    _add_common_compile_args(rw)
+    _add_output_args(rw)
+    rw.add_argument("--out", action="append", default=[], metavar="PATH=SPEC",
+                    help="pin an output: PATH is its pytree path or index, SPEC a PartitionSpec, e.g. "
+                    "--out \"result[0]['w']=P('data', 'model')\" (repeatable)")
+    rw.add_argument("--from-inputs", action="store_true",
+                    help="pin every state output to the sharding of the input it corresponds to (the default "
+                    "when no --out is given)")
+    rw.add_argument("--validate", action="store_true",
+                    help="run both versions on the devices at hand and compare outputs, shardings and time")
+    rw.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs per version (default 10)")
+
+    sg = sub.add_parser("suggest", parents=[debug_and_timeout],
+                        help="choose argument and result shardings by solving an ILP under the memory budget, "
+                        "compile them beside the written ones and baselines, and print the in/out_shardings text")
+    sg.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(sg)
+    _add_output_args(sg)
+    sg.add_argument("--axes", default=None, metavar="A,B",
+                    help="the mesh axes the solver may shard over (default: every axis larger than 1)")
+    sg.add_argument("--fix", action="append", default=[], metavar="PATH[=SPEC]",
+                    help="keep an argument (or every argument under a pytree path) as written, or at SPEC, e.g. "
+                    "--fix tokens or --fix \"params['embed']=P(None, 'tp')\" (repeatable)")
+    sg.add_argument("--solver", choices=("auto", "ilp", "local"), default="auto",
+                    help="ilp (HiGHS), local (a local search), or auto: the ILP up to 300,000 variables")
+    sg.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                    help="the ILP's time limit per solve (default 60); the gap says how close it got")
+
+    snap = sub.add_parser("snapshot", parents=[debug_and_timeout],
+                          help="write each target's StableHLO, metadata and a baseline into a directory")
+    snap.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
+    _add_common_compile_args(snap)
+    snap.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the snapshot to")
+    snap.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+
+    chk = sub.add_parser("check", parents=[debug_and_timeout],
+                         help="analyse checked-in programs (.mlir, XLA dumps, compiled HLO, jax.export) without "
+                         "running Python from them")
+    chk.add_argument("paths", nargs="+", metavar="PATH",
+                     help="StableHLO .mlir, *after_optimizations*.txt or .hlo, an XLA dump directory, or a "
+                     "jax.export artifact")
+    _add_common_compile_args(chk)
+    _add_output_args(chk)
+    chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+
+    gt = sub.add_parser("gate", parents=[debug_and_timeout],
+                        help="compare the current analysis with a baseline and fail on regressions")
+    gt.add_argument("paths", nargs="*", metavar="SCRIPT|PATH",
+                    help="a script, or fixture paths; default: the .mlir snapshots beside the baseline")
+    gt.add_argument("--baseline", required=True, metavar="FILE|DIR", help="baseline.json or the snapshot directory")
+    gt.add_argument("--update", action="store_true", help="rewrite the baseline from the current analysis")
+    gt.add_argument("--max-peak-increase", default=None, metavar="PCT", help="default 2%%")
+    gt.add_argument("--max-collective-increase", default=None, metavar="PCT", help="default 5%%")
+    gt.add_argument("--max-time-increase", default=None, metavar="PCT",
+                    help="estimated step time (same device model as the baseline's); default 5%%")
+    gt.add_argument("--new-collective-bytes", default=None, metavar="SIZE",
+                    help="smallest new all-gather or all-to-all (bytes per step) that fails the gate; default 1MiB")
+    _add_common_compile_args(gt)
+    gt.add_argument("--format", choices=("terminal", "markdown", "json"), default="terminal")
+    gt.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
+    gt.add_argument("-q", "--quiet", action="store_true")
+
+    sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
+    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep",
+                                                            "suggest"),
+                     help="which report (default lint; check writes the lint report too)")
+
+    sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")
+    rule = sub.add_parser("rule", parents=[debug_and_timeout], help="print a rule's documentation")
+    rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
+    return parser
+
+
+def check_output_path(args: argparse.Namespace) -> None:
+    """``-o`` never overwrites an input (the script, a fixture, a baseline) and a
+    report file is never written onto a directory or into a missing one."""
+    output = getattr(args, "output", None)
+    if not output:
+        return
+    inputs = []
+    if getattr(args, "script", None):
+        inputs.append(args.script.split(":")[0] if not os.path.exists(args.script) else args.script)
+    inputs += list(getattr(args, "paths", None) or [])
+    if getattr(args, "baseline", None):
+        inputs.append(args.baseline)
+    target = os.path.realpath(output)
+    for path in inputs:
+        if os.path.exists(path) and os.path.realpath(path) == target:
+            raise ShardLintInputError("-o", f"{output} is an input of this run; the report would overwrite it")
+    if args.command == "snapshot":
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise ShardLintInputError("-o", f"{output} is a file, not a directory to write the snapshot to")
+        return
+    if os.path.isdir(output):
+        raise ShardLintInputError("-o", f"{output} is a directory; name a file to write the report to")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise ShardLintInputError("-o", f"the folder {parent} does not exist")
+
+
+def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = build_parser()
+    # Everything after the first -- belongs to the script that `run` runs.
+    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if getattr(args, "command", None) == "run":
+        args.args = list(args.args) + passthrough
+    return parser, args
+
+
+def _first_input(args: argparse.Namespace) -> str:
+    """The file a crash or a timeout is reported against until the child names one."""
+    for value in (getattr(args, "script", None), *(getattr(args, "paths", None) or []),
+                  getattr(args, "baseline", None)):
+        if value:
+            return value
+    return args.command
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: parse the arguments here, run the command in a
+    supervised child (see supervisor.py)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, args = _parse(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_INPUT
+    if in_process():
+        return run_command(argv)
+    try:
+        _check_timeout(args)
+    except ShardLintInputError as e:
+        print(f"jax-shard-lint: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.command == "run":
+        limit = (args.timeout + RUN_ANALYSIS_MARGIN_S) if args.timeout else DEFAULT_TIMEOUT_S
+    else:
+        limit = args.timeout or DEFAULT_TIMEOUT_S
+    return supervise(argv, _first_input(args), limit, args.debug)
+
+
+def run_command(argv: list[str]) -> int:
+    """The command itself, in this process (the supervised child, and the tests)."""
+    # XLA logs every dump and device at INFO on stderr; keep warnings and errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from ..adapter.native_stderr import quiet_native_stderr
+
+    with quiet_native_stderr():
+        import jax  # noqa: F401  (loading JAX's plugins is where native code writes to stderr)
+    parser, args = _parse(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_INPUT
+    try:
+        from .dispatch import COMMANDS
+
+        _check_timeout(args)
+        check_output_path(args)
+        return COMMANDS[args.command](args)
+    except ShardLintInputError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except RecursionError as e:  # a structure nested past Python's stack, in input no reader bounded
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: error: {_first_input(args)}: nested too deeply to analyse ({e})", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as e:  # a bug in jax-shard-lint, not in the input
+        if args.debug:
+            traceback.print_exc()
+        print(f"jax-shard-lint: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

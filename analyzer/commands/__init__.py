@@ -1,0 +1,1 @@
+"""One module per command: what it does once its settings are known."""

@@ -1,0 +1,172 @@
+"""``jax-shard-lint fit``: the largest value of a target parameter (a batch size,
+a sequence length) whose compiled per-device peak fits the budget, by
+compile-only probes.
+
+Peaks are close to affine in such parameters, so two probes fit a line, the
+line predicts the answer, and compiles verify and refine it (a secant step
+through the two nearest probes, or halving the bracket when the line stops
+helping) until the answer fits and the next admissible value does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from ...passes.models.report import SCHEMA_VERSION, Model
+from .. import __version__
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError, one_line
+from ..backend.device_selection import select_run_devices
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+
+
+class Probe(Model):
+    value: int
+    peak_bytes: int
+    fits: bool
+
+
+class FitResult(Model):
+    schema_version: str = SCHEMA_VERSION
+    command: str = "fit"
+    tool_version: str
+    script: str
+    param: str
+    targets: list[str]
+    platform: str
+    budget_bytes: int
+    multiple_of: int
+    range: list[int]
+    value: int | None = Field(description="The answer; null when even the smallest admissible value does not fit.")
+    peak_bytes: int | None
+    next_value: int | None = Field(description="The next admissible value, shown not to fit (null at the range's end).")
+    next_peak_bytes: int | None
+    line_intercept_bytes: float | None = Field(description="Peak fitted as intercept + slope x value.")
+    line_slope_bytes: float | None
+    probes: list[Probe]
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    script: str
+    param: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    multiple_of: int = 1
+    lo: int = 1
+    hi: int = 65536
+
+
+class _Prober:
+    def __init__(self, request: FitRequest, settings: Settings, devices):
+        self.request, self.settings, self.devices = request, settings, devices
+        self.fn, self.where = load_entry(request.script)
+        self.base = parse_params(list(request.params))
+        self.cache: dict[int, int] = {}
+        self.order: list[int] = []
+        self.names: list[str] = []
+
+    def peak(self, value: int) -> int:
+        if value in self.cache:
+            return self.cache[value]
+        params = {**self.base, self.request.param: value}
+        targets = select_targets(
+            call_targets(self.fn, self.where, params, extra={"mesh_devices": self.devices}),
+            list(self.request.targets), self.where)
+        self.names = list(targets)
+        peak = 0
+        for name, lowered in targets.items():
+            try:
+                program = jax_adapter.compile_lowered(lowered, with_reports=False)
+            except Exception as e:
+                raise ShardLintInputError(self.where, f"target {name!r} failed to compile at "
+                                          f"{self.request.param}={value}: {one_line(e)}") from e
+            m = program.memory or {}
+            peak = max(peak, m.get("temp_bytes", 0) + m.get("argument_bytes", 0) + m.get("output_bytes", 0)
+                       - m.get("alias_bytes", 0))
+        self.cache[value] = peak
+        self.order.append(value)
+        return peak
+
+
+def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tuple[float, float] | None]:
+    """The largest multiple of k in [lo, hi] with peak(value) <= budget, assuming
+    the peak grows with the value; ``peak`` is called once per value probed."""
+    first = -(-lo // k) * k
+    last = hi // k * k
+    if first > last:
+        return None, None
+    if peak(first) > budget:
+        return None, None
+    good, bad = first, None  # the bracket: good fits; bad (when known) does not
+    second = min(last, max(first + k, (2 * first) // k * k))
+    line = None
+    if second > first:
+        p1, p2 = peak(first), peak(second)
+        slope = (p2 - p1) / (second - first)
+        line = (p1 - slope * first, slope)
+        if p2 <= budget:
+            good = second
+        else:
+            bad = second
+    points = sorted({first, second})
+    while True:
+        if bad is not None and bad - good <= k:
+            return good, line
+        if bad is None and good == last:
+            return good, line
+        # Secant through the two probes nearest the budget, clamped inside the bracket.
+        near = sorted(points, key=lambda v: abs(peak(v) - budget))[:2]
+        guess = None
+        if len(near) == 2 and near[0] != near[1]:
+            (a, pa), (b, pb) = sorted((v, peak(v)) for v in near)
+            slope = (pb - pa) / (b - a)
+            if slope > 0:
+                guess = int((budget - pa) / slope + a) // k * k
+        upper = (bad - k) if bad is not None else last
+        if guess is None or guess <= good or guess > upper or guess in points:
+            if bad is None:
+                guess = min(last, good * 2 // k * k if good * 2 // k * k > good else good + k)
+            else:
+                guess = (good + bad) // 2 // k * k
+                if guess <= good:
+                    guess = good + k
+        points.append(guess)
+        if peak(guess) <= budget:
+            good = guess
+            # Verify the answer's neighbour right away when the line says this is it.
+            nxt = guess + k
+            if nxt <= last and (bad is None or nxt < bad):
+                points.append(nxt)
+                if peak(nxt) > budget:
+                    bad = nxt
+                else:
+                    good = nxt
+        else:
+            bad = guess
+
+
+def fit(request: FitRequest, settings: Settings) -> FitResult:
+    if settings.budget_bytes is None:
+        raise ShardLintInputError("fit", "needs a budget: --budget SIZE or --device KIND (or a GPU --platform)")
+    if request.multiple_of < 1 or request.lo < 1 or request.hi < request.lo:
+        raise ShardLintInputError("--range", f"expected 1 <= LO <= HI, got {request.lo}:{request.hi}")
+    devices = select_run_devices(settings)
+    prober = _Prober(request, settings, devices)
+    value, line = search(prober.peak, settings.budget_bytes, request.lo, request.hi, request.multiple_of)
+    k = request.multiple_of
+    nxt = value + k if value is not None and value + k <= request.hi // k * k else None
+    from ..backend.device_selection import platform_label
+
+    return FitResult(
+        tool_version=__version__, script=request.script, param=request.param, targets=prober.names,
+        platform=platform_label(settings), budget_bytes=settings.budget_bytes, multiple_of=k,
+        range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,
+        next_value=nxt, next_peak_bytes=prober.cache.get(nxt) if nxt else None,
+        line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,
+        probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.cache[v] <= settings.budget_bytes)
+                for v in prober.order],
+    )

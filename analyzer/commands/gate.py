@@ -1,0 +1,186 @@
+"""``snapshot``, ``check`` and ``gate``: programs checked in as fixtures, their
+analysis kept as a baseline, and a merge check against it that never runs the
+model code of the change under review (``check`` and a bare ``gate`` read only
+the fixture files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from ...passes.compare.gate import compare, summarize
+
+from ...passes.models.gate import BASELINE_VERSION
+
+from ...passes.models.gate import Baseline, GateResult, GateThresholds
+from ...passes.models.report import LintReport, TargetReport
+from ...passes.rules.registry import rule_docs
+from ...reports.json_report import render_json
+from .. import __version__
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
+from ..backend.checked_in_analysis import check_path
+from ..inputs.limits import check_device_count
+from .lint import LintRequest, lint
+from ..context.display_paths import relativize
+from ..backend.device_selection import select_run_devices
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+
+BASELINE_FILE = "baseline.json"
+
+
+def _versions() -> dict:
+    jax_version, jaxlib_version = jax_adapter.versions()
+    return {"tool_version": __version__, "jax_version": jax_version, "jaxlib_version": jaxlib_version}
+
+
+def baseline_of(reports: list[TargetReport]) -> Baseline:
+    return Baseline(**_versions(), targets={r.name: summarize(r) for r in sorted(reports, key=lambda r: r.name)})
+
+
+def write_baseline(baseline: Baseline, path: str) -> None:
+    with open_output(path, "--baseline") as f:
+        f.write(render_json(baseline))
+
+
+def baseline_path(path: str) -> str:
+    return os.path.join(path, BASELINE_FILE) if os.path.isdir(path) else path
+
+
+def read_baseline(path: str) -> Baseline:
+    file = baseline_path(path)
+    if not os.path.exists(file):
+        raise ShardLintInputError(file, "no such baseline (create one with jax-shard-lint snapshot)")
+    text = read_input_text(file, MAX_BASELINE_BYTES, strict=True)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ShardLintInputError(file, f"not a jax-shard-lint baseline: invalid JSON at line {e.lineno}") from None
+    except RecursionError:
+        raise ShardLintInputError(file, "not a jax-shard-lint baseline: nested too deeply") from None
+    if not isinstance(data, dict) or "baseline_version" not in data:
+        raise ShardLintInputError(file, "not a jax-shard-lint baseline: no baseline_version")
+    if data["baseline_version"] != BASELINE_VERSION:
+        raise ShardLintInputError(
+            file, f"baseline version {data['baseline_version']} is not supported (this jax-shard-lint reads "
+            f"version {BASELINE_VERSION}); regenerate it with jax-shard-lint gate --update"
+        )
+    try:
+        return Baseline.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ShardLintInputError(file, f"not a jax-shard-lint baseline: {where}: {err['msg']}") from None
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    script: str
+    out_dir: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
+def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
+    """Write each target's StableHLO and metadata, and the baseline of all of them."""
+    try:
+        os.makedirs(request.out_dir, exist_ok=True)
+    except OSError as e:  # a read-only folder, a missing parent on /proc, a file in the way
+        raise ShardLintInputError("-o", f"cannot create the folder {request.out_dir}: {e.strerror or e}") from None
+    selected = select_run_devices(settings)
+    fn, where = load_entry(request.script)
+    targets = select_targets(
+        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": selected}),
+        list(request.targets), where)
+    for name in targets:
+        # The target's name becomes a file name (and, read back, the target's name again):
+        # never a path, never hidden.
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", name):
+            raise ShardLintInputError(where, f"target name {name!r} cannot be a snapshot file name: use letters, "
+                                      "digits, '_', '.' and '-'")
+    for name, lowered in targets.items():
+        with open_output(os.path.join(request.out_dir, f"{name}.mlir")) as f:
+            f.write(jax_adapter.stablehlo_text(lowered))
+    report = lint(LintRequest(request.script, tuple(targets), request.params), settings)
+    for t in report.targets:
+        meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
+                **_versions()}
+        with open_output(os.path.join(request.out_dir, f"{t.name}.meta.json")) as f:
+            f.write(json.dumps(meta, indent=2) + "\n")
+    write_baseline(baseline_of(report.targets), os.path.join(request.out_dir, BASELINE_FILE))
+    return report
+
+
+def check(paths: list[str], settings: Settings) -> LintReport:
+    """Analyse fixture files without executing any Python from them."""
+    needed = 0
+    for p in paths:
+        if p.endswith(".mlir") and os.path.isfile(p):
+            from ..inputs.checked_in import read_mlir
+            from ...passes.stablehlo.module import read_entry_signature
+
+            n = read_entry_signature(read_mlir(p)[0]).num_partitions
+            check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
+            needed = max(needed, n)
+    settings.devices = max(settings.devices, needed)
+    devices = select_run_devices(settings)
+    reports = [r for p in paths for r in check_path(p, settings, devices)]
+    names = [r.name for r in reports]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
+    report = LintReport(**_versions(), command="check", script=None, targets=reports,
+                        rules=rule_docs(frozenset(settings.ignore), settings.severities))
+    return relativize(report, os.getcwd())
+
+
+def snapshot_fixtures(directory: str) -> list[str]:
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".mlir"))
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    baseline: str
+    paths: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    update: bool = False
+    platform_given: bool = False
+
+
+def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -> tuple[GateResult, LintReport]:
+    file = baseline_path(request.baseline)
+    baseline = None if request.update and not os.path.exists(file) else read_baseline(request.baseline)
+    paths = list(request.paths)
+    if not paths:
+        if not os.path.isdir(request.baseline):
+            raise ShardLintInputError(request.baseline, "gate with no SCRIPT or PATH needs the snapshot directory")
+        paths = snapshot_fixtures(request.baseline)
+        if not paths:
+            raise ShardLintInputError(request.baseline, "no .mlir snapshots in this directory")
+        from ..inputs.checked_in import snapshot_platform
+        from ..platforms.gpu_targets import ACCELERATOR_TARGETS
+
+        taken = {(snapshot_platform(p) or "cpu").split()[0] for p in paths}
+        if not request.platform_given and len(taken) == 1 and next(iter(taken)) in ACCELERATOR_TARGETS:
+            # Compare like with like: re-analyse the snapshots for the GPU they were taken for.
+            settings.platform = next(iter(taken))
+    scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
+    if scripts and len(paths) > 1:
+        raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")
+    if scripts:
+        current = lint(LintRequest(scripts[0], (), request.params), settings)
+    else:
+        current = check(paths, settings)
+    summary = baseline_of(current.targets)
+    if request.update:
+        write_baseline(summary, file)
+        result = compare(summary, summary.targets, thresholds, file)
+    else:
+        result = compare(baseline, summary.targets, thresholds, file)
+    return result, current

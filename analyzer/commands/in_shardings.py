@@ -1,0 +1,85 @@
+"""The ``in_shardings=`` text a user pastes, built from the program's real
+argument pytree and checked before it is shown (as ``out_shardings.py`` does for
+outputs).
+
+Each positional argument is written as a literal where its containers are
+tuples, lists and dicts (``{'w': NamedSharding(mesh, P('data', None))}``), as
+one ``NamedSharding`` when every leaf of it takes the same one (a pytree prefix),
+and otherwise (an optax state, an ``nnx.State``, an Equinox module) as a map over
+the argument by key path, which spells any container:
+``jax.tree_util.tree_map_with_path(lambda path, _: {"[0].mu['w']": NamedSharding(...), ...}
+[jax.tree_util.keystr(path)], opt_state)``.
+
+The check evaluates the text with the argument names bound to the abstract
+inputs, flattens it against the argument tree the way ``jax.jit`` flattens an
+``in_shardings`` prefix (JAX's own code, through jax_adapter), and compares
+every leaf with the intended sharding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...passes.models.report import TensorInfo
+from ...passes.common.sharding_text import named_sharding_text, normalized, pspec_text
+from ..adapter import jax_adapter
+from ..backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
+
+
+def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
+    args = lowered.args_info[0]
+    tree = _Tree(args)
+    names = _arg_names(inputs, tree, args)
+
+    def same(leaves: list[int]) -> bool:
+        first = pspec_text(intended[leaves[0]])  # P('x') for every rank: what a prefix gives each leaf
+        return all(pspec_text(intended[i]) == first for i in leaves)
+
+    def render(node, expr: str | None) -> str:
+        """``expr``: the Python for this node (``opt_state[0]``), None where a key has no spelling."""
+        if tree.is_leaf(node):
+            return named_sharding_text(intended[tree.index[id(node)]])
+        leaves = tree.leaf_range(node)
+        if not leaves:
+            return "None"
+        if len(leaves) > 1 and same(leaves):
+            return named_sharding_text(intended[leaves[0]])  # a pytree prefix: one sharding for the subtree
+        kids = [(k, c, None if expr is None or _keys_text((k,)) is None else expr + _keys_text((k,)))
+                for k, c in tree.children(node)]
+        if type(node) is dict:
+            return "{" + ", ".join(f"{k.key!r}: {render(c, x)}" for k, c, x in kids) + "}"
+        if type(node) in (tuple, list):
+            items = [render(c, x) for _, c, x in kids]
+            if type(node) is list:
+                return "[" + ", ".join(items) + "]"
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if expr is None or not all(inputs[i].path.startswith(expr) for i in leaves):
+            raise ValueError(f"a {type(node).__name__} whose leaves' paths cannot be spelled needs one sharding "
+                             "per leaf")
+        table = ", ".join(f"{inputs[i].path[len(expr):]!r}: {named_sharding_text(intended[i])}" for i in leaves)
+        return (f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], "
+                f"{expr})")
+
+    parts = [render(arg, names.get(i)) for i, (_, arg) in enumerate(tree.children(args))]
+    return "in_shardings=(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended: list) -> str | None:
+    """None when pasting ``text`` into ``jax.jit`` gives every argument its intended
+    sharding; else what goes wrong."""
+    import jax
+
+    namespace = paste_namespace(lowered, inputs)
+    if isinstance(namespace, str):
+        return namespace
+    args = lowered.args_info[0]
+    try:
+        value = eval(text.removeprefix("in_shardings="), namespace)  # our own text, built above
+        flat = jax_adapter.flatten_out_shardings(value, jax.tree_util.tree_structure(args), len(inputs))
+    except Exception as e:  # the text does not paste: JAX's own message says why
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    for i, (got, want) in enumerate(zip(flat, intended)):
+        axes = None if got is None else jax_adapter.sharding_axes(got, len(inputs[i].shape))
+        if normalized(axes, len(inputs[i].shape)) != normalized(want, len(inputs[i].shape)):
+            return f"{inputs[i].path} would get {axes}, not {want}"
+    return None

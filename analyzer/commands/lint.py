@@ -1,0 +1,72 @@
+"""One lint run: load the script's targets, lower and compile each, run the
+pass pipeline, apply suppressions, and build the report."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+from ...passes.models.report import LintReport
+from ...passes.rules.registry import rule_docs
+from .. import __version__
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..backend.heap import paused_collector
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from ..context.display_paths import relativize
+from ..backend.device_selection import check_gpu_platform, check_lowered_for, run_warnings, select_run_devices
+from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..backend.target_analysis import analyze_lowered
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LintRequest:
+    script: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
+def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
+    say = progress or (lambda _msg: None)
+    selected = select_run_devices(settings)
+    n_gpus = check_gpu_platform(settings)
+    fn, where = load_entry(request.script)
+    params = parse_params(list(request.params))
+    say(f"collecting targets from {where}")
+    try:
+        targets = select_targets(
+            call_targets(fn, where, params, extra={"mesh_devices": selected}), list(request.targets), where)
+    except ShardLintInputError as e:
+        if n_gpus is not None and "raised" in e.problem:
+            # A mesh larger than the machine fails inside the script; say what the machine has.
+            raise ShardLintInputError(e.where, f"{e.problem} (JAX sees {n_gpus} GPUs)") from e
+        raise
+    reports = []
+    for name, lowered in targets.items():
+        say(f"compiling {name}")
+        isolation.phase(where, f"compiling target {name!r}")
+        check_lowered_for(lowered, name, settings, where)
+        with paused_collector():
+            report = analyze_lowered(name, lowered, settings, where)
+        reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
+    local = local_source_files(where) if os.path.exists(where) else []
+    from_source = source_findings(local, settings)
+    files = [os.path.abspath(where)] + local + [
+        f.source.file for r in reports for f in r.findings if f.source is not None
+    ]
+    reports, run_findings = apply_run_suppressions(
+        reports, files, settings, report_unused=not request.targets, extra=from_source
+    )
+    jax_version, jaxlib_version = jax_adapter.versions()
+    report = LintReport(
+        tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
+        script=where, targets=reports, findings=run_findings,
+        rules=rule_docs(frozenset(settings.ignore), settings.severities),
+    )
+    return relativize(report, os.getcwd())

@@ -1,0 +1,126 @@
+"""``jax-shard-lint propagate``: our sharding propagation on a script's targets
+or a ``.mlir`` file, with provenance, predicted communication matched against
+the compiled program, and agreement with Shardy."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from math import prod
+
+from ...passes.models.report import PropagateRun, PropagationReport
+from ...passes.propagation.report import MAX_VALUES, Propagated, build_report
+from ...passes.propagation.shardy_reference import ShardyRejected
+from .. import __version__
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError, one_line
+from ..inputs.limits import MAX_DEVICES
+from ..inputs.checked_in import read_mlir
+from ..backend.device_selection import device_processes, select_run_devices
+from ..context.display_paths import relativize
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+
+
+@dataclass(frozen=True)
+class PropagateRequest:
+    path: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    compile: bool = True
+    all_values: bool = False
+
+
+# A module states its own device count (mhlo.num_partitions, its meshes); virtual
+# CPU devices past this many are not made for it: it propagates, it is not compiled.
+
+
+def _devices_needed(module, sig) -> int:
+    from ...passes.stablehlo.module import read_meshes
+
+    sizes = [sig.num_partitions] + [prod(size for _, size in mesh.axes) for mesh in read_meshes(module).values()]
+    return max(sizes)
+
+
+def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str):
+    """The compiled program's collectives, or None and why not: a module XLA cannot
+    compile (or too large to make devices for) still propagates."""
+    from ...passes.hlo.collectives import find_collectives
+    from ...passes.hlo.parser import parse_hlo_module
+    from ...passes.stablehlo.module import read_entry_signature
+
+    sig = read_entry_signature(module)
+    needed = _devices_needed(module, sig)
+    if needed > MAX_DEVICES:
+        return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
+    settings.devices = max(settings.devices, needed)
+    try:
+        devices = select_run_devices(settings)
+    except ShardLintInputError as e:
+        return None, f"its {needed} devices could not be made: {e.problem}"
+    isolation.phase(request.path, "compiling the module with XLA")
+    try:
+        program = jax_adapter.compile_stablehlo_text(
+            text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
+    except Exception as e:
+        return None, f"XLA could not compile it: {one_line(e)}"
+    return list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives), None
+
+
+def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
+    module, text = read_mlir(request.path)
+    compiled, not_compiled = _compile_mlir(request, settings, module, text) if request.compile else (None, None)
+    name = os.path.splitext(os.path.basename(request.path))[0]
+    isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
+    try:
+        report, propagated = build_report(name, module, compiled, ownership=settings.ownership(),
+                                          max_values=None if request.all_values else MAX_VALUES)
+    except ShardyRejected as e:
+        raise ShardLintInputError(request.path, f"Shardy rejects the module: {e}") from e
+    return [(report.model_copy(update={"not_compiled": not_compiled}), propagated)]
+
+
+def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
+    devices = select_run_devices(settings)
+    fn, where = load_entry(request.path)
+    targets = select_targets(
+        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": devices}),
+        list(request.targets), where)
+    out = []
+    for name, lowered in targets.items():
+        module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
+        compiled = _compiled_collectives(name, lowered, module, settings, where) if request.compile else None
+        out.append(build_report(name, module, compiled, ownership=settings.ownership(),
+                                max_values=None if request.all_values else MAX_VALUES))
+    return out
+
+
+def _compiled_collectives(name: str, lowered, module, settings: Settings, where: str):
+    """The compiled program's collectives: one compile without XLA's memory
+    reports, and no lint passes (propagate needs only the collectives)."""
+    from ...passes.hlo.collectives import find_collectives
+    from ...passes.hlo.parser import parse_hlo_module
+    from ...passes.stablehlo.module import read_entry_signature
+
+    try:
+        program = jax_adapter.compile_lowered(lowered, with_reports=False)
+    except Exception as e:  # XLA rejects the program: the user's input
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+    return list(find_collectives(parse_hlo_module(program.hlo_text), read_entry_signature(module).mesh,
+                                 device_processes(lowered), settings.ownership()).collectives)
+
+
+def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateRun, list[Propagated]]:
+    if request.path.endswith(".mlir"):
+        results = propagate_mlir(request, settings)
+        if request.targets and results[0][0].name not in request.targets:
+            raise ShardLintInputError(request.path, f"unknown target {request.targets[0]!r} (targets: {results[0][0].name})")
+    else:
+        results = propagate_script(request, settings)
+    jax_version, jaxlib_version = jax_adapter.versions()
+    run = PropagateRun(
+        tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
+        script=request.path, targets=[r for r, _ in results],
+    )
+    return relativize(run, os.getcwd()), [p for _, p in results]

@@ -1,0 +1,310 @@
+"""``jax-shard-lint rewrite``: pin a target's output shardings in its StableHLO,
+recompile, and show what changed (and, with ``--validate``, run both).
+
+The edit is made on the module through jaxlib's MLIR bindings (the entry
+function's result ``sdy.sharding`` attributes); Python is not traced again, and
+source locations are kept so findings on the rewritten program still point at
+the user's lines. Both versions are compiled from StableHLO text the same way,
+so their figures compare like for like.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from jaxlib.mlir import ir
+
+from ...passes.models.report import TargetReport
+from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
+from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
+from ...passes.common.sharding_text import normalized, out_shardings_text
+from ...passes.stablehlo.module import entry_function, read_entry_signature
+from ...passes.common.pytree_paths import path_keys
+from ...passes.stablehlo.state_roundtrip import correspond, mismatched
+from .. import __version__
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..inputs.limits import check_device_count
+from ..errors import ShardLintInputError, one_line
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS
+from ..context.display_paths import display_source, relativize
+from ..backend.device_selection import select_run_devices
+from ..backend.checked_in_analysis import analyze_text, read_mlir
+from ..backend.out_shardings import suggest_for
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+
+DECLARED_ENTRY = "shard_lint_out_shardings"
+INPUTS_ENTRY = "shard_lint_inputs"
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    path: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()  # PATH=SPEC
+    from_inputs: bool = False
+    validate: bool = False
+    repeats: int = 10
+
+
+def parse_spec(text: str, mesh_axes: dict[str, int], rank: int, where: str) -> list[list[str]]:
+    """``P(None, 'x')``, ``PartitionSpec('x', ('y', 'z'))`` or ``None`` (replicated) as
+    mesh axes per dimension, checked against the mesh and the output's rank."""
+    t = text.strip()
+    m = re.fullmatch(r"(?:P|PartitionSpec)\((.*)\)", t, re.S)
+    if t in ("None", "P()", "PartitionSpec()"):
+        entries: tuple = ()
+    elif m:
+        try:
+            entries = ast.literal_eval(f"({m.group(1)},)") if m.group(1).strip() else ()
+        except (ValueError, SyntaxError):
+            raise ShardLintInputError(where, f"unreadable PartitionSpec {text!r}") from None
+    else:
+        raise ShardLintInputError(where, f"expected a PartitionSpec like P(None, 'x'), got {text!r}")
+    if len(entries) > rank:
+        raise ShardLintInputError(where, f"{text} has {len(entries)} entries but the output has rank {rank}")
+    dims: list[list[str]] = []
+    used: set[str] = set()
+    for e in entries:
+        axes = [] if e is None else [e] if isinstance(e, str) else list(e) if isinstance(e, tuple) else None
+        if axes is None or not all(isinstance(a, str) for a in axes):
+            raise ShardLintInputError(where, f"{text}: each entry must be None, an axis name or a tuple of names")
+        for a in axes:
+            if a not in mesh_axes:
+                raise ShardLintInputError(where, f"{text}: no mesh axis {a!r} (mesh: {', '.join(mesh_axes)})")
+            if a in used:
+                raise ShardLintInputError(where, f"{text}: axis {a!r} is used twice")
+            used.add(a)
+        dims.append(axes)
+    return dims + [[] for _ in range(rank - len(dims))]
+
+
+def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
+    def axis(label: str) -> str:
+        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
+        return f'"{m.group(1)}":({m.group(2)}){m.group(3)}' if m else f'"{label}"'
+
+    dims = ", ".join("{" + ", ".join(axis(a) for a in d) + "}" for d in sharding)
+    return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
+
+
+def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
+                          arguments: dict[int, list[list[str]]] | None = None) -> str:
+    """The module's text with the entry function's results (and ``arguments``)
+    pinned to these shardings."""
+    from ...passes.propagation.shardy_reference import clone
+
+    edited = clone(module)
+    fn = entry_function(edited)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
+    with edited.context:
+        for key, count, pins in (("res_attrs", len(ftype.results), shardings),
+                                 ("arg_attrs", len(ftype.inputs), arguments or {})):
+            if not pins:
+                continue
+            old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
+                else [ir.DictAttr.get({})] * count
+            new = []
+            for i, attrs in enumerate(old):
+                d = ir.DictAttr(attrs)
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+                if i in pins:
+                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
+                new.append(ir.DictAttr.get(entries))
+            fn.operation.attributes[key] = ir.ArrayAttr.get(new)
+    return edited.operation.get_asm(enable_debug_info=True)
+
+
+def _call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]:
+    """(whether the script defines ``entry``, what it returned), called with the
+    params it takes; what it raises is one line naming the script."""
+    make = getattr(inspect.getmodule(fn), entry, None)
+    if make is None:
+        return False, None
+    accepted = inspect.signature(make).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    try:
+        return True, make(**{k: v for k, v in params.items() if takes_any or k in accepted})
+    except Exception as e:  # the user's code: one line, not a traceback
+        raise ShardLintInputError(where, f"{entry}() raised {one_line(e)}") from e
+
+
+def _declared(fn, params: dict, where: str) -> dict:
+    """``shard_lint_out_shardings(**params)``: {target name: {output path: spec}}."""
+    _, result = _call_entry(fn, DECLARED_ENTRY, params, where)
+    result = result or {}
+    if not isinstance(result, dict) or not all(isinstance(v, dict) for v in result.values()):
+        raise ShardLintInputError(where, f"{DECLARED_ENTRY}() returned {type(result).__name__}; expected a dict of "
+                                  "target name to a dict of output path to PartitionSpec")
+    return result
+
+
+def script_inputs(fn, params: dict, where: str) -> dict:
+    """``shard_lint_inputs(**params)`` from the script, when it has one: concrete
+    arguments for ``--validate`` per target (``{name: (arg, ...)}``), or one tuple of
+    arguments for every target. Without it, validation draws seeded random inputs."""
+    defined, result = _call_entry(fn, INPUTS_ENTRY, params, where)
+    if not defined:
+        return {}
+    if isinstance(result, dict):
+        return dict(result)
+    if isinstance(result, (tuple, list)):
+        return {"*": tuple(result)}
+    raise ShardLintInputError(where, f"{INPUTS_ENTRY}() returned {type(result).__name__}; expected a dict of target "
+                              "name to a tuple of arguments, or one tuple of arguments")
+
+
+def flat_inputs(args, sig, name: str, where: str) -> list:
+    """The script's arguments for one target as flat host arrays, checked against
+    the program's inputs (count, shape and element type)."""
+    import jax
+
+    leaves = [np.asarray(x) for x in jax.tree.leaves(args)]
+    if len(leaves) != len(sig.inputs):
+        raise ShardLintInputError(where, f"{INPUTS_ENTRY}() gives {len(leaves)} arrays for target {name!r}, which "
+                                  f"takes {len(sig.inputs)}")
+    for leaf, t in zip(leaves, sig.inputs):
+        if tuple(leaf.shape) != tuple(t.shape):
+            raise ShardLintInputError(where, f"{INPUTS_ENTRY}() for {name!r}: {t.path} has shape {list(leaf.shape)}, "
+                                      f"the program takes {t.shape}")
+    return leaves
+
+
+def _match_output(key: str, report: TargetReport, where: str) -> int:
+    key = key.strip()
+    if key.isdigit():
+        i = int(key)
+        if i >= len(report.outputs):
+            raise ShardLintInputError(where, f"output {i} does not exist ({len(report.outputs)} outputs)")
+        return i
+    for o in report.outputs:
+        if o.path == key or path_keys(o.path)[1] == path_keys(key)[1]:
+            return o.index
+    raise ShardLintInputError(
+        where, f"no output {key!r} (outputs: {', '.join(o.path for o in report.outputs)})"
+    )
+
+
+def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, declared: dict) -> list[AppliedSharding]:
+    """Which outputs get which sharding, and why."""
+    sig = read_entry_signature(module)
+    mesh = dict(sig.mesh.axes)
+    chosen: dict[int, AppliedSharding] = {}
+    explicit = bool(request.outs or declared)
+    if request.from_inputs or not explicit:
+        for rt in mismatched(correspond(_compiled_signature(sig, report))):
+            chosen[rt.output.index] = AppliedSharding(
+                path=rt.output.path, index=rt.output.index, before=rt.output.sharding, after=rt.input.sharding,
+                why=f"the input it corresponds to, {rt.input.path}",
+            )
+    for key, spec in declared.items():
+        i = _match_output(str(key), report, f"{DECLARED_ENTRY}()")
+        o = report.outputs[i]
+        dims = parse_spec(spec if isinstance(spec, str) else _spec_repr(spec), mesh, len(o.shape), f"{DECLARED_ENTRY}()")
+        chosen[i] = AppliedSharding(path=o.path, index=i, before=o.sharding, after=dims, why="declared by the script")
+    for item in request.outs:
+        key, sep, spec = item.partition("=")
+        if not sep:
+            raise ShardLintInputError("--out", f"expected PATH=SPEC, got {item!r}")
+        i = _match_output(key, report, "--out")
+        o = report.outputs[i]
+        dims = parse_spec(spec, mesh, len(o.shape), "--out")
+        chosen[i] = AppliedSharding(path=o.path, index=i, before=o.sharding, after=dims, why="--out")
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _spec_repr(spec) -> str:
+    """A jax PartitionSpec (or tuple) as text ``parse_spec`` reads."""
+    entries = tuple(spec)
+    return "P(" + ", ".join(repr(e) for e in entries) + ")"
+
+
+def _compiled_signature(sig, report: TargetReport):
+    """The entry signature with the compiled shardings the report holds."""
+    return dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
+
+
+def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict, sig) -> str | None:
+    """The checked out_shardings= text for the pinned shardings: from the real pytrees
+    when the program came from a script, else from the result paths where those
+    spell the containers (dicts and tuples only)."""
+    intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
+    if lowered is None:
+        return out_shardings_text([o.path for o in after.outputs], intended)
+    pair_of = {rt.output.index: rt.input.index for rt in correspond(_compiled_signature(sig, before))}
+    return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
+
+
+def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
+                   declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
+    before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
+    applied = plan(before, module, request, declared)
+    sig = read_entry_signature(module)
+    if applied:
+        text_after = with_entry_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
+        after, program_after, _ = analyze_text(name, text_after, settings, where, devices=devices)
+    else:
+        after, program_after = before, program_before
+    facts_before, facts_after = program_facts(before), program_facts(after)
+    remaining = remaining_costs(after, display_source)
+    pinned = {a.index: a.after for a in applied}
+    python_fix = _python_fix(lowered, before, after, pinned, sig) if applied else None
+    if applied:
+        summary = verdict(facts_before, facts_after, remaining)
+    else:
+        summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
+    validation = None
+    if request.validate and settings.platform in ACCELERATOR_TARGETS:
+        validation = Validation(ran=False, reason=f"compiled for {settings.platform} without one: there is nothing to "
+                                "run it on here; validate where the accelerator is (--platform gpu where GPUs are "
+                                "present)")
+    elif request.validate:
+        from .rewrite_validate import validate
+
+        expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
+        host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
+        isolation.phase(where, "running both versions on the devices (--validate)")
+        validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
+                              facts_before.peak_bytes, facts_after.peak_bytes, host)
+    return RewriteReport(
+        name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
+        collective_changes=collective_changes(before.collectives, after.collectives), python_fix=python_fix,
+        verdict=summary, remaining=remaining, validation=validation,
+    )
+
+
+def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
+    reports = []
+    if request.path.endswith(".mlir"):
+        module, text = read_mlir(request.path)
+        needed = read_entry_signature(module).num_partitions
+        check_device_count(request.path, needed)
+        settings.devices = max(settings.devices, needed)
+        devices = select_run_devices(settings)
+        name = os.path.splitext(os.path.basename(request.path))[0]
+        reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
+    else:
+        devices = select_run_devices(settings)
+        fn, where = load_entry(request.path)
+        params = parse_params(list(request.params))
+        targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
+                                 list(request.targets), where)
+        declared_all = _declared(fn, params, where)
+        given = script_inputs(fn, params, where) if request.validate else {}
+        for name, lowered in targets.items():
+            text = jax_adapter.stablehlo_text(lowered)
+            reports.append(rewrite_target(name, text, request, settings, where, declared_all.get(name, {}), devices,
+                                          lowered, given.get(name, given.get("*"))))
+    jax_version, jaxlib_version = jax_adapter.versions()
+    run = RewriteRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
+                     script=request.path, targets=reports)
+    return relativize(run, os.getcwd())

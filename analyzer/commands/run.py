@@ -1,0 +1,195 @@
+"""``jax-shard-lint run``: run an unmodified script as ``__main__`` and lint every
+program it compiles.
+
+The script runs in a child process, on whatever devices it finds, with JAX's and
+XLA's own dump options pointed at a temporary directory (``JAX_DUMP_IR_TO`` for
+the StableHLO of each program, ``--xla_dump_to`` for the compiled HLO and its
+buffer-assignment and live-range reports). Nothing in JAX is patched. Whatever
+was compiled before the script exited, cleanly or not, is reported.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ...passes.hlo.memory import stats_from_buffer_assignment
+from ...passes.models.report import LintReport, ScriptRun, TargetReport
+from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
+from ...passes.rules.registry import rule_docs
+from ...passes.stablehlo.module import call_site
+from .. import __version__
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..context.display_paths import relativize
+
+_XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
+_JAX_MODULE = re.compile(r"jax_ir(\d+)_(.+)_compile\.mlir$")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    script: str
+    args: tuple[str, ...] = ()
+    max_programs: int = 50
+    only: str | None = None
+    include_single_device: bool = False
+    devices: int | None = None
+    timeout_s: float | None = None
+
+
+def _child_env(dump: str, devices: int | None) -> dict:
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("--xla_dump_to")]
+    if devices:
+        flags = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    env["XLA_FLAGS"] = " ".join(flags + [f"--xla_dump_to={os.path.join(dump, 'xla')}"])
+    env["JAX_DUMP_IR_TO"] = os.path.join(dump, "jax")
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"  # a cache hit writes no dumps
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    return env
+
+
+def _last_error_line(stderr: str) -> str | None:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))]
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln)]
+    return (errors or lines or [None])[-1]
+
+
+def _read(path: str) -> str | None:
+    return open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else None
+
+
+def _programs(dump: str) -> list[tuple[str, str, str | None]]:
+    """(name, compiled HLO path, StableHLO path or None), in compile order."""
+    stablehlo: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(glob.glob(os.path.join(dump, "jax", "*.mlir"))):
+        m = _JAX_MODULE.search(os.path.basename(path))
+        if m:
+            stablehlo[m.group(2)].append(path)
+    out = []
+    seen: dict[str, int] = defaultdict(int)
+    for path in sorted(glob.glob(os.path.join(dump, "xla", "*after_optimizations.txt")),
+                       key=lambda p: int(_XLA_MODULE.search(os.path.basename(p)).group(1))
+                       if _XLA_MODULE.search(os.path.basename(p)) else 0):
+        m = _XLA_MODULE.search(os.path.basename(path))
+        if not m:
+            continue
+        name = m.group(2)
+        k = seen[name]
+        seen[name] += 1
+        candidates = stablehlo.get(name, [])
+        out.append((name, path, candidates[k] if k < len(candidates) else None))
+    return out
+
+
+def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings) -> TargetReport:
+    hlo_text = _read(hlo_path)
+    base = hlo_path[: -len("after_optimizations.txt")]
+    buffers = _read(base + "after_optimizations-buffer-assignment.txt")
+    live = _read(base + "after_optimizations-live-range.txt")
+    platform = "as run (" + ("gpu" if "gpu_after" in hlo_path else "cpu") + ")"
+    if mlir_path:
+        try:
+            module = jax_adapter.parse_stablehlo(_read(mlir_path))
+            facts = CompiledFacts(
+                hlo_text=hlo_text, platform=platform,
+                memory=stats_from_buffer_assignment(buffers) if buffers else None,
+                live_range_text=live, buffer_assignment_text=buffers,
+            )
+            report = analyze_target(name, module, facts, settings.pass_config())
+            return report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
+        except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
+            pass
+    return analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live)
+
+
+def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
+    """The script in its own process group: at the timeout the group goes, the
+    processes the script started with it."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, request.script, *request.args], env=_child_env(dump, request.devices),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, process_group=0)
+        isolation.process_group(proc.pid)
+        try:
+            code = proc.wait(timeout=request.timeout_s)
+            err.seek(0)
+            stderr = err.read().decode("utf-8", errors="replace")
+            error, timed_out = (_last_error_line(stderr) if code else None), False
+        except subprocess.TimeoutExpired:
+            code, error, timed_out = -1, f"stopped after {request.timeout_s:g} s (--timeout)", True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+    return code, error, timed_out
+
+
+def run(request: RunRequest, settings: Settings) -> LintReport:
+    if not os.path.isfile(request.script):
+        raise ShardLintInputError(request.script, "no such file")
+    only = None
+    if request.only:
+        try:
+            only = re.compile(request.only)
+        except re.error as e:
+            raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
+        code, error, timed_out = _run_script(request, dump)
+        programs = _programs(dump)
+        jax_adapter.configure_devices(settings.platform, settings.devices)
+        skipped, reports = [], []
+        by_key: dict[tuple, TargetReport] = {}
+        for name, hlo_path, mlir_path in programs:
+            if only and not only.search(name):
+                skipped.append(f"{name}: does not match --only")
+                continue
+            if not request.include_single_device and "num_partitions=" not in (_read(hlo_path) or "")[:2000]:
+                skipped.append(f"{name}: runs on one device (--all includes it)")
+                continue
+            if len(reports) >= request.max_programs:
+                skipped.append(f"{name}: past --max-programs {request.max_programs}")
+                continue
+            report = _analyze(name, hlo_path, mlir_path, settings)
+            key = (name, str(report.call_site))
+            if key in by_key and by_key[key].collectives == report.collectives:
+                first = by_key[key]
+                by_key[key] = first.model_copy(update={"compilations": first.compilations + 1})
+                reports[reports.index(first)] = by_key[key]
+                continue
+            by_key[key] = report
+            reports.append(report)
+    names: dict[str, int] = defaultdict(int)
+    unique = []
+    for r in reports:
+        names[r.name] += 1
+        unique.append(r if names[r.name] == 1 else r.model_copy(update={"name": f"{r.name}#{names[r.name]}"}))
+    local = local_source_files(request.script)
+    unique, run_findings = apply_run_suppressions(
+        unique, [os.path.abspath(request.script)] + local, settings, report_unused=False,
+        extra=source_findings(local, settings),
+    )
+    jax_version, jaxlib_version = jax_adapter.versions()
+    report = LintReport(
+        tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
+        script=request.script, targets=unique, findings=run_findings,
+        rules=rule_docs(frozenset(settings.ignore), settings.severities),
+        run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
+                      programs_reported=len(unique),
+                      skipped=skipped),
+    )
+    return relativize(report, os.getcwd())

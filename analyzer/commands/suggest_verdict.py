@@ -1,0 +1,68 @@
+"""Which compiled version ``suggest`` suggests, and the one line that says why."""
+
+from __future__ import annotations
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.models.suggest import Version
+
+# Estimated times this close are one time: the estimate is a model of the compiled
+# program, not a measurement, and a 1% edge is not worth a tenth more memory.
+SAME_TIME = 0.01
+LESS_MEMORY = 0.9
+
+
+def best_version(versions: list[Version]) -> Version | None:
+    """The fastest compiled version that fits; but where one within 1% of its time
+    has a peak at least 10% lower, that one (the lowest such peak). The written
+    shardings compete too: when nothing beats them, the suggestion is to keep them
+    (and on a tie they win, a change being worth making only for a gain)."""
+    ok = [v for v in versions if not v.error and v.estimated_seconds is not None and v.fits is not False]
+    if not ok:
+        return None
+
+    def preference(v: Version) -> tuple[bool, bool]:
+        return v.name != "written", v.name != "solver"
+
+    fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, *preference(v)))
+    leaner = [v for v in ok if v.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME)
+              and (v.peak_bytes or 0) <= (fastest.peak_bytes or 0) * LESS_MEMORY]
+    return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
+
+
+
+def verdict(versions: list[Version], best: Version, budget: int | None) -> str:
+    by = {v.name: v for v in versions}
+    w, solver = by.get("written"), by["solver"]
+    keep = best.name == "written"
+    text = ("suggested: keep the written shardings" if keep else f"suggested: the {best.name} shardings") \
+        + f", peak {format_bytes(best.peak_bytes or 0)}"
+    if budget is not None:
+        text += f" (fits {format_bytes(budget)})"
+    text += f", estimated {format_seconds(best.estimated_seconds)} per step"
+    others = [v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
+              and v.fits is not False]
+    if keep:
+        runner = min(others, key=lambda v: v.estimated_seconds, default=None)
+        text += ": nothing compiled faster" + (
+            f" (the closest, {runner.name}, {runner.estimated_seconds / best.estimated_seconds:.2f}x this time)"
+            if runner is not None else "")
+    elif w is not None and not w.error and w.estimated_seconds:
+        ratio = best.estimated_seconds / w.estimated_seconds
+        text += f", {ratio:.2f}x the written shardings' {format_seconds(w.estimated_seconds)}"
+    fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
+    if not keep and fastest is not best:
+        text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
+                 f"this time (within 1%) with a peak {(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
+                 f"this one ({format_bytes(fastest.peak_bytes or 0)})")
+    if best.name != "solver" and fastest.name != "solver":
+        tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
+                and solver.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME))
+        if tied:
+            text += (f"; the solver's own choice is within 1% ({format_seconds(solver.estimated_seconds)}, peak "
+                     f"{format_bytes(solver.peak_bytes or 0)})")
+        else:
+            detail = solver.error or f"{format_seconds(solver.estimated_seconds)}" + (
+                ", over the budget" if solver.fits is False else "")
+            text += f"; the solver's own choice compiled slower ({detail})"
+    return text

@@ -1,0 +1,230 @@
+"""Settings from ``[tool.jax-shard-lint]`` in pyproject.toml and the command line.
+
+The command line wins over the file. Example::
+
+    [tool.jax-shard-lint]
+    devices = 8
+    device = "h100"            # or budget = "80GiB"
+    fail-on = "warning"
+    ignore = ["SL203"]
+    first-party = ["mypkg", "src/"]   # whose frames are the user's (default: the script's folder)
+    third-party = ["vendored/"]       # files that are never the user's
+
+    [tool.jax-shard-lint.thresholds]
+    replicating-collective-bytes = "128MiB"
+    headroom-fraction = 0.15
+
+    [tool.jax-shard-lint.severity]
+    SL201 = "error"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...passes.common.byte_sizes import parse_bytes
+from ...passes.common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ...passes.models.report import Severity
+from ...passes.pipeline import PassConfig
+from ...passes.rules.registry import RULES, all_options
+from ..platforms.presets import PRESETS, find_preset
+from ..platforms.target_memory import target_memory
+from ..errors import ShardLintInputError
+
+FAIL_ON = ("error", "warning", "never")
+_KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",
+               "target-config", "first-party", "third-party", "topology"}
+
+
+@dataclass
+class Settings:
+    devices: int = 8
+    platform: str = "cpu"
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    fail_on: str = "error"
+    ignore: set[str] = field(default_factory=set)
+    options: dict[str, Any] = field(default_factory=dict)
+    severities: dict[str, Severity] = field(default_factory=dict)
+    config_file: str | None = None
+    target_config: str | None = None
+    hosts: int = 1
+    topology: str | None = None
+    first_party: list[str] = field(default_factory=list)
+    third_party: list[str] = field(default_factory=list)
+    # Folders whose files are the user's (the script's): set by the command.
+    user_roots: list[str] = field(default_factory=list)
+    _ownership: tuple | None = field(default=None, repr=False, compare=False)
+
+    def ownership(self) -> CodeOwnership:
+        """Whose frames are the user's; one object per configuration, so its caches
+        of decided files and attributed locations are shared by every pass."""
+        root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
+        key = (tuple(self.first_party), tuple(self.third_party), root, tuple(self.user_roots))
+        if self._ownership is None or self._ownership[0] != key:
+            self._ownership = (key, CodeOwnership(
+                first_party=key[0], third_party=key[1], root=root, user_roots=key[3],
+                stdlib=DEFAULT_OWNERSHIP.stdlib,
+            ))
+        return self._ownership[1]
+
+    def default_budget(self) -> None:
+        """Without --budget or --device, an accelerator target's own memory (one
+        memory size per device, for every command)."""
+        if self.budget_bytes is None:
+            self.budget_bytes = target_memory(self.platform, self.target_config)
+            self.budget_source = self.platform if self.budget_bytes is not None else None
+
+    def pass_config(self) -> PassConfig:
+        return PassConfig(
+            options=dict(self.options), severities=dict(self.severities),
+            disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes, ownership=self.ownership(),
+            device_spec=self.device_spec(), where=_display_where,
+        )
+
+    def device_spec(self):
+        """The device model behind the step-time estimate (None for GPUs it does not know)."""
+        from ..platforms.performance import spec_for_platform
+
+        kind = None
+        if self.platform == "gpu":
+            from ..adapter import jax_adapter
+
+            kind = jax_adapter.device_kind_summary()
+        return spec_for_platform(self.platform, kind)
+
+
+def find_pyproject(start: str) -> str | None:
+    folder = os.path.abspath(start if os.path.isdir(start) else os.path.dirname(start) or ".")
+    while True:
+        candidate = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def parse_option(name: str, value: Any, where: str) -> Any:
+    options = all_options()
+    if name not in options:
+        raise ShardLintInputError(where, f"unknown threshold {name!r} (known: {', '.join(sorted(options))})")
+    kind = options[name].kind
+    try:
+        if kind == "bytes":
+            return parse_bytes(value)
+        if kind == "fraction":
+            v = float(value)
+            if not 0 <= v <= 1:
+                raise ValueError(f"{value} is not between 0 and 1")
+            return v
+        return int(value)
+    except ValueError as e:
+        raise ShardLintInputError(where, f"threshold {name}: {e}") from None
+
+
+def parse_budget(text: str, where: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise ShardLintInputError(where, f"unparsable budget: {e}") from None
+
+
+def device_budget(name: str, where: str) -> int:
+    preset = find_preset(name)
+    if preset is None:
+        raise ShardLintInputError(where, f"unknown device {name!r} (known: {', '.join(PRESETS)})")
+    return preset.memory_bytes
+
+
+def rule_codes(values: Any, where: str) -> set[str]:
+    if not isinstance(values, list):
+        raise ShardLintInputError(where, "ignore must be a list of rule codes")
+    out = set()
+    for v in values:
+        code = str(v).upper()
+        if code not in RULES:
+            raise ShardLintInputError(where, f"unknown rule {v!r} in ignore")
+        out.add(code)
+    return out
+
+
+def load_file_settings(settings: Settings, path: str) -> None:
+    from ..inputs.files import read_input_text
+
+    try:
+        data = tomllib.loads(read_input_text(path, strict=True))
+    except tomllib.TOMLDecodeError as e:
+        raise ShardLintInputError(path, f"invalid TOML: {e}") from None
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ShardLintInputError(f"{path} [tool]", f"expected a table, got {tool!r}")
+    section = tool.get("jax-shard-lint")
+    if section is None:
+        return
+    settings.config_file = path
+    where = f"{path} [tool.jax-shard-lint]"
+    if not isinstance(section, dict):
+        raise ShardLintInputError(where, f"expected a table, got {section!r}")
+    for key in ("thresholds", "severity"):
+        if key in section and not isinstance(section[key], dict):
+            raise ShardLintInputError(where, f"{key}: expected a table, got {section[key]!r}")
+    unknown = set(section) - _KNOWN_KEYS
+    if unknown:
+        raise ShardLintInputError(where, f"unknown key {sorted(unknown)[0]!r}")
+    if "devices" in section:
+        if not isinstance(section["devices"], int) or not 1 <= section["devices"] <= 4096:
+            raise ShardLintInputError(where, "devices must be an integer from 1 to 4096")
+        settings.devices = section["devices"]
+    if "platform" in section:
+        from ..platforms.gpu_targets import PLATFORMS
+
+        if section["platform"] not in PLATFORMS:
+            raise ShardLintInputError(where, f"platform must be one of {', '.join(PLATFORMS)}")
+        settings.platform = str(section["platform"])
+    if "hosts" in section:
+        if not isinstance(section["hosts"], int) or section["hosts"] < 1:
+            raise ShardLintInputError(where, "hosts must be a positive integer")
+        settings.hosts = section["hosts"]
+    if "topology" in section:
+        settings.topology = str(section["topology"])
+    if "target-config" in section:
+        settings.target_config = os.path.join(os.path.dirname(path), str(section["target-config"]))
+    if "budget" in section:
+        settings.budget_bytes, settings.budget_source = parse_budget(str(section["budget"]), where), "config"
+    if "device" in section:
+        settings.budget_bytes = device_budget(str(section["device"]), where)
+        settings.budget_source = str(section["device"])
+    if "fail-on" in section:
+        if section["fail-on"] not in FAIL_ON:
+            raise ShardLintInputError(where, f"fail-on must be one of {', '.join(FAIL_ON)}")
+        settings.fail_on = section["fail-on"]
+    if "ignore" in section:
+        settings.ignore |= rule_codes(section["ignore"], where)
+    for key in ("first-party", "third-party"):
+        if key in section:
+            value = section[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ShardLintInputError(where, f"{key} must be a list of module names or paths")
+            getattr(settings, key.replace("-", "_")).extend(value)
+    for name, value in (section.get("thresholds") or {}).items():
+        settings.options[name] = parse_option(name, value, where)
+    for code, sev in (section.get("severity") or {}).items():
+        if code.upper() not in RULES:
+            raise ShardLintInputError(where, f"unknown rule {code!r} in severity")
+        try:
+            settings.severities[code.upper()] = Severity(sev)
+        except ValueError:
+            raise ShardLintInputError(where, f"severity of {code} must be error, warning or info") from None
+
+
+def _display_where(source, via) -> str:
+    """``examples/vfi.py:34 via flax/...``: a location in a message, as the reports show it."""
+    from ...passes.models.report import where_text
+    from .display_paths import display_source
+
+    return where_text(display_source(source) if source else None, display_source(via) if via else None)

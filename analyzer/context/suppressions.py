@@ -1,0 +1,109 @@
+"""Suppression comments applied across a run (its targets' findings and the source rules'),
+unused ones reported (SL001), and the local modules of a script found by reading imports.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+from ...passes.models.report import Finding, TargetReport
+from ...passes.pipeline import sort_findings
+from ...passes.rules.registry import RULES, Emitter
+from ...passes.rules.source_rules import check_source
+from ...passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
+from .config import Settings
+from .display_paths import same_file
+
+
+
+def apply_run_suppressions(
+    reports: list[TargetReport], files: list[str], settings: Settings, report_unused: bool,
+    extra: list[Finding] | None = None,
+) -> tuple[list[TargetReport], list[Finding]]:
+    """Suppress target findings and run-wide ones (``extra``: the source rules'),
+    and report suppressions that silence nothing."""
+    suppressions: list[Suppression] = []
+    for path in sorted(set(files)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                suppressions.extend(find_suppressions(path, f.read()))
+        except OSError:
+            continue
+    extra = list(extra or [])
+    if not suppressions:
+        return reports, sort_findings(extra)
+    used: set[tuple[str, int, str]] = set()
+    out = []
+    everything = {(s, c) for s in suppressions for c in (s.codes or ("*",))}
+    for rep in reports:
+        outcome = apply_suppressions(rep.findings, suppressions, same_file)
+        for s, code in everything - set(outcome.unused):
+            used.add((s.file, s.line, code))
+        out.append(rep.model_copy(update={"findings": list(outcome.kept), "suppressed": outcome.suppressed}))
+    outcome = apply_suppressions(extra, suppressions, same_file)
+    for s, code in everything - set(outcome.unused):
+        used.add((s.file, s.line, code))
+    run_findings: list[Finding] = list(outcome.kept)
+    rule = RULES["SL001"]
+    if report_unused and "SL001" not in settings.ignore:
+        unused = [
+            (s, c) for s in suppressions for c in (s.codes or ("*",))
+            if (s.file, s.line, c) not in used and (c == "*" or c not in settings.ignore)
+        ]
+        emitter = Emitter(rule, settings.severities.get("SL001", rule.severity))
+        rule.check(unused, emitter)
+        run_findings += emitter.findings
+    return out, sort_findings(run_findings)
+
+
+def local_source_files(script: str) -> list[str]:
+    """The script and the modules it imports from beside it (its folder and
+    below), found by reading import statements: nothing is imported for this."""
+    import ast
+
+    folder = os.path.dirname(os.path.abspath(script))
+    found: set[str] = set()
+    todo = [os.path.abspath(script)]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.add(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), filename=path)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        here = os.path.dirname(path)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                base = here if node.level else folder
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                for name in names:
+                    rel = os.path.join(base, *name.split("."))
+                    for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
+                        if os.path.isfile(candidate):
+                            todo.append(os.path.abspath(candidate))
+                continue
+            for name in names:
+                rel = os.path.join(folder, *name.split("."))
+                for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
+                    if os.path.isfile(candidate):
+                        todo.append(os.path.abspath(candidate))
+    return sorted(p for p in found if p.startswith(folder + os.sep) or p == os.path.abspath(script))
+
+
+def source_findings(files: list[str], settings: Settings) -> list[Finding]:
+    out: list[Finding] = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        out.extend(check_source(path, text, frozenset(settings.ignore), settings.severities).findings)
+    return out

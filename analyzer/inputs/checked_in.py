@@ -1,0 +1,102 @@
+"""Programs checked in as files, read and validated without running any Python from them:
+StableHLO (``.mlir``), ``jax.export`` artifacts, compiled HLO text as XLA dumps
+it (``*after_optimizations*.txt``, with the buffer-assignment report beside it
+when present), and whole XLA dump directories."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+from ...passes.stablehlo.module import missing_entry
+from ..supervision import isolation
+from ..adapter import jax_adapter
+from ..errors import ShardLintInputError, one_line
+from .limits import check_mlir_text
+from .files import read_input_bytes, read_input_text
+
+HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
+
+
+def read_mlir(path: str):
+    """Parse a StableHLO file; bad input is one line naming the file."""
+    text = read_input_text(path)
+    if not text.strip():
+        raise ShardLintInputError(path, "not a StableHLO module: the file is empty")
+    check_mlir_text(path, text)
+    isolation.phase(path, "parsing the module")
+    try:
+        module = jax_adapter.parse_stablehlo(text)
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        detail = next((ln.strip() for ln in lines if "error:" in ln), lines[0] if lines else type(e).__name__)
+        # MLIR names the text it parsed "-": say the line and column of the file instead.
+        detail = re.sub(r'^error: "-":(\d+):(\d+): ', r"line \1, column \2: ", detail)
+        raise ShardLintInputError(path, f"not a StableHLO module: {detail}") from None
+    problem = missing_entry(module)
+    if problem:
+        raise ShardLintInputError(path, f"not a StableHLO program: {problem}")
+    return module, text
+
+
+def dump_module_name(path: str) -> str:
+    base = os.path.basename(path)
+    m = re.match(r"module_\d+\.(.+?)\.(?:[\w.]*_)?after_optimizations\.txt$", base)
+    return m.group(1) if m else os.path.splitext(base)[0]
+
+
+def numbered_module_name(path: str) -> str:
+    """``module_0038.jit_f``: the dump's module number with the function's name."""
+    m = re.match(r"(module_\d+)\.", os.path.basename(path))
+    return f"{m.group(1)}.{dump_module_name(path)}" if m else dump_module_name(path)
+
+
+def dump_directory_modules(path: str) -> list[str]:
+    # Regular files only: a folder or a dangling link named like a module is not one.
+    files = sorted(f for f in glob.glob(os.path.join(path, "*after_optimizations.txt")) if os.path.isfile(f))
+    if not files:
+        raise ShardLintInputError(path, "no *after_optimizations.txt in this XLA dump directory")
+    return files
+
+
+def read_export(path: str) -> tuple[str, int]:
+    """StableHLO text and device count of a ``jax.export`` serialized artifact."""
+    data = read_input_bytes(path)
+    try:
+        exported = jax_adapter.deserialize_export(data)
+    except Exception as e:
+        raise ShardLintInputError(path, f"not a jax.export artifact: {one_line(e)}") from None
+    try:  # the module's bytecode is deserialised only here: a damaged one fails now
+        text = exported.mlir_module()
+    except Exception as e:
+        raise ShardLintInputError(path, f"a damaged jax.export artifact: its StableHLO does not load "
+                                  f"({one_line(e)})") from None
+    check_mlir_text(path, text)
+    return text, exported.nr_devices
+
+
+def kind_of(path: str) -> str:
+    if os.path.isdir(path):
+        return "dump"
+    if path.endswith(".mlir"):
+        return "mlir"
+    if HLO_SUFFIX.search(path) or path.endswith(".hlo"):
+        return "hlo"
+    return "export"
+
+
+def snapshot_platform(mlir_path: str) -> str | None:
+    """The platform a snapshot was taken on, from the metadata beside it."""
+    meta = os.path.splitext(mlir_path)[0] + ".meta.json"
+    if not os.path.isfile(meta):
+        return None
+    import json
+
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return str(json.load(f).get("platform", "")) or None
+    except (OSError, ValueError):
+        return None
+
+

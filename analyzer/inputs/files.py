@@ -1,0 +1,71 @@
+"""Reading the files a user hands us (baselines, StableHLO, compiled HLO and its
+reports, jax.export artifacts, pyproject.toml): regular files only, of bounded
+size, every failure one line naming the file.
+
+A FIFO would block the read forever and a symlink to ``/dev/zero`` would be
+read until memory runs out (git can store either), so the file's type is
+checked before it is opened and the read never takes more than the limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from ..errors import ShardLintInputError
+
+MAX_INPUT_BYTES = 1 << 30  # 1 GiB: a 64-layer step's compiled HLO is under 10 MB
+MAX_BASELINE_BYTES = 64 << 20
+
+
+def check_input_file(path: str, limit: int = MAX_INPUT_BYTES) -> None:
+    """A regular file of at most ``limit`` bytes, or a one-line error saying what it is."""
+    try:
+        info = os.stat(path)  # follows symlinks: what would be read
+    except FileNotFoundError:
+        raise ShardLintInputError(path, "no such file") from None
+    except OSError as e:
+        raise ShardLintInputError(path, f"cannot be read: {e.strerror or e}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ShardLintInputError(path, "is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if (
+            stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)) else "a socket" if stat.S_ISSOCK(
+            info.st_mode) else "not a regular file"
+        raise ShardLintInputError(path, f"is {kind}, not a regular file")
+    if info.st_size > limit:
+        raise ShardLintInputError(path, f"is {info.st_size:,} bytes, more than the {limit:,} this reads")
+
+
+def read_input_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    check_input_file(path, limit)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ShardLintInputError(path, f"cannot be read: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise ShardLintInputError(path, f"is more than the {limit:,} bytes this reads")
+    return data
+
+
+def read_input_text(path: str, limit: int = MAX_INPUT_BYTES, strict: bool = False) -> str:
+    """The file as text: undecodable bytes replaced, or (``strict``) a one-line error."""
+    data = read_input_bytes(path, limit)
+    try:
+        return data.decode("utf-8", errors="strict" if strict else "replace")
+    except UnicodeDecodeError:
+        raise ShardLintInputError(path, "is not UTF-8 text") from None
+
+
+@contextlib.contextmanager
+def open_output(path: str, where: str = "-o"):
+    """A report or snapshot file opened for writing; a folder that is read-only,
+    missing or not a real file system is one line naming the option."""
+    try:
+        f = open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise ShardLintInputError(where, f"cannot write {path}: {e.strerror or e}") from None
+    with f:
+        yield f

@@ -1,0 +1,21 @@
+"""Pytree paths as JAX prints them (``state['w'][0]``), split into their keys."""
+
+from __future__ import annotations
+
+import re
+
+
+_PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
+
+
+def path_keys(path: str) -> tuple[str, tuple]:
+    """Split a pytree path like ``state['w'][0]`` into (``state``, ('w', 0))."""
+    m = re.match(r"^[A-Za-z_]\w*", path)
+    base = m.group(0) if m else ""
+    keys: list = []
+    for km in _PATH_KEY.finditer(path, len(base)):
+        if km.group(1) is not None:
+            keys.append(int(km.group(1)))
+        else:
+            keys.append(next(g for g in km.groups()[1:] if g is not None))
+    return base, tuple(keys)
