@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # A user's exception message quoted in an error line: enough to recognise it.
 MAX_MESSAGE_CHARS = 300
 

@@ -22,10 +22,10 @@ from ..passes.models.report import TargetReport
 def analyze(lowered, name: str = "target", budget: int | str | None = None) -> TargetReport:
     """The lint report of one Lowered program, compiled as it is."""
     from ..passes.pipeline import analyze_target
-    from .context.config import Settings
-    from .backend.target_analysis import compiled_facts
-    from .backend.device_selection import platform_label
     from .adapter import jax_adapter
+    from .backend.device_selection import platform_label
+    from .backend.target_analysis import compiled_facts
+    from .context.config import Settings
 
     settings = Settings()
     settings.budget_bytes = parse_bytes(budget) if budget is not None else None

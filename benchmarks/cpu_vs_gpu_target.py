@@ -20,8 +20,8 @@ def main() -> int:
     parser.add_argument("--platform", default="h100")
     args = parser.parse_args()
 
-    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.commands.lint import LintRequest, lint
+    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.passes.common.byte_sizes import format_bytes
 
     rows = []

@@ -37,9 +37,9 @@ def bisect(peak, budget, lo, hi, k):
 def main() -> int:
     import jax
 
-    from jax_shard_lint.analyzer.context.config import Settings
-    from jax_shard_lint.analyzer.commands.fit import FitRequest, _Prober, search
     from jax_shard_lint.analyzer.adapter.jax_adapter import configure_devices
+    from jax_shard_lint.analyzer.commands.fit import FitRequest, _Prober, search
+    from jax_shard_lint.analyzer.context.config import Settings
 
     configure_devices("cpu", 8)
     print(f"jax {jax.__version__}, 8 virtual CPU devices")

@@ -31,9 +31,9 @@ def main() -> int:
 
     import jax
 
-    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.adapter.jax_adapter import configure_devices
     from jax_shard_lint.analyzer.commands.lint import LintRequest, lint
+    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
 
     configure_devices("cpu", args.devices)

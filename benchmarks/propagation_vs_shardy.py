@@ -24,7 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 def transformer_step(layers: int, d: int = 512, heads: int = 8, seq: int = 256, batch: int = 16):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = jax.make_mesh((4, 2), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
 

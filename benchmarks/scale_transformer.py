@@ -62,7 +62,8 @@ def shard_lint_targets(layers=8, d_model=1024, d_ff=4096, vocab=32768, batch=64,
                        mesh_devices=None):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devices = mesh_devices if mesh_devices is not None else jax.devices()
     n = len(devices)
@@ -174,7 +175,8 @@ def main() -> int:
     if args.measure:
         print(json.dumps(_measure(args.measure, args.layers[0], args.devices)))
         return 0
-    print(f"{'layers':>6} {'StableHLO':>10} {'HLO':>9} {'bare':>8} {'lint':>8} {'ratio':>6} {'cpu ratio':>9} {'shardy':>7} "
+    print(f"{'layers':>6} {'StableHLO':>10} {'HLO':>9} {'bare':>8} {'lint':>8} {'ratio':>6} {'cpu ratio':>9} "
+          f"{'shardy':>7} "
           f"{'propagate':>9} {'ratio':>6} {'RSS lint':>9} {'RSS prop':>9} {'JSON lint':>10} {'JSON prop':>10}")
     for layers in args.layers:
         med = _measure_all(layers, args.devices, max(1, args.repeats))

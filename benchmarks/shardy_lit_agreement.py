@@ -94,7 +94,8 @@ def main() -> int:
                 agreement = report["targets"][0]["agreement_with_shardy"] or {}
                 row.update({key: agreement.get(key) for key in ("compared", "agreeing", "reported", "fraction")})
                 row["not_compared"] = agreement.get("not_compared")
-                row["disagreements"] = [(d["value"], d["ours"], d["shardy"]) for d in agreement.get("disagreements", [])]
+                row["disagreements"] = [(d["value"], d["ours"], d["shardy"])
+                                        for d in agreement.get("disagreements", [])]
                 if oracle:
                     totals["modules"] += 1
                     totals["compared"] += agreement.get("compared", 0)
@@ -112,7 +113,8 @@ def main() -> int:
         print(f"  Shardy {'runs' if oracle else 'rejects'}: exit {rc}: {count}")
     if totals["modules"]:
         print(f"agreement where Shardy runs: {totals['full']}/{totals['modules']} modules in full; "
-              f"values {totals['agreeing']}/{totals['compared']} = {totals['agreeing'] / max(totals['compared'], 1):.2%} "
+              f"values {totals['agreeing']}/{totals['compared']} = "
+              f"{totals['agreeing'] / max(totals['compared'], 1):.2%} "
               f"(reported {totals['reported']}: {totals['agreeing'] / max(totals['reported'], 1):.2%} of them agree)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

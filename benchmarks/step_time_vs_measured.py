@@ -55,8 +55,8 @@ def main() -> int:
     if not any(d.platform == "gpu" for d in jax.devices()):
         print("no GPU visible to JAX: nothing to measure (run this where one is)")
         return 0
-    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.commands.lint import LintRequest, lint
+    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
 
     devices = jax.devices()

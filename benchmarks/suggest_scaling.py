@@ -32,8 +32,8 @@ MESHES = {"1d": ((8,), ("data",)), "2d": ((4, 2), ("data", "model")), "3d": ((2,
 def shard_lint_targets(layers=2, mesh="2d", mesh_devices=None):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
     from scale_transformer import _model
 
     shape, names = MESHES[mesh]
@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--command-layers", type=int, default=4)
     args = parser.parse_args()
 
-    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
+    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.passes.solver.problem import evaluate
     from jax_shard_lint.passes.solver.solve import MAX_ILP_VARIABLES, local_search, solve
 

@@ -10,31 +10,34 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from jaxlib.mlir import ir
 
 from . import rules as _rules  # noqa: F401  (registers the rules)
+from .common.device_groups import MeshInfo, axis_scopes
+from .common.shapes import array_bytes, parse_arrays, split_tuple
 from .hlo.collective_intent import classify, parameters, partial_sum_operands
 from .hlo.collective_origin import collective_origins, explain_outputs
 from .hlo.collectives import find_collectives
-from .common.device_groups import axis_scopes
-from .common.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .hlo.parser import parse_hlo_module
-from .common.shapes import array_bytes, parse_arrays, split_tuple
+from .hlo.cost import program_cost, xla_cost_figures
 from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
-from .common.device_groups import MeshInfo
+from .hlo.parser import parse_hlo_module
+from .hlo.step_time import DeviceSpec, estimate_step_time
 from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
 from .rules.context import RuleContext
 from .rules.registry import RULES, Emitter, all_options
+from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .stablehlo.module import (
-    EntrySignature, EntrySources, per_device_bytes, read_entry_signature, read_entry_sources,
+    EntrySignature,
+    EntrySources,
+    per_device_bytes,
+    read_entry_signature,
+    read_entry_sources,
 )
 from .stablehlo.state_roundtrip import correspond, suggested_out_shardings
-from .hlo.cost import program_cost, xla_cost_figures
-from .hlo.step_time import DeviceSpec, estimate_step_time
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-
-from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
+from .terminal_safe import terminal_safe
 
 
 def render_fit(result, console: Console) -> None:
@@ -31,4 +30,5 @@ def render_fit(result, console: Console) -> None:
         return
     nxt = (f"; {result.param}={result.next_value} needs {format_bytes(result.next_peak_bytes)}"
            if result.next_value is not None else " (the top of the range)")
-    console.print(Text(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}", style="bold green"))
+    console.print(Text(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}",
+                       style="bold green"))

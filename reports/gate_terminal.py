@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-
-from .terminal_safe import terminal_safe
 from rich.table import Table
 from rich.text import Text
 
 from ..passes.models.gate import GateResult
+from .terminal_safe import terminal_safe
 
 
 def render_gate(result: GateResult, console: Console) -> None:

@@ -8,11 +8,11 @@ from collections import defaultdict
 from html import escape
 
 from ..passes.common.byte_sizes import format_bytes
-from .time_text import format_seconds, step_time_basis, step_time_line
-from ..passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
 from ..passes.common.sharding_text import pspec_text
+from ..passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
 from .html_assets import CSS, SCRIPT
 from .terminal import shape_text
+from .time_text import format_seconds, step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
 MAX_GRID_CELLS = 64
@@ -55,11 +55,14 @@ def _summary(t: TargetReport) -> str:
         cards.append(_card("peak / device", f'<span data-peak-bytes="{m.peak_bytes}">{e(format_bytes(m.peak_bytes))}'
                                             "</span>", bar, cls))
     total = sum(c.bytes * c.count for c in t.collectives)
-    cards.append(_card("collectives / step", e(format_bytes(total)), f'<div class="sub">{len(t.collectives)} ops</div>'))
+    cards.append(_card("collectives / step", e(format_bytes(total)),
+                       f'<div class="sub">{len(t.collectives)} ops</div>'))
     if t.time is not None:
-        cards.append(_card("estimated step time", f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}'
-                           "</span>", f'<div class="sub">{e(step_time_line(t.time))}</div>'
-                           f'<div class="sub">{e(step_time_basis(t.time))}; sources: {e("; ".join(t.time.sources))}</div>'))
+        cards.append(_card("estimated step time",
+                           f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',
+                           f'<div class="sub">{e(step_time_line(t.time))}</div>'
+                           f'<div class="sub">{e(step_time_basis(t.time))}; '
+                           f'sources: {e("; ".join(t.time.sources))}</div>'))
     cards.append(_card("findings", " ".join(
         f'<span class="sev {s}">{n} {s}</span>' for s, n in sorted(counts.items())) or "none",
         f'<div class="sub">{t.suppressed} suppressed</div>' if t.suppressed else ""))
@@ -134,7 +137,8 @@ def _memory(t: TargetReport) -> str:
     if m is None:
         return ""
     rows = "".join(
-        f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td><td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
+        f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td>"
+        f"<td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
         f"<td>{e(where_text(b.source, b.via))}</td><td class=\"op\">{e(b.op_name or b.name)}</td></tr>"
         for b in m.live_at_peak[:20]
     )
@@ -166,14 +170,16 @@ def _collectives(t: TargetReport) -> str:
         by_line[str(c.source) if c.source else "(no source)"].append(c)
     agg = "".join(
         f"<tr><td>{e(line)}</td><td data-v=\"{len(cs)}\">{len(cs)}</td>"
-        f"<td data-v=\"{sum(c.bytes * c.count for c in cs)}\">{e(format_bytes(sum(c.bytes * c.count for c in cs)))}</td>"
+        f"<td data-v=\"{sum(c.bytes * c.count for c in cs)}\">"
+        f"{e(format_bytes(sum(c.bytes * c.count for c in cs)))}</td>"
         f"<td>{e(', '.join(sorted({c.kind for c in cs})))}</td></tr>"
         for line, cs in sorted(by_line.items(), key=lambda kv: -sum(c.bytes * c.count for c in kv[1]))
     )
     return (
         "<h3>Collectives</h3><p class=\"muted\">Click a column to sort.</p>"
         '<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th><th>count</th><th>per step</th>'
-        f"<th>est. time</th><th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead><tbody>{rows}</tbody></table>"
+        "<th>est. time</th><th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
         '<h4>Per source line</h4><table class="sortable"><thead><tr><th>source</th><th>ops</th><th>per step</th>'
         f"<th>kinds</th></tr></thead><tbody>{agg}</tbody></table>"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ..passes.common.byte_sizes import format_bytes
 from ..passes.common.durations import format_seconds
+from ..passes.common.sharding_text import pspec_text
 from ..passes.models.report import PropagateRun
 from ..passes.models.rewrite import RewriteRun
-from ..passes.common.sharding_text import pspec_text
 from .agreement_text import agreement_text
 from .html import _page, e
 from .terminal import shape_text
@@ -59,12 +59,13 @@ def render_rewrite_html(run: RewriteRun) -> str:
         rows = "".join(
             f"<tr><td>{label}</td><td>{e(format_bytes(getattr(r.before, attr)))}</td>"
             f"<td>{e(format_bytes(getattr(r.after, attr)))}</td></tr>"
-            for label, attr in (("peak / device", "peak_bytes"), ("temp", "temp_bytes"), ("arguments", "argument_bytes"),
-                                ("outputs", "output_bytes"), ("aliased", "alias_bytes"),
-                                ("collectives / step", "collective_bytes"))
+            for label, attr in (("peak / device", "peak_bytes"), ("temp", "temp_bytes"),
+                                ("arguments", "argument_bytes"), ("outputs", "output_bytes"),
+                                ("aliased", "alias_bytes"), ("collectives / step", "collective_bytes"))
         )
         if r.before.time is not None and r.after.time is not None:
-            rows += (f"<tr><td>est. step time ({e(r.after.time.device)})</td><td>{e(format_seconds(r.before.time.seconds))}"
+            rows += (f"<tr><td>est. step time ({e(r.after.time.device)})</td>"
+                     f"<td>{e(format_seconds(r.before.time.seconds))}"
                      f"</td><td>{e(format_seconds(r.after.time.seconds))}</td></tr>")
         pinned = "".join(
             f"<tr><td>{e(a.path)}</td><td>{e(pspec_text(a.before))}</td><td>{e(pspec_text(a.after))}</td>"

@@ -7,10 +7,10 @@ import html
 import re
 
 from ..passes.common.byte_sizes import format_bytes
-from .agreement_text import agreement_text
-from .time_text import format_seconds
 from ..passes.models.gate import GateResult
 from ..passes.models.report import LintReport, where_text
+from .agreement_text import agreement_text
+from .time_text import format_seconds
 
 
 def _cell(text: str) -> str:
@@ -54,12 +54,12 @@ def render_lint_markdown(report: LintReport) -> str:
         for f in t.findings:
             counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
         found = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+        time = _cell("~" + format_seconds(t.time.seconds) + (" (nominal)" if t.time.nominal else "")) if t.time else "-"
         lines.append(
             f"| {_cell(t.name)} | {_cell(t.platform)} | {format_bytes(m.peak_bytes) if m else '-'} | "
             f"{format_bytes(m.budget_bytes) if m and m.budget_bytes else '-'} | "
             f"{format_bytes(sum(c.bytes * c.count for c in t.collectives))} | "
-            f"{_cell('~' + format_seconds(t.time.seconds) + (' (nominal)' if t.time.nominal else '')) if t.time else '-'} | "
-            f"{found} |"
+            f"{time} | {found} |"
         )
     findings = [(t.name, f) for t in report.targets for f in t.findings] + [("(run)", f) for f in report.findings]
     if findings:
@@ -82,7 +82,8 @@ def render_propagation_markdown(run) -> str:
             lines += [_cell(agreement_text(a).capitalize()) + ".", ""]
         if t.not_compiled:
             lines += [_cell(f"Not compiled: {t.not_compiled}."), ""]
-        lines += ["| kind | bytes | axes | op | source | compiled | why |", "| --- | ---: | --- | --- | --- | --- | --- |"]
+        lines += ["| kind | bytes | axes | op | source | compiled | why |",
+                  "| --- | ---: | --- | --- | --- | --- | --- |"]
         for p in t.predicted[:30]:
             matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
             lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {_cell(', '.join(p.mesh_axes))} | {_cell(p.op)} | "
@@ -107,7 +108,8 @@ def render_rewrite_markdown(run) -> str:
             lines += ["", f"`jax.jit(..., {r.python_fix})`", ""]
         lines += ["| | before | after |", "| --- | ---: | ---: |"]
         for label, attr in (("peak / device", "peak_bytes"), ("collectives / step", "collective_bytes")):
-            lines.append(f"| {label} | {format_bytes(getattr(r.before, attr))} | {format_bytes(getattr(r.after, attr))} |")
+            lines.append(
+                f"| {label} | {format_bytes(getattr(r.before, attr))} | {format_bytes(getattr(r.after, attr))} |")
         if r.before.time is not None and r.after.time is not None:
             lines.append(f"| est. step time ({_cell(r.after.time.device)}) | {format_seconds(r.before.time.seconds)} | "
                          f"{format_seconds(r.after.time.seconds)} |")

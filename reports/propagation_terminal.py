@@ -4,18 +4,17 @@ agreement with Shardy, and provenance on request."""
 from __future__ import annotations
 
 from rich.console import Console
-
-from .terminal_safe import terminal_safe
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.models.report import PropagateRun, PropagationReport, where_text
 from ..passes.common.sharding_text import pspec_text
+from ..passes.models.report import PropagateRun, PropagationReport, where_text
 from .agreement_text import agreement_text
 from .terminal import shape_text
 from .terminal_layout import Column, fitted_table
+from .terminal_safe import terminal_safe
 
 MAX_ROWS = 20
 
@@ -70,7 +69,8 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
             line = Text(agreement_text(a))
             console.print(line)
             for d in a.disagreements[:5]:
-                console.print(f"  {d.value} ({d.source or '-'}): ours {pspec_text(d.ours)}, Shardy {pspec_text(d.shardy)}")
+                console.print(
+                    f"  {d.value} ({d.source or '-'}): ours {pspec_text(d.ours)}, Shardy {pspec_text(d.shardy)}")
         if t.ops_without_rule:
             console.print(f"propagation stops at ops without a sharding rule: {', '.join(t.ops_without_rule)}")
         for query, lines in (explained or {}).items():

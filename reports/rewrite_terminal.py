@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from rich.console import Console
-
-from .terminal_safe import code_text, terminal_safe
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
 from ..passes.common.durations import format_seconds
-from ..passes.models.rewrite import RewriteReport, RewriteRun
 from ..passes.common.sharding_text import pspec_text
+from ..passes.models.rewrite import RewriteReport, RewriteRun
 from .terminal import shape_text
+from .terminal_safe import code_text, terminal_safe
 
 _NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
 
@@ -69,7 +68,8 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
         for line in r.remaining:
             console.print(f"  remaining: {line}")
         if code.python_fix:
-            console.print(Text.assemble(("Python change: ", "bold green"), code_text(f"jax.jit(..., {code.python_fix})")))
+            console.print(Text.assemble(("Python change: ", "bold green"),
+                                        code_text(f"jax.jit(..., {code.python_fix})")))
         v = r.validation
         if v is not None:
             if not v.ran:

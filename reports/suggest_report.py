@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.sharding_text import pspec_text
 from ..passes.common.durations import format_seconds
+from ..passes.common.sharding_text import pspec_text
 from ..passes.models.suggest import SuggestReport, SuggestRun, Version
 from .html import _page, device_grid, e
 from .markdown import _cell
@@ -124,7 +124,8 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
             args.add_column("per device", justify="right")
             for a in changed[:MAX_ROWS]:
                 args.add_row(a.path, pspec_text(a.current), pspec_text(a.suggested),
-                             f"{format_bytes(a.current_per_device_bytes)} -> {format_bytes(a.suggested_per_device_bytes)}")
+                             f"{format_bytes(a.current_per_device_bytes)} -> "
+                             f"{format_bytes(a.suggested_per_device_bytes)}")
             console.print(args)
             if len(changed) > MAX_ROWS:
                 console.print(f"  ... {len(changed) - MAX_ROWS} more (--format json lists all)")
@@ -180,7 +181,8 @@ def render_suggest_html(run: SuggestRun) -> str:
         figs = "".join(
             f'<figure><figcaption><b>{e(a.path)}</b> {e(shape_text(a.dtype, a.shape))}<br>written '
             f'{e(pspec_text(a.current))} &rarr; <b>{e(pspec_text(a.suggested))}</b> '
-            f'{e(format_bytes(a.suggested_per_device_bytes))}/device{" (pinned: " + e(a.pinned) + ")" if a.pinned else ""}'
+            f'{e(format_bytes(a.suggested_per_device_bytes))}/device'
+            f'{" (pinned: " + e(a.pinned) + ")" if a.pinned else ""}'
             f'</figcaption>{device_grid(SimpleNamespace(sharding=a.suggested, shape=a.shape), mesh)}</figure>'
             for a in sorted(r.arguments, key=lambda a: (-_size(a), a.index))[:24])
         plans = ""

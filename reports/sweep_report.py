@@ -4,8 +4,6 @@ peak-memory against estimated-time scatter (the Pareto front joined)."""
 from __future__ import annotations
 
 from rich.console import Console
-
-from .terminal_safe import terminal_safe
 from rich.text import Text
 
 from ..passes.common.byte_sizes import format_bytes
@@ -14,6 +12,7 @@ from ..passes.models.sweep import SweepCandidate, SweepRun
 from .html import _page, e
 from .markdown import _cell
 from .terminal_layout import Column, fitted_table
+from .terminal_safe import terminal_safe
 
 
 def _fit_text(c: SweepCandidate) -> str:
@@ -153,7 +152,8 @@ def render_sweep_html(run: SweepRun) -> str:
     body = (f"<header><h1>jax-shard-lint sweep</h1><p>{e(run.script or '')} &middot; {e(run.platform)} &middot; "
             f"jax {e(run.jax_version)} &middot; jax-shard-lint {e(run.tool_version)}</p></header>"
             f'<section class="target"><p><b>{e(_headline(run))}</b></p>{scatter(run)}{note}'
-            '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th><th>vs best</th>'
+            '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th>'
+            '<th>vs best</th>'
             "<th>peak / device</th><th>fits</th><th>collectives / step</th><th>across hosts</th><th>Pareto</th>"
             f"<th>slowest collective</th></tr></thead><tbody>{rows}</tbody></table></section>")
     return _page(f"jax-shard-lint sweep: {run.script}", body)

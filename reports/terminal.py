@@ -6,12 +6,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .terminal_safe import terminal_safe
-
 from ..passes.common.byte_sizes import format_bytes
-from ..passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
 from ..passes.common.sharding_text import pspec_text
+from ..passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
 from .terminal_layout import Column, fitted_table
+from .terminal_safe import terminal_safe
 from .time_text import format_seconds, step_time_basis, step_time_line
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
@@ -87,7 +86,8 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     rows = t.collectives[:MAX_ROWS]
     # The op name is in the JSON and HTML reports; the terminal keeps the source line.
     columns = [
-        Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "") for c in rows],
+        Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "")
+                        for c in rows],
                fold=True),
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),

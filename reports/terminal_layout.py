@@ -5,7 +5,6 @@ instead of collapsing to ``al… │ …``."""
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 
 from rich.table import Table

@@ -7,11 +7,11 @@ import re
 import shutil
 
 import pytest
-
 from conftest import EXAMPLES, FIXTURES, ROOT
-from jax_shard_lint.passes.common.frames import CodeOwnership, library_relative
+
 from jax_shard_lint.passes.hlo.parser import c_string
 from jax_shard_lint.passes.models.report import SourceLocation
+from jax_shard_lint.passes.source.frames import CodeOwnership, library_relative
 
 SITE = "/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"

@@ -68,7 +68,8 @@ def test_inputs_that_are_not_regular_files(cli, tmp_path, make, problem, command
     name = "baseline.json" if command == "gate" else "step.mlir"
     path = tmp_path / name
     make(str(path))
-    argv = ["gate", "--baseline", str(path), str(tmp_path / "missing.mlir")] if command == "gate" else ["check", str(path)]
+    argv = (["gate", "--baseline", str(path), str(tmp_path / "missing.mlir")] if command == "gate"
+            else ["check", str(path)])
     result = cli(*argv)
     assert result.code == 2
     assert result.err.strip() == f"jax-shard-lint: error: {path}: {problem}", result.err

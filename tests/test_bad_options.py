@@ -6,8 +6,7 @@ import re
 import shutil
 
 import pytest
-
-from conftest import EXAMPLES, FIXTURES
+from conftest import EXAMPLES
 
 REMAT = os.path.join(EXAMPLES, "remat_layer_stack.py")
 VALUE = os.path.join(EXAMPLES, "value_function_step.py")

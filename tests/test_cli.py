@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-
 from conftest import EXAMPLES, ROOT
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")

@@ -27,7 +27,6 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import EXAMPLES, FIXTURES, ROOT
 
 CORPUS = os.path.join(FIXTURES, "bad_input", "corpus")

@@ -3,7 +3,11 @@
 import pytest
 
 from jax_shard_lint.passes.common.device_groups import (
-    MeshInfo, axes_of_groups, axes_of_pairs, parse_replica_groups, parse_source_target_pairs,
+    MeshInfo,
+    axes_of_groups,
+    axes_of_pairs,
+    parse_replica_groups,
+    parse_source_target_pairs,
 )
 
 MESH = MeshInfo((("data", 4), ("model", 2)))

@@ -22,7 +22,8 @@ def _run(**env):
     return proc.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax_plugins.xla_cuda12") is None, reason="the [gpu] extra is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+                    reason="the [gpu] extra is not installed")
 def test_the_cuda_plugin_traceback_and_its_one_line_silencer():
     assert "Jax plugin configuration error" in _run()
     assert "Jax plugin configuration error" not in _run(JAX_PLATFORMS="cpu")

@@ -7,7 +7,8 @@ import os
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 GATE = os.path.join("fixtures", "gate")
 V1, V2, V3 = (os.path.join(GATE, f) for f in ("step_v1.py", "step_v2_allgather.py", "step_v3_peak.py"))

@@ -11,9 +11,10 @@ pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda1
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
-
 from conftest import lint_targets  # noqa: E402
+from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
+
 from jax_shard_lint.analyzer.platforms.gpu_targets import GPU_TARGETS, load_target, target_devices  # noqa: E402
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")

@@ -6,10 +6,10 @@ HLO text itself."""
 import os
 
 import pytest
-
 from conftest import FIXTURES
-from jax_shard_lint.passes.hlo.collectives import computation_multiplicity, find_collectives
+
 from jax_shard_lint.passes.common.device_groups import MeshInfo
+from jax_shard_lint.passes.hlo.collectives import computation_multiplicity, find_collectives
 from jax_shard_lint.passes.hlo.errors import HloParseError
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module, parse_instruction
 

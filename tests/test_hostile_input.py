@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 HARNESS = os.path.join(ROOT, "tests", "hostile_harness.py")

@@ -7,11 +7,12 @@ import os
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
 from conftest import FIXTURES
-from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
 from jax_shard_lint.passes.hlo.memory import MemoryStats, parse_live_range_report, summarize_memory
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 
 
 def fixture(name, suffix):
@@ -28,7 +29,8 @@ def test_peak_and_live_buffers_from_fixture_reports():
             stats, manifest[name]["platform"], parse_hlo_module(fixture(name, ".hlo")),
             fixture(name, ".live-range.txt"), fixture(name, ".buffer-assignment.txt"), budget_bytes=10**9,
         )
-        assert summary.peak_bytes == xla["temp_bytes"] + xla["argument_bytes"] + xla["output_bytes"] - xla["alias_bytes"]
+        assert summary.peak_bytes == (xla["temp_bytes"] + xla["argument_bytes"] + xla["output_bytes"]
+                                      - xla["alias_bytes"])
         assert summary.headroom_bytes == 10**9 - summary.peak_bytes
         report = parse_live_range_report(fixture(name, ".live-range.txt"))
         assert sum(b.bytes for b in summary.live_at_peak) == report.peak_bytes
@@ -64,6 +66,7 @@ def test_lint_peak_matches_a_bare_compile(cli, tmp_path):
     s = jax.ShapeDtypeStruct((4096, 512), jnp.float32, sharding=NamedSharding(mesh, P("x")))
     m = jax.jit(lambda a: jnp.tanh(a) @ a.T).lower(s).compile().memory_analysis()
     mem = report["targets"][0]["memory"]
-    assert mem["peak_bytes"] == m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    assert mem["peak_bytes"] == (m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+                                 - m.alias_size_in_bytes)
     assert (mem["temp_bytes"], mem["argument_bytes"], mem["output_bytes"]) == (
         m.temp_size_in_bytes, m.argument_size_in_bytes, m.output_size_in_bytes)

@@ -8,8 +8,8 @@ import os
 import re
 
 import pytest
-
 from conftest import FIXTURES
+
 from jax_shard_lint.analyzer import jax_adapter
 from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 
@@ -77,7 +77,8 @@ def test_propagate_runs_with_a_token_argument(cli):
 
 @pytest.mark.parametrize("name, message", [
     ("shardy_rejects", "Shardy rejects the module: line 6: 'sdy.data_flow_edge' op expected input of "
-                       "sdy.data_flow_edge to not be defined by an SdyDialect op (other than an sdy.named_computation)."),
+                       "sdy.data_flow_edge to not be defined by an SdyDialect op (other than an "
+                       "sdy.named_computation)."),
     ("several_functions_no_main", "Shardy rejects the module: 2 functions and none named main (Shardy's pipeline "
                                   "needs @main when a module has several functions)"),
 ])

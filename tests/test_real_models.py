@@ -14,9 +14,9 @@ import sys
 
 import jax
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 from conftest import EXAMPLES
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MODELS = os.path.join(EXAMPLES, "models")
 SCRIPTS = {

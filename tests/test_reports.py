@@ -11,7 +11,6 @@ import subprocess
 from importlib import resources
 
 import pytest
-
 from conftest import ROOT
 
 VALUE = os.path.join("examples", "value_function_step.py")
@@ -190,7 +189,7 @@ def test_memory_plot_agrees_with_the_json_and_keeps_its_labels_inside(cli, chrom
         assert where == "inside"  # every tick and label within the SVG's box
         mem = t["memory"]
 
-        def pixel(nbytes):
+        def pixel(nbytes, plot_top=plot_top, plot_bottom=plot_bottom, top=top):
             return plot_bottom - (plot_bottom - plot_top) * nbytes / top
 
         # The curve's highest point is the JSON timeline's maximum, the dashed line the JSON's peak.

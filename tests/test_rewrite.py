@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from jax_shard_lint.analyzer.errors import ShardLintInputError
 from jax_shard_lint.analyzer.commands.rewrite import parse_spec
+from jax_shard_lint.analyzer.errors import ShardLintInputError
 
 SL201 = os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py")
 VALUE = os.path.join("examples", "value_function_step.py")
@@ -89,7 +89,7 @@ def test_unknown_output_is_one_line(cli):
 def test_script_declared_out_shardings(cli, tmp_path):
     script = tmp_path / "declared.py"
     script.write_text(
-        "import sys; sys.path.insert(0, %r)\n" % os.path.abspath(os.path.join("fixtures", "scripts"))
+        f"import sys; sys.path.insert(0, {os.path.abspath(os.path.join('fixtures', 'scripts'))!r})\n"
         + "import jax\nfrom _mesh import P, mesh, spec\n\n"
         "def step(w):\n    return w.T @ w\n\n"
         "def shard_lint_targets():\n"

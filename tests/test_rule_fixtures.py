@@ -11,7 +11,6 @@ import re
 import shlex
 
 import pytest
-
 from conftest import FIXTURES
 
 SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py")))

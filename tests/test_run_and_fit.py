@@ -49,8 +49,8 @@ def test_run_max_programs_and_missing_script(cli):
 @pytest.fixture(scope="module")
 def brute_force():
     """Every admissible batch's peak, compiled one by one."""
-    from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.analyzer.commands.fit import FitRequest, _Prober
+    from jax_shard_lint.analyzer.context.config import Settings
 
     prober = _Prober(FitRequest(REMAT, "batch", params=("layers=2",)), Settings(), None)
     return {b: prober.peak(b) for b in range(4, 68, 4)}

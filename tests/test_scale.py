@@ -7,8 +7,9 @@ import json
 import os
 
 from conftest import FIXTURES, ROOT
-from jax_shard_lint.passes.hlo.parser import parse_hlo_module, parse_instruction
+
 from jax_shard_lint.passes.hlo.memory import _timeline, parse_buffer_values, parse_live_range_report
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module, parse_instruction
 
 SCALE = os.path.join(ROOT, "benchmarks", "scale_transformer.py")
 

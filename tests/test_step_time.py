@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.platforms.performance import device_spec, known_devices
 from jax_shard_lint.passes.hlo.collectives import inferred_trip_count

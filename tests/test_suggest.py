@@ -12,13 +12,13 @@ import os
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
 from conftest import EXAMPLES
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer import jax_adapter
-from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
+from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.passes.solver.problem import Assignment, evaluate
 from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search, solve
 
@@ -204,11 +204,11 @@ def test_a_target_without_a_mesh_is_named(cli, tmp_path):
 def test_loop_trip_counts_reach_the_functions_a_scan_body_calls():
     # jax.checkpoint puts a scan's body in a function (closed_call) the loop calls: its
     # values run once per iteration. The oracle is XLA's known_trip_count of the loop.
-    from jax_shard_lint.passes.propagation.call_graph import flatten_call_graph
     from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-    from jax_shard_lint.passes.stablehlo.loop_trips import value_repeats
-    from jax_shard_lint.passes.propagation.shardy_reference import with_sharding_rules
+    from jax_shard_lint.passes.propagation.call_graph import flatten_call_graph
     from jax_shard_lint.passes.propagation.sharding_graph import build_graph
+    from jax_shard_lint.passes.propagation.shardy_reference import with_sharding_rules
+    from jax_shard_lint.passes.stablehlo.loop_trips import value_repeats
 
     def step(h, ws):
         return jax.lax.scan(lambda h, w: (jax.checkpoint(lambda h, w: jnp.tanh(h @ w))(h, w), None), h, ws)[0]

@@ -7,17 +7,16 @@ feature dimension on ``data``) leaks into every activation after the lookup."""
 import os
 
 import pytest
-
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer import jax_adapter
-from jax_shard_lint.analyzer.context.config import Settings
-from jax_shard_lint.analyzer.platforms.performance import device_spec
 from jax_shard_lint.analyzer.backend.device_selection import select_run_devices
 from jax_shard_lint.analyzer.commands.rewrite import with_entry_shardings
-from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.commands.suggest_refine import pins, refine
+from jax_shard_lint.analyzer.context.config import Settings
+from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
+from jax_shard_lint.analyzer.platforms.performance import device_spec
 from jax_shard_lint.passes.propagation.report import build_report
 from jax_shard_lint.passes.solver.problem import restrict_groups
 

@@ -7,7 +7,6 @@ import os
 import pytest
 
 from jax_shard_lint.passes.compare.sweep import rank
-
 from jax_shard_lint.passes.models.sweep import SweepCandidate
 
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")

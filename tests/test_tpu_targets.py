@@ -14,6 +14,7 @@ if importlib.util.find_spec("libtpu") is None:
     pytest.skip("the [tpu] extra (libtpu) is not installed", allow_module_level=True)
 
 from conftest import lint_targets  # noqa: E402
+
 from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
 from jax_shard_lint.analyzer.platforms.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
 
@@ -49,7 +50,8 @@ def _direct_compile(path, platform, **params):
     finally:
         sys.path.pop(0)
     devices = tpu_devices(resolve_target(platform, 8, None))
-    return {name: lowered.compile() for name, lowered in module.shard_lint_targets(mesh_devices=devices, **params).items()}
+    targets = module.shard_lint_targets(mesh_devices=devices, **params)
+    return {name: lowered.compile() for name, lowered in targets.items()}
 
 
 @pytest.mark.parametrize("path", [FSDP, REMAT, VALUE])

@@ -169,7 +169,7 @@ def record_library_frames() -> None:
     JAX drops frames under the standard library's folder, which on a pyenv or
     system Python contains site-packages, so there it drops every library frame;
     flax also registers its own files. The tool decides whose code a frame is
-    itself (passes/common/frames.py) and needs the library frames for ``via``: keep JAX's
+    itself (passes/source/frames.py) and needs the library frames for ``via``: keep JAX's
     own exclusion and the standard library's, less the package folders inside it.
     """
     from jax._src import source_info_util as siu

@@ -9,16 +9,24 @@ import os
 
 from ...passes.hlo.memory import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.pipeline import CompiledFacts, analyze_target, analyze_hlo_only
+from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
 from ...passes.stablehlo.module import read_entry_signature
-from ..supervision import isolation
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
-from ..inputs.limits import check_device_count
-from ..inputs.checked_in import HLO_SUFFIX, dump_directory_modules, dump_module_name, kind_of, numbered_module_name, read_export, read_mlir, snapshot_platform
+from ..inputs.checked_in import (
+    HLO_SUFFIX,
+    dump_directory_modules,
+    dump_module_name,
+    kind_of,
+    numbered_module_name,
+    read_export,
+    read_mlir,
+    snapshot_platform,
+)
 from ..inputs.files import check_input_file, read_input_text
-
+from ..inputs.limits import check_device_count
+from ..supervision import isolation
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):

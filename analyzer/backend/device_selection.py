@@ -4,18 +4,15 @@ at hand), its label in reports, and the warnings when the budget is another devi
 
 from __future__ import annotations
 
-
-
 from ...passes.common.byte_sizes import format_bytes
 from ..adapter import jax_adapter
-from ..platforms import devices as run_devices
 from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..platforms import devices as run_devices
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
 from ..platforms.presets import find_preset
 from ..platforms.target_memory import target_memory
-from ..platforms.gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
 from ..platforms.tpu_targets import resolve_target, tpu_devices
-from ..errors import ShardLintInputError
-
 
 
 def platform_label(settings: Settings) -> str:

@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...passes.models.report import TensorInfo
-from ...passes.common.sharding_text import named_sharding_text, normalized
 from ...passes.common.pytree_paths import path_keys
+from ...passes.common.sharding_text import named_sharding_text, normalized
+from ...passes.models.report import TensorInfo
 from ...passes.stablehlo.state_roundtrip import RoundTrip, mismatched
 from ..adapter import jax_adapter
 
@@ -174,7 +174,8 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     argument's own name bound to its abstract input on ``inputs``' shardings; a str
     says why there is none."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = jax_adapter.lowered_mesh(lowered)
     if mesh is None:

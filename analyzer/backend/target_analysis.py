@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import threading
 
-
 from ...passes.hlo.memory import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ...passes.pipeline import CompiledFacts, analyze_target
 from ...passes.propagation.predicted_communication import predict
 from ...passes.propagation.report import run_propagation
+from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
 from ...passes.stablehlo.module import read_entry_signature, read_entry_sources
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from .out_shardings import suggest as suggest_out_shardings
-from ..errors import ShardLintInputError, one_line
 from ..context.display_paths import display_source
+from ..errors import ShardLintInputError, one_line
 from .device_selection import device_processes, platform_label
-
+from .out_shardings import suggest as suggest_out_shardings
 
 
 def compiled_facts(lowered, platform: str) -> CompiledFacts:

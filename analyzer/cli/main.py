@@ -9,9 +9,8 @@ import traceback
 
 from .. import __version__
 from ..errors import ShardLintInputError
-from ..platforms.gpu_targets import PLATFORMS
-
 from ..exit_codes import EXIT_INPUT, EXIT_INTERNAL
+from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
 
 
@@ -224,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("-q", "--quiet", action="store_true")
 
     sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
-    sch.add_argument("kind", nargs="?", default="lint", choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep",
-                                                            "suggest"),
+    sch.add_argument("kind", nargs="?", default="lint",
+                     choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep", "suggest"),
                      help="which report (default lint; check writes the lint report too)")
 
     sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")

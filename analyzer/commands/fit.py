@@ -17,9 +17,9 @@ from pydantic import Field
 from ...passes.models.report import SCHEMA_VERSION, Model
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.device_selection import select_run_devices
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
-from ..backend.device_selection import select_run_devices
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 
 

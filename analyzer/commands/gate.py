@@ -13,24 +13,21 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from ...passes.compare.gate import compare, summarize
-
-from ...passes.models.gate import BASELINE_VERSION
-
-from ...passes.models.gate import Baseline, GateResult, GateThresholds
+from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
 from ...passes.rules.registry import rule_docs
 from ...reports.json_report import render_json
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.checked_in_analysis import check_path
+from ..backend.device_selection import select_run_devices
 from ..context.config import Settings
+from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
-from ..backend.checked_in_analysis import check_path
 from ..inputs.limits import check_device_count
-from .lint import LintRequest, lint
-from ..context.display_paths import relativize
-from ..backend.device_selection import select_run_devices
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from .lint import LintRequest, lint
 
 BASELINE_FILE = "baseline.json"
 
@@ -122,8 +119,8 @@ def check(paths: list[str], settings: Settings) -> LintReport:
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
-            from ..inputs.checked_in import read_mlir
             from ...passes.stablehlo.module import read_entry_signature
+            from ..inputs.checked_in import read_mlir
 
             n = read_entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...passes.models.report import TensorInfo
 from ...passes.common.sharding_text import named_sharding_text, normalized, pspec_text
+from ...passes.models.report import TensorInfo
 from ..adapter import jax_adapter
 from ..backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
 

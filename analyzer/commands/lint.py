@@ -7,20 +7,19 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from ...passes.models.report import LintReport
 from ...passes.rules.registry import rule_docs
 from .. import __version__
-from ..supervision import isolation
 from ..adapter import jax_adapter
-from ..context.config import Settings
-from ..errors import ShardLintInputError
-from ..backend.heap import paused_collector
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
-from ..context.display_paths import relativize
 from ..backend.device_selection import check_gpu_platform, check_lowered_for, run_warnings, select_run_devices
-from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..backend.heap import paused_collector
 from ..backend.target_analysis import analyze_lowered
+from ..context.config import Settings
+from ..context.display_paths import relativize
+from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..errors import ShardLintInputError
+from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from ..supervision import isolation
 
 Progress = Callable[[str], None]
 

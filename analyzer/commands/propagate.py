@@ -12,15 +12,15 @@ from ...passes.models.report import PropagateRun, PropagationReport
 from ...passes.propagation.report import MAX_VALUES, Propagated, build_report
 from ...passes.propagation.shardy_reference import ShardyRejected
 from .. import __version__
-from ..supervision import isolation
 from ..adapter import jax_adapter
-from ..context.config import Settings
-from ..errors import ShardLintInputError, one_line
-from ..inputs.limits import MAX_DEVICES
-from ..inputs.checked_in import read_mlir
 from ..backend.device_selection import device_processes, select_run_devices
+from ..context.config import Settings
 from ..context.display_paths import relativize
+from ..errors import ShardLintInputError, one_line
+from ..inputs.checked_in import read_mlir
+from ..inputs.limits import MAX_DEVICES
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from ..supervision import isolation
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateR
     if request.path.endswith(".mlir"):
         results = propagate_mlir(request, settings)
         if request.targets and results[0][0].name not in request.targets:
-            raise ShardLintInputError(request.path, f"unknown target {request.targets[0]!r} (targets: {results[0][0].name})")
+            raise ShardLintInputError(
+                request.path, f"unknown target {request.targets[0]!r} (targets: {results[0][0].name})")
     else:
         results = propagate_script(request, settings)
     jax_version, jaxlib_version = jax_adapter.versions()

@@ -18,28 +18,27 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-
 from jaxlib.mlir import ir
 
-from ...passes.models.report import TargetReport
-from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
-from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ...passes.common.sharding_text import normalized, out_shardings_text
-from ...passes.stablehlo.module import entry_function, read_entry_signature
 from ...passes.common.pytree_paths import path_keys
+from ...passes.common.sharding_text import normalized, out_shardings_text
+from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
+from ...passes.models.report import TargetReport
+from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
+from ...passes.stablehlo.module import entry_function, read_entry_signature
 from ...passes.stablehlo.state_roundtrip import correspond, mismatched
 from .. import __version__
-from ..supervision import isolation
 from ..adapter import jax_adapter
-from ..context.config import Settings
-from ..inputs.limits import check_device_count
-from ..errors import ShardLintInputError, one_line
-from ..platforms.gpu_targets import ACCELERATOR_TARGETS
-from ..context.display_paths import display_source, relativize
-from ..backend.device_selection import select_run_devices
 from ..backend.checked_in_analysis import analyze_text, read_mlir
+from ..backend.device_selection import select_run_devices
 from ..backend.out_shardings import suggest_for
+from ..context.config import Settings
+from ..context.display_paths import display_source, relativize
+from ..errors import ShardLintInputError, one_line
+from ..inputs.limits import check_device_count
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS
+from ..supervision import isolation
 
 DECLARED_ENTRY = "shard_lint_out_shardings"
 INPUTS_ENTRY = "shard_lint_inputs"
@@ -209,7 +208,8 @@ def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, decla
     for key, spec in declared.items():
         i = _match_output(str(key), report, f"{DECLARED_ENTRY}()")
         o = report.outputs[i]
-        dims = parse_spec(spec if isinstance(spec, str) else _spec_repr(spec), mesh, len(o.shape), f"{DECLARED_ENTRY}()")
+        text = spec if isinstance(spec, str) else _spec_repr(spec)
+        dims = parse_spec(text, mesh, len(o.shape), f"{DECLARED_ENTRY}()")
         chosen[i] = AppliedSharding(path=o.path, index=i, before=o.sharding, after=dims, why="declared by the script")
     for item in request.outs:
         key, sep, spec = item.partition("=")

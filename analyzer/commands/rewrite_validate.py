@@ -159,7 +159,8 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
 
         if got is None or normalized(got, len(sig.outputs[index].shape)) != want:
             shardings_ok = False
-            mismatches.append(f"{sig.outputs[index].path}: comes out as {got}, not the declared {list(map(list, want))}")
+            mismatches.append(
+                f"{sig.outputs[index].path}: comes out as {got}, not the declared {list(map(list, want))}")
     return Validation(
         ran=True, backend=backend, outputs_match=not any(": comes out as" not in m for m in mismatches),
         nan_values=nans,

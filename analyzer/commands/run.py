@@ -26,12 +26,12 @@ from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
 from ...passes.rules.registry import rule_docs
 from ...passes.stablehlo.module import call_site
 from .. import __version__
-from ..supervision import isolation
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..errors import ShardLintInputError
-from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
 from ..context.display_paths import relativize
+from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..errors import ShardLintInputError
+from ..supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
 _JAX_MODULE = re.compile(r"jax_ir(\d+)_(.+)_compile\.mlir$")

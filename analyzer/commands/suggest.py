@@ -20,34 +20,50 @@ from typing import Any
 
 from ...passes.common.axes import label, sharding_labels
 from ...passes.common.byte_sizes import format_bytes
-from ...passes.propagation.call_graph import flatten_call_graph
-from ...passes.stablehlo.loop_trips import entry_results, value_repeats
 from ...passes.compare.rewrite_diff import program_facts
+from ...passes.hlo.step_time import significant
+from ...passes.models.suggest import (
+    ChosenSharding,
+    ModelCost,
+    PlanCheck,
+    SolverStats,
+    SuggestReport,
+    SuggestRun,
+    Version,
+)
+from ...passes.propagation.call_graph import flatten_call_graph
 from ...passes.propagation.sharding_graph import build_graph
+from ...passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
 from ...passes.solver.problem import (
-    Assignment, ProblemInput, ShardingProblem, breakdown, build_problem, local_bytes, pin_groups,
+    Assignment,
+    ProblemInput,
+    ShardingProblem,
+    breakdown,
+    build_problem,
+    local_bytes,
+    pin_groups,
 )
 from ...passes.solver.solve import NoFeasibleSharding, solve
-from ...passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
-from ...passes.stablehlo.state_roundtrip import correspond
+from ...passes.stablehlo.loop_trips import entry_results, value_repeats
 from ...passes.stablehlo.module import read_entry_signature
-from ...passes.hlo.step_time import significant
-from ...passes.models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats, SuggestReport, SuggestRun, Version
+from ...passes.stablehlo.state_roundtrip import correspond
 from .. import __version__
-from ..supervision import isolation
 from ..adapter import jax_adapter
-from ..context.config import Settings
-from ..platforms.performance import device_spec
-from ..errors import ShardLintInputError
 from ..backend.checked_in_analysis import analyze_text
-from .in_shardings import build_text as in_text, check_text as check_in_text
 from ..backend.device_selection import platform_label, select_run_devices
-from ..context.display_paths import relativize
 from ..backend.out_shardings import suggest_for
-from .rewrite import _call_entry, parse_spec, with_entry_shardings
-from .suggest_verdict import best_version, verdict
-from .suggest_refine import pins as refine_pins, refine
+from ..context.config import Settings
+from ..context.display_paths import relativize
+from ..errors import ShardLintInputError
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
+from ..platforms.performance import device_spec
+from ..supervision import isolation
+from .in_shardings import build_text as in_text
+from .in_shardings import check_text as check_in_text
+from .rewrite import _call_entry, parse_spec, with_entry_shardings
+from .suggest_refine import pins as refine_pins
+from .suggest_refine import refine
+from .suggest_verdict import best_version, verdict
 
 FIXED_ENTRY = "shard_lint_fixed"
 MAX_ROUNDS = 3
@@ -343,7 +359,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         outs = {o: pins[i] for o, i in state.items()} if pins is not None else {}
         version, report = _compile(t, vname, pins, outs, settings, devices, description, where)
         model_pins = pins if pins is not None else written
-        pinned = pin_groups(problem, {t.problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})
+        pinned = pin_groups(
+            problem, {t.problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})
         if pinned is not None and not version.error:
             try:
                 model = solve(pinned, request.solver, request.time_limit)
@@ -355,8 +372,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     best = best_version(versions)
     notes = []
     if best is None:
-        raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget "
-                                  f"({'; '.join(f'{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}' for v in versions)})")
+        tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)
+        raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget ({tried})")
     arg_pins = pins_of[best.name][0] or written  # keeping the written shardings: they are the pins
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}

@@ -21,7 +21,6 @@ from math import prod
 from typing import Any
 
 from ...passes.compare.sweep import candidate_from_report, failed_candidate, rank
-
 from ...passes.models.sweep import SweepCandidate, SweepRun
 from .. import __version__
 from ..adapter import jax_adapter

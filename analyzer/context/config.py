@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
-from ...passes.common.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ...passes.models.report import Severity
 from ...passes.pipeline import PassConfig
 from ...passes.rules.registry import RULES, all_options
+from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..errors import ShardLintInputError
 from ..platforms.presets import PRESETS, find_preset
 from ..platforms.target_memory import target_memory
-from ..errors import ShardLintInputError
 
 FAIL_ON = ("error", "warning", "never")
 _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",

@@ -9,9 +9,8 @@ import typing
 
 from pydantic import BaseModel
 
-from ...passes.common.frames import library_relative
 from ...passes.models.report import SourceLocation
-
+from ...passes.source.frames import library_relative
 
 
 def same_file(a: str, b: str) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-
 from ...passes.models.report import Finding, TargetReport
 from ...passes.pipeline import sort_findings
 from ...passes.rules.registry import RULES, Emitter
@@ -14,7 +13,6 @@ from ...passes.rules.source_rules import check_source
 from ...passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
 from .config import Settings
 from .display_paths import same_file
-
 
 
 def apply_run_suppressions(

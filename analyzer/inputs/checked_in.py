@@ -10,11 +10,11 @@ import os
 import re
 
 from ...passes.stablehlo.module import missing_entry
-from ..supervision import isolation
 from ..adapter import jax_adapter
 from ..errors import ShardLintInputError, one_line
-from .limits import check_mlir_text
+from ..supervision import isolation
 from .files import read_input_bytes, read_input_text
+from .limits import check_mlir_text
 
 HLO_SUFFIX = re.compile(r"after_optimizations\.txt$")
 

@@ -20,8 +20,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..supervision import isolation
 from ..errors import ShardLintInputError, one_line
+from ..supervision import isolation
 
 DEFAULT_ENTRY = "shard_lint_targets"
 # Parameters the tool fills in itself: the devices it compiles for.
@@ -124,7 +124,8 @@ def _lowered_name(lowered: Any) -> str:
     return m.group(1) if m else "target"
 
 
-def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Call the entry with the params and check what it returned."""
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())

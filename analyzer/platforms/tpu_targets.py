@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from math import prod
 
-from .presets import PRESETS
 from ..errors import ShardLintInputError
+from .presets import PRESETS
 
 
 @dataclass(frozen=True)

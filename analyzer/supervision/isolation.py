@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 
-
-
 STATUS_FD_ENV = "JAX_SHARD_LINT_STATUS_FD"
 STREAMS_ENV = "JAX_SHARD_LINT_STREAMS"
 IN_PROCESS_ENV = "JAX_SHARD_LINT_IN_PROCESS"

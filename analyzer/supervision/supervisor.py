@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_INPUT
+from .isolation import IN_PROCESS_ENV, LIFELINE_FD_ENV, SCRATCH_PREFIX, STATUS_FD_ENV, STREAMS_ENV, signal_groups
+
 # The most a command runs by default: generous for a 64-layer model's compile
 # on two cores, finite so that a loop in a script cannot hold a CI runner.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -55,8 +57,6 @@ DEFAULT_TIMEOUT_S = 3600.0
 RUN_ANALYSIS_MARGIN_S = 600.0
 # After SIGTERM, how long the group gets before SIGKILL.
 TERMINATE_GRACE_S = 2.0
-
-from .isolation import IN_PROCESS_ENV, LIFELINE_FD_ENV, SCRATCH_PREFIX, STATUS_FD_ENV, STREAMS_ENV, signal_groups
 
 
 
@@ -134,7 +134,7 @@ def _remove_orphaned_scratch() -> None:
             pass
 
 
-def _supervise(argv: list[str], env: dict, status: "ChildStatus", read_fd: int, passed: tuple[int, ...],
+def _supervise(argv: list[str], env: dict, status: ChildStatus, read_fd: int, passed: tuple[int, ...],
                timeout_s: float, debug: bool) -> int:
     with tempfile.TemporaryFile() as native:
         try:

@@ -17,7 +17,6 @@ from math import prod
 
 import numpy as np
 
-
 # Far more devices than any slice; a group table past it is malformed input.
 MAX_GROUP_DEVICES = 1 << 20
 

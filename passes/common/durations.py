@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 def format_seconds(seconds: float | None) -> str:
     """``376 ms``, ``1.91 ms``, ``10.1 us``: three significant digits."""
     if seconds is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 _PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
 
 

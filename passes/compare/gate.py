@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-
 from ..common.byte_sizes import format_bytes
+from ..models.gate import TIME_METRIC, Baseline, BaselineTarget, CollectiveSummary, GateResult, GateRow, GateThresholds
 from ..models.report import Severity, TargetReport
-from ..models.gate import Baseline, BaselineTarget, CollectiveSummary, GateResult, GateRow, GateThresholds
-from ..models.gate import TIME_METRIC
 
 WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from ..models.report import TargetReport
 from ..models.sweep import SweepCandidate
 

@@ -23,10 +23,10 @@ import re
 from math import prod
 
 from ..common.device_groups import MeshInfo
-from .collective_origin import entry_parameter, origin_index
 from ..common.shapes import shape_bytes
-from .module import HloInstruction, HloModule
 from ..models.report import Collective, TensorInfo
+from .collective_origin import entry_parameter, origin_index
+from .module import HloInstruction, HloModule
 
 INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation"})
 # Partial results that a sharded contraction or reduction leaves on each device.

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
-from .module import HloInstruction, HloModule
-from ..models.report import Collective, TensorInfo, where_text
 from ..common.sharding_text import pspec_text
+from ..models.report import Collective, TensorInfo, where_text
+from .module import HloInstruction, HloModule
 
 # Ops that pass a value through with its elements (layout, type, one layer of a stack).
 _SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",

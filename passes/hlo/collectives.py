@@ -13,13 +13,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..common.device_groups import (
-    DeviceGroupError, MeshInfo, axes_of_groups, axes_of_pairs, parse_replica_groups, parse_source_target_pairs,
+    DeviceGroupError,
+    MeshInfo,
+    axes_of_groups,
+    axes_of_pairs,
+    parse_replica_groups,
+    parse_source_target_pairs,
     spans_hosts,
 )
 from ..common.shapes import parse_arrays, split_tuple
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .module import HloInstruction, HloModule
 from ..models.report import Collective
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .module import HloInstruction, HloModule
 
 COLLECTIVE_KINDS = (
     "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",

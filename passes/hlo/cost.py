@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from math import prod
 
-from .collectives import collective_kind, computation_multiplicity
 from ..common.shapes import ArrayShape, parse_arrays
+from .collectives import collective_kind, computation_multiplicity
 from .module import HloComputation, HloInstruction, HloModule
 
 # Ops that move no bytes of their own.

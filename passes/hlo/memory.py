@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 
 from ..common.shapes import parse_arrays
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .module import HloModule
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .module import HloModule
 
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
 _PEAK_ENTRY = re.compile(r"^\s*([\w.\-]+)(\{[\d,]*\})?: (\d+) bytes")

@@ -11,8 +11,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..models.report import SourceLocation
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .attributes import parse_attributes
 from .errors import HloParseError
 

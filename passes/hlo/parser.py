@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import re
 
-
 from .attributes import balanced_end, split_top_level
 from .errors import HloParseError
 from .module import HloComputation, HloInstruction, HloModule, StackFrame

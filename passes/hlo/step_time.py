@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cost import ProgramCost
 from ..models.report import Collective, StepTime
+from .cost import ProgramCost
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,8 @@ def estimate_step_time(
     estimate = StepTime(
         device=spec.name, device_description=spec.description, nominal=spec.nominal, basis=basis,
         seconds=significant(max(compute, asynchronous) + sync), serial_seconds=significant(compute + communication),
-        compute_seconds=significant(compute), flop_seconds=significant(flop_time), memory_seconds=significant(memory_time),
+        compute_seconds=significant(compute), flop_seconds=significant(flop_time),
+        memory_seconds=significant(memory_time),
         communication_seconds=significant(communication), async_communication_seconds=significant(asynchronous),
         within_host_seconds=significant(within), across_hosts_seconds=significant(across),
         flops=significant(cost.flops), bytes_accessed=significant(cost.bytes),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from typing import Any
+
 from pydantic import Field
+
 from .report import Collective, Model, RunHeader, StepTime
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .shardy_reference import clone, walk_ops
 from ..stablehlo.module import functions
+from .shardy_reference import clone, walk_ops
 
 
 def _calls(block) -> list:

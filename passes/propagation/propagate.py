@@ -30,8 +30,16 @@ from dataclasses import dataclass
 from math import gcd, prod
 
 from ..common.axes import (
-    Axes, AxisRef, compatible_major, is_prefix, is_prefix_axis, join_factors, overlaps,
-    prefix_without_overlap, size_of, split_for_factors,
+    Axes,
+    AxisRef,
+    compatible_major,
+    is_prefix,
+    is_prefix_axis,
+    join_factors,
+    overlaps,
+    prefix_without_overlap,
+    size_of,
+    split_for_factors,
 )
 from .function_boundaries import common_mesh, export_boundaries
 from .sharding_graph import ShardingGraph, Step, Tensor
@@ -267,7 +275,7 @@ def _apply_rule(g: ShardingGraph, step: Step, ways: tuple[str, ...], round_prior
                 continue
             others = [r for f2, axes in per.items() if f2 != f for r in axes] + \
                 [r for r in held if r not in per[f]]
-            new = _truncate(new, lambda ref, _size: _without_overlap(ref, others))
+            new = _truncate(new, lambda ref, _size, others=others: _without_overlap(ref, others))
             if elementwise and k < n_ops:
                 for res in updated[n_ops:]:
                     if f in res and is_prefix(res[f], new) and len(new) > len(res[f]):

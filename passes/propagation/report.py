@@ -10,18 +10,23 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from ..common.axes import label, merge_adjacent
-from .call_graph import flatten_call_graph
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..common.pytree_paths import path_keys
 from ..common.shapes import array_bytes
 from ..models.report import (
-    Collective, Disagreement, PropagatedValue, PropagationReport, ProvenanceStep, ShardyAgreement,
+    Collective,
+    Disagreement,
+    PropagatedValue,
+    PropagationReport,
+    ProvenanceStep,
+    ShardyAgreement,
 )
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
+from .call_graph import flatten_call_graph
 from .predicted_communication import match_compiled, per_device_bytes, predict
 from .propagate import propagate
-from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 from .sharding_graph import ShardingGraph, Tensor, build_graph
-from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
-from ..common.pytree_paths import path_keys
+from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 
 MAX_DISAGREEMENTS = 200
 
@@ -115,7 +120,8 @@ def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
     ``compared`` those Shardy's output has, ``not_compared`` says why the rest are not."""
     theirs = shardy_propagated(tagged_clone(p.flat if p.flat is not None else original))
     meshes = read_meshes(original)
-    paired = pair_values(p.module, theirs, lambda attr: dict(mesh_of_sharding(sdy.TensorShardingAttr(attr), meshes).axes))
+    paired = pair_values(
+        p.module, theirs, lambda attr: dict(mesh_of_sharding(sdy.TensorShardingAttr(attr), meshes).axes))
     compared = agreeing = reported = 0
     not_compared: dict[str, int] = {}
     disagreements: list[Disagreement] = []
@@ -232,7 +238,8 @@ def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
     lines = []
     for step in p.provenance(t):
         where = f" at {display(step.source)}" if step.source else ""
-        spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None") for a in step.sharding) + ")"
+        spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None")
+                                for a in step.sharding) + ")"
         if step.op:
             lines.append(f"{step.value} is {spec} through {step.op}{where}")
         else:

@@ -22,10 +22,17 @@ from ..common.axes import Axes, AxisRef
 from ..common.device_groups import MeshInfo
 from ..common.shapes import mlir_dtype_to_hlo
 from ..models.report import SourceLocation
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import (
-    attribution_of_location, dim_axes, functions, main_mesh, mesh_of_sharding, op_name_of_location, read_dims,
-    read_meshes, source_of_location,
+    attribution_of_location,
+    dim_axes,
+    functions,
+    main_mesh,
+    mesh_of_sharding,
+    op_name_of_location,
+    read_dims,
+    read_meshes,
+    source_of_location,
 )
 
 
@@ -115,7 +122,8 @@ def _rule(attr: ir.Attribute) -> FactorRule:
 
     def maps(mappings):
         return tuple(
-            tuple(tuple(int(f) for f in sdy.DimMappingAttr(d).factor_indices) for d in sdy.TensorMappingAttr(t).dim_mappings)
+            tuple(tuple(int(f) for f in sdy.DimMappingAttr(d).factor_indices)
+                  for d in sdy.TensorMappingAttr(t).dim_mappings)
             for t in mappings
         )
 

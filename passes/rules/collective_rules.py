@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Severity
 from ..hlo.collective_intent import INTENDED
+from ..models.report import Severity
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
 

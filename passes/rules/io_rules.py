@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
-from ..models.report import Severity, TensorInfo
 from ..common.sharding_text import is_replicated, named_sharding_text, normalized, pspec_text
+from ..models.report import Severity, TensorInfo
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, RuleOption, rule
@@ -77,7 +77,8 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         shown = ", ".join(f"{rt.output.path} ({pspec_text(rt.output.sharding)}, input "
                           f"{pspec_text(rt.input.sharding)})" for rt in small[:3])
         more = f" and {len(small) - 3} more" if len(small) > 3 else ""
-        span = format_bytes(sizes[0]) if sizes[0] == sizes[-1] else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}"
+        span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
+                else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
         noun = "output comes" if len(small) == 1 else "small outputs come"
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "

@@ -65,7 +65,8 @@ def peak_over_budget(ctx: RuleContext, out: Emitter) -> None:
 
 @rule(
     "SL302", "low-headroom", Severity.warning,
-    options=(RuleOption("headroom-fraction", 0.10, "fraction", "headroom under this fraction of the budget is reported"),),
+    options=(RuleOption("headroom-fraction", 0.10, "fraction",
+                        "headroom under this fraction of the budget is reported"),),
 )
 def low_headroom(ctx: RuleContext, out: Emitter) -> None:
     """The per-device peak fits the budget with little room to spare.

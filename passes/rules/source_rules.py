@@ -243,7 +243,8 @@ def reduction_outside_jit(ctx, out: Emitter) -> None:
             out.emit(
                 f"{ast.unparse(node)} reduces the sharded result {sorted(used)[0]} outside jit",
                 _loc(facts, node),
-                fix=f"a module-level jitted helper: jax.jit(lambda x: {ast.unparse(node).replace(sorted(used)[0], 'x')})",
+                fix="a module-level jitted helper: jax.jit(lambda x: "
+                f"{ast.unparse(node).replace(sorted(used)[0], 'x')})",
                 subject=sorted(used)[0],
             )
 

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from .fused_traffic import FusedTraffic
 from ..common.shapes import array_bytes
-from ..propagation.sharding_graph import ShardingGraph, Step
 from ..hlo.step_time import DeviceSpec, collective_seconds
+from ..propagation.sharding_graph import ShardingGraph, Step
+from .fused_traffic import FusedTraffic
 
 Sharding = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes on it (in mesh order)
 

@@ -34,9 +34,9 @@ from math import prod
 
 from ..common.axes import sharding_labels
 from ..common.shapes import array_bytes
+from ..hlo.step_time import DeviceSpec
 from ..propagation.sharding_graph import ShardingGraph
 from .problem import FORBIDDEN, Assignment, ShardingProblem, reshard_seconds
-from ..hlo.step_time import DeviceSpec
 
 MAX_CHAIN = 10_000  # parent links followed from one dimension (a guard: chains end at a seed)
 

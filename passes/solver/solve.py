@@ -240,7 +240,7 @@ def _forward_pass(problem: ShardingProblem, start: dict[int, int]) -> tuple[list
     ops: list[int] = []
     conflicts: set[int] = set()
     for op in problem.ops:
-        def cost(s: int) -> float:
+        def cost(s: int, op=op) -> float:
             total = op.seconds[s]
             for u in op.uses:
                 c = groups[u.group]

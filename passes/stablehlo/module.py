@@ -13,10 +13,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from ..common.device_groups import MeshInfo
-from ..common.shapes import array_bytes, mlir_dtype_to_hlo
-from ..common.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from ..models.report import SourceLocation, TensorInfo
 from ..common.pytree_paths import path_keys
+from ..common.shapes import array_bytes, mlir_dtype_to_hlo
+from ..models.report import SourceLocation, TensorInfo
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 
 _FRAME = re.compile(r'"((?:[^"\\]|\\.)*)"\("((?:[^"\\]|\\.)+)":(\d+):\d+')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.report import TensorInfo
 from ..common.sharding_text import normalized, out_shardings_text
+from ..models.report import TensorInfo
 from .module import EntrySignature
 
 

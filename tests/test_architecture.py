@@ -1,0 +1,129 @@
+"""The layout holds: no import cycle between modules, the supervising parent
+imports no JAX, modules stay small. (The import contracts between packages are
+import-linter's, in pyproject.toml, run by .ci/run.)"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PACKAGES = ("analyzer", "passes", "reports")
+MAX_LINES = 400
+# Over the limit when the limit was first tested; this list only shrinks.
+OVER_THE_LIMIT = {
+    "passes/propagation/sharding_graph.py", "analyzer/adapter/jax_adapter.py", "analyzer/commands/suggest.py",
+    "passes/solver/problem.py",
+}
+
+
+def _modules() -> dict[str, tuple[str, bool]]:
+    """Dotted name (under jax_shard_lint) -> (path, is a package)."""
+    found = {}
+    for top in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(folder, f)
+                    dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    is_package = dotted.endswith(".__init__")
+                    found[dotted.removesuffix(".__init__")] = (path, is_package)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every import between our modules, the ones inside functions too."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("jax_shard_lint."):
+                base = node.module.removeprefix("jax_shard_lint.")
+            else:
+                continue
+            for target in [base] + [f"{base}.{a.name}" for a in node.names]:
+                if target in modules and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_between_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_the_supervising_parent_imports_no_jax():
+    """The parent starts in a fraction of JAX's import time and cannot be crashed by it."""
+    probe = ("import sys, jax_shard_lint.analyzer.cli.main; "
+             "print(sorted(m for m in ('jax', 'jaxlib', 'numpy', 'rich', 'pydantic') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_modules_stay_under_400_lines():
+    over = set()
+    for path, _ in _modules().values():
+        with open(path, encoding="utf-8") as f:
+            if sum(1 for _ in f) > MAX_LINES:
+                over.add(os.path.relpath(path, ROOT))
+    assert over <= OVER_THE_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_THE_LIMIT)}"
+    assert OVER_THE_LIMIT <= over, f"under the limit now, drop from the list: {sorted(OVER_THE_LIMIT - over)}"
