@@ -16,7 +16,6 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
-from . import rules as _rules  # noqa: F401  (registers the rules)
 from .common.device_groups import MeshInfo, axis_scopes
 from .common.shapes import array_bytes, parse_arrays, split_tuple
 from .hlo.collective_intent import classify, parameters, partial_sum_operands
@@ -27,8 +26,10 @@ from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_mem
 from .hlo.parser import parse_hlo_module
 from .hlo.step_time import DeviceSpec, estimate_step_time
 from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
+from .models.rule_codes import Scope
 from .rules.context import RuleContext
-from .rules.registry import RULES, Emitter, all_options
+from .rules.registry import Emitter
+from .rules.table import RULES, all_options
 from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .stablehlo.module import (
     EntrySignature,
@@ -80,7 +81,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
     findings: list[Finding] = []
     for code in sorted(RULES):
         r = RULES[code]
-        if r.scope != "target" or code in config.disabled:
+        if r.scope is not Scope.TARGET or code in config.disabled:
             continue
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)

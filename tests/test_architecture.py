@@ -52,9 +52,10 @@ def import_graph() -> dict[str, set[str]]:
                 base = node.module.removeprefix("jax_shard_lint.")
             else:
                 continue
-            for target in [base] + [f"{base}.{a.name}" for a in node.names]:
-                if target in modules and target != name:
-                    graph[name].add(target)
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+            # `from package import submodule` needs the submodule; the package is being imported anyway.
+            targets = submodules if len(submodules) == len(node.names) else [base, *submodules]
+            graph[name].update(t for t in targets if t in modules and t != name)
     return graph
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ...passes.compare.gate import compare, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
-from ...passes.rules.registry import rule_docs
+from ...passes.rules.table import rule_docs
 from ...reports.json_report import render_json
 from .. import __version__
 from ..adapter import jax_adapter

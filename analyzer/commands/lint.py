@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...passes.models.report import LintReport
-from ...passes.rules.registry import rule_docs
+from ...passes.rules.table import rule_docs
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import check_gpu_platform, check_lowered_for, run_warnings, select_run_devices

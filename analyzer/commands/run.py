@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ...passes.hlo.memory import stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
 from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
-from ...passes.rules.registry import rule_docs
+from ...passes.rules.table import rule_docs
 from ...passes.stablehlo.module import call_site
 from .. import __version__
 from ..adapter import jax_adapter

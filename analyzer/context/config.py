@@ -28,7 +28,7 @@ from typing import Any
 from ...passes.common.byte_sizes import parse_bytes
 from ...passes.models.report import Severity
 from ...passes.pipeline import PassConfig
-from ...passes.rules.registry import RULES, all_options
+from ...passes.rules.table import RULES, all_options
 from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..errors import ShardLintInputError
 from ..platforms.presets import PRESETS, find_preset

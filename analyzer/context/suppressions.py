@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 
 from ...passes.models.report import Finding, TargetReport
+from ...passes.models.rule_codes import SL001
 from ...passes.pipeline import sort_findings
-from ...passes.rules.registry import RULES, Emitter
-from ...passes.rules.source_rules import check_source
+from ...passes.rules.registry import Emitter
+from ...passes.rules.source_check import check_source
 from ...passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
+from ...passes.rules.table import RULES
 from .config import Settings
 from .display_paths import same_file
 
@@ -43,13 +45,13 @@ def apply_run_suppressions(
     for s, code in everything - set(outcome.unused):
         used.add((s.file, s.line, code))
     run_findings: list[Finding] = list(outcome.kept)
-    rule = RULES["SL001"]
-    if report_unused and "SL001" not in settings.ignore:
+    rule = RULES[SL001.code]
+    if report_unused and SL001.code not in settings.ignore:
         unused = [
             (s, c) for s in suppressions for c in (s.codes or ("*",))
             if (s.file, s.line, c) not in used and (c == "*" or c not in settings.ignore)
         ]
-        emitter = Emitter(rule, settings.severities.get("SL001", rule.severity))
+        emitter = Emitter(rule, settings.severities.get(SL001.code, rule.severity))
         rule.check(unused, emitter)
         run_findings += emitter.findings
     return out, sort_findings(run_findings)

@@ -8,6 +8,7 @@ from collections import defaultdict
 from ..common.byte_sizes import format_bytes
 from ..models.report import Collective, TargetReport
 from ..models.rewrite import CollectiveChange, ProgramFacts
+from ..models.rule_codes import SL201
 
 
 def program_facts(report: TargetReport) -> ProgramFacts:
@@ -103,6 +104,6 @@ def remaining_costs(after: TargetReport, display=str) -> list[str]:
         lines[line] = lines.get(line, 0) + c.count
     out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
     for f in after.findings:
-        if f.rule == "SL201":
+        if f.rule == SL201.code:
             out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")
     return out

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo, where_text
+from ..models.rule_codes import SL201
 from .module import HloInstruction, HloModule
 
 # Ops that pass a value through with its elements (layout, type, one layer of a stack).
@@ -232,12 +233,12 @@ def explain_outputs(module: HloModule, findings, outputs: tuple[TensorInfo, ...]
     if not with_why:
         return list(findings)
     by_path = {t.path: t.index for t in outputs}
-    if not any(f.rule == "SL201" for f in findings):
+    if not any(f.rule == SL201.code for f in findings):
         return list(findings)
     depends = outputs_depending_on(module, sorted(with_why))
     out = []
     for f in findings:
-        index = by_path.get(f.subject or "") if f.rule == "SL201" else None
+        index = by_path.get(f.subject or "") if f.rule == SL201.code else None
         names = depends.get(index, []) if index is not None else []
         lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
                  for n in names[:2]]

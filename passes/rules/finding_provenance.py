@@ -4,11 +4,12 @@ why a collective at a line is needed."""
 from __future__ import annotations
 
 from ..models.report import Finding, PredictedCollective, TargetReport
+from ..models.rule_codes import SL101, SL102, SL201
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 
 MAX_LINES = 6
-EXPLAINED_RULES = frozenset({"SL101", "SL102", "SL201"})
+EXPLAINED_RULES = frozenset({SL101.code, SL102.code, SL201.code})
 
 
 def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[PredictedCollective]:
@@ -24,10 +25,10 @@ def attach_provenance(
     out = []
     for f in report.findings:
         lines: list[str] = []
-        if f.rule == "SL201" and f.subject:
+        if f.rule == SL201.code and f.subject:
             for t in find_values(p, f.subject)[:1]:
                 lines = explain(p, t, display)
-        elif f.rule in ("SL101", "SL102"):
+        elif f.rule in (SL101.code, SL102.code):
             kinds = {FAMILIES.get(c.kind, c.kind) for c in report.collectives if c.hlo_name == f.subject}
             for pred in _predicted_at(predicted, f):
                 if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:

@@ -8,8 +8,7 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from ..models.report import Finding, Severity, SourceLocation
-from .registry import Emitter, rule
+from ..models.report import Finding
 
 _COMMENT = re.compile(r"#\s*shard-lint:\s*ignore(?:\[([A-Za-z0-9_,\s-]*)\])?")
 
@@ -73,38 +72,3 @@ def apply_suppressions(
             if (i, code) not in used:
                 unused.append((s, code))
     return SuppressionOutcome(tuple(kept), suppressed, tuple(unused))
-
-
-@rule("SL001", "unused-suppression", Severity.warning, scope="meta")
-def unused_suppression(unused: list[tuple[Suppression, str]], out: Emitter) -> None:
-    """A suppression comment that suppresses nothing.
-
-    What it does
-    ------------
-    Reports a `# shard-lint: ignore[CODE]` comment when no finding of that code
-    was reported on its line in any target of the run.
-
-    Why is this bad
-    ---------------
-    A stale suppression hides the next real finding on that line: once the
-    problem it was written for is fixed, the comment silently covers whatever
-    comes next.
-
-    Example
-    -------
-    ```python
-    y = x @ w  # shard-lint: ignore[SL101]   (the all-gather is gone)
-    ```
-
-    Fix
-    ---
-    Delete the comment, or the code from its list.
-    """
-    for s, code in unused:
-        what = f"ignore[{code}]" if code != "*" else "ignore"
-        out.emit(
-            f"suppression '# shard-lint: {what}' suppresses nothing",
-            SourceLocation(file=s.file, line=s.line),
-            fix="remove the comment" if code == "*" or len(s.codes) <= 1 else f"remove {code} from the list",
-            subject=f"{s.file}:{s.line}",
-        )

@@ -1,0 +1,77 @@
+"""SL102 collective-in-loop: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..hlo.collective_intent import INTENDED
+from ..models.report import Severity
+from ..models.rule_codes import SL102
+from .context import RuleContext
+from .registry import Emitter, RuleOption, define_rule
+
+
+def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
+    """A collective inside a loop body, weighted by the loop's trip count.
+
+    What it does
+    ------------
+    Reports the resharding collectives of one source line that run more than
+    once per step (inside a `scan`, `fori_loop` or `while_loop` body) when their
+    bytes times their execution counts, summed, reach `loop-collective-bytes`.
+    Traffic the sharding asked for (a layer's FSDP parameter gather, a gradient
+    reduction, tensor-parallel partial sums: the collective's `intent`) is
+    counted but not reported.
+
+    Why is this bad
+    ---------------
+    A collective in a loop body runs on every iteration. Re-laying out the
+    carry, or gathering a value that does not change across iterations, moves
+    the same bytes each time; a layer scan over 48 layers multiplies a small
+    collective 48-fold.
+
+    Example
+    -------
+    ```python
+    def body(h, _):
+        h = jax.lax.with_sharding_constraint(h, P("data", "model"))
+        return jnp.cumsum(h, axis=1), None  # reads along the model-sharded axis
+    h, _ = jax.lax.scan(body, x, None, length=48)
+    ```
+
+    Fix
+    ---
+    Keep the loop's values in the layout the body reads them in (constrain the
+    carry to a sharding the body does not read along), or hoist a gather of a
+    loop-invariant value out of the loop.
+    """
+    limit = ctx.options["loop-collective-bytes"]
+    # One finding per source line: a layer scan's many per-layer collectives are one decision.
+    by_line: dict[tuple, list] = {}
+    for c in ctx.collectives:
+        if c.count > 1 and c.intent not in INTENDED:
+            key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
+            by_line.setdefault(key, []).append(c)
+    for group in by_line.values():
+        total = sum(c.bytes * c.count for c in group)
+        if total < limit:
+            continue
+        counts = sorted({c.count for c in group})
+        kinds = ", ".join(
+            f"{n}x {k}" if n > 1 else k
+            for k, n in sorted({c.kind: sum(1 for g in group if g.kind == c.kind) for c in group}.items())
+        )
+        axes = ", ".join(sorted({a for c in group for a in c.mesh_axes})) or "all devices"
+        runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
+        out.emit(
+            f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device",
+            group[0].source, via=group[0].via,
+            fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
+            "body does not read along), or gather a loop-invariant value once before the loop",
+            subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
+        )
+
+
+RULE = define_rule(SL102, Severity.warning, collective_in_loop,
+                   options=(RuleOption("loop-collective-bytes", 512 * 1024**2, "bytes",
+                        "bytes per step (bytes times executions, summed per source line) at which collectives "
+                        "in a loop are reported"),))

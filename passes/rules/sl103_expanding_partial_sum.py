@@ -1,0 +1,81 @@
+"""SL103 expanding-partial-sum: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
+from ..models.report import Severity
+from ..models.rule_codes import SL103
+from .context import RuleContext
+from .registry import Emitter, RuleOption, define_rule
+
+
+def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
+    """A matmul that contracts a sharded dimension into a much larger output, then all-reduces the whole output.
+
+    What it does
+    ------------
+    Reports an all-reduce of a matmul's partial sums (tensor-parallel traffic,
+    otherwise not warned about) whose per-device bytes reach
+    `partial-sum-expansion` times the gathered size of the matmul's smaller
+    operand, and at least `partial-sum-min-bytes`.
+
+    Why is this bad
+    ---------------
+    When the contracted dimension is sharded, every device computes partial sums
+    of the whole output and the all-reduce adds them: each device then holds the
+    full output. That is the right trade after a row-parallel projection, whose
+    output is smaller than its input. For a projection that expands (a language
+    model's logits: hidden size into vocabulary) it moves and holds the largest
+    activation of the step, where gathering the small input and sharding the
+    output would move a fraction of it.
+
+    Example
+    -------
+    ```python
+    embed = ...  # (vocab, d_model), sharded P(None, "model"): on d_model
+    logits = jnp.einsum("bsd,vd->bsv", h, embed)   # contracts d_model: all-reduce of (b, s, vocab)
+    ```
+
+    Fix
+    ---
+    Shard the weight on its output dimension instead (here the vocabulary:
+    `P("model", None)`), so the output stays sharded and only small
+    statistics (a softmax's max and sum) are reduced.
+    """
+    ratio = ctx.options["partial-sum-expansion"]
+    smallest = ctx.options["partial-sum-min-bytes"]
+    # A weight's gradient (a matmul over the batch, summed over the data axes) has the
+    # weight's shape: data-parallel traffic, not an expanding projection.
+    weights = {tuple(t.shape) for t in ctx.inputs}
+    for c in ctx.collectives:
+        found = ctx.partial_sum_operands.get(c.hlo_name)
+        if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights:
+            continue
+        operand, weight_index = found
+        weight = next((t for t in ctx.inputs if t.index == weight_index), None)
+        gathered = operand * c.group_size
+        if c.bytes < ratio * gathered:
+            continue
+        axes = ", ".join(c.mesh_axes) or "all devices"
+        out.emit(
+            f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
+            f"({format_bytes(c.bytes)} per device"
+            + (f", {c.count}x per step" if c.count > 1 else "")
+            + f"): {c.bytes / gathered:.0f}x its smaller operand gathered ({format_bytes(gathered)}), because "
+            + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
+               if weight is not None and weight.sharding else "the dimension it contracts is sharded"),
+            c.source, via=c.via,
+            fix=f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
+            "produces instead of the one it contracts, so the output stays sharded",
+            subject=c.hlo_name, why=[c.why] if c.why else None,
+        )
+
+
+RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
+                   options=(
+        RuleOption("partial-sum-expansion", 8.0, "fraction",
+                   "all-reduced bytes over the bytes of the matmul operand that could be gathered instead"),
+        RuleOption("partial-sum-min-bytes", 4 * 1024**2, "bytes",
+                   "smallest all-reduce of partial sums reported"),
+    ))

@@ -1,0 +1,86 @@
+"""SL201 output-sharding-mismatch: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import named_sharding_text, pspec_text
+from ..models.report import Severity
+from ..models.rule_codes import SL201
+from ..stablehlo.state_roundtrip import mismatched
+from .context import RuleContext
+from .registry import Emitter, RuleOption, define_rule
+
+
+def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
+    """A step's state comes back on another layout than it went in.
+
+    What it does
+    ------------
+    Pairs each output with the input it corresponds to (by pytree path, or by
+    position with equal shape and dtype where the structures differ) and reports
+    a pair whose compiled output sharding differs from the input's sharding.
+    Pairs under `output-mismatch-min-bytes` per device (norm scales, biases and
+    their optimizer moments) are reported together, as one finding.
+
+    Why is this bad
+    ---------------
+    Without `out_shardings`, XLA picks the output layout that is cheapest for
+    this step alone. The next call of the step was lowered for the input
+    layout, so every step starts by resharding its own state: collectives and
+    temporary memory that appear nowhere in the source.
+
+    Example
+    -------
+    ```python
+    step = jax.jit(train_step)           # no out_shardings
+    for batch in data:
+        state = step(state, batch)       # state['w'] in as P('data', 'model'),
+                                         # out as P('model')
+    ```
+
+    Fix
+    ---
+    Pin the outputs to the input layout: `jax.jit(train_step,
+    out_shardings=...)` with the text this rule prints, or run
+    `jax-shard-lint rewrite` to apply and validate it.
+    """
+    pairs = mismatched(ctx.roundtrips)
+    floor = ctx.options["output-mismatch-min-bytes"]
+    small = [rt for rt in pairs if max(rt.output.per_device_bytes, rt.input.per_device_bytes) < floor]
+    small_outputs = {rt.output.index for rt in small}
+    for rt in pairs:
+        if rt.output.index in small_outputs:
+            continue
+        out.emit(
+            f"output {rt.output.path} comes back as {pspec_text(rt.output.sharding)} but its input "
+            f"{rt.input.path} is {pspec_text(rt.input.sharding)}: the next step reshards "
+            f"{format_bytes(rt.output.per_device_bytes)} per device ({format_bytes(rt.output.bytes)} global) on entry",
+            ctx.output_source(rt.output.index),
+            fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
+            "(the target's suggested out_shardings= pins every state output)",
+            subject=rt.output.path,
+        )
+    if small:
+        # Many small outputs (norm scales, biases and their optimizer moments) are one
+        # decision, and one finding, so the large state that reshards stands out.
+        small.sort(key=lambda rt: (-rt.output.per_device_bytes, rt.output.index))
+        sizes = sorted(rt.output.per_device_bytes for rt in small)
+        shown = ", ".join(f"{rt.output.path} ({pspec_text(rt.output.sharding)}, input "
+                          f"{pspec_text(rt.input.sharding)})" for rt in small[:3])
+        more = f" and {len(small) - 3} more" if len(small) > 3 else ""
+        span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
+                else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
+        noun = "output comes" if len(small) == 1 else "small outputs come"
+        out.emit(
+            f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
+            f"{format_bytes(floor)}): {shown}{more}",
+            ctx.output_source(small[0].output.index),
+            fix="pin them with the target's suggested out_shardings= (it pins every state output)",
+            subject=small[0].output.path,
+        )
+
+
+RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
+                   options=(RuleOption("output-mismatch-min-bytes", 1024**2, "bytes",
+                        "per-device size from which each mismatched output is its own finding; smaller ones are "
+                        "reported together in one finding"),))

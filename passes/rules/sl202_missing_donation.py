@@ -1,0 +1,81 @@
+"""SL202 missing-donation: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import normalized
+from ..models.report import Severity, TensorInfo
+from ..models.rule_codes import SL202
+from .context import RuleContext
+from .registry import Emitter, RuleOption, define_rule
+
+
+def _sharding_of(t: TensorInfo):
+    return normalized(t.sharding, len(t.shape))
+
+
+def missing_donation(ctx: RuleContext, out: Emitter) -> None:
+    """An input that an output could reuse is not donated.
+
+    What it does
+    ------------
+    Reports an input with the same shape, dtype and sharding as an output when
+    the input is not donated and donating it would save at least
+    `donation-min-bytes` per device.
+
+    Why is this bad
+    ---------------
+    Without donation XLA must keep the input alive while it writes the output,
+    so the state is held twice at the peak. Donating lets the output reuse the
+    input's buffer.
+
+    Example
+    -------
+    ```python
+    step = jax.jit(train_step)   # state in, new state out, state not donated
+    ```
+
+    Fix
+    ---
+    `jax.jit(train_step, donate_argnums=(0,))` (or `donate_argnames=`), and stop
+    using the old state after the call.
+    """
+    limit = ctx.options["donation-min-bytes"]
+    candidates = {rt.input.index: rt.output for rt in ctx.roundtrips}
+
+    def same_layout(o: TensorInfo, inp: TensorInfo) -> bool:
+        return o.shape == inp.shape and o.dtype == inp.dtype and _sharding_of(o) == _sharding_of(inp)
+
+    def partner(inp: TensorInfo, taken: set[int]) -> TensorInfo | None:
+        match = candidates.get(inp.index)
+        if match is not None and match.index not in taken and same_layout(match, inp):
+            return match
+        return next((o for o in ctx.outputs if o.index not in taken and same_layout(o, inp)), None)
+
+    # Outputs that already reuse a donated input's buffer are not on offer.
+    taken: set[int] = set()
+    for inp in ctx.inputs:
+        if inp.donated and (match := partner(inp, taken)) is not None:
+            taken.add(match.index)
+    per_arg: dict[int, list[tuple[TensorInfo, TensorInfo]]] = {}
+    for inp in ctx.inputs:
+        if inp.donated or (match := partner(inp, taken)) is None:
+            continue
+        taken.add(match.index)
+        per_arg.setdefault(ctx.signature.input_keys[inp.index][0], []).append((inp, match))
+    for arg, pairs in sorted(per_arg.items()):
+        saved = sum(inp.per_device_bytes for inp, _ in pairs)
+        if saved < limit:
+            continue
+        first_in, first_out = pairs[0]
+        base = first_in.path.split("[")[0]
+        leaves = f"{len(pairs)} of its arrays have" if len(pairs) > 1 else f"{first_in.path} has"
+        out.emit(
+            f"argument {arg} ({base}) is not donated, but {leaves} an output of the same shape, dtype and "
+            f"sharding (e.g. {first_out.path}): donating it saves {format_bytes(saved)} per device",
+            ctx.input_source(first_in.index), fix=f"jax.jit(..., donate_argnums=({arg},))", subject=base,
+        )
+
+
+RULE = define_rule(SL202, Severity.warning, missing_donation,
+                   options=(RuleOption("donation-min-bytes", 1024**2, "bytes", "smallest per-device saving reported"),))

@@ -1,0 +1,65 @@
+"""SL203 replicated-argument: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import is_replicated, pspec_text
+from ..models.report import Severity
+from ..models.rule_codes import SL203
+from .context import RuleContext
+from .registry import Emitter, RuleOption, define_rule
+
+
+def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
+    """A large argument is replicated on every device.
+
+    What it does
+    ------------
+    Reports an argument whose sharding names no mesh axis on a mesh of more than
+    one device, when its size reaches `replicated-argument-bytes`.
+
+    Why is this bad
+    ---------------
+    A replicated argument costs its full size on every device. With N devices
+    the array is stored N times; the memory could hold a larger batch instead.
+
+    Example
+    -------
+    ```python
+    table = jax.ShapeDtypeStruct((65536, 4096), f32,
+                                 sharding=NamedSharding(mesh, P()))
+    ```
+
+    Fix
+    ---
+    Shard a dimension that divides evenly by a mesh axis, e.g.
+    `NamedSharding(mesh, P('data', None))`, and let the ops that need the
+    whole array gather it where needed.
+    """
+    limit = ctx.options["replicated-argument-bytes"]
+    if ctx.num_devices <= 1:
+        return
+    mesh = ctx.signature.mesh
+    for inp in ctx.inputs:
+        if not is_replicated(inp.sharding) or inp.bytes < limit:
+            continue
+        suggestion = None
+        for name, size in sorted(mesh.axes, key=lambda a: -a[1]):
+            dim = next((d for d, n in enumerate(inp.shape) if n % size == 0 and n >= size), None)
+            if dim is not None:
+                spec: list[list[str]] = [[] for _ in inp.shape]
+                spec[dim] = [name]
+                suggestion = f"NamedSharding(mesh, {pspec_text(spec)})"
+                break
+        out.emit(
+            f"argument {inp.path} ({inp.dtype}{inp.shape}, {format_bytes(inp.bytes)}) is replicated on all "
+            f"{ctx.num_devices} devices",
+            ctx.input_source(inp.index),
+            fix=f"shard it, e.g. {suggestion}" if suggestion else "shard one of its dimensions over a mesh axis",
+            subject=inp.path,
+        )
+
+
+RULE = define_rule(SL203, Severity.warning, replicated_argument,
+                   options=(RuleOption("replicated-argument-bytes", 64 * 1024**2, "bytes",
+                        "size at which a fully replicated argument is reported"),))

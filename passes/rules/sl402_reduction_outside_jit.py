@@ -1,0 +1,67 @@
+"""SL402 reduction-outside-jit: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+import ast
+
+from ..models.report import Severity
+from ..models.rule_codes import SL402
+from .registry import Emitter, define_rule
+from .source_facts import dotted, inside_jit, location, names_in, walk_with_stack
+
+_REDUCTIONS = {"any", "all", "sum", "max", "min", "mean", "isnan", "isinf", "isfinite", "linalg.norm", "norm", "prod"}
+
+
+def reduction_outside_jit(ctx, out: Emitter) -> None:
+    """A reduction or NaN/Inf check on a sharded result, outside `jit`.
+
+    What it does
+    ------------
+    Reports `jnp.any`, `jnp.all`, `jnp.sum`, `jnp.max`, `jnp.isnan`,
+    `jnp.isfinite` and similar reductions applied, outside any jitted function, to
+    a value returned by a jitted function (a sharded array).
+
+    Why is this bad
+    ---------------
+    Outside `jit`, each `jnp` call is dispatched on its own: the NaN check
+    `jnp.any(jnp.isnan(v))` materialises a full-size boolean array and reduces it
+    in separate steps, often gathering shards, on every iteration.
+
+    Example
+    -------
+    ```python
+    for i in range(steps):
+        v = step(v)
+        if jnp.any(jnp.isnan(v)):
+            break
+    ```
+
+    Fix
+    ---
+    Use a module-level jitted helper, `has_nan = jax.jit(lambda x:
+    jnp.any(jnp.isnan(x)))`, so the reduction runs where the shards are and only
+    a scalar comes back.
+    """
+    tree, facts = ctx
+    for node, stack in walk_with_stack(tree):
+        if not isinstance(node, ast.Call) or inside_jit(stack, facts):
+            continue
+        name = dotted(node.func)
+        head, _, tail = name.partition(".")
+        if head not in ("jnp", "jax.numpy") or tail not in _REDUCTIONS:
+            continue
+        if any(isinstance(p, ast.Call) and dotted(p.func).split(".", 1)[0] == "jnp" and p is not node
+               for p in stack[:-1]):
+            continue  # report the outermost jnp call of an expression once
+        used = names_in(node) & facts.sharded
+        if used:
+            out.emit(
+                f"{ast.unparse(node)} reduces the sharded result {sorted(used)[0]} outside jit",
+                location(facts, node),
+                fix="a module-level jitted helper: jax.jit(lambda x: "
+                f"{ast.unparse(node).replace(sorted(used)[0], 'x')})",
+                subject=sorted(used)[0],
+            )
+
+
+RULE = define_rule(SL402, Severity.warning, reduction_outside_jit)

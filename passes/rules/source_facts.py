@@ -1,0 +1,106 @@
+"""What the source rules read: a script's AST and the facts they share (jitted functions,
+loops, sharded names), found without importing it."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ..models.report import SourceLocation
+
+_MULTIPROCESS = {"process_count", "process_index", "initialize"}
+
+
+def dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def is_jit(call: ast.AST) -> bool:
+    return isinstance(call, ast.Call) and dotted(call.func) in ("jax.jit", "jit", "pjit", "jax.experimental.pjit.pjit")
+
+
+def has_keyword(call: ast.Call, name: str) -> bool:
+    return any(k.arg == name for k in call.keywords)
+
+
+def names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def assigned_names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return set().union(*(assigned_names(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+@dataclass
+class ScriptFacts:
+    file: str
+    jitted: dict[str, ast.AST] = field(default_factory=dict)  # name -> jit call or decorated def
+    jitted_without_out_shardings: set[str] = field(default_factory=set)
+    sharded: set[str] = field(default_factory=set)
+    jitted_bodies: set[int] = field(default_factory=set)  # ids of FunctionDef nodes that are jitted
+    multiprocess: bool = False
+
+
+def collect_facts(tree: ast.Module, file: str) -> ScriptFacts:
+    facts = ScriptFacts(file)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _MULTIPROCESS and dotted(node.value) in (
+                "jax", "jax.distributed"):
+            facts.multiprocess = True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                call = dec if isinstance(dec, ast.Call) else None
+                base = dotted(dec.func if isinstance(dec, ast.Call) else dec)
+                if base in ("jax.jit", "jit") or (base in ("functools.partial", "partial") and call and call.args
+                                                   and dotted(call.args[0]) in ("jax.jit", "jit")):
+                    facts.jitted[node.name] = node
+                    facts.jitted_bodies.add(id(node))
+                    if not (call and has_keyword(call, "out_shardings")):
+                        facts.jitted_without_out_shardings.add(node.name)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and is_jit(node.value):
+            for name in assigned_names(node.targets[0]):
+                facts.jitted[name] = node.value
+                if not has_keyword(node.value, "out_shardings"):
+                    facts.jitted_without_out_shardings.add(name)
+    # Names bound from calling a jitted function hold sharded results.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and dotted(node.value.func) in facts.jitted:
+            for t in node.targets:
+                facts.sharded |= assigned_names(t)
+    return facts
+
+
+def loops(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
+            yield node
+
+
+def inside_jit(node_stack: list[ast.AST], facts: ScriptFacts) -> bool:
+    return any(id(n) in facts.jitted_bodies for n in node_stack)
+
+
+def walk_with_stack(tree: ast.AST):
+    stack: list[ast.AST] = []
+
+    def visit(node):
+        stack.append(node)
+        yield node, stack
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child)
+        stack.pop()
+
+    yield from visit(tree)
+
+
+def location(facts: ScriptFacts, node: ast.stmt | ast.expr) -> SourceLocation:
+    return SourceLocation(file=facts.file, line=node.lineno)

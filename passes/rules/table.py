@@ -1,0 +1,63 @@
+"""The catalogue of rules, in code order: each rule file's RULE, imported by name (no
+registration by import side effect). Adding a rule: its code in codes.py, its file, its line here."""
+
+from __future__ import annotations
+
+from . import (
+    sl001_unused_suppression,
+    sl101_replicating_collective,
+    sl102_collective_in_loop,
+    sl103_expanding_partial_sum,
+    sl201_output_sharding_mismatch,
+    sl202_missing_donation,
+    sl203_replicated_argument,
+    sl301_peak_over_budget,
+    sl302_low_headroom,
+    sl401_replicated_device_put_multihost,
+    sl402_reduction_outside_jit,
+    sl403_feedback_loop_without_out_shardings,
+    sl404_host_transfer_in_loop,
+)
+from .registry import Rule, RuleOption
+
+RULES: dict[str, Rule] = {r.code: r for r in (
+    sl001_unused_suppression.RULE,
+    sl101_replicating_collective.RULE,
+    sl102_collective_in_loop.RULE,
+    sl103_expanding_partial_sum.RULE,
+    sl201_output_sharding_mismatch.RULE,
+    sl202_missing_donation.RULE,
+    sl203_replicated_argument.RULE,
+    sl301_peak_over_budget.RULE,
+    sl302_low_headroom.RULE,
+    sl401_replicated_device_put_multihost.RULE,
+    sl402_reduction_outside_jit.RULE,
+    sl403_feedback_loop_without_out_shardings.RULE,
+    sl404_host_transfer_in_loop.RULE,
+)}
+
+
+def all_options() -> dict[str, RuleOption]:
+    out: dict[str, RuleOption] = {}
+    for r in RULES.values():
+        for opt in r.options:
+            out[opt.name] = opt
+    return out
+
+
+def find_rule(code_or_name: str) -> Rule | None:
+    key = code_or_name.strip()
+    if key.upper() in RULES:
+        return RULES[key.upper()]
+    return next((r for r in RULES.values() if r.name == key), None)
+
+
+def rule_docs(disabled: frozenset[str] = frozenset(), severities: dict | None = None):
+    """The documentation of every enabled rule, as report models."""
+    from ..models.report import RuleDoc
+
+    severities = severities or {}
+    return [
+        RuleDoc(code=r.code, name=r.name, severity=severities.get(r.code, r.severity), summary=r.summary, doc=r.doc)
+        for code, r in sorted(RULES.items()) if code not in disabled
+    ]
