@@ -68,7 +68,7 @@ def main() -> int:
 
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", 8)
-    from jax_shard_lint.analyzer import jax_adapter
+    from jax_shard_lint.analyzer.adapter import jax_adapter
     from jax_shard_lint.passes.propagation.propagate import propagate
     from jax_shard_lint.passes.propagation.report import agreement, run_propagation
     from jax_shard_lint.passes.propagation.sharding_graph import build_graph

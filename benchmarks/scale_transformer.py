@@ -121,7 +121,7 @@ def _measure(what: str, layers: int, devices: int) -> dict:
             out["stablehlo_bytes"] = len(lowered.as_text(debug_info=True))
             out["hlo_bytes"] = len(compiled.as_text())
         else:
-            from jax_shard_lint.analyzer import jax_adapter
+            from jax_shard_lint.analyzer.adapter import jax_adapter
             from jax_shard_lint.passes.propagation.shardy_reference import shardy_propagated
 
             module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))

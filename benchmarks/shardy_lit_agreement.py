@@ -40,7 +40,7 @@ def modules_of(path: str) -> list[str]:
 
 
 def shardy_runs(text: str) -> bool:
-    from jax_shard_lint.analyzer import jax_adapter
+    from jax_shard_lint.analyzer.adapter import jax_adapter
     from jax_shard_lint.passes.propagation.shardy_reference import shardy_propagated
 
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -128,3 +129,17 @@ def test_modules_stay_under_400_lines():
                 over.add(os.path.relpath(path, ROOT))
     assert over <= OVER_THE_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_THE_LIMIT)}"
     assert OVER_THE_LIMIT <= over, f"under the limit now, drop from the list: {sorted(OVER_THE_LIMIT - over)}"
+
+
+def test_every_pass_module_is_in_the_catalogue():
+    """docs/passes.md is the one catalogue of passes: a module missing from it is a failure."""
+    with open(os.path.join(ROOT, "docs", "passes.md"), encoding="utf-8") as f:
+        catalogue = f.read()
+    rule_file = re.compile(r"sl\d{3}_\w+\.py$")  # listed as the ranges SL101 ... SL302 and SL401 ... SL404
+    missing = []
+    for path, is_package in _modules().values():
+        rel = os.path.relpath(path, os.path.join(ROOT, "passes")).replace(os.sep, "/")
+        if path.startswith(os.path.join(ROOT, "passes")) and not is_package and not rule_file.search(rel):
+            if f"`{rel}`" not in catalogue:
+                missing.append(rel)
+    assert missing == []

@@ -98,7 +98,7 @@ def test_cpu_figures_against_a_gpu_budget_warn(cli):
 
 
 def test_missing_plugin_is_one_clear_line(cli, monkeypatch):
-    from jax_shard_lint.analyzer import jax_adapter
+    from jax_shard_lint.analyzer.adapter import jax_adapter
 
     def missing(*_args, **_kwargs):
         raise ImportError("the CUDA PJRT plugin (jax-cuda12-plugin) is not installed")

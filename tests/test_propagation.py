@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import FIXTURES
 
-from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.common.axes import compatible_major, join_factors, split_for_factors
 from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 

@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import FIXTURES
 
-from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 
 MODULES = os.path.join(FIXTURES, "propagation", "modules")

@@ -16,7 +16,7 @@ from conftest import EXAMPLES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.passes.solver.problem import Assignment, evaluate

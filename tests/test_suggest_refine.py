@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import EXAMPLES
 
-from jax_shard_lint.analyzer import jax_adapter
+from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.backend.device_selection import select_run_devices
 from jax_shard_lint.analyzer.commands.rewrite import with_entry_shardings
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem

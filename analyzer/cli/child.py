@@ -69,7 +69,5 @@ def child_main(argv: list[str]) -> None:
     os._exit(code)
 
 
-
-
 if __name__ == "__main__":
     child_main(sys.argv[1:])

@@ -1,5 +1,5 @@
 """The catalogue of rules, in code order: each rule file's RULE, imported by name (no
-registration by import side effect). Adding a rule: its code in codes.py, its file, its line here."""
+registration by import side effect). Adding a rule: its code in models/rule_codes.py, its file, its line here."""
 
 from __future__ import annotations
 
