@@ -112,7 +112,7 @@ def _in_child(request: SweepRequest, params: dict[str, Any], cli_args: list[str]
     """One candidate in a child process: the same lint, as JSON."""
     from ...passes.models.report import LintReport
 
-    argv = [sys.executable, "-m", "jax_shard_lint.analyzer.cli.main", "lint", request.script, "--format", "json",
+    argv = [sys.executable, "-P", "-m", "jax_shard_lint.analyzer.cli.main", "lint", request.script, "--format", "json",
             "--fail-on", "never", "-q", *cli_args, *_set_args(params)]
     for t in request.targets:
         argv += ["--target", t]
