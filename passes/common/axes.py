@@ -9,13 +9,10 @@ dimension shardings merge adjacent sub-axes back.
 
 from __future__ import annotations
 
-import re
 from math import gcd, prod
 
 AxisRef = tuple[str, int, int]
 Axes = tuple[AxisRef, ...]
-
-_LABEL = re.compile(r"(.+):\((\d+)\)(\d+)")
 
 
 def sharding_labels(dims, axis_sizes: dict[str, int]) -> tuple[tuple[str, ...], ...]:
@@ -28,13 +25,6 @@ def label(ref: AxisRef, axis_sizes: dict[str, int]) -> str:
     if pre == 1 and size == axis_sizes.get(name):
         return name
     return f"{name}:({pre}){size}"
-
-
-def from_label(text: str, axis_sizes: dict[str, int]) -> AxisRef:
-    m = _LABEL.fullmatch(text)
-    if m:
-        return (m.group(1), int(m.group(2)), int(m.group(3)))
-    return (text, 1, axis_sizes[text])
 
 
 def size_of(axes: Axes) -> int:
@@ -107,32 +97,6 @@ def join_factors(parts: list[Axes], factor_sizes: list[int]) -> Axes:
 
 def is_prefix(a: Axes, b: Axes) -> bool:
     return len(a) <= len(b) and tuple(b[: len(a)]) == tuple(a)
-
-
-def common_prefix(candidates: list[Axes]) -> Axes:
-    """The longest axes every candidate starts with (or extends), Shardy's
-    "longest compatible major sharding axes": [a] and [a, b] give [a, b];
-    [c, d] and [c, e] give [c]."""
-    best: Axes = ()
-    for cand in candidates:
-        if is_prefix(best, cand):
-            best = cand
-        elif is_prefix(cand, best):
-            continue
-        else:
-            n = 0
-            while n < min(len(best), len(cand)) and best[n] == cand[n]:
-                n += 1
-            best = best[:n]
-    # Every candidate must be compatible with the result: it cannot be longer than
-    # what all of them agree on where they diverge.
-    for cand in candidates:
-        n = 0
-        while n < min(len(best), len(cand)) and best[n] == cand[n]:
-            n += 1
-        if n < len(cand) and n < len(best):
-            best = best[:n]
-    return best
 
 
 def is_prefix_axis(a: AxisRef, b: AxisRef) -> bool:

@@ -6,7 +6,6 @@ import re
 
 from .pytree_paths import path_keys
 
-_SUB_AXIS = re.compile(r".+:\(\d+\)\d+")
 _ATTRIBUTE_KEY = re.compile(r"\.\w")
 
 
@@ -37,10 +36,6 @@ def pspec_text(sharding: list[list[str]] | None) -> str:
         else:
             parts.append("(" + ", ".join(repr(a) for a in axes) + ")")
     return f"P({', '.join(parts)})"
-
-
-def uses_sub_axes(sharding: list[list[str]] | None) -> bool:
-    return any(_SUB_AXIS.fullmatch(a) for axes in (sharding or []) for a in axes)
 
 
 def named_sharding_text(sharding: list[list[str]] | None, mesh_var: str = "mesh") -> str:
