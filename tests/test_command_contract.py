@@ -29,6 +29,8 @@ import time
 import pytest
 from conftest import EXAMPLES, FIXTURES, ROOT
 
+from jax_shard_lint.reports.registry import RENDERERS, formats, renderer
+
 CORPUS = os.path.join(FIXTURES, "bad_input", "corpus")
 ONE_DEVICE_MLIR = os.path.join(CORPUS, "one_device.mlir")
 GATE_STEP = os.path.join(FIXTURES, "gate", "step_v1.py")
@@ -191,17 +193,8 @@ def shard_lint_targets(batch=64, mesh_shape=(4, 2), mesh_devices=None):
     return {"step": jax.jit(step).lower(w, x)}
 '''
 
-FORMATS = {
-    "lint": ("terminal", "json", "html", "sarif", "markdown"),
-    "check": ("terminal", "json", "html", "sarif", "markdown"),
-    "run": ("terminal", "json", "html", "sarif", "markdown"),
-    "propagate": ("terminal", "json", "html", "markdown"),
-    "rewrite": ("terminal", "json", "html", "markdown"),
-    "suggest": ("terminal", "json", "html", "markdown"),
-    "sweep": ("terminal", "json", "html", "markdown"),
-    "fit": ("terminal", "json"),
-    "gate": ("terminal", "json", "markdown"),
-}
+# Every command and format the registry renders: a new format is tested here without a line changed.
+FORMATS = {command: formats(command) for command in RENDERERS}
 
 
 def _argv(command: str, script: str, baseline: str) -> list[str]:
@@ -363,3 +356,13 @@ def test_the_h100_nvl_hint_names_a_platform_the_parser_accepts():
     assert suggested == "h100"
     help_text = shard_lint("lint", "--help").stdout
     assert re.search(r"--platform \{[^}]*\bh100\b", help_text)
+
+
+def test_every_registered_renderer_exists_and_help_offers_exactly_those_formats():
+    for command, table in RENDERERS.items():
+        for fmt in table:
+            assert callable(renderer(command, fmt)), (command, fmt)
+        shown = shard_lint(command, "--help").stdout
+        assert re.search(r"--format \{" + ",".join(table) + r"\}", shown), (command, shown[:400])
+    refused = shard_lint("suggest", "examples/fsdp_tp_train_step.py", "--format", "sarif")
+    assert refused.returncode == 2 and "invalid choice: 'sarif'" in refused.stderr

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_SCRIPT_FAILED
-from .emit import console_for_args, emit_lint, emit_report, emit_run
+from .emit import console_for_args, emit_report
 from .settings import settings_from_args
 
 
@@ -22,7 +22,7 @@ def cmd_lint(args) -> int:
     show = not args.quiet and sys.stderr.isatty()
     progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
     report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
-    emit_lint(args, report)
+    emit_report(args, "lint", report)
     return exit_code(report, settings.fail_on)
 
 
@@ -34,12 +34,11 @@ def cmd_run(args) -> int:
     settings = settings_from_args(args)
     report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                             args.timeout), settings)
-    emit_lint(args, report)
+    emit_report(args, "run", report)
     return run_exit_code(report, settings.fail_on)
 
 
 def cmd_fit(args) -> int:
-    from ...reports.json_report import render_json
     from ..commands.fit import FitRequest, fit
 
     lo, sep, hi = args.range.partition(":")
@@ -54,9 +53,7 @@ def cmd_fit(args) -> int:
     settings = settings_from_args(args)
     result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
                             lo_v, hi_v), settings)
-    from ...reports.fit_terminal import render_fit
-
-    emit_report(args, result, {"json": render_json}, render_fit)
+    emit_report(args, "fit", result)
     return EXIT_OK if result.value is not None else EXIT_FINDINGS
 
 
@@ -86,9 +83,7 @@ def cmd_sweep(args) -> int:
     progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
     run = sweep(SweepRequest(args.script, tuple(args.mesh), tuple(args.grid), tuple(args.params), tuple(args.target),
                              args.jobs, args.mesh_param), settings, _forwarded_args(args), progress)
-    from ...reports.sweep_report import render_sweep_html, render_sweep_markdown, render_sweep_terminal
-
-    emit_run(args, run, render_sweep_html, render_sweep_markdown, render_sweep_terminal)
+    emit_report(args, "sweep", run)
     return EXIT_OK if any(c.rank for c in run.candidates) else EXIT_FINDINGS
 
 
@@ -165,12 +160,7 @@ def cmd_propagate(args) -> int:
         # The explained values carry their provenance in every format.
         targets = [with_provenance(r, p, ts) if ts else r for r, p, ts in zip(run.targets, propagated, named)]
         run = relativize(run.model_copy(update={"targets": targets}), os.getcwd())
-    from ...reports.html_runs import render_propagation_html
-    from ...reports.markdown import render_propagation_markdown
-    from ...reports.propagation_terminal import render_propagation
-
-    emit_run(args, run, render_propagation_html, render_propagation_markdown,
-              lambda r, console: render_propagation(r, console, explained))
+    emit_report(args, "propagate", run, explained=explained)
     return EXIT_OK
 
 
@@ -182,11 +172,7 @@ def cmd_rewrite(args) -> int:
     settings = settings_from_args(args)
     run = rewrite(RewriteRequest(args.script, tuple(args.target), tuple(args.params), tuple(args.out),
                                  args.from_inputs, args.validate, args.repeats), settings)
-    from ...reports.html_runs import render_rewrite_html
-    from ...reports.markdown import render_rewrite_markdown
-    from ...reports.rewrite_terminal import render_rewrite
-
-    emit_run(args, run, render_rewrite_html, render_rewrite_markdown, render_rewrite)
+    emit_report(args, "rewrite", run)
     failed = any(t.validation and t.validation.ran and not (t.validation.outputs_match and t.validation.shardings_match)
                  for t in run.targets)
     return EXIT_FINDINGS if failed else EXIT_OK
@@ -203,9 +189,7 @@ def cmd_suggest(args) -> int:
     settings = settings_from_args(args)
     run = suggest(SuggestRequest(args.script, tuple(args.target), tuple(args.params), axes, tuple(args.fix),
                                  args.solver, args.time_limit), settings)
-    from ...reports.suggest_report import render_suggest_html, render_suggest_markdown, render_suggest_terminal
-
-    emit_run(args, run, render_suggest_html, render_suggest_markdown, render_suggest_terminal)
+    emit_report(args, "suggest", run)
     return EXIT_OK
 
 
@@ -224,7 +208,7 @@ def cmd_check(args) -> int:
 
     settings = settings_from_args(args)
     report = check(list(args.paths), settings)
-    emit_lint(args, report)
+    emit_report(args, "check", report)
     return exit_code(report, settings.fail_on)
 
 
@@ -245,7 +229,6 @@ def _percent(text: str | None, default: float, where: str) -> float:
 def cmd_gate(args) -> int:
     from ...passes.common.byte_sizes import parse_bytes
     from ...passes.models.gate import GateThresholds
-    from ...reports.json_report import render_json
     from ..commands.gate import GateRequest, gate
 
     settings = settings_from_args(args)
@@ -264,10 +247,7 @@ def cmd_gate(args) -> int:
     )
     result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
                                  platform_given=args.platform is not None), settings, thresholds)
-    from ...reports.gate_terminal import render_gate
-    from ...reports.markdown import render_gate_markdown
-
-    emit_report(args, result, {"json": render_json, "markdown": render_gate_markdown}, render_gate)
+    emit_report(args, "gate", result)
     if args.update:
         return EXIT_OK
     return EXIT_OK if result.passed else EXIT_FINDINGS

@@ -1,10 +1,12 @@
-"""The one way a command's report leaves: --format picks the renderer, -o the destination."""
+"""The one way a command's report leaves: --format picks the renderer (reports/registry.py
+says which one each command has), -o the destination."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from ..errors import ShardLintInputError
+from ...reports.registry import TERMINAL, renderer
 
 
 def console_for_args(args, stream=None):
@@ -13,7 +15,7 @@ def console_for_args(args, stream=None):
     return console_for(stream or sys.stdout)
 
 
-def _emit(text: str, output: str | None) -> None:
+def _write(text: str, output: str | None) -> None:
     if output:
         from ..inputs.files import open_output
 
@@ -23,44 +25,19 @@ def _emit(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
-def emit_report(args, report, text_renderers: dict, terminal) -> None:
-    """The one way a command's report leaves: ``--format`` picks the renderer,
-    ``-o`` the destination (a terminal report written to a file is rendered
-    without colour, at the width of a pipe)."""
-    if args.format == "terminal":
-        from ..supervision.terminal_size import console_for
-
-        if args.output:
-            from ..inputs.files import open_output
-
-            with open_output(args.output) as f:
-                terminal(report, console_for(f, to_file=True))
-        else:
-            terminal(report, console_for(sys.stdout))
+def emit_report(args, command: str, report, **terminal_extra: Any) -> None:
+    """Render ``report`` as ``command``'s ``--format`` and write it to ``-o`` or stdout.
+    A terminal report written to a file is drawn without colour, at the width of a pipe."""
+    render = renderer(command, args.format)
+    if args.format != TERMINAL:
+        _write(render(report), args.output)
         return
-    render = text_renderers.get(args.format)
-    if render is None:  # the parser offers only what the command renders; SARIF carries findings alone
-        raise ShardLintInputError(f"--format {args.format}", "SARIF carries findings: use it with lint or check")
-    _emit(render(report), args.output)
+    from ..supervision.terminal_size import console_for
 
+    if args.output:
+        from ..inputs.files import open_output
 
-def _lint_renderers() -> dict:
-    from ...reports.html import render_html
-    from ...reports.json_report import render_json
-    from ...reports.markdown import render_lint_markdown
-    from ...reports.sarif import render_sarif
-
-    return {"json": render_json, "html": render_html, "sarif": render_sarif, "markdown": render_lint_markdown}
-
-
-def emit_lint(args, report) -> None:
-    from ...reports.terminal import render_terminal
-
-    emit_report(args, report, _lint_renderers(), render_terminal)
-
-
-def emit_run(args, run, html, markdown, terminal) -> None:
-    """The output of a command whose report has no findings to put in SARIF."""
-    from ...reports.json_report import render_json
-
-    emit_report(args, run, {"json": render_json, "html": html, "markdown": markdown}, terminal)
+        with open_output(args.output) as f:
+            render(report, console_for(f, to_file=True), **terminal_extra)
+    else:
+        render(report, console_for(sys.stdout), **terminal_extra)

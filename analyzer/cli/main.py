@@ -7,6 +7,7 @@ import os
 import sys
 import traceback
 
+from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_INPUT, EXIT_INTERNAL
@@ -60,10 +61,9 @@ def _add_rule_args(p: argparse.ArgumentParser) -> None:
                    "above the script)")
 
 
-def _add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("terminal", "json", "html", "sarif", "markdown"), default="terminal",
-                   help="terminal (default), json, html (one self-contained file; use with -o), sarif (2.1.0, for "
-                   "code scanning) or markdown (a pull-request comment)")
+def _add_output_args(p: argparse.ArgumentParser, command: str) -> None:
+    """--format (the formats the command renders, from reports/registry.py), -o and -q."""
+    p.add_argument("--format", choices=formats(command), default=TERMINAL, help=format_help(command))
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="lower and compile a script's targets and report findings")
     lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(lint)
-    _add_output_args(lint)
+    _add_output_args(lint, "lint")
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                       f"gets {RUN_ANALYSIS_MARGIN_S:g} s more; default: {DEFAULT_TIMEOUT_S:g} s in all)")
     _add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
-    _add_output_args(runp)
+    _add_output_args(runp, "run")
 
     fitp = sub.add_parser("fit", parents=[debug_and_timeout],
                           help="find the largest value of a parameter whose per-device peak fits the budget")
@@ -121,9 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only values that are multiples of K (e.g. the data axis size)")
     fitp.add_argument("--range", default="1:65536", metavar="LO:HI", help="values to consider (default 1:65536)")
     _add_common_compile_args(fitp)
-    fitp.add_argument("--format", choices=("terminal", "json"), default="terminal")
-    fitp.add_argument("-o", "--output", metavar="FILE")
-    fitp.add_argument("-q", "--quiet", action="store_true")
+    _add_output_args(fitp, "fit")
 
     swp = sub.add_parser("sweep", parents=[debug_and_timeout],
                          help="compile a script's targets for several meshes or parameter values and rank them by "
@@ -139,16 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--jobs", type=int, default=1, metavar="N", help="compile N candidates at once in child "
                      "processes (default 1: one after another in this process)")
     _add_common_compile_args(swp)
-    swp.add_argument("--format", choices=("terminal", "json", "html", "markdown"), default="terminal")
-    swp.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
-    swp.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _add_output_args(swp, "sweep")
 
     prop = sub.add_parser("propagate", parents=[debug_and_timeout],
                           help="propagate shardings over StableHLO: values, provenance, predicted communication")
     prop.add_argument("script", metavar="SCRIPT|FILE.mlir",
                       help="a script (as for lint) or a StableHLO .mlir file")
     _add_common_compile_args(prop)
-    _add_output_args(prop)
+    _add_output_args(prop, "propagate")
     prop.add_argument("--explain", action="append", default=[], metavar="VALUE",
                       help="show how VALUE got its sharding: an SSA name (%%3), a source FILE:LINE, or an input or "
                       "output pytree path (state['w'], result[0])")
@@ -161,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pin output shardings in the StableHLO, recompile, compare, and optionally run both")
     rw.add_argument("script", metavar="SCRIPT|FILE.mlir", help="a script (as for lint) or a StableHLO .mlir file")
     _add_common_compile_args(rw)
-    _add_output_args(rw)
+    _add_output_args(rw, "rewrite")
     rw.add_argument("--out", action="append", default=[], metavar="PATH=SPEC",
                     help="pin an output: PATH is its pytree path or index, SPEC a PartitionSpec, e.g. "
                     "--out \"result[0]['w']=P('data', 'model')\" (repeatable)")
@@ -177,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "compile them beside the written ones and baselines, and print the in/out_shardings text")
     sg.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(sg)
-    _add_output_args(sg)
+    _add_output_args(sg, "suggest")
     sg.add_argument("--axes", default=None, metavar="A,B",
                     help="the mesh axes the solver may shard over (default: every axis larger than 1)")
     sg.add_argument("--fix", action="append", default=[], metavar="PATH[=SPEC]",
@@ -202,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="StableHLO .mlir, *after_optimizations*.txt or .hlo, an XLA dump directory, or a "
                      "jax.export artifact")
     _add_common_compile_args(chk)
-    _add_output_args(chk)
+    _add_output_args(chk, "check")
     chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
 
     gt = sub.add_parser("gate", parents=[debug_and_timeout],
@@ -218,9 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--new-collective-bytes", default=None, metavar="SIZE",
                     help="smallest new all-gather or all-to-all (bytes per step) that fails the gate; default 1MiB")
     _add_common_compile_args(gt)
-    gt.add_argument("--format", choices=("terminal", "markdown", "json"), default="terminal")
-    gt.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
-    gt.add_argument("-q", "--quiet", action="store_true")
+    _add_output_args(gt, "gate")
 
     sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
     sch.add_argument("kind", nargs="?", default="lint",
