@@ -21,12 +21,12 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
+from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
 from ..inputs.limits import check_device_count
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 from .lint import LintRequest, lint
 
 BASELINE_FILE = "baseline.json"
@@ -90,11 +90,8 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
         os.makedirs(request.out_dir, exist_ok=True)
     except OSError as e:  # a read-only folder, a missing parent on /proc, a file in the way
         raise ShardLintInputError("-o", f"cannot create the folder {request.out_dir}: {e.strerror or e}") from None
-    selected = select_run_devices(settings)
-    fn, where = load_entry(request.script)
-    targets = select_targets(
-        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": selected}),
-        list(request.targets), where)
+    loaded = load_script_targets(request.script, request.targets, request.params, settings)
+    where, targets = loaded.where, loaded.targets
     for name in targets:
         # The target's name becomes a file name (and, read back, the target's name again):
         # never a path, never hidden.

@@ -14,12 +14,12 @@ from ...passes.propagation.shardy_reference import ShardyRejected
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import device_processes, select_run_devices
+from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError, one_line
 from ..inputs.checked_in import read_mlir
 from ..inputs.limits import MAX_DEVICES
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 from ..supervision import isolation
 
 
@@ -82,11 +82,8 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
 
 
 def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
-    devices = select_run_devices(settings)
-    fn, where = load_entry(request.path)
-    targets = select_targets(
-        call_targets(fn, where, parse_params(list(request.params)), extra={"mesh_devices": devices}),
-        list(request.targets), where)
+    loaded = load_script_targets(request.path, request.targets, request.params, settings)
+    where, targets = loaded.where, loaded.targets
     out = []
     for name, lowered in targets.items():
         module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))

@@ -32,11 +32,11 @@ from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import analyze_text, read_mlir
 from ..backend.device_selection import select_run_devices
 from ..backend.out_shardings import suggest_for
+from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import display_source, relativize
 from ..errors import ShardLintInputError, one_line
 from ..inputs.limits import check_device_count
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 from ..platforms.gpu_targets import ACCELERATOR_TARGETS
 from ..supervision import isolation
 
@@ -293,11 +293,9 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         name = os.path.splitext(os.path.basename(request.path))[0]
         reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
     else:
-        devices = select_run_devices(settings)
-        fn, where = load_entry(request.path)
-        params = parse_params(list(request.params))
-        targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
-                                 list(request.targets), where)
+        loaded = load_script_targets(request.path, request.targets, request.params, settings)
+        fn, where, params, devices, targets = (loaded.entry, loaded.where, loaded.params, loaded.devices,
+                                               loaded.targets)
         declared_all = _declared(fn, params, where)
         given = script_inputs(fn, params, where) if request.validate else {}
         for name, lowered in targets.items():

@@ -50,12 +50,12 @@ from ...passes.stablehlo.state_roundtrip import correspond
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import analyze_text
-from ..backend.device_selection import platform_label, select_run_devices
+from ..backend.device_selection import platform_label
 from ..backend.out_shardings import suggest_for
+from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 from ..platforms.performance import device_spec
 from ..supervision import isolation
 from .in_shardings import build_text as in_text
@@ -408,11 +408,8 @@ def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     if request.solver not in SOLVERS:
         raise ShardLintInputError("--solver", f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}")
     settings.default_budget()
-    devices = select_run_devices(settings)
-    fn, where = load_entry(request.path)
-    params = parse_params(list(request.params))
-    targets = select_targets(call_targets(fn, where, params, extra={"mesh_devices": devices}),
-                             list(request.targets), where)
+    loaded = load_script_targets(request.path, request.targets, request.params, settings)
+    fn, where, params, devices, targets = loaded.entry, loaded.where, loaded.params, loaded.devices, loaded.targets
     reports = []
     for name, lowered in targets.items():
         declared = _declared_fixed(fn, params, name, where)
