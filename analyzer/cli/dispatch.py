@@ -9,7 +9,8 @@ import sys
 
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_SCRIPT_FAILED
-from .emit import console_for_args, emit_report
+from ..supervision.terminal_size import console_for
+from .emit import emit_report, progress_printer
 from .settings import settings_from_args
 
 
@@ -17,11 +18,7 @@ def cmd_lint(args) -> int:
     from ..commands.lint import LintRequest, lint
 
     settings = settings_from_args(args)
-    err_console = console_for_args(args, sys.stderr)
-    # Progress is for people watching a terminal; logs and pipes get the report alone.
-    show = not args.quiet and sys.stderr.isatty()
-    progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
-    report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress)
+    report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress_printer(args))
     emit_report(args, "lint", report)
     return exit_code(report, settings.fail_on)
 
@@ -78,11 +75,8 @@ def cmd_sweep(args) -> int:
     if args.jobs < 1:
         raise ShardLintInputError("--jobs", f"must be at least 1, got {args.jobs}")
     settings = settings_from_args(args)
-    err_console = console_for_args(args, sys.stderr)
-    show = not args.quiet and sys.stderr.isatty()
-    progress = (lambda msg: err_console.print(f"[dim]{msg}...[/dim]")) if show else None
     run = sweep(SweepRequest(args.script, tuple(args.mesh), tuple(args.grid), tuple(args.params), tuple(args.target),
-                             args.jobs, args.mesh_param), settings, _forwarded_args(args), progress)
+                             args.jobs, args.mesh_param), settings, _forwarded_args(args), progress_printer(args))
     emit_report(args, "sweep", run)
     return EXIT_OK if any(c.rank for c in run.candidates) else EXIT_FINDINGS
 
@@ -115,7 +109,7 @@ def cmd_rules(args) -> int:
     for code in sorted(RULES):
         r = RULES[code]
         table.add_row(r.code, r.name, r.severity.value, r.summary)
-    console_for_args(args).print(table)
+    console_for(sys.stdout).print(table)
     return EXIT_OK
 
 

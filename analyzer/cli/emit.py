@@ -4,15 +4,20 @@ says which one each command has), -o the destination."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ...reports.registry import TERMINAL, renderer
 
 
-def console_for_args(args, stream=None):
+def progress_printer(args) -> Callable[[str], None] | None:
+    """Progress lines for people watching a terminal (stderr); logs and pipes get the report alone."""
+    if args.quiet or not sys.stderr.isatty():
+        return None
     from ..supervision.terminal_size import console_for
 
-    return console_for(stream or sys.stdout)
+    console = console_for(sys.stderr)
+    return lambda msg: console.print(f"[dim]{msg}...[/dim]")
 
 
 def _write(text: str, output: str | None) -> None:
