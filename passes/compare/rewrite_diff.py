@@ -4,6 +4,7 @@ the peak and its parts, and an honest verdict on whether the cost went away."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Literal
 
 from ..common.byte_sizes import format_bytes
 from ..models.report import Collective, TargetReport
@@ -45,7 +46,8 @@ def collective_changes(before: list[Collective], after: list[Collective]) -> lis
         before_bytes, after_bytes = b.get(key, 0), a.get(key, 0)
         if before_bytes == after_bytes:
             continue
-        change = "added" if not before_bytes else "removed" if not after_bytes else "changed"
+        change: Literal["added", "removed", "changed"] = (
+            "added" if not before_bytes else "removed" if not after_bytes else "changed")
         kind, axes, shape, dtype, _, _ = key
         out.append(CollectiveChange(
             change=change, kind=kind, mesh_axes=list(axes), shape=list(shape), dtype=dtype, source=sources[key],

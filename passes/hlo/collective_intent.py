@@ -100,7 +100,7 @@ def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
 def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
     """Whether a value reaches a matmul through layout-only ops: a parameter
     gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
-    todo, seen = [ins], set()
+    todo, seen = [ins], set[str]()
     while todo and len(seen) < 64:
         cur = todo.pop()
         if cur.name in seen:

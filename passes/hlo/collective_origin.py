@@ -41,7 +41,9 @@ def origin_index(module: HloModule) -> _Index:
     hit = module.derived.get("origin_index")
     if hit is not None:
         return hit
-    computation_of, loops, fusions = {}, {}, {}
+    computation_of: dict[str, str] = {}
+    loops: dict[str, list[HloInstruction]] = {}
+    fusions: dict[str, list[HloInstruction]] = {}
     for comp in module.computations.values():
         for ins in comp.instructions:
             computation_of[ins.name] = comp.name

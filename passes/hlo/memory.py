@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..common.shapes import parse_arrays
@@ -160,6 +161,7 @@ def _timeline(report: LiveRangeReport, slices: dict[str, tuple[int, int, int]]) 
         k = bisect.bisect_right(change_steps, step) - 1
         return change_totals[k] if k >= 0 else 0
 
+    steps: Sequence[int]
     if last + 1 <= MAX_TIMELINE_POINTS:
         steps = range(last + 1)
     else:

@@ -168,7 +168,8 @@ def _parse_hlo_module(text: str) -> HloModule:
     computations: dict[str, HloComputation] = {}
     entry = None
     table_lines: list[str] = []
-    current_name, current_entry, current_instrs = None, False, []
+    current_instrs: list[HloInstruction] = []
+    current_name, current_entry = None, False
     parse = _parse_stripped
     append = None
     for line in lines[1:]:

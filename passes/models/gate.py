@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -10,7 +10,7 @@ from ..common.byte_sizes import format_bytes
 from ..common.durations import format_seconds
 from .report import SCHEMA_VERSION, Model
 
-BASELINE_VERSION = 1
+BASELINE_VERSION: Final = 1
 
 # A baseline is a file a user (or an attacker) can edit: byte counts are
 # non-negative and below 2^60 (an exabyte), times finite, counts positive.

@@ -8,11 +8,11 @@ JSON a report writes is byte-identical for the same program.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION: Final = "1.0"
 
 
 class Model(BaseModel):

@@ -23,7 +23,7 @@ class Suppression:
 def find_suppressions(file: str, text: str) -> list[Suppression]:
     """Suppression comments in Python source; strings that merely contain the
     marker do not count."""
-    out = []
+    out: list[Suppression] = []
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError):
