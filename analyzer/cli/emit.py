@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from ...reports.registry import TERMINAL, renderer
 
@@ -20,29 +20,27 @@ def progress_printer(args) -> Callable[[str], None] | None:
     return lambda msg: console.print(f"[dim]{msg}...[/dim]")
 
 
-def _write(text: str, output: str | None) -> None:
-    if output:
-        from ..inputs.files import open_output
-
-        with open_output(output) as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-
-
 def emit_report(args, command: str, report, **terminal_extra: Any) -> None:
     """Render ``report`` as ``command``'s ``--format`` and write it to ``-o`` or stdout.
-    A terminal report written to a file is drawn without colour, at the width of a pipe."""
+    A text format is rendered before ``-o`` is opened (a renderer's failure leaves no
+    half-written file); a terminal report written to a file is drawn without colour,
+    at the width of a pipe."""
     render = renderer(command, args.format)
-    if args.format != TERMINAL:
-        _write(render(report), args.output)
-        return
-    from ..supervision.terminal_size import console_for
+    draw: Callable[[IO[str], bool], object]
+    if args.format == TERMINAL:
+        from ..supervision.terminal_size import console_for
 
+        def draw(stream: IO[str], to_file: bool) -> object:
+            return render(report, console_for(stream, to_file=to_file), **terminal_extra)
+    else:
+        text = render(report)
+
+        def draw(stream: IO[str], to_file: bool) -> object:
+            return stream.write(text)
     if args.output:
         from ..inputs.files import open_output
 
         with open_output(args.output) as f:
-            render(report, console_for(f, to_file=True), **terminal_extra)
+            draw(f, True)
     else:
-        render(report, console_for(sys.stdout), **terminal_extra)
+        draw(sys.stdout, False)

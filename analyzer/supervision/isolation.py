@@ -19,9 +19,6 @@ _status_file = None  # the child's end of the status pipe; None in process (test
 _started_groups: list[int] = []  # process groups the child started: killed if the parent dies
 
 
-# --- child side ---------------------------------------------------------------
-
-
 def phase(where: str, doing: str) -> None:
     """Tell the supervising parent which file is being worked on and how, so
     that a crash or a timeout can be reported against it. No-op in process."""
@@ -42,6 +39,7 @@ def _send(message: dict) -> None:
         _status_file.flush()
     except OSError:
         pass
+
 
 def signal_groups(groups: list[int], sig: int) -> None:
     for pgid in groups:

@@ -9,7 +9,7 @@ in its own process group and waits at most ``--timeout`` seconds. ``-P``: the
 working directory is not on the child's ``sys.path``, so a ``jax.py`` or a
 ``numpy/`` beside a checked-in fixture is never imported in place of the real
 one; the script's folder (or, for ``package.module:fn``, the working directory)
-is added only where a user's script is imported on purpose (script_loading.py). The child
+is added only where a user's script is imported on purpose (inputs/scripts.py). The child
 says what it is doing (the file and the phase) and, last, the exit code of the
 finished command, on a status pipe. So the parent knows three outcomes apart:
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import IO
 
@@ -71,8 +72,6 @@ def stream_size(stream: IO[str]) -> StreamSize:
     """The size of the terminal ``stream`` writes to: the parent's measurement
     when the parent handed one over, else the stream's own."""
     handed = TerminalSizes.from_env(os.environ.get(TERMINAL_ENV, ""))
-    import sys
-
     if handed is not None and stream is sys.stdout:
         return handed.stdout
     if handed is not None and stream is sys.stderr:

@@ -1,6 +1,6 @@
 """An estimated step time from the compiled program alone.
 
-Compute: a roofline per top-level operation (``hlo_cost``): the larger of its
+Compute: a roofline per top-level operation (``hlo/cost.py``): the larger of its
 matmul FLOPs over the device's peak for the operands' type and the bytes it
 touches over HBM bandwidth, summed over the step. Communication: per collective,
 the bytes the standard ring algorithm moves per device over the link it crosses,

@@ -1,4 +1,4 @@
-"""The rules: codes.py names them, one file each holds a rule, table.py lists them all."""
+"""The rules: models/rule_codes.py names them, one file each holds a rule, table.py lists them all."""
 
 from .registry import Rule
 from .table import RULES, find_rule

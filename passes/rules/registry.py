@@ -1,7 +1,7 @@
 """What a rule is. Each rule file defines ``RULE = define_rule(CODE, severity, check)``;
 the check's docstring, with the sections What it does / Why is this bad / Example /
 Fix, is the one text behind ``jax-shard-lint rule CODE``, the HTML report and SARIF.
-table.py lists every rule; codes.py names them.
+table.py lists every rule; models/rule_codes.py names them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Rule:
 
 def define_rule(code: Code, severity: Severity, check: Callable[..., None],
                 options: tuple[RuleOption, ...] = ()) -> Rule:
-    """A rule from its code (codes.py), default severity and check function."""
+    """A rule from its code (models/rule_codes.py), default severity and check function."""
     if not _CODE.match(code.code):
         raise ValueError(f"rule code {code.code!r} must look like SL123")
     if not _NAME.match(code.name):

@@ -20,7 +20,7 @@ from . import (
 )
 from .registry import Rule, RuleOption
 
-RULES: dict[str, Rule] = {r.code: r for r in (
+_LISTED = (
     sl001_unused_suppression.RULE,
     sl101_replicating_collective.RULE,
     sl102_collective_in_loop.RULE,
@@ -34,7 +34,11 @@ RULES: dict[str, Rule] = {r.code: r for r in (
     sl402_reduction_outside_jit.RULE,
     sl403_feedback_loop_without_out_shardings.RULE,
     sl404_host_transfer_in_loop.RULE,
-)}
+)
+_CODES = [r.code for r in _LISTED]
+if len(set(_CODES)) != len(_CODES):  # two rules with one code: a dict would keep one without a word
+    raise ValueError(f"duplicate rule code in table.py: {sorted({c for c in _CODES if _CODES.count(c) > 1})}")
+RULES: dict[str, Rule] = dict(zip(_CODES, _LISTED))
 
 
 def all_options() -> dict[str, RuleOption]:

@@ -1,7 +1,7 @@
 """The solver's plan against propagation: what the compiled program will do with
 the argument shardings the solver chose.
 
-The ILP (``sharding_problem``) prices a plan in which every intermediate takes the
+The ILP (``solver/problem.py``) prices a plan in which every intermediate takes the
 sharding the solver gave it. A compiled program keeps only the argument and
 result shardings; Shardy propagates them greedily (a sharding an operand has is
 carried into the result whenever it fits, the larger tensor wins a conflict), and
