@@ -23,24 +23,27 @@ FORMAT_HELP = {
 }
 
 _FINDINGS = {
-    "terminal": "terminal:render_terminal", "json": "json_report:render_json", "html": "html:render_html",
-    "sarif": "sarif:render_sarif", "markdown": "markdown:render_lint_markdown",
+    "terminal": "findings.terminal:render_terminal", "json": "common.json:render_json",
+    "html": "findings.html:render_html",
+    "sarif": "findings.sarif:render_sarif", "markdown": "findings.markdown:render_lint_markdown",
 }
 RENDERERS: dict[str, dict[str, str]] = {
     "lint": _FINDINGS,
     "run": _FINDINGS,
     "check": _FINDINGS,
-    "fit": {"terminal": "fit_terminal:render_fit", "json": "json_report:render_json"},
-    "sweep": {"terminal": "sweep_report:render_sweep_terminal", "json": "json_report:render_json",
-              "html": "sweep_report:render_sweep_html", "markdown": "sweep_report:render_sweep_markdown"},
-    "propagate": {"terminal": "propagation_terminal:render_propagation", "json": "json_report:render_json",
-                  "html": "html_runs:render_propagation_html", "markdown": "markdown:render_propagation_markdown"},
-    "rewrite": {"terminal": "rewrite_terminal:render_rewrite", "json": "json_report:render_json",
-                "html": "html_runs:render_rewrite_html", "markdown": "markdown:render_rewrite_markdown"},
-    "suggest": {"terminal": "suggest_report:render_suggest_terminal", "json": "json_report:render_json",
-                "html": "suggest_report:render_suggest_html", "markdown": "suggest_report:render_suggest_markdown"},
-    "gate": {"terminal": "gate_terminal:render_gate", "markdown": "markdown:render_gate_markdown",
-             "json": "json_report:render_json"},
+    "fit": {"terminal": "fit.terminal:render_fit", "json": "common.json:render_json"},
+    "sweep": {"terminal": "sweep.terminal:render_sweep_terminal", "json": "common.json:render_json",
+              "html": "sweep.terminal:render_sweep_html", "markdown": "sweep.terminal:render_sweep_markdown"},
+    "propagate": {"terminal": "propagate.terminal:render_propagation", "json": "common.json:render_json",
+                  "html": "propagate.html:render_propagation_html",
+                  "markdown": "findings.markdown:render_propagation_markdown"},
+    "rewrite": {"terminal": "rewrite.terminal:render_rewrite", "json": "common.json:render_json",
+                "html": "propagate.html:render_rewrite_html",
+                "markdown": "findings.markdown:render_rewrite_markdown"},
+    "suggest": {"terminal": "suggest.terminal:render_suggest_terminal", "json": "common.json:render_json",
+                "html": "suggest.terminal:render_suggest_html", "markdown": "suggest.terminal:render_suggest_markdown"},
+    "gate": {"terminal": "gate.terminal:render_gate", "markdown": "findings.markdown:render_gate_markdown",
+             "json": "common.json:render_json"},
 }
 
 

@@ -16,7 +16,7 @@ from ...passes.compare.gate import compare, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
 from ...passes.rules.table import rule_docs
-from ...reports.json_report import render_json
+from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import check_path

@@ -6,13 +6,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.durations import format_seconds
-from ..passes.models.sweep import SweepCandidate, SweepRun
-from .html import _page, e
-from .markdown import _cell
-from .terminal_layout import Column, fitted_table
-from .terminal_safe import terminal_safe
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.models.sweep import SweepCandidate, SweepRun
+from ..common.terminal_layout import Column, fitted_table
+from ..common.terminal_safe import terminal_safe
+from ..findings.html import _page, e
+from ..findings.markdown import _cell
 
 
 def _fit_text(c: SweepCandidate) -> str:

@@ -7,12 +7,12 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.durations import format_seconds
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.rewrite import RewriteReport, RewriteRun
-from .terminal import shape_text
-from .terminal_safe import code_text, terminal_safe
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.rewrite import RewriteReport, RewriteRun
+from ..common.terminal_safe import code_text, terminal_safe
+from ..findings.terminal import shape_text
 
 _NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
 

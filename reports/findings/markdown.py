@@ -6,11 +6,11 @@ from __future__ import annotations
 import html
 import re
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.models.gate import GateResult
-from ..passes.models.report import LintReport, where_text
-from .agreement_text import agreement_text
-from .time_text import format_seconds
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.models.gate import GateResult
+from ...passes.models.report import LintReport, where_text
+from ..common.agreement_text import agreement_text
+from ..common.time_text import format_seconds
 
 
 def _cell(text: str) -> str:
@@ -72,7 +72,7 @@ def render_lint_markdown(report: LintReport) -> str:
 
 
 def render_propagation_markdown(run) -> str:
-    from ..passes.common.sharding_text import pspec_text
+    from ...passes.common.sharding_text import pspec_text
 
     lines = []
     for t in run.targets:
@@ -98,7 +98,7 @@ def render_propagation_markdown(run) -> str:
 
 
 def render_rewrite_markdown(run) -> str:
-    from ..passes.common.sharding_text import pspec_text
+    from ...passes.common.sharding_text import pspec_text
 
     lines = []
     for r in run.targets:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.durations import format_seconds
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.report import PropagateRun
-from ..passes.models.rewrite import RewriteRun
-from .agreement_text import agreement_text
-from .html import _page, e
-from .terminal import shape_text
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.report import PropagateRun
+from ...passes.models.rewrite import RewriteRun
+from ..common.agreement_text import agreement_text
+from ..findings.html import _page, e
+from ..findings.terminal import shape_text
 
 
 def _header(run, title: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from ..passes.models.report import Finding, LintReport, Severity
+from ...passes.models.report import Finding, LintReport, Severity
 
 LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
 INFORMATION_URI = "https://pypi.org/project/jax-shard-lint/"

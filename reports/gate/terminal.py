@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.models.gate import GateResult
-from .terminal_safe import terminal_safe
+from ...passes.models.gate import GateResult
+from ..common.terminal_safe import terminal_safe
 
 
 def render_gate(result: GateResult, console: Console) -> None:

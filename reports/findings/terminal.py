@@ -6,12 +6,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
-from .terminal_layout import Column, fitted_table
-from .terminal_safe import terminal_safe
-from .time_text import format_seconds, step_time_basis, step_time_line
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
+from ..common.terminal_layout import Column, fitted_table
+from ..common.terminal_safe import terminal_safe
+from ..common.time_text import format_seconds, step_time_basis, step_time_line
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 MAX_ROWS = 15

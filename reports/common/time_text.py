@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..passes.common.durations import format_seconds
-from ..passes.models.report import StepTime
+from ...passes.common.durations import format_seconds
+from ...passes.models.report import StepTime
 
 __all__ = ["format_seconds", "step_time_basis", "step_time_line"]
 

@@ -8,13 +8,13 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.report import PropagateRun, PropagationReport, where_text
-from .agreement_text import agreement_text
-from .terminal import shape_text
-from .terminal_layout import Column, fitted_table
-from .terminal_safe import terminal_safe
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.report import PropagateRun, PropagationReport, where_text
+from ..common.agreement_text import agreement_text
+from ..common.terminal_layout import Column, fitted_table
+from ..common.terminal_safe import terminal_safe
+from ..findings.terminal import shape_text
 
 MAX_ROWS = 20
 

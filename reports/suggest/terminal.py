@@ -11,14 +11,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.durations import format_seconds
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.suggest import SuggestReport, SuggestRun, Version
-from .html import _page, device_grid, e
-from .markdown import _cell
-from .terminal import shape_text
-from .terminal_safe import code_text, terminal_safe
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.suggest import SuggestReport, SuggestRun, Version
+from ..common.terminal_safe import code_text, terminal_safe
+from ..findings.html import _page, device_grid, e
+from ..findings.markdown import _cell
+from ..findings.terminal import shape_text
 
 MAX_ROWS = 40  # arguments listed in the terminal and Markdown (the JSON has all)
 

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..passes.common.byte_sizes import format_bytes
-from .terminal_safe import terminal_safe
+from ...passes.common.byte_sizes import format_bytes
+from ..common.terminal_safe import terminal_safe
 
 
 def render_fit(result, console: Console) -> None:

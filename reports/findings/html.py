@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
-from ..passes.common.byte_sizes import format_bytes
-from ..passes.common.sharding_text import pspec_text
-from ..passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
-from .html_assets import CSS, SCRIPT
-from .terminal import shape_text
-from .time_text import format_seconds, step_time_basis, step_time_line
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
+from ..common.html_assets import CSS, SCRIPT
+from ..common.time_text import format_seconds, step_time_basis, step_time_line
+from ..findings.terminal import shape_text
 
 MAX_GRID_TENSORS = 12
 MAX_GRID_CELLS = 64
