@@ -1,5 +1,7 @@
 """Which renderer writes each command's report in each format: the one table,
-from which the command line's ``--format`` choices derive.
+from which the command line's ``--format`` choices derive. A renderer lives in
+``reports/<command>/<format>.py`` (lint, run and check share ``findings/``);
+what several formats share is in ``reports/common/``.
 
 Renderers are named here, not imported: the supervising parent builds the
 argument parser from this table and imports neither rich nor pydantic. A
@@ -24,8 +26,8 @@ FORMAT_HELP = {
 
 _FINDINGS = {
     "terminal": "findings.terminal:render_terminal", "json": "common.json:render_json",
-    "html": "findings.html:render_html",
-    "sarif": "findings.sarif:render_sarif", "markdown": "findings.markdown:render_lint_markdown",
+    "html": "findings.html:render_html", "sarif": "findings.sarif:render_sarif",
+    "markdown": "findings.markdown:render_lint_markdown",
 }
 RENDERERS: dict[str, dict[str, str]] = {
     "lint": _FINDINGS,
@@ -33,16 +35,15 @@ RENDERERS: dict[str, dict[str, str]] = {
     "check": _FINDINGS,
     "fit": {"terminal": "fit.terminal:render_fit", "json": "common.json:render_json"},
     "sweep": {"terminal": "sweep.terminal:render_sweep_terminal", "json": "common.json:render_json",
-              "html": "sweep.terminal:render_sweep_html", "markdown": "sweep.terminal:render_sweep_markdown"},
+              "html": "sweep.html:render_sweep_html", "markdown": "sweep.markdown:render_sweep_markdown"},
     "propagate": {"terminal": "propagate.terminal:render_propagation", "json": "common.json:render_json",
                   "html": "propagate.html:render_propagation_html",
-                  "markdown": "findings.markdown:render_propagation_markdown"},
+                  "markdown": "propagate.markdown:render_propagation_markdown"},
     "rewrite": {"terminal": "rewrite.terminal:render_rewrite", "json": "common.json:render_json",
-                "html": "propagate.html:render_rewrite_html",
-                "markdown": "findings.markdown:render_rewrite_markdown"},
+                "html": "rewrite.html:render_rewrite_html", "markdown": "rewrite.markdown:render_rewrite_markdown"},
     "suggest": {"terminal": "suggest.terminal:render_suggest_terminal", "json": "common.json:render_json",
-                "html": "suggest.terminal:render_suggest_html", "markdown": "suggest.terminal:render_suggest_markdown"},
-    "gate": {"terminal": "gate.terminal:render_gate", "markdown": "findings.markdown:render_gate_markdown",
+                "html": "suggest.html:render_suggest_html", "markdown": "suggest.markdown:render_suggest_markdown"},
+    "gate": {"terminal": "gate.terminal:render_gate", "markdown": "gate.markdown:render_gate_markdown",
              "json": "common.json:render_json"},
 }
 

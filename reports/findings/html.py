@@ -5,29 +5,23 @@ program or a path is escaped."""
 from __future__ import annotations
 
 from collections import defaultdict
-from html import escape
 
 from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import LintReport, MemorySummary, TargetReport, TensorInfo, where_text
-from ..common.html_assets import CSS, SCRIPT
-from ..common.time_text import format_seconds, step_time_basis, step_time_line
-from ..findings.terminal import shape_text
+from ...passes.models.report import (
+    LintReport,
+    MemorySummary,
+    TargetReport,
+    TensorInfo,
+    where_text,
+)
+from ..common.device_grid import device_grid
+from ..common.html_page import e, page
+from ..common.tensor_text import shape_text
+from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
-MAX_GRID_CELLS = 64
-
-
-def e(value) -> str:
-    return escape(str(value), quote=True)
-
-
-def _page(title: str, body: str) -> str:
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{e(title)}</title>"
-        f"<style>{CSS}</style></head><body>{body}<script>{SCRIPT}</script></body></html>\n"
-    )
 
 
 def _card(label: str, value: str, extra: str = "", cls: str = "") -> str:
@@ -185,63 +179,6 @@ def _collectives(t: TargetReport) -> str:
     )
 
 
-def _axis_index(label: str, coord: int, size: int) -> tuple[int, int]:
-    """(index, count) of a device's coordinate along one axis label."""
-    if ":(" in label:
-        pre, sub = label.split(":(")[1].split(")")
-        pre, sub = int(pre), int(sub)
-        rest = size // (pre * sub)
-        return (coord // rest) % sub, sub
-    return coord, size
-
-
-def device_grid(t: TensorInfo, mesh: dict[str, int]) -> str:
-    """Which devices hold which block: dims 0 and 1 as rows and columns."""
-    if t.sharding is None or not mesh:
-        return '<div class="muted">sharding unknown</div>'
-    names = list(mesh)
-    sizes = [mesh[n] for n in names]
-    n_devices = 1
-    for s in sizes:
-        n_devices *= s
-    dims = (t.sharding + [[], []])[:2] if t.shape else [[], []]
-    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
-    counts = [1, 1]
-    for device in range(n_devices):
-        coords, rem = [], device
-        for s in reversed(sizes):
-            coords.append(rem % s)
-            rem //= s
-        coords.reverse()
-        idx = []
-        for d, labels in enumerate(dims):
-            block, count = 0, 1
-            for label in labels:
-                base = label.split(":(")[0]
-                if base not in mesh:
-                    continue
-                i, c = _axis_index(label, coords[names.index(base)], mesh[base])
-                block, count = block * c + i, count * c
-            idx.append(block)
-            counts[d] = count
-        blocks[(idx[0], idx[1])].append(device)
-    if counts[0] * counts[1] > MAX_GRID_CELLS:
-        return f'<div class="muted">{counts[0]} x {counts[1]} blocks: too many to draw</div>'
-    cell_w, cell_h = 74, 30
-    w, h = counts[1] * cell_w, counts[0] * cell_h
-    cells = []
-    for r in range(counts[0]):
-        for c in range(counts[1]):
-            devs = blocks.get((r, c), [])
-            label = ",".join(map(str, devs)) if len(devs) <= 4 else f"{devs[0]}..{devs[-1]} ({len(devs)})"
-            hue = (r * counts[1] + c) * 47 % 360
-            cells.append(f'<rect x="{c * cell_w}" y="{r * cell_h}" width="{cell_w}" height="{cell_h}" '
-                         f'fill="hsl({hue},55%,86%)" stroke="#555"/><text x="{c * cell_w + cell_w / 2}" '
-                         f'y="{r * cell_h + 19}" text-anchor="middle">{e(label)}</text>')
-    return (f'<svg class="grid" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-            f'aria-label="device grid">{"".join(cells)}</svg>')
-
-
 def _io(t: TargetReport) -> str:
     def section(title: str, items: list[TensorInfo]) -> str:
         shown = sorted(items, key=lambda x: -x.bytes)[:MAX_GRID_TENSORS]
@@ -293,4 +230,4 @@ def render_html(report: LintReport) -> str:
     body += "".join(render_target(t, docs) for t in report.targets)
     if report.findings:
         body += f'<section class="target">{_findings(report.findings, docs)}</section>'
-    return _page(f"jax-shard-lint: {report.script or report.command}", f"<main>{body}</main>")
+    return page(f"jax-shard-lint: {report.script or report.command}", f"<main>{body}</main>")

@@ -1,19 +1,30 @@
-"""The terminal report, with rich."""
+"""The findings report (lint, run, check) in the terminal, with rich."""
 
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import Finding, LintReport, Severity, TargetReport, where_text
+from ...passes.models.report import (
+    Finding,
+    LintReport,
+    Severity,
+    TargetReport,
+    where_text,
+)
+from ..common.tensor_text import shape_text
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
-from ..common.time_text import format_seconds, step_time_basis, step_time_line
+from ..common.time_text import step_time_basis, step_time_line
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
+
+
 MAX_ROWS = 15
 
 
@@ -24,10 +35,6 @@ def short_op_name(op: str) -> str:
         parts = parts[1:]
     text = "/".join(parts)
     return text if len(text) <= 32 else ".../" + "/".join(parts[-2:])[-28:]
-
-
-def shape_text(dtype: str | None, shape: list[int] | None) -> str:
-    return f"{dtype or ''}[{','.join(map(str, shape or []))}]"
 
 
 def _src(f) -> str:
@@ -162,7 +169,6 @@ def _findings(findings: list[Finding]) -> Group | None:
 
 def render_terminal(report: LintReport, console: Console) -> None:
     report = terminal_safe(report)
-    from rich.rule import Rule
 
     if report.run is not None:
         r = report.run

@@ -1,5 +1,4 @@
-"""The sweep's ranking: a terminal table, Markdown, and an HTML page with a
-peak-memory against estimated-time scatter (the Pareto front joined)."""
+"""The sweep's ranking in the terminal."""
 
 from __future__ import annotations
 
@@ -8,44 +7,10 @@ from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
-from ...passes.models.sweep import SweepCandidate, SweepRun
+from ...passes.models.sweep import SweepRun
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
-from ..findings.html import _page, e
-from ..findings.markdown import _cell
-
-
-def _fit_text(c: SweepCandidate) -> str:
-    if c.error is not None:
-        return "failed"
-    return {True: "yes", False: "NO", None: "-"}[c.fits]
-
-
-def _slowdown(c: SweepCandidate) -> str:
-    return f"{c.slowdown:.2f}x" if c.slowdown is not None else "-"
-
-
-def _top(c: SweepCandidate) -> str:
-    if c.error is not None:
-        return c.error
-    if not c.top_collectives:
-        return "no collectives"
-    x = c.top_collectives[0]
-    return (f"{x.kind} {format_bytes(x.bytes)} x{x.count} over {','.join(x.mesh_axes) or '-'}"
-            + (f" at {x.source}" if x.source else ""))
-
-
-def _headline(run: SweepRun) -> str:
-    best = next((c for c in run.candidates if c.rank == 1), None)
-    if best is None:
-        return "No candidate fits the budget." if run.candidates else "No candidates."
-    text = f"Fastest that fits: {best.label} (~{format_seconds(best.seconds)})"
-    second = next((c for c in run.candidates if c.rank == 2), None)
-    if second is not None and second.slowdown:
-        text += f"; next: {second.label}, {second.slowdown:.2f}x slower"
-    if best.time is not None and best.time.nominal:
-        text += ". Nominal CPU figures: the ranking compares, the seconds do not predict"
-    return text + "."
+from .summary import fit_text, headline, slowdown_text, slowest_collective_text
 
 
 def render_sweep_terminal(run: SweepRun, console: Console) -> None:
@@ -57,103 +22,15 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
         Column("#", [str(c.rank) if c.rank else "-" for c in rows], justify="right"),
         Column("candidate", [c.label for c in rows], fold=True),
         Column("est. time", [format_seconds(c.seconds) for c in rows], justify="right"),
-        Column("vs best", [_slowdown(c) for c in rows], justify="right"),
+        Column("vs best", [slowdown_text(c) for c in rows], justify="right"),
         Column("peak", [format_bytes(c.peak_bytes) if c.peak_bytes is not None else "-" for c in rows],
                justify="right"),
-        Column("fits", [_fit_text(c) for c in rows]),
+        Column("fits", [fit_text(c) for c in rows]),
         Column("collectives", [format_bytes(c.collective_bytes) for c in rows], justify="right"),
         Column("x-host", [format_bytes(c.cross_host_bytes) for c in rows], justify="right", essential=False),
-        Column("slowest collective", [_top(c) for c in rows], essential=False, fold=True),
+        Column("slowest collective", [slowest_collective_text(c) for c in rows], essential=False, fold=True),
     ]
     if not any(c.cross_host_bytes for c in rows):
         columns = [c for c in columns if c.header != "x-host"]
     console.print(fitted_table("Candidates, fastest first among those that fit", columns, console.width))
-    console.print(Text(_headline(run), style="green" if any(c.rank for c in rows) else "red"))
-
-
-def render_sweep_markdown(run: SweepRun) -> str:
-    lines = [f"### jax-shard-lint sweep: {_cell(run.script or '')}", "", _cell(_headline(run)), "",
-             "| # | candidate | est. time | vs best | peak / device | fits | collectives / step | slowest collective |",
-             "| ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
-    for c in run.candidates:
-        lines.append(
-            f"| {c.rank or '-'} | {_cell(c.label)} | {format_seconds(c.seconds)} | {_slowdown(c)} | "
-            f"{format_bytes(c.peak_bytes) if c.peak_bytes is not None else '-'} | {_fit_text(c)} | "
-            f"{format_bytes(c.collective_bytes)} | {_cell(_top(c))} |")
-    return "\n".join(lines) + "\n"
-
-
-def scatter(run: SweepRun) -> str:
-    """Peak per device (x) against estimated step time (y), one dot per
-    candidate; the Pareto front joined; the budget as a vertical line."""
-    pts = [c for c in run.candidates if c.seconds is not None and c.peak_bytes is not None]
-    if not pts:
-        return '<p class="muted">No candidate has both a peak and an estimated time.</p>'
-    width, height, pad, left = 860, 320, 48, 96
-    max_x = max([c.peak_bytes for c in pts] + ([run.budget_bytes] if run.budget_bytes and run.budget_bytes <= 2 * max(
-        c.peak_bytes for c in pts) else [])) * 1.1 or 1
-    max_y = max(c.seconds for c in pts) * 1.15 or 1
-
-    def x(v: float) -> float:
-        return left + (width - left - pad) * v / max_x
-
-    def y(v: float) -> float:
-        return height - pad - (height - 2 * pad) * v / max_y
-
-    parts = [f'<svg class="sweepplot" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="peak memory against estimated step time" data-points="{len(pts)}">']
-    for frac in (0, 0.5, 1):
-        yy, xx = y(frac * max_y / 1.15), x(frac * max_x / 1.1)
-        parts.append(f'<line class="grid" x1="{left}" x2="{width - pad}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
-                     f'<text class="tick ylabel" x="{left - 4}" y="{yy + 4:.1f}" text-anchor="end">'
-                     f'{e(format_seconds(frac * max_y / 1.15))}</text>'
-                     f'<text class="tick" x="{xx:.1f}" y="{height - pad + 16}" text-anchor="middle">'
-                     f'{e(format_bytes(int(frac * max_x / 1.1)))}</text>')
-    if run.budget_bytes and run.budget_bytes <= max_x:
-        xb = x(run.budget_bytes)
-        parts.append(f'<line class="budget" x1="{xb:.1f}" x2="{xb:.1f}" y1="{pad}" y2="{height - pad}"/>'
-                     f'<text class="tick budget-label" x="{xb - 4:.1f}" y="{pad - 6}" text-anchor="end">'
-                     f'budget {e(format_bytes(run.budget_bytes))}</text>')
-    front = sorted((c for c in pts if c.pareto), key=lambda c: c.peak_bytes)
-    if len(front) > 1:
-        path = " ".join(f"{x(c.peak_bytes):.1f},{y(c.seconds):.1f}" for c in front)
-        parts.append(f'<polyline class="pareto" points="{path}"/>')
-    # Points are labelled with their row number in the table below (labels as long
-    # as a candidate's parameters would cover each other); hovering shows the whole.
-    number = {id(c): k + 1 for k, c in enumerate(run.candidates)}
-    for c in pts:
-        cls = "best" if c.rank == 1 else "over" if c.fits is False else "pareto" if c.pareto else "other"
-        cx, cy = x(c.peak_bytes), y(c.seconds)
-        parts.append(f'<circle class="cand {cls}" cx="{cx:.1f}" cy="{cy:.1f}" r="5" data-label="{e(c.label)}">'
-                     f"<title>#{number[id(c)]} {e(c.label)}: {e(format_seconds(c.seconds))}, "
-                     f"{e(format_bytes(c.peak_bytes))}</title></circle>"
-                     f'<text class="tick pointlabel" x="{cx + 7:.1f}" y="{cy - 7:.1f}">#{number[id(c)]}</text>')
-    parts.append(f'<text class="tick" x="{(left + width - pad) / 2:.1f}" y="{height - 8}" text-anchor="middle">'
-                 "peak memory per device</text>"
-                 f'<text class="tick" x="14" y="{height / 2:.1f}" transform="rotate(-90 14 {height / 2:.1f})" '
-                 'text-anchor="middle">estimated step time</text></svg>')
-    return "".join(parts)
-
-
-def render_sweep_html(run: SweepRun) -> str:
-    rows = "".join(
-        f"<tr class=\"{'over' if c.fits is False else 'failed' if c.error else ''}\"><td>#{k + 1}</td>"
-        f"<td>{c.rank or '-'}</td>"
-        f"<td>{e(c.label)}</td><td data-v=\"{c.seconds or 0}\">{e(format_seconds(c.seconds))}</td>"
-        f"<td>{e(_slowdown(c))}</td><td data-v=\"{c.peak_bytes or 0}\">"
-        f"{e(format_bytes(c.peak_bytes) if c.peak_bytes is not None else '-')}</td><td>{e(_fit_text(c))}</td>"
-        f"<td data-v=\"{c.collective_bytes}\">{e(format_bytes(c.collective_bytes))}</td>"
-        f"<td data-v=\"{c.cross_host_bytes}\">{e(format_bytes(c.cross_host_bytes))}</td>"
-        f"<td>{'yes' if c.pareto else ''}</td><td>{e(_top(c))}</td></tr>"
-        for k, c in enumerate(run.candidates))
-    basis = next((c.time for c in run.candidates if c.time is not None), None)
-    note = (f'<p class="muted">Estimates: {e(basis.basis)}. Sources: {e("; ".join(basis.sources))}.</p>'
-            if basis else "")
-    body = (f"<header><h1>jax-shard-lint sweep</h1><p>{e(run.script or '')} &middot; {e(run.platform)} &middot; "
-            f"jax {e(run.jax_version)} &middot; jax-shard-lint {e(run.tool_version)}</p></header>"
-            f'<section class="target"><p><b>{e(_headline(run))}</b></p>{scatter(run)}{note}'
-            '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th>'
-            '<th>vs best</th>'
-            "<th>peak / device</th><th>fits</th><th>collectives / step</th><th>across hosts</th><th>Pareto</th>"
-            f"<th>slowest collective</th></tr></thead><tbody>{rows}</tbody></table></section>")
-    return _page(f"jax-shard-lint sweep: {run.script}", body)
+    console.print(Text(headline(run), style="green" if any(c.rank for c in rows) else "red"))

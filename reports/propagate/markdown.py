@@ -1,0 +1,34 @@
+"""``propagate`` as Markdown: agreement with Shardy, the predicted communication and
+the sharded values."""
+
+from __future__ import annotations
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.sharding_text import pspec_text
+from ..common.agreement_text import agreement_text
+from ..common.markdown_text import cell
+
+
+def render_propagation_markdown(run) -> str:
+
+    lines = []
+    for t in run.targets:
+        a = t.agreement_with_shardy
+        lines += [f"### jax-shard-lint propagate: {cell(t.name)}", ""]
+        if a is not None:
+            lines += [cell(agreement_text(a).capitalize()) + ".", ""]
+        if t.not_compiled:
+            lines += [cell(f"Not compiled: {t.not_compiled}."), ""]
+        lines += ["| kind | bytes | axes | op | source | compiled | why |",
+                  "| --- | ---: | --- | --- | --- | --- | --- |"]
+        for p in t.predicted[:30]:
+            matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
+            lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {cell(', '.join(p.mesh_axes))} | {cell(p.op)} | "
+                         f"{cell(str(p.source or '-'))} | {matched} | {cell(p.reason)} |")
+        sharded = [v for v in t.values if any(v.sharding)][:20]
+        lines += ["", "| value | shape | sharding | source | from |", "| --- | --- | --- | --- | --- |"]
+        for v in sharded:
+            lines.append(f"| {cell(v.name)} | {v.dtype}{v.shape} | {cell(pspec_text(v.sharding))} | "
+                         f"{cell(str(v.source or '-'))} | {cell(v.seed or '-')} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"

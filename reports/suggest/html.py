@@ -1,0 +1,67 @@
+"""``suggest`` as one HTML page, each argument's suggested sharding drawn as a
+device grid."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.suggest import SuggestRun
+from ..common.device_grid import device_grid
+from ..common.html_page import e, page
+from ..common.tensor_text import shape_text
+from .summary import PLAN_HEAD, VERSION_HEAD, plan_rows, solver_line, version_cells
+
+
+def render_suggest_html(run: SuggestRun) -> str:
+    body = (f"<header><h1>jax-shard-lint suggest</h1><p>{e(run.script or '')} &middot; jax {e(run.jax_version)} "
+            f"&middot; jax-shard-lint {e(run.tool_version)}</p></header>")
+    for r in run.targets:
+        mesh = dict(r.mesh)
+        versions = "".join(
+            "<tr>" + "".join(f"<td><b>{e(c)} (suggested)</b></td>" if k == 0 and v.name == r.chosen
+                             else f"<td>{e(c)}</td>" for k, c in enumerate(version_cells(v))) + "</tr>"
+            for v in r.versions)
+        costs = "".join(
+            f"<tr><td>{e(v.name)}</td><td>{e(format_seconds(v.model.compute_seconds))}</td>"
+            f"<td>{e(format_seconds(v.model.reduction_seconds))}</td><td>{e(format_seconds(v.model.reshard_seconds))}"
+            f"</td><td>{e(format_seconds(v.model.seconds))}</td></tr>" for v in r.versions if v.model)
+        figs = "".join(
+            f'<figure><figcaption><b>{e(a.path)}</b> {e(shape_text(a.dtype, a.shape))}<br>written '
+            f'{e(pspec_text(a.current))} &rarr; <b>{e(pspec_text(a.suggested))}</b> '
+            f'{e(format_bytes(a.suggested_per_device_bytes))}/device'
+            f'{" (pinned: " + e(a.pinned) + ")" if a.pinned else ""}'
+            f'</figcaption>{device_grid(SimpleNamespace(sharding=a.suggested, shape=a.shape), mesh)}</figure>'
+            for a in sorted(r.arguments, key=lambda a: (-_size(a), a.index))[:24])
+        plans = ""
+        if len(r.solver.plans) > 1:
+            plans = ("<h3>The solver's plans, checked against propagation and compiled</h3><table><thead><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in PLAN_HEAD) + "</tr></thead><tbody>"
+                     + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in plan_rows(r))
+                     + "</tbody></table>")
+        text = ""
+        if r.in_shardings_text:
+            text = (f'<pre class="fixtext">jax.jit(step, {e(r.in_shardings_text)}'
+                    f'{", " + e(r.out_shardings_text) if r.out_shardings_text else ""})</pre>')
+        elif r.text_problem:
+            text = f'<p class="muted">no Python text: {e(r.text_problem)}</p>'
+        body += (
+            f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
+            f"<p>{e(solver_line(r, plans_inline=False))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in VERSION_HEAD) + f"</tr></thead><tbody>{versions}</tbody></table>"
+            f"{plans}<h3>Cost model breakdown</h3><table><thead><tr><th>version</th><th>compute</th><th>reductions</th>"
+            f"<th>resharding</th><th>total</th></tr></thead><tbody>{costs}</tbody></table>"
+            f"<h3>Suggested argument shardings</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
+            f"devices that hold it, on the {e(r.chosen)} shardings.</p><div class=\"grids\">{figs}</div>"
+            + "".join(f'<p class="muted">note: {e(n)}</p>' for n in r.notes) + "</section>"
+        )
+    return page("jax-shard-lint suggest", f"<main>{body}</main>")
+
+
+def _size(a) -> int:
+    n = 1
+    for d in a.shape:
+        n *= d
+    return n

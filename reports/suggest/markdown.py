@@ -1,0 +1,33 @@
+"""``suggest`` as Markdown for a pull-request comment."""
+
+from __future__ import annotations
+
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.suggest import SuggestRun
+from ..common.markdown_text import cell
+from .summary import MAX_ROWS, PLAN_HEAD, VERSION_HEAD, changed_arguments, plan_rows, solver_line, version_cells
+
+
+def render_suggest_markdown(run: SuggestRun) -> str:
+    lines: list[str] = []
+    for r in run.targets:
+        lines += [f"### jax-shard-lint suggest: {cell(r.name)}", "", cell(r.verdict), "",
+                  f"Solver: {cell(solver_line(r, plans_inline=False))}", ""]
+        lines += ["| " + " | ".join(VERSION_HEAD[:-1]) + " |", "| --- | ---: | ---: | ---: | ---: |"]
+        for v in r.versions:
+            cells = [cell(c) for c in version_cells(v)[:-1]]
+            cells[0] = f"**{cells[0]}**" if v.name == r.chosen else cells[0]
+            lines.append("| " + " | ".join(cells) + " |")
+        if len(r.solver.plans) > 1:
+            lines += ["", "| " + " | ".join(PLAN_HEAD) + " |", "| --- |" + " ---: |" * 5 + " --- |"]
+            lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in plan_rows(r)]
+        changed = changed_arguments(r)
+        if changed:
+            lines += ["", "| argument | written | suggested |", "| --- | --- | --- |"]
+            lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
+                      for a in changed[:MAX_ROWS]]
+        if r.in_shardings_text:
+            text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
+            lines += ["", "```python", f"jax.jit(step, {text})", "```"]
+        lines.append("")
+    return "\n".join(lines) + "\n"

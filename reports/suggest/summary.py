@@ -1,0 +1,85 @@
+"""What every format of ``suggest`` writes the same way: the solver's line, the
+plans' rows, each version's cells, the arguments whose sharding changes."""
+
+from __future__ import annotations
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.durations import format_seconds
+from ...passes.common.sharding_text import pspec_text
+from ...passes.models.suggest import SuggestReport, Version
+
+MAX_ROWS = 40  # arguments listed in the terminal and Markdown (the JSON has all)
+
+
+def _gap(r: SuggestReport) -> str:
+    s = r.solver
+    if s.gap is None:
+        return f"{s.method}: no bound"
+    return f"{s.method}: gap {s.gap * 100:.2g}% (objective {format_seconds(s.objective_seconds)}, bound " \
+           f"{format_seconds(s.lower_bound_seconds)})"
+
+
+def solver_line(r: SuggestReport, plans_inline: bool = True) -> str:
+    """The solver's figures; the plans in the line unless a table lists them."""
+    s = r.solver
+    return (f"{_gap(r)}; {s.variables:,} variables over {s.value_groups:,} value groups and {s.ops:,} ops, "
+            f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
+            + (_propagation_text(r) if plans_inline or len(s.plans) <= 1 else ""))
+
+
+def _propagation_text(r: SuggestReport) -> str:
+    """The plans the solver compiled: per solve, its cost model, its arguments'
+    layout as propagated, and the compiled estimate (the kept one marked *)."""
+    s = r.solver
+    if not s.plans:
+        return ""
+
+    def one(p) -> str:
+        compiled = p.error and "did not compile" or format_seconds(p.estimated_seconds)
+        propagated = "-" if p.propagated_seconds is None else format_seconds(p.propagated_seconds)
+        return (f"{'*' if p.solve == s.kept else ''}{p.solve}: {format_seconds(p.objective_seconds)} / "
+                f"{propagated} / {compiled}")
+
+    if len(s.plans) == 1:
+        p = s.plans[0]
+        return f"; its plan as propagated {one(p).split(' / ', 1)[1].replace(' / ', ', compiled ')}"
+    excluded = max((len(p.excluded) for p in s.plans), default=0)
+    return (f"; {len(s.plans)} plan{'' if len(s.plans) == 1 else 's'} (solve: model / propagated / compiled) "
+            + ", ".join(one(p) for p in s.plans)
+            + (f", {excluded} argument sharding{'' if excluded == 1 else 's'} excluded where propagation carried "
+               f"{'it' if excluded == 1 else 'them'} past the plan" if excluded else ""))
+
+
+PLAN_HEAD = ("solve", "cost model", "propagated", "values differing", "compiled", "peak / device",
+              "argument shardings excluded before it")
+
+
+def plan_rows(r: SuggestReport) -> list[list[str]]:
+    """One row per solve of the propagation check (the kept one marked *); the
+    exclusions each solve added to the ones before it."""
+    rows, before = [], 0
+    for p in r.solver.plans:
+        rows.append([f"{'*' if p.solve == r.solver.kept else ''}{p.solve}", format_seconds(p.objective_seconds),
+                     "-" if p.propagated_seconds is None else format_seconds(p.propagated_seconds),
+                     "-" if p.differing_values is None else f"{p.differing_values:,}",
+                     p.error and "did not compile" or format_seconds(p.estimated_seconds),
+                     "-" if p.peak_bytes is None else format_bytes(p.peak_bytes),
+                     "; ".join(p.excluded[before:]) or "-"])
+        before = len(p.excluded)
+    return rows
+
+
+def version_cells(v: Version) -> list[str]:
+    if v.error:
+        return [v.name, "-", "-", "-", "-", v.error]
+    fits = "" if v.fits is None else (" fits" if v.fits else " OVER")
+    model = format_seconds(v.model.seconds) if v.model else "-"
+    return [v.name, format_bytes(v.peak_bytes or 0) + fits, format_bytes(v.collective_bytes or 0),
+            format_seconds(v.estimated_seconds), model, v.description]
+
+
+VERSION_HEAD = ("version", "peak / device", "collectives / step", "est. step", "cost model", "")
+
+
+def changed_arguments(r: SuggestReport):
+    return [a for a in r.arguments if pspec_text(a.current) != pspec_text(a.suggested)]
