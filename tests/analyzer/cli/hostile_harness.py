@@ -1,6 +1,6 @@
 """Runs the malformed-input corpus (fixtures/bad_input/corpus/cases.json).
 
-    python tests/hostile_harness.py OUT.jsonl [CASE_ID ...]
+    python tests/analyzer/cli/hostile_harness.py OUT.jsonl [CASE_ID ...]
 
 Unsupervised cases run one after another in this process, which first caps its
 address space (so a regression into an unbounded allocation fails the case
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 CASES = os.path.join(ROOT, "fixtures", "bad_input", "corpus", "cases.json")
 # XLA's CPU client maps far more address space than it touches; 12 GiB leaves
 # room for it and none for a 745 GiB replica-group table or a 4 GB live range.

@@ -2,7 +2,7 @@
 every case gives its exit code and its exact one-line message, under a memory
 limit and a time limit, and none crashes or hangs the harness.
 
-The cases run in tests/hostile_harness.py, in a child process: a regression
+The cases run in tests/analyzer/cli/hostile_harness.py, in a child process: a regression
 into a native crash kills that child, not the test run; the driver below then
 records the case that was running and starts a new harness for the rest.
 """
@@ -15,7 +15,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-HARNESS = os.path.join(ROOT, "tests", "hostile_harness.py")
+HARNESS = os.path.join(ROOT, "tests", "analyzer", "cli", "hostile_harness.py")
 CASES_FILE = os.path.join(ROOT, "fixtures", "bad_input", "corpus", "cases.json")
 with open(CASES_FILE, encoding="utf-8") as _f:
     CASES = json.load(_f)
