@@ -9,13 +9,14 @@ dimension shardings merge adjacent sub-axes back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import gcd, prod
 
 AxisRef = tuple[str, int, int]
 Axes = tuple[AxisRef, ...]
 
 
-def sharding_labels(dims, axis_sizes: dict[str, int]) -> tuple[tuple[str, ...], ...]:
+def sharding_labels(dims: Sequence[Axes], axis_sizes: dict[str, int]) -> tuple[tuple[str, ...], ...]:
     """A tensor's dimension shardings as axis labels per dimension (``label``)."""
     return tuple(tuple(label(r, axis_sizes) for r in axes) for axes in dims)
 

@@ -7,11 +7,11 @@ import re
 _PATH_KEY = re.compile(r"\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.(\w+)")
 
 
-def path_keys(path: str) -> tuple[str, tuple]:
+def path_keys(path: str) -> tuple[str, tuple[str | int, ...]]:
     """Split a pytree path like ``state['w'][0]`` into (``state``, ('w', 0))."""
     m = re.match(r"^[A-Za-z_]\w*", path)
     base = m.group(0) if m else ""
-    keys: list = []
+    keys: list[str | int] = []
     for km in _PATH_KEY.finditer(path, len(base)):
         if km.group(1) is not None:
             keys.append(int(km.group(1)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .pytree_paths import path_keys
 
@@ -55,7 +56,7 @@ def out_shardings_text(
     """
     if any(_ATTRIBUTE_KEY.search(path) for path in paths):
         return None
-    tree: dict = {}
+    tree: dict[str | int, Any] = {}
     single = None
     for path, sharding in zip(paths, shardings):
         _, keys = path_keys(path)
@@ -70,9 +71,9 @@ def out_shardings_text(
     if single is not None and not tree:
         return f"out_shardings={single}"
 
-    def render(node) -> str:
+    def render(node: Any) -> str:
         if not isinstance(node, dict):
-            return node
+            return str(node)
         keys = list(node)
         if keys and all(isinstance(k, int) for k in keys):
             items = [render(node[k]) for k in sorted(keys)]

@@ -51,7 +51,7 @@ def _ratio(before: int | None, after: int | None) -> float | None:
     return round(after / before, 4)
 
 
-def _identity(c: CollectiveSummary) -> tuple:
+def _identity(c: CollectiveSummary) -> tuple[str, tuple[str, ...], tuple[int, ...], str]:
     # Source lines move with every edit above them; shape, kind and axes do not.
     return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype)
 
@@ -70,7 +70,7 @@ def _time_rows(name: str, before: BaselineTarget, after: BaselineTarget, thresho
     return [GateRow(
         target=name, metric=metric, before=before.step_seconds, after=after.step_seconds, ratio=r,
         alert=f"estimated step time +{(r - 1) * 100:.1f}% (limit +{thresholds.time_increase * 100:g}%)"
-        if over else None,
+        if over and r is not None else None,
     )]
 
 

@@ -4,10 +4,11 @@ the peak and its parts, and an honest verdict on whether the cost went away."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Literal
 
 from ..common.byte_sizes import format_bytes
-from ..models.report import Collective, TargetReport
+from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import CollectiveChange, ProgramFacts
 from ..models.rule_codes import SL201
 
@@ -23,7 +24,11 @@ def program_facts(report: TargetReport) -> ProgramFacts:
     )
 
 
-def _key(c: Collective) -> tuple:
+# kind, mesh axes, shape, dtype, source (file, line), input path
+_CollectiveKey = tuple[str, tuple[str, ...], tuple[int, ...], str, "tuple[str, int] | None", str]
+
+
+def _key(c: Collective) -> _CollectiveKey:
     src = (c.source.file, c.source.line) if c.source else None
     return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype, src, c.input_path or "")
 
@@ -32,8 +37,8 @@ def collective_changes(before: list[Collective], after: list[Collective]) -> lis
     """Collectives matched by kind, mesh axes, shape, dtype, source line and the
     input their operand is (operand identity, where the compiled program shows
     it); bytes are per step (bytes x count), summed over matching ops."""
-    b: dict[tuple, int] = defaultdict(int)
-    a: dict[tuple, int] = defaultdict(int)
+    b: dict[_CollectiveKey, int] = defaultdict(int)
+    a: dict[_CollectiveKey, int] = defaultdict(int)
     sources = {}
     for c in before:
         b[_key(c)] += c.bytes * c.count
@@ -78,7 +83,7 @@ def verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> 
     return text
 
 
-def remaining_costs(after: TargetReport, display=str) -> list[str]:
+def remaining_costs(after: TargetReport, display: Callable[[SourceLocation], str] = str) -> list[str]:
     """Findings that survive the rewrite and what would remove them; ``display``
     turns a source location into text.
 

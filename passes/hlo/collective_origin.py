@@ -13,13 +13,18 @@ reads along the sharded dimension.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Collective, TensorInfo, where_text
+from ..models.report import Collective, Finding, TensorInfo, where_text
 from ..models.rule_codes import SL201
+from ..source.frames import CodeOwnership
 from .module import HloInstruction, HloModule
+
+# How a finding names a source line: where_text, or the CLI's path-relative version.
+Display = Callable[..., str]
 
 # Ops that pass a value through with its elements (layout, type, one layer of a stack).
 _SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",
@@ -38,7 +43,7 @@ class _Index:
 
 def origin_index(module: HloModule) -> _Index:
     """Built once per module (intent's and origin's passes both ask for it)."""
-    hit = module.derived.get("origin_index")
+    hit: _Index | None = module.derived.get("origin_index")
     if hit is not None:
         return hit
     computation_of: dict[str, str] = {}
@@ -111,10 +116,11 @@ def _sharded_dims(t: TensorInfo) -> dict[int, list[str]]:
     return {d: axes for d, axes in enumerate(t.sharding or []) if axes}
 
 
-def _reads_in(module: HloModule, producer: HloInstruction, index: _Index):
+def _reads_in(module: HloModule, producer: HloInstruction, index: _Index,
+              ) -> list[tuple[HloInstruction, int, tuple[int, ...]]]:
     """(read op, input number, dims it indexes) for the gathers and dynamic slices
     that produce a value: the op itself, or inside the fusion that computes it."""
-    found = []
+    found: list[tuple[HloInstruction, int, tuple[int, ...]]] = []
     if producer.opcode in _READS:
         candidates = [(producer, producer.operands[0] if producer.operands else None)]
     elif producer.opcode == "fusion":
@@ -138,8 +144,8 @@ def _reads_in(module: HloModule, producer: HloInstruction, index: _Index):
     return found
 
 
-def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], ownership,
-                      index: _Index | None = None, display=where_text) -> tuple[str | None, str | None]:
+def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], ownership: CodeOwnership,
+                      index: _Index | None = None, display: Display = where_text) -> tuple[str | None, str | None]:
     """(the path of the input the collective's operand is; why the collective runs),
     each None when the compiled program does not say."""
     index = index or origin_index(module)
@@ -176,8 +182,8 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
     return (owner.path if owner else None), None
 
 
-def collective_origins(module: HloModule, collectives, inputs: tuple[TensorInfo, ...], ownership,
-                       display=where_text):
+def collective_origins(module: HloModule, collectives: Iterable[Collective], inputs: tuple[TensorInfo, ...],
+                       ownership: CodeOwnership, display: Display = where_text) -> tuple[Collective, ...]:
     """Every collective with its ``input_path`` and ``why`` filled in where known;
     ``display`` writes a (source, via) pair as text."""
     index = origin_index(module)
@@ -228,7 +234,8 @@ def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[
     return found
 
 
-def explain_outputs(module: HloModule, findings, outputs: tuple[TensorInfo, ...], collectives) -> list:
+def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tuple[TensorInfo, ...],
+                    collectives: Iterable[Collective]) -> list[Finding]:
     """Output-layout findings (SL201) with the resharding collectives their
     output depends on, and why each runs, as the first lines of their ``why``."""
     with_why = {c.hlo_name: c for c in collectives if c.why and c.intent in (None, "reshard")}

@@ -132,7 +132,7 @@ def _op_of(module: HloModule, ins: HloInstruction | None) -> tuple[str, dict[str
         return ins.opcode, ins.attrs, ins.operands
     fused = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
     root = next((i for i in fused.instructions if i.is_root), None) if fused else None
-    if root is None:
+    if root is None or fused is None:
         return None
     params = {i.name: int(i.operands[0]) for i in fused.instructions
               if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}

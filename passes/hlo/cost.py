@@ -20,6 +20,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from math import prod
+from typing import Any
 
 from ..common.shapes import ArrayShape, parse_arrays
 from .collectives import collective_kind, computation_multiplicity
@@ -286,7 +287,7 @@ def program_cost(module: HloModule) -> ProgramCost:
     return ProgramCost(tuple(ops), tuple(sorted(set(unknown))))
 
 
-def xla_cost_figures(raw: dict | None) -> dict[str, float]:
+def xla_cost_figures(raw: dict[str, Any] | None) -> dict[str, float]:
     """The totals of XLA's own ``cost_analysis()`` worth keeping (flops, bytes
     accessed, and the TPU compiler's ``optimal_seconds``), as plain floats."""
     out: dict[str, float] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -67,7 +68,7 @@ class HloInstruction:
         v = self.metadata.get("op_name")
         return str(v) if v is not None else None
 
-    def backend_config(self) -> dict:
+    def backend_config(self) -> dict[str, Any]:
         raw = self.attrs.get("backend_config")
         if not raw:
             return {}
@@ -160,8 +161,9 @@ class HloModule:
     entry: str
     frames: dict[int, StackFrame] = field(default_factory=dict)
     by_name: dict[str, HloInstruction] = field(default_factory=dict, repr=False)
-    attributions: dict = field(default_factory=dict, repr=False, compare=False)
-    derived: dict = field(default_factory=dict, repr=False, compare=False)  # indexes the passes share
+    # (ownership, frame id, file, line) -> (the user's line, the library line)
+    attributions: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # indexes the passes share
 
     def users(self) -> dict[str, list[HloInstruction]]:
         """Each instruction's users, across computations (built once per module)."""
@@ -209,7 +211,7 @@ class HloModule:
         """(the user's line, the library line it went through) for an instruction."""
         key = (ownership, ins.metadata.get("stack_frame_id"), ins.metadata.get("source_file"),
                ins.metadata.get("source_line"))
-        hit = self.attributions.get(key)
+        hit: tuple[SourceLocation | None, SourceLocation | None] | None = self.attributions.get(key)
         if hit is None:
             hit = self.attributions[key] = ownership.attribute(self.stack_of(ins))
         return hit

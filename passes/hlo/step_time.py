@@ -21,6 +21,7 @@ XLA's scheduler has independent work to overlap with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.report import Collective, StepTime
@@ -48,7 +49,7 @@ class DeviceSpec:
 
 
 # (bytes moved per byte of result, latency steps) as functions of the group size n.
-_RING = {
+_RING: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {
     "all-gather": (lambda n: (n - 1) / n, lambda n: n - 1),
     "reduce-scatter": (lambda n: n - 1, lambda n: n - 1),
     "all-reduce": (lambda n: 2 * (n - 1) / n, lambda n: 2 * (n - 1)),
@@ -68,7 +69,7 @@ def collective_seconds(kind: str, result_bytes: int, group_size: int, cross_host
     n = max(group_size, 2)
     bandwidth = spec.link_across_hosts if cross_host else spec.link_within_host
     latency = spec.latency_across_hosts if cross_host else spec.latency_within_host
-    return moved(n) * result_bytes / bandwidth + steps(n) * latency
+    return float(moved(n) * result_bytes / bandwidth + steps(n) * latency)
 
 
 def significant(x: float) -> float:

@@ -22,13 +22,13 @@ from ..stablehlo.module import functions
 from .shardy_reference import clone, walk_ops
 
 
-def _calls(block) -> list:
+def _calls(block: ir.Block) -> list[ir.OpView]:
     """The ``func.call`` ops under a block, in program order (nested regions included)."""
     return [op for op in walk_ops(block) if op.operation.name == "func.call"]
 
 
-def _callee(call) -> str:
-    return ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+def _callee(call: ir.OpView) -> str:
+    return str(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
 
 
 def needs_flattening(module: ir.Module) -> bool:
@@ -43,7 +43,7 @@ def needs_flattening(module: ir.Module) -> bool:
     return False
 
 
-def _post_order(funcs: dict) -> list[str]:
+def _post_order(funcs: dict[str, ir.OpView]) -> list[str]:
     """MLIR's call graph in post-order: the root's children are the functions in
     module order, a function's children its callees in call order."""
     children = {name: [_callee(c) for c in _calls(fn.regions[0].blocks[0])] for name, fn in funcs.items()}
@@ -76,7 +76,7 @@ def flatten_call_graph(module: ir.Module) -> ir.Module:
         table = ir.SymbolTable(out.operation)
         funcs = functions(out)
 
-        def clone_recursively(fn) -> str:
+        def clone_recursively(fn: ir.OpView) -> str:
             copy = fn.operation.clone(ip=False)
             for call in _calls(copy.regions[0].blocks[0]):
                 call.attributes["callee"] = ir.FlatSymbolRefAttr.get(clone_recursively(funcs[_callee(call)]))

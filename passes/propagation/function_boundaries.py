@@ -6,16 +6,18 @@ divides their shape; the main function's arguments drop sub-axes)."""
 from __future__ import annotations
 
 from math import gcd
+from typing import Literal
 
 from ..common.axes import Axes, AxisRef, merge_adjacent, size_of
+from ..common.device_groups import MeshInfo
 from .sharding_graph import ShardingGraph, Step
 
 
-def common_mesh(g: ShardingGraph, step: Step):
+def common_mesh(g: ShardingGraph, step: Step) -> MeshInfo | None | Literal[False]:
     """Shardy's ``getCommonMeshOrRef``: the one mesh the step's shardings are on,
     empty meshes aside; False where two differ (the op is not propagated through),
     None where none is stated."""
-    mesh = None
+    mesh: MeshInfo | None = None
     for tid in step.tensors:
         other = g.tensors[tid].mesh
         if other is None:

@@ -45,7 +45,7 @@ def _factor_axes(step: Step, k: int, t: Tensor) -> dict[int, Axes]:
     return per
 
 
-def _labels(axes, sizes) -> list[str]:
+def _labels(axes: Axes, sizes: dict[str, int]) -> list[str]:
     return [label(r, sizes) for r in axes]
 
 
@@ -87,7 +87,7 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
     return _dedupe(out)
 
 
-def _edge(step: Step, tensors: list[Tensor], sizes) -> list[PredictedCollective]:
+def _edge(step: Step, tensors: list[Tensor], sizes: dict[str, int]) -> list[PredictedCollective]:
     if step.manual_axes is not None:
         # A shard_map boundary: the body's view lacks the manual axes by definition;
         # only free axes the two sides disagree on move data.
@@ -107,7 +107,8 @@ def _edge(step: Step, tensors: list[Tensor], sizes) -> list[PredictedCollective]
                   f"values that must share a layout disagree: {names}", sizes)]
 
 
-def _make(kind, nbytes, axes, step: Step, t: Tensor, reason, sizes) -> PredictedCollective:
+def _make(kind: str, nbytes: float, axes: Axes, step: Step, t: Tensor, reason: str, sizes: dict[str, int],
+          ) -> PredictedCollective:
     return PredictedCollective(
         kind=kind, bytes=int(nbytes), mesh_axes=_labels(axes, sizes), op=step.op, value=t.name,
         reason=reason, source=step.source or t.source, via=step.via if step.source else t.via,

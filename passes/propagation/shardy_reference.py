@@ -5,6 +5,7 @@ it is held against."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
@@ -89,7 +90,7 @@ def labels(dims: tuple[Axes, ...], axis_sizes: dict[str, int]) -> list[list[str]
 OP_ID = "jax_shard_lint.op_id"
 
 
-def walk_ops(block):
+def walk_ops(block: ir.Block) -> Iterator[ir.OpView]:
     """Every op under a block, pre-order, regions in order: the one walk both sides number."""
     for op in block.operations:
         yield op

@@ -3,7 +3,9 @@ why a collective at a line is needed."""
 
 from __future__ import annotations
 
-from ..models.report import Finding, PredictedCollective, TargetReport
+from collections.abc import Callable
+
+from ..models.report import Finding, PredictedCollective, SourceLocation, TargetReport
 from ..models.rule_codes import SL101, SL102, SL201
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
@@ -19,7 +21,8 @@ def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[Pred
 
 
 def attach_provenance(
-    report: TargetReport, p: Propagated, display=str, predicted: list[PredictedCollective] | None = None,
+    report: TargetReport, p: Propagated, display: Callable[[SourceLocation], str] = str,
+    predicted: list[PredictedCollective] | None = None,
 ) -> TargetReport:
     predicted = predict(p.graph) if predicted is None else predicted
     out = []

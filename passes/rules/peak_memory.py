@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
+from ..models.report import LiveBuffer
 from .context import RuleContext
 
 
-def peak_culprit(ctx: RuleContext):
+def peak_culprit(ctx: RuleContext) -> LiveBuffer | None:
     buffers = ctx.memory.live_at_peak if ctx.memory else []
     top = next((b for b in buffers if b.source is not None), None)
     return top

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..hlo.collective_intent import INTENDED
-from ..models.report import Severity
+from ..models.report import Collective, Severity
 from ..models.rule_codes import SL102
 from .context import RuleContext
 from .registry import Emitter, RuleOption, define_rule
@@ -46,7 +46,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     """
     limit = ctx.options["loop-collective-bytes"]
     # One finding per source line: a layer scan's many per-layer collectives are one decision.
-    by_line: dict[tuple, list] = {}
+    by_line: dict[tuple[str | int, ...], list[Collective]] = {}
     for c in ctx.collectives:
         if c.count > 1 and c.intent not in INTENDED:
             key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)

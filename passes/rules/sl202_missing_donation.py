@@ -10,7 +10,7 @@ from .context import RuleContext
 from .registry import Emitter, RuleOption, define_rule
 
 
-def _sharding_of(t: TensorInfo):
+def _sharding_of(t: TensorInfo) -> tuple[tuple[str, ...], ...] | None:
     return normalized(t.sharding, len(t.shape))
 
 

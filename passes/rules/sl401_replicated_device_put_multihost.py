@@ -7,10 +7,10 @@ import ast
 from ..models.report import Severity
 from ..models.rule_codes import SL401
 from .registry import Emitter, define_rule
-from .source_facts import dotted, location
+from .source_facts import SourceContext, dotted, location
 
 
-def replicated_device_put(ctx, out: Emitter) -> None:
+def replicated_device_put(ctx: SourceContext, out: Emitter) -> None:
     """A host value put on a replicated sharding in code that runs on several processes.
 
     What it does

@@ -7,12 +7,12 @@ import ast
 from ..models.report import Severity
 from ..models.rule_codes import SL402
 from .registry import Emitter, define_rule
-from .source_facts import dotted, inside_jit, location, names_in, walk_with_stack
+from .source_facts import SourceContext, dotted, inside_jit, location, names_in, walk_with_stack
 
 _REDUCTIONS = {"any", "all", "sum", "max", "min", "mean", "isnan", "isinf", "isfinite", "linalg.norm", "norm", "prod"}
 
 
-def reduction_outside_jit(ctx, out: Emitter) -> None:
+def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
     """A reduction or NaN/Inf check on a sharded result, outside `jit`.
 
     What it does

@@ -7,10 +7,10 @@ import ast
 from ..models.report import Severity
 from ..models.rule_codes import SL403
 from .registry import Emitter, define_rule
-from .source_facts import assigned_names, dotted, location, loops, names_in
+from .source_facts import SourceContext, assigned_names, dotted, location, loops, names_in
 
 
-def feedback_without_out_shardings(ctx, out: Emitter) -> None:
+def feedback_without_out_shardings(ctx: SourceContext, out: Emitter) -> None:
     """A jitted step whose outputs are fed back as its inputs, with no `out_shardings`.
 
     What it does

@@ -7,12 +7,12 @@ import ast
 from ..models.report import Severity
 from ..models.rule_codes import SL404
 from .registry import Emitter, define_rule
-from .source_facts import dotted, location, loops, names_in
+from .source_facts import SourceContext, dotted, location, loops, names_in
 
 _HOST_PULLS = {("np", "asarray"), ("np", "array"), ("numpy", "asarray"), ("numpy", "array"), ("jax", "device_get")}
 
 
-def host_transfer_in_loop(ctx, out: Emitter) -> None:
+def host_transfer_in_loop(ctx: SourceContext, out: Emitter) -> None:
     """A sharded result pulled to one place inside a loop.
 
     What it does

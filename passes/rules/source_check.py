@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..models.report import Finding
+from ..models.report import Finding, Severity
 from ..models.rule_codes import Scope
 from .registry import Emitter
 from .source_facts import collect_facts
@@ -21,7 +21,7 @@ class SourceFacts:
 
 
 def check_source(file: str, text: str, disabled: frozenset[str] = frozenset(),
-                 severities: dict | None = None) -> SourceFacts:
+                 severities: dict[str, Severity] | None = None) -> SourceFacts:
     try:
         tree = ast.parse(text, filename=file)
     except SyntaxError:

@@ -4,6 +4,7 @@ loops, sharded names), found without importing it."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..models.report import SourceLocation
@@ -49,6 +50,10 @@ class ScriptFacts:
     multiprocess: bool = False
 
 
+# What a source rule sees: the script's syntax tree and the facts gathered from it.
+SourceContext = tuple[ast.Module, ScriptFacts]
+
+
 def collect_facts(tree: ast.Module, file: str) -> ScriptFacts:
     facts = ScriptFacts(file)
     for node in ast.walk(tree):
@@ -79,7 +84,7 @@ def collect_facts(tree: ast.Module, file: str) -> ScriptFacts:
     return facts
 
 
-def loops(tree: ast.Module):
+def loops(tree: ast.Module) -> Iterator[ast.For | ast.While | ast.AsyncFor]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
             yield node
@@ -89,10 +94,10 @@ def inside_jit(node_stack: list[ast.AST], facts: ScriptFacts) -> bool:
     return any(id(n) in facts.jitted_bodies for n in node_stack)
 
 
-def walk_with_stack(tree: ast.AST):
+def walk_with_stack(tree: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
     stack: list[ast.AST] = []
 
-    def visit(node):
+    def visit(node: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
         stack.append(node)
         yield node, stack
         for child in ast.iter_child_nodes(node):

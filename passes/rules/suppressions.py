@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.report import Finding
@@ -46,7 +47,7 @@ class SuppressionOutcome:
 
 
 def apply_suppressions(
-    findings: list[Finding], suppressions: list[Suppression], same_file
+    findings: list[Finding], suppressions: list[Suppression], same_file: Callable[[str, str], bool]
 ) -> SuppressionOutcome:
     """Drop findings whose source line carries a matching suppression.
 

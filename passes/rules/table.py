@@ -3,6 +3,7 @@ registration by import side effect). Adding a rule: its code in models/rule_code
 
 from __future__ import annotations
 
+from ..models.report import RuleDoc, Severity
 from . import (
     sl001_unused_suppression,
     sl101_replicating_collective,
@@ -56,10 +57,8 @@ def find_rule(code_or_name: str) -> Rule | None:
     return next((r for r in RULES.values() if r.name == key), None)
 
 
-def rule_docs(disabled: frozenset[str] = frozenset(), severities: dict | None = None):
+def rule_docs(disabled: frozenset[str] = frozenset(), severities: dict[str, Severity] | None = None) -> list[RuleDoc]:
     """The documentation of every enabled rule, as report models."""
-    from ..models.report import RuleDoc
-
     severities = severities or {}
     return [
         RuleDoc(code=r.code, name=r.name, severity=severities.get(r.code, r.severity), summary=r.summary, doc=r.doc)

@@ -82,7 +82,8 @@ def price_layout(problem: ShardingProblem, layout: tuple[int, ...], spec: Device
     return seconds
 
 
-def _root(g: ShardingGraph, tid: int, d: int, axis: str, memo: dict) -> tuple[int, int]:
+def _root(g: ShardingGraph, tid: int, d: int, axis: str, memo: dict[tuple[int, int, str], tuple[int, int]],
+          ) -> tuple[int, int]:
     """(tensor, dimension) where ``axis`` on dimension ``d`` of ``tid`` was first
     stated: parent links back, at each step to the source's dimension holding it.
     Every link walked is remembered in ``memo``, so the check stays linear in the
@@ -119,7 +120,7 @@ def check_layout(problem: ShardingProblem, plan: Assignment, propagated: Shardin
     differing = []
     reached: dict[tuple[int, int, str], int] = defaultdict(int)
     argument_of = {tid: i for i, tid in enumerate(argument_tensors)}
-    memo: dict = {}
+    memo: dict[tuple[int, int, str], tuple[int, int]] = {}
     for group in problem.groups:
         head = group.tensors[0]
         if propagated.tensors[head].shape != group.shape:

@@ -29,6 +29,7 @@ import os
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..models.report import SourceLocation
 
@@ -66,9 +67,9 @@ class CodeOwnership:
     root: str | None = None
     user_roots: tuple[str, ...] = ()
     stdlib: tuple[str, ...] = ()
-    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _cache: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
     # Attribution per location text: a module repeats the same few hundred stacks.
-    locations: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    locations: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def _matches(self, pattern: str, path: str, parts: list[str]) -> bool:
         pattern = pattern.strip()

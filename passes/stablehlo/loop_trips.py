@@ -6,6 +6,8 @@ counts once. A function runs once per run of each place that calls it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from jaxlib.mlir import ir
 
 from .module import entry_function, functions
@@ -15,7 +17,7 @@ _COMPARISON = {"LT": lambda lo, hi: hi - lo, "LE": lambda lo, hi: hi - lo + 1,
                "NE": lambda lo, hi: abs(hi - lo)}
 
 
-def _constant_int(value) -> int | None:
+def _constant_int(value: ir.Value[Any]) -> int | None:
     owner = value.owner
     if isinstance(owner, ir.Block) or not hasattr(owner, "name") or owner.name != "stablehlo.constant":
         return None
@@ -26,7 +28,7 @@ def _constant_int(value) -> int | None:
     return int(attr[0]) if len(attr) == 1 else None
 
 
-def trip_count(op) -> int | None:
+def trip_count(op: ir.OpView) -> int | None:
     """A ``stablehlo.while``'s iterations, when its condition is ``counter <cmp> bound``."""
     cond = op.regions[0].blocks[0]
     ops = list(cond.operations)
@@ -43,10 +45,10 @@ def trip_count(op) -> int | None:
     bound = _constant_int(rhs)
     if start is None or bound is None or direction not in _COMPARISON:
         return None
-    return max(0, _COMPARISON[direction](start, bound))
+    return max(0, int(_COMPARISON[direction](start, bound)))
 
 
-def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
+def value_repeats(module: ir.Module, value_ids: dict[ir.Value[Any], int]) -> dict[int, int]:
     """Tensor id -> runs per call, for values defined inside loops (others run once).
     A function runs as many times as its call sites do, summed over them: JAX puts
     a scan's body in functions (``closed_call``, ``dynamic_index_in_dim``) that the
@@ -55,7 +57,7 @@ def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
     calls: dict[str, list[tuple[str, int]]] = {name: [] for name in funcs}
     local: dict[str, dict[int, int]] = {name: {} for name in funcs}  # runs per run of its function
 
-    def walk(block, times: int, func: str) -> None:
+    def walk(block: ir.Block, times: int, func: str) -> None:
         for op in block.operations:
             for r in op.results:
                 tid = value_ids.get(r)
@@ -80,7 +82,8 @@ def value_repeats(module: ir.Module, value_ids: dict) -> dict[int, int]:
     return out
 
 
-def _function_runs(funcs: dict, calls: dict[str, list[tuple[str, int]]], entry) -> dict[str, int]:
+def _function_runs(funcs: dict[str, ir.OpView], calls: dict[str, list[tuple[str, int]]], entry: ir.OpView,
+                   ) -> dict[str, int]:
     """Runs per call of the entry, callers before callees (Kahn's order over the call
     graph; a function on a call cycle, which StableHLO does not produce, runs once)."""
     callers = {name: 0 for name in funcs}
@@ -100,7 +103,7 @@ def _function_runs(funcs: dict, calls: dict[str, list[tuple[str, int]]], entry) 
     return runs
 
 
-def entry_results(module: ir.Module, value_ids: dict) -> list[int | None]:
+def entry_results(module: ir.Module, value_ids: dict[ir.Value[Any], int]) -> list[int | None]:
     """The tensor id each result of the entry function returns."""
     block = entry_function(module).regions[0].blocks[0]
     ret = list(block.operations)[-1]

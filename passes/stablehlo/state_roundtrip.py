@@ -31,7 +31,7 @@ def _same_type(a: TensorInfo, b: TensorInfo) -> bool:
 def correspond(sig: EntrySignature) -> tuple[RoundTrip, ...]:
     used_in: set[int] = set()
     pairs: dict[int, RoundTrip] = {}
-    by_keys: dict[tuple, int] = {k: i for i, k in enumerate(sig.input_keys)}
+    by_keys: dict[tuple[str | int, ...], int] = {k: i for i, k in enumerate(sig.input_keys)}
 
     def take(o: int, i: int, how: str) -> None:
         used_in.add(i)

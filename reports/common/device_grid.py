@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...passes.models.report import (
-    TensorInfo,
-)
 from .html_page import e
 
 MAX_GRID_CELLS = 64
@@ -15,23 +12,23 @@ MAX_GRID_CELLS = 64
 def _axis_index(label: str, coord: int, size: int) -> tuple[int, int]:
     """(index, count) of a device's coordinate along one axis label."""
     if ":(" in label:
-        pre, sub = label.split(":(")[1].split(")")
-        pre, sub = int(pre), int(sub)
+        pre_text, sub_text = label.split(":(")[1].split(")")
+        pre, sub = int(pre_text), int(sub_text)
         rest = size // (pre * sub)
         return (coord // rest) % sub, sub
     return coord, size
 
 
-def device_grid(t: TensorInfo, mesh: dict[str, int]) -> str:
-    """Which devices hold which block: dims 0 and 1 as rows and columns."""
-    if t.sharding is None or not mesh:
+def device_grid(sharding: list[list[str]] | None, shape: list[int], mesh: dict[str, int]) -> str:
+    """Which devices hold which block of an array: dims 0 and 1 as rows and columns."""
+    if sharding is None or not mesh:
         return '<div class="muted">sharding unknown</div>'
     names = list(mesh)
     sizes = [mesh[n] for n in names]
     n_devices = 1
     for s in sizes:
         n_devices *= s
-    dims = (t.sharding + [[], []])[:2] if t.shape else [[], []]
+    dims = (sharding + [[], []])[:2] if shape else [[], []]
     blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
     counts = [1, 1]
     for device in range(n_devices):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rich.table import Table
 from rich.text import Text
@@ -20,7 +21,7 @@ class Column:
     header: str
     values: list[str]
     essential: bool = True
-    justify: str = "left"
+    justify: Literal["default", "left", "center", "right", "full"] = "left"
     path: bool = False  # shortened from the left when space runs out
     fold: bool = False  # wrapped instead of shortened
     kwargs: dict = field(default_factory=dict)

@@ -185,7 +185,7 @@ def _io(t: TargetReport) -> str:
         figs = "".join(
             f'<figure><figcaption><b>{e(x.path)}</b> {e(shape_text(x.dtype, x.shape))} {e(pspec_text(x.sharding))} '
             f'{e(format_bytes(x.per_device_bytes))}/device{" donated" if x.donated else ""}</figcaption>'
-            f"{device_grid(x, t.mesh)}</figure>"
+            f"{device_grid(x.sharding, x.shape, t.mesh)}</figure>"
             for x in shown
         )
         more = f'<p class="muted">{len(items) - len(shown)} smaller not drawn.</p>' if len(items) > len(shown) else ""

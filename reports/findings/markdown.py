@@ -18,7 +18,7 @@ def render_lint_markdown(report: LintReport) -> str:
               "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for t in report.targets:
         m = t.memory
-        counts = {}
+        counts: dict[str, int] = {}
         for f in t.findings:
             counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
         found = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"

@@ -11,6 +11,10 @@ from ..common.html_page import e, page, run_header
 from ..common.tensor_text import shape_text
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
 def render_rewrite_html(run: RewriteRun) -> str:
     body = run_header(run, "rewrite")
     for r in run.targets:
@@ -39,8 +43,8 @@ def render_rewrite_html(run: RewriteRun) -> str:
         validation = "" if v is None else (
             f"<p>Validation on {e(v.backend)}: skipped, {e(v.reason)}</p>" if not v.ran else
             f"<p>Validation on {e(v.backend)}: outputs match <b>{'yes' if v.outputs_match else 'NO'}</b>, shardings "
-            f"as declared <b>{'yes' if v.shardings_match else 'NO'}</b>, median step {v.time_before_s * 1000:.2f} ms "
-            f"&rarr; {v.time_after_s * 1000:.2f} ms.</p>")
+            f"as declared <b>{'yes' if v.shardings_match else 'NO'}</b>, median step {_ms(v.time_before_s)} "
+            f"&rarr; {_ms(v.time_after_s)}.</p>")
         body += (
             f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
             + "".join(f'<p class="warning">remaining: {e(x)}</p>' for x in r.remaining)

@@ -3,8 +3,6 @@ device grid."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
@@ -33,7 +31,7 @@ def render_suggest_html(run: SuggestRun) -> str:
             f'{e(pspec_text(a.current))} &rarr; <b>{e(pspec_text(a.suggested))}</b> '
             f'{e(format_bytes(a.suggested_per_device_bytes))}/device'
             f'{" (pinned: " + e(a.pinned) + ")" if a.pinned else ""}'
-            f'</figcaption>{device_grid(SimpleNamespace(sharding=a.suggested, shape=a.shape), mesh)}</figure>'
+            f'</figcaption>{device_grid(a.suggested, a.shape, mesh)}</figure>'
             for a in sorted(r.arguments, key=lambda a: (-_size(a), a.index))[:24])
         plans = ""
         if len(r.solver.plans) > 1:

@@ -14,12 +14,14 @@ def scatter(run: SweepRun) -> str:
     """Peak per device (x) against estimated step time (y), one dot per
     candidate; the Pareto front joined; the budget as a vertical line."""
     pts = [c for c in run.candidates if c.seconds is not None and c.peak_bytes is not None]
+    peak = {id(c): c.peak_bytes or 0 for c in pts}  # never 0: pts have both figures
+    seconds = {id(c): c.seconds or 0.0 for c in pts}
     if not pts:
         return '<p class="muted">No candidate has both a peak and an estimated time.</p>'
     width, height, pad, left = 860, 320, 48, 96
-    max_x = max([c.peak_bytes for c in pts] + ([run.budget_bytes] if run.budget_bytes and run.budget_bytes <= 2 * max(
-        c.peak_bytes for c in pts) else [])) * 1.1 or 1
-    max_y = max(c.seconds for c in pts) * 1.15 or 1
+    max_x = max([peak[id(c)] for c in pts] + ([run.budget_bytes] if run.budget_bytes and run.budget_bytes <= 2 * max(
+        peak[id(c)] for c in pts) else [])) * 1.1 or 1
+    max_y = max(seconds[id(c)] for c in pts) * 1.15 or 1
 
     def x(v: float) -> float:
         return left + (width - left - pad) * v / max_x
@@ -41,16 +43,16 @@ def scatter(run: SweepRun) -> str:
         parts.append(f'<line class="budget" x1="{xb:.1f}" x2="{xb:.1f}" y1="{pad}" y2="{height - pad}"/>'
                      f'<text class="tick budget-label" x="{xb - 4:.1f}" y="{pad - 6}" text-anchor="end">'
                      f'budget {e(format_bytes(run.budget_bytes))}</text>')
-    front = sorted((c for c in pts if c.pareto), key=lambda c: c.peak_bytes)
+    front = sorted((c for c in pts if c.pareto), key=lambda c: peak[id(c)])
     if len(front) > 1:
-        path = " ".join(f"{x(c.peak_bytes):.1f},{y(c.seconds):.1f}" for c in front)
+        path = " ".join(f"{x(peak[id(c)]):.1f},{y(seconds[id(c)]):.1f}" for c in front)
         parts.append(f'<polyline class="pareto" points="{path}"/>')
     # Points are labelled with their row number in the table below (labels as long
     # as a candidate's parameters would cover each other); hovering shows the whole.
     number = {id(c): k + 1 for k, c in enumerate(run.candidates)}
     for c in pts:
         cls = "best" if c.rank == 1 else "over" if c.fits is False else "pareto" if c.pareto else "other"
-        cx, cy = x(c.peak_bytes), y(c.seconds)
+        cx, cy = x(peak[id(c)]), y(seconds[id(c)])
         parts.append(f'<circle class="cand {cls}" cx="{cx:.1f}" cy="{cy:.1f}" r="5" data-label="{e(c.label)}">'
                      f"<title>#{number[id(c)]} {e(c.label)}: {e(format_seconds(c.seconds))}, "
                      f"{e(format_bytes(c.peak_bytes))}</title></circle>"
