@@ -8,14 +8,13 @@ from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.device_grid import device_grid
-from ..common.html_page import e, page
+from ..common.html_page import e, page, run_header
 from ..common.tensor_text import shape_text
 from .summary import PLAN_HEAD, VERSION_HEAD, plan_rows, solver_line, version_cells
 
 
 def render_suggest_html(run: SuggestRun) -> str:
-    body = (f"<header><h1>jax-shard-lint suggest</h1><p>{e(run.script or '')} &middot; jax {e(run.jax_version)} "
-            f"&middot; jax-shard-lint {e(run.tool_version)}</p></header>")
+    body = run_header(run, "suggest")
     for r in run.targets:
         mesh = dict(r.mesh)
         versions = "".join(
