@@ -27,8 +27,7 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     from .backend.target_analysis import compiled_facts
     from .context.config import Settings
 
-    settings = Settings()
-    settings.budget_bytes = parse_bytes(budget) if budget is not None else None
+    settings = Settings(budget_bytes=parse_bytes(budget) if budget is not None else None)
     module = jax_adapter.stablehlo_module(lowered)
     facts = compiled_facts(lowered, platform_label(settings))
     return analyze_target(name, module, facts, settings.pass_config())

@@ -47,9 +47,9 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for script, param, params, k, lo, hi, budget in CASES:
         path = os.path.join(ROOT, "examples", script)
-        ours = _Prober(FitRequest(path, param, params=params), Settings(), None)
+        ours = _Prober.open(FitRequest(path, param, params=params), Settings())
         answer, _ = search(ours.peak, budget, lo, hi, k)
-        theirs = _Prober(FitRequest(path, param, params=params), Settings(), None)
+        theirs = _Prober.open(FitRequest(path, param, params=params), Settings())
         check = bisect(theirs.peak, budget, lo, hi, k)
         assert check == answer, (script, param, check, answer)
         print(f"| {script[:-3]} | {param} | {lo}..{hi} step {k} | {budget / 2**30:g} GiB | {answer} | "

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 
-from ...passes.hlo.memory import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
+from ...passes.pipeline import analyze_hlo_only, analyze_target
 from ...passes.stablehlo.module import read_entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -27,6 +26,7 @@ from ..inputs.checked_in import (
 from ..inputs.files import check_input_file, read_input_text
 from ..inputs.limits import check_device_count
 from ..supervision import isolation
+from .target_analysis import program_facts
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
@@ -41,15 +41,8 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
             text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    facts = CompiledFacts(
-        hlo_text=program.hlo_text, platform=platform_label(settings),
-        memory=MemoryStats(**program.memory) if program.memory else None,
-        live_range_text=program.live_range_text, buffer_assignment_text=program.buffer_assignment_text,
-        output_shardings=tuple(
-            jax_adapter.sharding_axes(s, len(o.shape)) for s, o in zip(program.output_shardings, sig.outputs)
-        ) or None,
-        xla_cost=program.cost,
-    )
+    # Input shardings stay the module's own: checked-in StableHLO states them.
+    facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
     return analyze_target(name, module, facts, settings.pass_config()), program, module
 
 

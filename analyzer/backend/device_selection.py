@@ -4,6 +4,8 @@ at hand), its label in reports, and the warnings when the budget is another devi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...passes.common.byte_sizes import format_bytes
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -30,8 +32,9 @@ def platform_label(settings: Settings) -> str:
     return f"{settings.platform} (compiled for {settings.devices} x {settings.platform.upper()} without one{hosts})"
 
 
-def select_run_devices(settings: Settings) -> list:
-    """Configure JAX and choose the devices this run compiles for."""
+def select_run_devices(settings: Settings) -> tuple[Settings, list]:
+    """Configure JAX and choose the devices this run compiles for; the settings come back
+    resolved (a TPU target's device count and topology, an accelerator's own budget)."""
     try:
         jax_adapter.configure_devices(settings.platform, settings.devices)
     except RuntimeError as e:
@@ -42,14 +45,14 @@ def select_run_devices(settings: Settings) -> list:
     elif settings.platform in TPU_TARGETS:
         tpu = resolve_target(settings.platform, settings.devices, settings.topology)
         chosen = tpu_devices(tpu)
-        settings.devices, settings.topology = len(chosen), tpu.topology
+        settings = replace(settings, devices=len(chosen), topology=tpu.topology)
     elif settings.platform == "gpu":
         chosen = jax_adapter.gpu_devices()
     else:
         chosen = None
-    settings.default_budget()  # the commands' settings have it already; a library caller's may not
     run_devices.select(chosen)
-    return run_devices.selected()
+    # The command line's settings have the budget already; a library caller's may not.
+    return settings.with_default_budget(), run_devices.selected()
 
 
 # A device preset that is no compile target, and the target that compiles for it.

@@ -1,32 +1,59 @@
-"""What every command that runs a script does first: choose the devices, import the
-script, call its entry with the parameters and the devices, keep the targets asked for."""
+"""The front end of every command that runs a script: choose the devices, import the
+script, parse its parameters, then call its entry (once, or once per probed value) and
+keep the targets asked for. lint, snapshot, propagate, rewrite, suggest and fit all start
+here; nothing else imports a user's script."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..context.config import Settings
+from ..errors import ShardLintInputError
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
-from .device_selection import select_run_devices
+from .device_selection import check_gpu_platform, select_run_devices
 
 
 @dataclass(frozen=True)
-class ScriptTargets:
+class LoadedScript:
     entry: Callable[..., Any]  # shard_lint_targets, or the function the spec named
     where: str  # the file to name in messages
     params: dict[str, Any]  # --set, parsed
+    settings: Settings  # resolved for the run's devices (a TPU target's count and topology, the budget)
     devices: list  # what the run compiles for (None entries: JAX's default CPU devices)
+    gpu_count: int | None  # --platform gpu: the GPUs JAX sees, named when the script fails
+
+    def call(self, wanted: Sequence[str], **overrides: Any) -> dict[str, Any]:
+        """Call the entry with the parameters (``overrides`` over --set) and the devices;
+        name -> jax.stages.Lowered, the targets asked for."""
+        params = {**self.params, **overrides}
+        try:
+            return select_targets(call_targets(self.entry, self.where, params, extra={"mesh_devices": self.devices}),
+                                  list(wanted), self.where)
+        except ShardLintInputError as e:
+            if self.gpu_count is not None and "raised" in e.problem:
+                # A mesh larger than the machine fails inside the script; say what the machine has.
+                raise ShardLintInputError(e.where, f"{e.problem} (JAX sees {self.gpu_count} GPUs)") from e
+            raise
+
+
+@dataclass(frozen=True)
+class ScriptTargets(LoadedScript):
     targets: dict[str, Any]  # name -> jax.stages.Lowered, the ones asked for
+
+
+def load_script(script: str, params_text: Sequence[str], settings: Settings,
+                check_gpus: bool = False) -> LoadedScript:
+    """Devices first (JAX is configured before the script imports it), then the script."""
+    settings, devices = select_run_devices(settings)
+    gpu_count = check_gpu_platform(settings) if check_gpus else None
+    entry, where = load_entry(script)
+    return LoadedScript(entry, where, parse_params(list(params_text)), settings, devices, gpu_count)
 
 
 def load_script_targets(script: str, wanted: Sequence[str], params_text: Sequence[str],
                         settings: Settings) -> ScriptTargets:
-    """snapshot, propagate, rewrite and suggest start here. (lint checks for GPUs before the
-    import and names them when the script fails; fit calls the entry once per value.)"""
-    devices = select_run_devices(settings)
-    entry, where = load_entry(script)
-    params = parse_params(list(params_text))
-    targets = select_targets(call_targets(entry, where, params, extra={"mesh_devices": devices}), list(wanted), where)
-    return ScriptTargets(entry, where, params, devices, targets)
+    loaded = load_script(script, params_text, settings)
+    shared = {f.name: getattr(loaded, f.name) for f in fields(LoadedScript)}
+    return ScriptTargets(**shared, targets=loaded.call(wanted))

@@ -1,4 +1,4 @@
-"""One lowered target analysed: compiled by XLA (the one builder of CompiledFacts), its
+"""One lowered target analysed: compiled by XLA (``program_facts``: the one builder of CompiledFacts), its
 StableHLO read on a second thread meanwhile, the pass pipeline run, and the propagation
 behind a finding's provenance run only when a finding asks for it.
 """
@@ -24,8 +24,14 @@ from .out_shardings import suggest as suggest_out_shardings
 
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
     program = jax_adapter.compile_lowered(lowered)
-    out_info = _flat_avals(lowered.out_info)
-    in_info = _flat_avals(lowered.in_avals)
+    return program_facts(program, platform, [len(a.shape) for a in _flat_avals(lowered.out_info)],
+                         [len(a.shape) for a in _flat_avals(lowered.in_avals)], device_processes(lowered))
+
+
+def program_facts(program: jax_adapter.CompiledProgram, platform: str, output_ranks: list[int],
+                  input_ranks: list[int] | None, processes: tuple[int, ...] | None = None) -> CompiledFacts:
+    """The one builder of CompiledFacts from an XLA executable (a jitted target's, or
+    checked-in StableHLO's); ``run`` builds its own from XLA's dump files."""
     return CompiledFacts(
         hlo_text=program.hlo_text,
         platform=platform,
@@ -33,12 +39,12 @@ def compiled_facts(lowered, platform: str) -> CompiledFacts:
         live_range_text=program.live_range_text,
         buffer_assignment_text=program.buffer_assignment_text,
         output_shardings=tuple(
-            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.output_shardings, out_info)
+            jax_adapter.sharding_axes(s, rank) for s, rank in zip(program.output_shardings, output_ranks)
         ) or None,
-        input_shardings=tuple(
-            jax_adapter.sharding_axes(s, len(a.shape)) for s, a in zip(program.input_shardings, in_info)
+        input_shardings=None if input_ranks is None else tuple(
+            jax_adapter.sharding_axes(s, rank) for s, rank in zip(program.input_shardings, input_ranks)
         ) or None,
-        device_processes=device_processes(lowered),
+        device_processes=processes,
         xla_cost=program.cost,
     )
 

@@ -12,23 +12,21 @@ def settings_from_args(args: argparse.Namespace):
     from ..context.config import (
         Settings,
         device_budget,
+        file_settings,
         find_pyproject,
-        load_file_settings,
         parse_budget,
         parse_option,
         rule_codes,
     )
 
-    settings = Settings()
     script_path = args.script.split(":")[0] if getattr(args, "script", None) else "."
     config_path = args.config or find_pyproject(script_path if os.path.exists(script_path) else os.getcwd())
     if args.config and not os.path.isfile(args.config):
         raise ShardLintInputError(args.config, "no such file")
-    if config_path:
-        load_file_settings(settings, config_path)
+    fields = file_settings(config_path) if config_path else {}
     if os.path.isfile(script_path):
         # The script's folder is the user's code (helper modules beside it included).
-        settings.user_roots.append(os.path.dirname(os.path.abspath(script_path)))
+        fields["user_roots"] = (os.path.dirname(os.path.abspath(script_path)),)
     if getattr(args, "devices", None) is not None:
         from ..inputs.limits import MAX_DEVICES
 
@@ -36,35 +34,36 @@ def settings_from_args(args: argparse.Namespace):
             raise ShardLintInputError("--devices", "must be at least 1")
         if args.devices > MAX_DEVICES:
             raise ShardLintInputError("--devices", f"at most {MAX_DEVICES} virtual devices, got {args.devices}")
-        settings.devices = args.devices
+        fields["devices"] = args.devices
     if getattr(args, "platform", None):
-        settings.platform = args.platform
+        fields["platform"] = args.platform
     if getattr(args, "target_config", None):
-        settings.target_config = args.target_config
+        fields["target_config"] = args.target_config
     if getattr(args, "hosts", None) is not None:
         if args.hosts < 1:
             raise ShardLintInputError("--hosts", "must be at least 1")
-        settings.hosts = args.hosts
+        fields["hosts"] = args.hosts
     from ..platforms.gpu_targets import GPU_TARGETS, TPU_TARGETS
 
-    if settings.hosts > 1 and settings.platform not in GPU_TARGETS:
+    if fields.get("hosts", 1) > 1 and fields.get("platform", "cpu") not in GPU_TARGETS:
         raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)}); a TPU "
                                   "target's hosts come from its --topology")
     if getattr(args, "topology", None):
-        settings.topology = args.topology
-    if settings.topology and settings.platform not in TPU_TARGETS:
+        fields["topology"] = args.topology
+    if fields.get("topology") and fields.get("platform", "cpu") not in TPU_TARGETS:
         raise ShardLintInputError("--topology", f"needs a TPU target platform ({', '.join(TPU_TARGETS)})")
     if args.budget is not None:
-        settings.budget_bytes, settings.budget_source = parse_budget(args.budget, "--budget"), "--budget"
+        fields["budget_bytes"], fields["budget_source"] = parse_budget(args.budget, "--budget"), "--budget"
     if args.device is not None:
-        settings.budget_bytes, settings.budget_source = device_budget(args.device, "--device"), args.device
-    settings.default_budget()
+        fields["budget_bytes"], fields["budget_source"] = device_budget(args.device, "--device"), args.device
+    options = dict(fields.get("options", {}))
     for item in args.threshold:
         name, sep, value = item.partition("=")
         if not sep:
             raise ShardLintInputError("--threshold", f"expected NAME=VALUE, got {item!r}")
-        settings.options[name.strip()] = parse_option(name.strip(), value.strip(), "--threshold")
-    settings.ignore |= rule_codes(args.ignore, "--ignore")
+        options[name.strip()] = parse_option(name.strip(), value.strip(), "--threshold")
+    fields["options"] = options
+    fields["ignore"] = fields.get("ignore", frozenset()) | rule_codes(args.ignore, "--ignore")
     if getattr(args, "fail_on", None):
-        settings.fail_on = args.fail_on
-    return settings
+        fields["fail_on"] = args.fail_on
+    return Settings(**fields).with_default_budget()

@@ -17,10 +17,9 @@ from pydantic import Field
 from ...passes.models.report import SCHEMA_VERSION, Model
 from .. import __version__
 from ..adapter import jax_adapter
-from ..backend.device_selection import select_run_devices
+from ..backend.script_targets import LoadedScript, load_script
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 
 
 class Probe(Model):
@@ -61,21 +60,20 @@ class FitRequest:
 
 
 class _Prober:
-    def __init__(self, request: FitRequest, settings: Settings, devices):
-        self.request, self.settings, self.devices = request, settings, devices
-        self.fn, self.where = load_entry(request.script)
-        self.base = parse_params(list(request.params))
+    def __init__(self, request: FitRequest, script: LoadedScript):
+        self.request, self.script, self.where = request, script, script.where
         self.cache: dict[int, int] = {}
         self.order: list[int] = []
         self.names: list[str] = []
 
+    @classmethod
+    def open(cls, request: FitRequest, settings: Settings) -> _Prober:
+        return cls(request, load_script(request.script, request.params, settings))
+
     def peak(self, value: int) -> int:
         if value in self.cache:
             return self.cache[value]
-        params = {**self.base, self.request.param: value}
-        targets = select_targets(
-            call_targets(self.fn, self.where, params, extra={"mesh_devices": self.devices}),
-            list(self.request.targets), self.where)
+        targets = self.script.call(self.request.targets, **{self.request.param: value})
         self.names = list(targets)
         peak = 0
         for name, lowered in targets.items():
@@ -150,23 +148,23 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
 
 
 def fit(request: FitRequest, settings: Settings) -> FitResult:
-    if settings.budget_bytes is None:
+    budget = settings.budget_bytes
+    if budget is None:
         raise ShardLintInputError("fit", "needs a budget: --budget SIZE or --device KIND (or a GPU --platform)")
     if request.multiple_of < 1 or request.lo < 1 or request.hi < request.lo:
         raise ShardLintInputError("--range", f"expected 1 <= LO <= HI, got {request.lo}:{request.hi}")
-    devices = select_run_devices(settings)
-    prober = _Prober(request, settings, devices)
-    value, line = search(prober.peak, settings.budget_bytes, request.lo, request.hi, request.multiple_of)
+    prober = _Prober.open(request, settings)
+    value, line = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None
     from ..backend.device_selection import platform_label
 
     return FitResult(
         tool_version=__version__, script=request.script, param=request.param, targets=prober.names,
-        platform=platform_label(settings), budget_bytes=settings.budget_bytes, multiple_of=k,
+        platform=platform_label(prober.script.settings), budget_bytes=budget, multiple_of=k,
         range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,
         next_value=nxt, next_peak_bytes=prober.cache.get(nxt) if nxt else None,
         line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,
-        probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.cache[v] <= settings.budget_bytes)
+        probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.cache[v] <= budget)
                 for v in prober.order],
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
@@ -122,8 +122,7 @@ def check(paths: list[str], settings: Settings) -> LintReport:
             n = read_entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
-    settings.devices = max(settings.devices, needed)
-    devices = select_run_devices(settings)
+    settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
     reports = [r for p in paths for r in check_path(p, settings, devices)]
     names = [r.name for r in reports]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -163,7 +162,7 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
         taken = {(snapshot_platform(p) or "cpu").split()[0] for p in paths}
         if not request.platform_given and len(taken) == 1 and next(iter(taken)) in ACCELERATOR_TARGETS:
             # Compare like with like: re-analyse the snapshots for the GPU they were taken for.
-            settings.platform = next(iter(taken))
+            settings = replace(settings, platform=next(iter(taken)))
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
     if scripts and len(paths) > 1:
         raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")

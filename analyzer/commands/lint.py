@@ -11,14 +11,13 @@ from ...passes.models.report import LintReport
 from ...passes.rules.table import rule_docs
 from .. import __version__
 from ..adapter import jax_adapter
-from ..backend.device_selection import check_gpu_platform, check_lowered_for, run_warnings, select_run_devices
+from ..backend.device_selection import check_lowered_for, run_warnings
 from ..backend.heap import paused_collector
+from ..backend.script_targets import load_script
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
-from ..errors import ShardLintInputError
-from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
 from ..supervision import isolation
 
 Progress = Callable[[str], None]
@@ -33,19 +32,10 @@ class LintRequest:
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
     say = progress or (lambda _msg: None)
-    selected = select_run_devices(settings)
-    n_gpus = check_gpu_platform(settings)
-    fn, where = load_entry(request.script)
-    params = parse_params(list(request.params))
+    loaded = load_script(request.script, request.params, settings, check_gpus=True)
+    settings, where = loaded.settings, loaded.where
     say(f"collecting targets from {where}")
-    try:
-        targets = select_targets(
-            call_targets(fn, where, params, extra={"mesh_devices": selected}), list(request.targets), where)
-    except ShardLintInputError as e:
-        if n_gpus is not None and "raised" in e.problem:
-            # A mesh larger than the machine fails inside the script; say what the machine has.
-            raise ShardLintInputError(e.where, f"{e.problem} (JAX sees {n_gpus} GPUs)") from e
-        raise
+    targets = loaded.call(request.targets)
     reports = []
     for name, lowered in targets.items():
         say(f"compiling {name}")

@@ -5,7 +5,7 @@ the compiled program, and agreement with Shardy."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from ...passes.models.report import PropagateRun, PropagationReport
@@ -54,9 +54,8 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
     needed = _devices_needed(module, sig)
     if needed > MAX_DEVICES:
         return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
-    settings.devices = max(settings.devices, needed)
     try:
-        devices = select_run_devices(settings)
+        _, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
     except ShardLintInputError as e:
         return None, f"its {needed} devices could not be made: {e.problem}"
     isolation.phase(request.path, "compiling the module with XLA")

@@ -15,7 +15,7 @@ import dataclasses
 import inspect
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -288,14 +288,14 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         module, text = read_mlir(request.path)
         needed = read_entry_signature(module).num_partitions
         check_device_count(request.path, needed)
-        settings.devices = max(settings.devices, needed)
-        devices = select_run_devices(settings)
+        settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
         name = os.path.splitext(os.path.basename(request.path))[0]
         reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
     else:
         loaded = load_script_targets(request.path, request.targets, request.params, settings)
         fn, where, params, devices, targets = (loaded.entry, loaded.where, loaded.params, loaded.devices,
                                                loaded.targets)
+        settings = loaded.settings
         declared_all = _declared(fn, params, where)
         given = script_inputs(fn, params, where) if request.validate else {}
         for name, lowered in targets.items():

@@ -407,9 +407,9 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
 def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     if request.solver not in SOLVERS:
         raise ShardLintInputError("--solver", f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}")
-    settings.default_budget()
-    loaded = load_script_targets(request.path, request.targets, request.params, settings)
+    loaded = load_script_targets(request.path, request.targets, request.params, settings.with_default_budget())
     fn, where, params, devices, targets = loaded.entry, loaded.where, loaded.params, loaded.devices, loaded.targets
+    settings = loaded.settings
     reports = []
     for name, lowered in targets.items():
         declared = _declared_fixed(fn, params, name, where)

@@ -131,7 +131,7 @@ def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None 
     from ..backend.device_selection import platform_label, select_run_devices
 
     say = progress or (lambda _msg: None)
-    selected = select_run_devices(settings)
+    settings, selected = select_run_devices(settings)
     combos = candidates(request, len(selected) if selected else settings.devices)
 
     def run_one(params: dict[str, Any]) -> list[SweepCandidate]:

@@ -20,9 +20,10 @@ The command line wins over the file. Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
@@ -39,44 +40,42 @@ _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds",
                "target-config", "first-party", "third-party", "topology"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
+    """One run's settings, resolved once (defaults, then the config file, then the command
+    line) and never changed after: a command that needs other values (more devices for a
+    module, the TPU topology it resolved) makes a new one with ``dataclasses.replace``."""
+
     devices: int = 8
     platform: str = "cpu"
     budget_bytes: int | None = None
     budget_source: str | None = None
     fail_on: str = "error"
-    ignore: set[str] = field(default_factory=set)
+    ignore: frozenset[str] = frozenset()
     options: dict[str, Any] = field(default_factory=dict)
     severities: dict[str, Severity] = field(default_factory=dict)
     config_file: str | None = None
     target_config: str | None = None
     hosts: int = 1
     topology: str | None = None
-    first_party: list[str] = field(default_factory=list)
-    third_party: list[str] = field(default_factory=list)
-    # Folders whose files are the user's (the script's): set by the command.
-    user_roots: list[str] = field(default_factory=list)
-    _ownership: tuple | None = field(default=None, repr=False, compare=False)
+    first_party: tuple[str, ...] = ()
+    third_party: tuple[str, ...] = ()
+    # Folders whose files are the user's (the script's): set by the command line.
+    user_roots: tuple[str, ...] = ()
 
     def ownership(self) -> CodeOwnership:
         """Whose frames are the user's; one object per configuration, so its caches
         of decided files and attributed locations are shared by every pass."""
         root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
-        key = (tuple(self.first_party), tuple(self.third_party), root, tuple(self.user_roots))
-        if self._ownership is None or self._ownership[0] != key:
-            self._ownership = (key, CodeOwnership(
-                first_party=key[0], third_party=key[1], root=root, user_roots=key[3],
-                stdlib=DEFAULT_OWNERSHIP.stdlib,
-            ))
-        return self._ownership[1]
+        return _ownership(self.first_party, self.third_party, root, self.user_roots)
 
-    def default_budget(self) -> None:
+    def with_default_budget(self) -> Settings:
         """Without --budget or --device, an accelerator target's own memory (one
         memory size per device, for every command)."""
-        if self.budget_bytes is None:
-            self.budget_bytes = target_memory(self.platform, self.target_config)
-            self.budget_source = self.platform if self.budget_bytes is not None else None
+        if self.budget_bytes is not None:
+            return self
+        budget = target_memory(self.platform, self.target_config)
+        return replace(self, budget_bytes=budget, budget_source=self.platform if budget is not None else None)
 
     def pass_config(self) -> PassConfig:
         return PassConfig(
@@ -95,6 +94,13 @@ class Settings:
 
             kind = jax_adapter.device_kind_summary()
         return spec_for_platform(self.platform, kind)
+
+
+@functools.lru_cache(maxsize=16)
+def _ownership(first_party: tuple[str, ...], third_party: tuple[str, ...], root: str,
+               user_roots: tuple[str, ...]) -> CodeOwnership:
+    return CodeOwnership(first_party=first_party, third_party=third_party, root=root, user_roots=user_roots,
+                         stdlib=DEFAULT_OWNERSHIP.stdlib)
 
 
 def find_pyproject(start: str) -> str | None:
@@ -153,7 +159,8 @@ def rule_codes(values: Any, where: str) -> set[str]:
     return out
 
 
-def load_file_settings(settings: Settings, path: str) -> None:
+def file_settings(path: str) -> dict[str, Any]:
+    """The Settings fields ``[tool.jax-shard-lint]`` in ``path`` gives (none when it has no such table)."""
     from ..inputs.files import read_input_text
 
     try:
@@ -165,8 +172,8 @@ def load_file_settings(settings: Settings, path: str) -> None:
         raise ShardLintInputError(f"{path} [tool]", f"expected a table, got {tool!r}")
     section = tool.get("jax-shard-lint")
     if section is None:
-        return
-    settings.config_file = path
+        return {}
+    fields: dict[str, Any] = {"config_file": path}
     where = f"{path} [tool.jax-shard-lint]"
     if not isinstance(section, dict):
         raise ShardLintInputError(where, f"expected a table, got {section!r}")
@@ -179,47 +186,50 @@ def load_file_settings(settings: Settings, path: str) -> None:
     if "devices" in section:
         if not isinstance(section["devices"], int) or not 1 <= section["devices"] <= 4096:
             raise ShardLintInputError(where, "devices must be an integer from 1 to 4096")
-        settings.devices = section["devices"]
+        fields["devices"] = section["devices"]
     if "platform" in section:
         from ..platforms.gpu_targets import PLATFORMS
 
         if section["platform"] not in PLATFORMS:
             raise ShardLintInputError(where, f"platform must be one of {', '.join(PLATFORMS)}")
-        settings.platform = str(section["platform"])
+        fields["platform"] = str(section["platform"])
     if "hosts" in section:
         if not isinstance(section["hosts"], int) or section["hosts"] < 1:
             raise ShardLintInputError(where, "hosts must be a positive integer")
-        settings.hosts = section["hosts"]
+        fields["hosts"] = section["hosts"]
     if "topology" in section:
-        settings.topology = str(section["topology"])
+        fields["topology"] = str(section["topology"])
     if "target-config" in section:
-        settings.target_config = os.path.join(os.path.dirname(path), str(section["target-config"]))
+        fields["target_config"] = os.path.join(os.path.dirname(path), str(section["target-config"]))
     if "budget" in section:
-        settings.budget_bytes, settings.budget_source = parse_budget(str(section["budget"]), where), "config"
+        fields["budget_bytes"], fields["budget_source"] = parse_budget(str(section["budget"]), where), "config"
     if "device" in section:
-        settings.budget_bytes = device_budget(str(section["device"]), where)
-        settings.budget_source = str(section["device"])
+        fields["budget_bytes"] = device_budget(str(section["device"]), where)
+        fields["budget_source"] = str(section["device"])
     if "fail-on" in section:
         if section["fail-on"] not in FAIL_ON:
             raise ShardLintInputError(where, f"fail-on must be one of {', '.join(FAIL_ON)}")
-        settings.fail_on = section["fail-on"]
+        fields["fail_on"] = section["fail-on"]
     if "ignore" in section:
-        settings.ignore |= rule_codes(section["ignore"], where)
+        fields["ignore"] = frozenset(rule_codes(section["ignore"], where))
     for key in ("first-party", "third-party"):
         if key in section:
             value = section[key]
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 raise ShardLintInputError(where, f"{key} must be a list of module names or paths")
-            getattr(settings, key.replace("-", "_")).extend(value)
-    for name, value in (section.get("thresholds") or {}).items():
-        settings.options[name] = parse_option(name, value, where)
+            fields[key.replace("-", "_")] = tuple(value)
+    fields["options"] = {name: parse_option(name, value, where)
+                           for name, value in (section.get("thresholds") or {}).items()}
+    severities: dict[str, Severity] = {}
     for code, sev in (section.get("severity") or {}).items():
         if code.upper() not in RULES:
             raise ShardLintInputError(where, f"unknown rule {code!r} in severity")
         try:
-            settings.severities[code.upper()] = Severity(sev)
+            severities[code.upper()] = Severity(sev)
         except ValueError:
             raise ShardLintInputError(where, f"severity of {code} must be error, warning or info") from None
+    fields["severities"] = severities
+    return fields
 
 
 def _display_where(source, via) -> str:

@@ -52,7 +52,7 @@ def brute_force():
     from jax_shard_lint.analyzer.commands.fit import FitRequest, _Prober
     from jax_shard_lint.analyzer.context.config import Settings
 
-    prober = _Prober(FitRequest(REMAT, "batch", params=("layers=2",)), Settings(), None)
+    prober = _Prober.open(FitRequest(REMAT, "batch", params=("layers=2",)), Settings())
     return {b: prober.peak(b) for b in range(4, 68, 4)}
 
 

@@ -41,8 +41,7 @@ def _lowered(fn, mesh, *specs_and_shapes, **jit):
 
 
 def _problem_of(lowered, budget=None):
-    settings = Settings(devices=8)
-    settings.budget_bytes = budget
+    settings = Settings(devices=8, budget_bytes=budget)
     return _problem("t", lowered, SuggestRequest(path="t.py"), settings, {}, "t.py").problem
 
 

@@ -10,12 +10,11 @@ import pytest
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
-from jax_shard_lint.analyzer.backend.device_selection import select_run_devices
+from jax_shard_lint.analyzer.backend.script_targets import load_script_targets
 from jax_shard_lint.analyzer.commands.rewrite import with_entry_shardings
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.commands.suggest_refine import pins, refine
 from jax_shard_lint.analyzer.context.config import Settings
-from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
 from jax_shard_lint.analyzer.platforms.performance import device_spec
 from jax_shard_lint.passes.propagation.report import build_report
 from jax_shard_lint.passes.solver.problem import restrict_groups
@@ -28,11 +27,9 @@ pytest.importorskip("flax")
 
 @pytest.fixture(scope="module")
 def nnx():
-    settings = Settings()
-    settings.default_budget()
-    fn, where = load_entry(NNX)
-    lowered = next(iter(call_targets(fn, where, {}, extra={"mesh_devices": select_run_devices(settings)}).values()))
-    t = _problem("train_step", lowered, SuggestRequest(path=NNX), settings, {}, where)
+    loaded = load_script_targets(NNX, (), (), Settings())
+    lowered = next(iter(loaded.targets.values()))
+    t = _problem("train_step", lowered, SuggestRequest(path=NNX), loaded.settings, {}, loaded.where)
     return t, refine(t, t.problem, "auto", 60.0, device_spec("cpu"))
 
 
