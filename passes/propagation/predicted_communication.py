@@ -60,31 +60,50 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
         proj = [_factor_axes(step, k, t) for k, t in enumerate(tensors)]
         results = range(step.n_operands, len(tensors))
         rule = step.rule
-        for f in range(len(rule.factor_sizes)):
-            target = next((proj[k][f] for k in results if f in proj[k]), None)
-            for k in range(step.n_operands):
-                if f not in proj[k] or not proj[k][f]:
-                    continue
-                t, have = tensors[k], proj[k][f]
-                if f in rule.reduction:
-                    res = tensors[results[0]] if len(results) else t
-                    out.append(_make("all-reduce", per_device_bytes(res), have, step, res,
-                                     f"{t.name} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
-                                     f"the op reduces", sizes))
-                elif f in rule.need_replication:
-                    out.append(_make("all-gather", per_device_bytes(t) * size_of(have), have, step, t,
-                                     f"the op needs {t.name}'s dimension whole", sizes))
-                elif target is not None and have != target:
-                    extra = tuple(a for a in have if a not in target)
-                    if extra and all(a in have for a in target):
-                        out.append(_make("all-gather", per_device_bytes(t) * size_of(extra), extra, step, t,
-                                         f"{t.name} is sharded on {', '.join(_labels(extra, sizes))} where the op's "
-                                         f"result is not", sizes))
-                    elif extra:
-                        out.append(_make("all-to-all", per_device_bytes(t), tuple(dict.fromkeys(have + target)),
-                                         step, t, f"{t.name} is sharded on {', '.join(_labels(have, sizes))} where "
-                                         f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
+        targets = {f: next((proj[k][f] for k in results if f in proj[k]), None) for f in range(len(rule.factor_sizes))}
+        for k in range(step.n_operands):
+            result = tensors[results[0]] if len(results) else tensors[k]
+            out.extend(_operand(step, tensors[k], result, proj[k], targets, sizes))
     return _dedupe(out)
+
+
+def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], targets: dict[int, Axes | None],
+             sizes: dict[str, int]) -> list[PredictedCollective]:
+    """What operand ``t`` needs moved for the op to compute in its results' shardings."""
+    rule, out = step.rule, []
+    # An axis the operand holds on one of its dimensions that the result holds on another
+    # of the operand's dimensions moves between them: one all-to-all of the local shard, not
+    # a gather and a slice. (A factor the operand lacks, a dot's batch for its weight, takes
+    # nothing from it.)
+    gained = {a for f, have in have_of.items() for a in (targets.get(f) or ()) if a not in have}
+    for f, have in sorted(have_of.items()):
+        if not have:
+            continue
+        target = targets[f]
+        if f in rule.reduction:
+            out.append(_make("all-reduce", per_device_bytes(result), have, step, result,
+                             f"{t.name} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
+                             f"the op reduces", sizes))
+        elif f in rule.need_replication:
+            out.append(_make("all-gather", per_device_bytes(t) * size_of(have), have, step, t,
+                             f"the op needs {t.name}'s dimension whole", sizes))
+        elif target is not None and have != target:
+            extra = tuple(a for a in have if a not in target)
+            moved = tuple(a for a in extra if a in gained)
+            if moved:
+                out.append(_make("all-to-all", per_device_bytes(t), moved, step, t,
+                                 f"{t.name}'s {', '.join(_labels(moved, sizes))} moves to another dimension of the "
+                                 "op's result", sizes))
+                extra = tuple(a for a in extra if a not in moved)
+            if extra and all(a in have for a in target):
+                out.append(_make("all-gather", per_device_bytes(t) * size_of(extra), extra, step, t,
+                                 f"{t.name} is sharded on {', '.join(_labels(extra, sizes))} where the op's "
+                                 f"result is not", sizes))
+            elif extra:
+                out.append(_make("all-to-all", per_device_bytes(t), tuple(dict.fromkeys(have + target)),
+                                 step, t, f"{t.name} is sharded on {', '.join(_labels(have, sizes))} where "
+                                 f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
+    return out
 
 
 def _edge(step: Step, tensors: list[Tensor], sizes: dict[str, int]) -> list[PredictedCollective]:
