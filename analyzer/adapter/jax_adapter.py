@@ -17,9 +17,12 @@ file layout (dump file names), which also changes between versions.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +235,19 @@ def arg_info_dtype(info: Any) -> Any:
     return info._aval.dtype
 
 
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """JAX logs a CUDA plugin that fails to load with its traceback (through Python's
+    logging, which the native guard does not hold back): the caller says it in a line."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def configure_devices(platform: str, num_cpu_devices: int) -> None:
     """Select the platform and the number of virtual CPU devices before JAX
     initialises its backends. Raises RuntimeError when that is too late."""
@@ -256,11 +272,15 @@ def configure_devices(platform: str, num_cpu_devices: int) -> None:
     else:  # a deviceless GPU target: compiles need the CUDA plugin, executions the CPU
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", num_cpu_devices)
-    with quiet_native_stderr():
+    with quiet_native_stderr(), _quiet_logger("jax._src.xla_bridge"):
         try:
             jax.devices()
-        except RuntimeError:
-            pass  # reported where the devices are needed
+        except (RuntimeError, AssertionError):  # jax 0.10 asserts when the CUDA plugin fails to load
+            if platform == "gpu":
+                # No CUDA backend: fall back to the CPU so that JAX stays usable and the
+                # caller can say there is no GPU (an uninitialised backend only asserts).
+                jax.config.update("jax_platforms", "cpu")
+            # Otherwise reported where the devices are needed.
 
 
 def gpu_target_devices(spec_text: str, num_devices: int, hosts: int = 1) -> list:

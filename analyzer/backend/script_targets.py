@@ -43,11 +43,11 @@ class ScriptTargets(LoadedScript):
     targets: dict[str, Any]  # name -> jax.stages.Lowered, the ones asked for
 
 
-def load_script(script: str, params_text: Sequence[str], settings: Settings,
-                check_gpus: bool = False) -> LoadedScript:
-    """Devices first (JAX is configured before the script imports it), then the script."""
+def load_script(script: str, params_text: Sequence[str], settings: Settings) -> LoadedScript:
+    """Devices first (JAX is configured before the script imports it), then the script.
+    --platform gpu on a machine where JAX sees none is said here, for every command."""
     settings, devices = select_run_devices(settings)
-    gpu_count = check_gpu_platform(settings) if check_gpus else None
+    gpu_count = check_gpu_platform(settings)
     entry, where = load_entry(script)
     return LoadedScript(entry, where, parse_params(list(params_text)), settings, devices, gpu_count)
 

@@ -32,7 +32,7 @@ class LintRequest:
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
     say = progress or (lambda _msg: None)
-    loaded = load_script(request.script, request.params, settings, check_gpus=True)
+    loaded = load_script(request.script, request.params, settings)
     settings, where = loaded.settings, loaded.where
     say(f"collecting targets from {where}")
     targets = loaded.call(request.targets)

@@ -85,3 +85,25 @@ def test_an_oversized_baseline_is_refused_before_it_is_read(cli, tmp_path):
     assert result.code == 2
     assert result.err.strip() == (f"jax-shard-lint: error: {path}: is {MAX_BASELINE_BYTES + 1:,} bytes, more than "
                                   f"the {MAX_BASELINE_BYTES:,} this reads")
+
+
+@pytest.mark.parametrize("command", ["lint", "propagate", "fit"])
+def test_platform_gpu_without_one_is_one_line_in_a_fresh_process(command):
+    """In a fresh process (the in-process CLI has JAX started on the CPU already): the CUDA
+    plugin that fails to load once made JAX assert (exit 3) and log its traceback."""
+    import shutil
+    import subprocess
+
+    from conftest import ROOT
+
+    from jax_shard_lint.analyzer.adapter import jax_adapter
+
+    if jax_adapter.gpu_devices():
+        pytest.skip("a GPU is visible")
+    extra = ["--param", "batch", "--budget", "1GiB"] if command == "fit" else []
+    done = subprocess.run([shutil.which("jax-shard-lint"), command, VALUE, "--platform", "gpu", "-q", *extra],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        "jax-shard-lint: error: --platform gpu: JAX sees no GPU (is jax[cuda12] installed and a GPU visible?); "
+        "use --platform cpu for virtual CPU devices"]
