@@ -45,12 +45,12 @@ def settings_from_args(args: argparse.Namespace):
         fields["hosts"] = args.hosts
     from ..platforms.gpu_targets import GPU_TARGETS, TPU_TARGETS
 
-    if fields.get("hosts", 1) > 1 and fields.get("platform", "cpu") not in GPU_TARGETS:
+    if fields.get("hosts", Settings.hosts) > 1 and fields.get("platform", Settings.platform) not in GPU_TARGETS:
         raise ShardLintInputError("--hosts", f"needs a GPU target platform ({', '.join(GPU_TARGETS)}); a TPU "
                                   "target's hosts come from its --topology")
     if getattr(args, "topology", None):
         fields["topology"] = args.topology
-    if fields.get("topology") and fields.get("platform", "cpu") not in TPU_TARGETS:
+    if fields.get("topology") and fields.get("platform", Settings.platform) not in TPU_TARGETS:
         raise ShardLintInputError("--topology", f"needs a TPU target platform ({', '.join(TPU_TARGETS)})")
     if args.budget is not None:
         fields["budget_bytes"], fields["budget_source"] = parse_budget(args.budget, "--budget"), "--budget"

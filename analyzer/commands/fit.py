@@ -61,7 +61,7 @@ class FitRequest:
 
 class _Prober:
     def __init__(self, request: FitRequest, script: LoadedScript):
-        self.request, self.script, self.where = request, script, script.where
+        self.request, self.script = request, script
         self.cache: dict[int, int] = {}
         self.order: list[int] = []
         self.names: list[str] = []
@@ -80,7 +80,7 @@ class _Prober:
             try:
                 program = jax_adapter.compile_lowered(lowered, with_reports=False)
             except Exception as e:
-                raise ShardLintInputError(self.where, f"target {name!r} failed to compile at "
+                raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
                                           f"{self.request.param}={value}: {one_line(e)}") from e
             m = program.memory or {}
             peak = max(peak, m.get("temp_bytes", 0) + m.get("argument_bytes", 0) + m.get("output_bytes", 0)

@@ -129,7 +129,7 @@ def check(paths: list[str], settings: Settings) -> LintReport:
     if dupes:
         raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
-                        rules=rule_docs(frozenset(settings.ignore), settings.severities))
+                        rules=rule_docs(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
 
 

@@ -56,6 +56,6 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
         script=where, targets=reports, findings=run_findings,
-        rules=rule_docs(frozenset(settings.ignore), settings.severities),
+        rules=rule_docs(settings.ignore, settings.severities),
     )
     return relativize(report, os.getcwd())

@@ -187,7 +187,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=unique, findings=run_findings,
-        rules=rule_docs(frozenset(settings.ignore), settings.severities),
+        rules=rule_docs(settings.ignore, settings.severities),
         run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
                       programs_reported=len(unique),
                       skipped=skipped),

@@ -407,7 +407,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
 def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     if request.solver not in SOLVERS:
         raise ShardLintInputError("--solver", f"expected one of {', '.join(SOLVERS)}, got {request.solver!r}")
-    loaded = load_script_targets(request.path, request.targets, request.params, settings.with_default_budget())
+    loaded = load_script_targets(request.path, request.targets, request.params, settings)
     fn, where, params, devices, targets = loaded.entry, loaded.where, loaded.params, loaded.devices, loaded.targets
     settings = loaded.settings
     reports = []

@@ -80,7 +80,7 @@ class Settings:
     def pass_config(self) -> PassConfig:
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
-            disabled=frozenset(self.ignore), budget_bytes=self.budget_bytes, ownership=self.ownership(),
+            disabled=self.ignore, budget_bytes=self.budget_bytes, ownership=self.ownership(),
             device_spec=self.device_spec(), where=_display_where,
         )
 

@@ -105,5 +105,5 @@ def source_findings(files: list[str], settings: Settings) -> list[Finding]:
                 text = f.read()
         except (OSError, UnicodeDecodeError):
             continue
-        out.extend(check_source(path, text, frozenset(settings.ignore), settings.severities).findings)
+        out.extend(check_source(path, text, settings.ignore, settings.severities).findings)
     return out

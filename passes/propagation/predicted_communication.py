@@ -61,8 +61,9 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
         results = range(step.n_operands, len(tensors))
         rule = step.rule
         targets = {f: next((proj[k][f] for k in results if f in proj[k]), None) for f in range(len(rule.factor_sizes))}
+        first_result = tensors[results[0]] if len(results) else None
         for k in range(step.n_operands):
-            result = tensors[results[0]] if len(results) else tensors[k]
+            result = first_result if first_result is not None else tensors[k]
             out.extend(_operand(step, tensors[k], result, proj[k], targets, sizes))
     return _dedupe(out)
 
