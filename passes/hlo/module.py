@@ -135,11 +135,16 @@ class HloInstruction:
         return out
 
 
+MAIN_THREAD = "main"
+
+
 @dataclass(frozen=True)
 class HloComputation:
     name: str
     is_entry: bool
     instructions: tuple[HloInstruction, ...]
+    # Where XLA runs it: "main", or e.g. "sparsecore" for a TPU's SparseCores (`}, execution_thread=...`).
+    execution_thread: str = MAIN_THREAD
 
     def by_name(self) -> dict[str, HloInstruction]:
         return {i.name: i for i in self.instructions}

@@ -9,7 +9,7 @@ import re
 
 from .attributes import balanced_end, split_top_level
 from .errors import HloParseError
-from .module import HloComputation, HloInstruction, HloModule, StackFrame
+from .module import MAIN_THREAD, HloComputation, HloInstruction, HloModule, StackFrame
 
 _COMPUTATION_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)\{\s*$")
 _TABLE_ENTRY = re.compile(r"^(\d+)\s+(.*)$")
@@ -187,8 +187,11 @@ def _parse_hlo_module(text: str) -> HloModule:
             else:
                 table_lines.append(s)
             continue
-        if s == "}":
-            computations[current_name] = HloComputation(current_name, current_entry, tuple(current_instrs))
+        if s == "}" or s.startswith("},"):
+            # A computation's own attributes follow its brace: `}, execution_thread="sparsecore"` for work
+            # XLA runs on a TPU's SparseCores (libtpu 0.0.50+).
+            thread = _computation_thread(s[2:]) if len(s) > 1 else MAIN_THREAD
+            computations[current_name] = HloComputation(current_name, current_entry, tuple(current_instrs), thread)
             if current_entry:
                 entry = current_name
             current_name, append = None, None
@@ -202,6 +205,17 @@ def _parse_hlo_module(text: str) -> HloModule:
     module = HloModule(mod_name.strip(), header_attrs, computations, entry, _parse_tables(table_lines), by_name)
     _check_numbers(module)
     return module
+
+
+def _computation_thread(attr_text: str) -> str:
+    attrs = {}
+    for part in split_top_level(attr_text):
+        key, _, value = part.partition("=")
+        attrs[key.strip()] = value.strip().strip('"')
+    thread = attrs.get("execution_thread", MAIN_THREAD)
+    if not thread.replace("_", "").isalnum():
+        raise HloParseError(f"execution_thread={thread[:40]!r} is not a thread name")
+    return thread
 
 
 def _check_numbers(module: HloModule) -> None:

@@ -127,3 +127,32 @@ def test_tpu_layouts_and_mesh_replica_groups():
     ]
     fsdp = summary("tpu_v5p_fsdp", FSDP_TP)
     assert not any(axes and axes[0].startswith("<") for _, _, _, axes, _, _ in fsdp)
+
+
+SPARSECORE_MODULE = """HloModule jit_train_step, num_partitions=8
+
+%called_computation.2 (param_0.774: f32[32768,1024], param_1.817: s32[4096]) -> f32[4096,1024] {
+  %param_0.774 = f32[32768,1024]{1,0:T(8,128)} parameter(0)
+  %param_1.817 = s32[4096]{0:T(1024)} parameter(1)
+  ROOT %gather.20 = f32[4096,1024]{1,0:T(8,128)} gather(%param_0.774, %param_1.817), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,1024}, metadata={op_name="jit(train_step)/jvp()/gather"}
+}, execution_thread="sparsecore"
+
+ENTRY %main (p0: f32[32768,1024], p1: s32[4096]) -> f32[4096,1024] {
+  %p0 = f32[32768,1024]{1,0:T(8,128)} parameter(0)
+  %p1 = s32[4096]{0:T(1024)} parameter(1)
+  %start = ((f32[32768,1024]{1,0:T(8,128)}, s32[4096]{0:T(1024)}), f32[4096,1024]{1,0:T(8,128)}, u32[]{:S(8)}) call-start(%p0, %p1), async_execution_thread="sparsecore", to_apply=%called_computation.2
+  ROOT %done = f32[4096,1024]{1,0:T(8,128)} call-done(%start)
+}
+"""  # noqa: E501 (XLA's lines, as it writes them)
+
+
+def test_sparsecore_computations_close_with_their_thread():
+    # libtpu 0.0.50 (JAX 0.12) offloads an embedding gather to the TPU's SparseCores and writes the
+    # computation's thread after its closing brace (the shape above is its output for
+    # examples/fsdp_tp_train_step.py on tpu-v5p, cut down).
+    module = parse_hlo_module(SPARSECORE_MODULE)
+    assert {c.name: c.execution_thread for c in module.computations.values()} == {
+        "called_computation.2": "sparsecore", "main": "main"}
+    assert module.entry == "main" and module.by_name["gather.20"].opcode == "gather"
+    with pytest.raises(HloParseError, match="is not a thread name"):
+        parse_hlo_module(SPARSECORE_MODULE.replace('"sparsecore"', '"sparse core"'))
