@@ -24,6 +24,7 @@ from ..common.device_groups import (
 from ..common.shapes import parse_arrays, split_tuple
 from ..models.report import Collective
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .collective_site import collective_site
 from .module import HloInstruction, HloModule
 
 COLLECTIVE_KINDS = (
@@ -243,7 +244,7 @@ def find_collectives(
                 diagnostics.append(f"{ins.name}: {e}")
             if not axes and group_size > 1:
                 axes = [f"<{group_size} devices>"]
-            source, via = module.attribution_of(ins, ownership)
+            source, via = module.attribution_of(collective_site(module, ins, kind), ownership)
             found.append(Collective(
                 kind=kind, bytes=nbytes, count=runs, mesh_axes=axes,
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",

@@ -181,6 +181,25 @@ class HloModule:
                         hit.setdefault(op, []).append(ins)
         return hit
 
+    def callers(self) -> dict[str, list[HloInstruction]]:
+        """Computation name -> the instructions that call it, by any attribute (built once)."""
+        hit: dict[str, list[HloInstruction]] | None = self.derived.get("callers")
+        if hit is None:
+            hit = self.derived["callers"] = {}
+            for comp in self.computations.values():
+                for ins in comp.instructions:
+                    for _, name in ins.called():
+                        hit.setdefault(name, []).append(ins)
+        return hit
+
+    def computation_of(self, name: str) -> str | None:
+        """The computation an instruction is in."""
+        hit: dict[str, str] | None = self.derived.get("computation_of")
+        if hit is None:
+            hit = self.derived["computation_of"] = {
+                i.name: c.name for c in self.computations.values() for i in c.instructions}
+        return hit.get(name)
+
     @property
     def entry_computation(self) -> HloComputation:
         return self.computations[self.entry]

@@ -1,0 +1,109 @@
+"""collective_site: every compiled collective is shown at the user's line that needs it, whichever
+metadata the XLA release gave the collective (up to JAX 0.10 an inserted collective carried its
+reader's; from 0.12 its operand's, or none for a parameter). Compiled by real XLA on the JAX this
+runs on; the oracle is this file's own text."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_shard_lint.analyzer.adapter import jax_adapter
+from jax_shard_lint.passes.hlo.collectives import find_collectives
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
+from jax_shard_lint.passes.stablehlo.module import read_entry_signature
+
+MESH = jax.make_mesh((4, 2), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+OWNERSHIP = dataclasses.replace(DEFAULT_OWNERSHIP, user_roots=(os.path.dirname(os.path.abspath(__file__)),))
+
+
+def _arg(shape, spec):
+    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(MESH, spec))
+
+
+def _collectives(fn, *args):
+    lowered = jax.jit(fn).lower(*args)
+    sig = read_entry_signature(jax_adapter.stablehlo_module(lowered))
+    hlo = parse_hlo_module(lowered.compile().as_text())
+    return find_collectives(hlo, sig.mesh, None, OWNERSHIP).collectives
+
+
+def _line_of(fn, text):
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _lines(collectives, kind):
+    return {c.source.line if c.source else None for c in collectives if c.kind == kind}
+
+
+def fsdp_matmul(x, w):
+    h = jnp.tanh(x)
+    return h @ w  # the weight is gathered for this product
+
+
+def test_a_gathered_parameter_is_shown_at_the_op_that_reads_it():
+    # The weight's all-gather has no frame of its own on JAX 0.12 (op_name="w").
+    found = _collectives(fsdp_matmul, _arg((64, 128), P("fsdp", None)), _arg((128, 256), P("fsdp", "tp")))
+    assert _lines(found, "all-gather") == {_line_of(fsdp_matmul, "h @ w")}
+
+
+def stacked_layers(params, x):
+    def layer(h, w):
+        h = jnp.tanh(h @ w)  # each layer's weight is gathered for this product
+        return h, None
+
+    h, _ = jax.lax.scan(layer, x, params)
+    return h.sum()
+
+
+def test_a_scanned_parameter_is_shown_at_the_op_in_the_body_not_the_scan():
+    # On 0.12 the gather of a scan's slice carries the slicing's metadata (the scan line).
+    found = _collectives(stacked_layers, _arg((4, 128, 128), P(None, "fsdp", "tp")), _arg((64, 128), P("fsdp")))
+    assert _lines(found, "all-gather") == {_line_of(stacked_layers, "h = jnp.tanh(h @ w)")}
+
+
+def activation_reshard(x, w):
+    h = jnp.sin(x)
+    h = jax.lax.with_sharding_constraint(h, NamedSharding(MESH, P(None, "fsdp")))
+    return jnp.cos(h) @ w  # reads h along the dimension the constraint sharded
+
+
+def test_a_resharded_activation_is_shown_where_it_is_read_or_constrained():
+    found = _collectives(activation_reshard, _arg((64, 128), P("fsdp")), _arg((128, 32), P()))
+    allowed = {_line_of(activation_reshard, "with_sharding_constraint"), _line_of(activation_reshard, "jnp.cos(h) @ w")}
+    moved = [c for c in found if c.kind in ("all-gather", "all-to-all", "collective-permute")]
+    assert moved and {c.source.line for c in moved} <= allowed, [(c.kind, c.source) for c in moved]
+
+
+def partial_sums(x, w):
+    y = jnp.exp(x) @ w  # contracts the sharded dimension: each device holds a partial sum
+    return y
+
+
+def test_a_partial_sum_reduction_is_shown_at_the_op_that_made_the_sums():
+    found = _collectives(partial_sums, _arg((64, 128), P(None, "fsdp")), _arg((128, 32), P("fsdp")))
+    reductions = [c for c in found if c.kind in ("all-reduce", "reduce-scatter")]
+    assert reductions and {c.source.line for c in reductions} == {_line_of(partial_sums, "jnp.exp(x) @ w")}
+
+
+def explicit_collectives(x):
+    @partial(jax.shard_map, mesh=MESH, in_specs=P("fsdp", "tp"), out_specs=P("fsdp", "tp"))
+    def body(block):
+        whole = jax.lax.all_gather(block, "fsdp", tiled=True)  # asked for by the program
+        return jnp.tanh(whole[: block.shape[0]]) * 2
+
+    return body(x)
+
+
+def test_a_collective_the_program_asks_for_keeps_its_own_line():
+    found = _collectives(explicit_collectives, _arg((64, 128), P("fsdp")))
+    assert _lines(found, "all-gather") == {_line_of(explicit_collectives, "jax.lax.all_gather(block")}
