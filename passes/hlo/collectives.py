@@ -143,6 +143,20 @@ def _op_of(module: HloModule, ins: HloInstruction | None) -> tuple[str, dict[str
     return root.opcode, root.attrs, tuple(ins.operands[params[o]] if o in params else o for o in root.operands)
 
 
+def _loop_init(module: HloModule, loop: HloInstruction) -> HloInstruction | None:
+    """The tuple a loop starts from. XLA 0.12's CPU compiler wraps a while loop in a computation of
+    its own, called with ``call``: the loop's operand is then that computation's parameter, and the
+    tuple is the call's operand."""
+    init = _through_copies(module, loop.operands[0])
+    if init is None or init.opcode != "parameter" or not init.operands or not init.operands[0].isdigit():
+        return init
+    index = int(init.operands[0])
+    callers = [c for c in module.callers().get(module.computation_of(init.name) or "", []) if c.opcode == "call"]
+    if len(callers) != 1 or index >= len(callers[0].operands):
+        return init
+    return _through_copies(module, callers[0].operands[index])
+
+
 def inferred_trip_count(module: HloModule, loop: HloInstruction) -> int | None:
     """The trip count of a counted loop XLA did not annotate (the TPU compiler
     leaves ``known_trip_count`` out): the condition compares one tuple element with
@@ -160,7 +174,7 @@ def inferred_trip_count(module: HloModule, loop: HloInstruction) -> int | None:
     index, bound = _tuple_index(lhs), _int_constant(rhs)
     if index is None:  # constant on the left: read the comparison the other way round
         index, bound, direction = _tuple_index(rhs), _int_constant(lhs), _FLIPPED.get(direction, "")
-    init_tuple = _through_copies(module, loop.operands[0])
+    init_tuple = _loop_init(module, loop)
     body_root = next((i for i in body.instructions if i.is_root), None)
     if index is None or bound is None or init_tuple is None or init_tuple.opcode != "tuple" \
             or body_root is None or body_root.opcode != "tuple" or index >= len(init_tuple.operands) \
