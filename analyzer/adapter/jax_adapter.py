@@ -38,6 +38,23 @@ def versions() -> tuple[str, str]:
     return jax.__version__, jaxlib.__version__
 
 
+# The compilers' own distributions, beside jaxlib: a TPU compile is libtpu's, a GPU compile the CUDA plugin's.
+_COMPILER_DISTRIBUTIONS = ("libtpu", "jax-cuda12-plugin", "jax-cuda13-plugin")
+
+
+def compiler_versions() -> dict[str, str]:
+    """The releases that compile a program here: jax, jaxlib, and each installed XLA plugin."""
+    from importlib import metadata
+
+    found = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    for name in _COMPILER_DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def make_ir_context() -> ir.Context:
     """An MLIR context with every dialect JAX emits (stablehlo, sdy, chlo, func, ...)."""
     from jax._src.interpreters import mlir as jax_mlir

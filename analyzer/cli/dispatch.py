@@ -240,7 +240,9 @@ def cmd_gate(args) -> int:
         time_increase=_percent(args.max_time_increase, defaults.time_increase, "--max-time-increase"),
     )
     result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
-                                 platform_given=args.platform is not None), settings, thresholds)
+                                 platform_given=args.platform is not None,
+                                 rebaseline_on_compiler_change=args.rebaseline_on_compiler_change),
+                     settings, thresholds)
     emit_report(args, "gate", result)
     if args.update:
         return EXIT_OK

@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a script, or fixture paths; default: the .mlir snapshots beside the baseline")
     gt.add_argument("--baseline", required=True, metavar="FILE|DIR", help="baseline.json or the snapshot directory")
     gt.add_argument("--update", action="store_true", help="rewrite the baseline from the current analysis")
+    gt.add_argument("--rebaseline-on-compiler-change", action="store_true",
+                    help="when the baseline was compiled by other jax/jaxlib/libtpu/CUDA-plugin releases, rewrite it "
+                         "from this run and pass (the verdict says so) instead of comparing across compilers")
     gt.add_argument("--max-peak-increase", default=None, metavar="PCT", help="default 2%%")
     gt.add_argument("--max-collective-increase", default=None, metavar="PCT", help="default 5%%")
     gt.add_argument("--max-time-increase", default=None, metavar="PCT",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from ...passes.compare.gate import compare, summarize
+from ...passes.compare.gate import compare, compiler_change, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
 from ...passes.rules.table import rule_docs
@@ -38,7 +38,8 @@ def _versions() -> dict:
 
 
 def baseline_of(reports: list[TargetReport]) -> Baseline:
-    return Baseline(**_versions(), targets={r.name: summarize(r) for r in sorted(reports, key=lambda r: r.name)})
+    return Baseline(**_versions(), compilers=jax_adapter.compiler_versions(),
+                    targets={r.name: summarize(r) for r in sorted(reports, key=lambda r: r.name)})
 
 
 def write_baseline(baseline: Baseline, path: str) -> None:
@@ -144,6 +145,7 @@ class GateRequest:
     params: tuple[str, ...] = ()
     update: bool = False
     platform_given: bool = False
+    rebaseline_on_compiler_change: bool = False
 
 
 def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -> tuple[GateResult, LintReport]:
@@ -173,7 +175,12 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     summary = baseline_of(current.targets)
     if request.update:
         write_baseline(summary, file)
-        result = compare(summary, summary.targets, thresholds, file)
-    else:
-        result = compare(baseline, summary.targets, thresholds, file)
-    return result, current
+        return compare(summary, summary.targets, thresholds, file), current
+    result = compare(baseline, summary.targets, thresholds, file)
+    changed = compiler_change(baseline.compilers, summary.compilers, {t.platform for t in summary.targets.values()})
+    if changed is None:
+        return result, current
+    if request.rebaseline_on_compiler_change:
+        write_baseline(summary, file)
+        return result.model_copy(update={"compiler_change": changed, "rebaselined": True, "passed": True}), current
+    return result.model_copy(update={"compiler_change": changed}), current

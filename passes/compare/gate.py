@@ -74,6 +74,37 @@ def _time_rows(name: str, before: BaselineTarget, after: BaselineTarget, thresho
     )]
 
 
+# The compilers that matter to a platform, beside jax and jaxlib (which every platform uses).
+_PLATFORM_COMPILERS = {"tpu": ("libtpu",), "gpu": ("jax-cuda12-plugin", "jax-cuda13-plugin")}
+
+
+def _platform_family(platform: str) -> str:
+    """cpu, tpu or gpu from a report's platform line ("cpu (virtual devices)", "tpu-v5p (compiled for ...)",
+    "h100 (compiled for ...)", "gpu (...)"); "other" for HLO read from dump files."""
+    name = platform.lower()
+    if name.startswith("as dumped"):
+        return "other"
+    return "cpu" if "cpu" in name else "tpu" if "tpu" in name else "gpu"
+
+
+def compiler_change(before: dict[str, str], after: dict[str, str], platforms: set[str]) -> str | None:
+    """A sentence naming the releases that differ between the baseline's compile and this one, for the
+    platforms compared; None when they match or the baseline recorded none."""
+    if not before:
+        return None
+    keys = ["jax", "jaxlib"]
+    for family in sorted({_platform_family(p) for p in platforms}):
+        keys.extend(_PLATFORM_COMPILERS.get(family, ()))
+    changed = [k for k in keys if before.get(k) != after.get(k) and (k in before or k in after)]
+    if not changed:
+        return None
+    def listed(versions: dict[str, str]) -> str:
+        return ", ".join(f"{k} {versions.get(k, '(none)')}" for k in changed)
+    return (f"the baseline was compiled with {listed(before)}; this run with {listed(after)}. XLA releases "
+            "compile the same program differently, so a change below may be the compiler's, not the code's: "
+            "re-baseline on the new release (gate --update, or --rebaseline-on-compiler-change)")
+
+
 def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: GateThresholds,
             baseline_name: str) -> GateResult:
     rows: list[GateRow] = []

@@ -53,6 +53,10 @@ class Baseline(Model):
     tool_version: str
     jax_version: str
     jaxlib_version: str
+    compilers: dict[str, str] = Field(
+        default_factory=dict,
+        description="The releases the figures were compiled with (jax, jaxlib, and libtpu or the CUDA plugin where "
+                    "installed): XLA versions compile the same program differently. Empty in older baselines.")
     targets: dict[str, BaselineTarget]
 
 
@@ -88,3 +92,9 @@ class GateResult(Model):
     passed: bool
     thresholds: GateThresholds
     rows: list[GateRow]
+    compiler_change: str | None = Field(
+        default=None, description="Set when the baseline was compiled by other releases than this run: the "
+                                  "figures' changes may be the compiler's rather than the code's.")
+    rebaselined: bool = Field(
+        default=False, description="The compilers changed and the gate was told to re-baseline: the baseline now "
+                                   "holds this run's figures and the gate passed.")

@@ -9,9 +9,14 @@ from ..common.markdown_text import cell
 
 def render_gate_markdown(result: GateResult) -> str:
     status = "passed" if result.passed else "failed"
-    lines = [
-        f"### jax-shard-lint gate: {status}",
-        "",
+    if result.rebaselined:
+        status = "passed (re-baselined on new compilers)"
+    elif result.compiler_change and not result.passed:
+        status = "failed, across compiler releases"
+    lines = [f"### jax-shard-lint gate: {status}", ""]
+    if result.compiler_change:
+        lines += [f"> **Compilers changed:** {cell(result.compiler_change)}.", ""]
+    lines += [
         f"Baseline {cell(result.baseline)}; limits: peak +{result.thresholds.peak_increase * 100:g}%, collective "
         f"bytes +{result.thresholds.collective_increase * 100:g}%, estimated step time "
         f"+{result.thresholds.time_increase * 100:g}%, new all-gather or all-to-all over "

@@ -20,5 +20,16 @@ def render_gate(result: GateResult, console: Console) -> None:
         ratio = "" if r.ratio is None else ("new" if r.ratio == float("inf") else f"{r.ratio:.3f}x")
         table.add_row(r.target, r.metric, r.display(r.before), r.display(r.after), ratio, r.alert or "")
     console.print(table)
-    console.print(Text("gate passed" if result.passed else "gate FAILED: regressions flagged above",
-                       style="green" if result.passed else "bold red"))
+    if result.compiler_change:
+        console.print(Text(f"Compilers changed: {result.compiler_change}.", style="yellow"))
+    console.print(Text(_verdict(result), style="green" if result.passed else "bold red"))
+
+
+def _verdict(result: GateResult) -> str:
+    if result.rebaselined:
+        return "gate passed: re-baselined on the new compilers (the baseline now holds this run's figures)"
+    if result.passed:
+        return "gate passed"
+    if result.compiler_change:
+        return "gate FAILED: regressions flagged above, measured across compiler releases"
+    return "gate FAILED: regressions flagged above"

@@ -185,3 +185,64 @@ def test_estimated_time_regression_fails_the_gate():
     assert compare(base, {"t": target(0.05, "cpu")}, GateThresholds(), "b").passed
     assert compare(Baseline(tool_version="0", jax_version="0", jaxlib_version="0", targets={"t": target(None)}),
                    {"t": target(0.05)}, GateThresholds(), "b").passed
+
+
+def _from_other_compilers(baseline_dir, **versions):
+    """The snapshot's baseline as another JAX release would have written it."""
+    file = baseline_dir / "baseline.json"
+    data = json.loads(file.read_text())
+    data["compilers"].update(versions)
+    file.write_text(json.dumps(data))
+    return data
+
+
+def test_baseline_records_the_compilers(baseline):
+    data = json.loads((baseline / "baseline.json").read_text())
+    assert data["compilers"]["jax"] == jax.__version__
+    import jaxlib
+
+    assert data["compilers"]["jaxlib"] == jaxlib.__version__
+    assert data["jax_version"] == data["compilers"]["jax"]
+
+
+def test_a_gate_across_jax_releases_says_so(cli, baseline):
+    _from_other_compilers(baseline, jax="0.0.1", jaxlib="0.0.1")
+    same = cli("gate", "--baseline", str(baseline), "--format", "json")
+    verdict = json.loads(same.out)
+    # Nothing regressed: it passes, and still says what the figures were compared across.
+    assert same.code == 0 and verdict["passed"] is True and verdict["rebaselined"] is False
+    assert verdict["compiler_change"].startswith("the baseline was compiled with jax 0.0.1, jaxlib 0.0.1; this run "
+                                                 f"with jax {jax.__version__}")
+    worse = cli("gate", "--baseline", str(baseline), V3, "--format", "markdown")
+    assert worse.code == 1
+    assert worse.out.startswith("### jax-shard-lint gate: failed, across compiler releases\n\n> **Compilers changed:**")
+    text = cli("gate", "--baseline", str(baseline), V3)
+    assert text.code == 1 and "Compilers changed" in text.out and "measured across compiler releases" in text.out
+
+
+def test_rebaseline_on_compiler_change(cli, baseline):
+    _from_other_compilers(baseline, jax="0.0.1")
+    result = cli("gate", "--baseline", str(baseline), V3, "--rebaseline-on-compiler-change", "--format", "json")
+    verdict = json.loads(result.out)
+    assert result.code == 0 and verdict["passed"] is True and verdict["rebaselined"] is True
+    assert any(r["alert"] for r in verdict["rows"])  # what changed is still shown
+    # The baseline now holds this run's figures and compilers: the same program passes with no note.
+    again = json.loads(cli("gate", "--baseline", str(baseline), V3, "--format", "json").out)
+    assert again["passed"] is True and again["compiler_change"] is None
+    # Same compilers, a real regression: the option does not hide it.
+    assert cli("gate", "--baseline", str(baseline), V2, "--rebaseline-on-compiler-change").code == 1
+
+
+def test_compiler_change_names_only_the_compilers_of_the_platform():
+    from jax_shard_lint.passes.compare.gate import compiler_change
+
+    before = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42", "jax-cuda12-plugin": "0.10.2"}
+    assert compiler_change(before, dict(before), {"cpu (virtual devices)"}) is None
+    assert compiler_change({}, before, {"cpu (virtual devices)"}) is None  # a baseline from before versions
+    tpu = dict(before, libtpu="0.0.50.1")
+    assert compiler_change(before, tpu, {"cpu (virtual devices)"}) is None
+    assert "libtpu 0.0.42; this run with libtpu 0.0.50.1" in compiler_change(
+        before, tpu, {"tpu-v5p (compiled for 8 x TPU-V5P, topology 2x2x1, without one)"})
+    gpu = dict(before, **{"jax-cuda12-plugin": "0.12.0.1"})
+    assert "jax-cuda12-plugin 0.10.2" in compiler_change(before, gpu, {"h100 (compiled for 8 x H100 without one)"})
+    assert compiler_change(before, gpu, {"tpu-v5p (...)"}) is None
