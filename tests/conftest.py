@@ -16,6 +16,20 @@ FIXTURES = os.path.join(ROOT, "fixtures")
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
+def golden_dir() -> str:
+    """The golden reports for the JAX release the suite runs on: the pinned release's in tests/golden,
+    a newer one's in tests/golden/jax-X.Y (its StableHLO names values and ops differently: closed_call
+    became eval_jaxpr in 0.12). Regenerated with UPDATE_GOLDEN=1 on that release."""
+    import jax
+
+    release = ".".join(jax.__version__.split(".")[:2])
+    base = os.path.join(ROOT, "tests", "golden")
+    return base if release == PINNED_JAX_RELEASE else os.path.join(base, f"jax-{release}")
+
+
+PINNED_JAX_RELEASE = "0.10"
+
+
 def lint_targets(cli, *args):
     """``lint ARGS`` as JSON (never failing on findings): its targets."""
     import json

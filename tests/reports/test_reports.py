@@ -11,10 +11,10 @@ import subprocess
 from importlib import resources
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, golden_dir
 
 VALUE = os.path.join("examples", "value_function_step.py")
-GOLDEN = os.path.join(ROOT, "tests", "golden")
+GOLDEN = golden_dir()
 ARTIFACTS = os.path.join(ROOT, "tests", "artifacts")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -30,7 +30,7 @@ def blank(text: str) -> str:
 def golden(name: str, text: str) -> None:
     path = os.path.join(GOLDEN, name)
     text = blank(text)
-    if os.environ.get("UPDATE_GOLDEN") or not os.path.exists(path):
+    if os.environ.get("UPDATE_GOLDEN"):
         os.makedirs(GOLDEN, exist_ok=True)
         with open(path, "w") as f:
             f.write(text)

@@ -222,6 +222,7 @@ def _check_written(fmt: str, text: str) -> None:
         assert text.lstrip().lower().startswith("<!doctype html")
 
 
+@pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_output_option_writes_every_command_and_format(tmp_path):
     script = tmp_path / "sized.py"
     script.write_text(SIZED_SCRIPT)
@@ -324,6 +325,7 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 
 
 @needs_libtpu
+@pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
     """libtpu's machine-wide lock is for processes that use a TPU; compile-only ones may share the machine."""
     example = os.path.join(EXAMPLES, "remat_layer_stack.py")

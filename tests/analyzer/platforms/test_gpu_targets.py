@@ -3,6 +3,7 @@ installed by CI through the [gpu] extra; skipped where it is absent)."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -35,7 +36,8 @@ def test_every_bundled_spec_parses_and_compiles(name):
     assert len(devices) == 8 and devices[0].platform == "gpu"
     compiled = _small_step(devices).compile()
     assert compiled.memory_analysis().temp_size_in_bytes > 0
-    assert "-start" in compiled.as_text()  # GPU collectives are async
+    # The step's collectives are there (async starts up to XLA 0.10; XLA 0.12 leaves some synchronous).
+    assert re.search(r" (all-reduce|all-gather|reduce-scatter)(-start)?\(", compiled.as_text())
 
 
 def test_gpu_compile_gives_reduce_scatters_and_async_collectives(cli):
@@ -44,7 +46,9 @@ def test_gpu_compile_gives_reduce_scatters_and_async_collectives(cli):
     assert gpu["platform"].startswith("h100") and cpu["platform"].startswith("cpu")
     assert "reduce-scatter" in {c["kind"] for c in gpu["collectives"]}
     assert "reduce-scatter" not in {c["kind"] for c in cpu["collectives"]}
-    assert all(c["is_async"] for c in gpu["collectives"])
+    # Async as XLA compiled it: every collective on XLA 0.10, some on 0.12 (it leaves some synchronous).
+    assert any(c["is_async"] for c in gpu["collectives"])
+    assert all(c["is_async"] == ("-start" in c["hlo_name"]) for c in gpu["collectives"] + cpu["collectives"])
     assert not any(c["is_async"] for c in cpu["collectives"])
 
 
@@ -115,7 +119,7 @@ def test_rewrite_and_propagate_compile_for_the_target(cli):
     result = cli("rewrite", script, "--target", "unpinned", "--platform", "h100", "--validate", "--format", "json")
     assert result.code == 0, result.err
     [t] = json.loads(result.out)["targets"]
-    assert t["platform"].startswith("h100") and all(c["is_async"] for c in t["after"]["collectives"])
+    assert t["platform"].startswith("h100") and any(c["is_async"] for c in t["after"]["collectives"])
     assert t["validation"]["ran"] is False and "without one" in t["validation"]["reason"]
     result = cli("propagate", os.path.join("examples", "value_function_step.py"), "--platform", "h100",
                  "--target", "sharded_on_grid", "--format", "json")

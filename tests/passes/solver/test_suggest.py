@@ -150,6 +150,7 @@ def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cl
     assert not any(op in compiled.as_text() for op in ("all-gather", "all-reduce", "all-to-all"))
 
 
+@pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_fsdp_tp_step_under_an_h100_budget_fits_and_is_no_slower(cli):
     [r] = _suggest(cli, FSDP, "--platform", "h100")
     assert r["platform"].startswith("h100") and r["budget_bytes"] > 70 * 2**30
@@ -160,6 +161,7 @@ def test_fsdp_tp_step_under_an_h100_budget_fits_and_is_no_slower(cli):
     assert {v["name"] for v in r["versions"]} == {"solver", "written", "replicated", "data-parallel", "fsdp"}
 
 
+@pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_equinox_optax_step_text_checks(cli):
     pytest.importorskip("equinox")
     pytest.importorskip("optax")

@@ -7,7 +7,7 @@ import re
 import shutil
 
 import pytest
-from conftest import EXAMPLES, FIXTURES, ROOT
+from conftest import EXAMPLES, FIXTURES, golden_dir
 
 from jax_shard_lint.passes.hlo.parser import c_string
 from jax_shard_lint.passes.models.report import SourceLocation
@@ -113,8 +113,9 @@ def test_terminal_report_fits_its_width(cli, monkeypatch, width):
     lines = result.out.splitlines()
     assert max(len(line) for line in lines) <= width
     assert not any(re.search(r"│ …\s*│", line) for line in lines)  # no column collapsed to an ellipsis
-    golden = os.path.join(ROOT, "tests", "golden", f"fsdp_terminal_{width}.txt")
-    if os.environ.get("UPDATE_GOLDEN") or not os.path.exists(golden):
+    golden = os.path.join(golden_dir(), f"fsdp_terminal_{width}.txt")
+    if os.environ.get("UPDATE_GOLDEN"):
+        os.makedirs(golden_dir(), exist_ok=True)
         with open(golden, "w") as f:
             f.write(result.out)
     with open(golden) as f:
