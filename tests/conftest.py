@@ -30,6 +30,18 @@ def golden_dir() -> str:
 PINNED_JAX_RELEASE = "0.10"
 
 
+def console_script() -> str:
+    """The jax-shard-lint console script of the Python running the tests (CI runs the suite in two
+    environments: the one first on PATH may be the other's)."""
+    import shutil
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), "jax-shard-lint")
+    found = beside if os.path.exists(beside) else shutil.which("jax-shard-lint")
+    assert found, "the jax-shard-lint console script is not installed (pip install -e '.[test]')"
+    return found
+
+
 def lint_targets(cli, *args):
     """``lint ARGS`` as JSON (never failing on findings): its targets."""
     import json

@@ -91,17 +91,16 @@ def test_an_oversized_baseline_is_refused_before_it_is_read(cli, tmp_path):
 def test_platform_gpu_without_one_is_one_line_in_a_fresh_process(command):
     """In a fresh process (the in-process CLI has JAX started on the CPU already): the CUDA
     plugin that fails to load once made JAX assert (exit 3) and log its traceback."""
-    import shutil
     import subprocess
 
-    from conftest import ROOT
+    from conftest import ROOT, console_script
 
     from jax_shard_lint.analyzer.adapter import jax_adapter
 
     if jax_adapter.gpu_devices():
         pytest.skip("a GPU is visible")
     extra = ["--param", "batch", "--budget", "1GiB"] if command == "fit" else []
-    done = subprocess.run([shutil.which("jax-shard-lint"), command, VALUE, "--platform", "gpu", "-q", *extra],
+    done = subprocess.run([console_script(), command, VALUE, "--platform", "gpu", "-q", *extra],
                           capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines() == [

@@ -27,7 +27,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import EXAMPLES, FIXTURES, ROOT
+from conftest import EXAMPLES, FIXTURES, ROOT, console_script
 
 from jax_shard_lint.reports.registry import RENDERERS, formats, renderer
 
@@ -35,13 +35,6 @@ CORPUS = os.path.join(FIXTURES, "bad_input", "corpus")
 ONE_DEVICE_MLIR = os.path.join(CORPUS, "one_device.mlir")
 GATE_STEP = os.path.join(FIXTURES, "gate", "step_v1.py")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def console_script() -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "jax-shard-lint")
-    found = beside if os.path.exists(beside) else shutil.which("jax-shard-lint")
-    assert found, "the jax-shard-lint console script is not installed (pip install -e '.[test]')"
-    return found
 
 
 def user_env(**extra: str) -> dict:
