@@ -35,7 +35,24 @@ class LoadedScript:
             if self.gpu_count is not None and "raised" in e.problem:
                 # A mesh larger than the machine fails inside the script; say what the machine has.
                 raise ShardLintInputError(e.where, f"{e.problem} (JAX sees {self.gpu_count} GPUs)") from e
+            if self.settings.platform not in ("cpu", "gpu") and _ran_on_compile_only_devices(e.__cause__):
+                raise ShardLintInputError(e.where, f"{e.problem}: {_eager_hint(self.settings.platform)}") from e
             raise
+
+
+# What JAX says when a script runs an op on compile-only devices (an eager jax.random.key(0) under
+# jax.set_mesh): they compile, they cannot run.
+_COMPILE_ONLY_SIGNS = ("'local_devices'", "compile-only", "compile only", "CompileOnly")
+
+
+def _ran_on_compile_only_devices(error: BaseException | None) -> bool:
+    return error is not None and any(sign in str(error) for sign in _COMPILE_ONLY_SIGNS)
+
+
+def _eager_hint(platform: str) -> str:
+    return (f"the script ran an operation eagerly (outside jax.jit) on the {platform} devices, which compile "
+            "without one and cannot run anything; keep what it makes abstract (jax.eval_shape(lambda: "
+            "jax.random.key(0)), a jax.ShapeDtypeStruct) or make it inside the jitted step")
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,33 @@ def test_platform_gpu_without_one_is_one_line_in_a_fresh_process(command):
     assert done.stderr.splitlines() == [
         "jax-shard-lint: error: --platform gpu: JAX sees no GPU (is jax[cuda12] installed and a GPU visible?); "
         "use --platform cpu for virtual CPU devices"]
+
+
+EAGER_KEY = """import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((8,), ("data",), devices=mesh_devices)
+    with jax.set_mesh(mesh):
+        key = jax.random.key(0)
+        x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+        return {"step": jax.jit(lambda x, k: x + jax.random.normal(k, x.shape)).lower(x, key)}
+"""
+
+
+def test_an_eager_op_on_compile_only_devices_says_how_to_keep_it_abstract(cli, tmp_path):
+    pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda12-plugin) is not installed")
+    script = tmp_path / "eager_key.py"
+    script.write_text(EAGER_KEY)
+    result = cli("lint", str(script), "--platform", "h100", "-q")
+    assert result.code == 2 and result.out == ""
+    [line] = result.err.splitlines()
+    assert "raised AttributeError" in line and "(line 9)" in line  # JAX's own error, at the user's line
+    assert line.endswith("the script ran an operation eagerly (outside jax.jit) on the h100 devices, which compile "
+                         "without one and cannot run anything; keep what it makes abstract (jax.eval_shape(lambda: "
+                         "jax.random.key(0)), a jax.ShapeDtypeStruct) or make it inside the jitted step")
+    # The abstract key lints.
+    script.write_text(EAGER_KEY.replace("jax.random.key(0)", "jax.eval_shape(lambda: jax.random.key(0))"))
+    assert cli("lint", str(script), "--platform", "h100", "-q", "--fail-on", "never").code == 0
