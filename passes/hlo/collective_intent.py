@@ -26,9 +26,10 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import shape_bytes
 from ..models.report import Collective, TensorInfo
 from .collective_origin import entry_parameter, origin_index
+from .collective_site import asked_by_program
 from .module import HloInstruction, HloModule
 
-INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation"})
+INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation", "explicit"})
 # Partial results that a sharded contraction or reduction leaves on each device.
 _MATMUL = frozenset({"dot", "convolution", "reduce"})
 _MATMUL_CALL = re.compile(r"gemm|matmul|dot|conv", re.I)
@@ -169,6 +170,8 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
         if _is_matmul(module.instruction(ins.operands[0]), module):
             return "activation"
+    if ins is not None and asked_by_program(ins):
+        return "explicit"  # a shard_map's psum, all_gather or ppermute: the program's own, not a reshard
     return "reshard"
 
 

@@ -50,7 +50,7 @@ _METADATA_KEYS = ("op_name", "source_file", "source_line", "stack_frame_id")
 
 def collective_site(module: HloModule, ins: HloInstruction, kind: str) -> HloInstruction:
     """``ins`` itself, or the instruction whose line the collective ``ins`` is shown at."""
-    if _written_by_user(ins):
+    if asked_by_program(ins):
         return ins
     if kind in _RESHARDING:
         if _has_line(ins) and not _inherited(module, ins):
@@ -78,7 +78,9 @@ def _has_line(ins: HloInstruction) -> bool:
     return meta.get("stack_frame_id") is not None or meta.get("source_line") is not None
 
 
-def _written_by_user(ins: HloInstruction) -> bool:
+def asked_by_program(ins: HloInstruction) -> bool:
+    """A collective the program wrote itself (``jax.lax.psum``, ``all_gather``, ``ppermute``... in a
+    ``shard_map``): its op_name ends in JAX's primitive."""
     name = str(ins.metadata.get("op_name") or "")
     return name.rsplit("/", 1)[-1] in _PRIMITIVES
 

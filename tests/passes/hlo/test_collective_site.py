@@ -107,3 +107,40 @@ def explicit_collectives(x):
 def test_a_collective_the_program_asks_for_keeps_its_own_line():
     found = _collectives(explicit_collectives, _arg((64, 128), P("fsdp")))
     assert _lines(found, "all-gather") == {_line_of(explicit_collectives, "jax.lax.all_gather(block")}
+
+
+RING_SCRIPT = '''import jax
+import jax.numpy as jnp
+from functools import partial
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((8,), ("ring",), devices=mesh_devices, axis_types=(jax.sharding.AxisType.Auto,))
+
+    @partial(jax.shard_map, mesh=mesh, in_specs=P("ring"), out_specs=P("ring"))
+    def ring(block):
+        def hop(i, acc):
+            return jax.lax.ppermute(acc, "ring", [(j, (j + 1) % 8) for j in range(8)]) + block
+        return jax.lax.fori_loop(0, 7, hop, block)
+
+    x = jax.ShapeDtypeStruct((8 * 128, 256), jnp.float32, sharding=NamedSharding(mesh, P("ring")))
+    return {"ring": jax.jit(ring).lower(x)}
+'''
+
+
+def test_a_collective_the_program_asks_for_is_explicit_not_a_finding(cli, tmp_path):
+    """A ring of ppermutes in a shard_map (ring attention's pattern): the program's own traffic, shown at
+    its line with intent "explicit"; SL101/SL102 are for collectives nobody asked for."""
+    import json
+
+    script = tmp_path / "ring.py"
+    script.write_text(RING_SCRIPT)
+    result = cli("lint", str(script), "--format", "json", "-q")
+    assert result.code == 0, result.err
+    [target] = json.loads(result.out)["targets"]
+    permutes = [c for c in target["collectives"] if c["kind"] == "collective-permute"]
+    line = RING_SCRIPT.splitlines().index(next(x for x in RING_SCRIPT.splitlines() if "ppermute" in x)) + 1
+    assert permutes and all(c["intent"] == "explicit" and c["source"]["line"] == line for c in permutes)
+    assert all(c["count"] == 7 for c in permutes)  # the loop's trip count
+    assert not [f for f in target["findings"] if f["rule"] in ("SL101", "SL102")]
