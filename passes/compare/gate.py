@@ -101,8 +101,8 @@ def compiler_change(before: dict[str, str], after: dict[str, str], platforms: se
     def listed(versions: dict[str, str]) -> str:
         return ", ".join(f"{k} {versions.get(k, '(none)')}" for k in changed)
     return (f"the baseline was compiled with {listed(before)}; this run with {listed(after)}. XLA releases "
-            "compile the same program differently, so a change below may be the compiler's, not the code's: "
-            "re-baseline on the new release (gate --update, or --rebaseline-on-compiler-change)")
+            "compile the same program differently, so a figure that moved may have moved with the compiler, "
+            "not the code: re-baseline on the new release (gate --update, or --rebaseline-on-compiler-change)")
 
 
 def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: GateThresholds,
