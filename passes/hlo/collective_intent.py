@@ -154,7 +154,8 @@ class _ParameterShapes:
 
 
 def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo, ...], mesh: MeshInfo,
-              users: dict[str, list[HloInstruction]] | None = None, shapes: _ParameterShapes | None = None) -> str:
+              users: dict[str, list[HloInstruction]] | None = None, shapes: _ParameterShapes | None = None,
+              has_gradients: bool = True) -> str:
     shapes = shapes or _ParameterShapes(params, mesh)
     axes = _axis_names(c.mesh_axes)
     result = tuple(c.shape)
@@ -162,7 +163,10 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     if c.kind == "all-gather" and axes:
         if result in shapes.reachable(axes) and (ins is None or users is None or _feeds_matmul(ins, module, users)):
             return "parameter-gather"
-    if c.kind in ("reduce-scatter", "all-reduce") and result:
+    # A gradient is reduced in the backward pass: not in a program without one, nor by a reduction whose own
+    # op_name is the forward's (the partial sums of a matmul that contracts a sharded dimension).
+    backward = has_gradients and (ins is None or ins.op_name is None or _is_backward(ins))
+    if c.kind in ("reduce-scatter", "all-reduce") and result and backward:
         # A parameter's shard, or its shard with the reduced axes undone (an
         # all-reduce then a slice, CPU's reduce-scatter).
         if result in shapes.any_shard or result in shapes.reachable(axes):
@@ -229,5 +233,19 @@ def classify(
         return collectives
     users = module.users() if module is not None else None
     shapes = _ParameterShapes(params, mesh)
-    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users, shapes)})
+    gradients = module is None or has_backward_pass(module)
+    return tuple(c.model_copy(update={"intent": intent_of(c, module, params, mesh, users, shapes, gradients)})
                  for c in collectives)
+
+
+def has_backward_pass(module: HloModule) -> bool:
+    """Whether any op comes from reverse-mode autodiff (``transpose(jvp(...))`` in its op_name). An
+    evaluation step has none: a reduction there is no gradient's, whatever its shape. A module
+    whose metadata was stripped (no op_names at all) cannot say: it counts as having one."""
+    named = False
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if _is_backward(ins):
+                return True
+            named = named or ins.op_name is not None
+    return not named

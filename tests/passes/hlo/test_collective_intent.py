@@ -30,3 +30,41 @@ def test_interpolation_gather_is_resharding_and_warned(cli):
     [c] = t["collectives"]
     assert c["intent"] == "reshard" and c["kind"] == "all-reduce" and c["shape"] == [8, 64, 512, 64]
     assert [f["rule"] for f in t["findings"] if f["subject"] == c["hlo_name"]] == ["SL101"]
+
+
+EVAL_AND_TRAIN = '''import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((8,), ("fsdp",), devices=mesh_devices, axis_types=(jax.sharding.AxisType.Auto,))
+    w = jax.ShapeDtypeStruct((128, 128), jnp.float32, sharding=NamedSharding(mesh, P("fsdp", None)))
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32, sharding=NamedSharding(mesh, P(None, "fsdp")))
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    def evaluate(w, x):
+        return jnp.tanh(x @ w)
+
+    def train(w, x):
+        return w - 0.1 * jax.grad(loss)(w, x)
+
+    return {"evaluate": jax.jit(evaluate).lower(w, x), "train": jax.jit(train).lower(w, x)}
+'''
+
+
+def test_an_evaluation_step_has_no_gradient_reductions(cli, tmp_path):
+    """The product contracts the sharded dimension: its partial sums are all-reduced to f32[128, 128], the
+    weight's own shape. It was labelled gradient-reduction by that shape alone; a gradient is reduced in
+    the backward pass, and an evaluation step has none."""
+    script = tmp_path / "eval_and_train.py"
+    script.write_text(EVAL_AND_TRAIN)
+    t = targets(cli, str(script))
+    evaluate = [c for c in t["evaluate"]["collectives"] if c["kind"] in ("all-reduce", "reduce-scatter")]
+    assert evaluate and {c["intent"] for c in evaluate} == {"activation"}
+    # In the training step the reduction of that shape is the forward's partial sum too (its op_name is
+    # jvp's dot_general, not transpose's): the weight's gradient x.T @ g comes out sharded like the weight.
+    train = t["train"]["collectives"]
+    assert train and all(c["intent"] == "activation" and "transpose(" not in c["op_name"] for c in train)
