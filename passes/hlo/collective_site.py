@@ -23,7 +23,7 @@ per collective, so the pass stays linear in the program.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from .module import HloInstruction, HloModule
 
@@ -108,21 +108,30 @@ def _inherited(module: HloModule, ins: HloInstruction) -> bool:
     key = _location(module, ins)
     if key is None:  # a frame id the module's table lacks: no line to keep
         return True
+
+    def through_data_movement(current: HloInstruction) -> Iterable[HloInstruction]:
+        moves = current.opcode in _DATA_MOVEMENT or current.opcode == "fusion"
+        return _operands(module, current) if moves else ()
+
+    return any(_location(module, current) == key
+               or (current.opcode == "fusion" and key in set(_fused_locations(module, current)))
+               for current in _walk_back(module, ins, through_data_movement))
+
+
+def _walk_back(module: HloModule, ins: HloInstruction,
+               step: Callable[[HloInstruction], Iterable[HloInstruction]]) -> Iterator[HloInstruction]:
+    """What ``ins`` reads, nearest first, for at most _MAX_BACKWARD steps; ``step`` says where the walk
+    goes on from an instruction (asked only when the caller wants more)."""
     todo, seen = list(_operands(module, ins)), {ins.name}
     for _ in range(_MAX_BACKWARD):
         if not todo:
-            return False
+            return
         current = todo.pop(0)
         if current.name in seen:
             continue
         seen.add(current.name)
-        if _location(module, current) == key:
-            return True
-        if current.opcode == "fusion" and key in set(_fused_locations(module, current)):
-            return True
-        if current.opcode in _DATA_MOVEMENT or current.opcode == "fusion":
-            todo.extend(_operands(module, current))
-    return False
+        yield current
+        todo.extend(step(current))
 
 
 def _caller(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
@@ -217,22 +226,15 @@ def _fused_parameters(module: HloModule, fusion: HloInstruction, operand: str) -
 
 def _producer(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
     """The op, before data movement, that computed what ``ins`` reduces and has a line."""
-    todo, seen = list(_operands(module, ins)), {ins.name}
-    for _ in range(_MAX_BACKWARD):
-        if not todo:
-            return None
-        current = todo.pop(0)
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        if current.opcode not in _DATA_MOVEMENT and _has_line(current):
-            return current
-        if current.opcode == "parameter" and current.operands and current.operands[0].isdigit():
-            caller = _caller(module, current)  # a called computation's argument: its caller's operand
-            index = int(current.operands[0])
-            argument = module.by_name.get(caller.operands[index]) if caller and index < len(caller.operands) else None
-            if argument is not None:
-                todo.append(argument)
-            continue
-        todo.extend(_operands(module, current))
-    return None
+    return next((current for current in _walk_back(module, ins, lambda current: _inputs(module, current))
+                 if current.opcode not in _DATA_MOVEMENT and _has_line(current)), None)
+
+
+def _inputs(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
+    """What ``ins`` reads; for a called computation's parameter, its caller's operand."""
+    if ins.opcode != "parameter":
+        return list(_operands(module, ins))
+    caller = _caller(module, ins)
+    index = int(ins.operands[0]) if ins.operands and ins.operands[0].isdigit() else -1
+    argument = module.by_name.get(caller.operands[index]) if caller and 0 <= index < len(caller.operands) else None
+    return [argument] if argument is not None else []
