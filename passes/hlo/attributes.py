@@ -46,6 +46,19 @@ def balanced_end(text: str, start: int) -> int:
     raise HloParseError(f"unbalanced brackets in: {text[:120]}")
 
 
+def open_brackets(text: str) -> int:
+    """How many brackets ``text`` leaves open, strings skipped: above 0 while an
+    instruction printed over several lines is not finished."""
+    depth = 0
+    for m in _STRUCTURE.finditer(text):
+        ch = m.group()
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+    return depth
+
+
 def parse_attributes(text: str) -> tuple[dict[str, str], dict[str, str | int]]:
     attrs: dict[str, str] = {}
     metadata: dict[str, str | int] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import re
 
-from .attributes import balanced_end, split_top_level
+from .attributes import balanced_end, open_brackets, split_top_level
 from .errors import HloParseError
 from .module import MAIN_THREAD, HloComputation, HloInstruction, HloModule, StackFrame
 
@@ -172,11 +172,24 @@ def _parse_hlo_module(text: str) -> HloModule:
     current_name, current_entry = None, False
     parse = _parse_stripped
     append = None
+    pending = ""  # an instruction printed over several lines, until its brackets close
     for line in lines[1:]:
         s = line.strip()
+        if pending:
+            pending += "\n" + s
+            if open_brackets(pending) <= 0:
+                append(parse(pending))  # type: ignore[misc]  # pending is only set inside a computation
+                pending = ""
+            continue
         if not s or s.startswith("//"):
             continue
         if append is not None and s[0] != "}":  # inside a computation: an instruction (the common case)
+            # A string attribute with a line break (a Pallas kernel's ``kernel_metadata={`` then
+            # ``"xprof_metadata":...`` on the next line) continues the instruction; counting
+            # brackets first keeps the exact check off the common line.
+            if (s.count("{") != s.count("}") or s.count("(") != s.count(")")) and open_brackets(s) > 0:
+                pending = s
+                continue
             append(parse(s))
             continue
         if current_name is None:
@@ -198,7 +211,8 @@ def _parse_hlo_module(text: str) -> HloModule:
             continue
         current_instrs.append(parse(s))
     if current_name is not None:
-        raise HloParseError(f"computation {current_name} is not closed")
+        raise HloParseError(f"computation {current_name} is not closed"
+                            + (f": an instruction's brackets never close: {pending[:120]}" if pending else ""))
     if entry is None:
         raise HloParseError("the HLO module has no ENTRY computation")
     by_name = {i.name: i for c in computations.values() for i in c.instructions}
