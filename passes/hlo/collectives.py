@@ -22,7 +22,7 @@ from ..common.device_groups import (
     spans_hosts,
 )
 from ..common.shapes import parse_arrays, split_tuple
-from ..models.report import Collective
+from ..models.report import Collective, SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .collective_site import collective_site
 from .module import HloInstruction, HloModule
@@ -225,6 +225,7 @@ def find_collectives(
                 done_shapes[ins.operands[0]] = ins.shape
 
     found: list[Collective] = []
+    sites: dict[str, HloInstruction] = {}
     num_devices = mesh.size if mesh and mesh.axes else module.num_partitions
     for comp in module.computations.values():
         runs = counts.get(comp.name, 0)
@@ -258,7 +259,9 @@ def find_collectives(
                 diagnostics.append(f"{ins.name}: {e}")
             if not axes and group_size > 1:
                 axes = [f"<{group_size} devices>"]
-            source, via = module.attribution_of(collective_site(module, ins, kind), ownership)
+            site = collective_site(module, ins, kind)
+            source, via = module.attribution_of(site, ownership)
+            sites[ins.name] = site
             found.append(Collective(
                 kind=kind, bytes=nbytes, count=runs, mesh_axes=axes,
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
@@ -266,5 +269,67 @@ def find_collectives(
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
                 group_size=group_size, count_is_lower_bound=comp.name in unknown, cross_host=cross,
             ))
+    found = _once_per_channel(module, found)
+    found = _where_paths_part(module, found, sites, ownership)
     found.sort(key=lambda c: (-c.bytes * c.count, c.kind, c.hlo_name))
     return CollectivesResult(tuple(found), tuple(diagnostics))
+
+
+def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collective]:
+    """One collective per channel. TPU's async collective fusion splits a gather into a start step, the
+    continuation steps interleaved with compute and a done step, each a clone of the one all-gather with
+    its channel id and full result shape: counted apiece, one 31 MiB gather read as 312 MiB. The pieces
+    are one collective, shown at the start piece (or the first), which lists the others. Only pieces
+    that run equally often are joined: a channel id is unique to one collective in a module, but the
+    count is what the step moves, so it is never summed away."""
+    by_channel: dict[tuple[str, str, int], list[Collective]] = defaultdict(list)
+    for c in found:
+        ins = module.instruction(c.hlo_name)
+        channel = ins.attrs.get("channel_id") if ins is not None else None
+        if channel:
+            by_channel[(c.kind, channel, c.count)].append(c)
+    merged: dict[str, Collective | None] = {}
+    for pieces in by_channel.values():
+        if len(pieces) < 2:
+            continue
+        order = {c.hlo_name: i for i, c in enumerate(pieces)}
+        first = min(pieces, key=lambda c: (not _is_start_piece(module, c.computation), order[c.hlo_name]))
+        merged.update({c.hlo_name: None for c in pieces})
+        merged[first.hlo_name] = first.model_copy(update={"pieces": sorted(
+            (c.hlo_name for c in pieces if c is not first), key=lambda n: order[n])})
+    kept = (merged.get(c.hlo_name, c) for c in found)
+    return [c for c in kept if c is not None]
+
+
+def _is_start_piece(module: HloModule, computation: str) -> bool:
+    """Whether a computation is the start step of a split collective (a fusion named ``*-start*`` calls it)."""
+    return any("start" in caller.name for caller in module.callers().get(computation, []))
+
+
+def _where_paths_part(module: HloModule, found: list[Collective], sites: dict[str, HloInstruction],
+                      ownership: CodeOwnership) -> list[Collective]:
+    """``called_from`` for collectives that share a source line but not a call path. In a framework every
+    projection goes through one helper (MaxText's ``layers/linears.py:110``): the helper's line does not
+    say which projection moves the bytes. The frame that does is the helper's caller, where the group's
+    paths differ there. (Paths that part further out say little: a forward op and its transpose in the
+    backward pass part at the value_and_grad line, in every program.)"""
+    by_line: dict[tuple[str, int], list[Collective]] = defaultdict(list)
+    for c in found:
+        if c.source is not None:
+            by_line[(c.source.file, c.source.line)].append(c)
+    called_from: dict[str, SourceLocation] = {}
+    for group in by_line.values():
+        if len(group) < 2:
+            continue
+        paths = {c.hlo_name: [f for f in module.stack_of(sites[c.hlo_name]) if ownership.is_user(f.file)]
+                 for c in group}
+        callers = {name: frames[1] if len(frames) > 1 else None for name, frames in paths.items()}
+        if len({(f.file, f.line) if f else None for f in callers.values()}) < 2:
+            continue
+        for name, f in callers.items():
+            if f is not None:
+                called_from[name] = SourceLocation(file=f.file, line=f.line, function=f.function)
+    if not called_from:
+        return found
+    return [c.model_copy(update={"called_from": called_from[c.hlo_name]}) if c.hlo_name in called_from else c
+            for c in found]

@@ -105,6 +105,13 @@ class Collective(Model):
         "of a stack and loop carries in the compiled HLO), when it is one.")
     why: str | None = Field(default=None, description="Why a resharding collective runs: the op that reads "
                             "along a sharded dimension, and what XLA does about it.")
+    called_from: SourceLocation | None = Field(
+        default=None, description="When collectives of several call paths share this source line (a helper every "
+        "projection calls): the first user frame further out where their paths part (the attention or the MLP "
+        "that called the helper).")
+    pieces: list[str] = Field(
+        default_factory=list, description="The other HLO instructions this collective is split into (its channel's: a "
+        "TPU async collective fusion's start, continuation and done steps), counted once with hlo_name.")
 
     @property
     def total_bytes(self) -> int:
@@ -305,8 +312,9 @@ class PredictedCollective(Model):
     source: SourceLocation | None
     via: SourceLocation | None = _VIA
     matched_compiled: bool | None = Field(
-        description="Whether the compiled program runs a collective of this family at this source line; "
-        "null when no compiled program was available."
+        description="Whether the compiled program runs a collective of this family at this source line that "
+        "moves these bytes (each compiled collective bears out predictions up to its own bytes); null when no "
+        "compiled program was available."
     )
 
 

@@ -151,12 +151,16 @@ def _collectives(t: TargetReport) -> str:
         return "<h3>Collectives</h3><p class=\"muted\">None.</p>"
     rows = "".join(
         f"<tr><td>{e(c.kind)}{' <span class=tag>async</span>' if c.is_async else ''}"
-        f"{' <span class=tag>x-host</span>' if c.cross_host else ''}</td>"
+        f"{' <span class=tag>x-host</span>' if c.cross_host else ''}"
+        + (f' <span class=tag title="{e(", ".join(c.pieces))}">{1 + len(c.pieces)} pieces</span>' if c.pieces else "")
+        + "</td>"
         f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
         f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
         f'<td data-v="{c.seconds or 0}">{e(format_seconds(c.seconds))}</td>'
         f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
-        f"<td>{e(where_text(c.source, c.via))}</td><td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
+        f"<td>{e(where_text(c.source, c.via))}"
+        f"{(' <span class=muted>from ' + e(str(c.called_from)) + '</span>') if c.called_from else ''}</td>"
+        f"<td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives
     )
     by_line: dict[str, list] = defaultdict(list)

@@ -94,13 +94,14 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     # The op name is in the JSON and HTML reports; the terminal keeps the source line.
     columns = [
         Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "")
-                        for c in rows],
+                        + (f" ({1 + len(c.pieces)} pieces)" if c.pieces else "") for c in rows],
                fold=True),
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
         Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
         Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
-        Column("source", [_src(c.source) for c in rows], path=True),
+        Column("source", [_src(c.source) + (f" from {_src(c.called_from)}" if c.called_from else "") for c in rows],
+               path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),
         Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
         Column("via", [_src(c.via) for c in rows], essential=False, path=True),
