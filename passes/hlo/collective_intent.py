@@ -1,8 +1,10 @@
 """Why a collective runs: the traffic a sharding asked for, or resharding nobody asked for.
 
 - ``parameter-gather``: an all-gather whose result is an argument's shard with
-  the gathered axes undone (or one layer of a stacked argument): FSDP/ZeRO
-  gathering a parameter before it is used.
+  the gathered axes undone (or one layer of a stacked argument: the first axis,
+  or inside a loop any unsharded one): FSDP/ZeRO gathering a parameter before it is used; or a
+  collective-permute passing a parameter's shard to a matmul (one step of a
+  TPU collective matmul).
 - ``gradient-reduction``: a reduce-scatter or all-reduce whose result has an
   argument's per-device shape (or one layer's): a gradient summed back to its
   parameter's sharding.
@@ -54,9 +56,32 @@ def _local(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> tupl
 
 
 def _shapes(t: TensorInfo, sizes: dict[str, int], undone: frozenset[str]) -> set[tuple[int, ...]]:
-    """The argument's shard with ``undone`` axes gathered, and one layer of it."""
+    """The argument's shard with ``undone`` axes gathered, and one layer of it, without unit dimensions.
+    A stack of three or more dimensions may hold its layers on any unsharded axis (MaxText stores them
+    second, ``(embed, layers, mlp)``), and XLA keeps or drops the sliced layer's unit dimension as it
+    likes."""
     full = _local(t, sizes, undone)
-    return {full, full[1:]} if len(full) > 1 else {full}
+    if len(full) <= 1:
+        return {squeezed(full)}
+    # A stack's layer axis is not sharded (a scan slices it on every device alike). A layer taken off
+    # another axis than the first is marked: it counts only inside a loop (the scan over the layers), where
+    # an activation's slice of the same shape would not be mistaken for it.
+    sharded = [bool(d) for d in (t.sharding or [])] + [False] * len(full)
+    others = [i for i in range(1, len(full)) if not sharded[i]] if len(full) >= 3 else []
+    return {squeezed(full), squeezed(full[1:])} | {LOOP_ONLY + squeezed(full[:i] + full[i + 1:]) for i in others}
+
+
+# Marks a shape that is a parameter's only as one layer sliced inside a loop (a tuple prefix no shape has).
+LOOP_ONLY = (-1,)
+
+
+def _holds(shapes: set[tuple[int, ...]], result: tuple[int, ...], in_loop: bool) -> bool:
+    return result in shapes or (in_loop and LOOP_ONLY + result in shapes)
+
+
+def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape without its unit dimensions: how parameter shapes and collective results are compared."""
+    return tuple(n for n in shape if n != 1)
 
 
 def _is_matmul_op(ins: HloInstruction) -> bool:
@@ -98,10 +123,19 @@ def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
         for c in comps)
 
 
-def _feeds_matmul(ins: HloInstruction, module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
+def _pieces(c: Collective, ins: HloInstruction, module: HloModule) -> list[HloInstruction]:
+    """Where a collective's result appears: the instruction, the other pieces of a split collective, and
+    the fusions that wrap them (a TPU async collective fusion's done step returns the gathered array)."""
+    found = [ins] + [p for p in map(module.instruction, c.pieces) if p is not None]
+    callers = module.callers()
+    wrappers = [f for p in found for f in callers.get(module.computation_of(p.name) or "", []) if f.opcode == "fusion"]
+    return found + wrappers
+
+
+def _feeds_matmul(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
     """Whether a value reaches a matmul through layout-only ops: a parameter
     gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
-    todo, seen = [ins], set[str]()
+    todo, seen = list(starts), set[str]()
     while todo and len(seen) < 64:
         cur = todo.pop()
         if cur.name in seen:
@@ -158,18 +192,25 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
               has_gradients: bool = True) -> str:
     shapes = shapes or _ParameterShapes(params, mesh)
     axes = _axis_names(c.mesh_axes)
-    result = tuple(c.shape)
+    result = squeezed(tuple(c.shape))
+    in_loop = c.count > 1 or c.count_is_lower_bound
     ins = module.instruction(c.hlo_name) if module else None
     if c.kind == "all-gather" and axes:
-        if result in shapes.reachable(axes) and (ins is None or users is None or _feeds_matmul(ins, module, users)):
+        if _holds(shapes.reachable(axes), result, in_loop) and (ins is None or users is None
+                                                 or _feeds_matmul(_pieces(c, ins, module), module, users)):
             return "parameter-gather"
+    # A collective matmul (TPU) passes a parameter's shard around a ring of collective-permutes, one step
+    # of the gather per matmul: FSDP traffic, split.
+    if c.kind == "collective-permute" and axes and _holds(shapes.any_shard, result, in_loop) and ins is not None \
+            and users is not None and _feeds_matmul(_pieces(c, ins, module), module, users):
+        return "parameter-gather"
     # A gradient is reduced in the backward pass: not in a program without one, nor by a reduction whose own
     # op_name is the forward's (the partial sums of a matmul that contracts a sharded dimension).
     backward = has_gradients and (ins is None or ins.op_name is None or _is_backward(ins))
     if c.kind in ("reduce-scatter", "all-reduce") and result and backward:
         # A parameter's shard, or its shard with the reduced axes undone (an
         # all-reduce then a slice, CPU's reduce-scatter).
-        if result in shapes.any_shard or result in shapes.reachable(axes):
+        if _holds(shapes.any_shard, result, in_loop) or _holds(shapes.reachable(axes), result, in_loop):
             return "gradient-reduction"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
         if _is_matmul(module.instruction(ins.operands[0]), module):
