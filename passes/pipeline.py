@@ -21,6 +21,7 @@ from .common.shapes import array_bytes, parse_arrays, split_tuple
 from .hlo.collective_intent import classify, parameters, partial_sum_operands
 from .hlo.collective_origin import collective_origins, explain_outputs
 from .hlo.collectives import find_collectives
+from .hlo.compiler_refusal import CompilerRefusal
 from .hlo.cost import program_cost, xla_cost_figures
 from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from .hlo.parser import parse_hlo_module
@@ -165,6 +166,27 @@ def analyze_target(
         findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
         axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
         time=time,
+    )
+
+
+def analyze_refused_target(
+    name: str, module: ir.Module, refusal: CompilerRefusal, platform: str, config: PassConfig,
+    entry: tuple[EntrySignature, EntrySources] | None = None,
+) -> TargetReport:
+    """A target the compiler refused for want of memory: no compiled program, so no collectives or
+    memory summary; the refusal is the over-budget finding, and what the StableHLO alone shows
+    (shardings of arguments and results, donation) is checked as usual."""
+    sig, sources = entry or (read_entry_signature(module), read_entry_sources(module, config.ownership))
+    ctx = RuleContext(
+        target=name, platform=platform, signature=sig, inputs=sig.inputs, outputs=sig.outputs, collectives=(),
+        memory=None, roundtrips=correspond(sig), options=config.resolved_options(), entry_source=sources.entry,
+        input_sources=sources.inputs, output_sources=sources.outputs, refusal=refusal,
+    )
+    return TargetReport(
+        name=name, platform=platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes), memory=None,
+        collectives=[], inputs=list(sig.inputs), outputs=list(sig.outputs), findings=run_rules(ctx, config),
+        warnings=["not compiled: the compiler refused it for want of memory (SL301), so there are no collectives "
+                  "and no memory breakdown"],
     )
 
 

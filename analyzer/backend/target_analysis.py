@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 
+from ...passes.hlo.compiler_refusal import read_refusal
 from ...passes.hlo.memory import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.pipeline import CompiledFacts, analyze_target
+from ...passes.pipeline import CompiledFacts, analyze_refused_target, analyze_target
 from ...passes.propagation.predicted_communication import predict
 from ...passes.propagation.report import run_propagation
 from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
@@ -105,7 +106,11 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
-        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+        refusal = read_refusal(str(e))
+        if refusal is None:
+            raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+        _, entry = background.get()  # out of memory on the device: a measurement, reported as a finding
+        return analyze_refused_target(name, module, refusal, platform_label(settings), settings.pass_config(), entry)
 
     def out_shardings_hook(inputs, outputs, roundtrips):
         s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)

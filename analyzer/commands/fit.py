@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from ...passes.hlo.compiler_refusal import read_refusal
 from ...passes.models.report import SCHEMA_VERSION, Model
 from .. import __version__
 from ..adapter import jax_adapter
@@ -24,8 +25,11 @@ from ..errors import ShardLintInputError, one_line
 
 class Probe(Model):
     value: int
-    peak_bytes: int
+    peak_bytes: int = Field(description="XLA's per-device peak; for a probe the compiler refused, the memory "
+                            "it said the program needs.")
     fits: bool
+    refused_by_compiler: bool = Field(default=False, description="The compiler refused the probe for want of "
+                                      "memory (a TPU compile): it does not fit.")
 
 
 class FitResult(Model):
@@ -60,15 +64,16 @@ class FitRequest:
 
 
 class _Prober:
-    def __init__(self, request: FitRequest, script: LoadedScript):
-        self.request, self.script = request, script
+    def __init__(self, request: FitRequest, script: LoadedScript, budget: int | None = None):
+        self.request, self.script, self.budget = request, script, budget
         self.cache: dict[int, int] = {}
+        self.refused: set[int] = set()  # values the compiler refused for want of memory
         self.order: list[int] = []
         self.names: list[str] = []
 
     @classmethod
-    def open(cls, request: FitRequest, settings: Settings) -> _Prober:
-        return cls(request, load_script(request.script, request.params, settings))
+    def open(cls, request: FitRequest, settings: Settings, budget: int | None = None) -> _Prober:
+        return cls(request, load_script(request.script, request.params, settings), budget)
 
     def peak(self, value: int) -> int:
         if value in self.cache:
@@ -80,14 +85,26 @@ class _Prober:
             try:
                 program = jax_adapter.compile_lowered(lowered, with_reports=False)
             except Exception as e:
-                raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
-                                          f"{self.request.param}={value}: {one_line(e)}") from e
+                refusal = read_refusal(str(e))
+                if refusal is None:
+                    raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
+                                              f"{self.request.param}={value}: {one_line(e)}") from e
+                # A TPU compiler out of memory measured the probe: it does not fit, whatever the budget says.
+                self.refused.add(value)
+                peak = max(peak, refusal.required_bytes)
+                continue
             m = program.memory or {}
             peak = max(peak, m.get("temp_bytes", 0) + m.get("argument_bytes", 0) + m.get("output_bytes", 0)
                        - m.get("alias_bytes", 0))
         self.cache[value] = peak
         self.order.append(value)
-        return peak
+        return self.searched_peak(value)
+
+    def searched_peak(self, value: int) -> int:
+        """The peak the search sees: a refused probe is over the budget even where the compiler's figure
+        (its temporaries alone, against the HBM it can use) is not."""
+        peak = self.cache[value]
+        return max(peak, self.budget + 1) if value in self.refused and self.budget is not None else peak
 
 
 def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tuple[float, float] | None]:
@@ -153,7 +170,7 @@ def fit(request: FitRequest, settings: Settings) -> FitResult:
         raise ShardLintInputError("fit", "needs a budget: --budget SIZE or --device KIND (or a GPU --platform)")
     if request.multiple_of < 1 or request.lo < 1 or request.hi < request.lo:
         raise ShardLintInputError("--range", f"expected 1 <= LO <= HI, got {request.lo}:{request.hi}")
-    prober = _Prober.open(request, settings)
+    prober = _Prober.open(request, settings, budget)
     value, line = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None
@@ -165,6 +182,6 @@ def fit(request: FitRequest, settings: Settings) -> FitResult:
         range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,
         next_value=nxt, next_peak_bytes=prober.cache.get(nxt) if nxt else None,
         line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,
-        probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.cache[v] <= budget)
-                for v in prober.order],
+        probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.searched_peak(v) <= budget,
+                      refused_by_compiler=v in prober.refused) for v in prober.order],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hlo.compiler_refusal import CompilerRefusal
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..stablehlo.module import EntrySignature
 from ..stablehlo.state_roundtrip import RoundTrip
@@ -30,6 +31,8 @@ class RuleContext:
     # A partial-sum all-reduce's HLO name -> (per-device bytes of its matmul's smaller
     # operand, the input index its larger operand is, if it is one).
     partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
+    refusal: CompilerRefusal | None = None
 
     @property
     def num_devices(self) -> int:

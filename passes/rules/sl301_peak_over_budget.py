@@ -17,7 +17,9 @@ def peak_over_budget(ctx: RuleContext, out: Emitter) -> None:
     ------------
     Compares XLA's per-device peak (temp + argument + output - alias) with the
     budget given by `--budget`, `--device` or the configuration, and reports a
-    peak above it.
+    peak above it. A compiler that refuses the program for want of memory (XLA's
+    TPU compiler: `RESOURCE_EXHAUSTED: Ran out of memory ...`) measured it: the
+    refusal is reported here with the compiler's figures.
 
     Why is this bad
     ---------------
@@ -36,6 +38,19 @@ def peak_over_budget(ctx: RuleContext, out: Emitter) -> None:
     the buffers listed as live at the peak over more devices, donate the state,
     or rematerialise activations with `jax.checkpoint`.
     """
+    if ctx.refusal is not None:
+        r = ctx.refusal
+        need, have = format_bytes(r.required_bytes), format_bytes(r.available_bytes)
+        out.emit(
+            f"the {ctx.platform.split(' (')[0]} compiler refused the program: {r.what} need {need}, over the "
+            f"{have} it can use by {format_bytes(r.required_bytes - r.available_bytes)} "
+            f"(the compiler's figures: \"{r.message}\")",
+            ctx.entry_source,
+            fix="reduce the batch (jax-shard-lint fit finds the largest that fits), shard parameters and optimizer "
+            "state over more devices, donate the state, or wrap layers in jax.checkpoint",
+            subject="peak",
+        )
+        return
     mem = ctx.memory
     if mem is None or mem.budget_bytes is None or mem.peak_bytes <= mem.budget_bytes:
         return

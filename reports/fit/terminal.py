@@ -17,7 +17,8 @@ def render_fit(result, console: Console) -> None:
                     ("peak / device", {"justify": "right"}), ("fits", {})):
         table.add_column(col, **kw)
     for i, p in enumerate(result.probes, 1):
-        table.add_row(str(i), str(p.value), format_bytes(p.peak_bytes), "yes" if p.fits else "no")
+        refused = " (the compiler refused it: out of memory)" if p.refused_by_compiler else ""
+        table.add_row(str(i), str(p.value), format_bytes(p.peak_bytes), ("yes" if p.fits else "no") + refused)
     console.print(table)
     if result.line_slope_bytes is not None:
         console.print(f"fitted line: peak ~ {format_bytes(int(result.line_intercept_bytes))} + "
