@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...passes.hlo.memory import stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
@@ -58,6 +58,10 @@ def _child_env(dump: str, devices: int | None) -> dict:
     env["XLA_FLAGS"] = " ".join(flags + [f"--xla_dump_to={os.path.join(dump, 'xla')}"])
     env["JAX_DUMP_IR_TO"] = os.path.join(dump, "jax")
     env["JAX_ENABLE_COMPILATION_CACHE"] = "false"  # a cache hit writes no dumps
+    if "libtpu" in sys.modules:
+        # This process holds libtpu's machine-wide lock (it compiled for a TPU target): the script's own
+        # compile-only TPU devices would fail on our lock, not on a TPU another job uses.
+        env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     return env
 
@@ -95,12 +99,49 @@ def _programs(dump: str) -> list[tuple[str, str, str | None]]:
     return out
 
 
+# libtpu's names for the chips, in a TPU dump's target_arguments.txt: (version, variant) -> our --platform.
+_TPU_VERSIONS = {("PUFFERFISH", ""): "tpu-v4", ("VIPERFISH", "lite"): "tpu-v5e", ("VIPERFISH", ""): "tpu-v5p",
+                 ("GHOSTLITE", ""): "tpu-v6e", ("GHOSTLITE", "lite"): "tpu-v6e"}
+_TPU_TOPOLOGY = re.compile(r'tpu_topology_args\s*\{\s*version:\s*TPU_VERSION_(\w+)(?:\s*variant:\s*"(\w*)")?')
+
+
+def header_line(hlo_text: str) -> str:
+    """The ``HloModule`` line, whole: its ``entry_computation_layout`` alone can run to thousands of
+    characters before ``num_partitions`` (a MaxText step's is at character 5,724)."""
+    return hlo_text.split("\n", 1)[0]
+
+
+def _partitions(hlo_text: str | None) -> int:
+    m = re.search(r"\bnum_partitions=(\d+)", header_line(hlo_text or ""))
+    return int(m.group(1)) if m else 1
+
+
+def dumped_platform(hlo_path: str, hlo_text: str) -> str:
+    """What the dumped program was compiled for: a TPU generation (its dump names the chip), ``tpu`` when
+    it does not, ``gpu`` or ``cpu``. A script may compile for compile-only TPU devices (MaxText's
+    train_compile) whatever it runs on."""
+    base = hlo_path[: -len("after_optimizations.txt")]
+    arguments = _read(base + "target_arguments.txt") or ""
+    m = _TPU_TOPOLOGY.search(arguments)
+    if m:
+        return _TPU_VERSIONS.get((m.group(1), m.group(2) or ""), "tpu")
+    if ":T(" in header_line(hlo_text):  # TPU layouts are tiled: f32[512,4096]{1,0:T(8,128)}
+        return "tpu"
+    return "gpu" if "gpu_after" in os.path.basename(hlo_path) else "cpu"
+
+
 def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings) -> TargetReport:
     hlo_text = _read(hlo_path)
     base = hlo_path[: -len("after_optimizations.txt")]
     buffers = _read(base + "after_optimizations-buffer-assignment.txt")
     live = _read(base + "after_optimizations-live-range.txt")
-    platform = "as run (" + ("gpu" if "gpu_after" in hlo_path else "cpu") + ")"
+    compiled_for = dumped_platform(hlo_path, hlo_text or "")
+    platform = f"as run ({compiled_for})"
+    if compiled_for.startswith("tpu") and settings.platform != compiled_for:
+        # The step time and the budget are the chip's the program was compiled for, not the host's.
+        settings = replace(settings, platform=compiled_for,
+                           budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes)
+        settings = settings.with_default_budget()
     if mlir_path:
         try:
             module = jax_adapter.parse_stablehlo(_read(mlir_path))
@@ -158,7 +199,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
             if only and not only.search(name):
                 skipped.append(f"{name}: does not match --only")
                 continue
-            if not request.include_single_device and "num_partitions=" not in (_read(hlo_path) or "")[:2000]:
+            if not request.include_single_device and _partitions(_read(hlo_path)) < 2:
                 skipped.append(f"{name}: runs on one device (--all includes it)")
                 continue
             if len(reports) >= request.max_programs:
