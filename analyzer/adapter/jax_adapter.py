@@ -247,6 +247,13 @@ def lowered_mesh(lowered: Any) -> Any:
     return None
 
 
+def kept_argument_leaves(lowered: Any) -> frozenset[int] | None:
+    """The flattened argument leaves the compiled module takes: ``jit`` prunes the ones the function never
+    reads (MaxText's ``targets_position``), and the module's arguments are the rest, in order. None: all."""
+    kept = lowered._lowering.compile_args.get("kept_var_idx")
+    return None if kept is None else frozenset(kept)
+
+
 def arg_info_dtype(info: Any) -> Any:
     """The dtype of one leaf of ``Lowered.args_info``."""
     return info._aval.dtype

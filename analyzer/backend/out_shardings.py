@@ -58,16 +58,20 @@ def _keys_text(path: tuple) -> str | None:
 
 
 class _Tree:
-    """A pytree whose leaves are numbered in flatten order, walked one level at a time."""
+    """A pytree whose leaves are numbered in flatten order, walked one level at a time. ``kept``: the
+    flattened leaves the compiled module takes (``jit`` prunes arguments the function never reads); a
+    leaf's number is then its module argument's, and a pruned leaf has none."""
 
-    def __init__(self, tree: Any):
+    def __init__(self, tree: Any, kept: frozenset[int] | None = None):
         import jax
 
         self.jax = jax
         self.tree = tree
         leaves = jax.tree_util.tree_leaves(tree)
-        self.index = {id(leaf): i for i, leaf in enumerate(leaves)}
-        self.n = len(leaves)
+        self.leaves = {id(leaf) for leaf in leaves}
+        kept_leaves = [leaf for i, leaf in enumerate(leaves) if kept is None or i in kept]
+        self.index = {id(leaf): i for i, leaf in enumerate(kept_leaves)}
+        self.n = len(kept_leaves)
 
     def children(self, node: Any) -> list[tuple[Any, Any]]:
         """(key, child) one level down; None children are kept."""
@@ -75,10 +79,14 @@ class _Tree:
         return [(path[0], child) for path, child in flat]
 
     def is_leaf(self, node: Any) -> bool:
-        return id(node) in self.index
+        return id(node) in self.leaves
+
+    def is_pruned(self, node: Any) -> bool:
+        return id(node) in self.leaves and id(node) not in self.index
 
     def leaf_range(self, node: Any) -> list[int]:
-        return [self.index[id(x)] for x in self.jax.tree_util.tree_leaves(node)]
+        """The module arguments under ``node`` (its kept leaves)."""
+        return [self.index[id(x)] for x in self.jax.tree_util.tree_leaves(node) if id(x) in self.index]
 
     def structure(self, node: Any):
         return self.jax.tree_util.tree_structure(node)
@@ -125,7 +133,7 @@ def build_text(
 ) -> str:
     """The text for ``intended`` shardings (mesh axes per dim, per flattened output)."""
     args, out_info = lowered.args_info[0], lowered.out_info  # out_info is rebuilt on every access
-    args_tree, out_tree = _Tree(args), _Tree(out_info)
+    args_tree, out_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered)), _Tree(out_info)
     names = _arg_names(inputs, args_tree, args)
     by_first = _input_subtrees(args_tree, args, names)
 
@@ -181,14 +189,15 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     if mesh is None:
         return "the program has no named mesh"
     args = lowered.args_info[0]
-    args_tree = _Tree(args)
-    flat_inputs = [
-        jax.ShapeDtypeStruct(tuple(t.shape), jax_adapter.arg_info_dtype(leaf),
-                             sharding=NamedSharding(mesh, P(*[tuple(a) if a else None for a in (t.sharding or [])])))
-        for t, leaf in zip(inputs, jax.tree_util.tree_leaves(args))
-    ]
-    if len(flat_inputs) != args_tree.n:
+    args_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
+    if len(inputs) != args_tree.n:
         return "the inputs do not match the program's argument tree"
+    flat_inputs = [  # a leaf jit pruned is bound without a sharding: the program never reads it
+        jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf)) if args_tree.is_pruned(leaf) else
+        jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf), sharding=NamedSharding(
+            mesh, P(*[tuple(a) if a else None for a in (inputs[args_tree.index[id(leaf)]].sharding or [])])))
+        for leaf in jax.tree_util.tree_leaves(args)
+    ]
     bound = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), flat_inputs)
     namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh}
     for i, name in _arg_names(inputs, args_tree, args).items():

@@ -28,28 +28,33 @@ from ..backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespa
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
     args = lowered.args_info[0]
-    tree = _Tree(args)
+    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))  # module argument numbers: intended's
     names = _arg_names(inputs, tree, args)
 
     def same(leaves: list[int]) -> bool:
         first = pspec_text(intended[leaves[0]])  # P('x') for every rank: what a prefix gives each leaf
         return all(pspec_text(intended[i]) == first for i in leaves)
 
-    def render(node, expr: str | None) -> str:
-        """``expr``: the Python for this node (``opt_state[0]``), None where a key has no spelling."""
+    def render(node, expr: str | None, sibling: str = "None") -> str:
+        """``expr``: the Python for this node (``opt_state[0]``), None where a key has no spelling.
+        ``sibling``: the text for a leaf jit pruned (the program never reads it): its siblings' common
+        sharding, so pasting does not move it (None would replicate it on every call)."""
+        if tree.is_pruned(node):
+            return sibling
         if tree.is_leaf(node):
             return named_sharding_text(intended[tree.index[id(node)]])
         leaves = tree.leaf_range(node)
         if not leaves:
             return "None"
-        if len(leaves) > 1 and same(leaves):
+        if (len(leaves) > 1 or len(tree.jax.tree_util.tree_leaves(node)) > 1) and same(leaves):
             return named_sharding_text(intended[leaves[0]])  # a pytree prefix: one sharding for the subtree
+        common = named_sharding_text(intended[leaves[0]]) if same(leaves) else "None"
         kids = [(k, c, None if expr is None or _keys_text((k,)) is None else expr + _keys_text((k,)))
                 for k, c in tree.children(node)]
         if type(node) is dict:
-            return "{" + ", ".join(f"{k.key!r}: {render(c, x)}" for k, c, x in kids) + "}"
+            return "{" + ", ".join(f"{k.key!r}: {render(c, x, common)}" for k, c, x in kids) + "}"
         if type(node) in (tuple, list):
-            items = [render(c, x) for _, c, x in kids]
+            items = [render(c, x, common) for _, c, x in kids]
             if type(node) is list:
                 return "[" + ", ".join(items) + "]"
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
@@ -73,11 +78,14 @@ def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended
     if isinstance(namespace, str):
         return namespace
     args = lowered.args_info[0]
+    leaves = len(jax.tree_util.tree_leaves(args))
     try:
         value = eval(text.removeprefix("in_shardings="), namespace)  # our own text, built above
-        flat = jax_adapter.flatten_out_shardings(value, jax.tree_util.tree_structure(args), len(inputs))
+        flat = jax_adapter.flatten_out_shardings(value, jax.tree_util.tree_structure(args), leaves)
     except Exception as e:  # the text does not paste: JAX's own message says why
         return f"{type(e).__name__}: {e}".splitlines()[0]
+    kept = jax_adapter.kept_argument_leaves(lowered)
+    flat = [s for k, s in enumerate(flat) if kept is None or k in kept]  # the module's arguments
     for i, (got, want) in enumerate(zip(flat, intended)):
         axes = None if got is None else jax_adapter.sharding_axes(got, len(inputs[i].shape))
         if normalized(axes, len(inputs[i].shape)) != normalized(want, len(inputs[i].shape)):
