@@ -38,6 +38,29 @@ def test_run_reports_what_was_captured_when_the_script_raises(cli):
     assert any("does not match --only" in s for s in report["run"]["skipped"])
 
 
+MANY_ARGUMENTS = """import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+params = {f"layer_{i:03d}": jax.device_put(jnp.ones((64, 64)), NamedSharding(mesh, P("fsdp"))) for i in range(120)}
+step = jax.jit(lambda p: jax.tree.map(lambda w: w - 0.1 * jnp.tanh(w.T @ w), p))
+step(params)
+"""
+
+
+def test_run_finds_the_partition_count_after_a_long_entry_layout(cli, tmp_path):
+    """A step with many parameters (MaxText's) prints its entry_computation_layout before num_partitions:
+    the count was searched in the first 2,000 characters, and the sharded step was dropped as one-device."""
+    script = tmp_path / "many_arguments.py"
+    script.write_text(MANY_ARGUMENTS)
+    result = cli("run", str(script), "--devices", "8", "--format", "json", "-q")
+    assert result.code in (0, 1), result.err
+    report = json.loads(result.out)
+    [t] = [t for t in report["targets"] if t["name"] == "jit__lambda"]
+    assert t["num_devices"] == 8 and t["collectives"]
+
+
 def test_run_max_programs_and_missing_script(cli):
     report = json.loads(cli("run", TRAIN, "--devices", "8", "--max-programs", "1", "--format", "json",
                             "--", "--steps", "1").out)

@@ -6,6 +6,8 @@ the same topology."""
 import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 if importlib.util.find_spec("libtpu") is None:
     pytest.skip("the [tpu] extra (libtpu) is not installed", allow_module_level=True)
 
-from conftest import lint_targets  # noqa: E402
+from conftest import ROOT, console_script, lint_targets  # noqa: E402
 
 from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
 from jax_shard_lint.analyzer.platforms.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
@@ -21,6 +23,9 @@ from jax_shard_lint.analyzer.platforms.tpu_targets import TPU_GENERATIONS, defau
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 REMAT = os.path.join("examples", "remat_layer_stack.py")
 VALUE = os.path.join("examples", "value_function_step.py")
+MAXTEXT = os.path.join("examples", "maxtext_like_step.py")
+TRAIN_COMPILE = os.path.join("fixtures", "scripts", "train_compile_tpu.py")
+OVER_HBM = ("--set", "d_model=8192", "--set", "d_ff=32768", "--set", "layers=32")  # 19.1 GiB of temporaries
 
 
 @pytest.mark.parametrize("platform, devices, topology", [
@@ -54,6 +59,22 @@ def _direct_compile(path, platform, **params):
     return {name: lowered.compile() for name, lowered in targets.items()}
 
 
+_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def _collective_lines(hlo):
+    return [line for line in hlo.splitlines() if " = " in line and any(
+        f" {k}(" in line or f" {k}-start(" in line for k in _KINDS)]
+
+
+def _distinct_collectives(hlo):
+    """Collectives counted once per channel: TPU clones one gather into start, continuation and done
+    pieces that share its channel id."""
+    lines = _collective_lines(hlo)
+    channels = {m.group(1) for line in lines for m in [re.search(r"channel_id=(\d+)", line)] if m}
+    return len(channels) + sum(1 for line in lines if "channel_id=" not in line)
+
+
 # FSDP runs on both JAX releases in CI: libtpu 0.0.50 (JAX 0.12) offloads its embedding gather to the SparseCores.
 @pytest.mark.parametrize("path", [
     FSDP, pytest.param(REMAT, marks=pytest.mark.slow), pytest.param(VALUE, marks=pytest.mark.slow),
@@ -68,10 +89,8 @@ def test_peak_and_collectives_are_the_tpu_compilers(cli, path):
         assert t["memory"]["peak_bytes"] == peak
         assert t["memory"]["budget_bytes"] == 95 * 2**30
         hlo = direct[t["name"]].as_text()
-        kinds = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-        expected = sum(1 for line in hlo.splitlines() if " = " in line and any(
-            f" {k}(" in line or f" {k}-start(" in line for k in kinds))
-        assert len(t["collectives"]) == expected
+        assert len(t["collectives"]) == _distinct_collectives(hlo)
+        assert sum(1 + len(c["pieces"]) for c in t["collectives"]) == len(_collective_lines(hlo))
         for c in t["collectives"]:
             assert c["mesh_axes"] and not c["mesh_axes"][0].startswith("<"), c  # the user's axis names
         if t["collectives"]:
@@ -99,3 +118,57 @@ def test_fit_takes_its_budget_from_the_platform(cli):
     [t] = lint_targets(cli, REMAT, "--platform", "tpu-v5p", "--set", f"batch={fit['value']}")
     assert t["memory"]["peak_bytes"] <= t["memory"]["budget_bytes"]
     assert not [f for f in t["findings"] if f["rule"] == "SL301"]
+
+
+def test_maxtext_like_step_with_its_pallas_attention(cli):
+    """The TPU compile has a Pallas splash-attention custom call printed over three lines, and FSDP gathers
+    split into pieces of one channel: figures against the compiler's own, once per channel."""
+    [t] = lint_targets(cli, MAXTEXT, "--platform", "tpu-v5e")
+    compiled = _direct_compile(MAXTEXT, "tpu-v5e")["train_step"]
+    hlo = compiled.as_text()
+    assert "tpu_custom_call" in hlo and re.search(r'^"xprof_metadata"', hlo, re.M)
+    m = compiled.memory_analysis()
+    assert t["memory"]["peak_bytes"] == (m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+                                         - m.alias_size_in_bytes)
+    assert len(t["collectives"]) == _distinct_collectives(hlo) < len(_collective_lines(hlo))
+    # The stacked layers' gathers and gradient reductions are FSDP's: SL102 says nothing about them.
+    assert {c["intent"] for c in t["collectives"] if c["count"] > 1} <= {"parameter-gather", "gradient-reduction",
+                                                                          "reshard"}
+    assert not [f for f in t["findings"] if f["rule"] == "SL102"]
+
+
+def test_a_program_over_the_chips_memory_is_a_finding_with_the_compilers_figures():
+    """As a user runs it (the installed console script, from the project folder): exit 1 on an SL301
+    error finding, where a compile error was an exit 2; at the user's lower() line, never the tool's own
+    (an editable install inside the project made the tool's child the outermost user frame)."""
+    result = subprocess.run([console_script(), "lint", MAXTEXT, "--platform", "tpu-v5e", *OVER_HBM,
+                             "--format", "json", "-q"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 1, result.stderr[-2000:]
+    [t] = json.loads(result.stdout)["targets"]
+    [f] = [f for f in t["findings"] if f["rule"] == "SL301"]
+    assert "compiler refused the program" in f["message"] and "RESOURCE_EXHAUSTED" in f["message"]
+    with open(os.path.join(ROOT, MAXTEXT)) as source:
+        lower_line = next(i for i, text in enumerate(source, 1) if ".lower(params, batch_tree)" in text)
+    assert (f["source"]["file"], f["source"]["line"]) == (MAXTEXT, lower_line)
+    assert t["memory"] is None and t["collectives"] == [] and t["inputs"]
+
+
+def test_fit_reads_a_refusal_as_does_not_fit(cli):
+    result = cli("fit", MAXTEXT, "--param", "layers", "--platform", "tpu-v5e", "--set", "d_model=8192",
+                 "--set", "d_ff=32768", "--range", "32:40", "--format", "json", "-q")
+    assert result.code == 1, result.err  # nothing in the range fits
+    fit = json.loads(result.out)
+    assert fit["value"] is None
+    assert fit["probes"][0]["refused_by_compiler"] and not fit["probes"][0]["fits"]
+
+
+def test_run_reports_a_train_compile_script_with_tpu_figures(cli):
+    """MaxText's train_compile, unmodified: the program compiled for the TPU slice is reported (its
+    num_partitions is thousands of characters into the HLO's first line), as a tpu-v5e program."""
+    result = cli("run", TRAIN_COMPILE, "--format", "json", "-q")
+    assert result.code in (0, 1), result.err
+    report = json.loads(result.out)
+    [t] = report["targets"]
+    assert t["platform"] == "as run (tpu-v5e)" and t["num_devices"] == 8
+    assert t["memory"]["budget_bytes"] == 16 * 2**30
+    assert t["collectives"] and all(c["source"] for c in t["collectives"])

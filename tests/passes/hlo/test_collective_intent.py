@@ -68,3 +68,23 @@ def test_an_evaluation_step_has_no_gradient_reductions(cli, tmp_path):
     # jvp's dot_general, not transpose's): the weight's gradient x.T @ g comes out sharded like the weight.
     train = t["train"]["collectives"]
     assert train and all(c["intent"] == "activation" and "transpose(" not in c["op_name"] for c in train)
+
+
+def test_stacked_layers_with_the_layer_axis_second_are_fsdp_traffic(cli):
+    """MaxText stores a scanned stack as (embed, layers, mlp): one layer of a weight is the stack without its
+    second dimension. Each layer's gather and its gradient's reduction were labelled reshard (one layer was
+    taken to be the stack without its first dimension), and SL102 warned on intended FSDP traffic."""
+    path = os.path.join(EXAMPLES, "maxtext_like_step.py")
+    t = targets(cli, path, "--set", "layers=2", "--set", "d_model=256", "--set", "d_ff=512", "--set", "seq=256",
+                "--set", "vocab=1024")["train_step"]
+    # One layer of each decoder weight, from the argument's global shape with its fsdp dimension gathered.
+    layers = {(a, b) for i in t["inputs"] if i["path"].startswith("params['decoder']")
+              for a, _, b in [i["shape"]]}
+    in_loop = [c for c in t["collectives"] if c["count"] == 2]  # inside the 2-layer scan
+    gathers = [c for c in in_loop if c["kind"] == "all-gather" and tuple(d for d in c["shape"] if d != 1) in layers]
+    reductions = [c for c in in_loop if c["kind"] in ("all-reduce", "reduce-scatter")
+                  and tuple(d for d in c["shape"] if d != 1) in layers]
+    assert gathers and reductions
+    assert {c["intent"] for c in gathers} == {"parameter-gather"}
+    assert {c["intent"] for c in reductions} == {"gradient-reduction"}
+    assert not [f for f in t["findings"] if f["rule"] == "SL102"]

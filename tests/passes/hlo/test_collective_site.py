@@ -12,6 +12,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from conftest import FIXTURES, lint_targets
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -144,3 +145,18 @@ def test_a_collective_the_program_asks_for_is_explicit_not_a_finding(cli, tmp_pa
     assert permutes and all(c["intent"] == "explicit" and c["source"]["line"] == line for c in permutes)
     assert all(c["count"] == 7 for c in permutes)  # the loop's trip count
     assert not [f for f in target["findings"] if f["rule"] in ("SL101", "SL102")]
+
+
+def test_collectives_at_a_shared_helper_name_the_caller_that_tells_them_apart(cli):
+    """Both all-reduces are at the helper's ``x @ w``; each names the projection that called it."""
+    path = os.path.join(FIXTURES, "scripts", "shared_helper.py")
+    [t] = lint_targets(cli, path)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    line_of = {marker: next(i for i, text in enumerate(lines, 1) if marker in text)
+               for marker in ("every projection's line", "the attention's projection", "the MLP's projection")}
+    reductions = [c for c in t["collectives"] if c["kind"] == "all-reduce"]
+    assert len(reductions) == 2
+    assert {c["source"]["line"] for c in reductions} == {line_of["every projection's line"]}
+    assert sorted(c["called_from"]["line"] for c in reductions) == sorted(
+        [line_of["the attention's projection"], line_of["the MLP's projection"]])

@@ -107,3 +107,14 @@ def test_the_line_is_the_users():
 def test_without_a_compiled_program_nothing_is_matched():
     predicted, _ = _both("contracting_dim_sharded")
     assert [p.matched_compiled for p in match_compiled(predicted, None)] == [None]
+
+
+def test_a_line_alone_does_not_bear_out_a_prediction():
+    """Every projection of a model shares one helper's line: a prediction is borne out by a compiled
+    collective of its family at its line that moves its bytes, each compiled collective once."""
+    predicted, compiled = _both("contracting_dim_sharded")
+    (p,) = predicted
+    larger = p.model_copy(update={"bytes": p.bytes * 100})  # what the logits matmul's prediction looked like
+    assert [q.matched_compiled for q in match_compiled([p, larger], compiled)] == [True, False]
+    # Two predictions of the one compiled all-reduce: the second finds its bytes spent.
+    assert [q.matched_compiled for q in match_compiled([p, p], compiled)] == [True, False]

@@ -25,6 +25,9 @@ from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search,
 VALUE = os.path.join("examples", "value_function_step.py")
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 EQUINOX = os.path.join(EXAMPLES, "models", "equinox_mlp.py")
+MAXTEXT = os.path.join("examples", "maxtext_like_step.py")
+SMALL_MAXTEXT = ("--set", "layers=2", "--set", "d_model=256", "--set", "d_ff=512", "--set", "vocab=1024",
+                 "--set", "seq=256")
 
 
 def _mesh(shape, names):
@@ -226,3 +229,13 @@ def test_loop_trip_counts_reach_the_functions_a_scan_body_calls():
     dots = [s for s in g.steps if s.op == "stablehlo.dot_general"]
     assert "func.call" in str(ruled) and dots
     assert all(repeats.get(s.tensors[-1]) == 5 for s in dots)
+
+
+def test_a_leaf_jit_prunes_keeps_its_place_in_the_pasted_text(cli):
+    """MaxText's batch carries ``targets_position``, which the step never reads: jit drops it from the module
+    (74 module arguments for 75 leaves), and building the in_shardings text by leaf number raised IndexError.
+    The text names every leaf, pastes into jax.jit and gives each module argument its suggestion."""
+    [r] = _suggest(cli, MAXTEXT, *SMALL_MAXTEXT)
+    assert r["text_problem"] is None, r["text_problem"]
+    assert not any("targets_position" in a["path"] for a in r["arguments"])  # pruned: not a module argument
+    assert r["in_shardings_text"].startswith("in_shardings=(")
