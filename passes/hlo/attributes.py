@@ -49,14 +49,11 @@ def balanced_end(text: str, start: int) -> int:
 def open_brackets(text: str) -> int:
     """How many brackets ``text`` leaves open, strings skipped: above 0 while an
     instruction printed over several lines is not finished."""
-    depth = 0
-    for m in _STRUCTURE.finditer(text):
-        ch = m.group()
-        if ch in _OPEN:
-            depth += 1
-        elif ch in _CLOSE:
-            depth -= 1
-    return depth
+    return sum((ch in _OPEN) - (ch in _CLOSE) for ch in map(_group, _STRUCTURE.finditer(text)))
+
+
+def _group(m: re.Match[str]) -> str:
+    return m.group()
 
 
 def parse_attributes(text: str) -> tuple[dict[str, str], dict[str, str | int]]:
