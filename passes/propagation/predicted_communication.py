@@ -165,7 +165,7 @@ def match_compiled(
     value, so half the predicted bytes count), largest predictions first."""
     if compiled is None:
         return predicted
-    capacity: dict[tuple, list[int]] = {}
+    capacity: dict[tuple[str, tuple[str, int] | None], list[int]] = {}
     for c in compiled:
         if c.source:
             capacity.setdefault((FAMILIES.get(c.kind, c.kind), _line(c.source)), []).append(c.bytes)
