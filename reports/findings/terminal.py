@@ -93,8 +93,9 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     rows = t.collectives[:MAX_ROWS]
     # The op name is in the JSON and HTML reports; the terminal keeps the source line.
     columns = [
+        # A split collective's pieces are in the JSON and HTML reports: here they would wrap the kind.
         Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "")
-                        + (f" ({1 + len(c.pieces)} pieces)" if c.pieces else "") for c in rows],
+                        for c in rows],
                fold=True),
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
