@@ -3,13 +3,15 @@
 MaxText scans a stack of decoder layers whose weights are stored stacked with
 the layer axis *second* (``param_scan_axis=1``: ``(embed, layers, mlp)``), shards
 every weight over ``fsdp`` (each layer's slice is all-gathered inside the scan
-and its gradient reduce-scattered back), and feeds a batch dictionary with
+and its gradient reduced back), and feeds a batch dictionary with
 leaves the step never reads (``targets_position``: ``jit`` prunes it). On a TPU
 target the attention scores go through a Pallas kernel, a TPU custom call, as
 MaxText's default attention does.
 
     jax-shard-lint lint examples/maxtext_like_step.py --platform tpu-v5e --devices 8
-    jax-shard-lint lint examples/maxtext_like_step.py --platform tpu-v5e --devices 8 --set d_model=8192
+    # over a v5e's 16 GiB: the compiler refuses it, reported as SL301 with its figures
+    jax-shard-lint lint examples/maxtext_like_step.py --platform tpu-v5e --devices 8 \
+        --set d_model=8192 --set d_ff=32768 --set layers=32
 """
 
 import functools
