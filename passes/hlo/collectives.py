@@ -292,11 +292,10 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
     for pieces in by_channel.values():
         if len(pieces) < 2:
             continue
-        order = {c.hlo_name: i for i, c in enumerate(pieces)}
-        first = min(pieces, key=lambda c: (not _is_start_piece(module, c.computation), order[c.hlo_name]))
+        # The start piece, else the first (min keeps the first of equal keys); the others in module order.
+        first = min(pieces, key=lambda c: not _is_start_piece(module, c.computation))
         merged.update({c.hlo_name: None for c in pieces})
-        merged[first.hlo_name] = first.model_copy(update={"pieces": sorted(
-            (c.hlo_name for c in pieces if c is not first), key=lambda n: order[n])})
+        merged[first.hlo_name] = first.model_copy(update={"pieces": [c.hlo_name for c in pieces if c is not first]})
     kept = (merged.get(c.hlo_name, c) for c in found)
     return [c for c in kept if c is not None]
 
