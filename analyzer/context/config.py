@@ -97,7 +97,7 @@ class Settings:
 
 
 @functools.lru_cache(maxsize=16)
-def _tool_folders() -> tuple[str, ...]:
+def tool_folders() -> tuple[str, ...]:
     """The tool's own package folders. Its frames (the child that lowers a target) are never the user's
     line, also when it is installed in editable mode inside the project being linted."""
     from ... import analyzer, passes, reports
@@ -107,7 +107,7 @@ def _tool_folders() -> tuple[str, ...]:
 
 def _ownership(first_party: tuple[str, ...], third_party: tuple[str, ...], root: str,
                user_roots: tuple[str, ...]) -> CodeOwnership:
-    return CodeOwnership(first_party=first_party, third_party=_tool_folders() + third_party, root=root,
+    return CodeOwnership(first_party=first_party, third_party=tool_folders() + third_party, root=root,
                          user_roots=user_roots, stdlib=DEFAULT_OWNERSHIP.stdlib)
 
 
