@@ -474,6 +474,21 @@ def device_assignment(lowered: Any) -> list:
         return []
 
 
+def lowered_identity(lowered: Any) -> dict[str, Any]:
+    """What a compile of ``lowered`` depends on beyond its StableHLO text: the devices it
+    is placed on (ids, kind, host) and its argument and result pytrees (the paths a report
+    names). Plain JSON, for the analysis cache's key."""
+    devices = [[int(d.id), str(d.platform), str(getattr(d, "device_kind", "")), int(getattr(d, "process_index", 0))]
+               for d in device_assignment(lowered)]
+    trees: dict[str, str | None] = {}
+    for name in ("in_tree", "out_tree"):
+        try:
+            trees[name] = str(getattr(lowered, name))
+        except Exception:  # noqa: BLE001 - a stage without the attribute: the text alone keys it
+            trees[name] = None
+    return {"devices": devices, **trees}
+
+
 def deserialize_export(data: bytes) -> Any:
     """A ``jax.export`` artifact; deserialising runs no Python from it."""
     from jax import export

@@ -26,6 +26,7 @@ from ..inputs.checked_in import (
 from ..inputs.files import check_input_file, read_input_text
 from ..inputs.limits import check_device_count
 from ..supervision import isolation
+from .cached_analysis import cached_text_report
 from .target_analysis import program_facts
 
 
@@ -103,7 +104,8 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     pool = devices if devices is not None else jax_adapter.cpu_devices()
     if n > len(pool):
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
-    report, _, _ = analyze_text(name, text, settings, path, devices=pool)
+    report = cached_text_report(name, text, n, settings, pool,
+                                lambda: analyze_text(name, text, settings, path, devices=pool)[0])
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [

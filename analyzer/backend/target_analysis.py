@@ -1,5 +1,5 @@
-"""One lowered target analysed: compiled by XLA (``program_facts``: the one builder of CompiledFacts), its
-StableHLO read on a second thread meanwhile, the pass pipeline run, and the propagation
+"""One lowered target analysed, through the analysis cache: compiled by XLA (``program_facts``: the one
+builder of CompiledFacts), its StableHLO read on a second thread meanwhile, the pass pipeline run, and the propagation
 behind a finding's provenance run only when a finding asks for it.
 """
 
@@ -19,6 +19,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
+from .cached_analysis import analysis_cache, cached_report, key_parts
 from .device_selection import device_processes, platform_label
 from .out_shardings import suggest as suggest_out_shardings
 
@@ -100,9 +101,19 @@ def _provenance_facts(module, ownership):
 
 
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
+    """The target's report: from the analysis cache when this program was analysed before
+    with the same settings and compilers, else compiled and analysed (and stored)."""
+    text = jax_adapter.stablehlo_text(lowered)
+    return cached_report(
+        analysis_cache(settings),
+        lambda: key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
+        lambda: _analyze_lowered(name, lowered, text, settings, where))
+
+
+def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
     ownership = settings.ownership()
-    background = _Background(_stablehlo_entry, jax_adapter.stablehlo_text(lowered), ownership)
+    background = _Background(_stablehlo_entry, text, ownership)
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug

@@ -19,8 +19,22 @@ def cmd_lint(args) -> int:
 
     settings = settings_from_args(args)
     report = lint(LintRequest(args.script, tuple(args.target), tuple(args.params)), settings, progress_printer(args))
+    _say_cache_use(args, settings)
     emit_report(args, "lint", report)
     return exit_code(report, settings.fail_on)
+
+
+def _say_cache_use(args, settings) -> None:
+    """On a terminal: how many targets came from the analysis cache."""
+    from ..backend.cached_analysis import analysis_cache
+
+    say, cache = progress_printer(args), analysis_cache(settings)
+    if say is None or cache is None:
+        return
+    stats = cache.stats()
+    if stats.hits or stats.misses:
+        say(f"analysis cache {settings.cache_dir}: {stats.hits} target(s) reused, {stats.misses} compiled"
+            + (f", {stats.corrupt} unreadable entr(ies) rewritten" if stats.corrupt else ""))
 
 
 def cmd_run(args) -> int:
@@ -54,8 +68,19 @@ def cmd_fit(args) -> int:
     return EXIT_OK if result.value is not None else EXIT_FINDINGS
 
 
+def executor_choice(args):
+    """--jobs, --executor and --ray-address, checked."""
+    from ..executors.choice import ExecutorChoice
+
+    if args.jobs < 1:
+        raise ShardLintInputError("--jobs", f"must be at least 1, got {args.jobs}")
+    if args.ray_address and args.executor != "ray":
+        raise ShardLintInputError("--ray-address", "needs --executor ray")
+    return ExecutorChoice(args.executor, args.jobs, args.ray_address)
+
+
 def _forwarded_args(args) -> list[str]:
-    """The options a sweep's child processes need to compile as this one does."""
+    """The options a child process (a sweep's candidate, a check's path) needs to compile as this one does."""
     out: list[str] = []
     for flag, value in (("--devices", args.devices), ("--platform", args.platform), ("--topology", args.topology),
                         ("--target-config", args.target_config), ("--hosts", args.hosts),
@@ -66,17 +91,20 @@ def _forwarded_args(args) -> list[str]:
         out += ["--threshold", t]
     for code in args.ignore:
         out += ["--ignore", code]
+    if args.no_cache:
+        out.append("--no-cache")
+    elif args.cache_dir is not None:
+        out += ["--cache-dir", args.cache_dir]
     return out
 
 
 def cmd_sweep(args) -> int:
     from ..commands.sweep import SweepRequest, sweep
 
-    if args.jobs < 1:
-        raise ShardLintInputError("--jobs", f"must be at least 1, got {args.jobs}")
+    executor = executor_choice(args)
     settings = settings_from_args(args)
     run = sweep(SweepRequest(args.script, tuple(args.mesh), tuple(args.grid), tuple(args.params), tuple(args.target),
-                             args.jobs, args.mesh_param), settings, _forwarded_args(args), progress_printer(args))
+                             args.mesh_param, executor), settings, _forwarded_args(args), progress_printer(args))
     emit_report(args, "sweep", run)
     return EXIT_OK if any(c.rank for c in run.candidates) else EXIT_FINDINGS
 
@@ -198,10 +226,13 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..commands.gate import check
+    from ..commands.gate import Spread, check
 
+    executor = executor_choice(args)
     settings = settings_from_args(args)
-    report = check(list(args.paths), settings)
+    report = check(list(args.paths), settings,
+                   Spread(executor, tuple(_forwarded_args(args)), progress_printer(args)))
+    _say_cache_use(args, settings)
     emit_report(args, "check", report)
     return exit_code(report, settings.fail_on)
 
@@ -223,8 +254,9 @@ def _percent(text: str | None, default: float, where: str) -> float:
 def cmd_gate(args) -> int:
     from ...passes.common.byte_sizes import parse_bytes
     from ...passes.models.gate import GateThresholds
-    from ..commands.gate import GateRequest, gate
+    from ..commands.gate import GateRequest, Spread, gate
 
+    executor = executor_choice(args)
     settings = settings_from_args(args)
     defaults = GateThresholds()
     try:
@@ -241,8 +273,10 @@ def cmd_gate(args) -> int:
     )
     result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
                                  platform_given=args.platform is not None,
-                                 rebaseline_on_compiler_change=args.rebaseline_on_compiler_change),
+                                 rebaseline_on_compiler_change=args.rebaseline_on_compiler_change,
+                                 spread=Spread(executor, tuple(_forwarded_args(args)), progress_printer(args))),
                      settings, thresholds)
+    _say_cache_use(args, settings)
     emit_report(args, "gate", result)
     if args.update:
         return EXIT_OK

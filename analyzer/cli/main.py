@@ -61,6 +61,30 @@ def _add_rule_args(p: argparse.ArgumentParser) -> None:
                    "above the script)")
 
 
+def _add_cache_args(p: argparse.ArgumentParser) -> None:
+    """The analysis cache: every command whose reports come from compiling a target as written."""
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache-dir", metavar="DIR",
+                       help="keep finished target reports here and reuse them for a program analysed before with "
+                       "the same settings and compilers (default: $JAX_SHARD_LINT_CACHE_DIR, else "
+                       "~/.cache/jax-shard-lint)")
+    cache.add_argument("--no-cache", action="store_true",
+                       help="compile every target, and store nothing (also JAX_SHARD_LINT_NO_CACHE=1)")
+
+
+def _add_executor_args(p: argparse.ArgumentParser, what: str) -> None:
+    """Where independent compiles run: this process, N local child processes, or Ray."""
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help=f"compile N {what} at once in child "
+                   "processes (default 1: one after another in this process); with --executor ray and no "
+                   "--ray-address, the CPUs of the Ray runtime started for the run")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help=f"local: this machine (default); ray: one Ray task per {what[:-1]}, on the cluster at "
+                   "--ray-address or on a Ray runtime started here (needs jax-shard-lint[ray] here and on the "
+                   "workers)")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="the Ray cluster to use, e.g. auto or HOST:6379 (with --executor ray)")
+
+
 def _add_output_args(p: argparse.ArgumentParser, command: str) -> None:
     """--format (the formats the command renders, from reports/registry.py), -o and -q."""
     p.add_argument("--format", choices=formats(command), default=TERMINAL, help=format_help(command))
@@ -93,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(lint)
     _add_output_args(lint, "lint")
+    _add_cache_args(lint)
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 
@@ -122,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("--range", default="1:65536", metavar="LO:HI", help="values to consider (default 1:65536)")
     _add_common_compile_args(fitp)
     _add_output_args(fitp, "fit")
+    _add_cache_args(fitp)
 
     swp = sub.add_parser("sweep", parents=[debug_and_timeout],
                          help="compile a script's targets for several meshes or parameter values and rank them by "
@@ -134,10 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the shard_lint_targets parameter --mesh sets (default mesh_shape)")
     swp.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                      help="a parameter to vary, e.g. --grid batch=16,32 (repeatable; every combination runs)")
-    swp.add_argument("--jobs", type=int, default=1, metavar="N", help="compile N candidates at once in child "
-                     "processes (default 1: one after another in this process)")
+    _add_executor_args(swp, "candidates")
     _add_common_compile_args(swp)
     _add_output_args(swp, "sweep")
+    _add_cache_args(swp)
 
     prop = sub.add_parser("propagate", parents=[debug_and_timeout],
                           help="propagate shardings over StableHLO: values, provenance, predicted communication")
@@ -174,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(sg)
     _add_output_args(sg, "suggest")
+    _add_cache_args(sg)
     sg.add_argument("--axes", default=None, metavar="A,B",
                     help="the mesh axes the solver may shard over (default: every axis larger than 1)")
     sg.add_argument("--fix", action="append", default=[], metavar="PATH[=SPEC]",
@@ -188,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write each target's StableHLO, metadata and a baseline into a directory")
     snap.add_argument("script", help="SCRIPT.py, SCRIPT.py:function or package.module:function")
     _add_common_compile_args(snap)
+    _add_cache_args(snap)
     snap.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write the snapshot to")
     snap.add_argument("-q", "--quiet", action="store_true", help="no summary line")
 
@@ -199,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "jax.export artifact")
     _add_common_compile_args(chk)
     _add_output_args(chk, "check")
+    _add_cache_args(chk)
+    _add_executor_args(chk, "paths")
     chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
 
     gt = sub.add_parser("gate", parents=[debug_and_timeout],
@@ -218,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="smallest new all-gather or all-to-all (bytes per step) that fails the gate; default 1MiB")
     _add_common_compile_args(gt)
     _add_output_args(gt, "gate")
+    _add_cache_args(gt)
+    _add_executor_args(gt, "snapshots")
 
     sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
     sch.add_argument("kind", nargs="?", default="lint",

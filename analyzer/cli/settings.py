@@ -66,4 +66,18 @@ def settings_from_args(args: argparse.Namespace):
     fields["ignore"] = fields.get("ignore", frozenset()) | rule_codes(args.ignore, "--ignore")
     if getattr(args, "fail_on", None):
         fields["fail_on"] = args.fail_on
+    fields["cache_dir"] = _cache_dir(args)
     return Settings(**fields).with_default_budget()
+
+
+def _cache_dir(args: argparse.Namespace) -> str | None:
+    """The analysis cache's folder for a command that takes ``--cache-dir``/``--no-cache``; None: no cache."""
+    from ..cache.analysis_cache import default_cache_folder
+
+    if not hasattr(args, "no_cache") or args.no_cache:
+        return None
+    if args.cache_dir is not None:  # named on the command line: over the environment
+        if os.path.exists(args.cache_dir) and not os.path.isdir(args.cache_dir):
+            raise ShardLintInputError("--cache-dir", f"{args.cache_dir} is a file, not a folder")
+        return args.cache_dir
+    return None if os.environ.get("JAX_SHARD_LINT_NO_CACHE") == "1" else default_cache_folder()

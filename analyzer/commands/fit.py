@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ...passes.hlo.compiler_refusal import read_refusal
 from ...passes.models.report import SCHEMA_VERSION, Model
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.cached_analysis import analysis_cache, cached, key_parts
 from ..backend.script_targets import LoadedScript, load_script
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
@@ -63,6 +64,13 @@ class FitRequest:
     hi: int = 65536
 
 
+class ProbePeak(BaseModel):
+    """One target's figures at one probe, as the analysis cache keeps them."""
+
+    peak_bytes: int
+    refused_by_compiler: bool = False
+
+
 class _Prober:
     def __init__(self, request: FitRequest, script: LoadedScript, budget: int | None = None):
         self.request, self.script, self.budget = request, script, budget
@@ -81,24 +89,38 @@ class _Prober:
         targets = self.script.call(self.request.targets, **{self.request.param: value})
         self.names = list(targets)
         peak = 0
+        settings = self.script.settings
         for name, lowered in targets.items():
-            try:
-                program = jax_adapter.compile_lowered(lowered, with_reports=False)
-            except Exception as e:
-                refusal = read_refusal(str(e))
-                if refusal is None:
-                    raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
-                                              f"{self.request.param}={value}: {one_line(e)}") from e
-                # A TPU compiler out of memory measured the probe: it does not fit, whatever the budget says.
+            probe = self._probe(name, lowered, value, settings)
+            if probe.refused_by_compiler:
                 self.refused.add(value)
-                peak = max(peak, refusal.required_bytes)
-                continue
-            m = program.memory or {}
-            peak = max(peak, m.get("temp_bytes", 0) + m.get("argument_bytes", 0) + m.get("output_bytes", 0)
-                       - m.get("alias_bytes", 0))
+            peak = max(peak, probe.peak_bytes)
         self.cache[value] = peak
         self.order.append(value)
         return self.searched_peak(value)
+
+    def _probe(self, name: str, lowered, value: int, settings: Settings) -> ProbePeak:
+        """One target's figures at one probe: from the analysis cache when this program was probed before."""
+        text = jax_adapter.stablehlo_text(lowered)
+
+        def parts() -> dict:
+            return key_parts("fit-probe", name, text, settings, jax_adapter.lowered_identity(lowered))
+
+        return cached(analysis_cache(settings), parts, lambda: self._compiled_peak(name, lowered, value), ProbePeak)
+
+    def _compiled_peak(self, name: str, lowered, value: int) -> ProbePeak:
+        try:
+            program = jax_adapter.compile_lowered(lowered, with_reports=False)
+        except Exception as e:
+            refusal = read_refusal(str(e))
+            if refusal is None:
+                raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
+                                          f"{self.request.param}={value}: {one_line(e)}") from e
+            # A TPU compiler out of memory measured the probe: it does not fit, whatever the budget says.
+            return ProbePeak(peak_bytes=refusal.required_bytes, refused_by_compiler=True)
+        m = program.memory or {}
+        return ProbePeak(peak_bytes=m.get("temp_bytes", 0) + m.get("argument_bytes", 0) + m.get("output_bytes", 0)
+                         - m.get("alias_bytes", 0))
 
     def searched_peak(self, value: int) -> int:
         """The peak the search sees: a refused probe is over the budget even where the compiler's figure

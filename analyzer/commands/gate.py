@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -25,6 +26,7 @@ from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
+from ..executors.choice import ExecutorChoice
 from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
@@ -112,7 +114,18 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     return report
 
 
-def check(paths: list[str], settings: Settings) -> LintReport:
+@dataclass(frozen=True)
+class Spread:
+    """How ``check`` analyses several paths: one after another here (the default), or each
+    in a child process or a Ray task (``--jobs``, ``--executor``), given the options a child
+    needs to compile as this process would."""
+
+    executor: ExecutorChoice = ExecutorChoice()
+    forwarded: tuple[str, ...] = ()
+    say: Callable[[str], None] | None = None
+
+
+def check(paths: list[str], settings: Settings, spread: Spread = Spread()) -> LintReport:
     """Analyse fixture files without executing any Python from them."""
     needed = 0
     for p in paths:
@@ -124,7 +137,10 @@ def check(paths: list[str], settings: Settings) -> LintReport:
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
-    reports = [r for p in paths for r in check_path(p, settings, devices)]
+    if spread.executor.in_process or len(paths) < 2:
+        reports = [r for p in paths for r in check_path(p, settings, devices)]
+    else:
+        reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -132,6 +148,49 @@ def check(paths: list[str], settings: Settings) -> LintReport:
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
                         rules=rule_docs(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
+
+
+def _check_spread(paths: list[str], settings: Settings, spread: Spread) -> list[TargetReport]:
+    """Each path's ``check`` in a child process or a Ray task, on the platform and device count this
+    run resolved; the first path that fails is the run's one-line error, as here."""
+    from ..executors.bundle import make_path_bundle
+    from ..executors.candidates import CandidateTask
+    from ..executors.choice import run_tasks
+
+    resolved = ["--platform", settings.platform] + (["--devices", str(settings.devices)]
+                                                    if settings.platform == "cpu" else [])
+    forwarded = _without_options(list(spread.forwarded), ("--platform", "--devices")) + resolved
+    tasks = [CandidateTask(k, p, ("check", p, "--format", "json", "--fail-on", "never", "-q", *forwarded))
+             for k, p in enumerate(paths)]
+    say = spread.say or (lambda _msg: None)
+    done: list[int] = []
+
+    def on_done(o) -> None:
+        done.append(o.index)
+        say(f"[{len(done)}/{len(tasks)}] {tasks[o.index].label}: {'failed' if o.error else 'analysed'} in "
+            f"{o.seconds:.1f} s on {o.worker}")
+
+    ran = run_tasks(spread.executor, tasks, lambda: make_path_bundle(paths, [settings.config_file or "",
+                                                                             settings.target_config or ""]), on_done)
+    reports: list[TargetReport] = []
+    for path, outcome in zip(paths, ran.outcomes):
+        if outcome.error is not None or outcome.report_json is None:
+            problem = (outcome.error or "no report came back").removeprefix(f"{path}: ")
+            raise ShardLintInputError(path, problem)
+        reports += LintReport.model_validate_json(outcome.report_json).targets
+    return reports
+
+
+def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in names:
+            skip = True
+        else:
+            out.append(arg)
+    return out
 
 
 def snapshot_fixtures(directory: str) -> list[str]:
@@ -146,6 +205,7 @@ class GateRequest:
     update: bool = False
     platform_given: bool = False
     rebaseline_on_compiler_change: bool = False
+    spread: Spread = Spread()
 
 
 def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -> tuple[GateResult, LintReport]:
@@ -171,7 +231,7 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     if scripts:
         current = lint(LintRequest(scripts[0], (), request.params), settings)
     else:
-        current = check(paths, settings)
+        current = check(paths, settings, request.spread)
     summary = baseline_of(current.targets)
     if request.update:
         write_baseline(summary, file)

@@ -38,7 +38,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     targets = loaded.call(request.targets)
     reports = []
     for name, lowered in targets.items():
-        say(f"compiling {name}")
+        say(f"analysing {name}")
         isolation.phase(where, f"compiling target {name!r}")
         check_lowered_for(lowered, name, settings, where)
         with paused_collector():

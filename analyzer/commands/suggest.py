@@ -49,6 +49,7 @@ from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.state_roundtrip import correspond
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.cached_analysis import cached_text_report
 from ..backend.checked_in_analysis import analyze_text
 from ..backend.device_selection import platform_label
 from ..backend.out_shardings import suggest_for
@@ -198,8 +199,10 @@ def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, res
              settings: Settings, devices, description: str, where: str) -> tuple[Version, Any]:
     text = t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args)
     isolation.phase(where, f"compiling the {name} version of target {t.name!r}")
+    pool = devices if devices is not None else jax_adapter.cpu_devices()
     try:
-        report, _, _ = analyze_text(t.name, text, settings, where, devices=devices)
+        report = cached_text_report(t.name, text, t.sig.num_partitions, settings, pool,
+                                    lambda: analyze_text(t.name, text, settings, where, devices=devices)[0])
     except ShardLintInputError as e:
         return Version(name=name, description=description, peak_bytes=None, fits=None, collective_bytes=None,
                        collective_count=None, estimated_seconds=None, error=e.problem), None

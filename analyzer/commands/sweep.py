@@ -5,7 +5,10 @@ The script declares what varies: ``shard_lint_targets(mesh_shape=(4, 2), ...)``
 takes ``--mesh 4x2`` as ``mesh_shape=(4, 2)``; ``--grid batch=16,32`` varies any
 other parameter. Without either, the script's own targets are the candidates
 (two shardings of one step, say). Each candidate is a whole lint run: in this
-process one after another, or with ``--jobs N`` in N child processes at once.
+process one after another, with ``--jobs N`` in N child processes at once, or with
+``--executor ray`` as Ray tasks on a cluster (analyzer/executors). Wherever it ran, a
+candidate's figures are the same; only the ``execution`` part of the report (where
+and how long) differs.
 """
 
 from __future__ import annotations
@@ -13,22 +16,23 @@ from __future__ import annotations
 import ast
 import itertools
 import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
+import time
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import Any, Literal
 
-from ...passes.compare.sweep import candidate_from_report, failed_candidate, rank
-from ...passes.models.sweep import SweepCandidate, SweepRun
+from ...passes.compare.sweep import candidate_from_report, failed_candidate, params_label, rank
+from ...passes.models.sweep import CandidateRun, SweepCandidate, SweepExecution, SweepRun
 from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
+from ..executors.candidates import CandidateOutcome, CandidateTask, lint_argv
+from ..executors.choice import ExecutorChoice, run_tasks
 from ..inputs.scripts import parse_params
 
 MAX_CANDIDATES = 256
+Executor = Literal["in-process", "local", "ray"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,8 @@ class SweepRequest:
     grid: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()
-    jobs: int = 1
     mesh_param: str = "mesh_shape"
+    executor: ExecutorChoice = ExecutorChoice()
 
 
 def parse_mesh(text: str) -> tuple[int, ...]:
@@ -97,10 +101,6 @@ def candidates(request: SweepRequest, num_devices: int | None) -> list[dict[str,
     return combos
 
 
-def _set_args(params: dict[str, Any]) -> list[str]:
-    return [arg for k, v in params.items() for arg in ("--set", f"{k}={v!r}")]
-
-
 def _in_process(request: SweepRequest, params: dict[str, Any], settings: Settings):
     from .lint import LintRequest, lint
 
@@ -108,22 +108,78 @@ def _in_process(request: SweepRequest, params: dict[str, Any], settings: Setting
     return lint(LintRequest(request.script, request.targets, tuple(merged)), settings)
 
 
-def _in_child(request: SweepRequest, params: dict[str, Any], cli_args: list[str]):
-    """One candidate in a child process: the same lint, as JSON."""
+def _candidates_of(params: dict[str, Any], report_json: str | None, error: str | None,
+                   budget: int | None) -> list[SweepCandidate]:
     from ...passes.models.report import LintReport
 
-    argv = [sys.executable, "-P", "-m", "jax_shard_lint.analyzer.cli.main", "lint", request.script, "--format", "json",
-            "--fail-on", "never", "-q", *cli_args, *_set_args(params)]
-    for t in request.targets:
-        argv += ["--target", t]
-    for p in request.params:
-        argv += ["--set", p]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("jax-shard-lint: ")]
-        raise ShardLintInputError(request.script, (lines[-1] if lines else f"exit {done.returncode}")
-                                  .removeprefix("jax-shard-lint: error: "))
-    return LintReport.model_validate(json.loads(done.stdout))
+    if error is not None or report_json is None:
+        return [failed_candidate(params, error or "no report came back")]
+    report = LintReport.model_validate(json.loads(report_json))
+    return [candidate_from_report(params, t, budget) for t in report.targets]
+
+
+def _run_of(label: str, params: dict[str, Any], outcome: CandidateOutcome) -> CandidateRun:
+    return CandidateRun(label=label, params=params, worker=outcome.worker, seconds=round(outcome.seconds, 3),
+                        overhead_seconds=round(outcome.overhead_seconds, 3))
+
+
+def _execution(executor: Executor, workers: int, wall: float, runs: list[CandidateRun],
+               startup: float = 0.0) -> SweepExecution:
+    total = sum(r.seconds for r in runs)
+    return SweepExecution(
+        executor=executor, workers=workers, startup_seconds=round(startup, 3), wall_seconds=round(wall, 3),
+        candidate_seconds=round(total, 3),
+        speedup=round(total / wall, 3) if wall > 0 else 1.0,
+        mean_overhead_seconds=round(sum(r.overhead_seconds for r in runs) / len(runs), 3) if runs else 0.0,
+        runs=runs)
+
+
+def _sweep_in_process(request: SweepRequest, combos: list[dict[str, Any]], settings: Settings,
+                      say) -> tuple[list[SweepCandidate], SweepExecution]:
+    found: list[SweepCandidate] = []
+    runs = []
+    began = time.monotonic()
+    for k, params in enumerate(combos):
+        label = params_label(params) or "the targets"
+        say(f"[{k + 1}/{len(combos)}] compiling {label}")
+        started = time.monotonic()
+        try:
+            report = _in_process(request, params, settings)
+            found += [candidate_from_report(params, t, settings.budget_bytes) for t in report.targets]
+        except ShardLintInputError as e:
+            found.append(failed_candidate(params, str(e)))
+        runs.append(CandidateRun(label=label, params=params, worker="this process",
+                                 seconds=round(time.monotonic() - started, 3), overhead_seconds=0.0))
+    return found, _execution("in-process", 1, time.monotonic() - began, runs)
+
+
+def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], settings: Settings,
+                       cli_args: list[str], say) -> tuple[list[SweepCandidate], SweepExecution]:
+    tasks = [CandidateTask(k, params_label(params) or "the targets",
+                           lint_argv(request.script, request.targets,
+                                     list(request.params) + [f"{n}={v!r}" for n, v in params.items()], cli_args))
+             for k, params in enumerate(combos)]
+    finished = []
+
+    def on_done(outcome: CandidateOutcome) -> None:
+        finished.append(outcome.index)
+        what = "failed" if outcome.error else "compiled"
+        say(f"[{len(finished)}/{len(tasks)}] {tasks[outcome.index].label}: {what} in {outcome.seconds:.1f} s on "
+            f"{outcome.worker}")
+
+    from ..executors.bundle import make_bundle
+
+    def bundle():
+        made = make_bundle(request.script, [settings.config_file or "", settings.target_config or ""])
+        say(f"sending {len(tasks)} candidate(s) to Ray with {len(made.files)} file(s) of the script's folder")
+        return made
+
+    ran = run_tasks(request.executor, tasks, bundle, on_done)
+    outcomes = ran.outcomes
+    found = [c for params, o in zip(combos, outcomes)
+             for c in _candidates_of(params, o.report_json, o.error, settings.budget_bytes)]
+    runs = [_run_of(t.label, params, o) for t, params, o in zip(tasks, combos, outcomes)]
+    return found, _execution(request.executor.kind, ran.workers, ran.wall_seconds, runs, ran.startup_seconds)
 
 
 def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None = None,
@@ -133,26 +189,13 @@ def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None 
     say = progress or (lambda _msg: None)
     settings, selected = select_run_devices(settings)
     combos = candidates(request, len(selected) if selected else settings.devices)
-
-    def run_one(params: dict[str, Any]) -> list[SweepCandidate]:
-        say(f"compiling {', '.join(f'{k}={v!r}' for k, v in params.items()) or 'the targets'}")
-        try:
-            if request.jobs > 1:
-                report = _in_child(request, params, cli_args or [])
-            else:
-                report = _in_process(request, params, settings)
-        except ShardLintInputError as e:
-            return [failed_candidate(params, e.problem)]
-        return [candidate_from_report(params, t, settings.budget_bytes) for t in report.targets]
-
-    if request.jobs > 1 and len(combos) > 1:
-        with ThreadPoolExecutor(max_workers=request.jobs) as pool:
-            results = list(pool.map(run_one, combos))
+    if request.executor.in_process:
+        found, execution = _sweep_in_process(request, combos, settings, say)
     else:
-        results = [run_one(p) for p in combos]
+        found, execution = _sweep_in_children(request, combos, settings, cli_args or [], say)
     jax_version, jaxlib_version = jax_adapter.versions()
     return SweepRun(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, script=request.script,
         platform=platform_label(settings), budget_bytes=settings.budget_bytes,
-        candidates=rank([c for found in results for c in found]),
+        candidates=rank(found), execution=execution,
     )

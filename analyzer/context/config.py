@@ -62,6 +62,8 @@ class Settings:
     third_party: tuple[str, ...] = ()
     # Folders whose files are the user's (the script's): set by the command line.
     user_roots: tuple[str, ...] = ()
+    # Where finished target reports are kept (analyzer/cache); None: no cache (--no-cache).
+    cache_dir: str | None = None
 
     def ownership(self) -> CodeOwnership:
         """Whose frames are the user's; one object per configuration, so its caches

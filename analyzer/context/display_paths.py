@@ -25,9 +25,20 @@ def display_path(path: str, base: str) -> str:
     packaged = library_relative(path)
     if packaged != path:
         return packaged
-    absolute = os.path.abspath(path)
-    rel = os.path.relpath(absolute, base)
+    absolute = _unmirrored(os.path.abspath(path))
+    rel = os.path.relpath(absolute, _unmirrored(os.path.abspath(base)))
     return rel if not rel.startswith("..") else absolute
+
+
+# On a remote worker (analyzer/executors) the asking machine's files lie under a folder of their own,
+# at their paths there: a path is shown as that machine would show it, whether it is a copied file's
+# (under the folder) or one the program's locations name (that machine's own path).
+MIRROR_ROOT_ENV = "JAX_SHARD_LINT_MIRROR_ROOT"
+
+
+def _unmirrored(path: str) -> str:
+    root = os.environ.get(MIRROR_ROOT_ENV)
+    return path[len(root):] if root and path.startswith(root + os.sep) else path
 
 
 def display_source(src: SourceLocation, base: str | None = None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -31,9 +31,36 @@ class SweepCandidate(Model):
     error: str | None = Field(default=None, description="Why the candidate has no figures.")
 
 
+
+class CandidateRun(Model):
+    label: str = Field(description="The candidate's parameters as shown, or 'the targets' for none.")
+    params: dict[str, Any] = Field(description="As in candidates[].params: every candidate with these came from "
+                                   "this run.")
+    worker: str = Field(description="Where it compiled: this process, a local slot, or a Ray node and process.")
+    seconds: float = Field(description="How long its lint ran there.")
+    overhead_seconds: float = Field(description="Scheduling and transfer: the time from handing it out to "
+                                    "having its result, less `seconds`.")
+
+
+class SweepExecution(Model):
+    """How the sweep ran: the one part of its report that changes from run to run."""
+
+    executor: Literal["in-process", "local", "ray"]
+    workers: int = Field(description="Candidates compiled at once (Ray: the cluster's CPUs, or --jobs).")
+    startup_seconds: float = Field(default=0.0, description="Starting or reaching the executor (a Ray runtime) "
+                                   "before the first candidate was handed out.")
+    wall_seconds: float = Field(description="From the first candidate handed out to the last result.")
+    candidate_seconds: float = Field(description="The candidates' own times, added up.")
+    speedup: float = Field(description="candidate_seconds / wall_seconds.")
+    mean_overhead_seconds: float = Field(description="Scheduling and transfer per candidate.")
+    runs: list[CandidateRun] = Field(description="Per candidate, in the order they were handed out.")
+
+
 class SweepRun(RunHeader):
     command: str = "sweep"
     platform: str
     budget_bytes: int | None
     candidates: list[SweepCandidate] = Field(description="Ranked: those that fit by time, then those that do not, "
                                              "then failures.")
+    execution: SweepExecution | None = Field(default=None, description="Where and how long each candidate ran, "
+                                             "and the speedup: the only part that differs between two runs.")

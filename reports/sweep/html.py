@@ -7,7 +7,15 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.models.sweep import SweepRun
 from ..common.html_page import e, page
-from .summary import fit_text, headline, slowdown_text, slowest_collective_text
+from .summary import (
+    compile_time_text,
+    compiled_on_text,
+    execution_text,
+    fit_text,
+    headline,
+    slowdown_text,
+    slowest_collective_text,
+)
 
 
 def scatter(run: SweepRun) -> str:
@@ -73,7 +81,8 @@ def render_sweep_html(run: SweepRun) -> str:
         f"{e(format_bytes(c.peak_bytes) if c.peak_bytes is not None else '-')}</td><td>{e(fit_text(c))}</td>"
         f"<td data-v=\"{c.collective_bytes}\">{e(format_bytes(c.collective_bytes))}</td>"
         f"<td data-v=\"{c.cross_host_bytes}\">{e(format_bytes(c.cross_host_bytes))}</td>"
-        f"<td>{'yes' if c.pareto else ''}</td><td>{e(slowest_collective_text(c))}</td></tr>"
+        f"<td>{'yes' if c.pareto else ''}</td><td>{e(slowest_collective_text(c))}</td>"
+        f"<td title=\"{e(compiled_on_text(run, c))}\">{e(compile_time_text(run, c))}</td></tr>"
         for k, c in enumerate(run.candidates))
     basis = next((c.time for c in run.candidates if c.time is not None), None)
     note = (f'<p class="muted">Estimates: {e(basis.basis)}. Sources: {e("; ".join(basis.sources))}.</p>'
@@ -84,5 +93,6 @@ def render_sweep_html(run: SweepRun) -> str:
             '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th>'
             '<th>vs best</th>'
             "<th>peak / device</th><th>fits</th><th>collectives / step</th><th>across hosts</th><th>Pareto</th>"
-            f"<th>slowest collective</th></tr></thead><tbody>{rows}</tbody></table></section>")
+            f"<th>slowest collective</th><th>compiled</th></tr></thead><tbody>{rows}</tbody></table>"
+            f'<p class="muted">{e(execution_text(run))}</p></section>')
     return page(f"jax-shard-lint sweep: {run.script}", body)

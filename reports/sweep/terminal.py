@@ -10,7 +10,7 @@ from ...passes.common.durations import format_seconds
 from ...passes.models.sweep import SweepRun
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
-from .summary import fit_text, headline, slowdown_text, slowest_collective_text
+from .summary import compile_time_text, execution_text, fit_text, headline, slowdown_text, slowest_collective_text
 
 
 def render_sweep_terminal(run: SweepRun, console: Console) -> None:
@@ -29,8 +29,17 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
         Column("collectives", [format_bytes(c.collective_bytes) for c in rows], justify="right"),
         Column("x-host", [format_bytes(c.cross_host_bytes) for c in rows], justify="right", essential=False),
         Column("slowest collective", [slowest_collective_text(c) for c in rows], essential=False, fold=True),
+        Column("compile", [compile_time_text(run, c) for c in rows], justify="right", essential=False),
     ]
     if not any(c.cross_host_bytes for c in rows):
         columns = [c for c in columns if c.header != "x-host"]
-    console.print(fitted_table("Candidates, fastest first among those that fit", columns, console.width))
+    table = fitted_table("Candidates, fastest first among those that fit", columns, console.width)
+    console.print(table)
+    if not any(c.header == "slowest collective" for c in table.columns):
+        # The column that carries a failure's reason did not fit: each reason gets its own line.
+        for c in rows:
+            if c.error is not None:
+                console.print(Text(f"{c.label} failed: {c.error}", style="red"))
     console.print(Text(headline(run), style="green" if any(c.rank for c in rows) else "red"))
+    if run.execution is not None:
+        console.print(Text(execution_text(run), style="dim"))

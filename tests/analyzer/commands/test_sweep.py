@@ -94,3 +94,22 @@ def test_h100_sweep_ranks_the_discrete_axis_first(cli):
     assert [c["target"] for c in run["candidates"]] == ["sharded_on_states", "sharded_on_grid"]
     assert all(c["fits"] for c in run["candidates"]) and run["candidates"][1]["slowdown"] > 3
     assert run["candidates"][0]["time"]["device"] == "h100" and not run["candidates"][0]["time"]["nominal"]
+
+
+def test_a_failure_reason_is_shown_when_its_column_does_not_fit():
+    from rich.console import Console
+
+    from jax_shard_lint.passes.compare.sweep import failed_candidate
+    from jax_shard_lint.passes.models.sweep import SweepRun
+    from jax_shard_lint.reports.sweep.terminal import render_sweep_terminal
+
+    reason = "examples/value_function_step.py: shard_lint_targets() raised IndivisibleError: " + "x" * 200
+    ok = SweepCandidate(label="states=256 / t", params={"states": 256}, target="t", peak_bytes=1, seconds=1.0)
+    run = SweepRun(tool_version="0", jax_version="0", jaxlib_version="0", script="s.py", platform="cpu",
+                   budget_bytes=None, candidates=rank([ok, failed_candidate({"states": 255}, reason)]))
+    for width in (100, 130):
+        console = Console(width=width, record=True, color_system=None)
+        render_sweep_terminal(run, console)
+        text = console.export_text()
+        assert "states=255 failed: examples/value_function_step.py: shard_lint_targets() raised" in \
+            text.replace("\n", ""), text

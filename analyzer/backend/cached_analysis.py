@@ -1,0 +1,112 @@
+"""A target's analysis through the analysis cache (analyzer/cache): the key's parts
+gathered from the settings, the devices and the compilers; a hit returns the stored
+report without compiling, a miss analyses and stores.
+
+Only finished reports are stored, the compiler's out-of-memory refusal included (a
+measurement); a program XLA rejects is an error every time, never an entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ...passes.models.report import TargetReport
+from .. import __version__
+from ..adapter import jax_adapter
+from ..cache.analysis_cache import AnalysisCache, Stored
+from ..cache.cache_key import cache_key, file_digest, text_digest, tool_source_digest
+from ..context.config import Settings, tool_folders
+from .device_selection import platform_label
+
+# Environment variables that change what XLA compiles.
+_COMPILER_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE", "NVIDIA_TF32_OVERRIDE")
+
+_open: dict[str, AnalysisCache] = {}
+
+
+def analysis_cache(settings: Settings) -> AnalysisCache | None:
+    """The run's cache (one per folder and process, so its counts add up), or None."""
+    if not settings.cache_dir:
+        return None
+    folder = os.path.abspath(settings.cache_dir)
+    if folder not in _open:
+        _open[folder] = AnalysisCache(folder)
+    return _open[folder]
+
+
+def settings_parts(settings: Settings) -> dict[str, Any]:
+    """Every setting a report depends on: what it compiles for, what the rules are told,
+    and whose code a frame is."""
+    return {
+        "platform": settings.platform, "platform_label": platform_label(settings), "devices": settings.devices,
+        "topology": settings.topology, "hosts": settings.hosts, "target_config": file_digest(settings.target_config),
+        "budget_bytes": settings.budget_bytes, "ignore": sorted(settings.ignore),
+        "options": {k: repr(v) for k, v in sorted(settings.options.items())},
+        "severities": {k: str(v.value) for k, v in sorted(settings.severities.items())},
+        "first_party": list(settings.first_party), "third_party": list(settings.third_party),
+        "user_roots": list(settings.user_roots),
+        "ownership_root": os.path.dirname(settings.config_file) if settings.config_file else os.getcwd(),
+    }
+
+
+def _without_tool_frames(text: str) -> str:
+    """The program's text with the tool's own frames in its source locations made alike.
+
+    A location carries the whole Python stack of the op, down through the command that
+    called the script (lint, gate, sweep, fit each reach it by their own lines). Those
+    frames are the tool's, never the user's or a library's a finding names, so they do
+    not change the report; made alike, every command reuses the others' entries."""
+    folders = tuple(os.path.join(f, "") for f in tool_folders())
+    return _FILE_LINE_COLUMN.sub(
+        lambda m: '"<jax-shard-lint>":0:0' if m.group(1).startswith(folders) else m.group(0), text)
+
+
+# "/path/file.py":342:15, and its range: " to :43" or " to 343:12".
+_FILE_LINE_COLUMN = re.compile(r'"(/[^"\n]*\.py)":\d+:\d+(?: to \d*:\d+)?')
+
+
+def key_parts(kind: str, name: str, program_text: str, settings: Settings, devices: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": kind, "target": name, "program": text_digest(_without_tool_frames(program_text)), "devices": devices,
+        "settings": settings_parts(settings),
+        # Paths in a report's explanations are shown relative to the working directory.
+        "cwd": os.getcwd(),
+        "tool": {"version": __version__, "source": tool_source_digest()},
+        "compilers": jax_adapter.compiler_versions(),
+        "environment": {k: os.environ.get(k) for k in _COMPILER_ENV},
+    }
+
+
+def placed(devices: list, count: int) -> dict[str, Any]:
+    """The devices checked-in StableHLO compiles on (the first ``count`` of the run's), for the key."""
+    return {"devices": [[int(d.id), str(d.platform), str(getattr(d, "device_kind", ""))] for d in devices[:count]]}
+
+
+def cached_text_report(name: str, text: str, num_partitions: int, settings: Settings, devices: list,
+                       analyze: Callable[[], TargetReport]) -> TargetReport:
+    """A StableHLO text's report (a checked-in program, one of suggest's versions) through the cache."""
+    return cached_report(analysis_cache(settings),
+                         lambda: key_parts("stablehlo", name, text, settings, placed(devices, num_partitions)), analyze)
+
+
+def cached(cache: AnalysisCache | None, parts: Callable[[], dict[str, Any]], compute: Callable[[], Stored],
+           model: type[Stored]) -> Stored:
+    """``compute()``'s result, from the cache when an entry has the same key."""
+    if cache is None:
+        return compute()
+    described = parts()
+    key = cache_key(described)
+    hit = cache.get(key, model)
+    if hit is not None:
+        return hit
+    value = compute()
+    cache.put(key, value, described)
+    return value
+
+
+def cached_report(cache: AnalysisCache | None, parts: Callable[[], dict[str, Any]],
+                  analyze: Callable[[], TargetReport]) -> TargetReport:
+    return cached(cache, parts, analyze, TargetReport)

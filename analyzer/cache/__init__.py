@@ -1,0 +1,1 @@
+"""The analysis cache: finished target reports on disk, keyed by everything they depend on."""

@@ -1,0 +1,134 @@
+"""The analysis cache: a target's finished report (or ``fit``'s figures for a probe), kept on disk under a key made of
+everything the report depends on, so that ``gate``, ``lint``, ``check``, ``sweep``,
+``snapshot``, ``fit`` and ``suggest`` do not compile a program they have already analysed.
+
+What is stored is the report model itself, not XLA's executable: JAX's persistent
+compilation cache returns an executable without the buffer-assignment and
+live-range dumps the memory pass reads (a cache hit writes no dumps), so it cannot
+stand in for a compile here, and the tool's own cache holds what the report needs.
+
+A hit is never stale: the key (cache_key.py) covers the lowered program's text with
+its source locations, the platform and its devices, the settings, the working
+directory the report's paths are shown against, the tool's own source, and the
+versions of every compiler; any part changing is a miss. An entry that cannot be
+read back (cut short, edited, from another format) is ignored and rewritten.
+Writes go to a temporary file renamed into place, so concurrent runs (``sweep
+--jobs``, parallel CI jobs, Ray workers sharing a folder) never read half an entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+Stored = TypeVar("Stored", bound=BaseModel)
+
+# Bumped when the layout of an entry changes; older entries are then misses.
+ENTRY_FORMAT: Final = 1
+# Entries beyond this many are removed, least recently used first, when one is written.
+MAX_ENTRIES: Final = 4096
+ENTRY_SUFFIX: Final = ".json"
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    writes: int = 0
+
+
+class AnalysisCache:
+    """Reports by key in ``folder/v{ENTRY_FORMAT}/ab/abcdef....json``."""
+
+    def __init__(self, folder: str):
+        self.folder = os.path.join(os.path.abspath(folder), f"v{ENTRY_FORMAT}")
+        self.hits = self.misses = self.corrupt = self.writes = 0
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, key[:2], key + ENTRY_SUFFIX)
+
+    def get(self, key: str, model: type[Stored]) -> Stored | None:
+        """The stored ``model`` (a TargetReport, or fit's probe figures) under ``key``, or None."""
+        path = self._path(key)
+        try:
+            with open(path, encoding="utf-8") as f:
+                entry = json.load(f)
+            if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key \
+                    or entry.get("model") != model.__name__:
+                raise ValueError("not an entry of this format, key and model")
+            report = model.model_validate(entry["report"])
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, ValueError, KeyError, TypeError, ValidationError, RecursionError):
+            # Cut short by a crash, edited by hand, written by another release: a miss, rewritten after the compile.
+            self.corrupt += 1
+            self.misses += 1
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+        self.hits += 1
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: eviction removes the least recently used first
+        return report
+
+    def put(self, key: str, report: BaseModel, described: dict[str, object]) -> None:
+        """Store ``report``; ``described`` (the key's parts, without the program text) is kept
+        beside it for a person reading the folder. A cache that cannot be written costs the
+        next run a compile, never this one its report."""
+        path = self._path(key)
+        entry = {"format": ENTRY_FORMAT, "key": key, "model": type(report).__name__, "parts": described,
+                 "report": json.loads(report.model_dump_json())}
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=ENTRY_SUFFIX, dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(entry, f, sort_keys=True)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return
+        self.writes += 1
+        self._evict()
+
+    def stats(self) -> CacheStats:
+        return CacheStats(self.hits, self.misses, self.corrupt, self.writes)
+
+    def _evict(self) -> None:
+        try:
+            entries = [os.path.join(d.path, e.name) for d in os.scandir(self.folder) if d.is_dir()
+                       for e in os.scandir(d.path) if e.name.endswith(ENTRY_SUFFIX) and not e.name.startswith(".")]
+        except OSError:
+            return
+        if len(entries) <= MAX_ENTRIES:
+            return
+
+        def last_used(path: str) -> float:
+            try:
+                return os.stat(path).st_mtime
+            except OSError:
+                return 0.0
+
+        for path in sorted(entries, key=last_used)[: len(entries) - MAX_ENTRIES]:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def default_cache_folder() -> str:
+    """``$JAX_SHARD_LINT_CACHE_DIR``, else the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    explicit = os.environ.get("JAX_SHARD_LINT_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jax-shard-lint")

@@ -1,0 +1,1 @@
+"""Where independent candidates compile: this process, local child processes, or a Ray cluster."""

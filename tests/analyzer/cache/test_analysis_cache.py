@@ -1,0 +1,213 @@
+"""The analysis cache: a hit is the same report byte for byte without a compile; any
+part of the key changing is a miss; a corrupt entry is ignored and rewritten."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from jax_shard_lint.analyzer.adapter import jax_adapter
+from jax_shard_lint.analyzer.backend import cached_analysis
+from jax_shard_lint.analyzer.cache import analysis_cache as cache_module
+from jax_shard_lint.analyzer.cache.cache_key import cache_key
+
+STEP = os.path.join("fixtures", "gate", "step_v1.py")
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Every XLA compile of a jitted target and of checked-in StableHLO, counted."""
+    count = {"n": 0}
+    for name in ("compile_lowered", "compile_stablehlo_text"):
+        real = getattr(jax_adapter, name)
+
+        def counted(*args, _real=real, **kwargs):
+            count["n"] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(jax_adapter, name, counted)
+    return count
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    cached_analysis._open.clear()  # a fresh folder per test, with its own counts
+    return str(tmp_path / "cache")
+
+
+def _entries(folder):
+    return sorted(glob.glob(os.path.join(folder, "v*", "*", "*.json")))
+
+
+def _lints(cli, cache_dir, *steps):
+    """``lint`` once per step (its extra arguments, or a callable run before the next lint), every
+    lint from this one line: a program's source locations carry the whole Python stack, the
+    test's own frames included, so two lints from two lines of a test are two programs."""
+    outs = []
+    extra = []
+    for step in steps:
+        if callable(step):
+            step()
+            continue
+        extra = list(step)
+        script = extra.pop(0) if extra and extra[0].endswith(".py") else STEP
+        result = cli("lint", script, "--format", "json", "--fail-on", "never", "-q", *extra,
+                     *(("--cache-dir", cache_dir) if "--no-cache" not in extra else ()))
+        assert result.code == 0, result.err
+        outs.append(result.out)
+    return outs
+
+
+def _lint(cli, cache_dir, *extra):
+    return _lints(cli, cache_dir, extra)[0]
+
+
+def test_a_hit_is_the_same_report_without_a_compile(cli, cache_dir, compiles):
+    counts = []
+    first, second, uncached, sarif = _lints(
+        cli, cache_dir, (), lambda: counts.append(compiles["n"]), (), lambda: counts.append(compiles["n"]),
+        ("--no-cache",), lambda: counts.append(compiles["n"]), ("--format", "sarif"))
+    assert counts == [1, 1, 2], "the second lint compiled again"
+    assert second == first and uncached == first and len(_entries(cache_dir)) == 1
+    assert compiles["n"] == 2 and sarif.startswith("{")  # the SARIF of the report cached by the JSON run
+
+
+@pytest.mark.parametrize("change", [
+    (os.path.join("fixtures", "gate", "step_v2_allgather.py"),),  # the program (its target is also "step")
+    ("--threshold", "replicating-collective-bytes=1KiB"),  # what the rules are told
+    ("--ignore", "SL201"),
+    ("--budget", "1MiB"),
+], ids=["program", "threshold", "ignore", "budget"])
+def test_any_changed_part_is_a_miss(cli, cache_dir, compiles, change):
+    _, changed, uncached = _lints(cli, cache_dir, (), change, (*change, "--no-cache"))
+    assert compiles["n"] == 3 and len(_entries(cache_dir)) == 2
+    assert changed == uncached
+
+
+def test_other_compilers_or_tool_source_miss(cli, cache_dir, compiles, monkeypatch):
+    real = jax_adapter.compiler_versions()
+    _lints(cli, cache_dir, (),
+           lambda: monkeypatch.setattr(jax_adapter, "compiler_versions", lambda: {**real, "jaxlib": "0.0.0-other"}), (),
+           lambda: monkeypatch.setattr(cached_analysis, "tool_source_digest", lambda: "edited"), (),
+           lambda: monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false"), (), ())
+    assert compiles["n"] == 4 and len(_entries(cache_dir)) == 4  # the last lint: a hit
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-json", "other-key", "other-report"])
+def test_a_corrupt_entry_is_ignored_and_rewritten(cli, cache_dir, compiles, damage):
+    def corrupt():
+        (entry,) = _entries(cache_dir)
+        text = open(entry).read()
+        data = json.loads(text)
+        broken = {"truncated": text[: len(text) // 2], "not-json": "\x00\xff garbage",
+                  "other-key": json.dumps({**data, "key": "0" * 64}),
+                  "other-report": json.dumps({**data, "report": {"name": 1}})}[damage]
+        with open(entry, "w", encoding="utf-8") as f:
+            f.write(broken)
+
+    first, again, hit = _lints(cli, cache_dir, (), corrupt, (), ())
+    assert again == first and hit == first
+    assert compiles["n"] == 2  # the corrupt entry cost one compile, then was whole again
+    (entry,) = _entries(cache_dir)
+    assert json.load(open(entry))["key"] == os.path.basename(entry)[: -len(".json")]
+
+
+def test_check_and_gate_reuse_a_snapshot_analysed_before(cli, cache_dir, compiles, tmp_path):
+    snap = str(tmp_path / "snap")
+    assert cli("snapshot", STEP, "-o", snap, "-q", "--no-cache").code == 0
+    assert compiles["n"] == 1
+    first = cli("gate", "--baseline", snap, "--format", "json", "--cache-dir", cache_dir)
+    second = cli("gate", "--baseline", snap, "--format", "json", "--cache-dir", cache_dir)
+    assert first.code == second.code == 0 and first.out == second.out
+    assert compiles["n"] == 2  # the second gate compiled nothing
+    check = cli("check", os.path.join(snap, "step.mlir"), "--format", "json", "--cache-dir", cache_dir)
+    assert check.code == 0 and compiles["n"] == 2
+
+
+def test_no_cache_writes_nothing_and_a_file_is_not_a_cache_folder(cli, tmp_path, compiles):
+    folder = tmp_path / "cache"
+    assert cli("lint", STEP, "-q", "--no-cache", "--fail-on", "never").code == 0
+    assert not folder.exists()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = cli("lint", STEP, "-q", "--cache-dir", str(afile))
+    assert result.code == 2
+    assert result.err.strip() == f"jax-shard-lint: error: --cache-dir: {afile} is a file, not a folder"
+
+
+def test_an_unwritable_cache_costs_a_compile_not_the_report(cli, tmp_path, compiles):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        cached_analysis._open.clear()
+        first, second = _lints(cli, str(folder), (), ())
+        assert first == second
+        assert compiles["n"] == (2 if os.geteuid() != 0 else 1)  # root writes anyway
+    finally:
+        folder.chmod(0o700)
+
+
+def test_what_it_compiles_for_is_in_the_key():
+    from dataclasses import replace
+
+    from jax_shard_lint.analyzer.context.config import Settings
+
+    base = Settings()
+    keys = {cache_key(cached_analysis.key_parts("lowered", "t", "module {}", s, {"devices": []}))
+            for s in (base, replace(base, devices=4), replace(base, platform="h100"),
+                      replace(base, platform="h100", hosts=2), replace(base, first_party=("mypkg",)))}
+    assert len(keys) == 5
+
+
+def test_key_parts_are_plain_json():
+    assert cache_key({"a": [1, "b"], "c": None}) == cache_key({"c": None, "a": [1, "b"]})
+    with pytest.raises(TypeError):
+        cache_key({"a": object()})
+
+
+def test_eviction_keeps_the_most_recently_used(tmp_path, monkeypatch):
+    from jax_shard_lint.passes.models.report import TargetReport
+
+    monkeypatch.setattr(cache_module, "MAX_ENTRIES", 2)
+    cache = cache_module.AnalysisCache(str(tmp_path))
+    report = TargetReport(name="t", platform="cpu", num_devices=1, mesh={}, memory=None, collectives=[],
+                          inputs=[], outputs=[], findings=[])
+    for k, key in enumerate(("a" * 64, "b" * 64)):
+        cache.put(key, report, {})
+        os.utime(cache._path(key), (1000 + k, 1000 + k))
+    assert cache.get("a" * 64, TargetReport) is not None  # used now: newer than b
+    cache.put("c" * 64, report, {})
+    assert cache.get("b" * 64, TargetReport) is None
+    assert cache.get("a" * 64, TargetReport) is not None and cache.get("c" * 64, TargetReport) is not None
+
+
+def test_fit_reuses_its_probes(cli, cache_dir, compiles):
+    remat = os.path.join("examples", "remat_layer_stack.py")
+    outs = []
+    for _ in range(2):  # one call line: the same programs
+        result = cli("fit", remat, "--param", "batch", "--budget", "1GiB", "--multiple-of", "4", "--range", "4:64",
+                     "--set", "layers=2", "--format", "json", "--cache-dir", cache_dir)
+        assert result.code == 0, result.err
+        outs.append(result.out)
+        if len(outs) == 1:
+            probes = compiles["n"]
+    assert probes == len(json.loads(outs[0])["probes"]) and compiles["n"] == probes  # the second fit: no compile
+    assert outs[0] == outs[1]
+
+
+def test_suggest_reuses_the_versions_it_compiled(cli, cache_dir, compiles):
+    value = os.path.join("examples", "value_function_step.py")
+    outs, counts = [], []
+    for _ in range(2):  # one call line: the same programs
+        result = cli("suggest", value, "--target", "sharded_on_grid", "--set", "grid_points=1024", "--set",
+                     "states=64", "--format", "json", "-q", "--cache-dir", cache_dir)
+        assert result.code == 0, result.err
+        report = json.loads(result.out)
+        for t in report["targets"]:
+            t["solver"]["solve_seconds"] = 0.0  # measured: the one figure that varies
+        outs.append(report)
+        counts.append(compiles["n"])
+    assert counts[0] >= len(outs[0]["targets"][0]["versions"]) and counts[1] == counts[0]
+    assert outs[0] == outs[1]
