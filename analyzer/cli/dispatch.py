@@ -202,15 +202,18 @@ def cmd_rewrite(args) -> int:
 
 def cmd_suggest(args) -> int:
     from ..commands.suggest import SuggestRequest, suggest
+    from ..executors.checked_in_tasks import Spread
 
     if not (args.time_limit > 0 and args.time_limit < float("inf")):
         raise ShardLintInputError("--time-limit", f"must be a positive number of seconds, got {args.time_limit:g}")
     axes = tuple(a.strip() for a in args.axes.split(",") if a.strip()) if args.axes is not None else ()
     if args.axes is not None and not axes:
         raise ShardLintInputError("--axes", "names no mesh axis")
+    executor = executor_choice(args)
     settings = settings_from_args(args)
     run = suggest(SuggestRequest(args.script, tuple(args.target), tuple(args.params), axes, tuple(args.fix),
-                                 args.solver, args.time_limit), settings)
+                                 args.solver, args.time_limit,
+                                 Spread(executor, tuple(_forwarded_args(args)), progress_printer(args))), settings)
     emit_report(args, "suggest", run)
     return EXIT_OK
 
@@ -226,7 +229,8 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ..commands.gate import Spread, check
+    from ..commands.gate import check
+    from ..executors.checked_in_tasks import Spread
 
     executor = executor_choice(args)
     settings = settings_from_args(args)
@@ -254,7 +258,8 @@ def _percent(text: str | None, default: float, where: str) -> float:
 def cmd_gate(args) -> int:
     from ...passes.common.byte_sizes import parse_bytes
     from ...passes.models.gate import GateThresholds
-    from ..commands.gate import GateRequest, Spread, gate
+    from ..commands.gate import GateRequest, gate
+    from ..executors.checked_in_tasks import Spread
 
     executor = executor_choice(args)
     settings = settings_from_args(args)

@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_compile_args(sg)
     _add_output_args(sg, "suggest")
     _add_cache_args(sg)
+    _add_executor_args(sg, "versions")
     sg.add_argument("--axes", default=None, metavar="A,B",
                     help="the mesh axes the solver may shard over (default: every axis larger than 1)")
     sg.add_argument("--fix", action="append", default=[], metavar="PATH[=SPEC]",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -26,7 +25,7 @@ from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
-from ..executors.choice import ExecutorChoice
+from ..executors.checked_in_tasks import Spread, check_paths
 from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
@@ -114,19 +113,10 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     return report
 
 
-@dataclass(frozen=True)
-class Spread:
-    """How ``check`` analyses several paths: one after another here (the default), or each
-    in a child process or a Ray task (``--jobs``, ``--executor``), given the options a child
-    needs to compile as this process would."""
-
-    executor: ExecutorChoice = ExecutorChoice()
-    forwarded: tuple[str, ...] = ()
-    say: Callable[[str], None] | None = None
-
-
-def check(paths: list[str], settings: Settings, spread: Spread = Spread()) -> LintReport:
-    """Analyse fixture files without executing any Python from them."""
+def check(paths: list[str], settings: Settings, spread: Spread | None = None) -> LintReport:
+    """Analyse fixture files without executing any Python from them: here, or (``spread``) each
+    path in a child process or a Ray task."""
+    spread = spread or Spread()
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
@@ -151,46 +141,14 @@ def check(paths: list[str], settings: Settings, spread: Spread = Spread()) -> Li
 
 
 def _check_spread(paths: list[str], settings: Settings, spread: Spread) -> list[TargetReport]:
-    """Each path's ``check`` in a child process or a Ray task, on the platform and device count this
-    run resolved; the first path that fails is the run's one-line error, as here."""
-    from ..executors.bundle import make_path_bundle
-    from ..executors.candidates import CandidateTask
-    from ..executors.choice import run_tasks
-
-    resolved = ["--platform", settings.platform] + (["--devices", str(settings.devices)]
-                                                    if settings.platform == "cpu" else [])
-    forwarded = _without_options(list(spread.forwarded), ("--platform", "--devices")) + resolved
-    tasks = [CandidateTask(k, p, ("check", p, "--format", "json", "--fail-on", "never", "-q", *forwarded))
-             for k, p in enumerate(paths)]
-    say = spread.say or (lambda _msg: None)
-    done: list[int] = []
-
-    def on_done(o) -> None:
-        done.append(o.index)
-        say(f"[{len(done)}/{len(tasks)}] {tasks[o.index].label}: {'failed' if o.error else 'analysed'} in "
-            f"{o.seconds:.1f} s on {o.worker}")
-
-    ran = run_tasks(spread.executor, tasks, lambda: make_path_bundle(paths, [settings.config_file or "",
-                                                                             settings.target_config or ""]), on_done)
+    """Each path's ``check`` in a child process or a Ray task; the first path that fails is the
+    run's one-line error, as here."""
     reports: list[TargetReport] = []
-    for path, outcome in zip(paths, ran.outcomes):
-        if outcome.error is not None or outcome.report_json is None:
-            problem = (outcome.error or "no report came back").removeprefix(f"{path}: ")
-            raise ShardLintInputError(path, problem)
-        reports += LintReport.model_validate_json(outcome.report_json).targets
+    for path, result in zip(paths, check_paths(paths, settings, spread)):
+        if result.error is not None:
+            raise ShardLintInputError(path, result.error)
+        reports += result.reports
     return reports
-
-
-def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in names:
-            skip = True
-        else:
-            out.append(arg)
-    return out
 
 
 def snapshot_fixtures(directory: str) -> list[str]:

@@ -20,7 +20,6 @@ from typing import Any
 
 from ...passes.common.axes import label, sharding_labels
 from ...passes.common.byte_sizes import format_bytes
-from ...passes.compare.rewrite_diff import program_facts
 from ...passes.hlo.step_time import significant
 from ...passes.models.suggest import (
     ChosenSharding,
@@ -49,14 +48,13 @@ from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.state_roundtrip import correspond
 from .. import __version__
 from ..adapter import jax_adapter
-from ..backend.cached_analysis import cached_text_report
-from ..backend.checked_in_analysis import analyze_text
 from ..backend.device_selection import platform_label
 from ..backend.out_shardings import suggest_for
 from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
+from ..executors.checked_in_tasks import Spread
 from ..platforms.performance import device_spec
 from ..supervision import isolation
 from .in_shardings import build_text as in_text
@@ -65,6 +63,7 @@ from .rewrite import _call_entry, parse_spec, with_entry_shardings
 from .suggest_refine import pins as refine_pins
 from .suggest_refine import refine
 from .suggest_verdict import best_version, verdict
+from .suggest_versions import VersionText, compile_versions
 
 FIXED_ENTRY = "shard_lint_fixed"
 MAX_ROUNDS = 3
@@ -80,6 +79,8 @@ class SuggestRequest:
     fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
     solver: str = "auto"
     time_limit: float = 60.0
+    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
+    spread: Spread = Spread()
 
 
 def _matches(path: str, key: str) -> bool:
@@ -195,25 +196,15 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
     return _Target(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
 
 
-def _compile(t: _Target, name: str, args: dict[int, list[list[str]]] | None, results: dict[int, list[list[str]]],
-             settings: Settings, devices, description: str, where: str) -> tuple[Version, Any]:
-    text = t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args)
-    isolation.phase(where, f"compiling the {name} version of target {t.name!r}")
-    pool = devices if devices is not None else jax_adapter.cpu_devices()
-    try:
-        report = cached_text_report(t.name, text, t.sig.num_partitions, settings, pool,
-                                    lambda: analyze_text(t.name, text, settings, where, devices=devices)[0])
-    except ShardLintInputError as e:
-        return Version(name=name, description=description, peak_bytes=None, fits=None, collective_bytes=None,
-                       collective_count=None, estimated_seconds=None, error=e.problem), None
-    facts = program_facts(report)
-    budget = settings.budget_bytes
-    return Version(
-        name=name, description=description, peak_bytes=facts.peak_bytes,
-        fits=None if budget is None else facts.peak_bytes <= budget, collective_bytes=facts.collective_bytes,
-        collective_count=sum(c.count for c in facts.collectives),
-        estimated_seconds=facts.time.seconds if facts.time else None,
-    ), report
+def _compile_all(t: _Target, wanted: list[tuple[str, str, dict[int, list[list[str]]] | None,
+                                              dict[int, list[list[str]]]]],
+                 settings: Settings, devices, where: str, spread: Spread) -> list[tuple[Version, Any]]:
+    """Each (name, description, argument pins or None for the written program, result pins)
+    version of the target compiled and measured: one after another here, or side by side."""
+    texts = [VersionText(name, description,
+                         t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
+             for name, description, args, results in wanted]
+    return compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
 
 
 def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
@@ -319,15 +310,14 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
-        compiled = []
-        for plan in refined.plans:
-            a = plan.solution.assignment
-            arg_pins = refine_pins(plan.problem, a, plan.problem.arguments)
-            res_pins = refine_pins(plan.problem, a, plan.problem.results)
-            version, report = _compile(t, "solver", arg_pins, res_pins, settings, devices,
-                                       "the solver's choice", where)
-            compiled.append(_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem, a)}),
-                                      report, arg_pins, res_pins))
+        pins = [(refine_pins(p.problem, p.solution.assignment, p.problem.arguments),
+                 refine_pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
+        measured = _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
+                                where, request.spread)
+        compiled = [_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem,
+                                                                                    plan.solution.assignment)}),
+                              report, a, r)
+                    for plan, (version, report), (a, r) in zip(refined.plans, measured, pins)]
         checks = [_plan_check(t, c) for c in compiled]  # in solve order, as the plans are
         ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
         fitting = [c for c in ok if c.version.fits is not False]
@@ -356,11 +346,13 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     reports = {"solver": solver_report}
     state = {rt.output.index: rt.input.index for rt in t.state}
     written = {x.index: x.sharding for x in t.sig.inputs if x.sharding is not None}
+    wanted = []
     for vname, description, pins in [("written", "the shardings the program states", None)] + _baselines(t):
         if pins is not None:
             pins = {**pins, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
-        outs = {o: pins[i] for o, i in state.items()} if pins is not None else {}
-        version, report = _compile(t, vname, pins, outs, settings, devices, description, where)
+        wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
+    measured = _compile_all(t, wanted, settings, devices, where, request.spread)
+    for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         model_pins = pins if pins is not None else written
         pinned = pin_groups(
             problem, {t.problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})

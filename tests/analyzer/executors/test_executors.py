@@ -98,6 +98,24 @@ def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
     assert all(c["error"] is None for c in side_by_side["candidates"])
 
 
+SUGGEST = (VALUE, "--target", "sharded_on_grid", "--set", "grid_points=1024", "--set", "states=64")
+
+
+def _suggest(cli, *args):
+    result = cli("suggest", *args, "--format", "json", "-q", "--no-cache")
+    assert result.code == 0, result.err[-2000:]
+    report = json.loads(result.out)
+    for t in report["targets"]:
+        t["solver"]["solve_seconds"] = 0.0  # measured: the one figure that varies
+    return report
+
+
+def test_suggest_versions_side_by_side_are_the_versions_here(cli):
+    here = _suggest(cli, *SUGGEST)
+    assert len(here["targets"][0]["versions"]) >= 4
+    assert _suggest(cli, *SUGGEST, "--jobs", "2") == here
+
+
 def test_ray_not_installed_is_one_line(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     result = cli("sweep", VALUE, "--executor", "ray")
@@ -240,6 +258,10 @@ def test_a_script_outside_the_working_directory_with_its_helper(cli, ray_cluster
 def test_check_on_ray_is_check_here(cli, ray_cluster, snapshots):
     paths = sorted(str(p) for p in snapshots.glob("*.mlir"))
     assert _check(cli, *paths, "--executor", "ray", "--ray-address", ray_cluster) == _check(cli, *paths)
+
+
+def test_suggest_versions_on_ray_are_the_versions_here(cli, ray_cluster):
+    assert _suggest(cli, *SUGGEST, "--executor", "ray", "--ray-address", ray_cluster) == _suggest(cli, *SUGGEST)
 
 
 def test_ray_runtime_started_for_the_run(cli):

@@ -1,0 +1,84 @@
+"""Compiling ``suggest``'s versions of a target (the solver's plans, the written shardings,
+the replicated, data-parallel and FSDP baselines): each is StableHLO text with its own
+argument and result shardings, compiled and measured. They are independent, so with
+``--jobs`` or ``--executor ray`` each is written to a file of its own and analysed as a
+checked-in program (executors/checked_in_tasks.py); in this process otherwise. Either way
+each goes through the analysis cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from ...passes.compare.rewrite_diff import program_facts
+from ...passes.models.report import TargetReport
+from ...passes.models.suggest import Version
+from ..adapter import jax_adapter
+from ..backend.cached_analysis import cached_text_report
+from ..backend.checked_in_analysis import analyze_text
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..executors.checked_in_tasks import Spread, check_paths
+from ..supervision import isolation
+
+# A target whose name cannot be a file name is compiled in this process.
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
+
+
+@dataclass(frozen=True)
+class VersionText:
+    name: str
+    description: str
+    text: str
+
+
+def compile_versions(target: str, num_partitions: int, versions: list[VersionText], settings: Settings, devices,
+                     where: str, spread: Spread) -> list[tuple[Version, TargetReport | None]]:
+    """Each version measured (or its compile error), in the order given."""
+    if spread.executor.in_process or len(versions) < 2 or not _FILE_NAME.fullmatch(target):
+        return [_compile_here(target, num_partitions, v, settings, devices, where) for v in versions]
+    folder = tempfile.mkdtemp(prefix="jax-shard-lint-versions-")
+    try:
+        paths = []
+        for k, v in enumerate(versions):
+            # One folder per version: the file's name is the target's, as a checked-in program's is.
+            path = os.path.join(folder, f"{k}-{v.name}", f"{target}.mlir")
+            os.makedirs(os.path.dirname(path))
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(v.text)
+            paths.append(path)
+        isolation.phase(where, f"compiling {len(versions)} versions of target {target!r}")
+        results = check_paths(paths, settings, spread, what="compiled")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [_measured(v, r.reports[0] if r.reports else None, r.error, settings) for v, r in zip(versions, results)]
+
+
+def _compile_here(target: str, num_partitions: int, v: VersionText, settings: Settings, devices,
+                  where: str) -> tuple[Version, TargetReport | None]:
+    isolation.phase(where, f"compiling the {v.name} version of target {target!r}")
+    pool = devices if devices is not None else jax_adapter.cpu_devices()
+    try:
+        report = cached_text_report(target, v.text, num_partitions, settings, pool,
+                                    lambda: analyze_text(target, v.text, settings, where, devices=devices)[0])
+    except ShardLintInputError as e:
+        return _measured(v, None, e.problem, settings)
+    return _measured(v, report, None, settings)
+
+
+def _measured(v: VersionText, report: TargetReport | None, error: str | None,
+              settings: Settings) -> tuple[Version, TargetReport | None]:
+    if report is None:
+        return Version(name=v.name, description=v.description, peak_bytes=None, fits=None, collective_bytes=None,
+                       collective_count=None, estimated_seconds=None, error=error or "no report"), None
+    facts = program_facts(report)
+    budget = settings.budget_bytes
+    return Version(
+        name=v.name, description=v.description, peak_bytes=facts.peak_bytes,
+        fits=None if budget is None else facts.peak_bytes <= budget, collective_bytes=facts.collective_bytes,
+        collective_count=sum(c.count for c in facts.collectives),
+        estimated_seconds=facts.time.seconds if facts.time else None,
+    ), report
