@@ -152,8 +152,17 @@ def cmd_rule(args) -> int:
     if r.options:
         print("\nOptions\n-------")
         for o in r.options:
-            print(f"{o.name} (default {o.default}): {o.help}")
+            print(f"{o.name} (default {_option_text(o)}): {o.help}")
     return EXIT_OK
+
+
+def _option_text(option) -> str:
+    """A default as the config and --threshold take it: 536870912 bytes is ``512MiB``."""
+    if option.kind == "bytes" and isinstance(option.default, int) and option.default > 0:
+        for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if option.default % size == 0:
+                return f"{option.default // size}{unit}"
+    return str(option.default)
 
 
 def cmd_propagate(args) -> int:
@@ -296,9 +305,10 @@ def cmd_schema(args) -> int:
     from ...passes.models.rewrite import RewriteRun
     from ...passes.models.suggest import SuggestRun
     from ...passes.models.sweep import SweepRun
+    from ..commands.fit import FitResult
 
     model = {"lint": LintReport, "propagate": PropagateRun, "rewrite": RewriteRun, "gate": GateResult,
-             "baseline": Baseline, "sweep": SweepRun, "suggest": SuggestRun}[args.kind]
+             "baseline": Baseline, "sweep": SweepRun, "suggest": SuggestRun, "fit": FitResult}[args.kind]
     print(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
     return EXIT_OK
 

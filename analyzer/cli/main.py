@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", parents=[debug_and_timeout], help="print the JSON Schema of a report")
     sch.add_argument("kind", nargs="?", default="lint",
-                     choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep", "suggest"),
+                     choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep", "suggest", "fit"),
                      help="which report (default lint; check writes the lint report too)")
 
     sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")

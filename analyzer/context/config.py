@@ -161,11 +161,13 @@ def rule_codes(values: Any, where: str) -> set[str]:
     if not isinstance(values, list):
         raise ShardLintInputError(where, "ignore must be a list of rule codes")
     out = set()
+    from ...passes.rules.table import find_rule
+
     for v in values:
-        code = str(v).upper()
-        if code not in RULES:
+        rule = find_rule(str(v))
+        if rule is None:  # a code (SL201, sl201) or a name (missing-donation), as `rule` takes them
             raise ShardLintInputError(where, f"unknown rule {v!r} in ignore")
-        out.add(code)
+        out.add(rule.code)
     return out
 
 

@@ -137,6 +137,13 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any],
         if not accepts_any and key not in known:
             takes = ", ".join(settable) if settable else "no parameters"
             raise ShardLintInputError(where, f"unknown param {key!r} ({fn.__name__} takes: {takes})")
+    for key, value in params.items():
+        default = sig.parameters[key].default if key in sig.parameters else inspect.Parameter.empty
+        if isinstance(value, str) and isinstance(default, (bool, int, float)):
+            # --set batch=8x reads as the string '8x': say so here, not as the step's TypeError later.
+            kind = "True or False" if isinstance(default, bool) else "a number"
+            raise ShardLintInputError("--set", f"{key}={value}: expected {kind} ({fn.__name__}'s default for {key} "
+                                      f"is {default!r})")
     kwargs = dict(params)
     for key, value in (extra or {}).items():
         if accepts_any or key in known:

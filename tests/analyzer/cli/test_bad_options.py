@@ -1,6 +1,7 @@
 """Options and outputs a user can get wrong: one line naming the problem, exit 2,
 and nothing a user wrote is overwritten."""
 
+import json
 import os
 import re
 import shutil
@@ -78,3 +79,31 @@ def test_markdown_keeps_hostile_names_inert(cli, tmp_path):
     assert "<script>" not in out and "<!--" not in out and "\r" not in out
     assert not re.search(r"(?<!\\)\]\(javascript:", out)  # the only ]( is escaped: no link
     assert "&lt;script&gt;alert(1)&lt;/script&gt;\\|\\[x\\](javascript:alert(1))" in out
+
+
+def test_a_set_value_that_is_not_the_parameters_kind_is_one_line(cli):
+    one_line_error(cli("lint", REMAT, "--set", "batch=8x", "-q"),
+                   "--set: batch=8x: expected a number (shard_lint_targets's default for batch is 64)")
+
+
+def test_ignore_takes_a_rule_name_as_rule_does(cli):
+    code = cli("rule", "missing-donation").out.split()[0]
+    result = cli("lint", VALUE, "--ignore", "missing-donation", "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err
+    assert code not in {f["rule"] for t in json.loads(result.out)["targets"] for f in t["findings"]}
+    one_line_error(cli("lint", VALUE, "--ignore", "no-such-rule", "-q"),
+                   "--ignore: unknown rule 'no-such-rule' in ignore")
+
+
+def test_rule_prints_byte_thresholds_as_the_config_takes_them(cli):
+    from jax_shard_lint.passes.common.byte_sizes import parse_bytes
+    from jax_shard_lint.passes.rules.table import all_options
+
+    text = cli("rule", "SL102").out
+    shown = re.search(r"loop-collective-bytes \(default (\S+)\)", text).group(1)
+    assert shown == "512MiB" and parse_bytes(shown) == all_options()["loop-collective-bytes"].default
+
+
+def test_schema_covers_fit(cli):
+    schema = json.loads(cli("schema", "fit").out)
+    assert {"value", "probes"} <= set(schema["properties"])
