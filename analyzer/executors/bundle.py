@@ -17,12 +17,14 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 
 from ..errors import ShardLintInputError
 
 MAX_BUNDLE_BYTES = 64 << 20
 MAX_BUNDLE_FILES = 10_000
+STALE_BUNDLE_S = 24 * 3600
 _SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
 
@@ -99,8 +101,10 @@ def materialize(bundle: Bundle) -> str:
     base = os.path.join(tempfile.gettempdir(), "jax-shard-lint-bundles")
     root = os.path.join(base, bundle.digest)
     if os.path.isdir(root):
+        os.utime(root)
         return root
     os.makedirs(base, exist_ok=True)
+    _remove_stale(base)
     staging = tempfile.mkdtemp(prefix=f".{bundle.digest}-", dir=base)
     for path, data in bundle.files:
         target = staging + path
@@ -116,14 +120,25 @@ def materialize(bundle: Bundle) -> str:
     return root
 
 
+def _remove_stale(base: str) -> None:
+    """Bundles no candidate has used for a day: a worker runs many sweeps."""
+    now = time.time()
+    for entry in os.scandir(base):
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and now - entry.stat().st_mtime > STALE_BUNDLE_S:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def rerooted(argv: tuple[str, ...], bundle: Bundle, root: str) -> tuple[str, ...]:
     """The command line with each path this machine named (script, --config, --target-config) under ``root``."""
     shipped = {path for path, _ in bundle.files}
+    # A shipped folder (an XLA dump directory check was given) is named by its path too.
+    folders = {os.path.dirname(path) for path in shipped}
     out = []
     for arg in argv:
         path, sep, rest = arg.partition(":")
         absolute = os.path.abspath(os.path.join(bundle.cwd, path)) if path else path
-        if absolute in shipped and os.path.isabs(path):
+        if os.path.isabs(path) and (absolute in shipped or absolute in folders):
             out.append(root + absolute + sep + rest)
         else:
             out.append(arg)

@@ -15,7 +15,7 @@ import threading
 import pytest
 from conftest import ROOT
 
-from jax_shard_lint.analyzer.executors.bundle import make_bundle, materialize, rerooted
+from jax_shard_lint.analyzer.executors.bundle import make_bundle, make_path_bundle, materialize, rerooted
 from jax_shard_lint.analyzer.executors.candidates import CandidateOutcome
 from jax_shard_lint.analyzer.executors.ray_cluster import _same_releases, _with_overheads
 from jax_shard_lint.analyzer.executors.ray_worker import LOSE_WORKER_ONCE_ENV
@@ -86,6 +86,7 @@ def test_check_spread_fails_on_a_broken_path_as_in_process(cli, snapshots, tmp_p
     assert spread.err == here.err and spread.err.startswith(f"jax-shard-lint: error: {broken}: ")
 
 
+@pytest.mark.slow  # 33 s: two TPU compiles here and two side by side
 def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
     """Several compile-only TPU processes at once, beside this one (which loads libtpu for the
     in-process sweep): libtpu's machine-wide lock would let only one in."""
@@ -167,6 +168,8 @@ def test_a_bundle_mirrors_paths_so_reports_read_the_same(tmp_path, monkeypatch):
         argv = rerooted(("lint", str(project / "train.py") + ":targets", "--config", "rel.toml"), bundle, root)
         assert argv == ("lint", root + str(project / "train.py") + ":targets", "--config", "rel.toml")
         assert materialize(bundle) == root  # written once per machine
+        dumps = make_path_bundle([str(project / "pkg")], [])
+        assert rerooted(("check", str(project / "pkg")), dumps, root) == ("check", root + str(project / "pkg"))
     finally:
         shutil.rmtree(root)
 
