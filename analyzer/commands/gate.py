@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -26,7 +25,7 @@ from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..executors.checked_in_tasks import Spread, check_paths
-from ..inputs.files import MAX_BASELINE_BYTES, open_output, read_input_text
+from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
 
@@ -97,7 +96,7 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     for name in targets:
         # The target's name becomes a file name (and, read back, the target's name again):
         # never a path, never hidden.
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}", name):
+        if not is_plain_file_name(name):
             raise ShardLintInputError(where, f"target name {name!r} cannot be a snapshot file name: use letters, "
                                       "digits, '_', '.' and '-'")
     for name, lowered in targets.items():

@@ -8,7 +8,6 @@ each goes through the analysis cache."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,10 +21,8 @@ from ..backend.checked_in_analysis import analyze_text
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..executors.checked_in_tasks import Spread, check_paths
+from ..inputs.files import is_plain_file_name
 from ..supervision import isolation
-
-# A target whose name cannot be a file name is compiled in this process.
-_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,8 @@ class VersionText:
 def compile_versions(target: str, num_partitions: int, versions: list[VersionText], settings: Settings, devices,
                      where: str, spread: Spread) -> list[tuple[Version, TargetReport | None]]:
     """Each version measured (or its compile error), in the order given."""
-    if spread.executor.in_process or len(versions) < 2 or not _FILE_NAME.fullmatch(target):
+    # A target whose name cannot name a file is compiled in this process.
+    if spread.executor.in_process or len(versions) < 2 or not is_plain_file_name(target):
         return [_compile_here(target, num_partitions, v, settings, devices, where) for v in versions]
     folder = tempfile.mkdtemp(prefix="jax-shard-lint-versions-")
     try:

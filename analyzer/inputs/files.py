@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 
 from ..errors import ShardLintInputError
 
+# A name that can be a file's and read back as the same name: never a path, never hidden.
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
+
 MAX_INPUT_BYTES = 1 << 30  # 1 GiB: a 64-layer step's compiled HLO is under 10 MB
 MAX_BASELINE_BYTES = 64 << 20
+
+
+def is_plain_file_name(name: str) -> bool:
+    """A target name that can name a file (a snapshot's ``<target>.mlir``, a suggest version's)."""
+    return _PLAIN_FILE_NAME.fullmatch(name) is not None
 
 
 def check_input_file(path: str, limit: int = MAX_INPUT_BYTES) -> None:
