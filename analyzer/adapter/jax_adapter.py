@@ -474,12 +474,17 @@ def device_assignment(lowered: Any) -> list:
         return []
 
 
+def device_identity(devices: list) -> list[list[Any]]:
+    """Each device as plain JSON (id, platform, kind, host), for the analysis cache's key."""
+    return [[int(d.id), str(d.platform), str(getattr(d, "device_kind", "")), int(getattr(d, "process_index", 0))]
+            for d in devices]
+
+
 def lowered_identity(lowered: Any) -> dict[str, Any]:
     """What a compile of ``lowered`` depends on beyond its StableHLO text: the devices it
     is placed on (ids, kind, host) and its argument and result pytrees (the paths a report
     names). Plain JSON, for the analysis cache's key."""
-    devices = [[int(d.id), str(d.platform), str(getattr(d, "device_kind", "")), int(getattr(d, "process_index", 0))]
-               for d in device_assignment(lowered)]
+    devices = device_identity(device_assignment(lowered))
     trees: dict[str, str | None] = {}
     for name in ("in_tree", "out_tree"):
         try:

@@ -82,7 +82,7 @@ def key_parts(kind: str, name: str, program_text: str, settings: Settings, devic
 
 def placed(devices: list, count: int) -> dict[str, Any]:
     """The devices checked-in StableHLO compiles on (the first ``count`` of the run's), for the key."""
-    return {"devices": [[int(d.id), str(d.platform), str(getattr(d, "device_kind", ""))] for d in devices[:count]]}
+    return {"devices": jax_adapter.device_identity(devices[:count])}
 
 
 def cached_text_report(name: str, text: str, num_partitions: int, settings: Settings, devices: list,

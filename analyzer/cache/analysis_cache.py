@@ -41,7 +41,6 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     corrupt: int = 0
-    writes: int = 0
 
 
 class AnalysisCache:
@@ -49,7 +48,7 @@ class AnalysisCache:
 
     def __init__(self, folder: str):
         self.folder = os.path.join(os.path.abspath(folder), f"v{ENTRY_FORMAT}")
-        self.hits = self.misses = self.corrupt = self.writes = 0
+        self.hits = self.misses = self.corrupt = 0
 
     def _path(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], key + ENTRY_SUFFIX)
@@ -99,11 +98,10 @@ class AnalysisCache:
                 raise
         except OSError:
             return
-        self.writes += 1
         self._evict()
 
     def stats(self) -> CacheStats:
-        return CacheStats(self.hits, self.misses, self.corrupt, self.writes)
+        return CacheStats(self.hits, self.misses, self.corrupt)
 
     def _evict(self) -> None:
         try:

@@ -101,10 +101,9 @@ class _Prober:
 
     def _probe(self, name: str, lowered, value: int, settings: Settings) -> ProbePeak:
         """One target's figures at one probe: from the analysis cache when this program was probed before."""
-        text = jax_adapter.stablehlo_text(lowered)
-
-        def parts() -> dict:
-            return key_parts("fit-probe", name, text, settings, jax_adapter.lowered_identity(lowered))
+        def parts() -> dict:  # only with a cache: printing the program costs a probe without one nothing
+            return key_parts("fit-probe", name, jax_adapter.stablehlo_text(lowered), settings,
+                             jax_adapter.lowered_identity(lowered))
 
         return cached(analysis_cache(settings), parts, lambda: self._compiled_peak(name, lowered, value), ProbePeak)
 
