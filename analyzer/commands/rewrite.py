@@ -25,7 +25,7 @@ from ...passes.common.sharding_text import normalized, out_shardings_text
 from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
 from ...passes.models.report import TargetReport
 from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ...passes.stablehlo.module import entry_function, read_entry_signature
+from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.state_roundtrip import correspond, mismatched
 from .. import __version__
 from ..adapter import jax_adapter
@@ -33,6 +33,7 @@ from ..backend.checked_in_analysis import analyze_text, read_mlir
 from ..backend.device_selection import select_run_devices
 from ..backend.out_shardings import suggest_for
 from ..backend.script_targets import load_script_targets
+from ..backend.sharding_edits import with_entry_shardings
 from ..context.config import Settings
 from ..context.display_paths import display_source, relativize
 from ..errors import ShardLintInputError, one_line
@@ -85,42 +86,6 @@ def parse_spec(text: str, mesh_axes: dict[str, int], rank: int, where: str) -> l
             used.add(a)
         dims.append(axes)
     return dims + [[] for _ in range(rank - len(dims))]
-
-
-def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
-    def axis(label: str) -> str:
-        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
-        return f'"{m.group(1)}":({m.group(2)}){m.group(3)}' if m else f'"{label}"'
-
-    dims = ", ".join("{" + ", ".join(axis(a) for a in d) + "}" for d in sharding)
-    return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
-
-
-def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
-                          arguments: dict[int, list[list[str]]] | None = None) -> str:
-    """The module's text with the entry function's results (and ``arguments``)
-    pinned to these shardings."""
-    from ...passes.propagation.shardy_reference import clone
-
-    edited = clone(module)
-    fn = entry_function(edited)
-    ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
-    with edited.context:
-        for key, count, pins in (("res_attrs", len(ftype.results), shardings),
-                                 ("arg_attrs", len(ftype.inputs), arguments or {})):
-            if not pins:
-                continue
-            old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
-                else [ir.DictAttr.get({})] * count
-            new = []
-            for i, attrs in enumerate(old):
-                d = ir.DictAttr(attrs)
-                entries = {d[k].name: d[k].attr for k in range(len(d))}
-                if i in pins:
-                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
-                new.append(ir.DictAttr.get(entries))
-            fn.operation.attributes[key] = ir.ArrayAttr.get(new)
-    return edited.operation.get_asm(enable_debug_info=True)
 
 
 def _call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]:

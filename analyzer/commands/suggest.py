@@ -51,6 +51,7 @@ from ..adapter import jax_adapter
 from ..backend.device_selection import platform_label
 from ..backend.out_shardings import suggest_for
 from ..backend.script_targets import load_script_targets
+from ..backend.sharding_edits import with_entry_shardings
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
@@ -59,7 +60,7 @@ from ..platforms.performance import device_spec
 from ..supervision import isolation
 from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
-from .rewrite import _call_entry, parse_spec, with_entry_shardings
+from .rewrite import _call_entry, parse_spec
 from .suggest_refine import pins as refine_pins
 from .suggest_refine import refine
 from .suggest_verdict import best_version, verdict

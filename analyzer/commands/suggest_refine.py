@@ -26,7 +26,7 @@ from ...passes.solver.problem import Assignment, ShardingProblem, restrict_group
 from ...passes.solver.refine import LayoutCheck, check_layout
 from ...passes.solver.solve import NoFeasibleSharding, Solution, solve
 from ..adapter import jax_adapter
-from .rewrite import with_entry_shardings
+from ..backend.sharding_edits import with_entry_shardings
 
 MAX_SOLVES = 6
 CLOSE = 0.01  # the propagated layout within 1% of the plan: propagation realizes it

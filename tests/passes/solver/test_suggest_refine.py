@@ -11,7 +11,7 @@ from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.backend.script_targets import load_script_targets
-from jax_shard_lint.analyzer.commands.rewrite import with_entry_shardings
+from jax_shard_lint.analyzer.backend.sharding_edits import with_entry_shardings
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.commands.suggest_refine import pins, refine
 from jax_shard_lint.analyzer.context.config import Settings

@@ -1,0 +1,50 @@
+"""Edits of a program's stated shardings, made on its StableHLO through jaxlib's
+MLIR bindings: the entry function's argument and result ``sdy.sharding``
+attributes. Python is not traced again and source locations are kept, so the
+edited program's findings point at the same user lines; ``rewrite`` pins outputs
+this way, and lint's fix checks compile a finding's fix this way.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jaxlib.mlir import ir
+
+from ...passes.stablehlo.module import entry_function
+
+
+def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
+    def axis(label: str) -> str:
+        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
+        return f'"{m.group(1)}":({m.group(2)}){m.group(3)}' if m else f'"{label}"'
+
+    dims = ", ".join("{" + ", ".join(axis(a) for a in d) + "}" for d in sharding)
+    return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
+
+
+def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
+                          arguments: dict[int, list[list[str]]] | None = None) -> str:
+    """The module's text with the entry function's results (and ``arguments``)
+    pinned to these shardings."""
+    from ...passes.propagation.shardy_reference import clone
+
+    edited = clone(module)
+    fn = entry_function(edited)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
+    with edited.context:
+        for key, count, pins in (("res_attrs", len(ftype.results), shardings),
+                                 ("arg_attrs", len(ftype.inputs), arguments or {})):
+            if not pins:
+                continue
+            old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
+                else [ir.DictAttr.get({})] * count
+            new = []
+            for i, attrs in enumerate(old):
+                d = ir.DictAttr(attrs)
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+                if i in pins:
+                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
+                new.append(ir.DictAttr.get(entries))
+            fn.operation.attributes[key] = ir.ArrayAttr.get(new)
+    return str(edited.operation.get_asm(enable_debug_info=True))
