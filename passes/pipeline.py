@@ -20,6 +20,7 @@ from .common.device_groups import MeshInfo, axis_scopes
 from .common.shapes import array_bytes, parse_arrays, split_tuple
 from .hlo.collective_intent import classify, parameters, partial_sum_operands
 from .hlo.collective_origin import collective_origins, explain_outputs
+from .hlo.collective_parameter import collective_parameters
 from .hlo.collectives import find_collectives
 from .hlo.compiler_refusal import CompilerRefusal
 from .hlo.cost import program_cost, xla_cost_figures
@@ -29,6 +30,7 @@ from .hlo.step_time import DeviceSpec, estimate_step_time
 from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
 from .models.rule_codes import Scope
 from .rules.context import RuleContext
+from .rules.group_by_cause import group_by_cause
 from .rules.registry import Emitter
 from .rules.table import RULES, all_options
 from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -86,7 +88,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
             continue
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
-        findings.extend(emitter.findings)
+        findings.extend(group_by_cause(emitter.findings))
     return sort_findings(findings)
 
 
@@ -151,6 +153,7 @@ def analyze_target(
         collectives=collectives, memory=memory, roundtrips=roundtrips, options=config.resolved_options(),
         entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
+        collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
     warnings: list[str] = []

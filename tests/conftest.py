@@ -7,6 +7,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 # Every test compiles what it asserts on: the analysis cache is used only where a test names a --cache-dir
 # (tests/analyzer/cache), and nothing is written to the user's cache folder. Child processes inherit it.
 os.environ["JAX_SHARD_LINT_NO_CACHE"] = "1"
+# lint compiles each finding's fix by default (a few more compiles per target): the tests of that
+# (tests/analyzer/commands/test_fix_checks.py) turn it on; the rest test what is found.
+os.environ["JAX_SHARD_LINT_NO_FIX_CHECK"] = "1"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -158,7 +158,9 @@ def cmd_rule(args) -> int:
 
 def _option_text(option) -> str:
     """A default as the config and --threshold take it: 536870912 bytes is ``512MiB``."""
-    if option.kind == "bytes" and isinstance(option.default, int) and option.default > 0:
+    from ...passes.rules import OptionKind
+
+    if option.kind is OptionKind.bytes and isinstance(option.default, int) and option.default > 0:
         for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if option.default % size == 0:
                 return f"{option.default // size}{unit}"

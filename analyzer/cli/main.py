@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_compile_args(lint)
     _add_output_args(lint, "lint")
     _add_cache_args(lint)
+    lint.add_argument("--no-fix-check", action="store_true",
+                      help="show fixes without compiling each first (faster; also JAX_SHARD_LINT_NO_FIX_CHECK=1): "
+                      "by default every sharding a finding suggests is applied, compiled and compared, and a fix "
+                      "that makes the step worse is not offered")
     lint.add_argument("--fail-on", choices=("error", "warning", "never"), default=None,
                       help="exit 1 when a finding reaches this severity (default error)")
 

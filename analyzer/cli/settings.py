@@ -67,6 +67,8 @@ def settings_from_args(args: argparse.Namespace):
     if getattr(args, "fail_on", None):
         fields["fail_on"] = args.fail_on
     fields["cache_dir"] = _cache_dir(args)
+    fields["check_fixes"] = (hasattr(args, "no_fix_check") and not args.no_fix_check
+                             and os.environ.get("JAX_SHARD_LINT_NO_FIX_CHECK") != "1")
     return Settings(**fields).with_default_budget()
 
 

@@ -12,6 +12,7 @@ from ...passes.rules.table import rule_docs
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import check_lowered_for, run_warnings
+from ..backend.fix_checks import check_fixes
 from ..backend.heap import paused_collector
 from ..backend.script_targets import load_script
 from ..backend.target_analysis import analyze_lowered
@@ -43,6 +44,10 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         check_lowered_for(lowered, name, settings, where)
         with paused_collector():
             report = analyze_lowered(name, lowered, settings, where)
+            if settings.check_fixes:
+                say(f"compiling the fixes {name}'s findings suggest, to check them")
+                report = check_fixes(report, jax_adapter.stablehlo_text(lowered), settings, where,
+                                     jax_adapter.device_assignment(lowered))
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     local = local_source_files(where) if os.path.exists(where) else []
     from_source = source_findings(local, settings)

@@ -29,6 +29,7 @@ from typing import Any
 from ...passes.common.byte_sizes import parse_bytes
 from ...passes.models.report import Severity
 from ...passes.pipeline import PassConfig
+from ...passes.rules import OptionKind
 from ...passes.rules.table import RULES, all_options
 from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..errors import ShardLintInputError
@@ -64,6 +65,8 @@ class Settings:
     user_roots: tuple[str, ...] = ()
     # Where finished target reports are kept (analyzer/cache); None: no cache (--no-cache).
     cache_dir: str | None = None
+    # Compile each finding's fix before it is shown (lint; backend/fix_checks.py).
+    check_fixes: bool = False
 
     def ownership(self) -> CodeOwnership:
         """Whose frames are the user's; one object per configuration, so its caches
@@ -131,12 +134,17 @@ def parse_option(name: str, value: Any, where: str) -> Any:
         raise ShardLintInputError(where, f"unknown threshold {name!r} (known: {', '.join(sorted(options))})")
     kind = options[name].kind
     try:
-        if kind == "bytes":
+        if kind is OptionKind.bytes:
             return parse_bytes(value)
-        if kind == "fraction":
+        if kind is OptionKind.fraction:
             v = float(value)
             if not 0 <= v <= 1:
                 raise ValueError(f"{value} is not between 0 and 1")
+            return v
+        if kind is OptionKind.ratio:
+            v = float(value)
+            if not v >= 1:
+                raise ValueError(f"{value} is not a multiple of at least 1")
             return v
         return int(value)
     except ValueError as e:

@@ -49,7 +49,7 @@ class CandidateOutcome:
 
 
 def lint_argv(script: str, targets: tuple[str, ...], params: list[str], forwarded: list[str]) -> tuple[str, ...]:
-    argv = ["lint", script, "--format", "json", "--fail-on", "never", "-q", *forwarded]
+    argv = ["lint", script, "--format", "json", "--fail-on", "never", "-q", "--no-fix-check", *forwarded]
     for t in targets:
         argv += ["--target", t]
     for p in params:

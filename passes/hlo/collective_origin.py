@@ -35,15 +35,15 @@ _DIMS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
-class _Index:
+class OriginIndex:
     computation_of: dict[str, str]
     loops_of_body: dict[str, list[HloInstruction]]
     fusions_of: dict[str, list[HloInstruction]]
 
 
-def origin_index(module: HloModule) -> _Index:
+def origin_index(module: HloModule) -> OriginIndex:
     """Built once per module (intent's and origin's passes both ask for it)."""
-    hit: _Index | None = module.derived.get("origin_index")
+    hit: OriginIndex | None = module.derived.get("origin_index")
     if hit is not None:
         return hit
     computation_of: dict[str, str] = {}
@@ -57,7 +57,7 @@ def origin_index(module: HloModule) -> _Index:
                     loops.setdefault(callee, []).append(ins)
                 elif ins.opcode == "fusion" and attr == "calls":
                     fusions.setdefault(callee, []).append(ins)
-    hit = module.derived["origin_index"] = _Index(computation_of, loops, fusions)
+    hit = module.derived["origin_index"] = OriginIndex(computation_of, loops, fusions)
     return hit
 
 
@@ -68,7 +68,7 @@ def _parameter_number(ins: HloInstruction) -> int | None:
         return None
 
 
-def entry_parameter(module: HloModule, name: str, index: _Index) -> int | None:
+def entry_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
     """The entry parameter a value is, through ops that keep its elements, one
     layer of a stack, layout fusions' operands and a while loop's carried tuple."""
     ins = module.by_name.get(name)
@@ -116,7 +116,7 @@ def _sharded_dims(t: TensorInfo) -> dict[int, list[str]]:
     return {d: axes for d, axes in enumerate(t.sharding or []) if axes}
 
 
-def _reads_in(module: HloModule, producer: HloInstruction, index: _Index,
+def reads_in(module: HloModule, producer: HloInstruction, index: OriginIndex,
               ) -> list[tuple[HloInstruction, int, tuple[int, ...]]]:
     """(read op, input number, dims it indexes) for the gathers and dynamic slices
     that produce a value: the op itself, or inside the fusion that computes it."""
@@ -145,7 +145,7 @@ def _reads_in(module: HloModule, producer: HloInstruction, index: _Index,
 
 
 def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], ownership: CodeOwnership,
-                      index: _Index | None = None, display: Display = where_text) -> tuple[str | None, str | None]:
+                      index: OriginIndex | None = None, display: Display = where_text) -> tuple[str | None, str | None]:
     """(the path of the input the collective's operand is; why the collective runs),
     each None when the compiled program does not say."""
     index = index or origin_index(module)
@@ -163,7 +163,7 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
         producer = module.by_name.get(name)
         if producer is None:
             continue
-        for op, number, dims in _reads_in(module, producer, index):
+        for op, number, dims in reads_in(module, producer, index):
             t = by_number.get(number)
             if t is None:
                 continue

@@ -86,7 +86,7 @@ class GateRow(Model):
 
 
 class GateResult(Model):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: Literal["1.1"] = SCHEMA_VERSION
     command: str = "gate"
     baseline: str
     passed: bool

@@ -12,7 +12,11 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION: Final = "1.0"
+from .fix_check import FixCheck
+
+# 1.1: findings are grouped by cause (count, bytes, ops), name their parameter and the
+# sharding to give it, and carry the compiled check of their fix.
+SCHEMA_VERSION: Final = "1.1"
 
 
 class Model(BaseModel):
@@ -198,6 +202,20 @@ class Finding(Model):
     provenance: list[str] = Field(
         default_factory=list, description="Why, from sharding propagation: how the value got its sharding."
     )
+    count: int = Field(default=1, description="How many ops or values share this cause (rule, user line, library "
+                       "frame and parameter): one finding stands for all of them.")
+    bytes: int | None = Field(default=None, description="Per-device bytes per step of all of them together.")
+    ops: list[str] = Field(default_factory=list, description="The HLO ops (or values) this finding stands for, when "
+                           "more than the subject.")
+    parameter: str | None = Field(
+        default=None, description="The parameter (argument path) the finding comes from: the input a collective "
+        "moves, or the weight of the matmul it serves; across layers a pattern, h[*]['attn']['kernel'].")
+    parameter_sharding: list[list[str]] | None = Field(default=None, description="Its sharding, axes per dimension.")
+    suggested_sharding: list[list[str]] | None = Field(
+        default=None, description="The sharding the fix gives the parameter, axes per dimension.")
+    fix_check: FixCheck | None = Field(
+        default=None, description="The fix applied and compiled: what it does to the peak and the traffic; null "
+        "where it was not checked.")
 
 
 class TargetReport(Model):
@@ -253,7 +271,7 @@ class ScriptRun(Model):
 class RunHeader(Model):
     """What every report starts with: the schema, the versions, the command."""
 
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: Literal["1.1"] = SCHEMA_VERSION
     tool_version: str
     jax_version: str
     jaxlib_version: str

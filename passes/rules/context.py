@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..stablehlo.module import EntrySignature
@@ -31,6 +32,8 @@ class RuleContext:
     # A partial-sum all-reduce's HLO name -> (per-device bytes of its matmul's smaller
     # operand, the input index its larger operand is, if it is one).
     partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    # A collective's HLO name -> the parameter it moves or serves (hlo/collective_parameter.py).
+    collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
 

@@ -10,9 +10,10 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from ..models.report import Finding, Severity, SourceLocation
+from ..models.report import Finding, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Code, Scope
 
 DOC_SECTIONS = ("What it does", "Why is this bad", "Example", "Fix")
@@ -20,11 +21,20 @@ _CODE = re.compile(r"^SL\d{3}$")
 _NAME = re.compile(r"^[a-z]+(-[a-z]+)*$")
 
 
+class OptionKind(str, Enum):
+    """How a threshold is written and checked."""
+
+    bytes = "bytes"  # a size: 512MiB, 4GB or a plain byte count
+    fraction = "fraction"  # a share between 0 and 1
+    ratio = "ratio"  # a multiple, at least 1
+    int = "int"
+
+
 @dataclass(frozen=True)
 class RuleOption:
     name: str
     default: Any
-    kind: str  # "bytes", "fraction", "int"
+    kind: OptionKind
     help: str
 
 
@@ -67,9 +77,15 @@ class Emitter:
 
     def emit(
         self, message: str, source: SourceLocation | None, fix: str | None = None, subject: str | None = None,
-        via: SourceLocation | None = None, why: list[str] | None = None,
+        via: SourceLocation | None = None, why: list[str] | None = None, parameter: TensorInfo | None = None,
+        suggested: list[list[str]] | None = None, total_bytes: int | None = None, count: int = 1,
     ) -> None:
+        """``parameter``: the argument the finding comes from, ``suggested`` the sharding its fix gives
+        it; ``total_bytes``: the per-device bytes per step the finding is about (grouping adds them)."""
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
             message=message, source=source, via=via, fix=fix, subject=subject, provenance=list(why or []),
+            parameter=parameter.path if parameter is not None else None,
+            parameter_sharding=parameter.sharding if parameter is not None else None,
+            suggested_sharding=suggested, bytes=total_bytes, count=count,
         ))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
-from ..models.report import Severity
+from ..hlo.collective_parameter import ParameterRole
+from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL101
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .parameter_advice import contracted_dims, gathered_dims, moved_off, moved_onto, parameter_of
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 _REPLICATING = ("all-gather", "all-reduce")
 
@@ -52,33 +55,63 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
     share_min = ctx.options["replicating-collective-min-bytes"]
+    sizes = dict(ctx.signature.mesh.axes)
     for c in ctx.collectives:
         if c.kind not in _REPLICATING or c.intent in INTENDED:
             continue
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
         large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
-        if c.bytes >= big or large_share or (whole and c.bytes >= whole_min):
-            what = "rebuilds the whole array" if whole else "materialises"
-            axes = ", ".join(c.mesh_axes) or "all devices"
-            out.emit(
-                f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
-                + (f", {c.count}x per step" if c.count > 1 else "")
-                + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else ""),
-                c.source, via=c.via,
-                fix="shard a dimension this op does not read along, or keep the operand sharded with "
-                "jax.lax.with_sharding_constraint before the op",
-                subject=c.hlo_name, why=[c.why] if c.why else None,
-            )
+        if not (c.bytes >= big or large_share or (whole and c.bytes >= whole_min)):
+            continue
+        what = "rebuilds the whole array" if whole else "materialises"
+        axes = ", ".join(c.mesh_axes) or "all devices"
+        parameter, served = parameter_of(ctx, c)
+        suggested = None
+        if parameter is not None and served is not None and parameter.sharding and any(parameter.sharding):
+            if served.role is ParameterRole.operand:  # keep the input off the dimension the op reads along
+                suggested = moved_off(parameter, gathered_dims(parameter, c), sizes)
+            elif served.role is ParameterRole.read:
+                suggested = moved_off(parameter, set(served.contracting or ()), sizes)
+            elif served.role is ParameterRole.feeds and c.kind == "all-gather":  # multiply the shards in place
+                suggested = moved_onto(parameter, contracted_dims(parameter, served), c.mesh_axes, sizes)
+            else:
+                suggested = moved_off(parameter, contracted_dims(parameter, served), sizes)
+        out.emit(
+            f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
+            + (f", {c.count}x per step" if c.count > 1 else "")
+            + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
+            + (_relation(parameter, served.role) if parameter is not None and served is not None else ""),
+            c.source, via=c.via,
+            fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
+                 + (" (off the dimension this op reads along)"
+                    if served and served.role in (ParameterRole.operand, ParameterRole.read)
+                    else " (the dimension the matmul contracts, so it multiplies the shards in place)")
+                 if parameter is not None and suggested else
+                 "shard a dimension this op does not read along, or keep the operand sharded with "
+                 "jax.lax.with_sharding_constraint before the op"),
+            subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
+            total_bytes=c.bytes * c.count,
+        )
 
+
+def _relation(t: TensorInfo, role: ParameterRole) -> str:
+    spec = pspec_text(t.sharding)
+    if role is ParameterRole.operand:
+        return f": it gathers {t.path} {spec}"
+    if role is ParameterRole.read:
+        return f": it sums what each device read of {t.path} {spec} along a sharded dimension"
+    if role is ParameterRole.partial_sums:
+        return f": it sums the partial products of the matmul by {t.path} {spec}"
+    return f": the matmul by {t.path} {spec} reads it whole"
 
 RULE = define_rule(SL101, Severity.warning, replicating_collective,
                    options=(
-        RuleOption("replicating-collective-bytes", 256 * 1024**2, "bytes",
+        RuleOption("replicating-collective-bytes", 256 * 1024**2, OptionKind.bytes,
                    "per-device bytes at which any all-gather or all-reduce is reported"),
-        RuleOption("whole-array-gather-min-bytes", 1024**2, "bytes",
+        RuleOption("whole-array-gather-min-bytes", 1024**2, OptionKind.bytes,
                    "smallest collective reported for rebuilding a whole sharded array"),
-        RuleOption("replicating-collective-peak-fraction", 0.25, "fraction",
+        RuleOption("replicating-collective-peak-fraction", 0.25, OptionKind.fraction,
                    "share of the per-device peak at which an all-gather or all-reduce is reported"),
-        RuleOption("replicating-collective-min-bytes", 4 * 1024**2, "bytes",
+        RuleOption("replicating-collective-min-bytes", 4 * 1024**2, OptionKind.bytes,
                    "smallest collective the peak-fraction criterion reports (tiny programs)"),
     ))

@@ -7,7 +7,7 @@ from ..hlo.collective_intent import INTENDED
 from ..models.report import Collective, Severity
 from ..models.rule_codes import SL102
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
@@ -72,6 +72,6 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,
-                   options=(RuleOption("loop-collective-bytes", 512 * 1024**2, "bytes",
+                   options=(RuleOption("loop-collective-bytes", 512 * 1024**2, OptionKind.bytes,
                         "bytes per step (bytes times executions, summed per source line) at which collectives "
                         "in a loop are reported"),))

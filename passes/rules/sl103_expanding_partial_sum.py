@@ -7,7 +7,8 @@ from ..common.sharding_text import pspec_text
 from ..models.report import Severity
 from ..models.rule_codes import SL103
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .parameter_advice import contracted_dims, moved_off, parameter_of
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
@@ -48,16 +49,24 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # A weight's gradient (a matmul over the batch, summed over the data axes) has the
     # weight's shape: data-parallel traffic, not an expanding projection.
     weights = {tuple(t.shape) for t in ctx.inputs}
+    sizes = dict(ctx.signature.mesh.axes)
     for c in ctx.collectives:
         found = ctx.partial_sum_operands.get(c.hlo_name)
         if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights:
             continue
         operand, weight_index = found
-        weight = next((t for t in ctx.inputs if t.index == weight_index), None)
+        weight, served = parameter_of(ctx, c)
+        if weight is None:
+            weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
         if c.bytes < ratio * gathered:
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
+        suggested = None
+        if weight is not None and weight.sharding:
+            contracted = contracted_dims(weight, served) if served is not None else (
+                {d for d, a in enumerate(weight.sharding) if a} if len(weight.shape) == 2 else set())
+            suggested = moved_off(weight, contracted, sizes)
         out.emit(
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
@@ -66,16 +75,18 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
                if weight is not None and weight.sharding else "the dimension it contracts is sharded"),
             c.source, via=c.via,
-            fix=f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
-            "produces instead of the one it contracts, so the output stays sharded",
-            subject=c.hlo_name, why=[c.why] if c.why else None,
+            fix=(f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
+                 f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
+                 else f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
+                 "produces instead of the one it contracts, so the output stays sharded"),
+            subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
+            total_bytes=c.bytes * c.count,
         )
-
 
 RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
                    options=(
-        RuleOption("partial-sum-expansion", 8.0, "fraction",
+        RuleOption("partial-sum-expansion", 8.0, OptionKind.ratio,
                    "all-reduced bytes over the bytes of the matmul operand that could be gathered instead"),
-        RuleOption("partial-sum-min-bytes", 4 * 1024**2, "bytes",
+        RuleOption("partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
                    "smallest all-reduce of partial sums reported"),
     ))

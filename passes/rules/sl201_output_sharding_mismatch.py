@@ -8,7 +8,7 @@ from ..models.report import Severity
 from ..models.rule_codes import SL201
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
@@ -76,11 +76,12 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
             f"{format_bytes(floor)}): {shown}{more}",
             ctx.output_source(small[0].output.index),
             fix="pin them with the target's suggested out_shardings= (it pins every state output)",
-            subject=small[0].output.path,
+            subject=small[0].output.path, count=len(small),
+            total_bytes=sum(rt.output.per_device_bytes for rt in small),
         )
 
 
 RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
-                   options=(RuleOption("output-mismatch-min-bytes", 1024**2, "bytes",
+                   options=(RuleOption("output-mismatch-min-bytes", 1024**2, OptionKind.bytes,
                         "per-device size from which each mismatched output is its own finding; smaller ones are "
                         "reported together in one finding"),))

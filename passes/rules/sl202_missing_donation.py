@@ -7,7 +7,7 @@ from ..common.sharding_text import normalized
 from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL202
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def _sharding_of(t: TensorInfo) -> tuple[tuple[str, ...], ...] | None:
@@ -78,4 +78,5 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL202, Severity.warning, missing_donation,
-                   options=(RuleOption("donation-min-bytes", 1024**2, "bytes", "smallest per-device saving reported"),))
+                   options=(RuleOption("donation-min-bytes", 1024**2, OptionKind.bytes,
+                                       "smallest per-device saving reported"),))

@@ -7,7 +7,7 @@ from ..common.sharding_text import is_replicated, pspec_text
 from ..models.report import Severity
 from ..models.rule_codes import SL203
 from .context import RuleContext
-from .registry import Emitter, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
@@ -61,5 +61,5 @@ def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL203, Severity.warning, replicated_argument,
-                   options=(RuleOption("replicated-argument-bytes", 64 * 1024**2, "bytes",
+                   options=(RuleOption("replicated-argument-bytes", 64 * 1024**2, OptionKind.bytes,
                         "size at which a fully replicated argument is reported"),))

@@ -7,7 +7,7 @@ from ..models.report import Severity
 from ..models.rule_codes import SL302
 from .context import RuleContext
 from .peak_memory import peak_culprit, peak_detail
-from .registry import Emitter, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 
 def low_headroom(ctx: RuleContext, out: Emitter) -> None:
@@ -53,5 +53,5 @@ def low_headroom(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL302, Severity.warning, low_headroom,
-                   options=(RuleOption("headroom-fraction", 0.10, "fraction",
+                   options=(RuleOption("headroom-fraction", 0.10, OptionKind.fraction,
                         "headroom under this fraction of the budget is reported"),))

@@ -26,7 +26,8 @@ figcaption{font-size:12px;margin-bottom:4px;max-width:520px}svg.grid text{font-s
 .finding{border-left:4px solid var(--line);padding:4px 10px;margin:8px 0;background:#fbfcfe}.finding.error{border-color:var(--bad)}
 .finding.warning{border-color:var(--warn)}.finding p{margin:4px 0}.fix code,.fixtext{background:#eef4ee}
 .sev{font-size:11px;font-weight:700;text-transform:uppercase;padding:1px 6px;border-radius:4px;background:#e7e9ef}
-.sev.error{background:#fde2e2;color:var(--bad)}.sev.warning{background:#fff1d6;color:var(--warn)}.sev.info{background:#e3ecff}
+.count{font-size:12px;font-weight:600;color:#6b3fa0;margin-left:6px}.param code{word-break:normal}
+a.sev{text-decoration:none}.sev.error{background:#fde2e2;color:var(--bad)}.sev.warning{background:#fff1d6;color:var(--warn)}.sev.info{background:#e3ecff}
 .tag{font-size:10px;background:#e7e9ef;border-radius:3px;padding:0 4px}.muted{color:var(--muted)}.warning{color:var(--warn)}
 pre{white-space:pre-wrap;font-size:12px;background:#f6f7fa;padding:8px;border-radius:6px}code{font-size:12px}
 details summary{cursor:pointer;color:var(--accent)}

@@ -57,8 +57,9 @@ def _summary(t: TargetReport) -> str:
                            f'<div class="sub">{e(step_time_line(t.time))}</div>'
                            f'<div class="sub">{e(step_time_basis(t.time))}; '
                            f'sources: {e("; ".join(t.time.sources))}</div>'))
+    anchor = f"findings-{e(t.name)}"
     cards.append(_card("findings", " ".join(
-        f'<span class="sev {s}">{n} {s}</span>' for s, n in sorted(counts.items())) or "none",
+        f'<a class="sev {s}" href="#{anchor}">{n} {s}</a>' for s, n in sorted(counts.items())) or "none",
         f'<div class="sub">{t.suppressed} suppressed</div>' if t.suppressed else ""))
     return f'<div class="cards">{"".join(cards)}</div>'
 
@@ -199,32 +200,44 @@ def _io(t: TargetReport) -> str:
             "devices that hold it.</p>" + section("inputs", t.inputs) + section("outputs", t.outputs))
 
 
-def _findings(findings, docs: dict) -> str:
+def _findings(findings, docs: dict, target: str | None = None) -> str:
+    heading = f'<h3 id="findings-{e(target)}">Findings</h3>' if target is not None else "<h3>Findings</h3>"
     if not findings:
-        return "<h3>Findings</h3><p class=\"muted\">None.</p>"
+        return f'{heading}<p class="muted">None.</p>'
+
     items = []
     for f in findings:
         doc = docs.get(f.rule)
         why = "".join(f"<li>{e(line)}</li>" for line in f.provenance)
+        count = (f' <span class="count">{f.count}x' + (f", {e(format_bytes(f.bytes))} per step in all" if f.bytes
+                                                        else "") + "</span>") if f.count > 1 else ""
+        param = ""
+        if f.parameter:
+            to = f" &rarr; <code>{e(pspec_text(f.suggested_sharding))}</code>" if f.suggested_sharding else ""
+            spec = f" <code>{e(pspec_text(f.parameter_sharding))}</code>" if f.parameter_sharding is not None else ""
+            param = f'<p class="param">parameter <code>{e(f.parameter)}</code>{spec}{to}</p>'
+        ops = "".join(f"<li><code>{e(op)}</code></li>" for op in f.ops)
         items.append(
             f'<div class="finding {e(f.severity.value)}"><div><span class="sev {e(f.severity.value)}">'
             f"{e(f.severity.value)}</span> <b>{e(f.rule)}</b> {e(f.name)} <code>{e(where_text(f.source, f.via))}"
-            f"</code></div><p>{e(f.message)}</p>"
+            f"</code>{count}</div><p>{e(f.message)}</p>{param}"
             + (f'<p class="fix">fix: <code>{e(f.fix)}</code></p>' if f.fix else "")
+            + (f"<details><summary>{len(f.ops)} ops</summary><ul>{ops}</ul></details>" if len(f.ops) > 1 else "")
             + (f'<details><summary>why (propagation)</summary><ul>{why}</ul></details>' if why else "")
             + (f'<details><summary>rule {e(f.rule)}: {e(doc.summary)}</summary><pre>{e(doc.doc)}</pre></details>'
                if doc else "")
             + "</div>"
         )
-    return "<h3>Findings</h3>" + "".join(items)
+    return heading + "".join(items)
 
 
 def render_target(t: TargetReport, docs: dict) -> str:
     fix = (f'<h3>Suggested out_shardings</h3><pre class="fixtext">jax.jit(..., {e(t.suggested_out_shardings)})</pre>'
            if t.suggested_out_shardings else "")
     warnings = "".join(f'<p class="warning">{e(w)}</p>' for w in t.warnings)
+    # The verdict and the findings first; then the evidence (memory, collectives, inputs and outputs).
     return (f'<section class="target" data-target="{e(t.name)}"><h2>{e(t.name)}</h2>{warnings}{_summary(t)}'
-            f"{_memory(t)}{_collectives(t)}{_io(t)}{_findings(t.findings, docs)}{fix}</section>")
+            f"{_findings(t.findings, docs, t.name)}{fix}{_memory(t)}{_collectives(t)}{_io(t)}</section>")
 
 
 def render_html(report: LintReport) -> str:

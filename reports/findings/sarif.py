@@ -29,12 +29,21 @@ def _result(f: Finding, target: str | None, index: dict[str, int], script: str |
         "ruleId": f.rule,
         "level": LEVEL[f.severity],
         "message": {"text": text},
-        "properties": {"target": target, "fix": f.fix, "subject": f.subject, "provenance": f.provenance},
+        "properties": {"target": target, "fix": f.fix, "subject": f.subject, "provenance": f.provenance,
+                       "count": f.count, "bytes": f.bytes, "ops": f.ops, "parameter": f.parameter,
+                       "parameter_sharding": f.parameter_sharding, "suggested_sharding": f.suggested_sharding,
+                       "fix_check": f.fix_check.model_dump(mode="json") if f.fix_check else None},
     }
     if f.rule in index:
         result["ruleIndex"] = index[f.rule]
     if f.via is not None:
         result["properties"]["via"] = str(f.via)
+        # The library line the user's call went through: a package path, under site-packages.
+        result["relatedLocations"] = [{
+            "id": 1, "message": {"text": f"via {f.via}"},
+            "physicalLocation": {"artifactLocation": {"uri": quote(f.via.file.replace("\\", "/")),
+                                                      "uriBaseId": "SITE_PACKAGES"},
+                                 "region": {"startLine": max(1, f.via.line)}}}]
     uri = f.source.file if f.source else script
     if uri:
         uri = uri.replace("\\", "/")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -148,19 +149,35 @@ def _io(t: TargetReport, width: int) -> Table:
     return fitted_table("Inputs and outputs", columns, width, f"{more} more in --format json" if more > 0 else None)
 
 
-def render_finding(f: Finding) -> Text:
-    line = Text()
-    line.append(f"{f.rule} ", style=SEVERITY_STYLE[f.severity])
-    line.append(f"[{f.severity.value}] ", style=SEVERITY_STYLE[f.severity])
-    line.append(f"{where_text(f.source, f.via)}: ", style="bold")
-    line.append(f.message)
+_MAX_OPS = 6
+
+
+def render_finding(f: Finding) -> Group:
+    """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
+    hanging indent so a long message or fix reads as one block."""
+    head = Text()
+    head.append(f"{f.rule} ", style=SEVERITY_STYLE[f.severity])
+    head.append(f"[{f.severity.value}] ", style=SEVERITY_STYLE[f.severity])
+    head.append(where_text(f.source, f.via), style="bold")
+    if f.count > 1:
+        head.append(f"  {f.count}x" + (f", {format_bytes(f.bytes)} per step in all" if f.bytes else ""),
+                    style="magenta")
+    body = Table.grid(padding=(0, 1))
+    body.add_column(no_wrap=True)
+    body.add_column(ratio=1, overflow="fold")
+    body.add_row("", f.message)
+    if f.parameter:
+        spec = pspec_text(f.parameter_sharding) if f.parameter_sharding is not None else ""
+        to = f" -> {pspec_text(f.suggested_sharding)}" if f.suggested_sharding is not None else ""
+        body.add_row(Text("param:", style="blue"), f"{f.parameter} {spec}{to}".rstrip())
     if f.fix:
-        line.append("\n    fix: ", style="green")
-        line.append(f.fix)
+        body.add_row(Text("fix:", style="green"), f.fix)
     for why in f.provenance:
-        line.append("\n    why: ", style="cyan")
-        line.append(why)
-    return line
+        body.add_row(Text("why:", style="cyan"), why)
+    if len(f.ops) > 1:
+        shown = ", ".join(f.ops[:_MAX_OPS]) + (f" and {len(f.ops) - _MAX_OPS} more" if len(f.ops) > _MAX_OPS else "")
+        body.add_row(Text("ops:", style="dim"), Text(shown, style="dim"))
+    return Group(head, Padding(body, (0, 0, 1, 4)))
 
 
 def _findings(findings: list[Finding]) -> Group | None:
@@ -185,8 +202,9 @@ def render_terminal(report: LintReport, console: Console) -> None:
                                 f"jax.jit(..., {t.suggested_out_shardings})")
         warn = Text("\n".join(f"warning: {w}" for w in t.warnings), style="yellow") if t.warnings else None
         width = console.width
-        parts = [x for x in (_summary(t), warn, _collectives(t, width), _live(t, width), _io(t, width),
-                             _findings(t.findings), fix)
+        # The verdict and the findings first; then the evidence they come from.
+        parts = [x for x in (_summary(t), warn, _findings(t.findings), fix, _collectives(t, width),
+                             _live(t, width), _io(t, width))
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(Group(*parts))

@@ -234,3 +234,35 @@ def test_penzai_llama_sharded_on_its_embedding_axis_raises_the_logits_all_reduce
     assert (source["file"], source["line"]) == ("examples/models/penzai_llama.py", 31)  # logits = model(...)
     assert logits[0]["via"]["file"].startswith("penzai/")
     assert not [f for t in _lint(cli, script)["targets"] for f in t["findings"] if f["rule"] == "SL103"]
+
+
+def test_one_finding_per_cause_across_layers(cli):
+    """Six GPT-2 layers whose c_proj shards its output features: each layer gathers its MLP
+    activation (six all-gathers in XLA's compiled HLO, at the user's one model(...) line). The
+    report has one SL101 for them, counting six, naming the weight across layers and the spec
+    that multiplies the shards in place."""
+    _needs(SCRIPTS["gpt2_flax"])
+    layers = 6
+    script = os.path.join(MODELS, "gpt2_flax.py")
+    report = _lint(cli, script, "--set", f"layers={layers}", "--set", "layout=features",
+                   "--threshold", "replicating-collective-bytes=1MiB")
+    [t] = report["targets"]
+    warnings = [f for f in t["findings"] if f["severity"] == "warning"]
+    causes = [(f["rule"], str(f["source"]), str(f["via"]), f["parameter"]) for f in warnings]
+    assert len(causes) == len(set(causes))
+    assert len({c[:3] for c in causes if c[0] in ("SL101", "SL103")}) == len(
+        [c for c in causes if c[0] in ("SL101", "SL103")])
+    [f] = [f for f in warnings if f["rule"] == "SL101"]
+    assert f["parameter"] == "params['transformer']['h'][*]['mlp']['c_proj']['kernel']"
+    assert f["parameter_sharding"] == [["model"], []] and f["suggested_sharding"] == [[], ["model"]]
+    assert f["parameter"] in f["message"] and "P(None, 'model')" in f["fix"]
+
+    # XLA's own count: the forward all-gathers before each layer's c_proj.
+    import re
+
+    module = _import(script)
+    compiled = module.shard_lint_targets(layers=layers, layout="features")["train_step"].compile()
+    gathers = [ln for ln in compiled.as_text().splitlines()
+               if re.search(r"= \S+ all-gather\(", ln) and "/mlp/c_proj/" in ln and "transpose(" not in ln]
+    assert f["count"] == len(gathers) == layers
+    assert sorted(f["ops"]) == sorted(re.search(r"%(\S+) =", ln).group(1) for ln in gathers)

@@ -19,7 +19,7 @@ def lint_json(cli, *args):
 
 def test_json_carries_the_documented_fields(cli):
     report, _ = lint_json(cli, FSDP)
-    assert report["schema_version"] == "1.0"
+    assert report["schema_version"] == "1.1"
     t = report["targets"][0]
     assert t["name"] == "train_step" and t["num_devices"] == 8 and t["mesh"] == {"fsdp": 4, "tp": 2}
     assert set(t["memory"]) >= {"peak_bytes", "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes",

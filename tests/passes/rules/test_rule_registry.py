@@ -28,7 +28,7 @@ def test_options_are_documented_and_unique():
         for o in r.options:
             assert o.name not in seen, f"{o.name} declared by {seen.get(o.name)} and {r.code}"
             seen[o.name] = r.code
-            assert o.help and o.kind in ("bytes", "fraction", "int")
+            assert o.help and o.kind.value in ("bytes", "fraction", "ratio", "int")
             assert f"`{o.name}`" in r.doc, f"{r.code}'s documentation does not explain `{o.name}`"
     assert set(all_options()) == set(seen)
 

@@ -1,0 +1,209 @@
+"""Which parameter a collective belongs to, read in the compiled HLO: the input
+it moves (its operand is that input), or the weight of the matmul it serves (the
+matmul whose partial sums it adds, or the one its gathered result feeds).
+
+A finding that says "the dimension it contracts is sharded" leaves the user to
+find the weight among hundreds; this names it, with the dimensions that matmul
+contracts, so a rule can give the concrete PartitionSpec to use instead.
+
+Operand identity, never a shape that happens to match: the walk follows the
+operands from the matmul through ops that keep a value's elements (layout ops,
+one layer of a stack, a fusion's parameters, a loop's carried tuple) to an entry
+parameter, as ``collective_origin.entry_parameter`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from ..common.device_groups import MeshInfo
+from ..models.report import Collective, TensorInfo
+from .collective_origin import OriginIndex, entry_parameter, origin_index, reads_in
+from .module import HloInstruction, HloModule
+
+_MATMUL = frozenset({"dot", "convolution"})
+# Ops a gathered value passes through on its way to the matmul that reads it.
+_PASS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element",
+                           "all-gather-done", "copy-start", "copy-done", "broadcast", "dynamic-slice", "slice"})
+_MAX_VISITS = 64
+_DIMS = re.compile(r"\d+")
+
+
+class ParameterRole(str, Enum):
+    """How the parameter relates to the collective."""
+
+    operand = "operand"  # the collective moves this input itself (a gather of a parameter)
+    partial_sums = "partial-sums"  # the collective adds partial sums of a matmul by this weight
+    feeds = "feeds"  # the collective's result is multiplied by this weight
+    read = "read"  # a gather or dynamic slice reads this input along a sharded dimension (``contracting``: those)
+
+
+@dataclass(frozen=True)
+class CollectiveParameter:
+    index: int  # the entry parameter's number (TensorInfo.index)
+    role: ParameterRole
+    # The parameter's dimensions the matmul contracts, where its per-device shape is the
+    # matmul operand's (no reshape or transpose in between); None where unknown.
+    contracting: tuple[int, ...] | None = None
+
+
+def _fusion_body(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
+    comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
+    return list(comp.instructions) if comp else []
+
+
+def _matmuls_in(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
+    """The op itself when it is a matmul, or the matmuls inside its fusion."""
+    if ins.opcode in _MATMUL:
+        return [ins]
+    if ins.opcode == "fusion":
+        return [i for i in _fusion_body(module, ins) if i.opcode in _MATMUL]
+    return []
+
+
+def _outer_operand(module: HloModule, fusion: HloInstruction | None, name: str) -> str:
+    """A fusion body's parameter as the fusion's operand (the name itself outside a fusion)."""
+    ins = module.instruction(name)
+    if fusion is None or ins is None or ins.opcode != "parameter" or not ins.operands:
+        return name
+    try:
+        k = int(ins.operands[0])
+    except ValueError:
+        return name
+    return fusion.operands[k] if k < len(fusion.operands) else name
+
+
+def _contracting(dot: HloInstruction, position: int) -> tuple[int, ...] | None:
+    if dot.opcode != "dot":
+        return None
+    attr = dot.attrs.get("lhs_contracting_dims" if position == 0 else "rhs_contracting_dims")
+    return tuple(int(d) for d in _DIMS.findall(attr)) if attr is not None else None
+
+
+def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None, inputs: dict[int, TensorInfo],
+               index: OriginIndex, role: ParameterRole, sizes: dict[str, int]) -> CollectiveParameter | None:
+    """The operand of the matmul in ``holder`` (itself or its fusion's) that is an entry
+    parameter, other than the value ``came_from``; the larger one when both are."""
+    fusion = holder if holder.opcode == "fusion" else None
+    found: list[tuple[int, CollectiveParameter]] = []
+    for dot in _matmuls_in(module, holder):
+        for position, operand in enumerate(dot.operands[:2]):
+            outer = _outer_operand(module, fusion, operand)
+            if outer == came_from:
+                continue
+            k = entry_parameter(module, outer, index)
+            t = inputs.get(k) if k is not None else None
+            if k is None or t is None:
+                continue
+            operand_ins = module.instruction(operand)
+            dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
+            contracting = _contracting(dot, position)
+            mapped = _weight_dims(t, local_dims(t, sizes), dims, contracting) if dims and contracting else None
+            found.append((t.bytes, CollectiveParameter(k, role, mapped)))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def _weight_dims(t: TensorInfo, local: tuple[int, ...], operand: tuple[int, ...],
+                 contracting: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The parameter's dimensions that the matmul operand's ``contracting`` dimensions are: by position
+    where the operand is the parameter's shard as it is, else by size where one dimension alone has it
+    (XLA transposes or reshards a weight on its way to the matmul)."""
+    if operand == local:
+        return contracting
+    out = []
+    for d in contracting:
+        if d >= len(operand):
+            return None
+        size = operand[d]
+        matches = {k for k in range(len(t.shape)) if size in (t.shape[k], local[k])}
+        if len(matches) != 1:
+            return None
+        out.append(matches.pop())
+    return tuple(sorted(set(out)))
+
+
+def _dims_of(shape: str) -> tuple[int, ...] | None:
+    m = re.match(r"^\w+\[([\d,]*)\]", shape)
+    return tuple(int(d) for d in m.group(1).split(",") if d) if m else None
+
+
+def _axis_size(label: str, sizes: dict[str, int]) -> int:
+    """``x`` is the mesh axis's size; a sub-axis ``x:(2)4`` is 4."""
+    m = re.fullmatch(r".+:\((\d+)\)(\d+)", label)
+    return int(m.group(2)) if m else sizes.get(label, 1)
+
+
+def local_dims(t: TensorInfo, sizes: dict[str, int]) -> tuple[int, ...]:
+    """The input's per-device shape under its sharding."""
+    dims = list(t.sharding or []) + [[]] * (len(t.shape) - len(t.sharding or []))
+    out = []
+    for n, axes in zip(t.shape, dims):
+        parts = 1
+        for a in axes:
+            parts *= _axis_size(a, sizes)
+        out.append(-(-n // parts))
+    return tuple(out)
+
+
+def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, TensorInfo], index: OriginIndex,
+                         users: dict[str, list[HloInstruction]], sizes: dict[str, int],
+                         ) -> CollectiveParameter | None:
+    ins = module.instruction(c.hlo_name)
+    if ins is None or not ins.operands:
+        return None
+    k = entry_parameter(module, ins.operands[0], index)
+    if k is not None and k in inputs:
+        return CollectiveParameter(k, ParameterRole.operand)
+    # A gather or dynamic slice that reads an input along its sharded dimensions: XLA sums the masked
+    # partial reads (an all-reduce), and every device holds the whole result.
+    for name in ins.operands:
+        producer = module.instruction(name)
+        for _, number, dims in (reads_in(module, producer, index) if producer is not None else ()):
+            t = inputs.get(number)
+            sharded = {d for d, axes in enumerate(t.sharding or []) if axes} if t is not None else set()
+            if sharded & set(dims):
+                return CollectiveParameter(number, ParameterRole.read, tuple(sorted(sharded & set(dims))))
+    # The matmul whose partial sums an all-reduce adds.
+    if c.kind in ("all-reduce", "reduce-scatter"):
+        producer = module.instruction(ins.operands[0])
+        for _ in range(4):
+            if producer is None:
+                break
+            if _matmuls_in(module, producer):
+                return _weight_of(module, producer, None, inputs, index, ParameterRole.partial_sums, sizes)
+            if producer.opcode not in _PASS_THROUGH or not producer.operands:
+                break
+            producer = module.instruction(producer.operands[0])
+    # The matmul the collective's result feeds (forward pass first: a backward matmul by the
+    # same weight names it too).
+    todo, seen = [ins], {ins.name}
+    while todo and len(seen) < _MAX_VISITS:
+        current = todo.pop(0)
+        for user in users.get(current.name, ()):
+            if user.name in seen:
+                continue
+            seen.add(user.name)
+            if _matmuls_in(module, user):
+                found = _weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)
+                if found is not None:
+                    return found
+            elif user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1):
+                todo.append(user)
+    return None
+
+
+def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],
+                          inputs: tuple[TensorInfo, ...], mesh: MeshInfo) -> dict[str, CollectiveParameter]:
+    """HLO name -> the parameter of each collective, where the compiled program shows one."""
+    if module is None or not inputs:
+        return {}
+    index, users = origin_index(module), module.users()
+    by_number = {t.index: t for t in inputs}
+    out: dict[str, CollectiveParameter] = {}
+    for c in collectives:
+        found = collective_parameter(module, c, by_number, index, users, dict(mesh.axes))
+        if found is not None:
+            out[c.hlo_name] = found
+    return out

@@ -1,0 +1,44 @@
+"""What compiling a finding's fix showed: the model ``Finding.fix_check`` holds."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FixVerdict(str, Enum):
+    """What compiling the program with a finding's fix applied showed."""
+
+    better = "better"  # neither the peak nor the traffic grows, and one of them falls
+    worse = "worse"  # the peak or the traffic grows and neither falls
+    trade_off = "trade-off"  # one falls, the other grows
+    no_change = "no-change"
+    failed = "failed"  # the program with the fix did not compile
+
+
+class FixCheck(_Model):
+    """A fix applied to the compiled program (its StableHLO's shardings edited, compiled again
+    the same way) and compared with the program as written."""
+
+    change: str = Field(description="What was applied: 'params[...] -> P(None, 'model')', or the out_shardings.")
+    verdict: FixVerdict
+    peak_bytes_before: int
+    peak_bytes_after: int | None = None
+    traffic_bytes_before: int = Field(
+        description="Per-device bytes per step: the program's collectives plus the state the next step reshards "
+                    "on entry (SL201's outputs that come back on another layout).")
+    traffic_bytes_after: int | None = None
+    error: str | None = Field(default=None, description="Why the fixed program did not compile.")
+
+    @property
+    def peak_delta(self) -> int:
+        return (self.peak_bytes_after or 0) - self.peak_bytes_before
+
+    @property
+    def traffic_delta(self) -> int:
+        return (self.traffic_bytes_after or 0) - self.traffic_bytes_before

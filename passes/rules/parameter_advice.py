@@ -1,0 +1,82 @@
+"""The parameter a collective finding is about, and the concrete sharding to give it.
+
+Rules ask ``parameter_of`` for the argument behind a collective (the compiled
+program's operand identity, ``hlo/collective_parameter.py``) and ``moved_off``
+for its sharding with the axes taken off the dimensions an op reads along or a
+matmul contracts, and put on the largest other dimension they divide. The
+analyzer compiles the program with that sharding before the fix is shown
+(``FixCheck``): a spec worked out here is a candidate, not advice yet.
+"""
+
+from __future__ import annotations
+
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
+from ..models.report import Collective, TensorInfo
+from .context import RuleContext
+
+
+def parameter_of(ctx: RuleContext, c: Collective) -> tuple[TensorInfo | None, CollectiveParameter | None]:
+    found = ctx.collective_parameters.get(c.hlo_name)
+    if found is None:
+        return None, None
+    return next((t for t in ctx.inputs if t.index == found.index), None), found
+
+
+def _size(label: str, sizes: dict[str, int]) -> int:
+    name, _, sub = label.partition(":")
+    return int(sub.rsplit(")", 1)[-1]) if sub else sizes.get(name, 1)
+
+
+def moved_off(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list[str]] | None:
+    """``t``'s sharding with the axes of ``dims`` moved to the largest other unsharded dimension they
+    divide; None when there is no such dimension (or nothing to move)."""
+    sharding = [list(a) for a in (t.sharding or [])] + [[] for _ in range(len(t.shape) - len(t.sharding or []))]
+    moving = [a for d in sorted(dims) if d < len(sharding) for a in sharding[d]]
+    if not moving:
+        return None
+    parts = 1
+    for a in moving:
+        parts *= _size(a, sizes)
+    targets = [d for d in range(len(t.shape)) if d not in dims and not sharding[d] and t.shape[d] % parts == 0]
+    if not targets:
+        return None
+    target = max(targets, key=lambda d: (t.shape[d], -d))
+    for d in dims:
+        if d < len(sharding):
+            sharding[d] = []
+    sharding[target] = moving
+    return sharding
+
+
+def moved_onto(t: TensorInfo, dims: set[int], axes: list[str], sizes: dict[str, int]) -> list[list[str]] | None:
+    """``t``'s sharding with the mesh ``axes`` taken off wherever they are and put on the first of
+    ``dims`` they divide: a weight that shards the dimension a matmul contracts, as its gathered
+    input is sharded, multiplies the shards in place and sums the partial products."""
+    names = {a.split(":")[0] for a in axes}
+    sharding = [[a for a in d if a.split(":")[0] not in names] for d in (t.sharding or [])]
+    sharding += [[] for _ in range(len(t.shape) - len(sharding))]
+    parts = 1
+    for a in axes:
+        parts *= _size(a, sizes)
+    target = next((d for d in sorted(dims) if d < len(t.shape) and not sharding[d] and t.shape[d] % parts == 0),
+                  None)
+    if target is None or not axes:
+        return None
+    sharding[target] = list(axes)
+    return None if sharding == [list(a) for a in (t.sharding or [])] else sharding
+
+
+def contracted_dims(t: TensorInfo, found: CollectiveParameter) -> set[int]:
+    """The weight's dimensions the matmul contracts: read in the compiled matmul where the weight
+    reaches it whole, else (a 2-D weight) its sharded dimensions, which a partial sum contracted."""
+    if found.contracting is not None:
+        return set(found.contracting)
+    if len(t.shape) == 2 and found.role is ParameterRole.partial_sums:
+        return {d for d, axes in enumerate(t.sharding or []) if axes}
+    return set()
+
+
+def gathered_dims(t: TensorInfo, c: Collective) -> set[int]:
+    """The input's dimensions sharded on the axes the collective gathers."""
+    names = {a.split(":")[0] for a in c.mesh_axes}
+    return {d for d, axes in enumerate(t.sharding or []) if any(a.split(":")[0] in names for a in axes)}

@@ -1,0 +1,105 @@
+"""Every fix lint prints is compiled before it is shown (analyzer/backend/fix_checks.py).
+
+The oracle is JAX: the fix is applied the way a user would apply it (the
+argument's ShapeDtypeStruct given the suggested sharding, or ``jax.jit`` given
+the pinned ``out_shardings``), compiled by ``jax.jit(...).lower(...).compile()``,
+and XLA's ``memory_analysis()`` of that program is compared with the figures the
+finding reports for its fix.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import jax
+import pytest
+from conftest import EXAMPLES
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def _module(name):
+    path = os.path.join(EXAMPLES, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_fix_check_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, EXAMPLES)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _peak(compiled):
+    m = compiled.memory_analysis()
+    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+def _abstract(lowered):
+    """The Lowered's positional arguments as ShapeDtypeStructs with their shardings."""
+    compiled = lowered.compile()
+    return jax.tree.map(lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding),
+                        lowered.args_info[0], compiled.input_shardings[0])
+
+
+def _lint(cli, *args):
+    result = cli("lint", *args, "--format", "json", "--fail-on", "never")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_gather_fix_is_the_state_axis_and_compiles_to_the_reported_peak(cli, checking):
+    """The headline case: a table sharded on the axis an interpolation reads. The fix names the
+    argument and moves its axis to the state dimension; JAX compiles that layout to the peak the
+    finding reports, which is lower than the program as written."""
+    report = _lint(cli, os.path.join(EXAMPLES, "value_function_step.py"), "--target", "sharded_on_grid")
+    [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL101"]
+    assert f["parameter"] == "v_next" and f["parameter_sharding"] == [[], ["x"]]
+    assert f["suggested_sharding"] == [["x"], []]
+    check = f["fix_check"]
+    assert check["verdict"] == "better" and "checked:" in f["fix"]
+
+    module = _module("value_function_step")
+    v_next, grid, income, choices = _abstract(module.shard_lint_targets()["sharded_on_grid"])
+    fixed = jax.ShapeDtypeStruct(v_next.shape, v_next.dtype, sharding=NamedSharding(v_next.sharding.mesh, P("x")))
+    as_written = jax.jit(module.bellman_step).lower(v_next, grid, income, choices)
+    with_fix = jax.jit(module.bellman_step).lower(fixed, grid, income, choices)
+    assert check["peak_bytes_before"] == _peak(as_written.compile())
+    assert check["peak_bytes_after"] == _peak(with_fix.compile())
+    assert check["peak_bytes_after"] < check["peak_bytes_before"]
+
+
+def test_main_example_offers_no_fix_that_makes_the_step_worse(cli, checking):
+    """README's main example: pinning every state output back (SL201's usual fix) raises the peak,
+    which JAX confirms; the report does not offer it, and SL201/SL203 on the same values give one
+    recommendation."""
+    report = _lint(cli, os.path.join(EXAMPLES, "fsdp_tp_train_step.py"))
+    [t] = report["targets"]
+    checks = [f["fix_check"] for f in t["findings"] if f["fix_check"]]
+    assert checks
+    for f in t["findings"]:
+        c = f["fix_check"]
+        if c is None:
+            continue
+        # A fix shown as the fix never raises both figures.
+        if c["verdict"] == "worse":
+            assert not f["fix"].startswith(("shard", "pin", "trade-off")), f["fix"]
+    pin_text = [w for w in t["warnings"] if w.startswith("the out_shardings= pinning every state output")]
+
+    module = _module("fsdp_tp_train_step")
+    args = _abstract(module.shard_lint_targets()["train_step"])
+    before = _peak(jax.jit(module.train_step).lower(*args).compile())
+    pinned = jax.jit(module.train_step, out_shardings=(
+        jax.tree.map(lambda x: x.sharding, args[0]), jax.tree.map(lambda x: x.sharding, args[1]),
+        NamedSharding(args[2].sharding.mesh, P()))).lower(*args).compile()
+    if _peak(pinned) > before:
+        assert pin_text and t["suggested_out_shardings"] is None
+    state = {f["fix"] for f in t["findings"] if f["rule"] in ("SL201", "SL203") and f["subject"] in (
+        "params['embed']", "result[0]['embed']")}
+    assert len(state) == 1, state  # one recommendation for params['embed'], whichever rule found it
