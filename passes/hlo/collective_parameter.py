@@ -129,7 +129,7 @@ def _dims_of(shape: str) -> tuple[int, ...] | None:
     return tuple(int(d) for d in m.group(1).split(",") if d) if m else None
 
 
-def _axis_size(label: str, sizes: dict[str, int]) -> int:
+def axis_size(label: str, sizes: dict[str, int]) -> int:
     """``x`` is the mesh axis's size; a sub-axis ``x:(2)4`` is 4."""
     m = re.fullmatch(r".+:\((\d+)\)(\d+)", label)
     return int(m.group(2)) if m else sizes.get(label, 1)
@@ -142,7 +142,7 @@ def local_dims(t: TensorInfo, sizes: dict[str, int]) -> tuple[int, ...]:
     for n, axes in zip(t.shape, dims):
         parts = 1
         for a in axes:
-            parts *= _axis_size(a, sizes)
+            parts *= axis_size(a, sizes)
         out.append(-(-n // parts))
     return tuple(out)
 

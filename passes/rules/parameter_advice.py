@@ -10,7 +10,7 @@ analyzer compiles the program with that sharding before the fix is shown
 
 from __future__ import annotations
 
-from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole, axis_size
 from ..models.report import Collective, TensorInfo
 from .context import RuleContext
 
@@ -22,11 +22,6 @@ def parameter_of(ctx: RuleContext, c: Collective) -> tuple[TensorInfo | None, Co
     return next((t for t in ctx.inputs if t.index == found.index), None), found
 
 
-def _size(label: str, sizes: dict[str, int]) -> int:
-    name, _, sub = label.partition(":")
-    return int(sub.rsplit(")", 1)[-1]) if sub else sizes.get(name, 1)
-
-
 def moved_off(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list[str]] | None:
     """``t``'s sharding with the axes of ``dims`` moved to the largest other unsharded dimension they
     divide; None when there is no such dimension (or nothing to move)."""
@@ -36,7 +31,7 @@ def moved_off(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list
         return None
     parts = 1
     for a in moving:
-        parts *= _size(a, sizes)
+        parts *= axis_size(a, sizes)
     targets = [d for d in range(len(t.shape)) if d not in dims and not sharding[d] and t.shape[d] % parts == 0]
     if not targets:
         return None
@@ -57,7 +52,7 @@ def moved_onto(t: TensorInfo, dims: set[int], axes: list[str], sizes: dict[str, 
     sharding += [[] for _ in range(len(t.shape) - len(sharding))]
     parts = 1
     for a in axes:
-        parts *= _size(a, sizes)
+        parts *= axis_size(a, sizes)
     target = next((d for d in sorted(dims) if d < len(t.shape) and not sharding[d] and t.shape[d] % parts == 0),
                   None)
     if target is None or not axes:
