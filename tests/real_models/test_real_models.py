@@ -257,12 +257,12 @@ def test_one_finding_per_cause_across_layers(cli):
     assert f["parameter_sharding"] == [["model"], []] and f["suggested_sharding"] == [[], ["model"]]
     assert f["parameter"] in f["message"] and "P(None, 'model')" in f["fix"]
 
-    # XLA's own count: the forward all-gathers before each layer's c_proj.
+    # XLA's own count: the all-gathers of the MLP activation, f32[batch/data, seq, 4*d_model] per device
+    # (matched by shape: XLA 0.12 gives a collective its operand's metadata, not c_proj's).
     import re
 
     module = _import(script)
     compiled = module.shard_lint_targets(layers=layers, layout="features")["train_step"].compile()
-    gathers = [ln for ln in compiled.as_text().splitlines()
-               if re.search(r"= \S+ all-gather\(", ln) and "/mlp/c_proj/" in ln and "transpose(" not in ln]
+    gathers = [ln for ln in compiled.as_text().splitlines() if re.search(r"= f32\[4,128,1024\]\S* all-gather\(", ln)]
     assert f["count"] == len(gathers) == layers
     assert sorted(f["ops"]) == sorted(re.search(r"%(\S+) =", ln).group(1) for ln in gathers)
