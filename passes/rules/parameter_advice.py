@@ -61,12 +61,13 @@ def moved_onto(t: TensorInfo, dims: set[int], axes: list[str], sizes: dict[str, 
     return None if sharding == [list(a) for a in (t.sharding or [])] else sharding
 
 
-def contracted_dims(t: TensorInfo, found: CollectiveParameter) -> set[int]:
+def contracted_dims(t: TensorInfo, found: CollectiveParameter | None) -> set[int]:
     """The weight's dimensions the matmul contracts: read in the compiled matmul where the weight
-    reaches it whole, else (a 2-D weight) its sharded dimensions, which a partial sum contracted."""
-    if found.contracting is not None:
+    reaches it whole, else (a 2-D weight) its sharded dimensions, which a partial sum contracted.
+    ``found`` None: a partial sum's weight the compiled program named only by size (SL103's own trace)."""
+    if found is not None and found.contracting is not None:
         return set(found.contracting)
-    if len(t.shape) == 2 and found.role is ParameterRole.partial_sums:
+    if len(t.shape) == 2 and (found is None or found.role is ParameterRole.partial_sums):
         return {d for d, axes in enumerate(t.sharding or []) if axes}
     return set()
 

@@ -64,9 +64,7 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         axes = ", ".join(c.mesh_axes) or "all devices"
         suggested = None
         if weight is not None and weight.sharding:
-            contracted = contracted_dims(weight, served) if served is not None else (
-                {d for d, a in enumerate(weight.sharding) if a} if len(weight.shape) == 2 else set())
-            suggested = moved_off(weight, contracted, sizes)
+            suggested = moved_off(weight, contracted_dims(weight, served), sizes)
         out.emit(
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
