@@ -204,7 +204,7 @@ def cmd_rewrite(args) -> int:
         raise ShardLintInputError("--repeats", "must be at least 1")
     settings = settings_from_args(args)
     run = rewrite(RewriteRequest(args.script, tuple(args.target), tuple(args.params), tuple(args.out),
-                                 args.from_inputs, args.validate, args.repeats), settings)
+                                 args.from_inputs, args.validate, args.repeats, progress_printer(args)), settings)
     emit_report(args, "rewrite", run)
     failed = any(t.validation and t.validation.ran and not (t.validation.outputs_match and t.validation.shardings_match)
                  for t in run.targets)

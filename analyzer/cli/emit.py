@@ -42,5 +42,7 @@ def emit_report(args, command: str, report, **terminal_extra: Any) -> None:
 
         with open_output(args.output) as f:
             draw(f, True)
+        if not args.quiet:  # one line, on stderr: stdout stays empty for whoever pipes it
+            print(f"wrote {args.format} report to {args.output}", file=sys.stderr)
     else:
         draw(sys.stdout, False)

@@ -5,6 +5,7 @@ the fixture files)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from dataclasses import dataclass, replace
@@ -116,6 +117,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     """Analyse fixture files without executing any Python from them: here, or (``spread``) each
     path in a child process or a Ray task."""
     spread = spread or Spread()
+    paths = [f for p in paths for f in _fixtures_of(p)]
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
@@ -152,6 +154,16 @@ def _check_spread(paths: list[str], settings: Settings, spread: Spread) -> list[
 
 def snapshot_fixtures(directory: str) -> list[str]:
     return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".mlir"))
+
+
+def _fixtures_of(path: str) -> list[str]:
+    """A folder of StableHLO fixtures (``snapshot -o DIR`` writes one) stands for its ``.mlir``
+    files; any other path, an XLA dump folder included, for itself."""
+    if os.path.isdir(path) and not glob.glob(os.path.join(path, "*after_optimizations.txt")):
+        fixtures = [f for f in snapshot_fixtures(path) if os.path.isfile(f)]
+        if fixtures:
+            return fixtures
+    return [path]
 
 
 @dataclass(frozen=True)

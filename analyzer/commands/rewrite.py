@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -54,6 +55,7 @@ class RewriteRequest:
     from_inputs: bool = False
     validate: bool = False
     repeats: int = 10
+    say: Callable[[str], None] | None = None  # progress lines (--validate runs can take minutes)
 
 
 def parse_spec(text: str, mesh_axes: dict[str, int], rank: int, where: str) -> list[list[str]]:
@@ -239,7 +241,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
         host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
         isolation.phase(where, "running both versions on the devices (--validate)")
         validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
-                              facts_before.peak_bytes, facts_after.peak_bytes, host)
+                              facts_before.peak_bytes, facts_after.peak_bytes, host, say=request.say)
     return RewriteReport(
         name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
         collective_changes=collective_changes(before.collectives, after.collectives), python_fix=python_fix,

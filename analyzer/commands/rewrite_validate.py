@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -97,9 +98,10 @@ def _compare(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[str | None, int]
     return (None if ok.all() else f"values differ beyond the {dtype} tolerance"), int(nan_a.sum())
 
 
-def _timed(program, place, shapes, repeats: int) -> tuple[list, float]:
+def _timed(program, place, shapes, repeats: int, first=None) -> tuple[list, float]:
     """Median wall time of one step; arguments are placed afresh before each run
-    (a step that donates its state consumes them) and outside the timed region."""
+    (a step that donates its state consumes them) and outside the timed region.
+    ``first`` is told how long the first run took."""
     import jax
 
     outs = None
@@ -111,6 +113,8 @@ def _timed(program, place, shapes, repeats: int) -> tuple[list, float]:
         outs = jax_adapter.execute(program, args, shapes)
         for o in outs:
             o.block_until_ready()
+        if i == 0 and first is not None:
+            first(time.perf_counter() - t0)
         if i >= WARMUP:
             times.append(time.perf_counter() - t0)
     return outs, statistics.median(times)
@@ -124,8 +128,10 @@ def _peak_in_use() -> int | None:
 
 
 def validate(before, after, sig: EntrySignature, expected: dict, settings: Settings, repeats: int,
-             peak_before: int, peak_after: int, host: list | None = None) -> Validation:
-    """``host``: the script's own inputs (``shard_lint_inputs``), flat; else seeded ones."""
+             peak_before: int, peak_after: int, host: list | None = None,
+             say: Callable[[str], None] | None = None) -> Validation:
+    """``host``: the script's own inputs (``shard_lint_inputs``), flat; else seeded ones. ``say``
+    hears how long the runs will take, from the first step's time, before they take it."""
     import jax
 
     backend = jax.devices()[0].platform
@@ -138,8 +144,17 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
     shapes = [tuple(o.shape) for o in sig.outputs]
     in_before = jax_adapter.parameter_shardings(before, len(sig.inputs))
     in_after = jax_adapter.parameter_shardings(after, len(sig.inputs))
+    runs = WARMUP + repeats
+
+    def estimate(first: float) -> None:
+        if say:  # the first run carries one-time costs, so this is an upper estimate
+            say(f"one step took {first:.2f} s; {2 * runs - 1} more runs of the two versions take up to about "
+                f"{first * (2 * runs - 1):.0f} s")
+
+    if say:
+        say(f"running both versions on {n} {backend} devices, {WARMUP} warm-up + {repeats} timed steps each")
     outs_before, t_before = _timed(
-        before, lambda: [jax.device_put(x, s) for x, s in zip(host, in_before)], shapes, repeats)
+        before, lambda: [jax.device_put(x, s) for x, s in zip(host, in_before)], shapes, repeats, estimate)
     measured_before = _peak_in_use()
     outs_after, t_after = _timed(
         after, lambda: [jax.device_put(x, s) for x, s in zip(host, in_after)], shapes, repeats)

@@ -302,9 +302,12 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
     budget = settings.budget_bytes
     spec = settings.device_spec() or device_spec("cpu")
     arg_budget, rounds = budget, 0
+    say = request.spread.say or (lambda _msg: None)
     while True:
         rounds += 1
         isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({t.problem.size:,} variables)")
+        say(f"{t.name}: solving the sharding problem ({t.problem.size:,} variables, at most "
+            f"{request.time_limit:g} s per solve)")
         try:
             refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
                              request.time_limit, spec)
@@ -313,6 +316,7 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
                                       "arguments and results)") from e
         pins = [(refine_pins(p.problem, p.solution.assignment, p.problem.arguments),
                  refine_pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
+        say(f"{t.name}: compiling the solver's {len(pins)} plan(s)")
         measured = _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
                                 where, request.spread)
         compiled = [_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem,
@@ -352,6 +356,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         if pins is not None:
             pins = {**pins, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
         wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
+    if request.spread.say:
+        request.spread.say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         model_pins = pins if pins is not None else written

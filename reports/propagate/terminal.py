@@ -33,7 +33,12 @@ def _values(t: PropagationReport, width: int) -> Table:
         Column("source", [where_text(v.source, None) for v in rows], path=True),
         Column("from", [v.seed or "-" for v in rows], essential=False, fold=True),
     ]
-    return fitted_table(title, columns, width)
+    return fitted_table(title, columns, width, _more(len(sharded)))
+
+
+def _more(n: int) -> str | None:
+    # A table that stops short says so: the rest are in the JSON, never silently dropped.
+    return f"the first {MAX_ROWS}; {n - MAX_ROWS} more in --format json" if n > MAX_ROWS else None
 
 
 def _predicted(t: PropagationReport, width: int) -> Table | None:
@@ -49,7 +54,7 @@ def _predicted(t: PropagationReport, width: int) -> Table | None:
         Column("op", [p.op.replace("stablehlo.", "") for p in rows], essential=False),
         Column("why", [p.reason for p in rows], essential=False, fold=True),
     ]
-    return fitted_table("Predicted communication", columns, width)
+    return fitted_table("Predicted communication", columns, width, _more(len(t.predicted)))
 
 
 def render_propagation(run: PropagateRun, console: Console, explained: dict[str, list[str]] | None = None) -> None:
@@ -71,6 +76,8 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
             for d in a.disagreements[:5]:
                 console.print(
                     f"  {d.value} ({d.source or '-'}): ours {pspec_text(d.ours)}, Shardy {pspec_text(d.shardy)}")
+            if len(a.disagreements) > 5:
+                console.print(f"  ... {len(a.disagreements) - 5} more disagreements in --format json")
         if t.ops_without_rule:
             console.print(f"propagation stops at ops without a sharding rule: {', '.join(t.ops_without_rule)}")
         for query, lines in (explained or {}).items():

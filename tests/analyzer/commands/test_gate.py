@@ -246,3 +246,12 @@ def test_compiler_change_names_only_the_compilers_of_the_platform():
     gpu = dict(before, **{"jax-cuda12-plugin": "0.12.0.1"})
     assert "jax-cuda12-plugin 0.10.2" in compiler_change(before, gpu, {"h100 (compiled for 8 x H100 without one)"})
     assert compiler_change(before, gpu, {"tpu-v5p (...)"}) is None
+
+
+def test_check_takes_a_snapshot_folder(cli, tmp_path):
+    """``check DIR`` on what ``snapshot -o DIR`` wrote analyses its fixtures, as ``gate`` does."""
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "cpu_scan.mlir").write_text(open(os.path.join("fixtures", "hlo", "cpu_scan.mlir")).read())
+    result = cli("check", str(tmp_path / "snap"), "--format", "json")
+    assert result.code in (0, 1), result.err
+    assert [t["name"] for t in json.loads(result.out)["targets"]] == ["cpu_scan"]
