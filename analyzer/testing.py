@@ -8,7 +8,10 @@ devices your tests already run on) and check its collectives and peak.
         assert_no_collectives(lowered, kinds=("all-gather",), min_bytes=64 << 20)
         assert_peak_below(lowered, 40 << 30)
 
-The same functions are the ``shard_lint`` pytest fixture's methods.
+The same functions are the ``shard_lint`` pytest fixture's methods. Tests need
+several devices for a sharded program: ``pytest --shard-lint-devices 8`` (or
+``use_virtual_devices(8)`` in ``conftest.py`` before JAX starts) gives them 8
+virtual CPU devices. A failure points at the test's line, not at these functions.
 """
 
 from __future__ import annotations
@@ -19,8 +22,27 @@ from ..passes.common.byte_sizes import format_bytes, parse_bytes
 from ..passes.models.report import TargetReport
 
 
+def use_virtual_devices(count: int) -> None:
+    """Give JAX ``count`` virtual CPU devices; call it before JAX starts its backends (a
+    ``conftest.py``, or ``pytest --shard-lint-devices N``). Too late is an error saying so."""
+    import jax
+
+    from .adapter import jax_adapter
+
+    if count < 1:
+        raise ValueError(f"use_virtual_devices: expected at least 1 device, got {count}")
+    if jax_adapter.backends_initialized():
+        have = len(jax.devices("cpu"))
+        if have != count:
+            raise RuntimeError(f"JAX already started with {have} CPU device(s); ask for {count} before anything "
+                               "uses JAX (pytest --shard-lint-devices, or conftest.py before the imports that use it)")
+        return
+    jax.config.update("jax_num_cpu_devices", count)
+
+
 def analyze(lowered, name: str = "target", budget: int | str | None = None) -> TargetReport:
     """The lint report of one Lowered program, compiled as it is."""
+    __tracebackhide__ = True  # pytest shows the test's line, not this one
     from ..passes.pipeline import analyze_target
     from .adapter import jax_adapter
     from .backend.device_selection import platform_label
@@ -38,8 +60,16 @@ def assert_no_collectives(
     min_bytes: int | str = 0, axes: Iterable[str] | None = None,
 ) -> TargetReport:
     """Fail when the compiled program runs a collective of one of ``kinds`` (over
-    any of ``axes``, when given) moving at least ``min_bytes`` per step."""
+    any of ``axes``, when given) moving at least ``min_bytes`` per step. A program for
+    one device fails too: it cannot have a collective, so the check would say nothing."""
+    __tracebackhide__ = True
     report = analyze(lowered)
+    if report.num_devices < 2:
+        raise AssertionError(
+            "the program is compiled for 1 device, where no collective can run: this check would pass whatever "
+            "the shardings. Lower it on a mesh of several devices; for virtual CPU devices run pytest with "
+            "--shard-lint-devices 8 (or call jax_shard_lint.analyzer.testing.use_virtual_devices(8) before JAX "
+            "starts)")
     kinds, floor = set(kinds), parse_bytes(min_bytes)
     wanted_axes = set(axes) if axes is not None else None
     hits = [
@@ -56,6 +86,7 @@ def assert_no_collectives(
 
 def assert_peak_below(lowered, nbytes: int | str) -> TargetReport:
     """Fail when the per-device peak (temp + argument + output - alias) reaches ``nbytes``."""
+    __tracebackhide__ = True
     limit = parse_bytes(nbytes)
     report = analyze(lowered)
     peak = report.memory.peak_bytes if report.memory else None
