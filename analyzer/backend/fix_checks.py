@@ -63,22 +63,25 @@ def _matcher(pattern: str) -> re.Pattern[str]:
 
 
 def _parameter_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
-    """The finding's new sharding for every argument its parameter names (each layer), and for the
+    """The finding's new sharding for every argument its parameters name (each layer), and for the
     optimizer state that mirrors them (same key path under another argument, same shape and layout)."""
     if f.parameter is None or f.suggested_sharding is None or f.parameter_sharding is None:
         return None
-    whole = _matcher(f.parameter)
-    keys = f.parameter[f.parameter.find("["):] if "[" in f.parameter else f.parameter
-    mirror = _matcher(keys)
-    named = [t for t in inputs if whole.match(t.path)]
-    if not named:
-        return None
-    shapes = {tuple(t.shape) for t in named}
-    before = normalized(f.parameter_sharding, len(named[0].shape))
-    edits = {t.index: f.suggested_sharding for t in inputs
-             if (whole.match(t.path) or (mirror.search(t.path) and tuple(t.shape) in shapes))
-             and normalized(t.sharding, len(t.shape)) == before}
-    return _Candidate(f"{f.parameter} -> {pspec_text(f.suggested_sharding)}", edits, {}) if edits else None
+    edits: dict[int, list[list[str]]] = {}
+    for parameter in f.parameters or [f.parameter]:
+        whole = _matcher(parameter)
+        keys = parameter[parameter.find("["):] if "[" in parameter else parameter
+        mirror = _matcher(keys)
+        named = [t for t in inputs if whole.match(t.path)]
+        if not named:
+            return None
+        shapes = {tuple(t.shape) for t in named}
+        before = normalized(f.parameter_sharding, len(named[0].shape))
+        edits.update({t.index: f.suggested_sharding for t in inputs
+                      if (whole.match(t.path) or (mirror.search(t.path) and tuple(t.shape) in shapes))
+                      and normalized(t.sharding, len(t.shape)) == before})
+    named_text = ", ".join(f.parameters or [f.parameter])
+    return _Candidate(f"{named_text} -> {pspec_text(f.suggested_sharding)}", edits, {}) if edits else None
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .fix_check import FixCheck
 
 # 1.1: findings are grouped by cause (count, bytes, ops), name their parameter and the
-# sharding to give it, and carry the compiled check of their fix.
+# sharding to give it (every parameter, `parameters`, when one change covers several), and carry
+# the compiled check of their fix.
 SCHEMA_VERSION: Final = "1.1"
 
 
@@ -210,6 +211,9 @@ class Finding(Model):
     parameter: str | None = Field(
         default=None, description="The parameter (argument path) the finding comes from: the input a collective "
         "moves, or the weight of the matmul it serves; across layers a pattern, h[*]['attn']['kernel'].")
+    parameters: list[str] = Field(
+        default_factory=list, description="Every parameter (path or layer pattern) of a cause that covers several "
+        "given the same change, the largest first (which is `parameter`); empty for one.")
     parameter_sharding: list[list[str]] | None = Field(default=None, description="Its sharding, axes per dimension.")
     suggested_sharding: list[list[str]] | None = Field(
         default=None, description="The sharding the fix gives the parameter, axes per dimension.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..common.axes import Axes, label, size_of, split_for_factors
 from ..common.shapes import array_bytes
 from ..models.report import Collective, PredictedCollective, SourceLocation
-from .sharding_graph import ShardingGraph, Step, Tensor
+from .sharding_graph import ShardingGraph, Step, Tensor, user_label
 
 FAMILIES = {
     "all-gather": "all-gather",
@@ -83,26 +83,26 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
         target = targets[f]
         if f in rule.reduction:
             out.append(_make("all-reduce", per_device_bytes(result), have, step, result,
-                             f"{t.name} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
+                             f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
                              f"the op reduces", sizes))
         elif f in rule.need_replication:
             out.append(_make("all-gather", per_device_bytes(t) * size_of(have), have, step, t,
-                             f"the op needs {t.name}'s dimension whole", sizes))
+                             f"the op needs {user_label(t)}'s dimension whole", sizes))
         elif target is not None and have != target:
             extra = tuple(a for a in have if a not in target)
             moved = tuple(a for a in extra if a in gained)
             if moved:
                 out.append(_make("all-to-all", per_device_bytes(t), moved, step, t,
-                                 f"{t.name}'s {', '.join(_labels(moved, sizes))} moves to another dimension of the "
-                                 "op's result", sizes))
+                                 f"{user_label(t)}'s {', '.join(_labels(moved, sizes))} moves to another "
+                                 "dimension of the op's result", sizes))
                 extra = tuple(a for a in extra if a not in moved)
             if extra and all(a in have for a in target):
                 out.append(_make("all-gather", per_device_bytes(t) * size_of(extra), extra, step, t,
-                                 f"{t.name} is sharded on {', '.join(_labels(extra, sizes))} where the op's "
+                                 f"{user_label(t)} is sharded on {', '.join(_labels(extra, sizes))} where the op's "
                                  f"result is not", sizes))
             elif extra:
                 out.append(_make("all-to-all", per_device_bytes(t), tuple(dict.fromkeys(have + target)),
-                                 step, t, f"{t.name} is sharded on {', '.join(_labels(have, sizes))} where "
+                                 step, t, f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} where "
                                  f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
     return out
 
@@ -116,13 +116,13 @@ def _edge(step: Step, tensors: list[Tensor], sizes: dict[str, int]) -> list[Pred
         if free == list(inner.dims):
             return []
         return [_make("reshard", per_device_bytes(outer), tuple(dict.fromkeys(r for d in free for r in d)), step,
-                      outer, f"shard_map's body and its boundary disagree on free axes: {outer.name}", sizes)]
+                      outer, f"shard_map's body and its boundary disagree on free axes: {user_label(outer)}", sizes)]
     dims = {tuple(t.dims) for t in tensors}
     if len(dims) <= 1:
         return []
     widest = max(tensors, key=lambda t: per_device_bytes(t))
     axes = tuple(dict.fromkeys(a for t in tensors for d in t.dims for a in d))
-    names = " vs ".join(f"{t.name} {[_labels(d, sizes) for d in t.dims]}" for t in tensors[:3])
+    names = " vs ".join(f"{user_label(t)} {[_labels(d, sizes) for d in t.dims]}" for t in tensors[:3])
     return [_make("reshard", per_device_bytes(widest), axes, step, widest,
                   f"values that must share a layout disagree: {names}", sizes)]
 

@@ -25,7 +25,7 @@ from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
 from .call_graph import flatten_call_graph
 from .predicted_communication import match_compiled, per_device_bytes, predict
 from .propagate import propagate
-from .sharding_graph import ShardingGraph, Tensor, build_graph
+from .sharding_graph import ShardingGraph, Tensor, build_graph, user_label
 from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 
 MAX_DISAGREEMENTS = 200
@@ -233,17 +233,31 @@ def _loc_name(loc) -> str | None:
 
 
 def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
-    """Provenance as sentences, for findings and the terminal; ``display`` turns a
-    source location into the text to print."""
+    """Provenance as sentences, for findings and the terminal, in the user's terms: a value is
+    the argument it is or its type, an op its name at the user's line (``display`` turns a source
+    location into the text to print); the SSA names stay in ``ProvenanceStep.value``."""
+    by_name = p.graph.tensors_by_name()
     lines = []
     for step in p.provenance(t):
         where = f" at {display(step.source)}" if step.source else ""
         spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None")
                                 for a in step.sharding) + ")"
+        value = by_name.get(step.value)
+        label = user_label(value) if value is not None else step.value
         if step.op:
-            lines.append(f"{step.value} is {spec} through {step.op}{where}")
+            lines.append(f"{label} is {spec} through {_op_words(step.op)}{where}")
+        elif value is not None and label.startswith("argument "):
+            lines.append(f"{label} is {spec}")
         else:
-            origin = p.graph.tensors_by_name().get(step.value)
-            seed = origin.seed if origin and origin.seed else "no stated sharding"
-            lines.append(f"{step.value} is {spec}: {seed}{where}")
+            seed = value.seed if value is not None and value.seed else "no stated sharding"
+            lines.append(f"{label} is {spec}: {seed}{where}")
     return lines
+
+
+# Ops as a user knows them; the rest by their name without the dialect.
+_OP_WORDS = {"stablehlo.while": "a loop carry", "func.call": "a call", "sdy.sharding_constraint":
+             "with_sharding_constraint", "sdy.manual_computation": "shard_map", "stablehlo.dot_general": "a matmul"}
+
+
+def _op_words(op: str) -> str:
+    return _OP_WORDS.get(op, op.rsplit(".", 1)[-1])

@@ -71,6 +71,15 @@ class Tensor:
     mesh: MeshInfo | None = None  # the mesh its sharding is on (None: not stated, nor propagated yet)
 
 
+def user_label(t: Tensor) -> str:
+    """What a user calls a value: the pytree path of the argument it is (``argument
+    params['w']``), else its type (``f32[64,1024]``). SSA names (``%iterArg_35``,
+    ``@closed_call:%25``) are the IR's, not the user's; reports keep them in ``value``."""
+    if t.seed and t.seed.startswith("argument ") and not t.seed.startswith(("argument %", "argument @")):
+        return t.seed
+    return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
 @dataclass(frozen=True)
 class Step:
     id: int

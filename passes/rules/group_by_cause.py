@@ -29,10 +29,11 @@ def layer_pattern(path: str) -> str:
 def _key(f: Finding) -> tuple[object, ...]:
     src = (f.source.file, f.source.line) if f.source else None
     via = (f.via.file, f.via.line) if f.via else None
-    parameter = layer_pattern(f.parameter) if f.parameter else None
-    # Without a parameter, the fix text tells causes apart (a gather of an input vs. an activation).
-    return (f.rule, f.severity, src, via, parameter,
-            f.parameter_sharding and str(f.parameter_sharding), f.fix if parameter is None else None)
+    # Parameters given the same change at one line are one cause (three weights sharded on the
+    # dimension they contract, penzai's query, key and value); without a parameter, the fix text
+    # tells causes apart (a gather of an input vs. an activation).
+    change = (str(f.parameter_sharding), str(f.suggested_sharding)) if f.parameter else None
+    return (f.rule, f.severity, src, via, change, f.fix if f.parameter is None else None)
 
 
 def _merged(group: list[Finding]) -> Finding:
@@ -43,11 +44,22 @@ def _merged(group: list[Finding]) -> Finding:
     parameter = first.parameter if len(paths) == 1 else layer_pattern(first.parameter or "") or None
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
     ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
-    update = {"count": sum(f.count for f in group), "bytes": total, "ops": ops, "parameter": parameter}
+    update: dict[str, object] = {"count": sum(f.count for f in group), "bytes": total, "ops": ops,
+                                 "parameter": parameter}
+    message, fix = first.message, first.fix
     if parameter and first.parameter and parameter != first.parameter:  # the texts name every layer's
-        update["message"] = first.message.replace(first.parameter, parameter)
-        update["fix"] = first.fix.replace(first.parameter, parameter) if first.fix else None
+        message, fix = message.replace(first.parameter, parameter), fix and fix.replace(first.parameter, parameter)
+    others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=_natural)
+    if parameter and others:  # several weights, one change: the finding names each
+        update["parameters"] = [parameter, *others]
+        message += f"; the same holds for {_listed(others)}"
+        fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
+    update["message"], update["fix"] = message, fix
     return first.model_copy(update=update)
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _natural(text: str) -> tuple[int | str, ...]:

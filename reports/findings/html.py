@@ -18,7 +18,7 @@ from ...passes.models.report import (
 )
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
-from ..common.tensor_text import shape_text
+from ..common.tensor_text import live_buffer_source, shape_text, short_op_name
 from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
@@ -55,8 +55,9 @@ def _summary(t: TargetReport) -> str:
         cards.append(_card("estimated step time",
                            f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',
                            f'<div class="sub">{e(step_time_line(t.time))}</div>'
-                           f'<div class="sub">{e(step_time_basis(t.time))}; '
-                           f'sources: {e("; ".join(t.time.sources))}</div>'))
+                           # The basis is long: folded, so the cards stay one short row.
+                           f'<details class="sub"><summary>basis</summary>{e(step_time_basis(t.time))}; '
+                           f'sources: {e("; ".join(t.time.sources))}</details>'))
     anchor = f"findings-{e(t.name)}"
     cards.append(_card("findings", " ".join(
         f'<a class="sev {s}" href="#{anchor}">{n} {s}</a>' for s, n in sorted(counts.items())) or "none",
@@ -134,7 +135,8 @@ def _memory(t: TargetReport) -> str:
     rows = "".join(
         f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td>"
         f"<td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
-        f"<td>{e(where_text(b.source, b.via))}</td><td class=\"op\">{e(b.op_name or b.name)}</td></tr>"
+        f"<td>{e(live_buffer_source(b))}</td>"
+        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(short_op_name(b.op_name or b.name))}</td></tr>"
         for b in m.live_at_peak[:20]
     )
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "

@@ -18,7 +18,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.tensor_text import shape_text
+from ..common.tensor_text import live_buffer_source, shape_text, short_op_name
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
@@ -27,15 +27,6 @@ SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severi
 
 
 MAX_ROWS = 15
-
-
-def short_op_name(op: str) -> str:
-    """``jit(step)/jvp()/while/body/x/dot_general`` -> ``.../x/dot_general``: the tail names the op."""
-    parts = op.split("/")
-    if len(parts) > 1 and parts[0].startswith("jit("):
-        parts = parts[1:]
-    text = "/".join(parts)
-    return text if len(text) <= 32 else ".../" + "/".join(parts[-2:])[-28:]
 
 
 def _src(f) -> str:
@@ -125,7 +116,7 @@ def _live(t: TargetReport, width: int) -> Table | None:
     columns = [
         Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
         Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
-        Column("source", [_src(b.source) for b in rows], path=True),
+        Column("source", [live_buffer_source(b, with_via=False) for b in rows], path=True),
         Column("produced by", [short_op_name(b.op_name or b.name) for b in rows], essential=False),
         Column("via", [_src(b.via) for b in rows], essential=False, path=True),
     ]
@@ -183,7 +174,20 @@ def render_finding(f: Finding) -> Group:
 def _findings(findings: list[Finding]) -> Group | None:
     if not findings:
         return None
-    return Group(Text("Findings", style="bold underline"), *[render_finding(f) for f in findings])
+    title = Padding(Text("Findings", style="bold underline"), (1, 0, 0, 0))
+    return Group(title, *[render_finding(f) for f in findings])
+
+
+def _warnings(warnings: list[str]) -> Table | None:
+    """The target's warnings, each wrapped under its own text (not back at column 0)."""
+    if not warnings:
+        return None
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    for w in warnings:
+        grid.add_row(Text("warning:", style="yellow"), Text(w, style="yellow"))
+    return grid
 
 
 def render_terminal(report: LintReport, console: Console) -> None:
@@ -200,7 +204,7 @@ def render_terminal(report: LintReport, console: Console) -> None:
         if t.suggested_out_shardings:
             fix = Text.assemble(("Suggested out_shardings for the state outputs (SL201):\n", "bold green"),
                                 f"jax.jit(..., {t.suggested_out_shardings})")
-        warn = Text("\n".join(f"warning: {w}" for w in t.warnings), style="yellow") if t.warnings else None
+        warn = _warnings(list(t.warnings))
         width = console.width
         # The verdict and the findings first; then the evidence they come from.
         parts = [x for x in (_summary(t), warn, _findings(t.findings), fix, _collectives(t, width),

@@ -227,9 +227,19 @@ def test_penzai_llama_sharded_on_its_embedding_axis_raises_the_logits_all_reduce
     script = os.path.join(MODELS, "penzai_llama.py")
     found = [f for t in _lint(cli, script, "--set", "embed_on=embedding")["targets"] for f in t["findings"]
              if f["rule"] == "SL103"]
+    # One cause: every weight sharded on the embedding axis it contracts; the lm_head's logits, the
+    # largest, stand for it, and the finding names the other weights given the same change.
     logits = [f for f in found if "f32[4, 128, 8192]" in f["message"]]
-    assert len(logits) == 1, [f["message"] for f in found]
+    assert len(logits) == len(found) == 1, [f["message"] for f in found]
     assert "params[20].value.data_array P('model')" in logits[0]["message"]  # the lm_head, last parameter
+    named = logits[0]["parameters"]
+    assert named[0] == "params[20].value.data_array" and len(named) == len(set(named)) == logits[0]["count"] > 1
+    # JAX's own abstract inputs: each named weight is sharded on 'model' along the dimension the fix frees.
+    _, _, (params, _, _) = _import(script).step_and_inputs(embed_on="embedding")
+    for path in named:
+        spec = params[int(path[len("params["):path.index("]")])].value.data_array.sharding.spec
+        assert tuple(spec)[:1] == ("model",), (path, spec)
+        assert path in logits[0]["fix"]
     source = logits[0]["source"]
     assert (source["file"], source["line"]) == ("examples/models/penzai_llama.py", 31)  # logits = model(...)
     assert logits[0]["via"]["file"].startswith("penzai/")
