@@ -1,0 +1,78 @@
+"""The README is true: every ``jax-shard-lint`` command it shows runs, as a user runs it (the
+installed console script, in a fresh folder holding the bundled examples, in the README's
+order), and the report it prints under "Reading the report" is what the main command prints.
+
+``pip install`` and ``python -m pytest`` are CI's own first steps (``.ci/run``)."""
+
+import os
+import shlex
+import shutil
+import subprocess
+
+import pytest
+from conftest import EXAMPLES, PINNED_JAX_RELEASE, ROOT, console_script
+
+README = os.path.join(ROOT, "README.md")
+MAIN = "jax-shard-lint lint examples/fsdp_tp_train_step.py"
+ELIDED = "…"
+
+
+def _blocks(kind: str) -> list[str]:
+    """The README's fenced blocks of one kind (``bash``, or ``""`` for plain ones), fence by fence."""
+    blocks, current, opened = [], [], None
+    with open(README, encoding="utf-8") as f:
+        for line in f.read().splitlines():
+            if line.startswith("```"):
+                if opened is None:
+                    opened, current = line[3:].strip(), []
+                    continue
+                if opened == kind:
+                    blocks.append("\n".join(current) + "\n")
+                opened = None
+                continue
+            current.append(line)
+    return blocks
+
+
+def readme_commands() -> list[str]:
+    return [line.strip() for block in _blocks("bash") for line in block.splitlines()
+            if line.strip().startswith("jax-shard-lint ")]
+
+
+def test_the_readme_shows_every_command():
+    shown = {shlex.split(c)[1] for c in readme_commands()}
+    from jax_shard_lint.analyzer.cli.dispatch import COMMANDS
+
+    assert shown == set(COMMANDS), sorted(set(COMMANDS) - shown)
+    assert readme_commands()[0] == MAIN  # the set-up's second command is the main job
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs(tmp_path):
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    # As a user runs it: every fix compiled before it is shown (the suite turns that off elsewhere).
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_SHARD_LINT_NO_FIX_CHECK", "COLUMNS")}
+    failures, outputs = [], {}
+    for command in readme_commands():
+        argv = [console_script(), *shlex.split(command)[1:]]
+        result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        outputs[command] = result.stdout
+        if result.returncode != 0 or "Traceback" in result.stderr:
+            failures.append(f"{command}: exit {result.returncode}: {result.stderr.strip()[-400:]}")
+    assert not failures, "\n".join(failures)
+    assert (tmp_path / "report.html").stat().st_size > 0 and (tmp_path / "shard_lint" / "baseline.json").exists()
+
+    # The report the README reads: each line it shows is a line of the main command's output (on the
+    # pinned JAX, whose figures it quotes), in the same order.
+    import jax
+
+    if ".".join(jax.__version__.split(".")[:2]) != PINNED_JAX_RELEASE:
+        return
+    [excerpt] = [b for b in _blocks("") if b.startswith("train_step ")]
+    printed = [line.rstrip() for line in outputs[MAIN].splitlines()]
+    at = 0
+    for line in excerpt.splitlines():
+        if line.strip() == ELIDED:
+            continue
+        assert line.rstrip() in printed[at:], f"the README shows a line the report does not print: {line!r}"
+        at = printed.index(line.rstrip(), at) + 1
