@@ -224,10 +224,11 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
                     f"the returned layout costs {_cost_text(take)}")
             out.append(f.model_copy(update={"fix": text, "fix_check": best}))
             continue
-        if best is take and f.count == 1:
-            spec = pspec_text(rt.output.sharding) if rt is not None else "the layout the step returns"
-            what = (f"shard {rt.input.path} as {spec}, the layout the step returns it in" if rt is not None
-                    else "give the state inputs the layouts the step returns them in (in_shardings)")
+        if best is take and f.count == 1 and rt is not None:
+            what = f"shard {rt.input.path} as {pspec_text(rt.output.sharding)}, the layout the step returns it in"
+        elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
+            what = ("give the state inputs the layouts the step returns them in (in_shardings=, or place them "
+                    "there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
         lead = "trade-off: " if best.verdict is FixVerdict.trade_off else ""

@@ -103,3 +103,19 @@ def test_main_example_offers_no_fix_that_makes_the_step_worse(cli, checking):
     state = {f["fix"] for f in t["findings"] if f["rule"] in ("SL201", "SL203") and f["subject"] in (
         "params['embed']", "result[0]['embed']")}
     assert len(state) == 1, state  # one recommendation for params['embed'], whichever rule found it
+
+
+def test_a_grouped_state_finding_names_the_fix_its_check_measured(cli, checking):
+    """The main example's three moved embedding values as one SL201 (all under the small-output
+    floor): the check that won is the inputs taking the returned layouts (pinning raises the
+    peak), so the text says that, not the pinning it measured against."""
+    report = _lint(cli, os.path.join(EXAMPLES, "fsdp_tp_train_step.py"),
+                   "--threshold", "output-mismatch-min-bytes=1GiB")
+    [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL201"]
+    assert f["count"] == 3
+    won = f["fix_check"]["change"]
+    if won.startswith("in_shardings"):
+        assert f["fix"].split(" (checked")[0].endswith("with jax.device_put)"), f["fix"]
+        assert "pin the state outputs" not in f["fix"]
+    else:
+        assert "pin the state outputs" in f["fix"], f["fix"]
