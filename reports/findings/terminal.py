@@ -146,13 +146,15 @@ _MAX_OPS = 6
 def render_finding(f: Finding) -> Group:
     """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
     hanging indent so a long message or fix reads as one block."""
-    head = Text()
-    head.append(f"{f.rule} ", style=SEVERITY_STYLE[f.severity])
-    head.append(f"[{f.severity.value}] ", style=SEVERITY_STYLE[f.severity])
-    head.append(where_text(f.source, f.via), style="bold")
+    where = Text(where_text(f.source, f.via), style="bold")
     if f.count > 1:
-        head.append(f"  {f.count}x" + (f", {format_bytes(f.bytes)} per step in all" if f.bytes else ""),
-                    style="magenta")
+        where.append(f"  {f.count}x" + (f", {format_bytes(f.bytes)} per step in all" if f.bytes else ""),
+                     style="magenta")
+    # A long location wraps under itself, not back at column 0.
+    head = Table.grid(padding=(0, 1))
+    head.add_column(no_wrap=True)
+    head.add_column(ratio=1, overflow="fold")
+    head.add_row(Text(f"{f.rule} [{f.severity.value}]", style=SEVERITY_STYLE[f.severity]), where)
     body = Table.grid(padding=(0, 1))
     body.add_column(no_wrap=True)
     body.add_column(ratio=1, overflow="fold")
