@@ -212,11 +212,13 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
         # all-reduce then a slice, CPU's reduce-scatter).
         if _holds(shapes.any_shard, result, in_loop) or _holds(shapes.reachable(axes), result, in_loop):
             return "gradient-reduction"
+    # A shard_map's psum, all_gather or ppermute is the program's own, whatever it sums (a psum of a
+    # local reduction is not partial sums XLA chose to leave).
+    if ins is not None and asked_by_program(ins):
+        return "explicit"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
         if _is_matmul(module.instruction(ins.operands[0]), module):
             return "activation"
-    if ins is not None and asked_by_program(ins):
-        return "explicit"  # a shard_map's psum, all_gather or ppermute: the program's own, not a reshard
     return "reshard"
 
 

@@ -44,7 +44,8 @@ _MAX_BACKWARD = 16
 _MAX_FUSED = 64
 # JAX's collective primitives, as the last part of an op_name.
 _PRIMITIVES = frozenset({"all_gather", "all_to_all", "ppermute", "psum", "pmax", "pmin", "reduce_scatter",
-                         "psum_scatter", "pbroadcast", "all_gather_invariant", "ragged_all_to_all", "pvary"})
+                         "psum_scatter", "pbroadcast", "all_gather_invariant", "ragged_all_to_all", "pvary",
+                         "psum_invariant"})
 _METADATA_KEYS = ("op_name", "source_file", "source_line", "stack_frame_id")
 
 

@@ -123,7 +123,8 @@ def shard_lint_targets(mesh_devices=None):
     def ring(block):
         def hop(i, acc):
             return jax.lax.ppermute(acc, "ring", [(j, (j + 1) % 8) for j in range(8)]) + block
-        return jax.lax.fori_loop(0, 7, hop, block)
+        total = jax.lax.psum(block.sum(), "ring")
+        return jax.lax.fori_loop(0, 7, hop, block) / total
 
     x = jax.ShapeDtypeStruct((8 * 128, 256), jnp.float32, sharding=NamedSharding(mesh, P("ring")))
     return {"ring": jax.jit(ring).lower(x)}
@@ -143,6 +144,9 @@ def test_a_collective_the_program_asks_for_is_explicit_not_a_finding(cli, tmp_pa
     permutes = [c for c in target["collectives"] if c["kind"] == "collective-permute"]
     line = RING_SCRIPT.splitlines().index(next(x for x in RING_SCRIPT.splitlines() if "ppermute" in x)) + 1
     assert permutes and all(c["intent"] == "explicit" and c["source"]["line"] == line for c in permutes)
+    # XLA's compiled HLO has the psum as an all-reduce of a scalar: the program's own too, not partial sums.
+    sums = [c for c in target["collectives"] if c["kind"] == "all-reduce"]
+    assert [c["shape"] for c in sums] == [[]] and sums[0]["intent"] == "explicit"
     assert all(c["count"] == 7 for c in permutes)  # the loop's trip count
     assert not [f for f in target["findings"] if f["rule"] in ("SL101", "SL102")]
 
