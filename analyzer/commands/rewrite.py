@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 from jaxlib.mlir import ir
 
+from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.pytree_paths import path_keys
-from ...passes.common.sharding_text import normalized, out_shardings_text
+from ...passes.common.sharding_text import normalized, out_shardings_text, pspec_text
 from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
 from ...passes.models.report import TargetReport
 from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
@@ -211,6 +212,25 @@ def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict
     return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
 
 
+def _lost_donations(before: TargetReport, after: TargetReport, applied: list[AppliedSharding], sig) -> list[str]:
+    """A pinned output whose per-device size no longer matches its donated input: XLA cannot write
+    it into the donated buffer and drops the alias (it does not fail); the report says so."""
+    if not applied or not before.memory or not after.memory or after.memory.alias_bytes >= before.memory.alias_bytes:
+        return []
+    input_of = {rt.output.index: rt.input for rt in correspond(_compiled_signature(sig, before))}
+    out = []
+    for a in applied:
+        given, made = input_of.get(a.index), after.outputs[a.index]
+        if given is not None and given.donated and given.per_device_bytes != made.per_device_bytes:
+            out.append(f"donation: {given.path} is donated, but {a.path} on {pspec_text(a.after)} is "
+                       f"{format_bytes(made.per_device_bytes)} per device where {given.path} is "
+                       f"{format_bytes(given.per_device_bytes)}, so XLA cannot write it into the donated buffer "
+                       f"(aliased {format_bytes(before.memory.alias_bytes)} -> "
+                       f"{format_bytes(after.memory.alias_bytes)}); give the input the output's sharding to "
+                       "keep the donation")
+    return out
+
+
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
                    declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
     before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
@@ -222,7 +242,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     else:
         after, program_after = before, program_before
     facts_before, facts_after = program_facts(before), program_facts(after)
-    remaining = remaining_costs(after, display_source)
+    remaining = remaining_costs(after, display_source) + _lost_donations(before, after, applied, sig)
     pinned = {a.index: a.after for a in applied}
     python_fix = _python_fix(lowered, before, after, pinned, sig) if applied else None
     if applied:
