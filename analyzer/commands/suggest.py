@@ -356,8 +356,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         if pins is not None:
             pins = {**pins, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
         wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
-    if request.spread.say:
-        request.spread.say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
+    say = request.spread.say or (lambda _msg: None)
+    say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         model_pins = pins if pins is not None else written
