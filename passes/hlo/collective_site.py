@@ -10,7 +10,7 @@ program's structure:
 
 * a resharding collective with no location, or the location of an instruction it reads
   (walking back through data movement and into fusions), is shown at the first op that
-  reads its result and has a location of its own;
+  reads its result and has a location of its own, else at the ``cond`` or loop that runs it;
 * a partial-sum reduction (all-reduce, reduce-scatter) belongs to the op that produced
   the sums: its own metadata where it has a line, else its producer's;
 * a collective the program asked for itself (``jax.lax.all_gather`` in a ``shard_map``)
@@ -56,7 +56,7 @@ def collective_site(module: HloModule, ins: HloInstruction, kind: str) -> HloIns
     if kind in _RESHARDING:
         if _has_line(ins) and not _inherited(module, ins):
             return ins
-        return _first_reader(module, ins) or ins
+        return _first_reader(module, ins) or _enclosing_op(module, ins) or ins
     if kind in _REDUCTIONS and not _has_line(ins):
         return _producer(module, ins) or ins
     return ins
@@ -142,6 +142,21 @@ def _caller(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
     if len(callers) != 1 or callers[0].opcode not in ("fusion", "call"):
         return None
     return callers[0]
+
+
+def _enclosing_op(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
+    """The nearest op with a line that runs the computation ``ins`` is in: a ``cond``'s or a loop's
+    own line, for a collective XLA 0.12 gave no frame (a branch's reshard of a parameter, with
+    ``op_name="a"``) whose result only leaves its branch. Bounded by the nesting depth."""
+    current: HloInstruction | None = ins
+    for _ in range(_MAX_BACKWARD):
+        callers = module.callers().get(module.computation_of(current.name) or "", []) if current else []
+        if len(callers) != 1:
+            return None
+        current = callers[0]
+        if _has_line(current):
+            return current
+    return None
 
 
 def _first_reader(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
@@ -239,3 +254,19 @@ def _inputs(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
     index = int(ins.operands[0]) if ins.operands and ins.operands[0].isdigit() else -1
     argument = module.by_name.get(caller.operands[index]) if caller and 0 <= index < len(caller.operands) else None
     return [argument] if argument is not None else []
+
+
+def part_sites(module: HloModule, ins: HloInstruction, kind: str) -> list[HloInstruction | None]:
+    """For a collective that moves several values at once (XLA's combiner joins a step's gradient
+    all-reduces, a layer's parameter gathers, into one): the instruction each value's line is
+    taken from, one per operand. A reduction's part belongs to the op that computed its sums; a
+    gathered part to the first op that reads it (the tuple element of the result, or of the
+    async done op's)."""
+    if kind in _REDUCTIONS:
+        return [op if op.opcode not in _DATA_MOVEMENT and _has_line(op) else _producer(module, op)
+                for op in _operands(module, ins)]
+    users = module.users()
+    result = next((u for u in users.get(ins.name, ()) if u.opcode.endswith("-done")), ins)
+    elements = {u.attrs.get("index"): u for u in users.get(result.name, ()) if u.opcode == "get-tuple-element"}
+    return [_first_reader(module, elements[str(i)]) if str(i) in elements else None
+            for i in range(len(ins.operands))]

@@ -21,10 +21,10 @@ from ..common.device_groups import (
     parse_source_target_pairs,
     spans_hosts,
 )
-from ..common.shapes import parse_arrays, split_tuple
-from ..models.report import Collective, SourceLocation
+from ..common.shapes import ArrayShape, parse_arrays, split_tuple
+from ..models.report import Collective, CollectivePart, SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .collective_site import collective_site
+from .collective_site import collective_site, part_sites
 from .module import HloInstruction, HloModule
 
 COLLECTIVE_KINDS = (
@@ -262,17 +262,37 @@ def find_collectives(
             site = collective_site(module, ins, kind)
             source, via = module.attribution_of(site, ownership)
             sites[ins.name] = site
+            parts = _parts(module, ins, kind, arrays, ownership)
             found.append(Collective(
                 kind=kind, bytes=nbytes, count=runs, mesh_axes=axes,
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
                 op_name=ins.op_name, source=source, via=via, hlo_name=ins.name,
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
                 group_size=group_size, count_is_lower_bound=comp.name in unknown, cross_host=cross,
+                parts=parts,
             ))
     found = _once_per_channel(module, found)
     found = _where_paths_part(module, found, sites, ownership)
     found.sort(key=lambda c: (-c.bytes * c.count, c.kind, c.hlo_name))
     return CollectivesResult(tuple(found), tuple(diagnostics))
+
+
+_COMBINED_KINDS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+
+
+def _parts(module: HloModule, ins: HloInstruction, kind: str, arrays: list[ArrayShape], ownership: CodeOwnership,
+           ) -> list[CollectivePart]:
+    """The values a combined collective moves, each at its own line (an all-to-all's tuple is one
+    value's chunks, not several values)."""
+    if kind not in _COMBINED_KINDS or len(arrays) < 2 or len(arrays) != len(ins.operands):
+        return []
+    parts = []
+    for array, site in zip(arrays, part_sites(module, ins, kind)):
+        source, via = module.attribution_of(site, ownership) if site is not None else (None, None)
+        parts.append(CollectivePart(shape=list(array.dims), dtype=array.dtype, bytes=array.nbytes,
+                                    source=source, via=via))
+    # Largest first; equal sizes in program order (sorted is stable).
+    return sorted(parts, key=lambda p: -p.bytes)
 
 
 def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collective]:

@@ -76,6 +76,17 @@ class TensorInfo(Model):
     per_device_bytes: int = Field(description="Bytes one device holds under this sharding.")
 
 
+class CollectivePart(Model):
+    """One of the values a combined collective moves."""
+
+    shape: list[int]
+    dtype: str
+    bytes: int = Field(description="Per-device result bytes of this value.")
+    source: SourceLocation | None = Field(description="The user's line that computed (a reduction) or reads (a "
+                                          "gather) this value; null where the program has none.")
+    via: SourceLocation | None = _VIA
+
+
 class Collective(Model):
     """A collective the compiled program runs."""
 
@@ -117,6 +128,10 @@ class Collective(Model):
     pieces: list[str] = Field(
         default_factory=list, description="The other HLO instructions this collective is split into (its channel's: a "
         "TPU async collective fusion's start, continuation and done steps), counted once with hlo_name.")
+    parts: list[CollectivePart] = Field(
+        default_factory=list, description="The values a combined collective moves together (XLA's combiner joins a "
+        "step's gradient all-reduces, or a layer's parameter gathers, into one), largest first; empty for one value. "
+        "The collective's shape and dtype are its largest part's.")
 
     @property
     def total_bytes(self) -> int:

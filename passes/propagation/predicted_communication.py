@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from ..common.axes import Axes, label, size_of, split_for_factors
 from ..common.shapes import array_bytes
+from ..common.sharding_text import pspec_text
 from ..models.report import Collective, PredictedCollective, SourceLocation
+from .layout_change import layout_moves
 from .sharding_graph import ShardingGraph, Step, Tensor, user_label
 
 FAMILIES = {
@@ -120,11 +122,27 @@ def _edge(step: Step, tensors: list[Tensor], sizes: dict[str, int]) -> list[Pred
     dims = {tuple(t.dims) for t in tensors}
     if len(dims) <= 1:
         return []
-    widest = max(tensors, key=lambda t: per_device_bytes(t))
-    axes = tuple(dict.fromkeys(a for t in tensors for d in t.dims for a in d))
-    names = " vs ".join(f"{user_label(t)} {[_labels(d, sizes) for d in t.dims]}" for t in tensors[:3])
-    return [_make("reshard", per_device_bytes(widest), axes, step, widest,
-                  f"values that must share a layout disagree: {names}", sizes)]
+    # The layout the members must share: a branch's or a loop's result (what XLA
+    # reshards the yielded values to), otherwise the edge's second member (a
+    # constraint's or reshard's result, out_shardings, a callee's argument).
+    target = tensors[-1] if step.op == "stablehlo.while" else tensors[0] if step.op in _RESULT_FIRST else tensors[1]
+    out: list[PredictedCollective] = []
+    for t in tensors:
+        if t is target or t.dims == target.dims:
+            continue
+        what = f"{user_label(t)} goes from {_spec(t, sizes)} to {_spec(target, sizes)}"
+        for move in layout_moves(t.dtype, t.shape, t.dims, target.dims):
+            out.append(_make(move.kind, move.bytes, move.axes, step, t,
+                             f"{what}: {move.sentence(_labels(move.axes, sizes))}", sizes))
+    return out
+
+
+# Edges listed result first: a branch's result, then the value each region yields.
+_RESULT_FIRST = ("stablehlo.case", "stablehlo.if")
+
+
+def _spec(t: Tensor, sizes: dict[str, int]) -> str:
+    return pspec_text([list(_labels(d, sizes)) for d in t.dims])
 
 
 def _make(kind: str, nbytes: float, axes: Axes, step: Step, t: Tensor, reason: str, sizes: dict[str, int],
@@ -162,13 +180,16 @@ def match_compiled(
     was marked compiled on the strength of an 8 MiB one there. Each compiled
     collective bears out predictions up to its own bytes per execution (XLA's
     combiner joins several into one; a TPU may move a bf16 copy of an f32
-    value, so half the predicted bytes count), largest predictions first."""
+    value, so half the predicted bytes count), largest predictions first; a
+    combined collective, each of its parts at the part's line."""
     if compiled is None:
         return predicted
     capacity: dict[tuple[str, tuple[str, int] | None], list[int]] = {}
     for c in compiled:
-        if c.source:
-            capacity.setdefault((FAMILIES.get(c.kind, c.kind), _line(c.source)), []).append(c.bytes)
+        # A combined collective bears out each part at the part's own line.
+        for source, nbytes in [(p.source or c.source, p.bytes) for p in c.parts] or [(c.source, c.bytes)]:
+            if source:
+                capacity.setdefault((FAMILIES.get(c.kind, c.kind), _line(source)), []).append(nbytes)
     matched: dict[int, bool] = {}
     for i in sorted(range(len(predicted)), key=lambda k: -predicted[k].bytes):
         p = predicted[i]

@@ -1,8 +1,10 @@
-"""How every report writes an array's type, the op that made it, and a live buffer's origin."""
+"""How every report writes an array's type, the op that made it, a live buffer's origin and the
+lines a combined collective's parts come from."""
 
 from __future__ import annotations
 
-from ...passes.models.report import LiveBuffer, where_text
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.models.report import Collective, LiveBuffer, where_text
 
 
 def shape_text(dtype: str | None, shape: list[int] | None) -> str:
@@ -25,3 +27,28 @@ def live_buffer_source(b: LiveBuffer, with_via: bool = True) -> str:
     if b.source is None and b.name.startswith("param") and b.op_name:
         return f"argument {b.op_name}"
     return where_text(b.source, b.via if with_via else None)
+
+
+def collective_lines(c: Collective, most: int = 3) -> str:
+    """The collective's line, and under it, for a combined one, the other lines its parts come
+    from (``train.py:5`` / ``with :7, :9``)."""
+    others = other_part_lines(c, most)
+    return (str(c.source) if c.source else "-") + (f"\n{others}" if others else "")
+
+
+def other_part_lines(c: Collective, most: int = 3) -> str | None:
+    """``with :7, :9``: the lines a combined collective's parts come from besides its own, in its
+    file as ``:7``, at most ``most`` lines in all and then how many more; None when there are none."""
+    lines = list(dict.fromkeys(str(x) for x in [c.source] + [p.source for p in c.parts] if x is not None))
+    if len(lines) < 2:
+        return None
+    first_file = lines[0].rsplit(":", 1)[0]
+    named = [(":" + x.rsplit(":", 1)[1]) if x.rsplit(":", 1)[0] == first_file else x for x in lines[1:most]]
+    rest = len(lines) - max(most, 2)
+    return f"with {', '.join(named)}" + (f" +{rest}" if rest > 0 else "")
+
+
+def parts_text(c: Collective) -> str:
+    """Each part of a combined collective: ``f32[2048,1024] 8.0 MiB train.py:5``, one per line."""
+    return "\n".join(f"{shape_text(p.dtype, p.shape)} {format_bytes(p.bytes)} {where_text(p.source, p.via)}"
+                     for p in c.parts)

@@ -28,7 +28,8 @@ class Column:
 
     @property
     def natural(self) -> int:
-        return max([len(self.header), *(len(v) for v in self.values)])
+        # A cell may hold several lines (a combined collective's part lines): its widest counts.
+        return max([len(self.header), *(len(line) for v in self.values for line in v.split("\n"))])
 
 
 def shorten_left(text: str, width: int) -> str:
@@ -87,7 +88,7 @@ def fitted_table(title: str, columns: list[Column], width: int, caption: str | N
             v = c.values[row]
             limit = limits.get(id(c))
             if c.path and limit is not None:
-                v = shorten_left(v, limit)
+                v = "\n".join(shorten_left(line, limit) for line in v.split("\n"))
             cells.append(Text(v))
         table.add_row(*cells)
     return table

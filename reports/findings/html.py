@@ -18,7 +18,7 @@ from ...passes.models.report import (
 )
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
-from ..common.tensor_text import live_buffer_source, shape_text, short_op_name
+from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, shape_text, short_op_name
 from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
@@ -156,12 +156,14 @@ def _collectives(t: TargetReport) -> str:
         f"<tr><td>{e(c.kind)}{' <span class=tag>async</span>' if c.is_async else ''}"
         f"{' <span class=tag>x-host</span>' if c.cross_host else ''}"
         + (f' <span class=tag title="{e(", ".join(c.pieces))}">{1 + len(c.pieces)} pieces</span>' if c.pieces else "")
+        + (f' <span class=tag title="{e(parts_text(c))}">{len(c.parts)} parts</span>' if c.parts else "")
         + "</td>"
         f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
         f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
         f'<td data-v="{c.seconds or 0}">{e(format_seconds(c.seconds))}</td>'
         f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
         f"<td>{e(where_text(c.source, c.via))}"
+        + (f'<br><span class=muted>{e(other_part_lines(c, most=8) or "")}</span>' if other_part_lines(c) else "") +
         f"{(' <span class=muted>from ' + e(str(c.called_from)) + '</span>') if c.called_from else ''}</td>"
         f"<td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives

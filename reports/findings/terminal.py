@@ -18,7 +18,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.tensor_text import live_buffer_source, shape_text, short_op_name
+from ..common.tensor_text import collective_lines, live_buffer_source, shape_text, short_op_name
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
@@ -93,8 +93,9 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
         Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
         Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
-        Column("source", [_src(c.source) + (f" from {_src(c.called_from)}" if c.called_from else "") for c in rows],
-               path=True),
+        # A combined collective lists its parts' lines (their shapes are in the JSON and HTML reports).
+        Column("source", [collective_lines(c) + (f" from {_src(c.called_from)}" if c.called_from else "")
+                          for c in rows], path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),
         Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
         Column("via", [_src(c.via) for c in rows], essential=False, path=True),

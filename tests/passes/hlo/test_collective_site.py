@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from functools import partial
+from math import prod
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
+from jax_shard_lint.passes.common.shapes import parse_arrays
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
@@ -108,6 +111,33 @@ def explicit_collectives(x):
 def test_a_collective_the_program_asks_for_keeps_its_own_line():
     found = _collectives(explicit_collectives, _arg((64, 128), P("fsdp")))
     assert _lines(found, "all-gather") == {_line_of(explicit_collectives, "jax.lax.all_gather(block")}
+
+
+def data_parallel_step(params, x):
+    def loss(p):
+        h = jnp.tanh(x @ p["w1"])  # w1's gradient is summed here
+        out = h @ p["w2"]  # w2's gradient here
+        return jnp.mean(out**2)  # and the loss here
+
+    return jax.grad(loss)(params)
+
+
+def test_a_combined_all_reduce_shows_each_gradient_at_its_own_line():
+    """XLA's combiner joins the step's gradient all-reduces into one tuple all-reduce: each part keeps
+    the line that computed its sums, and the parts are the tuple XLA compiled (its shapes, in order
+    of size)."""
+    params = {"w1": _arg((128, 256), P()), "w2": _arg((256, 64), P())}
+    args = (params, _arg((64, 128), P("fsdp")))
+    lowered = jax.jit(data_parallel_step).lower(*args)
+    tuples = re.findall(r"= \(([^)]*)\) all-reduce\(", lowered.compile().as_text())
+    found = [c for c in _collectives(data_parallel_step, *args) if c.kind == "all-reduce"]
+    lines = {x.source.line for c in found for x in (c.parts or [c])}
+    assert lines == {_line_of(data_parallel_step, text) for text in ('x @ p["w1"]', 'h @ p["w2"]')}
+    combined = [c for c in found if c.parts]
+    assert [[(p.dtype, p.shape) for p in c.parts] for c in combined] == [
+        sorted(((a.dtype, list(a.dims)) for a in parse_arrays(text)), key=lambda a: -prod(a[1]))
+        for text in tuples]
+    assert tuples, "XLA no longer combines these all-reduces on this platform"
 
 
 RING_SCRIPT = '''import jax
