@@ -24,6 +24,7 @@ from .hlo.collective_parameter import collective_parameters
 from .hlo.collectives import find_collectives
 from .hlo.compiler_refusal import CompilerRefusal
 from .hlo.cost import program_cost, xla_cost_figures
+from .hlo.involuntary_remat import locate_remats, read_involuntary_remats
 from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from .hlo.parser import parse_hlo_module
 from .hlo.step_time import DeviceSpec, estimate_step_time
@@ -61,6 +62,8 @@ class CompiledFacts:
     device_processes: tuple[int, ...] | None = None
     # XLA's cost_analysis() of the compiled program, where the backend gives one.
     xla_cost: dict[str, Any] | None = None
+    # What XLA's SPMD partitioner printed while compiling ("Involuntary full rematerialization" lines).
+    compiler_warnings: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,8 @@ def analyze_target(
         entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
+        involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
+                                         collectives, config.ownership),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
     warnings: list[str] = []

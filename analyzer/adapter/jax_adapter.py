@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .native_stderr import quiet_native_stderr
+from ...passes.hlo.involuntary_remat import is_partitioner_warning
+from .native_stderr import capture_native_stderr, quiet_native_stderr
 
 with quiet_native_stderr():
     import jax
@@ -96,6 +97,8 @@ class CompiledProgram:
     output_shardings: tuple[Any, ...]  # flattened jax.sharding.Sharding leaves
     input_shardings: tuple[Any, ...]
     cost: dict[str, Any] | None = None  # XLA's cost_analysis(), where the backend gives one
+    # What XLA's SPMD partitioner warned while compiling ("Involuntary full rematerialization").
+    compiler_warnings: str = ""
 
 
 def _cost_dict(compiled: Any) -> dict[str, Any] | None:
@@ -149,7 +152,8 @@ def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
         if with_reports:
             options["xla_dump_to"] = dump_dir
-        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+        with capture_native_stderr(is_partitioner_warning) as warned:
+            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
         live = _read_dump(dump_dir, "live-range") if with_reports else None
         buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None
     try:
@@ -161,7 +165,7 @@ def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
     except Exception:
         ins = ()
     return CompiledProgram(compiled, compiled.as_text(), _memory_dict(compiled), live, buffers, outs, ins,
-                           _cost_dict(compiled))
+                           _cost_dict(compiled), warned.text)
 
 
 def sharding_axes(sharding: Any, rank: int) -> list[list[str]] | None:

@@ -48,6 +48,7 @@ def program_facts(program: jax_adapter.CompiledProgram, platform: str, output_ra
         ) or None,
         device_processes=processes,
         xla_cost=program.cost,
+        compiler_warnings=program.compiler_warnings,
     )
 
 

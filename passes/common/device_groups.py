@@ -95,7 +95,7 @@ def _explicit_groups(text: str) -> list[list[int]]:
 _IOTA_ARRAY = re.compile(r"\[([\d,\s]+)\](?:<=\[([\d,\s]+)\])?(?:T\(([\d,\s]+)\))?")
 
 
-def _device_array(text: str, shape: list[int]) -> np.ndarray:
+def device_array(text: str, shape: list[int]) -> np.ndarray:
     """A mesh's device order: an iota tile (``[2,2,2]T(2,1,0)``, ``[4,2]<=[8]``) or
     an explicit list of ids, reshaped to the mesh's axis sizes."""
     text = text.strip()
@@ -127,7 +127,7 @@ def _mesh_groups(text: str) -> list[list[int]]:
         sizes.append(int(size))
     if prod(sizes) > MAX_GROUP_DEVICES:
         raise MalformedDeviceGroups(f"mesh replica groups over {prod(sizes)} devices, more than {MAX_GROUP_DEVICES}")
-    devices = _device_array(m.group(2), sizes) if m.group(2) else np.arange(prod(sizes)).reshape(sizes)
+    devices = device_array(m.group(2), sizes) if m.group(2) else np.arange(prod(sizes)).reshape(sizes)
     # Split every axis into [pre, size, rest] so sub-axes become whole dims.
     split_shape, group_dims = [], []
     selected: dict[int, list[tuple[int, int]]] = {}

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
+from ..hlo.involuntary_remat import LocatedRemat
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..stablehlo.module import EntrySignature
 from ..stablehlo.state_roundtrip import RoundTrip
@@ -36,6 +37,8 @@ class RuleContext:
     collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
+    # Values XLA's partitioner could reshard only by replicating them, each at its line.
+    involuntary_remats: tuple[LocatedRemat, ...] = ()
 
     @property
     def num_devices(self) -> int:

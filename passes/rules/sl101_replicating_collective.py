@@ -56,8 +56,10 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
     share_min = ctx.options["replicating-collective-min-bytes"]
     sizes = dict(ctx.signature.mesh.axes)
+    # A value XLA could reshard only by replicating it is SL104's (the cause named by XLA itself).
+    rematerialized = {r.collective for r in ctx.involuntary_remats}
     for c in ctx.collectives:
-        if c.kind not in _REPLICATING or c.intent in INTENDED:
+        if c.kind not in _REPLICATING or c.intent in INTENDED or c.hlo_name in rematerialized:
             continue
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
         large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1

@@ -1,0 +1,104 @@
+"""SL104 involuntary-full-rematerialization: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.shapes import array_bytes
+from ..common.sharding_text import pspec_text
+from ..models.report import Severity
+from ..models.rule_codes import SL104
+from .context import RuleContext
+from .registry import Emitter, define_rule
+
+
+def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
+    """A layout change XLA can only make by replicating the whole value on every device.
+
+    What it does
+    ------------
+    Reports each value for which XLA's SPMD partitioner printed "Involuntary full
+    rematerialization" while compiling the step: it found no collective that
+    takes the value from its sharding to the one the op at this line needs, so it
+    gathers the whole value onto every device and slices it again. The finding
+    is at the op that reads the rebuilt value, names both layouts and says what
+    each device then holds.
+
+    Why is this bad
+    ---------------
+    The partitioner's last resort costs the whole array in memory on every
+    device and an all-gather of all of it, at every execution, whatever the size
+    of the change asked for. It is XLA's own statement that the shardings on the
+    two sides of an op do not fit together; it is printed on stderr among other
+    logs and easy to miss until the step runs out of memory at scale.
+
+    Example
+    -------
+    ```python
+    x = jax.ShapeDtypeStruct((16, 64, 32), f32, sharding=NamedSharding(mesh, P("y", None, "x")))
+    y = jax.lax.with_sharding_constraint(jnp.sin(x), P(None, ("x", "y"), None))
+    ```
+
+    Fix
+    ---
+    Change one axis at a time, each step one that a single collective makes
+    (here first `P("y", "x", None)`: x moves to dimension 1, an all-to-all; then
+    `P(None, ("x", "y"), None)`: y joins it, another all-to-all), with
+    `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`; or give the
+    producer and the consumer the same layout.
+    """
+    for located in ctx.involuntary_remats:
+        r = located.remat
+        whole = array_bytes(r.dtype, list(r.global_shape))
+        value = _value_name(ctx, r.op_name, r.instruction)
+        layouts = (f"from {pspec_text([list(d) for d in r.source_sharding])} "
+                   f"to {pspec_text([list(d) for d in r.target_sharding])} "
+                   if r.source_sharding is not None and r.target_sharding is not None else "")
+        stages = (staged_layouts(r.source_sharding, r.target_sharding)
+                  if r.source_sharding is not None and r.target_sharding is not None else [])
+        fix = ("reshard it one axis at a time, each step one all-to-all or slice: "
+               + " then ".join(f"jax.sharding.reshard(..., {pspec_text([list(d) for d in stage])})"
+                               for stage in stages)
+               + " (or with_sharding_constraint on an Auto mesh); or give its producer and reader one layout"
+               if len(stages) > 1 else "give the value's producer and its reader one layout")
+        shape = f"{r.dtype}[{','.join(map(str, r.global_shape))}]"
+        out.emit(
+            f"XLA cannot reshard {shape}{value} {layouts}with a collective: it replicates "
+            f"the whole value on every device ({format_bytes(whole)} each) and slices it again "
+            "(\"Involuntary full rematerialization\")",
+            located.source, via=located.via, fix=fix, subject=located.collective or r.instruction,
+            total_bytes=whole,
+        )
+
+
+Layout = tuple[tuple[str, ...], ...]
+
+
+def staged_layouts(src: Layout, dst: Layout) -> list[Layout]:
+    """Layouts from ``src`` to ``dst`` that each move one axis to its place in ``dst`` (an all-to-all
+    between dimensions, or a slice for an axis new to the value), then drop what ``dst`` lacks (an
+    all-gather of only those axes): the path the partitioner did not find in one step."""
+    current = [list(d) for d in src] + [[] for _ in range(len(dst) - len(src))]
+    stages: list[Layout] = []
+    for d, want in enumerate(dst):
+        for k, axis in enumerate(want):
+            if current[d][k:k + 1] == [axis]:
+                continue
+            for axes in current:
+                if axis in axes:
+                    axes.remove(axis)
+            current[d].insert(min(k, len(current[d])), axis)
+            stages.append(tuple(tuple(a) for a in current))
+    final = tuple(tuple(d) for d in dst)
+    if not stages or stages[-1] != final:
+        stages.append(final)
+    return stages
+
+
+def _value_name(ctx: RuleContext, op_name: str | None, instruction: str) -> str:
+    """`` (argument params['w'])`` when the value is an argument as passed, else nothing."""
+    if op_name and "/" not in op_name and instruction.startswith("param"):
+        return f" (argument {op_name})"
+    return ""
+
+
+RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization)
