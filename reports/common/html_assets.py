@@ -28,7 +28,7 @@ figcaption{font-size:12px;margin-bottom:4px;max-width:520px}svg.grid text{font-s
 .sev{font-size:11px;font-weight:700;text-transform:uppercase;padding:1px 6px;border-radius:4px;background:#e7e9ef}
 .count{font-size:12px;font-weight:600;color:#6b3fa0;margin-left:6px}.param code{word-break:normal}
 a.sev{text-decoration:none}.sev.error{background:#fde2e2;color:var(--bad)}.sev.warning{background:#fff1d6;color:var(--warn)}.sev.info{background:#e3ecff}
-.tag{font-size:10px;background:#e7e9ef;border-radius:3px;padding:0 4px}.muted{color:var(--muted)}.warning{color:var(--warn)}
+.tag{font-size:10px;background:#e7e9ef;border-radius:3px;padding:0 4px;white-space:nowrap}.muted{color:var(--muted)}.warning{color:var(--warn)}
 pre{white-space:pre-wrap;font-size:12px;background:#f6f7fa;padding:8px;border-radius:6px}code{font-size:12px}
 details summary{cursor:pointer;color:var(--accent)}
 """
