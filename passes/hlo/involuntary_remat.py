@@ -31,7 +31,7 @@ from .module import HloModule
 MARKER = "Involuntary full rematerialization"
 _WARNING = re.compile(
     r"cannot go from sharding (\{.*?\}) to (\{.*?\}) efficiently for HLO operation "
-    r"%([\w.\-]+) = (\S+?)(?:\{[\d,]*\})? [\w\-]+\(.*?metadata=\{([^}]*)\}")
+    r"%([\w.\-]+) = (\S+?)(?:\{[\d,]*\})? [\w\-]+\((?:.*?metadata=\{([^}]*)\})?")
 _NAMED = re.compile(r"^\{mesh\[([^\]]*)\],\s*\[(.*)\]\}$")
 _TILED = re.compile(r"devices=\[([\d,]+)\](<=\[[\d,]+\](?:T\([\d,]+\))?|[\d,]+)")
 _METADATA = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
@@ -70,7 +70,7 @@ def read_involuntary_remats(text: str, mesh: MeshInfo) -> tuple[InvoluntaryRemat
         local = arrays[0]
         src = _mesh_axes(src_text, len(local.dims), mesh)
         dst = _mesh_axes(dst_text, len(local.dims), mesh)
-        meta = {k: v.strip('"') for k, v in _METADATA.findall(meta_text)}
+        meta = {k: v.strip('"') for k, v in _METADATA.findall(meta_text or "")}
         remat = InvoluntaryRemat(
             instruction=name, dtype=local.dtype,
             global_shape=tuple(n * _tiles(src_text, d, src, mesh) for d, n in enumerate(local.dims)),

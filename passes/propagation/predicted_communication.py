@@ -11,8 +11,9 @@ the op computes in; an operand holding the factor on other axes must change:
 - a need-replication factor (a concatenate's or sort's dimension) sharded: an
   all-gather.
 
-Data-flow edges whose members disagree (a loop carry that comes back on another
-layout, a result pinned by out_shardings) need a reshard.
+Data-flow edges whose members disagree (a reshard or sharding constraint, a loop
+carry that comes back on another layout, a result pinned by out_shardings) change
+the value's layout: the collectives of the axes that change (layout_change.py).
 """
 
 from __future__ import annotations

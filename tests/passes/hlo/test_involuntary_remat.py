@@ -45,3 +45,9 @@ def test_the_staged_path_moves_one_axis_per_step():
         (("y",), ("x",), ()), ((), ("x", "y"), ())]
     # An axis new to the value is a slice; one that leaves is gathered at the end.
     assert staged_layouts((("x",), ()), ((), ("y",))) == [(("x",), ("y",)), ((), ("y",))]
+
+
+def test_a_value_without_metadata_is_still_read():
+    bare = XLA_0_12.replace(', metadata={op_name="a"}', "")
+    (r,) = read_involuntary_remats(bare, MESH)
+    assert (r.op_name, r.target_sharding) == (None, ((), ("x", "y"), ()))
