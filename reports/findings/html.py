@@ -163,7 +163,7 @@ def _collectives(t: TargetReport) -> str:
         f'<td data-v="{c.seconds or 0}">{e(format_seconds(c.seconds))}</td>'
         f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
         f"<td>{e(where_text(c.source, c.via))}"
-        + (f'<br><span class=muted>{e(other_part_lines(c, most=8) or "")}</span>' if other_part_lines(c) else "") +
+        + (f'<br><span class=muted>{e(others)}</span>' if (others := other_part_lines(c, most=8)) else "") +
         f"{(' <span class=muted>from ' + e(str(c.called_from)) + '</span>') if c.called_from else ''}</td>"
         f"<td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
         for c in t.collectives

@@ -4,6 +4,7 @@ the same program (kind, mesh axes, per-device bytes and the user's line)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -135,18 +136,16 @@ EXPLICIT_PROGRAMS = {
     "einsum_out_sharding": (einsum_out_sharding, (_typed((64, 64), P("x", "y")), _typed((64, 64), P("y", None)))),
     "reshard_swaps_axes": (reshard_swaps_axes, (_typed((64, 64), P("x", "y")),)),
 }
-# XLA swaps two axes between dimensions with an all-to-all over half of x and a
-# permute; the prediction is one all-to-all of the same bytes (both match by family).
-_XLA_DECOMPOSES = {"reshard_swaps_axes"}
-
-
 def _both(name):
     if name in EXPLICIT_PROGRAMS:
-        fn, args = EXPLICIT_PROGRAMS[name]
-        with jax.set_mesh(EXPLICIT):
-            lowered = jax.jit(fn).lower(*args)
-    else:
-        fn, args = PROGRAMS[name]
+        return _predicted_and_compiled(*EXPLICIT_PROGRAMS[name], mesh=EXPLICIT)
+    return _predicted_and_compiled(*PROGRAMS[name])
+
+
+def _predicted_and_compiled(fn, args, mesh=None):
+    """The collectives predicted for ``fn`` and those XLA compiles for it (lowered under ``mesh``
+    when its axes are Explicit)."""
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         lowered = jax.jit(fn).lower(*args)
     module = jax_adapter.stablehlo_module(lowered)
     predicted = predict(run_propagation(module, OWNERSHIP).graph)
@@ -160,23 +159,22 @@ def _facts(items):
                   for c in items)
 
 
-# XLA concatenates shards along the sharded dimension by exchanging halos
-# (collective-permutes, 1.5x the shard); the prediction is the all-gather that bounds it.
-_XLA_DOES_BETTER = {"sharded_concatenate"}
+# Where XLA does better than the prediction, or otherwise: the prediction is borne out, not equal.
+_XLA_DIFFERS = {
+    # XLA concatenates shards along the sharded dimension by exchanging halos
+    # (collective-permutes, 1.5x the shard); the prediction is the all-gather that bounds it.
+    "sharded_concatenate": "halo exchange",
+    # XLA swaps two axes between dimensions with an all-to-all over half of x and a
+    # permute; the prediction is one all-to-all of the same bytes (both match by family).
+    "reshard_swaps_axes": "XLA decomposes",
+}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="halo exchange"))
-                                  if n in _XLA_DOES_BETTER else n for n in PROGRAMS])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_XLA_DIFFERS[n])) if n in _XLA_DIFFERS else n
+    for n in [*PROGRAMS, *EXPLICIT_PROGRAMS]])
 def test_prediction_is_what_xla_emits(name):
-    predicted, compiled = _both(name)
-    assert _facts(predicted) == _facts(compiled)
-    assert all(p.matched_compiled for p in match_compiled(predicted, compiled))
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="XLA decomposes"))
-                                  if n in _XLA_DECOMPOSES else n for n in EXPLICIT_PROGRAMS])
-def test_explicit_axes_prediction_is_what_xla_emits(name):
-    """Kind, axes, bytes and line of every collective a reshard compiles to."""
+    """Kind, axes, bytes and line of every collective an op or a reshard (Explicit axes) compiles to."""
     predicted, compiled = _both(name)
     assert _facts(predicted) == _facts(compiled)
     assert all(p.matched_compiled for p in match_compiled(predicted, compiled))
@@ -196,12 +194,8 @@ def test_an_explicit_axes_train_step_is_predicted_part_by_part():
     """Each gradient's all-reduce and the activation's is predicted at its line with its bytes; XLA
     combines the gradients' into one all-reduce whose parts bear them out one for one."""
     params = {"w1": _typed((128, 512), P(None, "y")), "w2": _typed((512, 128), P("y", None))}
-    EXPLICIT_PROGRAMS["explicit_train_step"] = (
-        explicit_train_step, (params, _typed((64, 128), P("x", None)), _typed((64, 128), P("x", None))))
-    try:
-        predicted, compiled = _both("explicit_train_step")
-    finally:
-        del EXPLICIT_PROGRAMS["explicit_train_step"]
+    args = (params, _typed((64, 128), P("x", None)), _typed((64, 128), P("x", None)))
+    predicted, compiled = _predicted_and_compiled(explicit_train_step, args, mesh=EXPLICIT)
     parts = [(FAMILIES[c.kind], tuple(c.mesh_axes), p.bytes, (p.source or c.source).line)
              for c in compiled for p in (c.parts or [c])]
     assert _facts(predicted) == sorted(parts)
