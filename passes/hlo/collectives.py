@@ -300,17 +300,20 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
     continuation steps interleaved with compute and a done step, each a clone of the one all-gather with
     its channel id and full result shape: counted apiece, one 31 MiB gather read as 312 MiB. The pieces
     are one collective, shown at the start piece (or the first), which lists the others. Only pieces
-    that run equally often are joined: a channel id is unique to one collective in a module, but the
-    count is what the step moves, so it is never summed away."""
-    by_channel: dict[tuple[str, str, int], list[Collective]] = defaultdict(list)
+    that run equally often are joined (the count is what the step moves, so it is never summed away).
+    A channel id alone does not make pieces: XLA on CPU gives every collective of a shard_map
+    ``channel_id=1`` (the forward psum, its transpose and the gradient all-reduce), so pieces are
+    clones (one shape, groups and metadata) of which one runs in an async start step."""
+    by_channel: dict[tuple, list[Collective]] = defaultdict(list)
     for c in found:
         ins = module.instruction(c.hlo_name)
         channel = ins.attrs.get("channel_id") if ins is not None else None
         if channel:
-            by_channel[(c.kind, channel, c.count)].append(c)
+            by_channel[(c.kind, channel, c.count, tuple(c.shape), c.dtype, tuple(c.mesh_axes), c.group_size,
+                        c.op_name)].append(c)
     merged: dict[str, Collective | None] = {}
     for pieces in by_channel.values():
-        if len(pieces) < 2:
+        if len(pieces) < 2 or not any(_is_start_piece(module, c.computation) for c in pieces):
             continue
         # The start piece, else the first (min keeps the first of equal keys); the others in module order.
         first = min(pieces, key=lambda c: not _is_start_piece(module, c.computation))

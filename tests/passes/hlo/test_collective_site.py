@@ -140,6 +140,28 @@ def test_a_combined_all_reduce_shows_each_gradient_at_its_own_line():
     assert tuples, "XLA no longer combines these all-reduces on this platform"
 
 
+def tensor_parallel_grad(params, x):
+    @partial(jax.shard_map, mesh=MESH, in_specs=(P("fsdp"), P(None, "tp")), out_specs=P("fsdp"))
+    def block(h, w):
+        return jax.lax.psum(jnp.tanh(h @ w) @ w.T, "tp")
+
+    return jax.grad(lambda p: jnp.mean(block(x, p["w"]) ** 2))(params)
+
+
+def test_every_collective_of_a_shard_map_step_is_counted():
+    """XLA on CPU gives every collective of a shard_map step one channel id (the psum and the gradient
+    all-reduce both say ``channel_id=1``): they are two collectives, not the pieces of one (the second was
+    dropped). The oracle is the compiled text: one collective per instruction."""
+    args = ({"w": _arg((128, 256), P(None, "tp"))}, _arg((64, 128), P("fsdp")))
+    text = jax.jit(tensor_parallel_grad).lower(*args).compile().as_text()
+    channels = re.findall(r" all-reduce(?:-start)?\(.*channel_id=(\d+)", text)
+    assert len(channels) >= 2 and len(set(channels)) < len(channels), channels
+    found = _collectives(tensor_parallel_grad, *args)
+    assert [c.kind for c in found] == ["all-reduce"] * len(channels) and not any(c.pieces for c in found)
+    psum = _line_of(tensor_parallel_grad, "jax.lax.psum(")
+    assert [(c.mesh_axes, c.source.line) for c in found if c.mesh_axes == ["tp"]] == [(["tp"], psum)]
+
+
 RING_SCRIPT = '''import jax
 import jax.numpy as jnp
 from functools import partial
