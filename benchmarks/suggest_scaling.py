@@ -71,7 +71,7 @@ def main() -> None:
 
     from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
     from jax_shard_lint.analyzer.context.config import Settings
-    from jax_shard_lint.passes.solver.problem import evaluate
+    from jax_shard_lint.passes.solver.sharding_problem import evaluate
     from jax_shard_lint.passes.solver.solve import MAX_ILP_VARIABLES, local_search, solve
 
     print("| layers | mesh | groups | ops | problem size | build | ILP solve | gap | local search | above ILP |")

@@ -33,15 +33,8 @@ from ...passes.models.suggest import (
 from ...passes.propagation.call_graph import flatten_call_graph
 from ...passes.propagation.sharding_graph import build_graph
 from ...passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
-from ...passes.solver.problem import (
-    Assignment,
-    ProblemInput,
-    ShardingProblem,
-    breakdown,
-    build_problem,
-    local_bytes,
-    pin_groups,
-)
+from ...passes.solver.problem import ProblemInput, build_problem
+from ...passes.solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups
 from ...passes.solver.solve import NoFeasibleSharding, solve
 from ...passes.stablehlo.loop_trips import entry_results, value_repeats
 from ...passes.stablehlo.module import read_entry_signature

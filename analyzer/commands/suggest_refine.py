@@ -22,8 +22,8 @@ from ...passes.propagation.call_graph import flatten_call_graph
 from ...passes.propagation.propagate import propagate
 from ...passes.propagation.sharding_graph import ShardingGraph, build_graph
 from ...passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
-from ...passes.solver.problem import Assignment, ShardingProblem, restrict_groups
 from ...passes.solver.refine import LayoutCheck, check_layout
+from ...passes.solver.sharding_problem import Assignment, ShardingProblem, restrict_groups
 from ...passes.solver.solve import NoFeasibleSharding, Solution, solve
 from ..adapter import jax_adapter
 from ..backend.sharding_edits import with_entry_shardings

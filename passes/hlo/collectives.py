@@ -304,7 +304,7 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
     A channel id alone does not make pieces: XLA on CPU gives every collective of a shard_map
     ``channel_id=1`` (the forward psum, its transpose and the gradient all-reduce), so pieces are
     clones (one shape, groups and metadata) of which one runs in an async start step."""
-    by_channel: dict[tuple, list[Collective]] = defaultdict(list)
+    by_channel: dict[tuple[object, ...], list[Collective]] = defaultdict(list)
     for c in found:
         ins = module.instruction(c.hlo_name)
         channel = ins.attrs.get("channel_id") if ins is not None else None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
+from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
 
 # Pair, candidate and strategy variables above which `auto` uses the local search.
 MAX_ILP_VARIABLES = 300_000

@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
 from jax_shard_lint.analyzer.context.config import Settings
-from jax_shard_lint.passes.solver.problem import Assignment, evaluate
+from jax_shard_lint.passes.solver.sharding_problem import Assignment, evaluate
 from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search, solve
 
 VALUE = os.path.join("examples", "value_function_step.py")

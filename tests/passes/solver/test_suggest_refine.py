@@ -17,7 +17,7 @@ from jax_shard_lint.analyzer.commands.suggest_refine import pins, refine
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms.performance import device_spec
 from jax_shard_lint.passes.propagation.report import build_report
-from jax_shard_lint.passes.solver.problem import restrict_groups
+from jax_shard_lint.passes.solver.sharding_problem import restrict_groups
 
 NNX = os.path.join(EXAMPLES, "models", "nnx_transformer.py")
 EMBEDDING = "state[0]['embed']['embedding'].value"
