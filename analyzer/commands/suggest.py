@@ -158,21 +158,19 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
     g = build_graph(ruled, settings.ownership())
-    if any(s.manual_axes is not None for s in g.steps):
-        raise ShardLintInputError(where, f"target {name!r} has a shard_map; suggest chooses shardings for "
-                                  "programs without manual axes")
     labels = dict(sizes)
     args = [t for t, f in g.function_args if f == g.entry]
     results = entry_results(ruled, g.value_ids)
     if None in results:
         raise ShardLintInputError(where, f"target {name!r}: result {results.index(None)} is not a tensor value")
     fixed = _fixed(request, declared, sig, where)
-    pinned = {}
+    pinned, open_dims = {}, {}
     for t in g.tensors:
         if t.seed and not t.seed.startswith(("argument", "out_shardings of result")):
             for ref in (r for axes in t.dims for r in axes):
                 labels.setdefault(label(ref, sizes), ref[2])  # a sub-axis ("x:(1)2") has its own size
             pinned[t.id] = (sharding_labels(t.dims, sizes), f"stated in the program ({t.seed})")
+            open_dims[t.id] = tuple(d for d, closed in enumerate(t.closed) if not closed)
     for i, tid in enumerate(args):
         if sig.inputs[i].path in fixed:
             sharding, why = fixed[sig.inputs[i].path]
@@ -186,6 +184,7 @@ def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, de
         argument_paths=tuple(t.path for t in sig.inputs), result_paths=tuple(o.path for o in sig.outputs),
         pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
         result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=settings.budget_bytes,
+        open_dims=open_dims,
     ))
     return _Target(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
 

@@ -19,6 +19,7 @@ the value's layout: the collectives of the axes that change (layout_change.py).
 from __future__ import annotations
 
 from ..common.axes import Axes, label, size_of, split_for_factors
+from ..common.device_groups import MeshInfo, axes_of_groups, axes_of_pairs
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, PredictedCollective, SourceLocation
@@ -68,7 +69,28 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
         for k in range(step.n_operands):
             result = first_result if first_result is not None else tensors[k]
             out.extend(_operand(step, tensors[k], result, proj[k], targets, sizes))
+    out.extend(_explicit(g))
     return _dedupe(out)
+
+
+def _explicit(g: ShardingGraph) -> list[PredictedCollective]:
+    """The collectives the program asks for inside shard_map: each device receives its
+    results (as XLA counts a collective's bytes), over the axes its groups span."""
+    mesh = MeshInfo(tuple((a, g.axis_sizes[a]) for a in g.mesh_axes), g.device_ids)
+    out = []
+    for c in g.explicit:
+        if c.kind == "collective-permute":
+            axes = axes_of_pairs([(a, b) for a, b in c.groups], mesh)
+        else:
+            axes = axes_of_groups([list(x) for x in c.groups], mesh) if c.groups else list(g.mesh_axes)
+        results = [g.tensors[r] for r in c.results]
+        out.append(PredictedCollective(
+            kind=c.kind, bytes=sum(per_device_bytes(t) for t in results), mesh_axes=axes, op=c.op,
+            value=results[0].name, reason=f"the program asks for it (jax.lax.{c.function} in a shard_map)"
+            if c.function.isidentifier() else f"the program asks for it ({c.function} in a shard_map)",
+            source=c.source, via=c.via, matched_compiled=None,
+        ))
+    return out
 
 
 def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], targets: dict[int, Axes | None],

@@ -34,6 +34,8 @@ from ..stablehlo.module import (
     read_meshes,
     source_of_location,
 )
+from .explicit_collectives import KINDS as EXPLICIT_KINDS
+from .explicit_collectives import ExplicitCollective, read_explicit
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class Tensor:
     parent: list[tuple[int, int] | None] = field(default_factory=list)  # per dim: (tensor, step) it came from
     via: SourceLocation | None = None  # the library line the op went through
     mesh: MeshInfo | None = None  # the mesh its sharding is on (None: not stated, nor propagated yet)
+    # Inside a shard_map body: the mesh axes that are manual there (its shape is the
+    # local one; only the other axes can shard it further).
+    manual_axes: frozenset[str] = frozenset()
 
 
 def user_label(t: Tensor) -> str:
@@ -109,6 +114,8 @@ class ShardingGraph:
     steps: list[Step] = field(default_factory=list)
     value_ids: dict = field(default_factory=dict)  # ir.Value -> tensor id
     without_rule: list[str] = field(default_factory=list)  # ops that stop propagation
+    explicit: list[ExplicitCollective] = field(default_factory=list)  # psum, ppermute... inside shard_map
+    device_ids: tuple[int, ...] | None = None  # the mesh's logical device at each position (None: iota)
     # Function boundaries, where Shardy's export makes shardings divide the shape:
     # every function's arguments (tensor, function name) and every call's results.
     function_args: list[tuple[int, str]] = field(default_factory=list)
@@ -158,6 +165,7 @@ class _Builder:
         mesh = main_mesh(self.meshes)[1] if self.meshes else None
         self.g = ShardingGraph(
             axis_sizes=dict(mesh.axes) if mesh else {}, mesh_axes=tuple(mesh.names) if mesh else (),
+            device_ids=mesh.device_ids if mesh else None,
         )
         self.module = module
         self.funcs = functions(module)
@@ -167,6 +175,7 @@ class _Builder:
         # reported at the line that called the function.
         self.call_sites: dict[str, SourceLocation | None] = {}
         self.fallback: SourceLocation | None = None
+        self.manual_scope: frozenset[str] = frozenset()  # manual axes of the body being walked
 
     def where(self, loc) -> tuple[SourceLocation | None, SourceLocation | None]:
         """(user's line, library line) of a location; a private function's ops fall
@@ -190,7 +199,7 @@ class _Builder:
             source=source, via=via,
             op_name=op_name_of_location(loc) if loc is not None else None,
             dims=[() for _ in shape], closed=[False] * len(shape), priority=[None] * len(shape),
-            compare=compare, parent=[None] * len(shape),
+            compare=compare, parent=[None] * len(shape), manual_axes=self.manual_scope,
         )
         self.g.tensors.append(t)
         self.g.value_ids[value] = t.id
@@ -309,6 +318,9 @@ class _Builder:
             results = [self.tensor(r, prefix + r.get_name(state), loc,
                                    compare=op.name not in ("stablehlo.constant", "sdy.constant"))
                        for r in op.results]
+            outer_scope = self.manual_scope
+            if op.name == "sdy.manual_computation":
+                self.manual_scope = outer_scope | _manual_axes(op)
             for region in op.regions:
                 for inner in region.blocks:
                     for arg in inner.arguments:
@@ -318,6 +330,7 @@ class _Builder:
             for region in op.regions:
                 for inner in region.blocks:
                     self.walk_block(inner, state, prefix, func)
+            self.manual_scope = outer_scope
             self.connect(op, results, func, loc)
 
     def while_edges(self, op, results) -> None:
@@ -404,6 +417,10 @@ class _Builder:
                       multi_use=self.multi_use(op))
         elif name not in ("stablehlo.constant", "sdy.constant", "stablehlo.return", "sdy.return") and results:
             self.g.without_rule.append(name)
+        if name in EXPLICIT_KINDS:
+            found = read_explicit(op, results, *self.where(loc))
+            if found is not None:
+                self.g.explicit.append(found)
 
     def manual(self, op, operands, results) -> None:
         """Shardy's data-flow edges of a ``manual_computation``: an operand and its
@@ -411,8 +428,7 @@ class _Builder:
         argument sees that sharding less the manual axes, and free axes found inside
         come back out after them. Results and the yielded values likewise."""
         attrs = op.attributes
-        # #sdy<manual_axes{"x", "y"}>: the bindings expose no accessor for the names.
-        manual_axes = frozenset(re.findall(r'"([^"]+)"', str(attrs["manual_axes"])))
+        manual_axes = _manual_axes(op)
         ins = sdy.TensorShardingPerValueAttr(attrs["in_shardings"]).shardings
         outs = sdy.TensorShardingPerValueAttr(attrs["out_shardings"]).shardings
         body = op.regions[0].blocks[0]
@@ -452,6 +468,11 @@ class _Builder:
             holder = self.virtual(tid, f"{'result' if name == 'main' else '@' + name + ' result'} {i}")
             self.seed(holder, ir.DictAttr(res_attrs[i])["sdy.sharding"], f"out_shardings of result {i}")
             self.edge("func.return", [tid, holder], None)
+
+
+def _manual_axes(op) -> frozenset[str]:
+    # #sdy<manual_axes{"x", "y"}>: the bindings expose no accessor for the names.
+    return frozenset(re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"])))
 
 
 def build_graph(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> ShardingGraph:

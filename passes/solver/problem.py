@@ -31,12 +31,13 @@ lowers). Memory is the per-device bytes of the entry arguments and results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from math import prod
 
 from ..hlo.step_time import DeviceSpec, collective_seconds
 from ..propagation.sharding_graph import ShardingGraph, Step
+from . import shard_map_boundary
 from .fused_traffic import FusedTraffic
 from .sharding_problem import (
     FORBIDDEN,
@@ -55,6 +56,22 @@ from .sharding_problem import (
 MAX_STRATEGIES = 64
 # Candidates per value group, likewise (the rest are pruned, see tensor_candidates).
 MAX_CANDIDATES = 16
+
+
+def pinned_candidates(shape: tuple[int, ...], stated: Sharding, open_dims: tuple[int, ...],
+                      free_axes: tuple[str, ...], sizes: dict[str, int]) -> list[Sharding]:
+    """A stated sharding, and where it leaves dimensions open, each way of adding the
+    free axes it does not use to them (after the stated axes, as propagation appends)."""
+    out = [stated]
+    if not open_dims:
+        return out
+    used = {a for axes in stated for a in axes}
+    extra = tuple(a for a in free_axes if a not in used)
+    for c in tensor_candidates(tuple(shape[d] if d in open_dims else 1 for d in range(len(shape))), extra, sizes):
+        merged = tuple(tuple(stated[d]) + tuple(c[d]) for d in range(len(shape)))
+        if merged not in out and all(n % prod(sizes[a] for a in axes) == 0 for n, axes in zip(shape, merged)):
+            out.append(merged)
+    return out
 
 
 def _adds_axis(src: Sharding, dst: Sharding) -> bool:
@@ -103,12 +120,18 @@ class _Groups:
 def _merges(g: ShardingGraph, step: Step) -> bool:
     """Whether a step ties its tensors into one group: a data-flow edge, or an
     elementwise op whose tensors all have one shape."""
-    if step.manual_axes is not None:
+    if shard_map_boundary.is_boundary(step) or shard_map_boundary.is_entry(step):
         return False
     if step.is_edge:
         return True
     shapes = {g.tensors[t].shape for t in step.tensors}
     return step.rule.pass_through and len(shapes) == 1
+
+
+def _axes_in_scope(free_axes: tuple[str, ...], manual_axes: frozenset[str]) -> tuple[str, ...]:
+    """The free axes that can shard a value further: inside a shard_map body, the
+    manual axes already split it (its shape is the local one) and stay as written."""
+    return tuple(a for a in free_axes if a not in manual_axes)
 
 
 def _strategies(step: Step, free_axes: tuple[str, ...], sizes: dict[str, int]) -> list[tuple[tuple[str, ...], ...]]:
@@ -162,6 +185,9 @@ class ProblemInput:
     ties: tuple[tuple[int, int], ...]  # (argument index, result index) of state coming back
     result_donated: tuple[bool, ...]  # a result whose buffer is a donated argument's: no memory of its own
     budget_bytes: int | None
+    # tensor id -> the dimensions of its pinned sharding that are open (``{"x", ?}``):
+    # free axes may be added there, the stated ones stay.
+    open_dims: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
@@ -177,17 +203,25 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
     for t in g.tensors:
         members[gid[uf.find(t.id)]].append(t.id)
     pins: dict[int, tuple[Sharding, str]] = {}
+    open_dims: dict[int, tuple[int, ...]] = {}
     for tid, pin in inp.pinned.items():
         pins.setdefault(gid[uf.find(tid)], pin)
+        open_dims.setdefault(gid[uf.find(tid)], inp.open_dims.get(tid, ()))
+    blocked: dict[int, frozenset[str]] = {}  # axes a group may not gain: a shard_map spec's manual ones
+    for step in g.steps:
+        if shard_map_boundary.is_boundary(step):
+            outer = gid[uf.find(step.tensors[0])]
+            blocked[outer] = blocked.get(outer, frozenset()) | shard_map_boundary.blocked_axes(step)
 
     groups: list[ValueGroup] = []
     unary: list[dict[Sharding, float]] = []
     for i, tids in enumerate(members):
         head = g.tensors[tids[0]]
+        free = _axes_in_scope(inp.free_axes, head.manual_axes | blocked.get(i, frozenset()))
         if i in pins:
-            candidates = [pins[i][0]]
+            candidates = pinned_candidates(head.shape, pins[i][0], open_dims[i], free, sizes)
         else:
-            candidates = tensor_candidates(head.shape, inp.free_axes, sizes)
+            candidates = tensor_candidates(head.shape, free, sizes)
         groups.append(ValueGroup(i, tuple(tids), head.shape, head.dtype, tuple(candidates), (),
                                  pins[i][1] if i in pins else None))
         unary.append(dict.fromkeys(candidates, 0.0))
@@ -196,6 +230,11 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
     ops: list[OpChoice] = []
     for step in g.steps:
         repeats = max(1, inp.repeats.get(step.tensors[-1], 1))
+        if shard_map_boundary.is_entry(step) or shard_map_boundary.is_boundary(step):
+            outer, inner = (groups[gid[uf.find(t)]] for t in step.tensors)
+            build = shard_map_boundary.entry_op if shard_map_boundary.is_entry(step) else shard_map_boundary.boundary_op
+            ops.append(build(step, outer, inner, repeats, sizes, inp.spec, g))
+            continue
         if step.is_edge or step.manual_axes is not None:
             continue
         if _merges(g, step):
@@ -205,7 +244,7 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
                 parallel = prod(sizes[a] for axes in c for a in axes)
                 unary[group.id][c] += repeats * moved / inp.spec.hbm_bytes_per_s / parallel
             continue
-        strategies = _strategies(step, inp.free_axes, sizes)
+        strategies = _strategies(step, _axes_in_scope(inp.free_axes, g.tensors[step.tensors[0]].manual_axes), sizes)
         seconds, reductions = [], []
         moved = traffic.bytes(step)
         for per in strategies:

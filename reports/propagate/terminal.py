@@ -30,7 +30,9 @@ def _values(t: PropagationReport, width: int) -> Table:
         Column("shape", [shape_text(v.dtype, v.shape) for v in rows]),
         Column("sharding", [pspec_text(v.sharding) for v in rows], fold=True),
         Column("per device", [format_bytes(v.per_device_bytes) for v in rows], justify="right"),
-        Column("source", [where_text(v.source, None) for v in rows], path=True),
+        # An argument has no line: its path says what it is, even where "from" does not fit.
+        Column("source", [where_text(v.source, None) if v.source or not (v.seed or "").startswith("argument ")
+                          else v.seed for v in rows], path=True),
         Column("from", [v.seed or "-" for v in rows], essential=False, fold=True),
     ]
     return fitted_table(title, columns, width, _more(len(sharded)))

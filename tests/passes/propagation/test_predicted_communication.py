@@ -136,10 +136,50 @@ EXPLICIT_PROGRAMS = {
     "einsum_out_sharding": (einsum_out_sharding, (_typed((64, 64), P("x", "y")), _typed((64, 64), P("y", None)))),
     "reshard_swaps_axes": (reshard_swaps_axes, (_typed((64, 64), P("x", "y")),)),
 }
+
+
+BLOCKS = P("x", "y")
+
+
+def _manual(fn, out_specs=BLOCKS):
+    return jax.shard_map(fn, mesh=MESH, in_specs=BLOCKS, out_specs=out_specs, check_vma=False)
+
+
+def shard_map_psum(a):
+    return _manual(lambda b: jax.lax.psum(jnp.tanh(b), "y"), out_specs=P("x"))(a)
+
+
+def shard_map_all_gather(a):
+    return _manual(lambda b: jax.lax.all_gather(b, "x", axis=0, tiled=True) * 2, out_specs=P(None, "y"))(a)
+
+
+def shard_map_psum_scatter(a):
+    return _manual(lambda b: jax.lax.psum_scatter(b, "x", scatter_dimension=1, tiled=True),
+                   out_specs=P(None, ("y", "x")))(a)
+
+
+def shard_map_all_to_all(a):
+    return _manual(lambda b: jax.lax.all_to_all(b, "x", 0, 1, tiled=True), out_specs=P(None, ("y", "x")))(a)
+
+
+def shard_map_ppermute(a):
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    return _manual(lambda b: jax.lax.ppermute(jnp.sin(b), "x", ring))(a)
+
+
+SHARD_MAP_PROGRAMS = {
+    "shard_map_psum": (shard_map_psum, (_arg((64, 64), P("x", "y")),)),
+    "shard_map_all_gather": (shard_map_all_gather, (_arg((64, 64), P("x", "y")),)),
+    "shard_map_psum_scatter": (shard_map_psum_scatter, (_arg((64, 64), P("x", "y")),)),
+    "shard_map_all_to_all": (shard_map_all_to_all, (_arg((64, 64), P("x", "y")),)),
+    "shard_map_ppermute": (shard_map_ppermute, (_arg((64, 64), P("x", "y")),)),
+}
+
+
 def _both(name):
     if name in EXPLICIT_PROGRAMS:
         return _predicted_and_compiled(*EXPLICIT_PROGRAMS[name], mesh=EXPLICIT)
-    return _predicted_and_compiled(*PROGRAMS[name])
+    return _predicted_and_compiled(*{**PROGRAMS, **SHARD_MAP_PROGRAMS}[name])
 
 
 def _predicted_and_compiled(fn, args, mesh=None):
@@ -172,9 +212,10 @@ _XLA_DIFFERS = {
 
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_XLA_DIFFERS[n])) if n in _XLA_DIFFERS else n
-    for n in [*PROGRAMS, *EXPLICIT_PROGRAMS]])
+    for n in [*PROGRAMS, *EXPLICIT_PROGRAMS, *SHARD_MAP_PROGRAMS]])
 def test_prediction_is_what_xla_emits(name):
-    """Kind, axes, bytes and line of every collective an op or a reshard (Explicit axes) compiles to."""
+    """Kind, axes, bytes and line of every collective an op, a reshard (Explicit axes) or a
+    shard_map's psum, all_gather, psum_scatter, all_to_all and ppermute compiles to."""
     predicted, compiled = _both(name)
     assert _facts(predicted) == _facts(compiled)
     assert all(p.matched_compiled for p in match_compiled(predicted, compiled))

@@ -8,6 +8,7 @@ import inspect
 import itertools
 import json
 import os
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ VALUE = os.path.join("examples", "value_function_step.py")
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
 EQUINOX = os.path.join(EXAMPLES, "models", "equinox_mlp.py")
 MAXTEXT = os.path.join("examples", "maxtext_like_step.py")
+SHARD_MAP = os.path.join("examples", "shard_map_tp_step.py")
 SMALL_MAXTEXT = ("--set", "layers=2", "--set", "d_model=256", "--set", "d_ff=512", "--set", "vocab=1024",
                  "--set", "seq=256")
 
@@ -82,6 +84,19 @@ def _programs():
     # A budget below the unconstrained optimum's memory: the constraint binds.
     yield "budgeted on 2x2", _lowered(lambda x, w: jnp.tanh(x @ w), grid,
                                       ((32, 32), P()), ((32, 32), P())), "below the optimum"
+    # A shard_map keeps its specs; the solver chooses around it (and, where it leaves 'a' to
+    # jit, inside it).
+    for manual in ({"b"}, {"a", "b"}):
+        yield f"shard_map over {''.join(sorted(manual))} on 2x2", _lowered(
+            partial(_row_parallel, grid, manual), grid, ((8, 8), P()), ((8, 8), P())), None
+
+
+def _row_parallel(mesh, manual, x, w):
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P(None, "b"), P("b", None)), out_specs=P(), axis_names=manual)
+    def block(x, w):
+        return jax.lax.psum(x @ w, "b")
+
+    return jnp.tanh(block(x, w))
 
 
 @pytest.mark.parametrize("name, lowered, budget", list(_programs()), ids=lambda v: v if isinstance(v, str) else "")
@@ -100,6 +115,22 @@ def test_the_ilp_finds_the_brute_force_optimum(name, lowered, budget):
     # The local search is a heuristic: never better than the optimum.
     heuristic = evaluate(problem, local_search(problem))[0]
     assert heuristic >= optimum - 1e-12
+
+
+@pytest.mark.parametrize("manual", [{"b"}, {"a", "b"}], ids=["partial", "full"])
+def test_a_shard_map_keeps_its_specs_and_the_solver_chooses_around_them(manual):
+    grid = _mesh((2, 2), ("a", "b"))
+    lowered = _lowered(partial(_row_parallel, grid, manual), grid, ((8, 8), P()), ((8, 8), P()))
+    target = _problem("t", lowered, SuggestRequest(path="t.py"), Settings(devices=8), {}, "t.py")
+    tensors, groups = target.graph.tensors, target.problem.groups
+    body = [x for x in groups if tensors[x.tensors[0]].manual_axes]
+    assert body and all(a not in manual for x in body for c in x.candidates for axes in c for a in axes)
+    # Inside a partial-manual body, 'a' is jit's to place: the solver may.
+    assert any("a" in axes for x in body for c in x.candidates for axes in c) == ("a" not in manual)
+    # The in_specs as written: 'b' first on the second dimension of x, the first of w, in every candidate.
+    specs = [x for x in groups if any(tensors[i].seed == "shard_map in_specs" for i in x.tensors)]
+    assert len(specs) == 2 and all(sum(axes.count("b") for axes in c) == 1 and ("b",) in (c[0][:1], c[1][:1])
+                                   for x in specs for c in x.candidates)
 
 
 def test_an_impossible_budget_is_a_clear_error():
@@ -151,6 +182,32 @@ def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cl
     stats = compiled.memory_analysis()
     assert stats.argument_size_in_bytes == sum(a["suggested_per_device_bytes"] for a in r["arguments"])
     assert not any(op in compiled.as_text() for op in ("all-gather", "all-reduce", "all-to-all"))
+
+
+def test_a_shard_map_step_text_pastes_and_is_no_slower(cli):
+    """A Megatron block under shard_map: its specs stay; the weights around it are chosen. The text
+    pastes into jax.jit and XLA compiles those shardings, its argument bytes the suggestion's."""
+    [r] = _suggest(cli, SHARD_MAP)
+    assert r["text_problem"] is None, r["text_problem"]
+    chosen, written = _version(r, r["chosen"]), _version(r, "written")
+    assert r["chosen"] == "solver" and chosen["estimated_seconds"] < written["estimated_seconds"]
+    spec = importlib.util.spec_from_file_location("_suggest_shard_map", os.path.join(EXAMPLES, "shard_map_tp_step.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lowered = module.shard_lint_targets()["train_step"]
+    mesh = jax_adapter.lowered_mesh(lowered)
+    params, x, y = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, jax_adapter.arg_info_dtype(a)),
+                                lowered.args_info[0])
+    namespace = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh, "params": params}
+    compiled = jax.jit(lambda params, x, y: module.train_step(params, x, y, mesh),
+                       in_shardings=eval(r["in_shardings_text"].removeprefix("in_shardings="), namespace),
+                       out_shardings=eval(r["out_shardings_text"].removeprefix("out_shardings="), namespace),
+                       ).lower(params, x, y).compile()
+    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
+        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
+        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
+    assert compiled.memory_analysis().argument_size_in_bytes == sum(
+        a["suggested_per_device_bytes"] for a in r["arguments"])
 
 
 @pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
