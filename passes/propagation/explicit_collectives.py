@@ -8,6 +8,7 @@ groups span and the bytes each device receives, and matches it against XLA's.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -35,12 +36,35 @@ class ExplicitCollective:
     groups: tuple[tuple[int, ...], ...]
     source: SourceLocation | None
     via: SourceLocation | None
+    # The mesh axes the groups span, where StableHLO names them (JAX 0.12's
+    # ``#stablehlo.replica_group_mesh_axes``) instead of listing device ids.
+    named_axes: tuple[str, ...] | None = None
+
+
+_AXIS_REF = re.compile(r'axis_ref<name = "([^"]+)"([^>]*)>')
+_SUB_AXIS = re.compile(r"pre_size = (\d+), size = (\d+)")
+
+
+def _named_axes(attr: ir.Attribute) -> tuple[str, ...] | None:
+    """``#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [#stablehlo.axis_ref<name = "x">]>``:
+    the axes' names (a sub-axis as Shardy writes it, ``x:(1)2``)."""
+    text = str(attr)
+    if "replica_group_mesh_axes" not in text:
+        return None
+    out = []
+    for name, rest in _AXIS_REF.findall(text):
+        sub = _SUB_AXIS.search(rest)
+        out.append(f"{name}:({sub.group(1)}){sub.group(2)}" if sub else name)
+    return tuple(out)
 
 
 def _dense(op: ir.OpView, name: str) -> tuple[tuple[int, ...], ...]:
     if name not in op.attributes:
         return ()
-    attr = ir.DenseIntElementsAttr(op.attributes[name])
+    try:
+        attr = ir.DenseIntElementsAttr(op.attributes[name])
+    except ValueError:  # named mesh axes (JAX 0.12), not device ids
+        return ()
     shape = ir.RankedTensorType(attr.type).shape
     values = [int(attr[i]) for i in range(len(attr))]
     width = shape[-1] if shape and shape[-1] else 1
@@ -50,8 +74,10 @@ def _dense(op: ir.OpView, name: str) -> tuple[tuple[int, ...], ...]:
 def read_explicit(op: ir.OpView, results: list[int | None], source: SourceLocation | None,
                   via: SourceLocation | None) -> ExplicitCollective | None:
     kind, function = KINDS[op.name]
-    groups = _dense(op, "source_target_pairs" if op.name == "stablehlo.collective_permute" else "replica_groups")
+    attribute = "source_target_pairs" if op.name == "stablehlo.collective_permute" else "replica_groups"
+    groups = _dense(op, attribute)
+    named = _named_axes(op.attributes[attribute]) if attribute in op.attributes else None
     kept = tuple(r for r in results if r is not None)
     if not kept:
         return None
-    return ExplicitCollective(kind, op.name, function, kept, groups, source, via)
+    return ExplicitCollective(kind, op.name, function, kept, groups, source, via, named)

@@ -79,7 +79,9 @@ def _explicit(g: ShardingGraph) -> list[PredictedCollective]:
     mesh = MeshInfo(tuple((a, g.axis_sizes[a]) for a in g.mesh_axes), g.device_ids)
     out = []
     for c in g.explicit:
-        if c.kind == "collective-permute":
+        if c.named_axes is not None:
+            axes = list(c.named_axes)
+        elif c.kind == "collective-permute":
             axes = axes_of_pairs([(a, b) for a, b in c.groups], mesh)
         else:
             axes = axes_of_groups([list(x) for x in c.groups], mesh) if c.groups else list(g.mesh_axes)
