@@ -57,7 +57,7 @@ def verdict(versions: list[Version], best: Version, budget: int | None) -> str:
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
     if best.name != "solver" and fastest.name != "solver":
         tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
-                and solver.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME))
+                and solver.estimated_seconds <= best.estimated_seconds * (1 + SAME_TIME))
         if tied:
             text += (f"; the solver's own choice is within 1% ({format_seconds(solver.estimated_seconds)}, peak "
                      f"{format_bytes(solver.peak_bytes or 0)})")

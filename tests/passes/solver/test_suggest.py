@@ -296,3 +296,20 @@ def test_a_leaf_jit_prunes_keeps_its_place_in_the_pasted_text(cli):
     assert r["text_problem"] is None, r["text_problem"]
     assert not any("targets_position" in a["path"] for a in r["arguments"])  # pruned: not a module argument
     assert r["in_shardings_text"].startswith("in_shardings=(")
+
+
+def test_the_verdict_compares_the_solver_with_the_chosen_version():
+    """Written 16.1 ms, replicated 23.8, solver 23.9: the solver is within 1% of the replicated
+    version, not of the chosen one, so it compiled slower (it once read "within 1%")."""
+    from jax_shard_lint.analyzer.commands.suggest_verdict import best_version, verdict
+    from jax_shard_lint.passes.models.suggest import Version
+
+    def v(name, seconds, peak):
+        return Version(name=name, description="", peak_bytes=peak, fits=None, collective_bytes=0,
+                       collective_count=0, estimated_seconds=seconds)
+
+    versions = [v("solver", 0.0239, 19 << 20), v("written", 0.0161, 24 << 20), v("replicated", 0.0238, 19 << 20)]
+    best = best_version(versions)
+    assert best.name == "written"
+    text = verdict(versions, best, None)
+    assert "the solver's own choice compiled slower (23.9 ms)" in text and "within 1%" not in text
