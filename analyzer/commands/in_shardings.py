@@ -69,6 +69,25 @@ def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list
     return "in_shardings=(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
+def placement_text(lowered: Any, inputs: tuple[TensorInfo, ...], in_text: str) -> str | None:
+    """On Explicit axes a sharding is part of an input's type and ``jit`` refuses an
+    ``in_shardings=`` its inputs do not already have: the inputs are placed instead,
+    ``params, x = jax.device_put((params, x), (...))`` with the checked in_shardings
+    tuple (device_put takes the same pytree prefixes as jit). None where an argument
+    has no name to assign to."""
+    args = lowered.args_info[0]
+    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
+    names = _arg_names(inputs, tree, args)
+    count = len(list(tree.children(args)))
+    if count == 0 or any(i not in names for i in range(count)):
+        return None
+    target = ", ".join(names[i] for i in range(count))
+    shardings = in_text.removeprefix("in_shardings=")
+    if count == 1:
+        return f"{target} = jax.device_put({target}, {shardings[1:-2]})"  # the one element of "(x,)"
+    return f"{target} = jax.device_put(({target}), {shardings})"
+
+
 def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended: list) -> str | None:
     """None when pasting ``text`` into ``jax.jit`` gives every argument its intended
     sharding; else what goes wrong."""

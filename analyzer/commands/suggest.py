@@ -53,6 +53,7 @@ from ..platforms.performance import device_spec
 from ..supervision import isolation
 from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
+from .in_shardings import placement_text as place_text
 from .rewrite import _call_entry, parse_spec
 from .suggest_refine import pins as refine_pins
 from .suggest_refine import refine
@@ -253,6 +254,14 @@ def _texts(t: _Target, args: list[ChosenSharding], results: list[ChosenSharding]
     return text_in, out.text, None
 
 
+def _explicit_axes(lowered: Any) -> bool:
+    """Whether the program's mesh has Explicit axes (sharding in types: jax.make_mesh's default)."""
+    import jax
+
+    mesh = jax_adapter.lowered_mesh(lowered)
+    return mesh is not None and any(a == jax.sharding.AxisType.Explicit for a in getattr(mesh, "axis_types", ()))
+
+
 def _chosen_list(infos, pins: dict[int, list[list[str]]], problem: ShardingProblem, why: dict) -> list[ChosenSharding]:
     out = []
     for x in infos:
@@ -374,13 +383,15 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     args = _chosen_list(t.sig.inputs, arg_pins, problem, why)
     results = _chosen_list(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
+    placement = place_text(t.lowered, t.sig.inputs, text_in) if text_in and _explicit_axes(t.lowered) else None
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")
     if rounds > 1:
         notes.append(f"none of the solver's plans compiled within the budget; its arguments' budget was lowered "
                      f"and the problem solved {rounds} times")
-    notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first step "
-                 "does not reshard it")
+    if placement is None:  # the placement text already places every input
+        notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first "
+                     "step does not reshard it")
     return SuggestReport(
         name=name, platform=platform_label(settings), device=(settings.device_spec() or device_spec("cpu")).name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
@@ -393,7 +404,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
             gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,
             kept=kept.plan.solve,
         ),
-        versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, text_problem=text_problem,
+        versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
+        text_problem=text_problem,
         verdict=verdict(versions, best, budget), notes=notes,
     )
 

@@ -96,6 +96,10 @@ class SuggestReport(Model):
     versions: list[Version] = Field(description="Compiled: the solver's choice, the written program, then baselines.")
     in_shardings_text: str | None = Field(description="Checked Python for jax.jit(..., in_shardings=...).")
     out_shardings_text: str | None
+    placement_text: str | None = Field(
+        default=None, description="On Explicit mesh axes, where a sharding is part of an input's type and jit refuses "
+        "in_shardings its inputs do not have: checked Python that places the inputs on the suggested shardings "
+        "(jax.device_put with the in_shardings tuple).")
     text_problem: str | None = Field(default=None, description="Why no text is shown.")
     verdict: str
     notes: list[str] = Field(default_factory=list)

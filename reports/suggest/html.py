@@ -39,7 +39,12 @@ def render_suggest_html(run: SuggestRun) -> str:
                      + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in plan_rows(r))
                      + "</tbody></table>")
         text = ""
-        if r.in_shardings_text:
+        if r.placement_text:
+            text = ('<p>Explicit axes: place the inputs on these (jit refuses in_shardings they do not have)</p>'
+                    f'<pre class="fixtext">{e(r.placement_text)}'
+                    f'{chr(10) + "jax.jit(step, " + e(r.out_shardings_text) + ")" if r.out_shardings_text else ""}'
+                    '</pre>')
+        elif r.in_shardings_text:
             text = (f'<pre class="fixtext">jax.jit(step, {e(r.in_shardings_text)}'
                     f'{", " + e(r.out_shardings_text) if r.out_shardings_text else ""})</pre>')
         elif r.text_problem:

@@ -26,7 +26,12 @@ def render_suggest_markdown(run: SuggestRun) -> str:
             lines += ["", "| argument | written | suggested |", "| --- | --- | --- |"]
             lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
                       for a in changed[:MAX_ROWS]]
-        if r.in_shardings_text:
+        if r.placement_text:
+            lines += ["", "Explicit axes: place the inputs on these (jit refuses in_shardings they do not have).",
+                      "", "```python", r.placement_text]
+            lines += [f"jax.jit(step, {r.out_shardings_text})"] if r.out_shardings_text else []
+            lines += ["```"]
+        elif r.in_shardings_text:
             text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
             lines += ["", "```python", f"jax.jit(step, {text})", "```"]
         lines.append("")

@@ -49,7 +49,14 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
                 console.print(f"  ... {len(changed) - MAX_ROWS} more (--format json lists all)")
         console.print(Text(r.verdict, style="bold"))
         console.print(f"solver: {solver_line(r)}")
-        if code.in_shardings_text:
+        if code.placement_text:
+            console.print(Text.assemble(("Python (Explicit axes: place the inputs on these; jit refuses "
+                                         "in_shardings they do not have): ", "bold green"),
+                                        code_text(code.placement_text)))
+            if code.out_shardings_text:
+                console.print(Text.assemble(("then: ", "bold green"),
+                                            code_text(f"jax.jit(step, {code.out_shardings_text})")))
+        elif code.in_shardings_text:
             text = code.in_shardings_text + (", " + code.out_shardings_text if code.out_shardings_text else "")
             console.print(Text.assemble(("Python: ", "bold green"), code_text(f"jax.jit(step, {text})")))
         if r.text_problem:

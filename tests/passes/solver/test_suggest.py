@@ -313,3 +313,51 @@ def test_the_verdict_compares_the_solver_with_the_chosen_version():
     assert best.name == "written"
     text = verdict(versions, best, None)
     assert "the solver's own choice compiled slower (23.9 ms)" in text and "within 1%" not in text
+
+
+EXPLICIT_STEP = '''import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+
+def train_step(params, x, y):
+    def loss(p):
+        return jnp.mean((jax.nn.relu(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    grads = jax.grad(loss)(params)
+    return jax.tree.map(lambda w, g: w - 1e-3 * g, params, grads)
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), devices=mesh_devices)  # Explicit axes, the default
+    with jax.set_mesh(mesh):
+        typed = lambda shape, spec: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=spec)
+        params = {"w1": typed((64, 256), P()), "w2": typed((256, 64), P())}
+        return {"train_step": jax.jit(train_step).lower(params, typed((32, 64), P("data")),
+                                                        typed((32, 64), P("data")))}
+'''
+
+
+def test_explicit_axes_get_a_placement_that_types_the_inputs(cli, tmp_path):
+    """On Explicit axes jit refuses in_shardings its inputs do not have: the text places the inputs
+    (jax.device_put), and their types then carry the suggested shardings, leaf by leaf."""
+    script = tmp_path / "explicit_step.py"
+    script.write_text(EXPLICIT_STEP)
+    [r] = _suggest(cli, str(script))
+    assert r["placement_text"].startswith("params, x, y = jax.device_put((params, x, y), (")
+    namespace = {}
+    exec(EXPLICIT_STEP, namespace)
+    mesh = jax.make_mesh((4, 2), ("data", "model"), devices=jax.devices()[:8])
+    with jax.set_mesh(mesh):
+        params = {"w1": jnp.ones((64, 256)), "w2": jnp.ones((256, 64))}
+        x, y = jnp.ones((32, 64)), jnp.ones((32, 64))
+        scope = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh, "params": params, "x": x, "y": y}
+        exec(r["placement_text"], scope)
+        leaves = jax.tree.leaves((scope["params"], scope["x"], scope["y"]))
+        for leaf, a in zip(leaves, r["arguments"]):
+            want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
+            assert jax.typeof(leaf).sharding.spec == want.spec or leaf.sharding.is_equivalent_to(want, leaf.ndim)
+        out_shardings = eval(r["out_shardings_text"].removeprefix("out_shardings="), scope)
+        stepped = jax.jit(namespace["train_step"], out_shardings=out_shardings)(
+            scope["params"], scope["x"], scope["y"])  # the placed inputs run the step as they are
+        assert jax.tree.structure(stepped) == jax.tree.structure(params)
