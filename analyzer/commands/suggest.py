@@ -55,6 +55,7 @@ from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
 from .rewrite import _call_entry, parse_spec
+from .suggest_logical import declared_logical, rule_advice
 from .suggest_refine import pins as refine_pins
 from .suggest_refine import refine
 from .suggest_verdict import best_version, verdict
@@ -339,7 +340,7 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
 
 
 def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
-                   devices, where: str) -> SuggestReport:
+                   devices, where: str, logical: tuple | None = None) -> SuggestReport:
     t = _problem(name, lowered, request, settings, declared, where)
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
@@ -384,6 +385,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     results = _chosen_list(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
     placement = place_text(t.lowered, t.sig.inputs, text_in) if text_in and _explicit_axes(t.lowered) else None
+    advice = rule_advice(args, *logical) if logical is not None else None
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")
     if rounds > 1:
@@ -405,7 +407,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
             kept=kept.plan.solve,
         ),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
-        text_problem=text_problem,
+        logical_rules=advice, text_problem=text_problem,
         verdict=verdict(versions, best, budget), notes=notes,
     )
 
@@ -417,9 +419,10 @@ def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     fn, where, params, devices, targets = loaded.entry, loaded.where, loaded.params, loaded.devices, loaded.targets
     settings = loaded.settings
     reports = []
+    logical = declared_logical(fn, params, where)
     for name, lowered in targets.items():
         declared = _declared_fixed(fn, params, name, where)
-        reports.append(suggest_target(name, lowered, request, settings, declared, devices, where))
+        reports.append(suggest_target(name, lowered, request, settings, declared, devices, where, logical))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = SuggestRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
                      script=request.path, targets=reports)

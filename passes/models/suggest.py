@@ -80,6 +80,26 @@ class SolverStats(Model):
     kept: int = Field(default=1, description="The solve whose plan is the solver's version.")
 
 
+class LogicalRuleChange(Model):
+    """One logical axis rule the suggestion changes."""
+
+    logical: str
+    written: list[str] | None = Field(description="The mesh axes the script's rules give it; null: no rule.")
+    suggested: list[str] = Field(description="The mesh axes the suggestion puts on the dimensions it names.")
+    dimensions: int = Field(description="Argument dimensions named by it.")
+
+
+class LogicalRuleAdvice(Model):
+    """For code that shards through logical axis names: the rules that give the suggestion."""
+
+    rules_text: str = Field(description="The new rules, Python (the script's, with the changes).")
+    changes: list[LogicalRuleChange]
+    reached: int = Field(description="Arguments whose suggested sharding the new rules give (resolved by Flax).")
+    covered: int = Field(description="Arguments with logical names.")
+    exceptions: list[str] = Field(default_factory=list, description="Arguments the new rules do not give their "
+                                  "suggestion: they would need a logical name of their own.")
+
+
 class SuggestReport(Model):
     name: str
     platform: str
@@ -100,6 +120,9 @@ class SuggestReport(Model):
         default=None, description="On Explicit mesh axes, where a sharding is part of an input's type and jit refuses "
         "in_shardings its inputs do not have: checked Python that places the inputs on the suggested shardings "
         "(jax.device_put with the in_shardings tuple).")
+    logical_rules: LogicalRuleAdvice | None = Field(
+        default=None, description="Where the script names its logical axes (shard_lint_logical_axes): the rules "
+        "to change.")
     text_problem: str | None = Field(default=None, description="Why no text is shown.")
     verdict: str
     notes: list[str] = Field(default_factory=list)

@@ -10,7 +10,7 @@ from ...passes.models.suggest import SuggestRun
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page, run_header
 from ..common.tensor_text import shape_text
-from .summary import PLAN_HEAD, VERSION_HEAD, plan_rows, solver_line, version_cells
+from .summary import PLAN_HEAD, VERSION_HEAD, logical_rule_lines, plan_rows, solver_line, version_cells
 
 
 def render_suggest_html(run: SuggestRun) -> str:
@@ -49,6 +49,9 @@ def render_suggest_html(run: SuggestRun) -> str:
                     f'{", " + e(r.out_shardings_text) if r.out_shardings_text else ""})</pre>')
         elif r.text_problem:
             text = f'<p class="muted">no Python text: {e(r.text_problem)}</p>'
+        if r.logical_rules is not None:
+            text += ("".join(f"<p>{e(line)}</p>" for line in logical_rule_lines(r))
+                     + f'<pre class="fixtext">{e(r.logical_rules.rules_text)}</pre>')
         body += (
             f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
             f"<p>{e(solver_line(r, plans_inline=False))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"

@@ -5,7 +5,16 @@ from __future__ import annotations
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.markdown_text import cell
-from .summary import MAX_ROWS, PLAN_HEAD, VERSION_HEAD, changed_arguments, plan_rows, solver_line, version_cells
+from .summary import (
+    MAX_ROWS,
+    PLAN_HEAD,
+    VERSION_HEAD,
+    changed_arguments,
+    logical_rule_lines,
+    plan_rows,
+    solver_line,
+    version_cells,
+)
 
 
 def render_suggest_markdown(run: SuggestRun) -> str:
@@ -34,5 +43,7 @@ def render_suggest_markdown(run: SuggestRun) -> str:
         elif r.in_shardings_text:
             text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
             lines += ["", "```python", f"jax.jit(step, {text})", "```"]
+        if r.logical_rules is not None:
+            lines += ["", *logical_rule_lines(r), "", "```python", r.logical_rules.rules_text, "```"]
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -83,3 +83,20 @@ VERSION_HEAD = ("version", "peak / device", "collectives / step", "est. step", "
 
 def changed_arguments(r: SuggestReport):
     return [a for a in r.arguments if pspec_text(a.current) != pspec_text(a.suggested)]
+
+
+def logical_rule_lines(r: SuggestReport) -> list[str]:
+    """The logical-rule advice, one sentence per line (the rules text is shown as code apart)."""
+    a = r.logical_rules
+    if a is None:
+        return []
+
+    def axes(x: list[str] | None) -> str:
+        return "no rule" if x is None else "none" if not x else repr(x[0]) if len(x) == 1 else repr(tuple(x))
+
+    changes = "; ".join(f"{c.logical!r}: {axes(c.written)} -> {axes(c.suggested)}" for c in a.changes)
+    lines = [f"logical axis rules to change: {changes}" if changes else "the logical axis rules already give it"]
+    lines.append(f"checked with Flax's logical_to_mesh_axes: the new rules give {a.reached} of {a.covered} "
+                 "arguments their suggested sharding")
+    lines += [f"  {x} (it needs a logical name of its own)" for x in a.exceptions]
+    return lines

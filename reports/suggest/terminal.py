@@ -12,7 +12,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.terminal_safe import code_text, terminal_safe
-from .summary import MAX_ROWS, VERSION_HEAD, changed_arguments, solver_line, version_cells
+from .summary import MAX_ROWS, VERSION_HEAD, changed_arguments, logical_rule_lines, solver_line, version_cells
 
 
 def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
@@ -59,6 +59,10 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
         elif code.in_shardings_text:
             text = code.in_shardings_text + (", " + code.out_shardings_text if code.out_shardings_text else "")
             console.print(Text.assemble(("Python: ", "bold green"), code_text(f"jax.jit(step, {text})")))
+        if code.logical_rules is not None:
+            for line in logical_rule_lines(r):
+                console.print(line)
+            console.print(Text.assemble(("Flax: ", "bold green"), code_text(code.logical_rules.rules_text)))
         if r.text_problem:
             console.print(f"no Python text: {r.text_problem}")
         for note in r.notes:

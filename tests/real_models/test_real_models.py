@@ -25,6 +25,7 @@ SCRIPTS = {
     "nnx_transformer": ("flax", "optax"),
     "gpt2_flax": ("transformers", "flax", "optax"),
     "penzai_llama": ("penzai", "optax"),
+    "flax_linen_logical": ("flax",),
 }
 
 
@@ -72,7 +73,7 @@ def test_findings_name_the_users_lines(cli, reports, name):
         assert c["source"] is None or c["source"]["file"].startswith("examples/models/"), c
         if c["via"] is not None:  # the library line the op went through, as its package path
             assert not c["via"]["file"].startswith(("examples/", "/")), c
-    if name != "optax_adamw_mlp":
+    if name not in ("optax_adamw_mlp", "flax_linen_logical"):  # these compute in the user's own code
         assert any(c["via"] for c in collectives), "library frames are kept as via"
 
 
@@ -276,3 +277,34 @@ def test_one_finding_per_cause_across_layers(cli):
     gathers = [ln for ln in compiled.as_text().splitlines() if re.search(r"= f32\[4,128,1024\]\S* all-gather\(", ln)]
     assert f["count"] == len(gathers) == layers
     assert sorted(f["ops"]) == sorted(re.search(r"%(\S+) =", ln).group(1) for ln in gathers)
+
+
+def test_suggest_names_the_flax_logical_rules_to_change(cli):
+    """Flax linen parameters named by logical axes on a 3-axis mesh: suggest says which rules to change.
+    The oracles: Flax's own logical_to_mesh_sharding under the new rules, and XLA's compiled input
+    shardings of the step lowered with them, both equal to the suggestion leaf by leaf."""
+    pytest.importorskip("flax")
+    import flax.linen as nn
+
+    script = os.path.join(MODELS, "flax_linen_logical.py")
+    result = cli("suggest", script, "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    [r] = json.loads(result.out)["targets"]
+    advice = r["logical_rules"]
+    assert advice["reached"] == advice["covered"] == len(r["arguments"]) and not advice["exceptions"]
+    module = _import(script)
+    written = dict(module.RULES)
+    assert {c["logical"] for c in advice["changes"]} == {
+        name for name, axes in written.items() if tuple(nn.logical_to_mesh_axes(P(name), module.RULES))
+        != tuple(nn.logical_to_mesh_axes(P(name), eval(advice["rules_text"].removeprefix("rules = "))))}
+    rules = eval(advice["rules_text"].removeprefix("rules = "))
+    mesh = module._mesh()
+    boxed = module._logical_params(16, 128)
+    shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), nn.unbox(boxed), shardings)
+    tokens = jax.ShapeDtypeStruct((16, 128), "int32",
+                                  sharding=NamedSharding(mesh, nn.logical_to_mesh_axes(P("batch", None), rules)))
+    compiled = jax.jit(module.train_step).lower(params, tokens).compile()
+    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
+        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
+        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
