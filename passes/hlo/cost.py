@@ -24,19 +24,21 @@ from typing import Any
 
 from ..common.shapes import ArrayShape, parse_arrays
 from .collectives import collective_kind, computation_multiplicity
-from .module import HloComputation, HloInstruction, HloModule
+from .module import MAIN_THREAD, HloComputation, HloInstruction, HloModule
 
 # Ops that move no bytes of their own.
 _FREE = frozenset({
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
-    "replica-id", "opt-barrier", "while", "conditional", "call", "async-start", "async-update", "async-done",
-    "copy-done", "send-done", "recv-done", "add-dependency", "domain",
+    "replica-id", "opt-barrier", "while", "conditional", "call", "call-start", "async-start", "async-update",
+    "async-done", "copy-done", "send-done", "recv-done", "add-dependency", "domain",
 })
 _SLICING = frozenset({"slice", "dynamic-slice", "gather"})
 # Attributes through which a computation runs as part of the program (not fused).
 _PROGRAM_ATTRS = frozenset({"body", "condition", "branch_computations", "true_computation",
                             "false_computation"})
-_PROGRAM_CALLERS = frozenset({"call", "async-start"})
+# An async call runs its computation on another execution thread (libtpu 0.0.50's SparseCore
+# gathers: ``call-start(...), async_execution_thread="sparsecore", to_apply=...``).
+_PROGRAM_CALLERS = frozenset({"call", "async-start", "call-start"})
 _DIMS = re.compile(r"\d+")
 
 
@@ -49,6 +51,7 @@ class OpCost:
     runs: int
     bytes: int
     flops_by_dtype: tuple[tuple[str, float], ...] = ()
+    thread: str = MAIN_THREAD  # the execution thread of its computation ("sparsecore": a TPU's SparseCores)
 
     @property
     def flops(self) -> float:
@@ -283,7 +286,8 @@ def program_cost(module: HloModule) -> ProgramCost:
             if cost is None:
                 continue
             nbytes, flops = cost
-            ops.append(OpCost(ins.name, ins.opcode, runs, nbytes, tuple(sorted(flops.items()))))
+            ops.append(OpCost(ins.name, ins.opcode, runs, nbytes, tuple(sorted(flops.items())),
+                              comp.execution_thread))
     return ProgramCost(tuple(ops), tuple(sorted(set(unknown))))
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..models.report import Collective, StepTime
 from .cost import ProgramCost
+from .module import MAIN_THREAD
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,15 @@ def estimate_step_time(
 ) -> tuple[StepTime, list[Collective]]:
     """The target's estimate, and its collectives with their time per step, the
     slowest first."""
-    compute = flop_time = memory_time = 0.0
+    compute = flop_time = memory_time = offloaded = 0.0
     for op in cost.ops:
-        flop_s = sum(f / spec.peak(dtype) for dtype, f in op.flops_by_dtype)
         memory_s = op.bytes / spec.hbm_bytes_per_s
+        if op.thread != MAIN_THREAD:
+            # Another engine's work (a TPU's SparseCores gathering an embedding): it moves its bytes
+            # beside the TensorCore's compute, which it overlaps; no published peak beyond HBM's.
+            offloaded += memory_s * op.runs
+            continue
+        flop_s = sum(f / spec.peak(dtype) for dtype, f in op.flops_by_dtype)
         compute += max(flop_s, memory_s) * op.runs
         flop_time += flop_s * op.runs
         memory_time += memory_s * op.runs
@@ -111,12 +117,17 @@ def estimate_step_time(
     notes = []
     if spec.nominal:
         notes.append("nominal CPU figures: compare targets with each other, do not read the seconds as a prediction")
+    if offloaded:
+        elsewhere = [op for op in cost.ops if op.thread != MAIN_THREAD]
+        notes.append(f"work on the {', '.join(sorted({op.thread for op in elsewhere}))} thread ({len(elsewhere)} "
+                     "ops) counted by its bytes over HBM bandwidth, overlapped with compute")
     if cost.unknown_custom_calls:
         notes.append("custom calls without known FLOPs counted by their bytes only: "
                      + ", ".join(cost.unknown_custom_calls))
     estimate = StepTime(
         device=spec.name, device_description=spec.description, nominal=spec.nominal, basis=basis,
-        seconds=significant(max(compute, asynchronous) + sync), serial_seconds=significant(compute + communication),
+        seconds=significant(max(compute, asynchronous, offloaded) + sync),
+        serial_seconds=significant(compute + offloaded + communication), offloaded_seconds=significant(offloaded),
         compute_seconds=significant(compute), flop_seconds=significant(flop_time),
         memory_seconds=significant(memory_time),
         communication_seconds=significant(communication), async_communication_seconds=significant(asynchronous),

@@ -187,11 +187,15 @@ class StepTime(Model):
     device_description: str
     nominal: bool = Field(default=False, description="True for CPU figures: for ranking, not a prediction.")
     basis: str
-    seconds: float = Field(description="max(compute, async communication) + synchronous communication.")
+    seconds: float = Field(description="max(compute, async communication, offloaded work) + synchronous "
+                           "communication.")
     serial_seconds: float = Field(description="compute + all communication, nothing overlapped.")
     compute_seconds: float = Field(description="Sum over operations of max(FLOPs / peak, bytes / HBM bandwidth).")
     flop_seconds: float = Field(description="Matmul FLOPs over the peak alone.")
     memory_seconds: float = Field(description="Bytes touched over HBM bandwidth alone.")
+    offloaded_seconds: float = Field(
+        default=0.0, description="Work XLA runs on another execution thread (a TPU's SparseCores): its bytes over HBM "
+        "bandwidth, overlapped with compute.")
     communication_seconds: float
     async_communication_seconds: float
     within_host_seconds: float

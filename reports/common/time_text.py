@@ -18,6 +18,8 @@ def step_time_line(t: StepTime) -> str:
         if t.across_hosts_seconds:
             comm += f", {format_seconds(t.across_hosts_seconds)} across hosts"
         parts.append(comm)
+    if t.offloaded_seconds:
+        parts.append(f"offloaded (SparseCore) {format_seconds(t.offloaded_seconds)}")
     text = f"{format_seconds(t.seconds)} ({'; '.join(parts)})"
     if t.serial_seconds != t.seconds:
         text += f", {format_seconds(t.serial_seconds)} with no overlap"

@@ -156,3 +156,20 @@ def test_sparsecore_computations_close_with_their_thread():
     assert module.entry == "main" and module.by_name["gather.20"].opcode == "gather"
     with pytest.raises(HloParseError, match="is not a thread name"):
         parse_hlo_module(SPARSECORE_MODULE.replace('"sparsecore"', '"sparse core"'))
+
+
+def test_sparsecore_work_is_counted_beside_compute():
+    """The gather XLA moved to the SparseCores is work of the step: counted by its bytes (the oracle: its
+    f32[4096,1024] result in the text, read and written), on its own thread, overlapped with compute."""
+    from jax_shard_lint.analyzer.platforms.performance import device_spec
+    from jax_shard_lint.passes.hlo.cost import program_cost
+    from jax_shard_lint.passes.hlo.step_time import estimate_step_time
+
+    cost = program_cost(parse_hlo_module(SPARSECORE_MODULE))
+    [gather] = [op for op in cost.ops if op.name == "gather.20"]
+    assert (gather.thread, gather.bytes, gather.runs) == ("sparsecore", 2 * 4096 * 1024 * 4, 1)
+    spec = device_spec("tpu-v5p")
+    estimate, _ = estimate_step_time(cost, [], spec)
+    assert estimate.offloaded_seconds == pytest.approx(gather.bytes / spec.hbm_bytes_per_s, rel=1e-5)
+    assert estimate.compute_seconds == 0 and estimate.seconds == estimate.offloaded_seconds
+    assert any("sparsecore thread" in n for n in estimate.notes)
