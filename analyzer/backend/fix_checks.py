@@ -138,7 +138,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     pin, take = _state_candidates(report, sig)
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     state_rules = {SL201.code, SL203.code}
-    if not wanted and not any(f.rule in state_rules for f in report.findings):
+    # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
+    if not wanted and not report.suggested_out_shardings and not any(f.rule in state_rules for f in report.findings):
         return report
     if not wanted and pin is None:
         return report

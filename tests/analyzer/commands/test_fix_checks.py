@@ -119,3 +119,16 @@ def test_a_grouped_state_finding_names_the_fix_its_check_measured(cli, checking)
         assert "pin the state outputs" not in f["fix"]
     else:
         assert "pin the state outputs" in f["fix"], f["fix"]
+
+
+def test_ignoring_sl201_does_not_skip_the_check_of_the_printed_out_shardings(cli, checking):
+    """The suggested out_shardings are printed whether or not SL201 is reported, so they are compiled
+    either way: on the SL104 fixture, pinning at_once's output costs traffic (the text is withheld with
+    the measured cost), with SL201 reported or ignored alike."""
+    script = os.path.join("fixtures", "scripts", "sl104_involuntary_full_rematerialization.py")
+    plain, ignored = (_lint(cli, script, "--target", "at_once", *extra) for extra in ((), ("--ignore", "SL201")))
+    for report in (plain, ignored):
+        [t] = report["targets"]
+        assert t["suggested_out_shardings"] is None
+        assert any("pinning every state output was compiled and is not offered" in w for w in t["warnings"])
+    assert not any(f["rule"] == "SL201" for f in ignored["targets"][0]["findings"])
