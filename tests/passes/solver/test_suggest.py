@@ -161,6 +161,13 @@ def test_value_function_step_moves_the_sharding_to_the_discrete_axis(cli):
     assert solver["peak_bytes"] < written["peak_bytes"]
 
 
+def _assert_compiled_as_suggested(compiled, r, mesh):
+    """XLA's compiled input shardings are the suggestion's, argument by argument."""
+    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
+        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
+        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
+
+
 def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cli):
     [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid")
     spec = importlib.util.spec_from_file_location("_suggest_value", os.path.join(EXAMPLES, "value_function_step.py"))
@@ -175,9 +182,7 @@ def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cl
     out_shardings = eval(r["out_shardings_text"].removeprefix("out_shardings="), namespace)
     compiled = jax.jit(module.bellman_step, in_shardings=in_shardings, out_shardings=out_shardings) \
         .lower(*args).compile()
-    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
-        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
-        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
+    _assert_compiled_as_suggested(compiled, r, mesh)
     # XLA's own accounting of the pasted program agrees with the suggestion's per-device bytes.
     stats = compiled.memory_analysis()
     assert stats.argument_size_in_bytes == sum(a["suggested_per_device_bytes"] for a in r["arguments"])
@@ -203,9 +208,7 @@ def test_a_shard_map_step_text_pastes_and_is_no_slower(cli):
                        in_shardings=eval(r["in_shardings_text"].removeprefix("in_shardings="), namespace),
                        out_shardings=eval(r["out_shardings_text"].removeprefix("out_shardings="), namespace),
                        ).lower(params, x, y).compile()
-    for got, a in zip(jax.tree.leaves(compiled.input_shardings[0]), r["arguments"]):
-        want = NamedSharding(mesh, P(*[tuple(x) if x else None for x in a["suggested"]]))
-        assert got.is_equivalent_to(want, len(a["shape"])), (a["path"], got)
+    _assert_compiled_as_suggested(compiled, r, mesh)
     assert compiled.memory_analysis().argument_size_in_bytes == sum(
         a["suggested_per_device_bytes"] for a in r["arguments"])
 
