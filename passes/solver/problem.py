@@ -209,9 +209,9 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
         open_dims.setdefault(gid[uf.find(tid)], inp.open_dims.get(tid, ()))
     blocked: dict[int, frozenset[str]] = {}  # axes a group may not gain: a shard_map spec's manual ones
     for step in g.steps:
-        if shard_map_boundary.is_boundary(step):
+        if step.manual_axes is not None:  # a shard_map boundary: its global side keeps the manual axes as written
             outer = gid[uf.find(step.tensors[0])]
-            blocked[outer] = blocked.get(outer, frozenset()) | shard_map_boundary.blocked_axes(step)
+            blocked[outer] = blocked.get(outer, frozenset()) | step.manual_axes
 
     groups: list[ValueGroup] = []
     unary: list[dict[Sharding, float]] = []
@@ -235,7 +235,7 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
             build = shard_map_boundary.entry_op if shard_map_boundary.is_entry(step) else shard_map_boundary.boundary_op
             ops.append(build(step, outer, inner, repeats, sizes, inp.spec, g))
             continue
-        if step.is_edge or step.manual_axes is not None:
+        if step.is_edge:
             continue
         if _merges(g, step):
             group = groups[gid[uf.find(step.tensors[0])]]

@@ -73,8 +73,3 @@ def boundary_op(step: Step, outer: ValueGroup, inner: ValueGroup, repeats: int, 
     uses = (Use(outer.id, not flows_in, tuple(range(n)), outer.candidates, _same(outer, n)),
             Use(inner.id, flows_in, tuple(distinct.index(w) for w in local), distinct, table))
     return OpChoice(step.id, step.op, tuple(outer.candidates), (0.0,) * n, (0.0,) * n, uses, repeats)
-
-
-def blocked_axes(step: Step) -> frozenset[str]:
-    """Axes a boundary's global side may not gain: its manual axes are as the spec says."""
-    return step.manual_axes or frozenset()
