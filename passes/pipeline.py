@@ -229,14 +229,15 @@ def _hlo_tensor(index: int, path: str, shape_text: str, sharding_attr: str | Non
 
 def analyze_hlo_only(
     name: str, hlo_text: str, platform: str, config: PassConfig,
-    buffer_assignment_text: str | None = None, live_range_text: str | None = None,
+    buffer_assignment_text: str | None = None, live_range_text: str | None = None, stats: MemoryStats | None = None,
 ) -> TargetReport:
     """The pipeline for compiled HLO alone (an XLA dump checked in as a fixture).
 
     Without the StableHLO the user's mesh axis names are unknown: collectives
     name their device groups (``<4 devices>``), arguments and results carry no
     sharding, and the rules that need shardings find nothing to say. Memory comes
-    from the buffer-assignment report beside the HLO when there is one.
+    from the buffer-assignment report beside the HLO when there is one, or ``stats`` where the caller has
+    better figures (``memory_analysis()`` of the same program).
     """
     hlo = parse_hlo_module(hlo_text)
     entry = hlo.entry_computation
@@ -256,8 +257,8 @@ def analyze_hlo_only(
     collectives = find_collectives(hlo, None, None, config.ownership).collectives
     time, collectives = _step_time(hlo, collectives, config, None)
     memory = summarize_memory(
-        stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text, buffer_assignment_text,
-        config.budget_bytes, config.ownership,
+        stats or stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text,
+        buffer_assignment_text, config.budget_bytes, config.ownership,
     ) if buffer_assignment_text else None
     ctx = RuleContext(
         target=name, platform=platform, signature=sig, inputs=inputs, outputs=outputs, collectives=collectives,

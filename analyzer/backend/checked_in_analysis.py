@@ -28,6 +28,7 @@ from ..inputs.limits import check_device_count
 from ..supervision import isolation
 from .cached_analysis import cached_text_report
 from .target_analysis import program_facts
+from .tpu_dump_memory import NOT_LISTED
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
@@ -65,12 +66,16 @@ def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> 
     from ...passes.hlo.memory import MalformedReport
 
     text = read_input_text(path)
+    buffers = _beside(path, "buffer-assignment")
     try:
-        return analyze_hlo_only(
+        report = analyze_hlo_only(
             name or dump_module_name(path), text, platform="as dumped (compiled HLO)",
-            buffer_assignment_text=_beside(path, "buffer-assignment"),
-            live_range_text=_beside(path, "live-range"), config=settings.pass_config(),
+            buffer_assignment_text=buffers, live_range_text=_beside(path, "live-range"),
+            config=settings.pass_config(),
         )
+        if buffers and ":T(" in text.split("\n", 1)[0]:  # TPU layouts are tiled: f32[512,4096]{1,0:T(8,128)}
+            report = report.model_copy(update={"warnings": [*report.warnings, NOT_LISTED]})
+        return report
     except HloParseError as e:
         raise ShardLintInputError(path, f"not compiled HLO text: {e}") from None
     except MalformedReport as e:

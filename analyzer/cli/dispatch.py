@@ -44,7 +44,7 @@ def cmd_run(args) -> int:
         raise ShardLintInputError("--max-programs", "must be at least 1")
     settings = settings_from_args(args)
     report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
-                            args.timeout), settings)
+                            args.timeout, args.from_dump), settings)
     emit_report(args, "run", report)
     return run_exit_code(report, settings.fail_on)
 

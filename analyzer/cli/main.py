@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="stop the script after this long and report what it compiled (the analysis after it "
                       f"gets {RUN_ANALYSIS_MARGIN_S:g} s more; default: {DEFAULT_TIMEOUT_S:g} s in all)")
+    runp.add_argument("--from-dump", action="store_true",
+                      help="TPU programs: memory from the dump alone, without compiling the dumped module again "
+                      "(faster; the dump leaves out the compiler's scratch area)")
     _add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
     _add_output_args(runp, "run")

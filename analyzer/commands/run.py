@@ -20,13 +20,14 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ...passes.hlo.memory import stats_from_buffer_assignment
+from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
 from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
 from ...passes.rules.table import rule_docs
 from ...passes.stablehlo.module import call_site
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
@@ -46,6 +47,7 @@ class RunRequest:
     include_single_device: bool = False
     devices: int | None = None
     timeout_s: float | None = None
+    from_dump: bool = False  # TPU memory from the dump alone, without compiling its reproducer again
 
 
 def _child_env(dump: str, devices: int | None) -> dict:
@@ -130,7 +132,8 @@ def dumped_platform(hlo_path: str, hlo_text: str) -> str:
     return "gpu" if "gpu_after" in os.path.basename(hlo_path) else "cpu"
 
 
-def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings) -> TargetReport:
+def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings,
+             request: RunRequest) -> TargetReport:
     hlo_text = _read(hlo_path)
     base = hlo_path[: -len("after_optimizations.txt")]
     buffers = _read(base + "after_optimizations-buffer-assignment.txt")
@@ -142,19 +145,36 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
         settings = replace(settings, platform=compiled_for,
                            budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes)
         settings = settings.with_default_budget()
+    memory, warnings = _memory(hlo_path, hlo_text or "", compiled_for, buffers, request)
+    report = None
     if mlir_path:
         try:
             module = jax_adapter.parse_stablehlo(_read(mlir_path))
             facts = CompiledFacts(
-                hlo_text=hlo_text, platform=platform,
-                memory=stats_from_buffer_assignment(buffers) if buffers else None,
+                hlo_text=hlo_text, platform=platform, memory=memory,
                 live_range_text=live, buffer_assignment_text=buffers,
             )
             report = analyze_target(name, module, facts, settings.pass_config())
-            return report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
+            report = report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
-            pass
-    return analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live)
+            report = None
+    if report is None:
+        report = analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live, memory)
+    return report.model_copy(update={"warnings": report.warnings + warnings}) if warnings else report
+
+
+def _memory(hlo_path: str, hlo_text: str, compiled_for: str, buffers: str | None,
+            request: RunRequest) -> tuple[MemoryStats | None, list[str]]:
+    """The buffer assignment's figures; for a TPU program, memory_analysis() of its reproducer compiled
+    again (the dump leaves out the compiler's scratch area), unless --from-dump."""
+    if not buffers:
+        return None, []
+    if not compiled_for.startswith("tpu"):
+        return stats_from_buffer_assignment(buffers), []
+    if request.from_dump:
+        return stats_from_buffer_assignment(buffers), [NOT_LISTED]
+    found = dump_memory(hlo_path, compiled_for, _partitions(hlo_text), buffers)
+    return found.stats, [found.warning] if found.warning else []
 
 
 def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
@@ -205,7 +225,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
             if len(reports) >= request.max_programs:
                 skipped.append(f"{name}: past --max-programs {request.max_programs}")
                 continue
-            report = _analyze(name, hlo_path, mlir_path, settings)
+            report = _analyze(name, hlo_path, mlir_path, settings, request)
             key = (name, str(report.call_site))
             if key in by_key and by_key[key].collectives == report.collectives:
                 first = by_key[key]

@@ -98,6 +98,19 @@ def test_check_golden_hlo_and_mlir_fixtures(cli):
     t = {x["name"]: x for x in json.loads(result.out)["targets"]}
     assert {c["kind"] for c in t["h100_fsdp"]["collectives"]} >= {"reduce-scatter", "all-gather"}
     assert t["cpu_scan"]["mesh"] == {"data": 4, "model": 2}
+    assert not t["h100_fsdp"]["warnings"]
+
+
+def test_check_says_a_tpu_dumps_memory_leaves_out_the_compilers_scratch(cli):
+    """A TPU compile's memory_analysis() counts a scratch area that its buffer assignment does not list
+    (the fixture manifest's temp is XLA's own): check reads the dump alone, below it, and says so."""
+    with open(os.path.join("fixtures", "hlo", "MANIFEST.json")) as f:
+        temp = json.load(f)["tpu_v5e_maxtext"]["memory_analysis"]["temp_bytes"]
+    result = cli("check", os.path.join("fixtures", "hlo", "tpu_v5e_maxtext.hlo"), "--format", "json")
+    assert result.code in (0, 1), result.err
+    [t] = json.loads(result.out)["targets"]
+    assert t["memory"]["temp_bytes"] < temp
+    assert any("scratch area is not in it" in w for w in t["warnings"])
 
 
 def test_check_a_jax_export_artifact(cli, tmp_path):

@@ -164,7 +164,9 @@ def test_fit_reads_a_refusal_as_does_not_fit(cli):
 
 def test_run_reports_a_train_compile_script_with_tpu_figures(cli):
     """MaxText's train_compile, unmodified: the program compiled for the TPU slice is reported (its
-    num_partitions is thousands of characters into the HLO's first line), as a tpu-v5e program."""
+    num_partitions is thousands of characters into the HLO's first line), as a tpu-v5e program, with the
+    memory XLA's memory_analysis() gives for it: the dump alone leaves out the compiler's scratch area, so
+    the dumped module is compiled again (--from-dump skips that, and says what it leaves out)."""
     result = cli("run", TRAIN_COMPILE, "--format", "json", "-q")
     assert result.code in (0, 1), result.err
     report = json.loads(result.out)
@@ -172,3 +174,13 @@ def test_run_reports_a_train_compile_script_with_tpu_figures(cli):
     assert t["platform"] == "as run (tpu-v5e)" and t["num_devices"] == 8
     assert t["memory"]["budget_bytes"] == 16 * 2**30
     assert t["collectives"] and all(c["source"] for c in t["collectives"])
+    m = _direct_compile(MAXTEXT, "tpu-v5e")["train_step"].memory_analysis()
+    assert (t["memory"]["temp_bytes"], t["memory"]["peak_bytes"]) == (
+        m.temp_size_in_bytes,
+        m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
+    assert not t["warnings"]
+
+    dump_only = cli("run", TRAIN_COMPILE, "--from-dump", "--format", "json", "-q")
+    [d] = json.loads(dump_only.out)["targets"]
+    assert d["memory"]["temp_bytes"] < m.temp_size_in_bytes
+    assert any("scratch area is not in it" in w for w in d["warnings"])
