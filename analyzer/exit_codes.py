@@ -6,3 +6,5 @@ EXIT_INPUT = 2  # bad input: one line naming the file and the problem
 EXIT_INTERNAL = 3  # a bug in jax-shard-lint
 # `run`: the script itself failed (a non-zero exit, a signal); its report is still written.
 EXIT_SCRIPT_FAILED = 4
+# The reader of stdout closed it (`jax-shard-lint ... | head`): 128 + SIGPIPE, as a shell reports it.
+EXIT_BROKEN_PIPE = 141

@@ -10,7 +10,7 @@ import traceback
 from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
 from ..errors import ShardLintInputError
-from ..exit_codes import EXIT_INPUT, EXIT_INTERNAL
+from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
 
@@ -363,6 +363,9 @@ def run_command(argv: list[str]) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say, and nowhere to say it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except RecursionError as e:  # a structure nested past Python's stack, in input no reader bounded
         if args.debug:
             traceback.print_exc()
