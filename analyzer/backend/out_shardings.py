@@ -192,10 +192,13 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     args_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
     if len(inputs) != args_tree.n:
         return "the inputs do not match the program's argument tree"
+    # A typed PRNG key (an nnx.Rngs key, key<fry>[2]) is one more dimension in the module (u32[2,2]): its
+    # key data, never sharded; the leaf takes the leading dimensions' sharding.
     flat_inputs = [  # a leaf jit pruned is bound without a sharding: the program never reads it
         jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf)) if args_tree.is_pruned(leaf) else
         jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf), sharding=NamedSharding(
-            mesh, P(*[tuple(a) if a else None for a in (inputs[args_tree.index[id(leaf)]].sharding or [])])))
+            mesh, P(*[tuple(a) if a else None
+                      for a in (inputs[args_tree.index[id(leaf)]].sharding or [])[:len(leaf.shape)]])))
         for leaf in jax.tree_util.tree_leaves(args)
     ]
     bound = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), flat_inputs)

@@ -364,3 +364,37 @@ def test_explicit_axes_get_a_placement_that_types_the_inputs(cli, tmp_path):
         stepped = jax.jit(namespace["train_step"], out_shardings=out_shardings)(
             scope["params"], scope["x"], scope["y"])  # the placed inputs run the step as they are
         assert jax.tree.structure(stepped) == jax.tree.structure(params)
+
+
+KEYED_STEP = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def train_step(state, x):
+    noise = jax.random.normal(state["key"][0], x.shape)
+    w = state["w"] - 0.1 * jax.grad(lambda w: jnp.mean(jnp.tanh((x + noise) @ w) ** 2))(state["w"])
+    return {"w": w, "key": jax.vmap(lambda k: jax.random.split(k, 2)[0])(state["key"])}
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Auto,), devices=mesh_devices)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 8))  # key<fry>[8]: u32[8,2] in the module
+    state = {"w": jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P("fsdp"))),
+             "key": jax.ShapeDtypeStruct(keys.shape, keys.dtype, sharding=NamedSharding(mesh, P()))}
+    x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("fsdp")))
+    return {"train_step": jax.jit(train_step).lower(state, x)}
+'''
+
+
+def test_typed_prng_keys_in_the_state_paste(cli, tmp_path):
+    """nnx.Rngs keys in a train state (MaxText's): a typed key key<fry>[8] is u32[8,2] in the module, one
+    dimension more than the leaf; binding the leaf to the module argument's rank-2 sharding raised
+    ValueError (exit 3). The text checks, and pastes into jax.jit."""
+    script = tmp_path / "keyed_step.py"
+    script.write_text(KEYED_STEP)
+    [r] = _suggest(cli, str(script))
+    assert r["text_problem"] is None, r["text_problem"]
+    key = [a for a in r["arguments"] if "key" in a["path"]]
+    assert key and len(key[0]["shape"]) == 2  # the module's u32[8,2]
