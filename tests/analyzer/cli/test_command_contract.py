@@ -361,3 +361,14 @@ def test_every_registered_renderer_exists_and_help_offers_exactly_those_formats(
         assert re.search(r"--format \{" + ",".join(table) + r"\}", shown), (command, shown[:400])
     refused = shard_lint("suggest", "examples/fsdp_tp_train_step.py", "--format", "sarif")
     assert refused.returncode == 2 and "invalid choice: 'sarif'" in refused.stderr
+
+
+def test_a_reader_that_closes_stdout_is_not_an_internal_error():
+    """``jax-shard-lint lint ... | head``: the report's write meets a closed pipe. Exit 141 (a shell's
+    SIGPIPE status) and nothing on stderr; it was 'internal error: BrokenPipeError', exit 3."""
+    proc = subprocess.Popen([console_script(), "lint", os.path.join("examples", "fsdp_tp_train_step.py"),
+                             "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.close()  # the reader goes away before the report is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == 141, err
+    assert "internal error" not in err and "Traceback" not in err
