@@ -33,10 +33,9 @@ NOT_LISTED = ("memory from the dump alone: the TPU compiler's scratch area is no
 
 @dataclass(frozen=True)
 class DumpMemory:
-    """A dumped TPU program's memory: ``exact`` when the reproducer compiled to the same program."""
+    """A dumped TPU program's memory, and what it leaves out (None when it is memory_analysis()'s own)."""
 
     stats: MemoryStats
-    exact: bool
     warning: str | None = None
 
 
@@ -61,15 +60,15 @@ def dump_memory(hlo_path: str, platform: str, num_partitions: int, buffers: str)
     module = _read(os.path.join(reproducer, "module.mlir"))
     grid = topology_grid(_read(reproducer + ".target_arguments.txt") or "")
     if platform not in TPU_GENERATIONS or module is None or grid is None:
-        return DumpMemory(listed, False, NOT_LISTED)
+        return DumpMemory(listed, NOT_LISTED)
     try:
         devices = tpu_devices(resolve_target(platform, num_partitions, grid))
         program = jax_adapter.compile_stablehlo_text(module, num_partitions, devices=devices)
         again = stats_from_buffer_assignment(program.buffer_assignment_text or "")
     except Exception as e:  # libtpu missing (an input error), or a module this libtpu will not compile
         reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        return DumpMemory(listed, False, f"{NOT_LISTED}; compiling the dumped module again failed: {reason}")
-    if again != listed:
-        return DumpMemory(listed, False, f"{NOT_LISTED}; compiled again without the script's flags, the module "
-                                         "gave another program, so the dump's figures stand")
-    return DumpMemory(MemoryStats(**program.memory), True)
+        return DumpMemory(listed, f"{NOT_LISTED}; compiling the dumped module again failed: {reason}")
+    if again != listed or program.memory is None:
+        return DumpMemory(listed, f"{NOT_LISTED}; compiled again without the script's flags, the module "
+                                  "gave another program, so the dump's figures stand")
+    return DumpMemory(MemoryStats(**program.memory))
