@@ -112,8 +112,9 @@ def _is_matmul(ins: HloInstruction | None, module: HloModule, depth: int = 0) ->
     return _matmul_of(ins, module, depth) is not None
 
 
-_PASS_THROUGH = ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "all-gather-done",
-                 "dynamic-slice", "slice", "broadcast")
+# Ops that keep a value's data (TPU's copy-start/copy-done move it between memories, HBM and VMEM).
+_PASS_THROUGH = ("bitcast", "copy", "copy-start", "copy-done", "reshape", "transpose", "convert", "get-tuple-element",
+                 "all-gather-done", "collective-permute-done", "dynamic-slice", "slice", "broadcast")
 
 
 def _fusion_is_layout(ins: HloInstruction, module: HloModule) -> bool:
@@ -132,8 +133,33 @@ def _pieces(c: Collective, ins: HloInstruction, module: HloModule) -> list[HloIn
     return found + wrappers
 
 
+def _body_parameters(body: str, module: HloModule) -> list[HloInstruction]:
+    found: dict[str, list[HloInstruction]] = module.derived.setdefault("loop_body_parameters", {})
+    if body not in found:  # once per body, however many collectives go round it
+        comp = module.computations.get(body)
+        found[body] = [i for i in comp.instructions if i.opcode == "parameter"] if comp else []
+    return found[body]
+
+
+def _into_loop(value: HloInstruction, module: HloModule,
+               users: dict[str, list[HloInstruction]]) -> list[HloInstruction]:
+    """Where a tuple goes into a loop: the body's parameter, when ``value`` is the tuple a while loop starts
+    from or its body's carried tuple (the next iteration). A TPU collective matmul's ring passes its shard
+    on this way. The printed operand ``%param#k`` reads as the parameter, so the element is not told
+    apart from its siblings."""
+    if value.opcode != "tuple":
+        return []
+    bodies = [name for w in users.get(value.name, []) if w.opcode == "while"
+              for role, name in w.called() if role == "body"]
+    if value.is_root:
+        body = module.computation_of(value.name) or ""
+        if any(w.opcode == "while" and ("body", body) in w.called() for w in module.callers().get(body, [])):
+            bodies.append(body)
+    return [p for body in bodies for p in _body_parameters(body, module)]
+
+
 def _feeds_matmul(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
-    """Whether a value reaches a matmul through layout-only ops: a parameter
+    """Whether a value reaches a matmul through layout-only ops (and round a loop): a parameter
     gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
     todo, seen = list(starts), set[str]()
     while todo and len(seen) < 64:
@@ -146,7 +172,31 @@ def _feeds_matmul(starts: list[HloInstruction], module: HloModule, users: dict[s
                 return True
             if user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and _fusion_is_layout(user, module)):
                 todo.append(user)
+            todo.extend(_into_loop(user, module, users))
     return False
+
+
+def _is_summed(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
+    """Whether a value is added to, through layout-only ops: an add, or a fusion that adds and multiplies
+    nothing (a reduce-scatter's step: the partial sum that arrived plus this device's part)."""
+    todo, seen = list(starts), set[str]()
+    while todo and len(seen) < 16:
+        cur = todo.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        for user in users.get(cur.name, []):
+            if user.opcode == "add" or (user.opcode == "fusion" and _adds_only(user, module)):
+                return True
+            if user.opcode in _PASS_THROUGH:
+                todo.append(user)
+    return False
+
+
+def _adds_only(fusion: HloInstruction, module: HloModule) -> bool:
+    comps = [module.computations.get(name) for _, name in fusion.called()]
+    ops = {i.opcode for c in comps if c is not None for i in c.instructions}
+    return "add" in ops and not ops & (_MATMUL | {"fusion"})
 
 
 class _ParameterShapes:
@@ -164,6 +214,9 @@ class _ParameterShapes:
         # Any parameter's shard (or one layer of it), for the common "no" answer.
         self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
             if params else set()
+        # The same as element counts, with LOOP_ONLY's mark: a collective matmul's ring passes the shard in
+        # whatever layout its matmul reads (wq's (256, 2048) layer as (16, 128, 1, 256)).
+        self.any_shard_size = {s[:1] + (prod(s[1:]),) if s[:1] == LOOP_ONLY else (prod(s),) for s in self.any_shard}
 
     def reachable(self, axes: frozenset[str]) -> set[tuple[int, ...]]:
         """Every shape a collective over ``axes`` gives when it undoes those of
@@ -200,10 +253,15 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
                                                  or _feeds_matmul(_pieces(c, ins, module), module, users)):
             return "parameter-gather"
     # A collective matmul (TPU) passes a parameter's shard around a ring of collective-permutes, one step
-    # of the gather per matmul: FSDP traffic, split.
-    if c.kind == "collective-permute" and axes and _holds(shapes.any_shard, result, in_loop) and ins is not None \
-            and users is not None and _feeds_matmul(_pieces(c, ins, module), module, users):
-        return "parameter-gather"
+    # of the gather per matmul: FSDP traffic, split. Its backward half passes a gradient's partial sum
+    # around the ring, each device adding its own part: the gradient's reduce-scatter, split.
+    if c.kind == "collective-permute" and axes and _holds(shapes.any_shard_size, (prod(result),), in_loop) \
+            and ins is not None and users is not None:
+        pieces = _pieces(c, ins, module)
+        if _feeds_matmul(pieces, module, users):
+            return "parameter-gather"
+        if has_gradients and _is_backward(ins) and _is_summed(pieces, module, users):
+            return "gradient-reduction"
     # A gradient is reduced in the backward pass: not in a program without one, nor by a reduction whose own
     # op_name is the forward's (the partial sums of a matmul that contracts a sharded dimension).
     backward = has_gradients and (ins is None or ins.op_name is None or _is_backward(ins))
