@@ -41,6 +41,7 @@ def shard_lint_targets(mesh_devices=None, **params):
     from maxtext.trainers.pre_train import train, train_compile
     from maxtext.utils import maxtext_utils, sharding
 
+    jax.config.update("jax_default_prng_impl", "unsafe_rbg")  # as train_compile.main does: its keys' shape
     devices = list(mesh_devices) if mesh_devices is not None else jax.devices()
     # The chip MaxText's "autoselected" attention is chosen for (the Pallas splash kernel on TPU); only lowering
     # here, so no jax.distributed.
