@@ -7,7 +7,9 @@
   TPU collective matmul).
 - ``gradient-reduction``: a reduce-scatter or all-reduce whose result has an
   argument's per-device shape (or one layer's): a gradient summed back to its
-  parameter's sharding.
+  parameter's sharding; or, in the backward pass, a collective-permute passing
+  such a partial sum on to be added to (the reduce-scatter half of a TPU
+  collective matmul).
 - ``activation``: the sum of partial results that a matmul or a reduction
   over a sharded dimension leaves on each device (tensor parallelism, a norm
   over a sharded hidden dimension).
