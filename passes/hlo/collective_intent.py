@@ -24,6 +24,7 @@ gather f32 parameters as bf16).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from math import prod
 
 from ..common.device_groups import MeshInfo
@@ -160,39 +161,40 @@ def _into_loop(value: HloInstruction, module: HloModule,
     return [p for body in bodies for p in _body_parameters(body, module)]
 
 
-def _feeds_matmul(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
-    """Whether a value reaches a matmul through layout-only ops (and round a loop): a parameter
-    gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
+def _reaches(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]],
+             found: Callable[[HloInstruction], bool], *, limit: int, round_loops: bool) -> bool:
+    """Whether a value reaches an instruction ``found`` accepts through ops that keep its data (and, with
+    ``round_loops``, layout fusions and a loop's start or carried tuple), looking at ``limit`` values."""
     todo, seen = list(starts), set[str]()
-    while todo and len(seen) < 64:
+    while todo and len(seen) < limit:
         cur = todo.pop()
         if cur.name in seen:
             continue
         seen.add(cur.name)
         for user in users.get(cur.name, []):
-            if _is_matmul(user, module, depth=3):
+            if found(user):
                 return True
-            if user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and _fusion_is_layout(user, module)):
+            if user.opcode in _PASS_THROUGH or (round_loops and user.opcode == "fusion"
+                                                and _fusion_is_layout(user, module)):
                 todo.append(user)
-            todo.extend(_into_loop(user, module, users))
+            if round_loops:
+                todo.extend(_into_loop(user, module, users))
     return False
+
+
+def _feeds_matmul(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
+    """Whether a value reaches a matmul through layout-only ops (and round a loop): a parameter
+    gathered to be multiplied (FSDP), not to be read along (a gather, a scan)."""
+    return _reaches(starts, module, users, lambda user: _is_matmul(user, module, depth=3), limit=64,
+                    round_loops=True)
 
 
 def _is_summed(starts: list[HloInstruction], module: HloModule, users: dict[str, list[HloInstruction]]) -> bool:
     """Whether a value is added to, through layout-only ops: an add, or a fusion that adds and multiplies
     nothing (a reduce-scatter's step: the partial sum that arrived plus this device's part)."""
-    todo, seen = list(starts), set[str]()
-    while todo and len(seen) < 16:
-        cur = todo.pop()
-        if cur.name in seen:
-            continue
-        seen.add(cur.name)
-        for user in users.get(cur.name, []):
-            if user.opcode == "add" or (user.opcode == "fusion" and _adds_only(user, module)):
-                return True
-            if user.opcode in _PASS_THROUGH:
-                todo.append(user)
-    return False
+    return _reaches(starts, module, users,
+                    lambda user: user.opcode == "add" or (user.opcode == "fusion" and _adds_only(user, module)),
+                    limit=16, round_loops=False)
 
 
 def _adds_only(fusion: HloInstruction, module: HloModule) -> bool:
