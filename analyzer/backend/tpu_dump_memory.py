@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ..adapter import jax_adapter
+from ..inputs.files import read_text_if_present as _read
 from ..platforms.tpu_targets import TPU_GENERATIONS, resolve_target, tpu_devices
 
 _BOUNDS = r"{}\s*\{{\s*x:\s*(\d+)\s*y:\s*(\d+)\s*z:\s*(\d+)\s*\}}"
@@ -47,9 +48,6 @@ def topology_grid(target_arguments: str) -> str | None:
     dims = [int(a) * int(b) for a, b in zip(per_host.groups(), hosts.groups())]
     return "x".join(map(str, dims if dims[2] > 1 else dims[:2]))
 
-
-def _read(path: str) -> str | None:
-    return open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else None
 
 
 def dump_memory(hlo_path: str, platform: str, num_partitions: int, buffers: str) -> DumpMemory:

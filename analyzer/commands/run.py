@@ -32,6 +32,7 @@ from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
 from ..errors import ShardLintInputError
+from ..inputs.files import read_text_if_present as _read
 from ..supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
@@ -73,9 +74,6 @@ def _last_error_line(stderr: str) -> str | None:
     errors = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln)]
     return (errors or lines or [None])[-1]
 
-
-def _read(path: str) -> str | None:
-    return open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else None
 
 
 def _programs(dump: str) -> list[tuple[str, str, str | None]]:

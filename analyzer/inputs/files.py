@@ -68,6 +68,11 @@ def read_input_text(path: str, limit: int = MAX_INPUT_BYTES, strict: bool = Fals
         raise ShardLintInputError(path, "is not UTF-8 text") from None
 
 
+def read_text_if_present(path: str) -> str | None:
+    """A report a compiler may or may not have written (an XLA dump's files): its text, or None."""
+    return open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else None
+
+
 @contextlib.contextmanager
 def open_output(path: str, where: str = "-o"):
     """A report or snapshot file opened for writing; a folder that is read-only,
