@@ -18,7 +18,8 @@ from ..backend.script_targets import load_script
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..context.program_files import program_files, program_findings
+from ..context.suppressions import apply_run_suppressions
 from ..supervision import isolation
 
 Progress = Callable[[str], None]
@@ -49,9 +50,9 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
                 report = check_fixes(report, jax_adapter.stablehlo_text(lowered), settings, where,
                                      jax_adapter.device_assignment(lowered))
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
-    local = local_source_files(where) if os.path.exists(where) else []
-    from_source = source_findings(local, settings)
-    files = [os.path.abspath(where)] + local + [
+    program = program_files(where, settings) if os.path.exists(where) else None
+    from_source, source_notes = program_findings(program, settings) if program else ([], [])
+    files = [os.path.abspath(where)] + list(program.files if program else ()) + [
         f.source.file for r in reports for f in r.findings if f.source is not None
     ]
     reports, run_findings = apply_run_suppressions(
@@ -61,6 +62,6 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
         script=where, targets=reports, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities),
+        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
     )
     return relativize(report, os.getcwd())

@@ -30,7 +30,8 @@ from ..adapter import jax_adapter
 from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.suppressions import apply_run_suppressions, local_source_files, source_findings
+from ..context.program_files import program_files, program_findings
+from ..context.suppressions import apply_run_suppressions
 from ..errors import ShardLintInputError
 from ..inputs.files import read_text_if_present as _read
 from ..supervision import isolation
@@ -237,16 +238,16 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     for r in reports:
         names[r.name] += 1
         unique.append(r if names[r.name] == 1 else r.model_copy(update={"name": f"{r.name}#{names[r.name]}"}))
-    local = local_source_files(request.script)
+    program = program_files(request.script, settings)
+    from_source, source_notes = program_findings(program, settings)
     unique, run_findings = apply_run_suppressions(
-        unique, [os.path.abspath(request.script)] + local, settings, report_unused=False,
-        extra=source_findings(local, settings),
+        unique, list(program.files), settings, report_unused=False, extra=from_source,
     )
     jax_version, jaxlib_version = jax_adapter.versions()
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=unique, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities),
+        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
         run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
                       programs_reported=len(unique),
                       skipped=skipped),

@@ -4,13 +4,10 @@ unused ones reported (SL001), and the local modules of a script found by reading
 
 from __future__ import annotations
 
-import os
-
 from ...passes.models.report import Finding, TargetReport
 from ...passes.models.rule_codes import SL001
 from ...passes.pipeline import sort_findings
 from ...passes.rules.registry import Emitter
-from ...passes.rules.source_check import check_source
 from ...passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
 from ...passes.rules.table import RULES
 from .config import Settings
@@ -55,55 +52,3 @@ def apply_run_suppressions(
         rule.check(unused, emitter)
         run_findings += emitter.findings
     return out, sort_findings(run_findings)
-
-
-def local_source_files(script: str) -> list[str]:
-    """The script and the modules it imports from beside it (its folder and
-    below), found by reading import statements: nothing is imported for this."""
-    import ast
-
-    folder = os.path.dirname(os.path.abspath(script))
-    found: set[str] = set()
-    todo = [os.path.abspath(script)]
-    while todo:
-        path = todo.pop()
-        if path in found:
-            continue
-        found.add(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read(), filename=path)
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        here = os.path.dirname(path)
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                base = here if node.level else folder
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                for name in names:
-                    rel = os.path.join(base, *name.split("."))
-                    for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
-                        if os.path.isfile(candidate):
-                            todo.append(os.path.abspath(candidate))
-                continue
-            for name in names:
-                rel = os.path.join(folder, *name.split("."))
-                for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
-                    if os.path.isfile(candidate):
-                        todo.append(os.path.abspath(candidate))
-    return sorted(p for p in found if p.startswith(folder + os.sep) or p == os.path.abspath(script))
-
-
-def source_findings(files: list[str], settings: Settings) -> list[Finding]:
-    out: list[Finding] = []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        out.extend(check_source(path, text, settings.ignore, settings.severities).findings)
-    return out

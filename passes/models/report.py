@@ -310,6 +310,7 @@ class LintReport(RunHeader):
     )
     rules: list[RuleDoc] = Field(default_factory=list, description="Documentation of every rule that was enabled.")
     run: ScriptRun | None = None
+    source_notes: list[str] = Field(default_factory=list, description="Files read with a newer grammar, or unread.")
 
     def all_findings(self) -> list[Finding]:
         return [f for t in self.targets for f in t.findings] + list(self.findings)

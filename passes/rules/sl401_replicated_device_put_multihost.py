@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from ..models.report import Severity
 from ..models.rule_codes import SL401
 from .registry import Emitter, define_rule
-from .source_facts import SourceContext, dotted, location
+from .source_facts import SourceContext, dotted, inside_jit, location, walk_with_stack
+from .source_program import GLOBAL, REPLICATED, is_replicated_spec
 
 
 def replicated_device_put(ctx: SourceContext, out: Emitter) -> None:
@@ -15,10 +17,14 @@ def replicated_device_put(ctx: SourceContext, out: Emitter) -> None:
 
     What it does
     ------------
-    In a script that uses several processes (it calls `jax.distributed.initialize`,
-    `jax.process_count` or `jax.process_index`), reports
-    `jax.device_put(value, NamedSharding(mesh, P()))`: a host value placed on a
-    fully replicated sharding.
+    In a program that uses several processes (the script or any first-party module
+    it reaches calls `jax.distributed.initialize`, `jax.process_count` or
+    `jax.process_index`), reports `jax.device_put(value, sharding)` where the
+    sharding may be replicated (built from `P()`, or a tree of shardings any of
+    which is, passed in from another function or module; also
+    `jax.tree.map(lambda a, s: jax.device_put(a, s), tree, shardings)`) and the
+    value is a host value, not already a global `jax.Array` (a jitted result,
+    `jax.make_array_from_callback`, an earlier `device_put`).
 
     Why is this bad
     ---------------
@@ -40,26 +46,41 @@ def replicated_device_put(ctx: SourceContext, out: Emitter) -> None:
     `jax.make_array_from_callback(np_table.shape, sharding, lambda idx: np_table[idx])`.
     """
     tree, facts = ctx
-    if not facts.multiprocess:
+    program = facts.program
+    where = program.multiprocess_file if program is not None else None
+    if not (facts.multiprocess or where):
         return
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and dotted(node.func) in ("jax.device_put", "device_put")):
+    for node, stack in walk_with_stack(tree):
+        if not (isinstance(node, ast.Call) and dotted(node.func) in ("jax.device_put", "device_put")) \
+                or inside_jit(stack, facts):
             continue
-        if len(node.args) < 2:
+        sharding = node.args[1] if len(node.args) >= 2 else next(
+            (k.value for k in node.keywords if k.arg == "device"), None)
+        if sharding is None or not node.args:
             continue
-        sharding = node.args[1]
-        if isinstance(sharding, ast.Call) and dotted(sharding.func).endswith("NamedSharding") \
-                and len(sharding.args) >= 2 and isinstance(sharding.args[1], ast.Call) \
-                and dotted(sharding.args[1].func) in ("P", "PartitionSpec", "jax.sharding.PartitionSpec") \
-                and not sharding.args[1].args:
-            value = ast.unparse(node.args[0])
-            out.emit(
-                f"jax.device_put({value}, NamedSharding(..., P())) in multi-process code runs a cross-host "
-                "all-gather that grows with the process count",
-                location(facts, node),
-                fix=f"jax.make_array_from_callback({value}.shape, sharding, lambda idx: {value}[idx])",
-                subject=value,
-            )
+        value = node.args[0]
+        if program is not None:
+            scope = program.scope_of(stack, facts.file)
+            if not program.holds(REPLICATED, sharding, scope, built=True) \
+                    or program.holds_only(GLOBAL, value, scope):
+                continue
+        elif not _literal_replicated(sharding):
+            continue
+        text = ast.unparse(value)
+        across = "" if facts.multiprocess or not where else f" (multi-process: {os.path.basename(where)})"
+        out.emit(
+            f"jax.device_put({text}, {ast.unparse(sharding)}) puts a host value on a sharding that may be "
+            f"replicated, in multi-process code{across}: a cross-host all-gather that grows with the "
+            "process count",
+            location(facts, node),
+            fix=f"jax.make_array_from_callback({text}.shape, sharding, lambda idx: {text}[idx])",
+            subject=text,
+        )
+
+
+def _literal_replicated(sharding: ast.AST) -> bool:
+    return isinstance(sharding, ast.Call) and dotted(sharding.func).endswith("NamedSharding") \
+        and len(sharding.args) >= 2 and is_replicated_spec(sharding.args[1])
 
 
 RULE = define_rule(SL401, Severity.warning, replicated_device_put)

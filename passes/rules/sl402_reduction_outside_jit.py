@@ -18,8 +18,10 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
     What it does
     ------------
     Reports `jnp.any`, `jnp.all`, `jnp.sum`, `jnp.max`, `jnp.isnan`,
-    `jnp.isfinite` and similar reductions applied, outside any jitted function, to
-    a value returned by a jitted function (a sharded array).
+    `jnp.isfinite` and similar reductions (also inside `bool(...)` or a running
+    `flag | jnp.any(...)`) applied outside any jitted function to a value
+    returned by a jitted function (a sharded array): in the same function, or
+    passed in as a parameter from another function or module of the program.
 
     Why is this bad
     ---------------
@@ -43,6 +45,7 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
     a scalar comes back.
     """
     tree, facts = ctx
+    program = facts.program
     for node, stack in walk_with_stack(tree):
         if not isinstance(node, ast.Call) or inside_jit(stack, facts):
             continue
@@ -54,13 +57,15 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
                for p in stack[:-1]):
             continue  # report the outermost jnp call of an expression once
         used = names_in(node) & facts.sharded
+        if program is not None:
+            used |= set(program.sharded_names(node, program.scope_of(stack, facts.file)))
         if used:
+            subject = sorted(used)[0]
             out.emit(
-                f"{ast.unparse(node)} reduces the sharded result {sorted(used)[0]} outside jit",
+                f"{ast.unparse(node)} reduces the sharded result {subject} outside jit",
                 location(facts, node),
-                fix="a module-level jitted helper: jax.jit(lambda x: "
-                f"{ast.unparse(node).replace(sorted(used)[0], 'x')})",
-                subject=sorted(used)[0],
+                fix=f"a module-level jitted helper: jax.jit(lambda x: {ast.unparse(node).replace(subject, 'x')})",
+                subject=subject,
             )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..models.report import SourceLocation
 
@@ -48,6 +49,9 @@ class ScriptFacts:
     sharded: set[str] = field(default_factory=set)
     jitted_bodies: set[int] = field(default_factory=set)  # ids of FunctionDef nodes that are jitted
     multiprocess: bool = False
+    # The whole program this file is part of (source_program.Program, which reads this module's helpers:
+    # typed Any so that the two do not import each other): what flows into this file from the others.
+    program: Any = None
 
 
 # What a source rule sees: the script's syntax tree and the facts gathered from it.

@@ -202,6 +202,8 @@ def render_terminal(report: LintReport, console: Console) -> None:
         console.print(Text(f"{report.script}: {status}; {r.programs_compiled} programs compiled, "
                            f"{r.programs_reported} reported, {len(r.skipped)} left out",
                            style="yellow" if r.exit_code else "green"))
+    for note in report.source_notes:
+        console.print(Text(f"source: {note}", style="yellow" if "not analysed" in note else "dim"))
     for t in report.targets:
         fix = None
         if t.suggested_out_shardings:

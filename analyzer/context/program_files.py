@@ -1,0 +1,97 @@
+"""The files of a script's program, for the source rules: the script and every first-party module it
+reaches through its imports (modules beside it or below its folder, and the packages and folders the
+configuration names first-party), found by reading import statements: nothing is imported for this."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from ...passes.models.report import Finding
+from ...passes.rules.source_check import check_program
+from ...passes.rules.source_parse import parse_source
+from .config import Settings
+
+
+@dataclass(frozen=True)
+class ProgramFiles:
+    files: tuple[str, ...]  # the script first, then the modules it reaches, sorted
+    roots: tuple[str, ...]  # the folders module names start from
+    texts: dict[str, str]
+
+
+def _first_party_roots(settings: Settings | None) -> list[str]:
+    """Folders of the configured first-party packages (``mypkg``: the folder holding it, found without
+    importing it) and first-party folders (``src/``, from the configuration's folder)."""
+    if settings is None:
+        return []
+    base = os.path.dirname(settings.config_file) if settings.config_file else os.getcwd()
+    out = []
+    for entry in settings.first_party:
+        if entry.endswith("/") or os.sep in entry:
+            out.append(os.path.abspath(os.path.join(base, entry)))
+            continue
+        try:
+            spec = importlib.util.find_spec(entry.split(".")[0])
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            out.append(os.path.dirname(os.path.abspath(location)))
+    return out
+
+
+def _candidates(name: str, base: str) -> list[str]:
+    rel = os.path.join(base, *name.split("."))
+    return [c for c in (rel + ".py", os.path.join(rel, "__init__.py")) if os.path.isfile(c)]
+
+
+def program_files(script: str, settings: Settings | None = None) -> ProgramFiles:
+    script = os.path.abspath(script)
+    roots = tuple(dict.fromkeys([os.path.dirname(script)] + _first_party_roots(settings)))
+    texts: dict[str, str] = {}
+    todo = [script]
+    while todo:
+        path = todo.pop()
+        if path in texts:
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                texts[path] = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        tree = parse_source(path, texts[path]).tree
+        if tree is None:
+            continue
+        here = os.path.dirname(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names, bases = [a.name for a in node.names], roots
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                names = [module] + [f"{module}.{a.name}" if module else a.name for a in node.names]
+                if node.level:
+                    up = here
+                    for _ in range(node.level - 1):
+                        up = os.path.dirname(up)
+                    bases = (up,)
+                else:
+                    bases = roots
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                for base in bases:
+                    # import a.b.c reaches a/__init__.py and a/b/__init__.py too
+                    for k in range(1, len(parts) + 1):
+                        todo.extend(os.path.abspath(c) for c in _candidates(".".join(parts[:k]), base))
+    files = sorted(p for p in texts if p != script and any(p.startswith(r + os.sep) for r in roots))
+    return ProgramFiles((script, *files), roots, {p: texts[p] for p in (script, *files) if p in texts})
+
+
+def program_findings(program: ProgramFiles, settings: Settings) -> tuple[list[Finding], list[str]]:
+    """The source rules' findings over the whole program, and the files read with a newer grammar or
+    not analysed (named, never skipped in silence)."""
+    result = check_program(program.texts, program.roots, settings.ignore, settings.severities)
+    return list(result.findings), list(result.notes)

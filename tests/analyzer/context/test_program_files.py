@@ -1,0 +1,95 @@
+"""The source rules over a whole program (fixtures/multihost/<case>/{bug,fixed}): each case's
+hazard is written in one module and made a hazard by another (the multi-process setup, the replicated
+sharding, the jitted call whose sharded result is passed in). The findings expected are the ``# E:``
+comments of the case's files; the fixed version has none and must be quiet."""
+
+import glob
+import os
+import re
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+from jax_shard_lint.analyzer.context.config import Settings
+from jax_shard_lint.analyzer.context.program_files import program_files
+from jax_shard_lint.passes.rules.source_check import check_program
+
+CASES = os.path.join(FIXTURES, "multihost")
+_EXPECT = re.compile(r"#\s*E:\s*([A-Z0-9,\s]+)$")
+
+
+def _script(folder):
+    (script,) = [p for p in glob.glob(os.path.join(folder, "*.py")) if os.path.basename(p) in ("train.py", "main.py")]
+    return script
+
+
+def _expected(folder):
+    out = set()
+    for path in glob.glob(os.path.join(folder, "**", "*.py"), recursive=True):
+        for lineno, line in enumerate(open(path), 1):
+            m = _EXPECT.search(line.rstrip())
+            if m:
+                codes = re.split(r"[,\s]+", m.group(1).strip())
+                out |= {(os.path.relpath(path, folder), lineno, c) for c in codes if c}
+    return out
+
+
+def _found(folder, settings=None):
+    program = program_files(_script(folder), settings)
+    result = check_program(program.texts, program.roots)
+    return {(os.path.relpath(f.source.file, folder), f.source.line, f.rule) for f in result.findings}, result
+
+
+@pytest.mark.parametrize("case", ["literal", "treemap", "elsewhere", "reduction", "pep695"])
+@pytest.mark.parametrize("variant", ["bug", "fixed"])
+def test_fires_on_the_bug_and_is_quiet_on_the_fix(case, variant):
+    folder = os.path.join(CASES, case, variant)
+    found, _ = _found(folder)
+    expected = _expected(folder)
+    assert bool(expected) == (variant == "bug")
+    assert found == expected
+
+
+def test_every_module_the_script_reaches_is_read():
+    program = program_files(_script(os.path.join(CASES, "reduction", "bug")))
+    assert [os.path.relpath(p, os.path.join(CASES, "reduction", "bug")) for p in program.files] == [
+        "main.py", "lcm/__init__.py", "lcm/checks.py", "lcm/solve.py"]
+
+
+def test_pep695_file_is_read_and_named_when_newer_than_this_python():
+    _, result = _found(os.path.join(CASES, "pep695", "bug"))
+    if sys.version_info >= (3, 12):
+        assert result.notes == ()
+    else:
+        (note,) = result.notes
+        assert note.endswith("tree_utils.py: read with Python 3.14's grammar (parso): newer than this Python's")
+
+
+def test_a_file_no_grammar_reads_is_named_not_skipped(tmp_path):
+    (tmp_path / "train.py").write_text("import broken\n")
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    program = program_files(str(tmp_path / "train.py"))
+    result = check_program(program.texts, program.roots)
+    (note,) = result.notes
+    assert note.startswith(str(tmp_path / "broken.py") + ": not analysed: syntax error at line 1")
+
+
+def test_configured_first_party_package_outside_the_script_folder(tmp_path):
+    """The helper lives in a first-party package elsewhere (``first-party = ["libs/"]``)."""
+    libs = tmp_path / "libs" / "shardutil"
+    libs.mkdir(parents=True)
+    (libs / "__init__.py").write_text("")
+    (libs / "put.py").write_text(
+        "import jax\n\n\ndef place(x, sharding):\n    return jax.device_put(x, sharding)\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "train.py").write_text(
+        "import jax\nimport numpy as np\nfrom jax.sharding import NamedSharding, PartitionSpec as P\n"
+        "from shardutil.put import place\n\n\ndef main(mesh):\n    jax.distributed.initialize()\n"
+        "    return place(np.zeros(4), NamedSharding(mesh, P()))\n")
+    without = program_files(str(app / "train.py"))
+    assert [os.path.basename(p) for p in without.files] == ["train.py"]
+    settings = Settings(first_party=("libs/",), config_file=str(tmp_path / "pyproject.toml"))
+    found, _ = _found(str(app), settings)
+    assert found == {("../libs/shardutil/put.py", 5, "SL401")}
