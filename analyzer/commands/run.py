@@ -199,6 +199,40 @@ def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
     return code, error, timed_out
 
 
+def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
+                   request: RunRequest) -> tuple[list[TargetReport], list[str]]:
+    """The dumped programs' reports (one per program and call site, recompilations counted), named
+    uniquely, and the programs left out with why."""
+    jax_adapter.configure_devices(settings.platform, settings.devices)
+    skipped, reports = [], []
+    by_key: dict[tuple, TargetReport] = {}
+    for name, hlo_path, mlir_path in programs:
+        if only and not only.search(name):
+            skipped.append(f"{name}: does not match --only")
+            continue
+        if not request.include_single_device and _partitions(_read(hlo_path)) < 2:
+            skipped.append(f"{name}: runs on one device (--all includes it)")
+            continue
+        if len(reports) >= request.max_programs:
+            skipped.append(f"{name}: past --max-programs {request.max_programs}")
+            continue
+        report = _analyze(name, hlo_path, mlir_path, settings, request)
+        key = (name, str(report.call_site))
+        if key in by_key and by_key[key].collectives == report.collectives:
+            first = by_key[key]
+            by_key[key] = first.model_copy(update={"compilations": first.compilations + 1})
+            reports[reports.index(first)] = by_key[key]
+            continue
+        by_key[key] = report
+        reports.append(report)
+    names: dict[str, int] = defaultdict(int)
+    unique = []
+    for r in reports:
+        names[r.name] += 1
+        unique.append(r if names[r.name] == 1 else r.model_copy(update={"name": f"{r.name}#{names[r.name]}"}))
+    return unique, skipped
+
+
 def run(request: RunRequest, settings: Settings) -> LintReport:
     if not os.path.isfile(request.script):
         raise ShardLintInputError(request.script, "no such file")
@@ -211,33 +245,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
         code, error, timed_out = _run_script(request, dump)
         programs = _programs(dump)
-        jax_adapter.configure_devices(settings.platform, settings.devices)
-        skipped, reports = [], []
-        by_key: dict[tuple, TargetReport] = {}
-        for name, hlo_path, mlir_path in programs:
-            if only and not only.search(name):
-                skipped.append(f"{name}: does not match --only")
-                continue
-            if not request.include_single_device and _partitions(_read(hlo_path)) < 2:
-                skipped.append(f"{name}: runs on one device (--all includes it)")
-                continue
-            if len(reports) >= request.max_programs:
-                skipped.append(f"{name}: past --max-programs {request.max_programs}")
-                continue
-            report = _analyze(name, hlo_path, mlir_path, settings, request)
-            key = (name, str(report.call_site))
-            if key in by_key and by_key[key].collectives == report.collectives:
-                first = by_key[key]
-                by_key[key] = first.model_copy(update={"compilations": first.compilations + 1})
-                reports[reports.index(first)] = by_key[key]
-                continue
-            by_key[key] = report
-            reports.append(report)
-    names: dict[str, int] = defaultdict(int)
-    unique = []
-    for r in reports:
-        names[r.name] += 1
-        unique.append(r if names[r.name] == 1 else r.model_copy(update={"name": f"{r.name}#{names[r.name]}"}))
+        unique, skipped = dumped_reports(programs, only, settings, request)
     program = program_files(request.script, settings)
     from_source, source_notes = program_findings(program, settings)
     unique, run_findings = apply_run_suppressions(
