@@ -329,8 +329,9 @@ def call_site(
         if outside:
             return outside[0]
     # Locations without function names (JAX's IR dumps): the frames every op shares
-    # are the call chain into the program; its innermost user frame is the call.
-    if len(stacks) < 2:
+    # are the call chain into the program; its innermost user frame is the call. A program
+    # of one op (multihost_utils' identity, whose all-gather is its out_sharding) has one chain.
+    if not stacks:
         return None
     common: list[SourceLocation] = []
     for frames in zip(*(reversed(st) for st in stacks)):
