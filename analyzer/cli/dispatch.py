@@ -43,8 +43,14 @@ def cmd_run(args) -> int:
     if args.max_programs < 1:
         raise ShardLintInputError("--max-programs", "must be at least 1")
     settings = settings_from_args(args)
-    report = run(RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
-                            args.timeout, args.from_dump), settings)
+    request = RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
+                         args.timeout, args.from_dump)
+    if args.processes is not None:
+        from ..commands.run_processes import run_processes
+
+        report = run_processes(request, args.processes, settings)
+    else:
+        report = run(request, settings)
     emit_report(args, "run", report)
     return run_exit_code(report, settings.fail_on)
 

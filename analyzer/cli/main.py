@@ -9,6 +9,7 @@ import traceback
 
 from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
+from ..commands.process_counts import process_counts
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS
@@ -138,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                       help="stop the script after this long and report what it compiled (the analysis after it "
                       f"gets {RUN_ANALYSIS_MARGIN_S:g} s more; default: {DEFAULT_TIMEOUT_S:g} s in all)")
+    runp.add_argument("--processes", type=int, default=None, metavar="N",
+                      help="run the script as 1, 2, 4, ... N local JAX processes on CPU (a local coordinator, Gloo "
+                      "collectives), each with its share of --devices (default N), side by side; what grows with "
+                      "the process count is a finding at your line (--timeout applies to each run)")
     runp.add_argument("--from-dump", action="store_true",
                       help="TPU programs: memory from the dump alone, without compiling the dumped module again "
                       "(faster; the dump leaves out the compiler's scratch area)")
@@ -332,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jax-shard-lint: error: {e}", file=sys.stderr)
         return EXIT_INPUT
     if args.command == "run":
-        limit = (args.timeout + RUN_ANALYSIS_MARGIN_S) if args.timeout else DEFAULT_TIMEOUT_S
+        runs = len(process_counts(args.processes)) if args.processes and args.processes > 0 else 1
+        limit = (args.timeout * runs + RUN_ANALYSIS_MARGIN_S) if args.timeout else DEFAULT_TIMEOUT_S * runs
     else:
         limit = args.timeout or DEFAULT_TIMEOUT_S
     return supervise(argv, _first_input(args), limit, args.debug)

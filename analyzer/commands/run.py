@@ -52,7 +52,7 @@ class RunRequest:
     from_dump: bool = False  # TPU memory from the dump alone, without compiling its reproducer again
 
 
-def _child_env(dump: str, devices: int | None) -> dict:
+def child_env(dump: str, devices: int | None) -> dict:
     env = dict(os.environ)
     flags = env.get("XLA_FLAGS", "").split()
     flags = [f for f in flags if not f.startswith("--xla_dump_to")]
@@ -70,14 +70,14 @@ def _child_env(dump: str, devices: int | None) -> dict:
     return env
 
 
-def _last_error_line(stderr: str) -> str | None:
+def last_error_line(stderr: str) -> str | None:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))]
     errors = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln)]
     return (errors or lines or [None])[-1]
 
 
 
-def _programs(dump: str) -> list[tuple[str, str, str | None]]:
+def dumped_programs(dump: str) -> list[tuple[str, str, str | None]]:
     """(name, compiled HLO path, StableHLO path or None), in compile order."""
     stablehlo: dict[str, list[str]] = defaultdict(list)
     for path in sorted(glob.glob(os.path.join(dump, "jax", "*.mlir"))):
@@ -180,14 +180,14 @@ def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
     """The script in its own process group: at the timeout the group goes, the
     processes the script started with it."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, request.script, *request.args], env=_child_env(dump, request.devices),
+        proc = subprocess.Popen([sys.executable, request.script, *request.args], env=child_env(dump, request.devices),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, process_group=0)
         isolation.process_group(proc.pid)
         try:
             code = proc.wait(timeout=request.timeout_s)
             err.seek(0)
             stderr = err.read().decode("utf-8", errors="replace")
-            error, timed_out = (_last_error_line(stderr) if code else None), False
+            error, timed_out = (last_error_line(stderr) if code else None), False
         except subprocess.TimeoutExpired:
             code, error, timed_out = -1, f"stopped after {request.timeout_s:g} s (--timeout)", True
         finally:
@@ -197,6 +197,15 @@ def _run_script(request: RunRequest, dump: str) -> tuple[int, str | None, bool]:
                 pass
             proc.wait()
     return code, error, timed_out
+
+
+def only_pattern(request: RunRequest) -> re.Pattern | None:
+    if not request.only:
+        return None
+    try:
+        return re.compile(request.only)
+    except re.error as e:
+        raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
@@ -236,15 +245,10 @@ def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern
 def run(request: RunRequest, settings: Settings) -> LintReport:
     if not os.path.isfile(request.script):
         raise ShardLintInputError(request.script, "no such file")
-    only = None
-    if request.only:
-        try:
-            only = re.compile(request.only)
-        except re.error as e:
-            raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
+    only = only_pattern(request)
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
         code, error, timed_out = _run_script(request, dump)
-        programs = _programs(dump)
+        programs = dumped_programs(dump)
         unique, skipped = dumped_reports(programs, only, settings, request)
     program = program_files(request.script, settings)
     from_source, source_notes = program_findings(program, settings)

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ...passes.models.report import Finding
-from ...passes.rules.source_check import check_program
+from ...passes.rules.source_check import ProgramFindings, check_program
 from ...passes.rules.source_parse import parse_source
 from .config import Settings
 
@@ -93,5 +93,9 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
 def program_findings(program: ProgramFiles, settings: Settings) -> tuple[list[Finding], list[str]]:
     """The source rules' findings over the whole program, and the files read with a newer grammar or
     not analysed (named, never skipped in silence)."""
-    result = check_program(program.texts, program.roots, settings.ignore, settings.severities)
+    result = program_analysis(program, settings)
     return list(result.findings), list(result.notes)
+
+
+def program_analysis(program: ProgramFiles, settings: Settings) -> ProgramFindings:
+    return check_program(program.texts, program.roots, settings.ignore, settings.severities)

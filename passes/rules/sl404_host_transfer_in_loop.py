@@ -64,7 +64,9 @@ def host_transfer_in_loop(ctx: SourceContext, out: Emitter) -> None:
             continue
         function = next((n for n in reversed(stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
         site = program.called_in_loop.get(id(function)) if function is not None else None
-        used = program.sharded_names(node.args[0], program.scope_of(stack, facts.file)) if site else []
+        if function is None or site is None:
+            continue
+        used = program.sharded_names(node.args[0], program.scope_of(stack, facts.file))
         if used:
             out.emit(
                 f"{dotted(node.func)}({ast.unparse(node.args[0])}) moves the sharded result {used[0]} to one place "

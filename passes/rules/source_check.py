@@ -26,6 +26,7 @@ class SourceFacts:
 class ProgramFindings:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # files read with a newer grammar, or not analysed, and why
+    initialize_file: str | None = None  # a file of the program that calls jax.distributed.initialize
 
 
 def check_program(texts: dict[str, str], roots: tuple[str, ...] = (), disabled: frozenset[str] = frozenset(),
@@ -52,7 +53,7 @@ def check_program(texts: dict[str, str], roots: tuple[str, ...] = (), disabled: 
             r.check((tree, facts), emitter)
             out.extend(emitter.findings)
     out.sort(key=lambda f: (f.source.file if f.source else "", f.source.line if f.source else 0, f.rule))
-    return ProgramFindings(tuple(out), tuple(notes))
+    return ProgramFindings(tuple(out), tuple(notes), program.initialize_file)
 
 
 def check_source(file: str, text: str, disabled: frozenset[str] = frozenset(),

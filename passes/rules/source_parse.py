@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,8 @@ class Parsed:
     note: str | None = None  # how it was read, or why it was not
 
 
-def _newest_grammar():  # type: ignore[no-untyped-def]
-    import parso
+def _newest_grammar() -> tuple[Any, str | None]:
+    import parso  # type: ignore[import-untyped, unused-ignore]
 
     for version in ("3.14", "3.13", "3.12"):
         try:

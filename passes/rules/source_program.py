@@ -71,6 +71,7 @@ class Program:
 
     trees: dict[str, ast.Module]
     multiprocess_file: str | None = None  # a file that asks for the process count or starts jax.distributed
+    initialize_file: str | None = None  # a file that calls jax.distributed.initialize
     scopes: dict[int, NameScope] = field(default_factory=dict)
     defs: dict[Node, ast.AST] = field(default_factory=dict)  # a bound name -> the function it is
     jitted: set[int] = field(default_factory=set)  # functions (or jit calls) whose calls return sharded arrays

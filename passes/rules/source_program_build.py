@@ -111,6 +111,8 @@ class _Builder:
             if (name.startswith("jax.") and name.rsplit(".", 1)[-1] in MULTIPROCESS_CALLS) \
                     or name in ("process_count", "process_index"):
                 self.p.multiprocess_file = self.p.multiprocess_file or scope.module
+            if name in ("jax.distributed.initialize", "distributed.initialize"):
+                self.p.initialize_file = self.p.initialize_file or scope.module
         targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -193,7 +195,7 @@ class _Builder:
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 for n in _target_names(node.target):
                     self.edge(node.iter, self.p.resolve(n, scope), scope, leaf=True)
-            elif isinstance(node, ast.withitem):
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 for n in _target_names(node.optional_vars):
                     self.edge(node.context_expr, self.p.resolve(n, scope), scope)
         for call, scope, in_loop in self.calls:

@@ -11,6 +11,7 @@ from rich.text import Text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
+from ...passes.models.process_runs import MultiProcessReport
 from ...passes.models.report import (
     Finding,
     LintReport,
@@ -22,6 +23,7 @@ from ..common.tensor_text import collective_lines, live_buffer_source, shape_tex
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
+from .process_runs_terminal import process_runs_view
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 
@@ -217,6 +219,8 @@ def render_terminal(report: LintReport, console: Console) -> None:
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(Group(*parts))
+    if isinstance(report, MultiProcessReport):
+        console.print(process_runs_view(report))
     if report.findings:
         console.print(_findings(report.findings))
     worst = report.worst_severity()

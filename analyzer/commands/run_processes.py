@@ -1,0 +1,239 @@
+"""``jax-shard-lint run --processes N``: the unmodified script run as 1, 2, 4, ... N local JAX processes
+on CPU, side by side, and what grows with the process count found at the user's line.
+
+Each process runs analyzer/adapter/local_cluster_boot.py first: ``jax.distributed.initialize()`` joins
+a coordinator on 127.0.0.1 (the script's own call, or the boot's when the script makes none), with
+JAX's CPU collectives over Gloo (``jax_cpu_collectives_implementation``), on its share of the virtual
+devices. Every process dumps what it compiles to its own folder; the processes of a run share one
+process group, killed whole at the timeout or when the run ends (no orphans).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
+from ...passes.models.report import Finding, ScriptRun, TargetReport
+from ...passes.models.rule_codes import SL401, SL402
+from ...passes.rules.registry import Emitter
+from ...passes.rules.table import RULES, rule_docs
+from .. import __version__
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..context.display_paths import relativize
+from ..context.program_files import program_analysis, program_files
+from ..context.suppressions import apply_run_suppressions
+from ..errors import ShardLintInputError
+from ..supervision import isolation
+from .process_counts import process_counts
+from .run import RunRequest, child_env, dumped_programs, dumped_reports, last_error_line, only_pattern
+
+_BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "adapter", "local_cluster_boot.py")
+# After one process fails, the others get this long to fail too (a peer gone, a collective that cannot
+# finish) before the group is killed: JAX's own heartbeat timeout is 100 s.
+_PEERS_GRACE_S = 10.0
+# The program multihost_utils.process_allgather compiles: device_put's cross-process check of a host value.
+_ALLGATHER_PROGRAM = "_identity_fn"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Process:
+    index: int
+    proc: subprocess.Popen
+    stderr: object
+    code: int | None = None
+    peak_host_bytes: int = 0
+
+
+def _run_group(request: RunRequest, dump: str, count: int, devices: int,
+               initialize: bool) -> tuple[list[_Process], bool, float]:
+    """``count`` processes of the script; they end together: the timeout, or a failure and its grace."""
+    address = f"127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    deadline = started + request.timeout_s if request.timeout_s else None
+    processes: list[_Process] = []
+    pgid = 0
+    try:
+        for index in range(count):
+            env = child_env(os.path.join(dump, f"p{index}"), devices)
+            env.update(JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+                       JAX_SHARD_LINT_COORDINATOR=address, JAX_SHARD_LINT_NUM_PROCESSES=str(count),
+                       JAX_SHARD_LINT_PROCESS_ID=str(index), JAX_SHARD_LINT_INITIALIZE="1" if initialize else "0")
+            err = tempfile.TemporaryFile()
+            proc = subprocess.Popen([sys.executable, "-P", _BOOT, request.script, *request.args], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    process_group=pgid)
+            if index == 0:
+                pgid = proc.pid
+                isolation.process_group(pgid)
+            processes.append(_Process(index, proc, err))
+        timed_out, failed_at = False, None
+        while any(p.code is None for p in processes):
+            for p in processes:
+                if p.code is None:
+                    pid, status, usage = os.wait4(p.proc.pid, os.WNOHANG)
+                    if pid:
+                        p.code = os.waitstatus_to_exitcode(status)
+                        p.proc.returncode = p.code
+                        p.peak_host_bytes = usage.ru_maxrss * 1024  # Linux: KiB
+                        if p.code and failed_at is None:
+                            failed_at = time.monotonic()
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                timed_out = True
+                break
+            if failed_at is not None and now > failed_at + _PEERS_GRACE_S:
+                break
+            time.sleep(0.05)
+    finally:
+        if pgid:
+            try:
+                os.killpg(pgid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in processes:
+            if p.code is None:
+                p.proc.wait()
+                p.code = -9
+    return processes, timed_out, time.monotonic() - started
+
+
+def _figures(p: _Process, programs: list[tuple[str, str, str | None]], reports: list[TargetReport]) -> ProcessFigures:
+    peaks = [r.memory.peak_bytes for r in reports if r.memory is not None]
+    return ProcessFigures(
+        process=p.index, exit_code=p.code or 0, programs_compiled=len(programs), programs=[n for n, _, _ in programs],
+        collective_bytes=sum(_moved(r) for r in reports),
+        peak_host_bytes=p.peak_host_bytes, peak_device_bytes=max(peaks) if peaks else None)
+
+
+def _error(processes: list[_Process]) -> tuple[int, str | None]:
+    for p in processes:
+        if p.code:
+            p.stderr.seek(0)  # type: ignore[attr-defined]
+            text = p.stderr.read().decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+            return p.code, f"process {p.index}: {last_error_line(text) or f'exit {p.code}'}"
+    return 0, None
+
+
+def _moved(report: TargetReport) -> int:
+    """Per device, every collective of the program once per compilation."""
+    return sum(c.bytes * c.count for c in report.collectives) * report.compilations
+
+
+def _growing(sizes: dict[tuple[str, str], dict[int, int]], counts: list[int], sites: dict[tuple[str, str], TargetReport]
+             ) -> list[GrowingTransfer]:
+    out = []
+    for key in sorted(sizes):
+        series = [(n, sizes[key].get(n, 0)) for n in counts]
+        moved = [b for _, b in series]
+        if len(moved) > 1 and moved[-1] > moved[0] and all(a <= b for a, b in zip(moved, moved[1:])):
+            report = sites[key]
+            kinds = sorted({c.kind for c in report.collectives})
+            out.append(GrowingTransfer(source=report.call_site, program=key[1], kind=", ".join(kinds),
+                                       bytes_by_processes=series))
+    return out
+
+
+def _growth_findings(growing: list[GrowingTransfer], settings: Settings) -> list[Finding]:
+    findings = []
+    for g in growing:
+        sizes = ", ".join(f"{n} process{'es' if n > 1 else ''}: {format_bytes(b) if b else 'none'}"
+                          for n, b in g.bytes_by_processes)
+        if g.program.endswith(_ALLGATHER_PROGRAM):
+            code = SL401
+            message = (f"device_put of a host value: JAX checks that every process passed the same value "
+                       f"(multihost_utils.assert_equal, a tiled process_allgather), whose {g.kind} grows with the "
+                       f"process count, per device: {sizes}")
+            fix = "jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])"
+        else:
+            code = SL402
+            message = f"{g.program} compiled here moves more per device with more processes ({g.kind}): {sizes}"
+            fix = "keep the value sharded: reduce it inside a jitted function and move only the result"
+        rule = RULES[code.code]
+        if code.code in settings.ignore:
+            continue
+        emitter = Emitter(rule, settings.severities.get(code.code, rule.severity))
+        emitter.emit(message, g.source, fix=fix, subject=g.program, total_bytes=g.bytes_by_processes[-1][1])
+        findings.extend(emitter.findings)
+    return findings
+
+
+def _same_place(a: Finding, b: Finding) -> bool:
+    return a.rule == b.rule and a.source is not None and b.source is not None and a.source.line == b.source.line \
+        and os.path.abspath(a.source.file) == os.path.abspath(b.source.file)
+
+
+def run_processes(request: RunRequest, processes: int, settings: Settings) -> MultiProcessReport:
+    if not os.path.isfile(request.script):
+        raise ShardLintInputError(request.script, "no such file")
+    if processes < 1:
+        raise ShardLintInputError("--processes", f"expected a positive count, got {processes}")
+    only = only_pattern(request)
+    counts = process_counts(processes)
+    total = request.devices or processes
+    for n in counts:
+        if total % n:
+            raise ShardLintInputError("--devices", f"{total} devices cannot be shared evenly by {n} processes "
+                                      f"(run --processes {processes} runs {', '.join(map(str, counts))})")
+    program = program_files(request.script, settings)
+    analysis = program_analysis(program, settings)
+    runs: list[ProcessCountRun] = []
+    sizes: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    sites: dict[tuple[str, str], TargetReport] = {}
+    targets: list[TargetReport] = []
+    skipped: list[str] = []
+    compiled = 0
+    for n in counts:
+        with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
+            isolation.phase(request.script, f"running the script as {n} processes")
+            group, timed_out, wall = _run_group(request, dump, n, total // n, analysis.initialize_file is None)
+            figures = []
+            for p in group:
+                programs = dumped_programs(os.path.join(dump, f"p{p.index}"))
+                reports, left_out = dumped_reports(programs, only, settings, request)
+                figures.append(_figures(p, programs, reports))
+                if p.index == 0:
+                    for r in reports:
+                        key = (str(r.call_site), r.name.split("#")[0])
+                        sizes[key][n] += _moved(r)
+                        sites.setdefault(key, r)
+                    if n == counts[-1]:
+                        targets, skipped, compiled = reports, left_out, len(programs)
+            code, error = _error(group)
+            for p in group:
+                p.stderr.close()  # type: ignore[attr-defined]
+        runs.append(ProcessCountRun(processes=n, devices_per_process=total // n, exit_code=code, error=error,
+                                    timed_out=timed_out, wall_seconds=round(wall, 2), per_process=figures))
+    growing = _growing(sizes, counts, sites)
+    measured = _growth_findings(growing, settings)
+    static = [f for f in analysis.findings if not any(_same_place(f, m) for m in measured)]
+    targets, run_findings = apply_run_suppressions(targets, list(program.files), settings, report_unused=False,
+                                                   extra=static + measured)
+    last = runs[-1]
+    jax_version, jaxlib_version = jax_adapter.versions()
+    report = MultiProcessReport(
+        tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
+        script=request.script, targets=targets, findings=run_findings,
+        rules=rule_docs(settings.ignore, settings.severities), source_notes=list(analysis.notes),
+        run=ScriptRun(exit_code=last.exit_code if not any(r.exit_code for r in runs) else
+                      next(r.exit_code for r in runs if r.exit_code),
+                      error=next((f"{r.processes} processes: {r.error}" for r in runs if r.error), None),
+                      timed_out=any(r.timed_out for r in runs), programs_compiled=compiled,
+                      programs_reported=len(targets), skipped=skipped),
+        process_runs=runs, growing=growing,
+    )
+    return relativize(report, os.getcwd())
