@@ -29,7 +29,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_analysis, program_files
+from ..context.program_files import program_analysis, program_files, shown_notes
 from ..context.suppressions import apply_run_suppressions
 from ..errors import ShardLintInputError
 from ..supervision import isolation
@@ -228,7 +228,7 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
     report = MultiProcessReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=targets, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=list(analysis.notes),
+        rules=rule_docs(settings.ignore, settings.severities), source_notes=shown_notes(analysis, program),
         run=ScriptRun(exit_code=last.exit_code if not any(r.exit_code for r in runs) else
                       next(r.exit_code for r in runs if r.exit_code),
                       error=next((f"{r.processes} processes: {r.error}" for r in runs if r.error), None),

@@ -13,6 +13,7 @@ from ...passes.models.report import Finding
 from ...passes.rules.source_check import ProgramFindings, check_program
 from ...passes.rules.source_parse import parse_source
 from .config import Settings
+from .display_paths import display_path
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,16 @@ def program_findings(program: ProgramFiles, settings: Settings) -> tuple[list[Fi
     """The source rules' findings over the whole program, and the files read with a newer grammar or
     not analysed (named, never skipped in silence)."""
     result = program_analysis(program, settings)
-    return list(result.findings), list(result.notes)
+    return list(result.findings), shown_notes(result, program)
+
+
+def shown_notes(result: ProgramFindings, program: ProgramFiles) -> list[str]:
+    """The notes with their files as reports show paths (relative to the working folder beneath it)."""
+    out = []
+    for note in result.notes:
+        path = next((p for p in program.texts if note.startswith(p + ": ")), None)
+        out.append(display_path(path, os.getcwd()) + note[len(path):] if path else note)
+    return out
 
 
 def program_analysis(program: ProgramFiles, settings: Settings) -> ProgramFindings:

@@ -93,3 +93,21 @@ def test_configured_first_party_package_outside_the_script_folder(tmp_path):
     settings = Settings(first_party=("libs/",), config_file=str(tmp_path / "pyproject.toml"))
     found, _ = _found(str(app), settings)
     assert found == {("../libs/shardutil/put.py", 5, "SL401")}
+
+
+def test_run_names_a_module_newer_than_this_python_in_its_report(cli, tmp_path):
+    """The script runs (it imports the PEP 695 module only in a function it never calls); the report
+    names the module as read with a newer grammar on 3.11, and nothing on 3.12."""
+    import json
+    import shutil
+
+    shutil.copy(os.path.join(CASES, "pep695", "bug", "tree_utils.py"), tmp_path / "tree_utils.py")
+    (tmp_path / "train.py").write_text("def later():\n    import tree_utils\n\n\nprint('ran')\n")
+    result = cli("run", str(tmp_path / "train.py"), "--format", "json", "-q")
+    assert result.code == 0, result.err
+    notes = json.loads(result.out)["source_notes"]
+    if sys.version_info >= (3, 12):
+        assert notes == []
+    else:
+        (note,) = notes
+        assert note.endswith("tree_utils.py: read with Python 3.14's grammar (parso): newer than this Python's")
