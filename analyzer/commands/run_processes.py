@@ -11,6 +11,7 @@ process group, killed whole at the timeout or when the run ends (no orphans).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
-from ...passes.models.report import Finding, ScriptRun, TargetReport
+from ...passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
 from ...passes.models.rule_codes import SL401, SL402
 from ...passes.rules.registry import Emitter
 from ...passes.rules.table import RULES, rule_docs
@@ -42,6 +43,9 @@ _BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PEERS_GRACE_S = 10.0
 # The program multihost_utils.process_allgather compiles: device_put's cross-process check of a host value.
 _ALLGATHER_PROGRAM = "_identity_fn"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)', re.M)
+# JAX's error for fetching a global array to one process (np.asarray, float(), printing it).
+_NON_ADDRESSABLE = "spans non-addressable"
 
 
 def _free_port() -> int:
@@ -120,13 +124,36 @@ def _figures(p: _Process, programs: list[tuple[str, str, str | None]], reports: 
         peak_host_bytes=p.peak_host_bytes, peak_device_bytes=max(peaks) if peaks else None)
 
 
-def _error(processes: list[_Process]) -> tuple[int, str | None]:
+def _error(processes: list[_Process], files: tuple[str, ...]) -> tuple[int, str | None, SourceLocation | None]:
+    """The first failed process's exit, its error line, and the innermost line of the program's own
+    files in its traceback."""
     for p in processes:
         if p.code:
             p.stderr.seek(0)  # type: ignore[attr-defined]
             text = p.stderr.read().decode("utf-8", errors="replace")  # type: ignore[attr-defined]
-            return p.code, f"process {p.index}: {last_error_line(text) or f'exit {p.code}'}"
-    return 0, None
+            ours = [(f, int(line)) for f, line in _FRAME.findall(text) if os.path.abspath(f) in files]
+            where = SourceLocation(file=ours[-1][0], line=ours[-1][1]) if ours else None
+            return p.code, f"process {p.index}: {last_error_line(text) or f'exit {p.code}'}", where
+    return 0, None, None
+
+
+def _fetch_findings(runs: list[ProcessCountRun], failed_at: dict[int, SourceLocation], settings: Settings
+                    ) -> list[Finding]:
+    """A script that runs as one process and fails as several because it fetched an array spanning other
+    processes' devices (np.asarray, float(), print of a global jax.Array): SL402 at the user's line."""
+    if not runs or runs[0].exit_code or SL402.code in settings.ignore:
+        return []
+    for run in runs[1:]:
+        where = failed_at.get(run.processes)
+        if run.error and _NON_ADDRESSABLE in run.error and where is not None:
+            rule = RULES[SL402.code]
+            emitter = Emitter(rule, settings.severities.get(SL402.code, rule.severity))
+            emitter.emit(f"fetches a sharded array that spans other processes' devices: the script fails with "
+                         f"{run.processes} processes and runs with 1 ({run.error})", where,
+                         fix="reduce it on the devices with a module-level jitted helper and fetch only the small "
+                         "result, or gather it on purpose (multihost_utils.process_allgather)")
+            return emitter.findings
+    return []
 
 
 def _moved(report: TargetReport) -> int:
@@ -197,6 +224,7 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
     targets: list[TargetReport] = []
     skipped: list[str] = []
     compiled = 0
+    failed_at: dict[int, SourceLocation] = {}
     for n in counts:
         with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
             isolation.phase(request.script, f"running the script as {n} processes")
@@ -213,13 +241,15 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
                         sites.setdefault(key, r)
                     if n == counts[-1]:
                         targets, skipped, compiled = reports, left_out, len(programs)
-            code, error = _error(group)
+            code, error, where = _error(group, program.files)
+            if where is not None:
+                failed_at[n] = where
             for p in group:
                 p.stderr.close()  # type: ignore[attr-defined]
         runs.append(ProcessCountRun(processes=n, devices_per_process=total // n, exit_code=code, error=error,
                                     timed_out=timed_out, wall_seconds=round(wall, 2), per_process=figures))
     growing = _growing(sizes, counts, sites)
-    measured = _growth_findings(growing, settings)
+    measured = _growth_findings(growing, settings) + _fetch_findings(runs, failed_at, settings)
     static = [f for f in analysis.findings if not any(_same_place(f, m) for m in measured)]
     targets, run_findings = apply_run_suppressions(targets, list(program.files), settings, report_unused=False,
                                                    extra=static + measured)

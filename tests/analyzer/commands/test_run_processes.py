@@ -101,3 +101,20 @@ def test_devices_must_be_shared_evenly(cli):
     result = cli("run", os.path.join(RUN, "replicate_host_array.py"), "--processes", "4", "--devices", "6")
     assert result.code == 2
     assert "6 devices cannot be shared evenly by 4 processes" in result.err
+
+
+@pytest.mark.slow
+def test_fetching_a_sharded_array_fails_only_with_several_processes(cli):
+    """np.asarray of an array spanning other processes' devices: SL402 at that line, measured (the run
+    as 1 process passes, as 2 fails with JAX's error); the eager NaN check before it is the static
+    SL402, its all-reduce one value at every count (nothing grows)."""
+    script = os.path.join(RUN, "fetch_sharded.py")
+    result = cli("run", script, "--processes", "2", "--devices", "4", "--timeout", "120", "--format", "json", "-q")
+    assert result.code == 4, result.err
+    report = json.loads(result.out)
+    assert [r["exit_code"] == 0 for r in report["process_runs"]] == [True, False]
+    assert report["growing"] == []
+    lines = sorted((f["source"]["line"], f["rule"]) for f in report["findings"])
+    assert lines == [(13, "SL402"), (15, "SL402")]
+    (fetch,) = [f for f in report["findings"] if f["source"]["line"] == 15]
+    assert "fails with 2 processes and runs with 1" in fetch["message"] and "non-addressable" in fetch["message"]
