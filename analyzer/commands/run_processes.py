@@ -39,8 +39,9 @@ from .run import RunRequest, child_env, dumped_programs, dumped_reports, last_er
 
 _BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "adapter", "local_cluster_boot.py")
 # After one process fails, the others get this long to fail too (a peer gone, a collective that cannot
-# finish) before the group is killed: JAX's own heartbeat timeout is 100 s.
-_PEERS_GRACE_S = 10.0
+# finish) before the group is killed: JAX's own heartbeat timeout is 100 s. On a loaded machine a peer
+# can take many seconds to reach its own error.
+_PEERS_GRACE_S = 30.0
 # The program multihost_utils.process_allgather compiles: device_put's cross-process check of a host value.
 _ALLGATHER_PROGRAM = "_identity_fn"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)', re.M)
@@ -127,7 +128,8 @@ def _figures(p: _Process, programs: list[tuple[str, str, str | None]], reports: 
 def _error(processes: list[_Process], files: tuple[str, ...]) -> tuple[int, str | None, SourceLocation | None]:
     """The first failed process's exit, its error line, and the innermost line of the program's own
     files in its traceback."""
-    for p in processes:
+    # A process that exited by itself first: a peer the group's kill stopped has no error of its own.
+    for p in sorted(processes, key=lambda p: (not (p.code or 0) > 0, p.index)):
         if p.code:
             p.stderr.seek(0)  # type: ignore[attr-defined]
             text = p.stderr.read().decode("utf-8", errors="replace")  # type: ignore[attr-defined]

@@ -109,7 +109,7 @@ def test_fetching_a_sharded_array_fails_only_with_several_processes(cli):
     as 1 process passes, as 2 fails with JAX's error); the eager NaN check before it is the static
     SL402, its all-reduce one value at every count (nothing grows)."""
     script = os.path.join(RUN, "fetch_sharded.py")
-    result = cli("run", script, "--processes", "2", "--devices", "4", "--timeout", "120", "--format", "json", "-q")
+    result = cli("run", script, "--processes", "2", "--devices", "8", "--timeout", "120", "--format", "json", "-q")
     assert result.code == 4, result.err
     report = json.loads(result.out)
     assert [r["exit_code"] == 0 for r in report["process_runs"]] == [True, False]
