@@ -7,7 +7,10 @@ the op computes in; an operand holding the factor on other axes must change:
 - operand sharded on axes the result is not: an all-gather of those axes;
 - operand and result sharded on different axes: an all-to-all (a reshard);
 - a reduction factor sharded on an operand: an all-reduce of the result over
-  those axes (XLA may emit it as a reduce-scatter);
+  those axes (XLA may emit it as a reduce-scatter); where the result is
+  sharded on the same axis along another factor (a gather whose indices are
+  split on the axis its operand is indexed along), an all-gather of the
+  operand's dimension instead;
 - a need-replication factor (a concatenate's or sort's dimension) sharded: an
   all-gather.
 
@@ -104,10 +107,23 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
     # a gather and a slice. (A factor the operand lacks, a dot's batch for its weight, takes
     # nothing from it.)
     gained = {a for f, have in have_of.items() for a in (targets.get(f) or ()) if a not in have}
+    result_axes = {a for axes in targets.values() if axes for a in axes}
     for f, have in sorted(have_of.items()):
         if not have:
             continue
         target = targets[f]
+        # An axis the result is sharded on along another factor cannot also sum partial results of this
+        # one (each device holds other rows of the result: an interpolation's query points sharded on the
+        # axis its gather reads along): the operand's dimension is gathered whole on it instead.
+        taken = tuple(a for a in have if a in result_axes) if f in rule.reduction else ()
+        if taken:
+            out.append(_make("all-gather", per_device_bytes(t) * size_of(taken), taken, step, t,
+                             f"the op reduces along {user_label(t)}'s dimension sharded on "
+                             f"{', '.join(_labels(taken, sizes))}, an axis its result is sharded on elsewhere: "
+                             "the dimension is gathered whole", sizes))
+            have = tuple(a for a in have if a not in taken)
+            if not have:
+                continue
         if f in rule.reduction:
             out.append(_make("all-reduce", per_device_bytes(result), have, step, result,
                              f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
