@@ -302,6 +302,7 @@ def _targets(path, **params):
     ("examples/value_function_step.py", "sharded_on_grid"), ("fixtures/scripts/sl101_relative_to_peak.py",
                                                               "sharded_on_wealth"),
     ("examples/remat_layer_stack.py", "train_step"), ("examples/shard_map_tp_step.py", "train_step"),
+    ("examples/maxtext_like_step.py", "train_step"),
 ])
 def test_every_collective_of_a_mebibyte_is_predicted_and_every_prediction_borne_out(path, target):
     """On programs whose propagation agrees with Shardy's: each collective of 1 MiB or more that XLA
@@ -309,7 +310,8 @@ def test_every_collective_of_a_mebibyte_is_predicted_and_every_prediction_borne_
     pylcm's kernel with V on wealth had two 16 MiB all-reduces predicted that never compile (the result is
     split on the axis its gather reads along, so partial lookups cannot be summed over it) and its 2 MiB
     all-gather of V missed."""
-    lowered = _targets(path)[target]
+    small = dict(layers=2, d_model=256, d_ff=512, vocab=1024, seq=256) if "maxtext" in path else {}
+    lowered = _targets(path, **small)[target]
     module = jax_adapter.stablehlo_module(lowered)
     owner = dataclasses.replace(DEFAULT_OWNERSHIP, user_roots=(os.path.dirname(os.path.abspath(path)),))
     predicted = predict(run_propagation(module, owner).graph)
