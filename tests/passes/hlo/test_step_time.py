@@ -112,7 +112,7 @@ def test_h100_matmul_is_flop_bound_at_the_published_peak():
     estimate, _ = estimate_step_time(cost, [], device_spec("h100"))
     # 34.4 GFLOP at 989.4 TFLOP/s (bf16, dense) = 34.7 us; the operands' 80 MB at 3.35 TB/s take less.
     assert estimate.compute_seconds == pytest.approx(MATMUL_FLOPS / 989.4e12, rel=0.01)
-    assert estimate.flop_seconds > estimate.bytes_moved
+    assert estimate.flop_seconds > estimate.memory_seconds
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the [tpu] extra is not installed")
