@@ -76,7 +76,8 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                 others = [y for y in movable if y.index != x.index and any(axis in a for a in base[y.index])]
                 if dim is not None and others:
                     across = {**base, x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
-                    add(f"{change}, {axis!r} off {', '.join(y.path for y in others)}", across)
+                    off = f"{axis!r} off {', '.join(y.path for y in others)}"
+                    add(f"{change}, {off}" if own != base[x.index] else f"{off} (kept on {x.path})", across)
     return moves[:MAX_MOVES]
 
 
