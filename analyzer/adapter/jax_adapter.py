@@ -251,6 +251,25 @@ def lowered_mesh(lowered: Any) -> Any:
     return None
 
 
+def call_arguments(lowered: Any) -> tuple:
+    """The arguments of a lowered call as one tuple whose leaves flatten in jit's order: the
+    positional ones, then the keyword ones by name (jit flattens ``(args, kwargs)``, and a dict's
+    leaves come in sorted key order), so the module's argument numbers index both alike."""
+    args, kwargs = lowered.args_info
+    return tuple(args) + tuple(kwargs[k] for k in sorted(kwargs))
+
+
+def keyword_argument_names(lowered: Any) -> dict[int, str]:
+    """Position in ``call_arguments`` -> keyword, for the arguments passed by keyword."""
+    args, kwargs = lowered.args_info
+    return {len(args) + i: k for i, k in enumerate(sorted(kwargs))}
+
+
+def has_keyword_arguments(lowered: Any) -> bool:
+    """Whether the target was lowered with keyword arguments (jit then takes no in_shardings)."""
+    return bool(lowered.args_info[1])
+
+
 def kept_argument_leaves(lowered: Any) -> frozenset[int] | None:
     """The flattened argument leaves the compiled module takes: ``jit`` prunes the ones the function never
     reads (MaxText's ``targets_position``), and the module's arguments are the rest, in order. None: all."""

@@ -132,7 +132,7 @@ def build_text(
     pair_of: dict[int, int],
 ) -> str:
     """The text for ``intended`` shardings (mesh axes per dim, per flattened output)."""
-    args, out_info = lowered.args_info[0], lowered.out_info  # out_info is rebuilt on every access
+    args, out_info = jax_adapter.call_arguments(lowered), lowered.out_info  # out_info is rebuilt on every access
     args_tree, out_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered)), _Tree(out_info)
     names = _arg_names(inputs, args_tree, args)
     by_first = _input_subtrees(args_tree, args, names)
@@ -188,7 +188,7 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     mesh = jax_adapter.lowered_mesh(lowered)
     if mesh is None:
         return "the program has no named mesh"
-    args = lowered.args_info[0]
+    args = jax_adapter.call_arguments(lowered)
     args_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
     if len(inputs) != args_tree.n:
         return "the inputs do not match the program's argument tree"

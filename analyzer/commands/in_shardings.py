@@ -27,7 +27,7 @@ from ..backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespa
 
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
-    args = lowered.args_info[0]
+    args = jax_adapter.call_arguments(lowered)
     tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))  # module argument numbers: intended's
     names = _arg_names(inputs, tree, args)
 
@@ -75,9 +75,9 @@ def placement_text(lowered: Any, inputs: tuple[TensorInfo, ...], in_text: str) -
     ``params, x = jax.device_put((params, x), (...))`` with the checked in_shardings
     tuple (device_put takes the same pytree prefixes as jit). None where an argument
     has no name to assign to."""
-    args = lowered.args_info[0]
+    args = jax_adapter.call_arguments(lowered)
     tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
-    names = _arg_names(inputs, tree, args)
+    names = {**_arg_names(inputs, tree, args), **jax_adapter.keyword_argument_names(lowered)}
     count = len(list(tree.children(args)))
     if count == 0 or any(i not in names for i in range(count)):
         return None
@@ -96,7 +96,7 @@ def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended
     namespace = paste_namespace(lowered, inputs)
     if isinstance(namespace, str):
         return namespace
-    args = lowered.args_info[0]
+    args = jax_adapter.call_arguments(lowered)
     leaves = len(jax.tree_util.tree_leaves(args))
     try:
         value = eval(text.removeprefix("in_shardings="), namespace)  # our own text, built above

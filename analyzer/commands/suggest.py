@@ -1,7 +1,10 @@
 """``jax-shard-lint suggest``: choose a sharding for every argument and result of
 a target by solving (``passes/solver/problem.py``, ``passes/solver/solve.py``),
-then compile the choice beside the program's own shardings and three baselines
-and print the checked ``in_shardings=``/``out_shardings=`` text.
+then compile the choice beside the program's own shardings and four baselines
+(replicated, data-parallel, FSDP, and the best single move of a mesh axis from the
+written shardings, ``suggest_moves.py``) and print the checked
+``in_shardings=``/``out_shardings=`` text (or, for a target lowered with keyword
+arguments, which jit takes no in_shardings for, the text that places the inputs).
 
 Every version is compiled from the same StableHLO with only the entry
 function's ``sdy.sharding`` attributes changed (as ``rewrite`` does), so their
@@ -56,6 +59,8 @@ from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
 from .rewrite import _call_entry, parse_spec
 from .suggest_logical import declared_logical, rule_advice
+from .suggest_moves import NAME as NAME_MOVE
+from .suggest_moves import best_move, single_moves
 from .suggest_refine import pins as refine_pins
 from .suggest_refine import refine
 from .suggest_verdict import best_version, verdict
@@ -206,6 +211,19 @@ def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
     compute, reduction, reshard = breakdown(problem, a)
     return ModelCost(seconds=significant(compute + reduction + reshard), compute_seconds=significant(compute),
                      reduction_seconds=significant(reduction), reshard_seconds=significant(reshard))
+
+
+def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
+                request: SuggestRequest) -> Version:
+    """The version with the solver's cost model of its argument shardings (its best intermediates)."""
+    pinned = pin_groups(problem, {problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in pins.items()})
+    if pinned is None or version.error:
+        return version
+    try:
+        model = solve(pinned, request.solver, request.time_limit)
+    except NoFeasibleSharding:
+        return version
+    return version.model_copy(update={"model": _model_cost(pinned, model.assignment)})
 
 
 def _baselines(t: _Target) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
@@ -362,17 +380,18 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
-        model_pins = pins if pins is not None else written
-        pinned = pin_groups(
-            problem, {t.problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in model_pins.items()})
-        if pinned is not None and not version.error:
-            try:
-                model = solve(pinned, request.solver, request.time_limit)
-                version = version.model_copy(update={"model": _model_cost(pinned, model.assignment)})
-            except NoFeasibleSharding:
-                pass
-        versions.append(version)
+        versions.append(_with_model(version, pins if pins is not None else written, problem, request))
         pins_of[vname], reports[vname] = (pins, outs), report
+    as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
+    moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed))
+    if moves:
+        say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
+        wanted_moves = [(NAME_MOVE, m.description, m.pins, {o: m.pins[i] for o, i in state.items()}) for m in moves]
+        moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread))
+        if moved is not None:
+            move, version, report = moved
+            versions.append(_with_model(version, move.pins, problem, request))
+            pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, {o: move.pins[i] for o, i in state.items()}), report
     best = best_version(versions)
     notes = []
     if best is None:
@@ -384,7 +403,13 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     args = _chosen_list(t.sig.inputs, arg_pins, problem, why)
     results = _chosen_list(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
-    placement = place_text(t.lowered, t.sig.inputs, text_in) if text_in and _explicit_axes(t.lowered) else None
+    # jit takes no in_shardings with keyword arguments (JAX: "pjit does not support kwargs when in_shardings is
+    # specified"): the inputs are placed instead, and jit compiles for the shardings they arrive with.
+    keywords = jax_adapter.has_keyword_arguments(t.lowered)
+    placement = place_text(t.lowered, t.sig.inputs, text_in) if text_in and (
+        keywords or _explicit_axes(t.lowered)) else None
+    if keywords and placement is not None:
+        text_in = None
     advice = rule_advice(args, *logical) if logical is not None else None
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")

@@ -253,7 +253,10 @@ def _op_cost(module: HloModule, ins: HloInstruction, fused: _FusedComputations,
         if callee is not None:
             flops = dict(fused.flops(callee))
             sliced, in_place = fused.reads(callee)
-            operand_bytes = [sliced.get(k, b) for k, b in enumerate(operand_bytes)]
+            # A parameter read only through slices or gathers reads those parts, and never more than
+            # the whole of it: gathers that read an element again (an interpolation's two corners at
+            # every query point) find it in cache, not HBM.
+            operand_bytes = [min(sliced.get(k, b), b) for k, b in enumerate(operand_bytes)]
             if in_place is not None:
                 result = in_place
     elif opcode == "custom-call":

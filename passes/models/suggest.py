@@ -35,7 +35,8 @@ class ModelCost(Model):
 class Version(Model):
     """One set of argument and result shardings, compiled."""
 
-    name: str = Field(description="solver, written (the program's own), replicated, data-parallel, fsdp.")
+    name: str = Field(description="solver, written (the program's own), replicated, data-parallel, fsdp, single "
+                      "move (the best compiled move of one mesh axis from the written shardings).")
     description: str
     peak_bytes: int | None = Field(description="XLA's per-device peak of the compiled program.")
     fits: bool | None = Field(description="Peak within the budget; null without a budget.")
@@ -118,8 +119,9 @@ class SuggestReport(Model):
     out_shardings_text: str | None
     placement_text: str | None = Field(
         default=None, description="On Explicit mesh axes, where a sharding is part of an input's type and jit refuses "
-        "in_shardings its inputs do not have: checked Python that places the inputs on the suggested shardings "
-        "(jax.device_put with the in_shardings tuple).")
+        "in_shardings its inputs do not have, and for a target lowered with keyword arguments (jit takes no "
+        "in_shardings with them; in_shardings_text is then null): checked Python that places the inputs on the "
+        "suggested shardings (jax.device_put with the in_shardings tuple).")
     logical_rules: LogicalRuleAdvice | None = Field(
         default=None, description="Where the script names its logical axes (shard_lint_logical_axes): the rules "
         "to change.")

@@ -7,7 +7,10 @@ the op computes in; an operand holding the factor on other axes must change:
 - operand sharded on axes the result is not: an all-gather of those axes;
 - operand and result sharded on different axes: an all-to-all (a reshard);
 - a reduction factor sharded on an operand: an all-reduce of the result over
-  those axes (XLA may emit it as a reduce-scatter);
+  those axes (XLA may emit it as a reduce-scatter); where an operand splits
+  the result's rows on the same axis (a gather whose indices are split on the
+  axis its operand is indexed along), an all-gather of the operand's
+  dimension instead;
 - a need-replication factor (a concatenate's or sort's dimension) sharded: an
   all-gather.
 
@@ -18,7 +21,7 @@ the value's layout: the collectives of the axes that change (layout_change.py).
 
 from __future__ import annotations
 
-from ..common.axes import Axes, label, size_of, split_for_factors
+from ..common.axes import Axes, AxisRef, label, size_of, split_for_factors
 from ..common.device_groups import MeshInfo, axes_of_groups, axes_of_pairs
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
@@ -66,11 +69,21 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
         rule = step.rule
         targets = {f: next((proj[k][f] for k in results if f in proj[k]), None) for f in range(len(rule.factor_sizes))}
         first_result = tensors[results[0]] if len(results) else None
+        # Axes an operand brings into the result on a factor they share (a gather's indices split on x,
+        # their rows the result's): every device computes its own rows of the result on them.
+        # (A scatter's updates are summed into the rows its indices name: partial sums are its nature.)
+        split_rows = {a for k in range(step.n_operands) for f, axes in proj[k].items()
+                      if f not in rule.reduction for a in axes if a in (targets.get(f) or ())} \
+            if step.op in _ROWS_SPLIT_BY_OPERANDS else set()
         for k in range(step.n_operands):
             result = first_result if first_result is not None else tensors[k]
-            out.extend(_operand(step, tensors[k], result, proj[k], targets, sizes))
+            out.extend(_operand(step, tensors[k], result, proj[k], targets, split_rows, sizes))
     out.extend(_explicit(g))
     return _dedupe(out)
+
+
+# Ops whose result rows an operand can split, so that a reduction over the same axis cannot be summed.
+_ROWS_SPLIT_BY_OPERANDS = ("stablehlo.gather", "stablehlo.dot_general")
 
 
 def _explicit(g: ShardingGraph) -> list[PredictedCollective]:
@@ -96,7 +109,7 @@ def _explicit(g: ShardingGraph) -> list[PredictedCollective]:
 
 
 def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], targets: dict[int, Axes | None],
-             sizes: dict[str, int]) -> list[PredictedCollective]:
+             split_rows: set[AxisRef], sizes: dict[str, int]) -> list[PredictedCollective]:
     """What operand ``t`` needs moved for the op to compute in its results' shardings."""
     rule, out = step.rule, []
     # An axis the operand holds on one of its dimensions that the result holds on another
@@ -108,6 +121,19 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
         if not have:
             continue
         target = targets[f]
+        # An axis on which an operand splits the result's rows cannot also sum partial results of this
+        # factor (each device computes other rows: an interpolation's query points split on the axis its
+        # gather reads along): the operand's dimension is gathered whole on it instead. (A weight gradient
+        # whose result is split only by its reduce-scatter still sums partials.)
+        taken = tuple(a for a in have if a in split_rows) if f in rule.reduction else ()
+        if taken:
+            out.append(_make("all-gather", per_device_bytes(t) * size_of(taken), taken, step, t,
+                             f"the op reduces along {user_label(t)}'s dimension sharded on "
+                             f"{', '.join(_labels(taken, sizes))}, an axis another operand splits the result's rows "
+                             "on: the dimension is gathered whole", sizes))
+            have = tuple(a for a in have if a not in taken)
+            if not have:
+                continue
         if f in rule.reduction:
             out.append(_make("all-reduce", per_device_bytes(result), have, step, result,
                              f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} along a dimension "

@@ -10,7 +10,15 @@ from ...passes.models.suggest import SuggestRun
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page, run_header
 from ..common.tensor_text import shape_text
-from .summary import PLAN_HEAD, VERSION_HEAD, logical_rule_lines, plan_rows, solver_line, version_cells
+from .summary import (
+    PLAN_HEAD,
+    VERSION_HEAD,
+    logical_rule_lines,
+    placement_why,
+    plan_rows,
+    solver_line,
+    version_cells,
+)
 
 
 def render_suggest_html(run: SuggestRun) -> str:
@@ -40,7 +48,7 @@ def render_suggest_html(run: SuggestRun) -> str:
                      + "</tbody></table>")
         text = ""
         if r.placement_text:
-            text = ('<p>Explicit axes: place the inputs on these (jit refuses in_shardings they do not have)</p>'
+            text = (f'<p>{e(placement_why(r))}</p>'
                     f'<pre class="fixtext">{e(r.placement_text)}'
                     f'{chr(10) + "jax.jit(step, " + e(r.out_shardings_text) + ")" if r.out_shardings_text else ""}'
                     '</pre>')

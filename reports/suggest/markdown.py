@@ -11,6 +11,7 @@ from .summary import (
     VERSION_HEAD,
     changed_arguments,
     logical_rule_lines,
+    placement_why,
     plan_rows,
     solver_line,
     version_cells,
@@ -36,7 +37,7 @@ def render_suggest_markdown(run: SuggestRun) -> str:
             lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
                       for a in changed[:MAX_ROWS]]
         if r.placement_text:
-            lines += ["", "Explicit axes: place the inputs on these (jit refuses in_shardings they do not have).",
+            lines += ["", placement_why(r) + ".",
                       "", "```python", r.placement_text]
             lines += [f"jax.jit(step, {r.out_shardings_text})"] if r.out_shardings_text else []
             lines += ["```"]

@@ -100,3 +100,11 @@ def logical_rule_lines(r: SuggestReport) -> list[str]:
                  "arguments their suggested sharding")
     lines += [f"  {x} (it needs a logical name of its own)" for x in a.exceptions]
     return lines
+
+
+def placement_why(r: SuggestReport) -> str:
+    """Why the text places the inputs rather than giving jit in_shardings."""
+    if r.in_shardings_text is None:  # keyword arguments: the text places them by name
+        return "keyword arguments: jit takes no in_shardings with them; place the inputs on these and jit keeps " \
+               "their shardings"
+    return "Explicit axes: place the inputs on these (jit refuses in_shardings they do not have)"

@@ -12,7 +12,15 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.terminal_safe import code_text, terminal_safe
-from .summary import MAX_ROWS, VERSION_HEAD, changed_arguments, logical_rule_lines, solver_line, version_cells
+from .summary import (
+    MAX_ROWS,
+    VERSION_HEAD,
+    changed_arguments,
+    logical_rule_lines,
+    placement_why,
+    solver_line,
+    version_cells,
+)
 
 
 def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
@@ -50,8 +58,7 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
         console.print(Text(r.verdict, style="bold"))
         console.print(f"solver: {solver_line(r)}")
         if code.placement_text:
-            console.print(Text.assemble(("Python (Explicit axes: place the inputs on these; jit refuses "
-                                         "in_shardings they do not have): ", "bold green"),
+            console.print(Text.assemble((f"Python ({placement_why(code)}): ", "bold green"),
                                         code_text(code.placement_text)))
             if code.out_shardings_text:
                 console.print(Text.assemble(("then: ", "bold green"),

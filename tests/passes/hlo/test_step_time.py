@@ -5,6 +5,7 @@ the TPU compiler's estimate), and the compute roofline of one large matmul."""
 import importlib.util
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -142,3 +143,35 @@ def test_lint_reports_a_time_block_and_sorts_collectives_by_it(cli):
     seconds = [c["seconds"] for c in target["collectives"]]
     assert seconds == sorted(seconds, reverse=True)
     assert time["communication_seconds"] == pytest.approx(sum(seconds), rel=1e-3)
+
+
+def test_a_parameter_read_through_gathers_counts_at_most_its_own_bytes():
+    """pylcm's interpolation (examples/lcm_grid_search_kernel.py) reads the value array's row through two
+    gathers at every (wealth, consumption) point, 64x more elements than the row has; the roofline counts
+    HBM traffic, so each fusion reads an operand at most whole: at most its operands' and result's bytes as
+    XLA's compiled text gives their shapes. Both layouts then do the same work per device, as they do."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lcm_grid_search_kernel.py")
+    spec = importlib.util.spec_from_file_location("_lcm_kernel_cost", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    targets = module.shard_lint_targets()
+    bytes_moved = {}
+    for name in ("V_on_pref_type", "V_on_wealth"):
+        hlo = parse_hlo_module(targets[name].compile().as_text())
+        cost = program_cost(hlo)
+        for op in cost.ops:
+            ins = hlo.by_name[op.name]
+            whole = sum(_shape_bytes(hlo.by_name[o].shape) for o in ins.operands) + _shape_bytes(ins.shape)
+            assert op.bytes <= whole, (name, op.name, op.bytes, whole)
+        bytes_moved[name] = cost.bytes
+    # The wealth layout copies V's shard for its all-gather and reads the gathered 2 MiB: it moves more, not
+    # (as counted before) 16 MiB less.
+    assert bytes_moved["V_on_pref_type"] < bytes_moved["V_on_wealth"]
+
+
+def _shape_bytes(shape: str) -> int:
+    sizes = {"f32": 4, "s32": 4, "u32": 4, "pred": 1, "bf16": 2, "f16": 2}
+    total = 0
+    for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", shape):
+        total += sizes[dtype] * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
+    return total

@@ -1,0 +1,100 @@
+"""``suggest``'s single-move baseline: the written layout with one mesh axis moved.
+
+A move takes one free mesh axis off where an argument has it and puts it on another
+of that argument's dimensions (or nowhere: replicated over it); moved *between
+arguments*, the axis also leaves every other argument it was on. This is the local
+search a person does by hand (the value array sharded on the wealth axis its
+interpolation reads, moved to its preference-type axis), and ``suggest`` compiles
+the moves and keeps the best as one of its versions, so what it suggests is never
+worse than the best single move it tried.
+
+Moves are taken on the largest arguments first (a move on a scalar changes
+nothing worth a compile) and at most ``MAX_MOVES`` are compiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+from ...passes.common.shapes import array_bytes
+
+MAX_MOVES = 8
+LARGEST_ARGUMENTS = 4
+NAME = "single move"
+
+Pins = dict[int, list[list[str]]]
+
+
+@dataclass(frozen=True)
+class Move:
+    description: str
+    pins: Pins  # every argument's sharding, per dimension its mesh axes
+
+
+def _spec(sharding: list[list[str]]) -> str:
+    parts = [("None" if not axes else repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))) for axes in sharding]
+    while parts and parts[-1] == "None":
+        parts.pop()
+    return f"P({', '.join(parts)})"
+
+
+def _without(sharding: list[list[str]], axis: str) -> list[list[str]]:
+    return [[a for a in axes if a != axis] for axes in sharding]
+
+
+def _divides(shape: Sequence[int], sharding: list[list[str]], sizes: dict[str, int]) -> bool:
+    return all(n % prod(sizes.get(a, 1) for a in axes) == 0 for n, axes in zip(shape, sharding))
+
+
+def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[str, int],
+                 fixed_paths: set[str]) -> list[Move]:
+    """The moves of one free axis from the written layout, on the largest arguments first;
+    each a complete set of argument shardings (fixed arguments as written)."""
+    base = {x.index: [list(a) for a in (written.get(x.index) or [[] for _ in x.shape])] for x in inputs}
+    movable = [x for x in inputs if x.path not in fixed_paths and x.shape]
+    largest = sorted(movable, key=lambda x: (-array_bytes(x.dtype, list(x.shape)), x.index))[:LARGEST_ARGUMENTS]
+    seen = {_key(base)}
+    moves: list[Move] = []
+
+    def add(description: str, pins: Pins) -> None:
+        k = _key(pins)
+        if k not in seen and all(_divides(x.shape, pins[x.index], sizes) for x in inputs):
+            seen.add(k)
+            moves.append(Move(description, pins))
+
+    for x in largest:
+        for axis in free_axes:
+            for dim in [None, *range(len(x.shape))]:
+                own = _without(base[x.index], axis)
+                if dim is not None:
+                    own[dim] = own[dim] + [axis]
+                    own[dim].sort(key=list(sizes).index)  # in mesh order, as a PartitionSpec tuple is read
+                change = f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}"
+                add(change, {**base, x.index: own})
+                others = [y for y in movable if y.index != x.index and any(axis in a for a in base[y.index])]
+                if dim is not None and others:
+                    across = {**base, x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
+                    off = f"{axis!r} off {', '.join(y.path for y in others)}"
+                    add(f"{change}, {off}" if own != base[x.index] else f"{off} (kept on {x.path})", across)
+    return moves[:MAX_MOVES]
+
+
+def _key(pins: Pins) -> tuple:
+    return tuple(sorted((i, tuple(tuple(a) for a in s)) for i, s in pins.items()))
+
+
+def best_move(moves: list[Move], compiled: list) -> tuple[Move, object, object] | None:
+    """(the move, its Version renamed ``single move``, its report) of the best compiled move, by
+    ``best_version``'s measure; None when none compiled."""
+    from .suggest_verdict import best_version
+
+    by_name = {}
+    for k, (move, (version, report)) in enumerate(zip(moves, compiled)):
+        by_name[f"move {k}"] = (move, version.model_copy(update={"name": f"move {k}"}), report)
+    best = best_version([v for _, v, _ in by_name.values()])
+    if best is None:
+        return None
+    move, version, report = by_name[best.name]
+    return move, version.model_copy(update={"name": NAME, "description": move.description}), report
