@@ -47,7 +47,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
             if settings.check_fixes:
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
                 report = check_fixes(report, jax_adapter.stablehlo_text(lowered), settings, where,
-                                     jax_adapter.device_assignment(lowered))
+                                     jax_adapter.device_assignment(lowered), progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     local = local_source_files(where) if os.path.exists(where) else []
     from_source = source_findings(local, settings)
