@@ -10,6 +10,10 @@ os.environ["JAX_SHARD_LINT_NO_CACHE"] = "1"
 # lint compiles each finding's fix by default (a few more compiles per target): the tests of that
 # (tests/analyzer/commands/test_fix_checks.py) turn it on; the rest test what is found.
 os.environ["JAX_SHARD_LINT_NO_FIX_CHECK"] = "1"
+# Tests run side by side (pytest-xdist, as .ci/run runs them), and a test that compiles for a TPU target in
+# this process loads libtpu, whose machine-wide lock would let only one process in; compile-only targets
+# use no TPU. The console script's supervisor sets it for its child the same way.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -75,6 +79,18 @@ def cli(capsys, monkeypatch):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), the tests of a module that share a module-scoped fixture
+    (a Ray cluster, a corpus run once, a brute-force table) run in one worker, which builds it once;
+    every other test goes wherever a worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d and d[-1].scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,11 @@ input the layout the step returns it in.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ...passes.common.byte_sizes import format_bytes
@@ -130,9 +134,11 @@ def _cost_text(check: FixCheck) -> str:
     return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
 
 
-def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list) -> TargetReport:
+def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
+                progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step
-    worse (or does not compile) reworded to say what it costs instead of being offered."""
+    worse (or does not compile) reworded to say what it costs instead of being offered.
+    ``progress`` is told of each compile, counted ("[2/5] ...")."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     pin, take = _state_candidates(report, sig)
@@ -144,19 +150,35 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if not wanted and pin is None:
         return report
     isolation.phase(where, "compiling the findings' fixes to check them")
-    before = _compiled(report.name, text, sig, settings, where, devices)
+    inputs = list(report.inputs)
+    # The candidates the loop below reads, in its order: the first MAX_CHECKS parameter fixes, then the two
+    # state candidates where that leaves room for both. Each is independent of the others, so the program
+    # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
+    planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
+               for c in [_parameter_candidate(f, inputs)] if c is not None][:MAX_CHECKS]
+    if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
+        planned += [pin, take]
+    texts = [text] + [with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments) for c in planned]
+    labels = ["the program as written"] + [c.change for c in planned]
+    compiled = _compile_side_by_side(
+        [lambda t=t: _compiled(report.name, t, sig, settings, where, devices) for t in texts],
+        _counted(progress, report.name, labels))
+    before = compiled[0]
+    if isinstance(before, BaseException):
+        raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    after_of = {id(c): compiled[k + 1] for k, c in enumerate(planned)}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
         nonlocal budget
         budget -= 1
-        edited = with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments)
-        try:
-            after = _compiled(report.name, edited, sig, settings, where, devices)
-        except ShardLintInputError as e:
+        after = after_of[id(c)]
+        if isinstance(after, ShardLintInputError):
             return FixCheck(change=c.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
-                            traffic_bytes_before=base[1], error=str(e).split(": ", 1)[-1][:300])
+                            traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
+        if isinstance(after, BaseException):
+            raise after
         peak = after.memory.peak_bytes if after.memory else 0
         traffic = traffic_bytes(after, sig)
         return FixCheck(change=c.change, verdict=_verdict((base[0], peak), (base[1], traffic)),
@@ -164,11 +186,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                         traffic_bytes_after=traffic)
 
     findings = list(report.findings)
+    parameter_checks = iter(planned)
     for k, f in enumerate(findings):
-        candidate = _parameter_candidate(f, list(report.inputs)) if f.rule in _PARAMETER_FIXES else None
+        candidate = _parameter_candidate(f, inputs) if f.rule in _PARAMETER_FIXES else None
         if candidate is None or budget <= 0:
             continue
-        check = run(candidate)
+        check = run(next(parameter_checks))
         findings[k] = _with_check(f, check, f.fix or "")
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
@@ -179,6 +202,42 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
                              f"is not offered: {_cost_text(pinned)}"]})
     return report.model_copy(update={"findings": findings})
+
+
+def _compile_side_by_side(jobs: list[Callable[[], TargetReport]],
+                          done: Callable[[], None]) -> list[TargetReport | BaseException]:
+    """Each job's report, or what it raised, in the jobs' order; up to one compile per core at a time."""
+    if len(jobs) < 2 or (os.cpu_count() or 1) < 2:
+        return [_outcome(job, done) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1), thread_name_prefix="fix-check") as pool:
+        return list(pool.map(lambda job: _outcome(job, done), jobs))
+
+
+def _outcome(job: Callable[[], TargetReport], done: Callable[[], None]) -> TargetReport | BaseException:
+    try:
+        return job()
+    except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it
+        return e
+    finally:
+        done()
+
+
+def _counted(progress: Callable[[str], None] | None, name: str, labels: list[str]) -> Callable[[], None]:
+    """Told of each compile as it finishes: "[2/5] NAME: fix checks compiled" on ``progress``."""
+    finished = 0
+    lock = threading.Lock()
+    if progress is not None:
+        progress(f"[0/{len(labels)}] {name}: compiling {len(labels)} programs to check the fixes: "
+                 + "; ".join(labels))
+
+    def done() -> None:
+        nonlocal finished
+        with lock:
+            finished += 1
+            if progress is not None:
+                progress(f"[{finished}/{len(labels)}] {name}: fix checks compiled")
+
+    return done
 
 
 def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTrip]:

@@ -69,7 +69,7 @@ def cmd_fit(args) -> int:
         raise ShardLintInputError("--multiple-of", f"must be at least 1, got {args.multiple_of}")
     settings = settings_from_args(args)
     result = fit(FitRequest(args.script, args.param, tuple(args.target), tuple(args.params), args.multiple_of,
-                            lo_v, hi_v), settings)
+                            lo_v, hi_v), settings, progress_printer(args))
     emit_report(args, "fit", result)
     return EXIT_OK if result.value is not None else EXIT_FINDINGS
 

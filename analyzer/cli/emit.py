@@ -4,6 +4,7 @@ says which one each command has), -o the destination."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -11,13 +12,33 @@ from ...reports.registry import TERMINAL, renderer
 
 
 def progress_printer(args) -> Callable[[str], None] | None:
-    """Progress lines for people watching a terminal (stderr); logs and pipes get the report alone."""
-    if args.quiet or not sys.stderr.isatty():
+    """Progress lines on stderr, each with the seconds since the command began; ``-q``: none.
+
+    A terminal gets every phase, dimmed. A log or a pipe (CI) gets the counted steps of the
+    phases that take long ("[2/5] ...": fix checks, fit's probes, suggest's and sweep's compiles)
+    as plain lines, one per step and never rewritten in place; an input refused before the first
+    counted step (a bad option, file or script) is still the one line a failing command writes."""
+    if args.quiet:
         return None
+    made = getattr(args, "progress_printer", None)  # one clock per command, however often it is asked for
+    if made is None:
+        made = args.progress_printer = _printer(time.monotonic())
+    return made
+
+
+def _printer(started: float) -> Callable[[str], None]:
+    if not sys.stderr.isatty():
+        def plain(msg: str) -> None:
+            if msg.startswith("["):
+                print(f"jax-shard-lint: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+
+        return plain
+    from rich.markup import escape
+
     from ..supervision.terminal_size import console_for
 
     console = console_for(sys.stderr)
-    return lambda msg: console.print(f"[dim]{msg}...[/dim]")
+    return lambda msg: console.print(f"[dim]{escape(msg)}... ({time.monotonic() - started:.1f} s)[/dim]")
 
 
 def emit_report(args, command: str, report, **terminal_extra: Any) -> None:

@@ -10,6 +10,7 @@ helping) until the answer fits and the next admissible value does not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -72,20 +73,24 @@ class ProbePeak(BaseModel):
 
 
 class _Prober:
-    def __init__(self, request: FitRequest, script: LoadedScript, budget: int | None = None):
+    def __init__(self, request: FitRequest, script: LoadedScript, budget: int | None = None,
+                 progress: Callable[[str], None] | None = None):
         self.request, self.script, self.budget = request, script, budget
+        self.say = progress or (lambda _msg: None)
         self.cache: dict[int, int] = {}
         self.refused: set[int] = set()  # values the compiler refused for want of memory
         self.order: list[int] = []
         self.names: list[str] = []
 
     @classmethod
-    def open(cls, request: FitRequest, settings: Settings, budget: int | None = None) -> _Prober:
-        return cls(request, load_script(request.script, request.params, settings), budget)
+    def open(cls, request: FitRequest, settings: Settings, budget: int | None = None,
+             progress: Callable[[str], None] | None = None) -> _Prober:
+        return cls(request, load_script(request.script, request.params, settings), budget, progress)
 
     def peak(self, value: int) -> int:
         if value in self.cache:
             return self.cache[value]
+        self.say(f"[probe {len(self.order) + 1}] {self.request.param}={value}: compiling")
         targets = self.script.call(self.request.targets, **{self.request.param: value})
         self.names = list(targets)
         peak = 0
@@ -185,13 +190,13 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
             bad = guess
 
 
-def fit(request: FitRequest, settings: Settings) -> FitResult:
+def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None] | None = None) -> FitResult:
     budget = settings.budget_bytes
     if budget is None:
         raise ShardLintInputError("fit", "needs a budget: --budget SIZE or --device KIND (or a GPU --platform)")
     if request.multiple_of < 1 or request.lo < 1 or request.hi < request.lo:
         raise ShardLintInputError("--range", f"expected 1 <= LO <= HI, got {request.lo}:{request.hi}")
-    prober = _Prober.open(request, settings, budget)
+    prober = _Prober.open(request, settings, budget, progress)
     value, line = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None

@@ -48,7 +48,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
             if settings.check_fixes:
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
                 report = check_fixes(report, jax_adapter.stablehlo_text(lowered), settings, where,
-                                     jax_adapter.device_assignment(lowered))
+                                     jax_adapter.device_assignment(lowered), progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     program = program_files(where, settings) if os.path.exists(where) else None
     from_source, source_notes = program_findings(program, settings) if program else ([], [])

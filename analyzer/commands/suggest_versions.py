@@ -37,7 +37,12 @@ def compile_versions(target: str, num_partitions: int, versions: list[VersionTex
     """Each version measured (or its compile error), in the order given."""
     # A target whose name cannot name a file is compiled in this process.
     if spread.executor.in_process or len(versions) < 2 or not is_plain_file_name(target):
-        return [_compile_here(target, num_partitions, v, settings, devices, where) for v in versions]
+        say = spread.say or (lambda _msg: None)
+        measured = []
+        for k, v in enumerate(versions):
+            say(f"[{k + 1}/{len(versions)}] {target}: compiling the {v.name} version")
+            measured.append(_compile_here(target, num_partitions, v, settings, devices, where))
+        return measured
     folder = tempfile.mkdtemp(prefix="jax-shard-lint-versions-")
     try:
         paths = []

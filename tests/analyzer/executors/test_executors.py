@@ -80,8 +80,9 @@ def test_check_spread_fails_on_a_broken_path_as_in_process(cli, snapshots, tmp_p
     broken = tmp_path / "broken.mlir"
     broken.write_text("module {\n  func.func @main(")
     paths = [str(next(snapshots.glob("*.mlir"))), str(broken)]
-    here = cli("check", *paths, "--no-cache")
-    spread = cli("check", *paths, "--no-cache", "--jobs", "2")
+    # -q: side by side, each path finished is a progress line on stderr before the error.
+    here = cli("check", *paths, "--no-cache", "-q")
+    spread = cli("check", *paths, "--no-cache", "--jobs", "2", "-q")
     assert here.code == spread.code == 2
     assert spread.err == here.err and spread.err.startswith(f"jax-shard-lint: error: {broken}: ")
 

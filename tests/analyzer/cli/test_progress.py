@@ -1,0 +1,56 @@
+"""Progress a user sees while a long phase runs: counted steps on stderr with the seconds since the
+command began, as plain lines where stderr is a log or a pipe (CI), nothing with -q; stdout keeps
+the report alone. Run through the installed console script, as a CI job runs it."""
+
+import json
+import os
+import re
+import subprocess
+
+from conftest import EXAMPLES, ROOT, console_script
+
+VALUE = os.path.join(EXAMPLES, "value_function_step.py")
+REMAT = os.path.join("examples", "remat_layer_stack.py")
+STEP = re.compile(r"^jax-shard-lint: \[(\d+)/(\d+)\] (.+) \((\d+\.\d) s\)$")
+
+
+def _run(*args: str, checking_fixes: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if checking_fixes:
+        env.pop("JAX_SHARD_LINT_NO_FIX_CHECK", None)
+    done = subprocess.run([console_script(), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return done
+
+
+def test_fix_checks_count_their_compiles_on_stderr_and_not_with_q():
+    args = ("lint", VALUE, "--target", "sharded_on_grid", "--format", "json", "--fail-on", "never")
+    shown = _run(*args, checking_fixes=True)
+    steps = [STEP.match(line) for line in shown.stderr.splitlines()]
+    assert steps and all(steps), shown.stderr
+    counts = [(int(m.group(1)), int(m.group(2))) for m in steps]
+    total = counts[0][1]
+    # Announced first, then one line per compile as it finishes: the program as written and each fix checked.
+    assert counts == [(k, total) for k in range(total + 1)] and total >= 2, shown.stderr
+    assert steps[0].group(3).startswith(f"sharded_on_grid: compiling {total} programs to check the fixes: "
+                                        "the program as written; ")
+    assert all(m.group(3) == "sharded_on_grid: fix checks compiled" for m in steps[1:])
+    seconds = [float(m.group(4)) for m in steps]
+    assert seconds == sorted(seconds)
+    assert any(f["fix_check"] for f in json.loads(shown.stdout)["targets"][0]["findings"])
+
+    quiet = _run(*args, "-q", checking_fixes=True)
+    assert quiet.stderr == "" and json.loads(quiet.stdout) == json.loads(shown.stdout)
+
+
+def test_fit_counts_its_probes():
+    args = ("fit", REMAT, "--param", "batch", "--budget", "1GiB", "--multiple-of", "4", "--range", "4:16",
+            "--set", "layers=2", "--format", "json")
+    shown = _run(*args)
+    lines = shown.stderr.splitlines()
+    probes = json.loads(shown.stdout)["probes"]
+    assert len(lines) == len(probes), shown.stderr
+    for k, (line, probe) in enumerate(zip(lines, probes), start=1):
+        assert re.fullmatch(rf"jax-shard-lint: \[probe {k}\] batch={probe['value']}: compiling \(\d+\.\d s\)",
+                            line), line
