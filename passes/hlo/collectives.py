@@ -307,23 +307,23 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
     all-reduce), so pieces are clones (one shape, groups, metadata and chain id) that run as steps of an
     async chain."""
     by_channel: dict[tuple[object, ...], list[Collective]] = defaultdict(list)
-    roles: dict[str, str | None] = {}
+    roles: dict[str, str] = {}
     for c in found:
         ins = module.instruction(c.hlo_name)
         channel = ins.attrs.get("channel_id") if ins is not None else None
-        if ins is not None and channel:
-            roles[c.hlo_name] = async_role(module, c.computation)
+        role = async_role(module, c.computation) if ins is not None and channel else None
+        if ins is not None and role is not None:
+            roles[c.hlo_name] = role
             by_channel[(c.kind, channel, chain_id(ins.attr_text), tuple(c.shape), c.dtype, tuple(c.mesh_axes),
                         c.group_size, c.op_name)].append(c)
     merged: dict[str, Collective | None] = {}
     for pieces in by_channel.values():
-        if len(pieces) < 2 or not all(roles[c.hlo_name] for c in pieces):
+        if len(pieces) < 2:
             continue
         # The start piece, else the done, else the first (min keeps the first of equal keys); the others in
         # module order. The chain runs as often as its start (its done when no start piece is found).
         first = min(pieces, key=lambda c: _ROLE_ORDER[roles[c.hlo_name]])
-        anchor = min(pieces, key=lambda c: (_ROLE_ORDER[roles[c.hlo_name]] if roles[c.hlo_name] != CONTINUATION
-                                            else len(_ROLE_ORDER), c.count))
+        anchor = min(pieces, key=lambda c: (_ROLE_ORDER[roles[c.hlo_name]], c.count))
         merged.update({c.hlo_name: None for c in pieces})
         merged[first.hlo_name] = first.model_copy(update={
             "pieces": [c.hlo_name for c in pieces if c is not first], "count": anchor.count,
