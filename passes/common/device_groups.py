@@ -122,8 +122,10 @@ def _mesh_groups(text: str) -> list[list[int]]:
     for part in m.group(1).split(","):
         name, _, size = part.rpartition("=")
         names.append(name.strip().strip("'\""))
-        if not size.strip().isdigit():
-            raise DeviceGroupError(f"unreadable mesh replica groups: {text}")
+        # The mesh form is one this parser reads: a size that is no number is a damaged module, not an
+        # unknown form (read as "all devices", mesh['axis_0'=x,'axis_1'=2] was a group of 8).
+        if not size.strip().isdigit() or int(size) < 1:
+            raise MalformedDeviceGroups(f"replica_groups={text.strip()}: mesh axis {part.strip()} has no size")
         sizes.append(int(size))
     if prod(sizes) > MAX_GROUP_DEVICES:
         raise MalformedDeviceGroups(f"mesh replica groups over {prod(sizes)} devices, more than {MAX_GROUP_DEVICES}")
@@ -135,7 +137,7 @@ def _mesh_groups(text: str) -> list[list[int]]:
     for ref in filter(None, (r.strip() for r in m.group(3).split(","))):
         am = re.fullmatch(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?", ref)
         if not am or am.group(1) not in names:
-            raise DeviceGroupError(f"unknown mesh axis in replica groups: {ref}")
+            raise MalformedDeviceGroups(f"replica_groups={text.strip()}: {ref} is not an axis of the mesh")
         idx = names.index(am.group(1))
         sub = (int(am.group(2)), int(am.group(3))) if am.group(2) else None
         order.append((idx, sub))

@@ -24,6 +24,7 @@ from ..common.device_groups import (
 from ..common.shapes import ArrayShape, parse_arrays, split_tuple
 from ..models.report import Collective, CollectivePart, SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .async_chains import CONTINUATION, DONE, START, async_role, chain_id
 from .collective_site import collective_site, part_sites
 from .module import HloInstruction, HloModule
 
@@ -296,36 +297,42 @@ def _parts(module: HloModule, ins: HloInstruction, kind: str, arrays: list[Array
 
 
 def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collective]:
-    """One collective per channel. TPU's async collective fusion splits a gather into a start step, the
-    continuation steps interleaved with compute and a done step, each a clone of the one all-gather with
-    its channel id and full result shape: counted apiece, one 31 MiB gather read as 312 MiB. The pieces
-    are one collective, shown at the start piece (or the first), which lists the others. Only pieces
-    that run equally often are joined (the count is what the step moves, so it is never summed away).
-    A channel id alone does not make pieces: XLA on CPU gives every collective of a shard_map
-    ``channel_id=1`` (the forward psum, its transpose and the gradient all-reduce), so pieces are
-    clones (one shape, groups and metadata) of which one runs in an async start step."""
+    """One collective per transfer. TPU's async collective fusion splits a collective into a start step,
+    continuation steps interleaved with compute and a done step, each a clone of the one collective with
+    its channel id and full result shape (async_chains.py): counted apiece, one 31 MiB gather read as
+    312 MiB. The pieces are one collective, shown at the start piece (or the first), which lists the
+    others, counted as often as the start runs: a continuation inside the layer scan runs once per layer,
+    the chain it continues once. A channel id alone does not make pieces: XLA on CPU gives every
+    collective of a shard_map ``channel_id=1`` (the forward psum, its transpose and the gradient
+    all-reduce), so pieces are clones (one shape, groups, metadata and chain id) that run as steps of an
+    async chain."""
     by_channel: dict[tuple[object, ...], list[Collective]] = defaultdict(list)
+    roles: dict[str, str] = {}
     for c in found:
         ins = module.instruction(c.hlo_name)
         channel = ins.attrs.get("channel_id") if ins is not None else None
-        if channel:
-            by_channel[(c.kind, channel, c.count, tuple(c.shape), c.dtype, tuple(c.mesh_axes), c.group_size,
-                        c.op_name)].append(c)
+        role = async_role(module, c.computation) if ins is not None and channel else None
+        if ins is not None and role is not None:
+            roles[c.hlo_name] = role
+            by_channel[(c.kind, channel, chain_id(ins.attr_text), tuple(c.shape), c.dtype, tuple(c.mesh_axes),
+                        c.group_size, c.op_name)].append(c)
     merged: dict[str, Collective | None] = {}
     for pieces in by_channel.values():
-        if len(pieces) < 2 or not any(_is_start_piece(module, c.computation) for c in pieces):
+        if len(pieces) < 2:
             continue
-        # The start piece, else the first (min keeps the first of equal keys); the others in module order.
-        first = min(pieces, key=lambda c: not _is_start_piece(module, c.computation))
+        # The start piece, else the done, else the first (min keeps the first of equal keys); the others in
+        # module order. The chain runs as often as its start (its done when no start piece is found).
+        first = min(pieces, key=lambda c: _ROLE_ORDER[roles[c.hlo_name]])
+        anchor = min(pieces, key=lambda c: (_ROLE_ORDER[roles[c.hlo_name]], c.count))
         merged.update({c.hlo_name: None for c in pieces})
-        merged[first.hlo_name] = first.model_copy(update={"pieces": [c.hlo_name for c in pieces if c is not first]})
+        merged[first.hlo_name] = first.model_copy(update={
+            "pieces": [c.hlo_name for c in pieces if c is not first], "count": anchor.count,
+            "count_is_lower_bound": anchor.count_is_lower_bound})
     kept = (merged.get(c.hlo_name, c) for c in found)
     return [c for c in kept if c is not None]
 
 
-def _is_start_piece(module: HloModule, computation: str) -> bool:
-    """Whether a computation is the start step of a split collective (a fusion named ``*-start*`` calls it)."""
-    return any("start" in caller.name for caller in module.callers().get(computation, []))
+_ROLE_ORDER = {START: 0, DONE: 1, CONTINUATION: 2}
 
 
 def _where_paths_part(module: HloModule, found: list[Collective], sites: dict[str, HloInstruction],

@@ -14,6 +14,7 @@ import sys
 
 import jax
 import pytest
+from ci_deps import require
 from conftest import EXAMPLES
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -31,7 +32,7 @@ SCRIPTS = {
 
 def _needs(libs):
     for lib in libs:
-        pytest.importorskip(lib)
+        require(lib, f"{lib} is not installed (the [test] extra)")
 
 
 def _lint(cli, script, *extra):
@@ -283,7 +284,7 @@ def test_suggest_names_the_flax_logical_rules_to_change(cli):
     """Flax linen parameters named by logical axes on a 3-axis mesh: suggest says which rules to change.
     The oracles: Flax's own logical_to_mesh_sharding under the new rules, and XLA's compiled input
     shardings of the step lowered with them, both equal to the suggestion leaf by leaf."""
-    pytest.importorskip("flax")
+    require("flax", "flax is not installed (the [test] extra)")
     import flax.linen as nn
 
     script = os.path.join(MODELS, "flax_linen_logical.py")

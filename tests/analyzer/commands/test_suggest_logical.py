@@ -1,6 +1,6 @@
 """suggest_logical: the logical axis rules that give a suggestion, resolved by Flax itself."""
 
-import pytest
+from ci_deps import require
 
 from jax_shard_lint.analyzer.commands.suggest_logical import rule_advice
 from jax_shard_lint.passes.models.suggest import ChosenSharding
@@ -12,7 +12,7 @@ def _arg(path, shape, suggested, per_device):
 
 
 def test_a_name_wanted_two_ways_takes_the_heavier_and_lists_the_other():
-    pytest.importorskip("flax")
+    require("flax", "flax is not installed (the [test] extra)")
     rules = [("embed", "tp"), ("mlp", "fsdp")]
     names = {"params['big']": ("embed", "mlp"), "params['small']": ("mlp", "embed")}
     args = [_arg("params['big']", (512, 2048), [[], ["fsdp"]], 2 << 20),

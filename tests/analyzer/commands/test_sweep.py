@@ -4,7 +4,7 @@ candidates that fit the budget."""
 import json
 import os
 
-import pytest
+from ci_deps import require
 
 from jax_shard_lint.passes.compare.sweep import rank
 from jax_shard_lint.passes.models.sweep import SweepCandidate
@@ -89,7 +89,7 @@ def test_html_scatter(cli, tmp_path):
 
 
 def test_h100_sweep_ranks_the_discrete_axis_first(cli):
-    pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda12-plugin) is not installed")
+    require("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed")
     run = _sweep(cli, VALUE, "--platform", "h100")
     assert [c["target"] for c in run["candidates"]] == ["sharded_on_states", "sharded_on_grid"]
     assert all(c["fits"] for c in run["candidates"]) and run["candidates"][1]["slowdown"] > 3

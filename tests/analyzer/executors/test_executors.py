@@ -13,6 +13,7 @@ import sys
 import threading
 
 import pytest
+from ci_deps import missing, require
 from conftest import ROOT
 
 from jax_shard_lint.analyzer.executors.bundle import make_bundle, make_path_bundle, materialize, rerooted
@@ -91,7 +92,7 @@ def test_check_spread_fails_on_a_broken_path_as_in_process(cli, snapshots, tmp_p
 def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
     """Several compile-only TPU processes at once, beside this one (which loads libtpu for the
     in-process sweep): libtpu's machine-wide lock would let only one in."""
-    pytest.importorskip("libtpu", reason="no libtpu (pip install 'jax-shard-lint[tpu]')")
+    require("libtpu", "no libtpu (pip install 'jax-shard-lint[tpu]')")
     monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)
     args = (VALUE, "--platform", "tpu-v5e", "--grid", "states=256,512", "--set", "grid_points=4096")
     here = _sweep(cli, *args)
@@ -198,7 +199,7 @@ def ray_cluster():
     """A local Ray cluster of two CPUs (``ray start --head --block`` in a process group of its own),
     killed with its group after this module's tests: never ``ray stop``, which stops every Ray
     cluster on the machine."""
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'jax-shard-lint[ray]')")
+    require("ray", "Ray is not installed (pip install 'jax-shard-lint[ray]')")
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     # No token authentication on this throwaway cluster (a token in ~/.ray would otherwise be required of us).
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
@@ -217,7 +218,7 @@ def ray_cluster():
     threading.Thread(target=lambda: [None for _ in head.stdout], daemon=True).start()
     try:
         if address is None:
-            pytest.skip(f"a local Ray cluster could not start here: {''.join(said)[-300:]}")
+            missing(f"a local Ray cluster could not start here: {''.join(said)[-300:]}")
         yield address
     finally:
         os.killpg(head.pid, signal.SIGKILL)
@@ -269,7 +270,7 @@ def test_suggest_versions_on_ray_are_the_versions_here(cli, ray_cluster):
 
 
 def test_ray_runtime_started_for_the_run(cli):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'jax-shard-lint[ray]')")
+    require("ray", "Ray is not installed (pip install 'jax-shard-lint[ray]')")
     import ray
 
     assert not ray.is_initialized()

@@ -4,12 +4,11 @@ machine without CUDA, JAX's unconditional plugin discovery logs a traceback,
 which ``JAX_PLATFORMS=cpu`` turns off; libtpu adds nothing. If JAX stops calling
 every plugin's initialize(), the first test fails and the README can say less."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
-import pytest
+from ci_deps import needs
 
 PROBE = "import jax; jax.devices(); print('ok')"
 
@@ -22,13 +21,12 @@ def _run(**env):
     return proc.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
-                    reason="the [gpu] extra is not installed")
+@needs("jax_plugins.xla_cuda12", "the [gpu] extra is not installed")
 def test_the_cuda_plugin_traceback_and_its_one_line_silencer():
     assert "Jax plugin configuration error" in _run()
     assert "Jax plugin configuration error" not in _run(JAX_PLATFORMS="cpu")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the [tpu] extra is not installed")
+@needs("libtpu", "the [tpu] extra is not installed")
 def test_libtpu_says_nothing_to_a_cpu_program():
     assert "tpu" not in _run(JAX_PLATFORMS="cpu").lower()

@@ -6,15 +6,16 @@ import os
 import re
 
 import pytest
+from ci_deps import require
 
-pytest.importorskip("jax_plugins.xla_cuda12", reason="the [gpu] extra (jax-cuda12-plugin) is not installed")
+require("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed", allow_module_level=True)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from conftest import lint_targets  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jax_shard_lint.analyzer.platforms.gpu_targets import GPU_TARGETS, load_target, target_devices  # noqa: E402
 

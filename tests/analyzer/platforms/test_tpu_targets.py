@@ -3,7 +3,6 @@ devices, installed by CI through the [tpu] extra; skipped where it is absent).
 The oracle is XLA's TPU compiler itself: the same program compiled directly for
 the same topology."""
 
-import importlib.util
 import json
 import os
 import re
@@ -11,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from ci_deps import require
 
-if importlib.util.find_spec("libtpu") is None:
-    pytest.skip("the [tpu] extra (libtpu) is not installed", allow_module_level=True)
+require("libtpu", "the [tpu] extra (libtpu) is not installed", allow_module_level=True)
 
 from conftest import ROOT, console_script, lint_targets  # noqa: E402
 

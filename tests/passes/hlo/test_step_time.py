@@ -2,7 +2,6 @@
 FLOP count and loop trip counts against XLA's own (cost_analysis, known_trip_count,
 the TPU compiler's estimate), and the compute roofline of one large matmul."""
 
-import importlib.util
 import json
 import os
 import re
@@ -11,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from ci_deps import needs
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -101,7 +101,7 @@ def test_inferred_trip_counts_equal_xla_known_trip_count(name):
         assert any(inferred_trip_count(module, lp) == expected for lp in loops)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is None, reason="the [gpu] extra is not installed")
+@needs("jax_plugins.xla_cuda12", "the [gpu] extra is not installed")
 def test_h100_matmul_is_flop_bound_at_the_published_peak():
     from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
     from jax_shard_lint.passes.hlo.step_time import estimate_step_time
@@ -115,7 +115,7 @@ def test_h100_matmul_is_flop_bound_at_the_published_peak():
     assert estimate.flop_seconds > estimate.memory_seconds
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="the [tpu] extra is not installed")
+@needs("libtpu", "the [tpu] extra is not installed")
 def test_tpu_estimate_against_the_tpu_compilers_own():
     from jax_shard_lint.analyzer.platforms.tpu_targets import resolve_target, tpu_devices
     from jax_shard_lint.passes.hlo.cost import xla_cost_figures

@@ -13,6 +13,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import pytest
+from ci_deps import require
 from conftest import EXAMPLES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -226,8 +227,8 @@ def test_fsdp_tp_step_under_an_h100_budget_fits_and_is_no_slower(cli):
 
 @pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_equinox_optax_step_text_checks(cli):
-    pytest.importorskip("equinox")
-    pytest.importorskip("optax")
+    require("equinox", "equinox is not installed (the [test] extra)")
+    require("optax", "optax is not installed (the [test] extra)")
     [r] = _suggest(cli, EQUINOX)
     assert r["text_problem"] is None, r["text_problem"]
     # optax's ScaleByAdamState has no literal spelling: it is written as a map over key paths.

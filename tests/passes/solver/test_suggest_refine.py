@@ -7,6 +7,7 @@ feature dimension on ``data``) leaks into every activation after the lookup."""
 import os
 
 import pytest
+from ci_deps import require
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
@@ -22,7 +23,7 @@ from jax_shard_lint.passes.solver.sharding_problem import restrict_groups
 NNX = os.path.join(EXAMPLES, "models", "nnx_transformer.py")
 EMBEDDING = "state[0]['embed']['embedding'].value"
 
-pytest.importorskip("flax")
+require("flax", "flax is not installed (the [test] extra)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,133 @@
+"""Collective bytes once per transfer on TPU and GPU compiles, against the compiled text.
+
+The oracle reads ``compiled.as_text()`` itself: one transfer per channel id (and libtpu's ``chain_id``,
+which every piece of a split collective carries), its bytes the result an async start delivers (its
+``-done``'s shape) or the collective's own result. TPU's async collective fusion clones one gather into
+start, continuation and done pieces; a llama step's logits-weight gather (bf16[512,32000]) ran its
+continuations inside the layer scan and was listed three times (counts 4, 4, 1). The tool reads the
+same text through ``check`` (its HLO path: the parser and the collectives pass the lint command runs).
+"""
+
+import importlib
+import importlib.util
+import json
+import re
+import sys
+from collections import Counter
+
+import pytest
+from ci_deps import needs as requires
+
+LLAMA = "llama_style_step"
+PROGRAMS = {  # name: (example module, parameters)
+    "llama-512": (LLAMA, {"emb": 512, "mlp": 1408, "layers": 4, "seq": 1024, "batch": 16}),
+    "llama-1024": (LLAMA, {"emb": 1024, "mlp": 2816, "layers": 2, "seq": 512, "batch": 8}),
+    "maxtext-like-scan": ("maxtext_like_step", {}),
+    "fsdp-tp": ("fsdp_tp_train_step", {}),
+}
+PLATFORMS = ("tpu-v5e", "tpu-v5p", "h100")
+_FAST = {("fsdp-tp", "h100")}  # the rest over 30 s each (TPU compiles of these take minutes on 2 cores)
+
+_LINE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.*?) (all-gather|all-reduce|reduce-scatter|all-to-all|"
+                   r"collective-permute|collective-broadcast|ragged-all-to-all)(-start)?\((.*)$", re.M)
+_DONE = re.compile(r"^\s*(?:ROOT )?%[\w.\-]+ = (.*?) [\w\-]+-done\(%([\w.\-]+)\)", re.M)
+_ARRAY = re.compile(r"\b(f32|bf16|s32|u32|f16|s8|u8|pred|s64|u64|f64|f8e4m3fn|f8e5m2)\[([\d,]*)\]")
+_WIDTH = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "f16": 2, "s8": 1, "u8": 1, "pred": 1, "s64": 8, "u64": 8,
+          "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+_COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{\s*$")
+_CALLED = re.compile(r"(?:calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)")
+_LOOP_BODY = re.compile(r"(?:body|condition)=%([\w.\-]+)")
+
+
+def _bytes(shape_text):
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape_text):
+        size = _WIDTH[dtype]
+        for d in filter(None, dims.split(",")):
+            size *= int(d)
+        total += size
+    return total
+
+
+def transfers(hlo):
+    """{transfer key: (kind, per-device bytes, whether a piece of it runs outside every loop)} from the compiled
+    text: clones of one collective share its channel id (and chain id); an async start's bytes are its
+    done's result."""
+    done_shape = {start: shape for shape, start in _DONE.findall(hlo)}
+    computation_of, called, current = {}, {}, None
+    for line in hlo.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = m.group(2)
+            called[current] = set()
+        elif current and " = " in line:
+            computation_of[line.split(" = ")[0].strip().removeprefix("ROOT ").lstrip("%")] = current
+            called[current] |= set(_CALLED.findall(line))
+    in_loop = set()
+    work = [c for line in hlo.splitlines() if " while(" in line for c in _LOOP_BODY.findall(line)]
+    while work:
+        c = work.pop()
+        if c not in in_loop:
+            in_loop.add(c)
+            work.extend(called.get(c, ()))
+    out = {}
+    for name, shape, kind, start, rest in _LINE.findall(hlo):
+        channel = re.search(r"channel_id=(\d+)", rest)
+        chain = re.search(r'chain_id="(\d+)"', rest)
+        key = (channel.group(1), chain.group(1) if chain else None) if channel else name
+        if start:
+            nbytes = _bytes(done_shape[name]) if name in done_shape else _bytes(shape) // 2
+        else:
+            nbytes = _bytes(shape)
+        kind_, nbytes_, outside = out.get(key, (kind, nbytes, False))
+        assert (kind_, nbytes_) == (kind, nbytes), f"channel {key}: pieces of two shapes"
+        out[key] = (kind, nbytes, outside or computation_of[name] not in in_loop)
+    return out
+
+
+def _devices(platform):
+    if platform.startswith("tpu"):
+        from jax_shard_lint.analyzer.platforms.tpu_targets import resolve_target, tpu_devices
+
+        return tpu_devices(resolve_target(platform, 8, None))
+    from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
+
+    return target_devices(load_target(platform), 8, 1)
+
+
+def _compiled_text(program, platform):
+    module_name, params = PROGRAMS[program]
+    sys.path.insert(0, "examples")
+    try:
+        module = importlib.import_module(module_name)
+    finally:
+        sys.path.pop(0)
+    [lowered] = module.shard_lint_targets(mesh_devices=_devices(platform), **params).values()
+    return lowered.compile().as_text()
+
+
+def _cases():
+    for program in PROGRAMS:
+        for platform in PLATFORMS:
+            needs = "libtpu" if platform.startswith("tpu") else "jax_plugins.xla_cuda12"
+            marks = [] if (program, platform) in _FAST else [pytest.mark.slow]
+            marks.append(requires(needs, f"{needs} is not installed"))
+            yield pytest.param(program, platform, marks=marks, id=f"{program}-{platform}")
+
+
+@pytest.mark.parametrize("program, platform", list(_cases()))
+def test_collective_bytes_are_the_compiled_text_once_per_transfer(cli, tmp_path, program, platform):
+    hlo = _compiled_text(program, platform)
+    path = tmp_path / f"{program}.{platform}.hlo"
+    path.write_text(hlo)
+    result = cli("check", str(path), "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    [t] = json.loads(result.out)["targets"]
+    oracle = transfers(hlo)
+    found = t["collectives"]
+    assert Counter((c["kind"], c["bytes"]) for c in found) == Counter((k, b) for k, b, _ in oracle.values())
+    assert sum(c["bytes"] for c in found) == sum(b for _, b, _ in oracle.values())
+    # A transfer with a piece outside every loop (the logits gather: start and done in ENTRY, continuations
+    # inside the layer scan) runs once per step: counted once, not once per layer.
+    once = Counter((k, b) for k, b, outside in oracle.values() if outside)
+    assert Counter((c["kind"], c["bytes"]) for c in found if c["count"] == 1) >= once
