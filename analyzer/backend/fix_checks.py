@@ -8,8 +8,11 @@ program as written, and compared on two figures: the per-device peak, and the
 per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
-A fix that makes the step worse is not offered as the fix: the finding keeps
-what it found and says what the change would cost. SL201 and SL203 are about the
+A fix is offered as the fix only when its compile measured it better: less
+traffic or a lower peak, the other not worse beyond the tolerance (_NOISE of
+itself, or _GROWTH of the peak as written). A fix
+measured no change, a trade-off or worse is never printed as the fix: the
+finding keeps what it found and says what was tried and what it cost. SL201 and SL203 are about the
 same values of a step's state (a replicated input that comes back sharded): they
 get one recommendation, the better of pinning the output back and giving the
 input the layout the step returns it in.
@@ -36,11 +39,23 @@ from .cached_analysis import cached_text_report
 from .checked_in_analysis import analyze_text
 from .sharding_edits import with_entry_shardings
 
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
-_PARAMETER_FIXES = (SL101.code, SL103.code)
-# Figures within this share of each other are the same (XLA's choices move a few buffers around).
+# SL203's own suggestion (shard the replicated argument) is a parameter fix too, where the
+# argument is not state that comes back on another layout (_state_advice decides those).
+_PARAMETER_FIXES = (SL101.code, SL103.code, SL203.code)
+# Figures within this share of each other are the same (XLA's choices move a few buffers around):
+# the tolerance a fix's other figure may grow by and still be offered as better.
 _NOISE = 0.005
+# A fix that lowers one figure may raise the other by this share of the peak as written and still be
+# better (a table sharded to save 95 MiB that makes a 1 MiB all-reduce).
+_GROWTH = 0.01
+TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that lowers one may raise the other by "
+                  f"{_GROWTH:.0%} of the peak")
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,10 @@ def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
         return 1 if after > before else -1
 
     dp, dt = change(*peak), change(*traffic)
+    # One figure falls, the other grows by no more than the stated tolerance: better.
+    allowed = _GROWTH * max(peak[0], 1)
+    if dp < 0 < dt and traffic[1] - traffic[0] <= allowed or dt < 0 < dp and peak[1] - peak[0] <= allowed:
+        return FixVerdict.better
     if dp == dt == 0:
         return FixVerdict.no_change
     if dp <= 0 and dt <= 0:
@@ -164,21 +183,81 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                         traffic_bytes_after=traffic)
 
     findings = list(report.findings)
+    moved = _moved_state(report, sig)
     for k, f in enumerate(findings):
+        if f.rule == SL203.code and f.subject in moved:
+            continue
         candidate = _parameter_candidate(f, list(report.inputs)) if f.rule in _PARAMETER_FIXES else None
         if candidate is None or budget <= 0:
             continue
         check = run(candidate)
+        other = _other_dimension(f, list(report.inputs), report.mesh) if f.rule == SL203.code else None
+        if check.verdict is not FixVerdict.better and other is not None and budget > 0 and (
+                alternative := _parameter_candidate(other, list(report.inputs))) is not None:
+            second = run(alternative)
+            if second.verdict is FixVerdict.better:
+                findings[k] = _with_check(other, second, other.fix or "")
+                continue
+            other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
+            findings[k] = _with_check(f, check, f.fix or "")
+            findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
+            continue
         findings[k] = _with_check(f, check, f.fix or "")
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
-        findings = _state_advice(findings, pinned, run(take), _moved_state(report, sig))
-        if pinned.verdict in (FixVerdict.worse, FixVerdict.failed) and report.suggested_out_shardings:
+        findings = _state_advice(findings, pinned, run(take), moved)
+        # Neither state fix helps: SL203's own suggestion for those values (shard the replicated
+        # argument and its optimizer state on a mesh axis) is the next one tried.
+        for k, f in enumerate(findings):
+            own = next((g for g in report.findings if g.rule == f.rule and g.subject == f.subject), None)
+            if (f.rule != SL203.code or f.subject not in moved or f.fix_check is None or own is None
+                    or f.fix_check.verdict is FixVerdict.better or budget <= 0):
+                continue
+            candidate = _parameter_candidate(own, list(report.inputs))
+            if candidate is None:
+                continue
+            check = run(candidate)
+            if check.verdict is FixVerdict.better:
+                findings[k] = _with_check(own, check, own.fix or "")
+            else:
+                findings[k] = f.model_copy(update={
+                    "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
+        findings = _one_advice_per_value(findings, moved)
+        if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
-                             f"is not offered: {_cost_text(pinned)}"]})
+                             f"is not offered: {_not_offered(pinned)}"]})
     return report.model_copy(update={"findings": findings})
+
+
+def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
+    """SL203's suggestion on the argument's last dimension its axis divides (a table gathered along
+    its rows keeps its columns sharded), where the rule suggested another."""
+    spec = f.suggested_sharding
+    t = next((t for t in inputs if t.path == f.parameter), None)
+    if spec is None or t is None:
+        return None
+    [dim] = [d for d, axes in enumerate(spec) if axes]
+    size = 1
+    for axis in spec[dim]:
+        size *= mesh.get(axis, 1)
+    last = max(d for d, n in enumerate(t.shape) if n % size == 0 and n >= size)
+    if last == dim:
+        return None
+    moved: list[list[str]] = [[] for _ in spec]
+    moved[last] = spec[dim]
+    return f.model_copy(update={"suggested_sharding": moved, "fix": f"shard {t.path} as {pspec_text(moved)}"})
+
+
+def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
+    """SL201 on the state values an SL203 is about gives SL203's advice: one recommendation per value."""
+    def inputs_of(f: Finding) -> frozenset[str]:
+        return frozenset(rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None)
+
+    advice = {inputs_of(f): f for f in findings if f.rule == SL203.code and inputs_of(f)}
+    return [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
+            if f.rule == SL201.code and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
 
 
 def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTrip]:
@@ -190,14 +269,25 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     return out
 
 
+def _not_offered(check: FixCheck) -> str:
+    """What a fix that was compiled and is not offered was measured to do."""
+    if check.verdict is FixVerdict.failed:
+        return _cost_text(check)
+    if check.verdict is FixVerdict.no_change:
+        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    if check.verdict is FixVerdict.trade_off:
+        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    return f"costs {_cost_text(check)}"
+
+
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
-    if check.verdict in (FixVerdict.better, FixVerdict.no_change, FixVerdict.trade_off):
-        lead = "trade-off: " if check.verdict is FixVerdict.trade_off else ""
-        return f.model_copy(update={"fix_check": check, "fix": f"{lead}{fix} (checked: {_cost_text(check)})"})
+    """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
+    peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {_cost_text(check)})"})
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was compiled and "
-               f"{'costs ' + _cost_text(check) if check.verdict is FixVerdict.worse else _cost_text(check)}"})
+        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and {_not_offered(check)}"})
 
 
 def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
@@ -220,20 +310,23 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
         if f.rule == SL203.code and rt is None:
             out.append(f)  # a replicated input that comes back as it went: SL203's own advice stands
             continue
-        if best.verdict in (FixVerdict.worse, FixVerdict.failed):
-            text = (f"neither fix helps this step: pinning the outputs costs {_cost_text(pin)}; giving the inputs "
-                    f"the returned layout costs {_cost_text(take)}")
+        if best.verdict is not FixVerdict.better:
+            text = (f"neither fix is measured better for this step: pinning the outputs was tried, compiled and "
+                    f"{_not_offered(pin)}; giving the inputs the returned layout {_not_offered(take)}")
             out.append(f.model_copy(update={"fix": text, "fix_check": best}))
             continue
-        if best is take and f.count == 1 and rt is not None:
-            what = f"shard {rt.input.path} as {pspec_text(rt.output.sharding)}, the layout the step returns it in"
+        members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
+        layouts = {str(m.output.sharding) for m in members if m is not None}
+        if best is take and rt is not None and None not in members and len(layouts) == 1:
+            names = [m.input.path for m in members if m is not None]
+            what = (f"shard {_listed(sorted(set(names), key=len))} as {pspec_text(rt.output.sharding)}, the layout "
+                    f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
             what = ("give the state inputs the layouts the step returns them in (in_shardings=, or place them "
                     "there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        lead = "trade-off: " if best.verdict is FixVerdict.trade_off else ""
-        text = (f"{lead}{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
+        text = (f"{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
                 f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, {_cost_text(other)})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out

@@ -82,7 +82,7 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
             f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
             + (f", {c.count}x per step" if c.count > 1 else "")
             + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
-            + (_relation(parameter, served.role) if parameter is not None and served is not None else ""),
+            + (_relation(parameter, served.role, c.kind) if parameter is not None and served is not None else ""),
             c.source, via=c.via,
             fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
                  + (" (off the dimension this op reads along)"
@@ -96,13 +96,14 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-def _relation(t: TensorInfo, role: ParameterRole) -> str:
+def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
     spec = pspec_text(t.sharding)
     if role is ParameterRole.operand:
         return f": it gathers {t.path} {spec}"
     if role is ParameterRole.read:
-        return f": it sums what each device read of {t.path} {spec} along a sharded dimension"
-    if role is ParameterRole.partial_sums:
+        combines = "sums" if kind == "all-reduce" else "concatenates"
+        return f": it {combines} what each device read of {t.path} {spec} along a sharded dimension"
+    if role is ParameterRole.partial_sums and kind == "all-reduce":
         return f": it sums the partial products of the matmul by {t.path} {spec}"
     return f": the matmul by {t.path} {spec} reads it whole"
 
