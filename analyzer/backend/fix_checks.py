@@ -256,8 +256,11 @@ def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) 
         return frozenset(rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None)
 
     advice = {inputs_of(f): f for f in findings if f.rule == SL203.code and inputs_of(f)}
-    return [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
-            if f.rule == SL201.code and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
+    out = [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
+           if f.rule == SL201.code and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
+    # A spec whose check was not measured better is not shown as the one to give (param: ... -> P(...)).
+    return [f.model_copy(update={"suggested_sharding": None})
+            if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
 
 
 def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTrip]:
