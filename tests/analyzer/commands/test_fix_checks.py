@@ -157,20 +157,41 @@ def test_ignoring_sl201_does_not_skip_the_check_of_the_printed_out_shardings(cli
     assert not any(f["rule"] == "SL201" for f in ignored["targets"][0]["findings"])
 
 
-_COLLECTIVE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* "
+_COLLECTIVE = re.compile(r"%?([\w.-]+) = (\(.*?\)|\w+\[[\d,]*\]\S*) "
                          r"(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
 _WIDTH = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1, "f64": 8, "s64": 8}
 
 
+def _collectives(compiled):
+    """(name, kind, per-device result bytes) of every collective in XLA's compiled module (a combined
+    one's tuple added up; no loops in these programs)."""
+    out = []
+    for name, result, kind in _COLLECTIVE.findall(compiled.as_text()):
+        total = 0
+        for dtype, dims in _ARRAY.findall(result):
+            n = 1
+            for d in filter(None, dims.split(",")):
+                n *= int(d)
+            total += n * _WIDTH[dtype]
+        out.append((name, kind, total))
+    return out
+
+
 def _collective_bytes(compiled):
-    """Per-device result bytes of every collective in XLA's compiled module (each once: no loops here)."""
-    total = 0
-    for dtype, dims, _ in _COLLECTIVE.findall(compiled.as_text()):
-        n = 1
-        for d in filter(None, dims.split(",")):
-            n *= int(d)
-        total += n * _WIDTH[dtype]
-    return total
+    return sum(b for _, _, b in _collectives(compiled))
+
+
+def _fixture(name):
+    path = os.path.join("fixtures", "scripts", f"{name}.py")
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_fixture_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    return path, module
 
 
 def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checking):
@@ -178,20 +199,13 @@ def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checki
     gathers rows from: P('data') on the rows is a trade-off (peak down, traffic up by more than the
     tolerance) and is not offered; the same axis on the columns is tried next and printed, with the
     peak and the traffic XLA compiles that layout to."""
-    script = os.path.join("fixtures", "scripts", "sl203_replicated_argument.py")
+    script, module = _fixture("sl203_replicated_argument")
     report = _lint(cli, script, "--target", "replicated")
     [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL203"]
     check = f["fix_check"]
     assert check is not None and check["verdict"] == "better", f
     assert f["fix"].startswith("shard table as P(None, 'data') (checked:"), f["fix"]
 
-    sys.path.insert(0, os.path.join("fixtures", "scripts"))
-    try:
-        spec = importlib.util.spec_from_file_location("_sl203_fixture", script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
     table, ids = _abstract(module.shard_lint_targets()["replicated"])
     as_written = jax.jit(module.lookup).lower(table, ids).compile()
     fixed_table = jax.ShapeDtypeStruct(table.shape, table.dtype,
@@ -203,3 +217,27 @@ def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checki
     assert check["traffic_bytes_after"] == _collective_bytes(fixed)
     # better within the stated tolerance: the traffic it adds is under 1% of the peak as written
     assert _collective_bytes(fixed) - _collective_bytes(as_written) <= 0.01 * _peak(as_written)
+
+
+def test_silent_reshards_are_one_finding_naming_the_weight_and_its_fix_removes_them(cli, checking):
+    """The 2-layer MLP whose w1 is sharded on the dimension x @ w1 contracts (P('model', None)): XLA
+    compiles an all-to-all and an all-gather no stated sharding asked for. One SL105 stands for both
+    (their names, read in XLA's compiled text here), names params['w1'] and its PartitionSpec, and its
+    fix P(None, 'model') was compiled: the traffic before and after equal XLA's collectives of the
+    program as written and of the program with w1 on P(None, 'model'), less by both reshards."""
+    script, module = _fixture("sl105_unexplained_reshard")
+    report = _lint(cli, script, "--target", "contracted")
+    [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL105"]
+    assert f["parameter"] == "params['w1']" and f["parameter_sharding"] == [["model"], []]
+    assert f["suggested_sharding"] == [[], ["model"]]
+    assert f["fix"].startswith("shard params['w1'] as P(None, 'model') instead of P('model') (checked:"), f["fix"]
+    assert f["fix_check"]["verdict"] == "better"
+
+    written = jax.jit(module.step, donate_argnums=(0,)).lower(*module.arguments(P("model", None))).compile()
+    fixed = jax.jit(module.step, donate_argnums=(0,)).lower(*module.arguments(P(None, "model"))).compile()
+    moved = {name for name, kind, _ in _collectives(written) if kind in ("all-to-all", "all-gather")}
+    assert len(moved) == 2 and set(f["ops"] or [f["subject"]]) == moved
+    assert f["fix_check"]["traffic_bytes_before"] == _collective_bytes(written)
+    assert f["fix_check"]["traffic_bytes_after"] == _collective_bytes(fixed)
+    gone = sum(b for name, _, b in _collectives(written) if name in moved)
+    assert _collective_bytes(written) - _collective_bytes(fixed) == gone == 256 * 1024**2
