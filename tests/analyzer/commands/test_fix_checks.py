@@ -241,3 +241,24 @@ def test_silent_reshards_are_one_finding_naming_the_weight_and_its_fix_removes_t
     assert f["fix_check"]["traffic_bytes_after"] == _collective_bytes(fixed)
     gone = sum(b for name, _, b in _collectives(written) if name in moved)
     assert _collective_bytes(written) - _collective_bytes(fixed) == gone == 256 * 1024**2
+
+
+def test_lint_and_check_on_its_snapshot_give_the_same_recommendation(cli, checking, tmp_path):
+    """check compiles a snapshot's fixes the way lint compiles the script's (the StableHLO's shardings
+    edited; no Python run): on README's main example every finding has the same fix and suggested
+    spec from both, and neither offers the out_shardings pinning lint measured to raise the peak."""
+    script = os.path.join(EXAMPLES, "fsdp_tp_train_step.py")
+    linted = _lint(cli, script)["targets"][0]
+    snap = cli("snapshot", script, "-o", str(tmp_path / "snap"))
+    assert snap.code == 0, snap.err
+    result = cli("check", str(tmp_path / "snap" / "train_step.mlir"), "--format", "json", "--fail-on", "never")
+    assert result.code == 0, result.err
+    [checked] = json.loads(result.out)["targets"]
+
+    def advice(t):
+        return {(f["rule"], f["subject"]): (f["fix"], f["suggested_sharding"], f["fix_check"]) for f in t["findings"]}
+
+    assert advice(checked) == advice(linted)
+    assert checked["suggested_out_shardings"] == linted["suggested_out_shardings"] is None
+    state = [f for f in checked["findings"] if f["rule"] in ("SL201", "SL203")]
+    assert state and not any(f["fix"].startswith("pin it with out_shardings") for f in state)
