@@ -111,12 +111,6 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
     report = cached_text_report(name, text, n, settings, pool,
                                 lambda: analyze_text(name, text, settings, path, devices=pool)[0])
-    if settings.check_fixes:
-        # The same checks lint makes (its StableHLO's shardings edited and compiled; no Python run), so
-        # check and lint give one recommendation for a value.
-        from .fix_checks import check_fixes  # fix_checks compiles through analyze_text, defined here
-
-        report = check_fixes(report, text, settings, path, pool[:n])
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [
