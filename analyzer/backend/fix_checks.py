@@ -8,8 +8,11 @@ program as written, and compared on two figures: the per-device peak, and the
 per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
-A fix that makes the step worse is not offered as the fix: the finding keeps
-what it found and says what the change would cost. SL201 and SL203 are about the
+A fix is offered as the fix only when its compile measured it better: less
+traffic or a lower peak, the other not worse beyond the tolerance (_NOISE of
+itself, or _GROWTH of the peak as written). A fix
+measured no change, a trade-off or worse is never printed as the fix: the
+finding keeps what it found and says what was tried and what it cost. SL201 and SL203 are about the
 same values of a step's state (a replicated input that comes back sharded): they
 get one recommendation, the better of pinning the output back and giving the
 input the layout the step returns it in.
@@ -29,22 +32,35 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL101, SL103, SL201, SL203
+from ...passes.models.rule_codes import SL101, SL103, SL105, SL201, SL203
 from ...passes.stablehlo.module import EntrySignature, read_entry_signature
 from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
+from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
 from .cached_analysis import cached_text_report
 from .checked_in_analysis import analyze_text
 from .sharding_edits import with_entry_shardings
 
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
-_PARAMETER_FIXES = (SL101.code, SL103.code)
-# Figures within this share of each other are the same (XLA's choices move a few buffers around).
+# SL203's own suggestion (shard the replicated argument) is a parameter fix too, where the
+# argument is not state that comes back on another layout (_state_advice decides those).
+_PARAMETER_FIXES = (SL101.code, SL103.code, SL105.code, SL203.code)
+# Figures within this share of each other are the same (XLA's choices move a few buffers around):
+# the tolerance a fix's other figure may grow by and still be offered as better.
 _NOISE = 0.005
+# A fix that lowers one figure may raise the other by this share of the peak as written and still be
+# better (a table sharded to save 95 MiB that makes a 1 MiB all-reduce).
+_GROWTH = 0.01
+TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that lowers one may raise the other by "
+                  f"{_GROWTH:.0%} of the peak")
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,10 @@ def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
         return 1 if after > before else -1
 
     dp, dt = change(*peak), change(*traffic)
+    # One figure falls, the other grows by no more than the stated tolerance: better.
+    allowed = _GROWTH * max(peak[0], 1)
+    if dp < 0 < dt and traffic[1] - traffic[0] <= allowed or dt < 0 < dp and peak[1] - peak[0] <= allowed:
+        return FixVerdict.better
     if dp == dt == 0:
         return FixVerdict.no_change
     if dp <= 0 and dt <= 0:
@@ -154,7 +174,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     # The candidates the loop below reads, in its order: the first MAX_CHECKS parameter fixes, then the two
     # state candidates where that leaves room for both. Each is independent of the others, so the program
     # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
+    moved = _moved_state(report, sig)
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
+               and not (f.rule == SL203.code and f.subject in moved)
                for c in [_parameter_candidate(f, inputs)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
@@ -167,13 +189,20 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
-    after_of = {id(c): compiled[k + 1] for k, c in enumerate(planned)}
+    # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
+    after_of = {_key(c): compiled[k + 1] for k, c in enumerate(planned)}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
         nonlocal budget
         budget -= 1
-        after = after_of[id(c)]
+        # The planned candidates were compiled side by side above; a second choice (another dimension,
+        # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
+        after = after_of.get(_key(c))
+        if after is None:
+            after = _outcome(lambda: _compiled(report.name, with_entry_shardings(
+                module, c.results, sig.mesh_name or "mesh", c.arguments), sig, settings, where, devices),
+                lambda: None)
         if isinstance(after, ShardLintInputError):
             return FixCheck(change=c.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
                             traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
@@ -186,21 +215,50 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                         traffic_bytes_after=traffic)
 
     findings = list(report.findings)
-    parameter_checks = iter(planned)
     for k, f in enumerate(findings):
-        candidate = _parameter_candidate(f, inputs) if f.rule in _PARAMETER_FIXES else None
+        if f.rule == SL203.code and f.subject in moved:
+            continue
+        candidate = _parameter_candidate(f, list(report.inputs)) if f.rule in _PARAMETER_FIXES else None
         if candidate is None or budget <= 0:
             continue
-        check = run(next(parameter_checks))
+        check = run(candidate)
+        other = _other_dimension(f, list(report.inputs), report.mesh) if f.rule == SL203.code else None
+        if check.verdict is not FixVerdict.better and other is not None and budget > 0 and (
+                alternative := _parameter_candidate(other, list(report.inputs))) is not None:
+            second = run(alternative)
+            if second.verdict is FixVerdict.better:
+                findings[k] = _with_check(other, second, other.fix or "")
+                continue
+            other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
+            findings[k] = _with_check(f, check, f.fix or "")
+            findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
+            continue
         findings[k] = _with_check(f, check, f.fix or "")
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
-        findings = _state_advice(findings, pinned, run(take), _moved_state(report, sig))
-        if pinned.verdict in (FixVerdict.worse, FixVerdict.failed) and report.suggested_out_shardings:
+        findings = _state_advice(findings, pinned, run(take), moved)
+        # Neither state fix helps: SL203's own suggestion for those values (shard the replicated
+        # argument and its optimizer state on a mesh axis) is the next one tried.
+        for k, f in enumerate(findings):
+            own = next((g for g in report.findings if g.rule == f.rule and g.subject == f.subject), None)
+            if (f.rule != SL203.code or f.subject not in moved or f.fix_check is None or own is None
+                    or f.fix_check.verdict is FixVerdict.better or budget <= 0):
+                continue
+            candidate = _parameter_candidate(own, list(report.inputs))
+            if candidate is None:
+                continue
+            check = run(candidate)
+            if check.verdict is FixVerdict.better:
+                findings[k] = _with_check(own, check, own.fix or "")
+            else:
+                findings[k] = f.model_copy(update={
+                    "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
+        findings = _one_advice_per_value(findings, moved)
+        if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
-                             f"is not offered: {_cost_text(pinned)}"]})
+                             f"is not offered: {_not_offered(pinned)}"]})
     return report.model_copy(update={"findings": findings})
 
 
@@ -240,6 +298,42 @@ def _counted(progress: Callable[[str], None] | None, name: str, labels: list[str
     return done
 
 
+def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
+    """SL203's suggestion on the argument's last dimension its axis divides (a table gathered along
+    its rows keeps its columns sharded), where the rule suggested another."""
+    spec = f.suggested_sharding
+    t = next((t for t in inputs if t.path == f.parameter), None)
+    if spec is None or t is None:
+        return None
+    [dim] = [d for d, axes in enumerate(spec) if axes]
+    size = 1
+    for axis in spec[dim]:
+        size *= mesh.get(axis, 1)
+    last = max(d for d, n in enumerate(t.shape) if n % size == 0 and n >= size)
+    if last == dim:
+        return None
+    moved: list[list[str]] = [[] for _ in spec]
+    moved[last] = spec[dim]
+    return f.model_copy(update={"suggested_sharding": moved, "fix": f"shard {t.path} as {pspec_text(moved)}"})
+
+
+def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
+    """SL201 on the state values an SL203 is about gives SL203's advice: one recommendation per value."""
+    def inputs_of(f: Finding) -> frozenset[str]:
+        return frozenset(rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None)
+
+    advice = {inputs_of(f): f for f in findings if f.rule == SL203.code and inputs_of(f)}
+    out = [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
+           if f.rule == SL201.code and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
+    # A spec whose check was not measured better is not shown as the one to give (param: ... -> P(...)).
+    return [f.model_copy(update={"suggested_sharding": None})
+            if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
+
+
+def _key(c: _Candidate) -> str:
+    return repr((c.arguments, c.results))
+
+
 def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTrip]:
     """Output path and input path -> each state value that comes back on another layout."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
@@ -249,14 +343,25 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     return out
 
 
+def _not_offered(check: FixCheck) -> str:
+    """What a fix that was compiled and is not offered was measured to do."""
+    if check.verdict is FixVerdict.failed:
+        return _cost_text(check)
+    if check.verdict is FixVerdict.no_change:
+        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    if check.verdict is FixVerdict.trade_off:
+        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    return f"costs {_cost_text(check)}"
+
+
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
-    if check.verdict in (FixVerdict.better, FixVerdict.no_change, FixVerdict.trade_off):
-        lead = "trade-off: " if check.verdict is FixVerdict.trade_off else ""
-        return f.model_copy(update={"fix_check": check, "fix": f"{lead}{fix} (checked: {_cost_text(check)})"})
+    """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
+    peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {_cost_text(check)})"})
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was compiled and "
-               f"{'costs ' + _cost_text(check) if check.verdict is FixVerdict.worse else _cost_text(check)}"})
+        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and {_not_offered(check)}"})
 
 
 def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
@@ -279,20 +384,36 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
         if f.rule == SL203.code and rt is None:
             out.append(f)  # a replicated input that comes back as it went: SL203's own advice stands
             continue
-        if best.verdict in (FixVerdict.worse, FixVerdict.failed):
-            text = (f"neither fix helps this step: pinning the outputs costs {_cost_text(pin)}; giving the inputs "
-                    f"the returned layout costs {_cost_text(take)}")
+        if best.verdict is not FixVerdict.better:
+            text = (f"neither fix is measured better for this step: pinning the outputs was tried, compiled and "
+                    f"{_not_offered(pin)}; giving the inputs the returned layout {_not_offered(take)}")
             out.append(f.model_copy(update={"fix": text, "fix_check": best}))
             continue
-        if best is take and f.count == 1 and rt is not None:
-            what = f"shard {rt.input.path} as {pspec_text(rt.output.sharding)}, the layout the step returns it in"
+        members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
+        layouts = {str(m.output.sharding) for m in members if m is not None}
+        if best is take and rt is not None and None not in members and len(layouts) == 1:
+            names = [m.input.path for m in members if m is not None]
+            what = (f"shard {_listed(sorted(set(names), key=len))} as {pspec_text(rt.output.sharding)}, the layout "
+                    f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
             what = ("give the state inputs the layouts the step returns them in (in_shardings=, or place them "
                     "there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        lead = "trade-off: " if best.verdict is FixVerdict.trade_off else ""
-        text = (f"{lead}{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
+        text = (f"{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
                 f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, {_cost_text(other)})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out
+
+
+def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
+                           ) -> list[TargetReport]:
+    """check's reports of a StableHLO program (a snapshot's .mlir, a jax.export) with their fixes
+    compiled as lint compiles them (no Python run), so lint and check give one recommendation for a
+    value; a compiled HLO's fixes cannot be applied and stay unchecked."""
+    kind = kind_of(path) if os.path.isfile(path) else "dump"
+    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
+        return reports
+    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
+    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    return [check_fixes(reports[0], text, settings, path, devices[:n])]

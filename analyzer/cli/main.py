@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_args(chk)
     _add_executor_args(chk, "paths")
     chk.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+    chk.add_argument("--no-fix-check", action="store_true",
+                     help="show fixes without compiling each first: by default a StableHLO program's (a snapshot's "
+                     ".mlir, a jax.export) suggested shardings are applied, compiled and compared as lint does; a "
+                     "compiled HLO's fixes cannot be applied and are shown unchecked")
 
     gt = sub.add_parser("gate", parents=[debug_and_timeout],
                         help="compare the current analysis with a baseline and fail on regressions")

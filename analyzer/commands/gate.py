@@ -21,6 +21,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
+from ..backend.fix_checks import check_checked_in_fixes
 from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
@@ -129,7 +130,8 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
     if spread.executor.in_process or len(paths) < 2:
-        reports = [r for p in paths for r in check_path(p, settings, devices)]
+        reports = [r for p in paths for r in check_checked_in_fixes(p, check_path(p, settings, devices), settings,
+                                                                       devices)]
     else:
         reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]

@@ -7,9 +7,11 @@
   TPU collective matmul).
 - ``gradient-reduction``: a reduce-scatter or all-reduce whose result has an
   argument's per-device shape (or one layer's): a gradient summed back to its
-  parameter's sharding; or, in the backward pass, a collective-permute passing
-  such a partial sum on to be added to (the reduce-scatter half of a TPU
-  collective matmul).
+  parameter's sharding; or, reducing a matmul's result, the argument's shard in
+  any order of its dimensions, or with some of its own axes undone (the gradient
+  of a weight the step read gathered or transposed, summed over the batch); or,
+  in the backward pass, a collective-permute passing such a partial sum on to
+  be added to (the reduce-scatter half of a TPU collective matmul).
 - ``activation``: the sum of partial results that a matmul or a reduction
   over a sharded dimension leaves on each device (tensor parallelism, a norm
   over a sharded hidden dimension).
@@ -203,6 +205,11 @@ def _adds_only(fusion: HloInstruction, module: HloModule) -> bool:
     return "add" in ops and not ops & (_MATMUL | {"fusion"})
 
 
+def _subsets(axes: frozenset[str]) -> list[tuple[str, ...]]:
+    names = sorted(axes)
+    return [tuple(n for k, n in enumerate(names) if mask >> k & 1) for mask in range(1 << len(names))]
+
+
 class _ParameterShapes:
     """The shapes a parameter's collectives can have, worked out once per
     (parameter, gathered axes), and their union once per set of collective axes:
@@ -220,6 +227,10 @@ class _ParameterShapes:
             if params else set()
         # The same as element counts, with LOOP_ONLY's mark: a collective matmul's ring passes the shard in
         # whatever layout its matmul reads (wq's (256, 2048) layer as (16, 128, 1, 256)).
+        # A parameter's shard, or with any of its own axes undone (its gradient before the slice to them),
+        # in any order of its dimensions (the gradient's matmul may produce it transposed).
+        self.less_sharded = {tuple(sorted(s)) for t in self.sharded for sub in _subsets(self.held[t.index])
+                             for s in self.shapes(t, frozenset(sub)) if s[:1] != LOOP_ONLY}
         self.any_shard_size = {s[:1] + (prod(s[1:]),) if s[:1] == LOOP_ONLY else (prod(s),) for s in self.any_shard}
 
     def reachable(self, axes: frozenset[str]) -> set[tuple[int, ...]]:
@@ -273,6 +284,11 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
         # A parameter's shard, or its shard with the reduced axes undone (an
         # all-reduce then a slice, CPU's reduce-scatter).
         if _holds(shapes.any_shard, result, in_loop) or _holds(shapes.reachable(axes), result, in_loop):
+            return "gradient-reduction"
+        # A weight's gradient made by a matmul in another layout than the weight (w1 P('model', None),
+        # contracted, gets its gradient transposed) or less sharded, summed over the batch axes.
+        if ins is not None and ins.operands and _is_matmul(module.instruction(ins.operands[0]), module) \
+                and tuple(sorted(result)) in shapes.less_sharded:
             return "gradient-reduction"
     # A shard_map's psum, all_gather or ppermute is the program's own, whatever it sums (a psum of a
     # local reduction is not partial sums XLA chose to leave).

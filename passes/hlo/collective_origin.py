@@ -177,9 +177,17 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
             return owner.path if owner else None, (
                 f"the {kind}{at} reads {t.path} {pspec_text(t.sharding)} along dimension {d}, which is sharded "
                 f"on {', '.join(axes)}: each device reads only its own shard, and the {c.kind} over "
-                f"{', '.join(c.mesh_axes)} sums the masked partial results, so every device holds the whole "
-                f"{whole}")
+                f"{', '.join(c.mesh_axes)} {_combines(c.kind)}, so every device holds the whole {whole}")
     return (owner.path if owner else None), None
+
+
+def _combines(kind: str) -> str:
+    """What a collective does with the devices' parts: only a reduction sums them."""
+    if kind in ("all-reduce", "reduce-scatter"):
+        return "sums the masked partial results"
+    if kind == "all-gather":
+        return "concatenates what each device read"
+    return "moves the shards between devices"
 
 
 def collective_origins(module: HloModule, collectives: Iterable[Collective], inputs: tuple[TensorInfo, ...],

@@ -14,7 +14,7 @@ class _Model(BaseModel):
 class FixVerdict(str, Enum):
     """What compiling the program with a finding's fix applied showed."""
 
-    better = "better"  # neither the peak nor the traffic grows, and one of them falls
+    better = "better"  # one of the peak and the traffic falls, the other grows by no more than the tolerance
     worse = "worse"  # the peak or the traffic grows and neither falls
     trade_off = "trade-off"  # one falls, the other grows
     no_change = "no-change"

@@ -10,6 +10,11 @@ pattern replaces with ``*``; a parameter named the same way in every member
 keeps its exact path. A bare list index is a layer only under a name that says
 so (``layers``, ``blocks``): penzai keeps distinct weights in one flat list
 (``params[20]``), and those are different parameters.
+
+A step's state has a second kind of sharing: a parameter and its optimizer
+moments (``params['embed']``, ``opt_state['mu']['embed']``, ``opt_state['nu']
+['embed']``) replicated, or coming back on another layout, the same way are one
+cause, one SL201 and one SL203, whichever lines built them.
 """
 
 from __future__ import annotations
@@ -66,9 +71,63 @@ def _natural(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
+# Rules about a step's arguments and state: a parameter and the optimizer state that mirrors it
+# (the same key path under another argument, the same shape and layout) are one cause.
+_STATE_RULES = frozenset({"SL201", "SL203"})
+_ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
+
+
+def _key_path(path: str) -> str:
+    """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``."""
+    return _ROOT.sub("", path, count=1)
+
+
+def _paths(f: Finding) -> list[str]:
+    return [p for p in (f.subject, f.parameter) if p]
+
+
+def _mirror_keys(findings: list[Finding]) -> dict[int, tuple[object, ...]]:
+    """Each state finding's cause: the shortest key path among its rule's findings that its own path
+    ends with (the parameter the optimizer state mirrors), and its texts with the paths left out."""
+    anchors: dict[str, set[str]] = {}
+    for f in findings:
+        if f.rule in _STATE_RULES and f.parameter:
+            anchors.setdefault(f.rule, set()).add(_key_path(f.parameter))
+    out: dict[int, tuple[object, ...]] = {}
+    for k, f in enumerate(findings):
+        if f.rule not in _STATE_RULES or not f.parameter or not _key_path(f.parameter):
+            continue
+        own = _key_path(f.parameter)
+        anchor = min((a for a in anchors[f.rule] if a and own.endswith(a)), key=len, default=own)
+        message, fix = f.message, f.fix or ""
+        for p in sorted(_paths(f), key=len, reverse=True):
+            message, fix = message.replace(p, "*"), fix.replace(p, "*")
+        out[k] = (f.rule, f.severity, anchor, message, fix, str(f.parameter_sharding), str(f.suggested_sharding))
+    return out
+
+
+def _merged_mirrors(group: list[Finding]) -> Finding:
+    """The parameter's finding (the shortest key path) stands for its optimizer state's."""
+    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")), f.parameter or ""))
+    if len(group) == 1:
+        return first
+    others = [f.parameter for f in group if f is not first and f.parameter]
+    total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
+    ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
+    return first.model_copy(update={
+        "count": sum(f.count for f in group), "bytes": total, "ops": ops,
+        "parameters": [first.parameter, *others],
+        "message": first.message + f"; the same holds for {_listed(others)}, its optimizer state (the same key "
+                                   "path, shape and layout)"})
+
+
 def group_by_cause(findings: list[Finding]) -> list[Finding]:
     """The findings with each cause once, in the order of each cause's first finding (linear)."""
+    mirrors = _mirror_keys(findings)
     groups: dict[tuple[object, ...], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault(_key(f), []).append(f)
-    return [_merged(g) for g in groups.values()]
+    for k, f in enumerate(findings):
+        if k in mirrors:
+            groups.setdefault(("mirror", *mirrors[k]), []).append(f)
+        else:
+            groups.setdefault(_key(f), []).append(f)
+    return [_merged_mirrors(g) if key[0] == "mirror" else _merged(g) for key, g in groups.items()]

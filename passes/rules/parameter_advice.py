@@ -76,3 +76,20 @@ def gathered_dims(t: TensorInfo, c: Collective) -> set[int]:
     """The input's dimensions sharded on the axes the collective gathers."""
     names = {a.split(":")[0] for a in c.mesh_axes}
     return {d for d, axes in enumerate(t.sharding or []) if any(a.split(":")[0] in names for a in axes)}
+
+
+def sharding_advice(ctx: RuleContext, c: Collective
+                    ) -> tuple[TensorInfo | None, CollectiveParameter | None, list[list[str]] | None]:
+    """The parameter behind a resharding collective, how it serves it, and the sharding to try for it:
+    an input kept off the dimension its op reads along, a weight that multiplies the shards in place."""
+    parameter, served = parameter_of(ctx, c)
+    if parameter is None or served is None or not parameter.sharding or not any(parameter.sharding):
+        return parameter, served, None
+    sizes = dict(ctx.signature.mesh.axes)
+    if served.role is ParameterRole.operand:  # keep the input off the dimension the op reads along
+        return parameter, served, moved_off(parameter, gathered_dims(parameter, c), sizes)
+    if served.role is ParameterRole.read:
+        return parameter, served, moved_off(parameter, set(served.contracting or ()), sizes)
+    if served.role is ParameterRole.feeds and c.kind == "all-gather":  # multiply the shards in place
+        return parameter, served, moved_onto(parameter, contracted_dims(parameter, served), c.mesh_axes, sizes)
+    return parameter, served, moved_off(parameter, contracted_dims(parameter, served), sizes)

@@ -6,10 +6,10 @@ from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_parameter import ParameterRole
-from ..models.report import Severity, TensorInfo
+from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
 from .context import RuleContext
-from .parameter_advice import contracted_dims, gathered_dims, moved_off, moved_onto, parameter_of
+from .parameter_advice import sharding_advice
 from .registry import Emitter, OptionKind, RuleOption, define_rule
 
 _REPLICATING = ("all-gather", "all-reduce")
@@ -50,39 +50,17 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     `P("x", None)`), or constrain the operand with
     `jax.lax.with_sharding_constraint` so the op runs where the shards are.
     """
-    big = ctx.options["replicating-collective-bytes"]
-    whole_min = ctx.options["whole-array-gather-min-bytes"]
     peak = ctx.memory.peak_bytes if ctx.memory else 0
-    share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
-    share_min = ctx.options["replicating-collective-min-bytes"]
-    sizes = dict(ctx.signature.mesh.axes)
-    # A value XLA could reshard only by replicating it is SL104's (the cause named by XLA itself).
-    rematerialized = {r.collective for r in ctx.involuntary_remats}
-    for c in ctx.collectives:
-        if c.kind not in _REPLICATING or c.intent in INTENDED or c.hlo_name in rematerialized:
-            continue
+    for c in replicating(ctx):
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
-        large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
-        if not (c.bytes >= big or large_share or (whole and c.bytes >= whole_min)):
-            continue
         what = "rebuilds the whole array" if whole else "materialises"
         axes = ", ".join(c.mesh_axes) or "all devices"
-        parameter, served = parameter_of(ctx, c)
-        suggested = None
-        if parameter is not None and served is not None and parameter.sharding and any(parameter.sharding):
-            if served.role is ParameterRole.operand:  # keep the input off the dimension the op reads along
-                suggested = moved_off(parameter, gathered_dims(parameter, c), sizes)
-            elif served.role is ParameterRole.read:
-                suggested = moved_off(parameter, set(served.contracting or ()), sizes)
-            elif served.role is ParameterRole.feeds and c.kind == "all-gather":  # multiply the shards in place
-                suggested = moved_onto(parameter, contracted_dims(parameter, served), c.mesh_axes, sizes)
-            else:
-                suggested = moved_off(parameter, contracted_dims(parameter, served), sizes)
+        parameter, served, suggested = sharding_advice(ctx, c)
         out.emit(
             f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
             + (f", {c.count}x per step" if c.count > 1 else "")
             + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
-            + (_relation(parameter, served.role) if parameter is not None and served is not None else ""),
+            + (_relation(parameter, served.role, c.kind) if parameter is not None and served is not None else ""),
             c.source, via=c.via,
             fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
                  + (" (off the dimension this op reads along)"
@@ -96,13 +74,34 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-def _relation(t: TensorInfo, role: ParameterRole) -> str:
+def replicating(ctx: RuleContext) -> list[Collective]:
+    """The collectives this rule reports."""
+    big = ctx.options["replicating-collective-bytes"]
+    whole_min = ctx.options["whole-array-gather-min-bytes"]
+    peak = ctx.memory.peak_bytes if ctx.memory else 0
+    share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
+    share_min = ctx.options["replicating-collective-min-bytes"]
+    # A value XLA could reshard only by replicating it is SL104's (the cause named by XLA itself).
+    rematerialized = {r.collective for r in ctx.involuntary_remats}
+    out = []
+    for c in ctx.collectives:
+        if c.kind not in _REPLICATING or c.intent in INTENDED or c.hlo_name in rematerialized:
+            continue
+        whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
+        large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
+        if c.bytes >= big or large_share or (whole and c.bytes >= whole_min):
+            out.append(c)
+    return out
+
+
+def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
     spec = pspec_text(t.sharding)
     if role is ParameterRole.operand:
         return f": it gathers {t.path} {spec}"
     if role is ParameterRole.read:
-        return f": it sums what each device read of {t.path} {spec} along a sharded dimension"
-    if role is ParameterRole.partial_sums:
+        combines = "sums" if kind == "all-reduce" else "concatenates"
+        return f": it {combines} what each device read of {t.path} {spec} along a sharded dimension"
+    if role is ParameterRole.partial_sums and kind == "all-reduce":
         return f": it sums the partial products of the matmul by {t.path} {spec}"
     return f": the matmul by {t.path} {spec} reads it whole"
 

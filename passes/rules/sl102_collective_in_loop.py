@@ -44,17 +44,8 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     carry to a sharding the body does not read along), or hoist a gather of a
     loop-invariant value out of the loop.
     """
-    limit = ctx.options["loop-collective-bytes"]
-    # One finding per source line: a layer scan's many per-layer collectives are one decision.
-    by_line: dict[tuple[str | int, ...], list[Collective]] = {}
-    for c in ctx.collectives:
-        if c.count > 1 and c.intent not in INTENDED:
-            key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
-            by_line.setdefault(key, []).append(c)
-    for group in by_line.values():
+    for group in loop_groups(ctx):
         total = sum(c.bytes * c.count for c in group)
-        if total < limit:
-            continue
         counts = sorted({c.count for c in group})
         kinds = ", ".join(
             f"{n}x {k}" if n > 1 else k
@@ -69,6 +60,18 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
             "body does not read along), or gather a loop-invariant value once before the loop",
             subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
         )
+
+
+def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
+    """The resharding collectives in loops this rule reports, one group per source line (a layer
+    scan's many per-layer collectives are one decision) whose bytes reach the limit."""
+    limit = ctx.options["loop-collective-bytes"]
+    by_line: dict[tuple[str | int, ...], list[Collective]] = {}
+    for c in ctx.collectives:
+        if c.count > 1 and c.intent not in INTENDED:
+            key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
+            by_line.setdefault(key, []).append(c)
+    return [g for g in by_line.values() if sum(c.bytes * c.count for c in g) >= limit]
 
 
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,

@@ -58,7 +58,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
             ctx.output_source(rt.output.index),
             fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
             "(the target's suggested out_shardings= pins every state output)",
-            subject=rt.output.path,
+            subject=rt.output.path, parameter=rt.input,
         )
     if small:
         # Many small outputs (norm scales, biases and their optimizer moments) are one

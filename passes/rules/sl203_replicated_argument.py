@@ -43,20 +43,21 @@ def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
     for inp in ctx.inputs:
         if not is_replicated(inp.sharding) or inp.bytes < limit:
             continue
-        suggestion = None
+        spec: list[list[str]] | None = None
         for name, size in sorted(mesh.axes, key=lambda a: -a[1]):
             dim = next((d for d, n in enumerate(inp.shape) if n % size == 0 and n >= size), None)
             if dim is not None:
-                spec: list[list[str]] = [[] for _ in inp.shape]
+                spec = [[] for _ in inp.shape]
                 spec[dim] = [name]
-                suggestion = f"NamedSharding(mesh, {pspec_text(spec)})"
                 break
         out.emit(
             f"argument {inp.path} ({inp.dtype}{inp.shape}, {format_bytes(inp.bytes)}) is replicated on all "
             f"{ctx.num_devices} devices",
             ctx.input_source(inp.index),
-            fix=f"shard it, e.g. {suggestion}" if suggestion else "shard one of its dimensions over a mesh axis",
-            subject=inp.path,
+            # lint compiles the suggestion before it is shown (its fix check), with the optimizer state alike.
+            fix=(f"shard {inp.path} as {pspec_text(spec)}" if spec is not None
+                 else "shard one of its dimensions over a mesh axis"),
+            subject=inp.path, parameter=inp, suggested=spec,
         )
 
 

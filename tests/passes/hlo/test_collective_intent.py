@@ -88,3 +88,54 @@ def test_stacked_layers_with_the_layer_axis_second_are_fsdp_traffic(cli):
     assert {c["intent"] for c in gathers} == {"parameter-gather"}
     assert {c["intent"] for c in reductions} == {"gradient-reduction"}
     assert not [f for f in t["findings"] if f["rule"] == "SL102"]
+
+
+CONTRACTED_WEIGHT_MLP = '''import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def loss(params, x, y):
+    h = jax.nn.relu(x @ params["w1"])
+    return jnp.mean((h @ params["w2"] - y) ** 2)
+
+
+def step(params, x, y):
+    g = jax.grad(loss)(params, x, y)
+    return jax.tree.map(lambda p, g: p - 0.01 * g, params, g)
+
+
+def arguments():
+    m = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    s = lambda shape, spec: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(m, spec))
+    params = {"w1": s((4096, 16384), P("model", None)), "w2": s((16384, 4096), P("model", None))}
+    return params, s((8192, 4096), P("data", None)), s((8192, 4096), P("data", None))
+
+
+def shard_lint_targets():
+    return {"step": jax.jit(step, donate_argnums=(0,)).lower(*arguments())}
+'''
+
+
+def test_gradient_of_a_weight_sharded_on_its_contracted_dimension_is_a_gradient_reduction(cli, tmp_path):
+    """w1 P('model', None) is contracted by x @ w1: XLA makes its gradient transposed, (16384, 2048),
+    sums it over data and slices it back. That all-reduce (found in XLA's own compiled text, compiled
+    here) is the weight's gradient-reduction, not an activation."""
+    import importlib.util
+    import re
+
+    import jax
+
+    script = tmp_path / "contracted_weight_mlp.py"
+    script.write_text(CONTRACTED_WEIGHT_MLP)
+    spec = importlib.util.spec_from_file_location("_contracted_weight_mlp", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = jax.jit(module.step, donate_argnums=(0,)).lower(*module.arguments()).compile().as_text()
+    results = re.findall(r"= (\(.*?\)|f32\[[\d,]+\]\S*) all-reduce\(", text)  # a combined one is a tuple
+    xla = {tuple(int(d) for d in dims.split(",")) for r in results for dims in re.findall(r"f32\[([\d,]+)\]", r)}
+    assert (16384, 2048) in xla  # the oracle: w1's gradient, transposed, per model shard
+
+    [t] = lint_targets(cli, str(script))
+    [grad] = [c for c in t["collectives"] if c["kind"] == "all-reduce" and tuple(c["shape"]) == (16384, 2048)]
+    assert grad["intent"] == "gradient-reduction" and grad["mesh_axes"] == ["data"]

@@ -1,0 +1,94 @@
+"""SL105 unexplained-reshard: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
+from ..hlo.collective_parameter import ParameterRole
+from ..models.report import Severity
+from ..models.rule_codes import SL105
+from .context import RuleContext
+from .parameter_advice import sharding_advice
+from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .sl101_replicating_collective import replicating
+from .sl102_collective_in_loop import loop_groups
+
+_ROLE = {
+    ParameterRole.operand: "it moves that argument itself",
+    ParameterRole.feeds: "the matmul by that weight reads its result",
+    ParameterRole.partial_sums: "it sums the partial products of the matmul by that weight",
+    ParameterRole.read: "an op reads that argument along its sharded dimension",
+}
+
+
+def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
+    """Resharding traffic no other finding explains.
+
+    What it does
+    ------------
+    Reports every collective of intent `reshard` (no stated sharding asked
+    for it: not a parameter's gather, a gradient's reduction, a matmul's
+    partial sums or the program's own) whose bytes per step reach
+    `unexplained-reshard-bytes`, when no other rule reports it (SL101's
+    replicating collectives, SL102's loops, SL104's rematerializations).
+    It names the argument whose sharding causes it, with its PartitionSpec,
+    and the sharding to give it instead.
+
+    Why is this bad
+    ---------------
+    A layout change between two ops (an all-to-all, an all-gather, a
+    permute) is traffic the program never wrote: a weight sharded on the
+    dimension its matmul contracts is moved to another dimension (or
+    gathered) on every step. It is cheap to miss and expensive to keep.
+
+    Example
+    -------
+    ```python
+    w1 = jax.ShapeDtypeStruct((d_model, d_ff), f32,
+                              sharding=NamedSharding(mesh, P("model", None)))
+    h = x @ w1          # contracts d_model, the dimension w1 is sharded on
+    ```
+
+    Fix
+    ---
+    Shard the weight on a dimension its matmul does not contract (here
+    `P(None, "model")`); lint compiles that layout and shows the fix only
+    when it measures less traffic or a lower peak.
+    """
+    limit = ctx.options["unexplained-reshard-bytes"]
+    explained = {c.hlo_name for c in replicating(ctx)} | {c.hlo_name for g in loop_groups(ctx) for c in g}
+    explained |= {r.collective for r in ctx.involuntary_remats if r.collective}
+    reported = [c for c in ctx.collectives
+                if c.intent == "reshard" and c.hlo_name not in explained and c.bytes * c.count >= limit]
+    advice = {c.hlo_name: sharding_advice(ctx, c) for c in reported}
+    # A layout change XLA made in several collectives at one line over the same axes (the all-to-all
+    # that moves a weight and the all-gather of the product it reads) is one cause: one named
+    # argument stands for the collectives whose operand is no argument.
+    named = {(c.source, tuple(c.mesh_axes)): advice[c.hlo_name] for c in reported
+             if advice[c.hlo_name][0] is not None and advice[c.hlo_name][2] is not None}
+    for c in reported:
+        parameter, served, suggested = advice[c.hlo_name]
+        if parameter is None:
+            parameter, served, suggested = named.get((c.source, tuple(c.mesh_axes)), (None, None, None))
+        axes = ", ".join(c.mesh_axes) or "all devices"
+        runs = f", {c.count}x per step" if c.count > 1 else ""
+        cause = (f": it comes from {parameter.path} {pspec_text(parameter.sharding)}"
+                 + (f" ({_ROLE[served.role]})" if served is not None else "")
+                 if parameter is not None else ": no argument of the step is its operand or the weight it serves")
+        out.emit(
+            f"{c.kind} over {axes} reshards {c.dtype}{c.shape} ({format_bytes(c.bytes)}){runs}, which no stated "
+            f"sharding asked for{cause}",
+            c.source, via=c.via,
+            fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
+                 if parameter is not None and suggested is not None else
+                 "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the "
+                 "argument it comes from on a dimension the op does not read along"),
+            subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
+            total_bytes=c.bytes * c.count,
+        )
+
+
+RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
+                   options=(RuleOption("unexplained-reshard-bytes", 16 * 1024**2, OptionKind.bytes,
+                                       "per-device bytes per step from which a resharding collective no other "
+                                       "rule reports is reported"),))
