@@ -23,9 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ...passes.common.byte_sizes import format_bytes
@@ -43,6 +41,7 @@ from ..supervision import isolation
 from .cached_analysis import cached_text_report
 from .checked_in_analysis import analyze_text
 from .sharding_edits import with_entry_shardings
+from .side_by_side import compile_side_by_side, counted, outcome
 
 
 def _listed(names: list[str]) -> str:
@@ -182,9 +181,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         planned += [pin, take]
     texts = [text] + [with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments) for c in planned]
     labels = ["the program as written"] + [c.change for c in planned]
-    compiled = _compile_side_by_side(
+    compiled = compile_side_by_side(
         [lambda t=t: _compiled(report.name, t, sig, settings, where, devices) for t in texts],
-        _counted(progress, report.name, labels))
+        counted(progress, report.name, labels))
     before = compiled[0]
     if isinstance(before, BaseException):
         raise before
@@ -200,7 +199,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
         after = after_of.get(_key(c))
         if after is None:
-            after = _outcome(lambda: _compiled(report.name, with_entry_shardings(
+            after = outcome(lambda: _compiled(report.name, with_entry_shardings(
                 module, c.results, sig.mesh_name or "mesh", c.arguments), sig, settings, where, devices),
                 lambda: None)
         if isinstance(after, ShardLintInputError):
@@ -260,42 +259,6 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
                              f"is not offered: {_not_offered(pinned)}"]})
     return report.model_copy(update={"findings": findings})
-
-
-def _compile_side_by_side(jobs: list[Callable[[], TargetReport]],
-                          done: Callable[[], None]) -> list[TargetReport | BaseException]:
-    """Each job's report, or what it raised, in the jobs' order; up to one compile per core at a time."""
-    if len(jobs) < 2 or (os.cpu_count() or 1) < 2:
-        return [_outcome(job, done) for job in jobs]
-    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1), thread_name_prefix="fix-check") as pool:
-        return list(pool.map(lambda job: _outcome(job, done), jobs))
-
-
-def _outcome(job: Callable[[], TargetReport], done: Callable[[], None]) -> TargetReport | BaseException:
-    try:
-        return job()
-    except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it
-        return e
-    finally:
-        done()
-
-
-def _counted(progress: Callable[[str], None] | None, name: str, labels: list[str]) -> Callable[[], None]:
-    """Told of each compile as it finishes: "[2/5] NAME: fix checks compiled" on ``progress``."""
-    finished = 0
-    lock = threading.Lock()
-    if progress is not None:
-        progress(f"[0/{len(labels)}] {name}: compiling {len(labels)} programs to check the fixes: "
-                 + "; ".join(labels))
-
-    def done() -> None:
-        nonlocal finished
-        with lock:
-            finished += 1
-            if progress is not None:
-                progress(f"[{finished}/{len(labels)}] {name}: fix checks compiled")
-
-    return done
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
