@@ -1,0 +1,171 @@
+"""The figures against XLA, one oracle per plausible one-line bug that the rest of the suite let
+through (issue 47's mutants, each named where it dies): the peak of a donated program against
+memory_analysis(), a loop's compute against its known_trip_count times the FLOPs of its matmul,
+``<=`` and ``!=`` loops' inferred trip counts against known_trip_count, and every collective's
+per-device bytes and group size against the compiled text. Every expected number is read here
+from what XLA compiled, with regular expressions of this file."""
+
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_shard_lint.passes.common.device_groups import MeshInfo
+from jax_shard_lint.passes.hlo.collectives import find_collectives, inferred_trip_count
+from jax_shard_lint.passes.hlo.cost import program_cost
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
+
+_DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1, "f64": 8, "s64": 8}
+_ARRAY = re.compile(r"\b(f32|bf16|f16|s32|u32|s8|u8|pred|f64|s64)\[([\d,]*)\]")
+
+
+def _array_bytes(shape_text: str) -> int:
+    total = 0
+    for dtype, dims in _ARRAY.findall(shape_text):
+        total += _DTYPE_BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
+    return total
+
+
+def test_donated_program_peak_is_xlas_less_the_aliased_bytes(cli, tmp_path):
+    # Kills "peak = temp + argument + output" (the alias dropped): on this program that reads
+    # 12 MiB where XLA's accounting is 8 MiB.
+    script = tmp_path / "donated.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "from jax.sharding import AxisType, NamedSharding, PartitionSpec as P\n"
+        "def shard_lint_targets():\n"
+        "    m = jax.make_mesh((8,), ('x',), axis_types=(AxisType.Auto,))\n"
+        "    s = jax.ShapeDtypeStruct((4096, 512), jnp.float32, sharding=NamedSharding(m, P('x')))\n"
+        "    return {'f': jax.jit(lambda a, b: (a * 2 + b, jnp.tanh(b)), donate_argnums=0).lower(s, s)}\n"
+    )
+    report = json.loads(cli("lint", str(script), "--format", "json", "-q", "--fail-on", "never").out)
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    s = jax.ShapeDtypeStruct((4096, 512), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    m = jax.jit(lambda a, b: (a * 2 + b, jnp.tanh(b)), donate_argnums=0).lower(s, s).compile().memory_analysis()
+    assert m.alias_size_in_bytes == 4096 * 512 * 4 // 8  # the donated shard: what the oracle is about
+    mem = report["targets"][0]["memory"]
+    assert mem["alias_bytes"] == m.alias_size_in_bytes
+    assert mem["peak_bytes"] == (m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+                                 - m.alias_size_in_bytes)
+
+
+# One FLOP and one byte per second: seconds are FLOPs and bytes.
+_UNIT = DeviceSpec("unit", "unit", (("f32", 1.0),), 1.0, 1.0, 1.0, 0.0, 0.0)
+
+
+def test_a_loops_compute_counts_every_trip():
+    # Kills the step time's compute summed once per op rather than once per run of it: the loop's
+    # matmul would count once where XLA runs it known_trip_count times.
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    text = jax.jit(lambda h: jax.lax.fori_loop(0, 11, lambda i, h: jnp.tanh(h @ h), h)).lower(x).compile().as_text()
+    trips = [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', text)]
+    assert trips == [11]
+    estimate, _ = estimate_step_time(program_cost(parse_hlo_module(text)), [], _UNIT)
+    # The loop's matmul alone: 2 x 128^3 FLOPs per trip (the oracle counts nothing else).
+    assert estimate.flop_seconds == pytest.approx(trips[0] * 2 * 128**3, rel=1e-5)
+    # A roofline is the larger of an op's FLOP time and its memory time, per run: the sum over the
+    # step is at least either sum.
+    assert estimate.compute_seconds >= max(estimate.flop_seconds, estimate.memory_seconds) * (1 - 1e-6)
+
+
+def _counted_loops():
+    def le(x):  # 0, 1, ..., 9
+        return jax.lax.while_loop(lambda c: c[0] <= 9, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))[1]
+
+    def le_step(x):  # 2, 5, ..., 20: the bound reached exactly
+        return jax.lax.while_loop(lambda c: c[0] <= 20, lambda c: (c[0] + 3, jnp.sin(c[1])), (2, x))[1]
+
+    def ne(x):  # 0, 3, 6, 9
+        return jax.lax.while_loop(lambda c: c[0] != 12, lambda c: (c[0] + 3, jnp.sin(c[1])), (0, x))[1]
+
+    return {"le": (le, "LE"), "le_step": (le_step, "LE"), "ne": (ne, "NE")}
+
+
+@pytest.mark.parametrize("name", ["le", "le_step", "ne"])
+def test_le_and_ne_loops_trip_counts_equal_xlas(name):
+    # Kills an off-by-one on either side of a '<=' or '!=' loop's count (XLA says 10, 7, 4).
+    fn, direction = _counted_loops()[name]
+    text = jax.jit(fn).lower(jax.ShapeDtypeStruct((64, 64), jnp.float32)).compile().as_text()
+    assert f"direction={direction}" in text  # XLA kept the comparison the test is about
+    module = parse_hlo_module(text)
+    loops = [i for c in module.computations.values() for i in c.instructions if i.opcode == "while"]
+    known = [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', text)]
+    assert len(loops) == len(known) == 1
+    assert inferred_trip_count(module, loops[0]) == known[0]
+
+
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
+    r"(-start)?\((.*)$", re.M)
+
+
+def _group_size(attrs: str, devices: int) -> int:
+    """The size of a collective's first replica group, as XLA printed it: ``{{0,1},{2,3}}``, or the
+    iota form ``[groups,size]<=[...]``; a permute's is 2."""
+    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
+    if iota:
+        return int(iota.group(2))
+    listed = re.search(r"replica_groups=\{\{([\d,]*)\}", attrs)
+    if listed:
+        return len(listed.group(1).split(","))
+    return devices  # replica_groups={}: every device
+
+
+def _compiled_collectives(text: str, devices: int) -> dict[str, tuple[str, int, int]]:
+    """name -> (kind, bytes one device receives per run, group size), from the compiled text. An async
+    start's shape is (operands, results[, scratch]): its result is the second element."""
+    out = {}
+    for name, shape, kind, start, rest in _INSTRUCTION.findall(text):
+        if start and shape.startswith("("):
+            depth, parts, cur = 0, [], ""
+            for ch in shape[1:-1]:
+                depth += ch in "([{"
+                depth -= ch in ")]}"
+                if ch == "," and depth == 0:
+                    parts.append(cur)
+                    cur = ""
+                else:
+                    cur += ch
+            parts.append(cur)
+            shape = parts[1]
+        size = 2 if kind == "collective-permute" else _group_size(rest, devices)
+        out[name] = (kind, _array_bytes(shape), size)
+    return out
+
+
+def _collectives_program():
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+
+    def body(a, b):
+        s = jax.lax.psum((a, b * 2), "x")  # a tuple all-reduce over groups of 2: two arrays, two sizes
+        g = jax.lax.all_gather(s[0], "y", tiled=True)  # groups of 4
+        r = jax.lax.psum_scatter(g, "y", scatter_dimension=0, tiled=True)
+        t = jax.lax.all_to_all(r, "y", 1, 1, tiled=True)
+        p = jax.lax.ppermute(t, "x", [(0, 1), (1, 0)])
+        return p, s[1]
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(P("x", "y"), P("x", "y")), out_specs=(P("x", "y"), P("x", "y")))
+    a = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("x", "y")))
+    b = jax.ShapeDtypeStruct((32, 128), jnp.bfloat16, sharding=NamedSharding(mesh, P("x", "y")))
+    return jax.jit(fn).lower(a, b).compile().as_text()
+
+
+def test_every_collectives_bytes_and_group_size_equal_the_compiled_text():
+    # Kills a wrong byte count (a tuple collective read as its largest element) and a wrong group size
+    # (every collective read as spanning all devices): each instruction is compared, not a rule's verdict.
+    text = _collectives_program()
+    expected = _compiled_collectives(text, 8)
+    assert {k for k, _, _ in expected.values()} >= {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                                     "collective-permute"}
+    assert {n for _, _, n in expected.values()} >= {2, 4}
+    assert any(len(_ARRAY.findall(line)) > 1 for line in text.splitlines()
+               if " all-reduce" in line and "(" in line.split("=")[1].split("all-reduce")[0])  # a tuple
+    found = find_collectives(parse_hlo_module(text), MeshInfo((("x", 2), ("y", 4)))).collectives
+    got = {c.hlo_name: (c.kind, c.bytes, c.group_size) for c in found}
+    assert got == expected
