@@ -3,15 +3,15 @@ through (issue 47's mutants, each named where it dies): the peak of a donated pr
 memory_analysis(), a loop's compute against its known_trip_count times the FLOPs of its matmul,
 ``<=`` and ``!=`` loops' inferred trip counts against known_trip_count, and every collective's
 per-device bytes and group size against the compiled text. Every expected number is read here
-from what XLA compiled, with regular expressions of this file."""
+from what XLA compiled, with the regular expressions of tests/hlo_oracle.py."""
 
 import json
 import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from hlo_oracle import ARRAY, compiled_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -20,16 +20,6 @@ from jax_shard_lint.passes.hlo.collectives import find_collectives, inferred_tri
 from jax_shard_lint.passes.hlo.cost import program_cost
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
-
-_DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1, "f64": 8, "s64": 8}
-_ARRAY = re.compile(r"\b(f32|bf16|f16|s32|u32|s8|u8|pred|f64|s64)\[([\d,]*)\]")
-
-
-def _array_bytes(shape_text: str) -> int:
-    total = 0
-    for dtype, dims in _ARRAY.findall(shape_text):
-        total += _DTYPE_BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
-    return total
 
 
 def test_donated_program_peak_is_xlas_less_the_aliased_bytes(cli, tmp_path):
@@ -100,45 +90,6 @@ def test_le_and_ne_loops_trip_counts_equal_xlas(name):
     assert inferred_trip_count(module, loops[0]) == known[0]
 
 
-_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)"
-    r"(-start)?\((.*)$", re.M)
-
-
-def _group_size(attrs: str, devices: int) -> int:
-    """The size of a collective's first replica group, as XLA printed it: ``{{0,1},{2,3}}``, or the
-    iota form ``[groups,size]<=[...]``; a permute's is 2."""
-    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
-    if iota:
-        return int(iota.group(2))
-    listed = re.search(r"replica_groups=\{\{([\d,]*)\}", attrs)
-    if listed:
-        return len(listed.group(1).split(","))
-    return devices  # replica_groups={}: every device
-
-
-def _compiled_collectives(text: str, devices: int) -> dict[str, tuple[str, int, int]]:
-    """name -> (kind, bytes one device receives per run, group size), from the compiled text. An async
-    start's shape is (operands, results[, scratch]): its result is the second element."""
-    out = {}
-    for name, shape, kind, start, rest in _INSTRUCTION.findall(text):
-        if start and shape.startswith("("):
-            depth, parts, cur = 0, [], ""
-            for ch in shape[1:-1]:
-                depth += ch in "([{"
-                depth -= ch in ")]}"
-                if ch == "," and depth == 0:
-                    parts.append(cur)
-                    cur = ""
-                else:
-                    cur += ch
-            parts.append(cur)
-            shape = parts[1]
-        size = 2 if kind == "collective-permute" else _group_size(rest, devices)
-        out[name] = (kind, _array_bytes(shape), size)
-    return out
-
-
 def _collectives_program():
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit, AxisType.Explicit))
 
@@ -160,11 +111,11 @@ def test_every_collectives_bytes_and_group_size_equal_the_compiled_text():
     # Kills a wrong byte count (a tuple collective read as its largest element) and a wrong group size
     # (every collective read as spanning all devices): each instruction is compared, not a rule's verdict.
     text = _collectives_program()
-    expected = _compiled_collectives(text, 8)
+    expected = compiled_collectives(text, 8)
     assert {k for k, _, _ in expected.values()} >= {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                                                      "collective-permute"}
     assert {n for _, _, n in expected.values()} >= {2, 4}
-    assert any(len(_ARRAY.findall(line)) > 1 for line in text.splitlines()
+    assert any(len(ARRAY.findall(line)) > 1 for line in text.splitlines()
                if " all-reduce" in line and "(" in line.split("=")[1].split("all-reduce")[0])  # a tuple
     found = find_collectives(parse_hlo_module(text), MeshInfo((("x", 2), ("y", 4)))).collectives
     got = {c.hlo_name: (c.kind, c.bytes, c.group_size) for c in found}
