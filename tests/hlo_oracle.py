@@ -63,3 +63,58 @@ def compiled_collectives(text: str, devices: int) -> dict[str, tuple[str, int, i
     return out
 
 
+
+
+_COMPUTATION = re.compile(r"^(ENTRY )?%([\w.\-]+) .*\{\s*$")
+_CALLEE = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)=%([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def computation_runs(text: str) -> dict[str, int]:
+    """How many times each computation runs per execution of ENTRY: a while body known_trip_count times
+    per run of its caller (its condition once more), anything else called once per run of its caller."""
+    edges: list[tuple[str, str, int]] = []  # caller, callee, runs per run of the caller
+    entry, current = None, None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = m.group(2)
+            entry = current if m.group(1) else entry
+            continue
+        if current is None or " = " not in line:
+            continue
+        trip = _TRIP.search(line)
+        for attr, callee in _CALLEE.findall(line):
+            n = 1
+            if attr in ("body", "condition"):
+                assert trip, f"a loop without known_trip_count: {line.strip()[:120]}"
+                n = int(trip.group(1)) + (attr == "condition")
+            edges.append((current, callee, n))
+        for branches in _BRANCHES.findall(line):
+            edges.extend((current, b.strip().lstrip("%"), 1) for b in branches.split(","))
+    runs: dict[str, int] = {}
+
+    def count(name: str) -> int:
+        if name not in runs:
+            runs[name] = 1 if name == entry else sum(count(c) * n for c, callee, n in edges if callee == name)
+        return runs[name]
+
+    names = {entry} | {callee for _, callee, _ in edges}
+    return {name: count(name) for name in names if name}
+
+
+def collectives_per_step(text: str, devices: int) -> dict[str, tuple[str, int, int, int]]:
+    """name -> (kind, bytes, group size, runs per step): compiled_collectives with its computation's runs."""
+    runs = computation_runs(text)
+    where, current = {}, None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = m.group(2)
+        elif current:
+            i = re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = ", line)
+            if i:
+                where[i.group(1)] = current
+    return {name: (kind, nbytes, size, runs.get(where[name], 0))
+            for name, (kind, nbytes, size) in compiled_collectives(text, devices).items()}
