@@ -66,9 +66,14 @@ def test_markdown_golden_prints_xlas_figures(value_function):
         assert rows[name][4] == _size(moved), name  # collectives / step
 
 
+@pytest.fixture(scope="module")
+def fsdp_step():
+    return _compiled_targets("fsdp_tp_train_step.py")["train_step"]
+
+
 @pytest.mark.parametrize("width", [80, 120])
-def test_terminal_golden_prints_xlas_figures(width):
-    compiled = _compiled_targets("fsdp_tp_train_step.py")["train_step"]
+def test_terminal_golden_prints_xlas_figures(fsdp_step, width):
+    compiled = fsdp_step
     xla = _xla_memory(compiled)
     collectives = collectives_per_step(compiled.as_text(), 8)
     with open(os.path.join(golden_dir(), f"fsdp_terminal_{width}.txt")) as f:
