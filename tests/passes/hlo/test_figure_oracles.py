@@ -6,11 +6,13 @@ per-device bytes and group size against the compiled text. Every expected number
 from what XLA compiled, with the regular expressions of tests/hlo_oracle.py."""
 
 import json
+import os
 import re
 
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import FIXTURES
 from hlo_oracle import ARRAY, compiled_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -18,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 from jax_shard_lint.passes.common.device_groups import MeshInfo
 from jax_shard_lint.passes.hlo.collectives import find_collectives, inferred_trip_count
 from jax_shard_lint.passes.hlo.cost import program_cost
+from jax_shard_lint.passes.hlo.memory import MemoryStats, summarize_memory
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
 
@@ -120,3 +123,33 @@ def test_every_collectives_bytes_and_group_size_equal_the_compiled_text():
     found = find_collectives(parse_hlo_module(text), MeshInfo((("x", 2), ("y", 4)))).collectives
     got = {c.hlo_name: (c.kind, c.bytes, c.group_size) for c in found}
     assert got == expected
+
+
+@pytest.mark.parametrize("name", ["cpu_scan", "h100_fsdp", "tpu_v5p_scan"])
+def test_live_buffers_at_the_peak_name_their_instructions_shape_and_op(name):
+    # Kills a live buffer matched to the wrong instruction (an entry 'x{1}' read past its brace) or given
+    # a shape it does not have (a tuple's first element, a single array's none): each buffer's shape,
+    # dtype and op_name are its instruction's, read from the fixture's HLO text.
+    def read(file):
+        with open(os.path.join(FIXTURES, "hlo", file)) as f:
+            return f.read()
+
+    text = read(name + ".hlo")
+    manifest = json.loads(read("MANIFEST.json"))[name]
+    summary = summarize_memory(MemoryStats(**manifest["memory_analysis"]), manifest["platform"], parse_hlo_module(text),
+                               read(name + ".live-range.txt"), read(name + ".buffer-assignment.txt"))
+    assert summary.live_at_peak
+    for buffer in summary.live_at_peak:
+        base = buffer.name.split("{")[0]
+        line = re.search(rf"^\s*(?:ROOT )?%{re.escape(base)} = (.*)$", text, re.M)
+        if line is None:  # a value of no instruction of the text (h100's reduce-scatter.1.1): nothing to name
+            assert (buffer.op_name, buffer.dtype, buffer.shape) == (None, None, None), buffer.name
+            continue
+        shape = line.group(1).split(" ")[0]
+        single = re.fullmatch(r"(\w+)\[([\d,]*)\](?:\{[^}]*\})?", shape)
+        op = re.search(r'op_name="((?:[^"\\]|\\.)*)"', line.group(1))  # C-escaped in the text
+        assert buffer.op_name == (re.sub(r"\\(.)", r"\1", op.group(1)) if op else None), buffer.name
+        if single and not shape.startswith("("):
+            assert (buffer.dtype, buffer.shape) == (single.group(1), [int(d) for d in single.group(2).split(",") if d])
+        else:
+            assert (buffer.dtype, buffer.shape) == (None, None), buffer.name
