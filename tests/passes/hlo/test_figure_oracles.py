@@ -67,6 +67,19 @@ def test_a_loops_compute_counts_every_trip():
     assert estimate.compute_seconds >= max(estimate.flop_seconds, estimate.memory_seconds) * (1 - 1e-6)
 
 
+def test_a_roofline_with_one_side_free_is_the_other_side_exactly():
+    # Kills the compute, FLOP or memory sums weighted differently from each other (a run count added
+    # rather than multiplied): with FLOPs free every op's roofline is its memory time, and with memory
+    # free its FLOP time, whose total is the loop's trips x its matmul's FLOPs.
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    text = jax.jit(lambda h: jax.lax.fori_loop(0, 11, lambda i, h: jnp.tanh(h @ h), h)).lower(x).compile().as_text()
+    cost = program_cost(parse_hlo_module(text))
+    memory_bound, _ = estimate_step_time(cost, [], DeviceSpec("m", "m", (("f32", 1e30),), 1.0, 1.0, 1.0, 0.0, 0.0))
+    assert memory_bound.compute_seconds == memory_bound.memory_seconds > 0
+    flop_bound, _ = estimate_step_time(cost, [], DeviceSpec("f", "f", (("f32", 1.0),), 1e30, 1.0, 1.0, 0.0, 0.0))
+    assert flop_bound.compute_seconds == flop_bound.flop_seconds == pytest.approx(11 * 2 * 128**3, rel=1e-5)
+
+
 def _counted_loops():
     def le(x):  # 0, 1, ..., 9
         return jax.lax.while_loop(lambda c: c[0] <= 9, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))[1]
@@ -153,3 +166,28 @@ def test_live_buffers_at_the_peak_name_their_instructions_shape_and_op(name):
             assert (buffer.dtype, buffer.shape) == (single.group(1), [int(d) for d in single.group(2).split(",") if d])
         else:
             assert (buffer.dtype, buffer.shape) == (None, None), buffer.name
+
+
+_RING_BYTES = {  # per byte of one device's result, in a ring of n (docs/algorithms.md)
+    "all-gather": lambda n: (n - 1) / n, "reduce-scatter": lambda n: n - 1, "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / n, "collective-permute": lambda n: 1,
+}
+
+
+def test_step_time_communication_is_the_ring_over_xlas_bytes_and_groups():
+    # Kills collective seconds summed into the wrong bucket (within/across hosts, sync/async), the
+    # slowest-first order reversed, and sync communication taken off the step rather than added:
+    # each collective's seconds are the ring formula over its bytes and group in the compiled text.
+    text = _collectives_program()
+    assert "-start(" not in text  # the CPU runs these collectives synchronously
+    found = find_collectives(parse_hlo_module(text), MeshInfo((("x", 2), ("y", 4)))).collectives
+    estimate, timed = estimate_step_time(program_cost(parse_hlo_module(text)), found, _UNIT)
+    compiled = compiled_collectives(text, 8)
+    expected = {name: _RING_BYTES[kind](n) * nbytes for name, (kind, nbytes, n) in compiled.items()}
+    assert {c.hlo_name: c.seconds for c in timed} == pytest.approx(expected, rel=1e-5)
+    assert [c.seconds for c in timed] == sorted((c.seconds for c in timed), reverse=True)
+    total = sum(expected.values())
+    assert estimate.communication_seconds == estimate.within_host_seconds == pytest.approx(total, rel=1e-5)
+    assert (estimate.across_hosts_seconds, estimate.async_communication_seconds) == (0, 0)
+    assert estimate.seconds == pytest.approx(estimate.compute_seconds + total, rel=1e-5)
+    assert estimate.serial_seconds == pytest.approx(estimate.compute_seconds + total, rel=1e-5)
