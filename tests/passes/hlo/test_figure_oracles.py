@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from conftest import FIXTURES
-from hlo_oracle import ARRAY, compiled_collectives
+from hlo_oracle import ARRAY, collectives_per_step, compiled_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -191,3 +191,17 @@ def test_step_time_communication_is_the_ring_over_xlas_bytes_and_groups():
     assert (estimate.across_hosts_seconds, estimate.async_communication_seconds) == (0, 0)
     assert estimate.seconds == pytest.approx(estimate.compute_seconds + total, rel=1e-5)
     assert estimate.serial_seconds == pytest.approx(estimate.compute_seconds + total, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cpu_fsdp", "cpu_scan", "h100_fsdp", "h100_scan"])
+def test_fixture_collectives_bytes_groups_and_runs_equal_the_text(name):
+    # Kills an async start's bookkeeping tuple read as its result, and a loop's collectives counted
+    # once: every collective of XLA's CPU and H100 compiles (async starts on the GPU, loops in the
+    # scans) against the text, runs per step from the loops' known_trip_count.
+    with open(os.path.join(FIXTURES, "hlo", name + ".hlo")) as f:
+        text = f.read()
+    module = parse_hlo_module(text)
+    expected = collectives_per_step(text, module.num_partitions)
+    assert expected
+    found = find_collectives(module, None).collectives
+    assert {c.hlo_name: (c.kind, c.bytes, c.group_size, c.count) for c in found} == expected
