@@ -2,7 +2,8 @@
 through (issue 47's mutants, each named where it dies): the peak of a donated program against
 memory_analysis(), a loop's compute against its known_trip_count times the FLOPs of its matmul,
 ``<=`` and ``!=`` loops' inferred trip counts against known_trip_count, and every collective's
-per-device bytes and group size against the compiled text. Every expected number is read here
+per-device bytes, group size and runs per step against the compiled text (and the step time's ring
+formula over them), live buffers against their instructions. Every expected number is read here
 from what XLA compiled, with the regular expressions of tests/hlo_oracle.py."""
 
 import json
@@ -27,7 +28,8 @@ from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
 
 def test_donated_program_peak_is_xlas_less_the_aliased_bytes(cli, tmp_path):
     # Kills "peak = temp + argument + output" (the alias dropped): on this program that reads
-    # 12 MiB where XLA's accounting is 8 MiB.
+    # 4 MiB per device where XLA's accounting is 3 MiB (2 MiB of arguments + 2 MiB of outputs, 1 MiB
+    # of them the donated argument's buffer).
     script = tmp_path / "donated.py"
     script.write_text(
         "import jax, jax.numpy as jnp\n"
