@@ -51,3 +51,19 @@ def test_sl101_fires_at_its_threshold_exactly(cli, tmp_path, option, other):
 
     assert fired(nbytes)
     assert not fired(nbytes + 1)
+
+
+def test_sl101_message_figures_are_xlas(cli, tmp_path):
+    # The message's bytes, shape and share of the peak, against the compiled text and memory_analysis().
+    script = tmp_path / "gather.py"
+    script.write_text(_SCRIPT)
+    nbytes = _gathered_bytes()
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    s = jax.ShapeDtypeStruct((2048, 512), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    m = jax.jit(lambda a: jnp.cumsum(a, axis=0)).lower(s).compile().memory_analysis()
+    peak = m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    targets = lint_targets(cli, str(script), "--threshold", f"replicating-collective-bytes={nbytes}B")
+    [finding] = [f for f in targets[0]["findings"] if f["rule"] == "SL101"]
+    mib = lambda n: f"{n / 1024**2:,.1f} MiB"  # noqa: E731
+    assert f"rebuilds the whole array f32[2048, 512] ({mib(nbytes)}) on every device" in finding["message"]
+    assert f"({100 * nbytes / peak:.0f}% of the {mib(peak)} peak)" in finding["message"]
