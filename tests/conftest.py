@@ -29,7 +29,7 @@ EXAMPLES = os.path.join(ROOT, "examples")
 def golden_dir() -> str:
     """The golden reports for the JAX release the suite runs on: the pinned release's in tests/golden,
     a newer one's in tests/golden/jax-X.Y (its StableHLO names values and ops differently: closed_call
-    became eval_jaxpr in 0.12). Regenerated with UPDATE_GOLDEN=1 on that release."""
+    became eval_jaxpr in 0.12). Written by tests/golden/generate.py run on that release."""
     import jax
 
     release = ".".join(jax.__version__.split(".")[:2])

@@ -1,0 +1,69 @@
+"""SL101's thresholds at their boundary: a collective of exactly the threshold's bytes is reported, one
+byte more is not. The bytes are the all-gather's per-device result in the program XLA compiles here
+(compiled.as_text()), not the tool's figure. Kills '>=' turned into '>' in either criterion."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from conftest import lint_targets
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+_SCRIPT = (
+    "import jax, jax.numpy as jnp\n"
+    "from jax.sharding import AxisType, NamedSharding, PartitionSpec as P\n"
+    "def shard_lint_targets():\n"
+    "    m = jax.make_mesh((8,), ('x',), axis_types=(AxisType.Auto,))\n"
+    "    s = jax.ShapeDtypeStruct((2048, 512), jnp.float32, sharding=NamedSharding(m, P('x')))\n"
+    "    return {'f': jax.jit(lambda a: jnp.cumsum(a, axis=0)).lower(s)}\n"
+)
+_NEVER = "1TiB"
+
+
+def _gathered_bytes() -> int:
+    """The per-device result of the one all-gather XLA compiles the program to."""
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    s = jax.ShapeDtypeStruct((2048, 512), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    text = jax.jit(lambda a: jnp.cumsum(a, axis=0)).lower(s).compile().as_text()
+    gathers = re.findall(r"= f32\[(\d+),(\d+)\]\{[\d,]*\} all-gather(?:-start)?\(", text)
+    assert len(gathers) == 1, gathers
+    rows, cols = map(int, gathers[0])
+    assert (rows, cols) == (2048, 512)  # the whole array on every device: the whole-array criterion applies
+    return rows * cols * 4
+
+
+@pytest.mark.parametrize("option, other", [
+    ("replicating-collective-bytes", "whole-array-gather-min-bytes"),
+    ("whole-array-gather-min-bytes", "replicating-collective-bytes"),
+])
+def test_sl101_fires_at_its_threshold_exactly(cli, tmp_path, option, other):
+    script = tmp_path / "gather.py"
+    script.write_text(_SCRIPT)
+    nbytes = _gathered_bytes()
+
+    def fired(threshold: int) -> bool:
+        targets = lint_targets(cli, str(script), "--threshold", f"{option}={threshold}B",
+                               "--threshold", f"{other}={_NEVER}",
+                               "--threshold", f"replicating-collective-min-bytes={_NEVER}")
+        return any(f["rule"] == "SL101" for f in targets[0]["findings"])
+
+    assert fired(nbytes)
+    assert not fired(nbytes + 1)
+
+
+def test_sl101_message_figures_are_xlas(cli, tmp_path):
+    # The message's bytes, shape and share of the peak, against the compiled text and memory_analysis().
+    script = tmp_path / "gather.py"
+    script.write_text(_SCRIPT)
+    nbytes = _gathered_bytes()
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    s = jax.ShapeDtypeStruct((2048, 512), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    m = jax.jit(lambda a: jnp.cumsum(a, axis=0)).lower(s).compile().memory_analysis()
+    peak = m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    targets = lint_targets(cli, str(script), "--threshold", f"replicating-collective-bytes={nbytes}B")
+    [finding] = [f for f in targets[0]["findings"] if f["rule"] == "SL101"]
+    mib = lambda n: f"{n / 1024**2:,.1f} MiB"  # noqa: E731
+    assert f"rebuilds the whole array f32[2048, 512] ({mib(nbytes)}) on every device" in finding["message"]
+    assert f"({100 * nbytes / peak:.0f}% of the {mib(peak)} peak)" in finding["message"]
