@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
@@ -22,6 +23,20 @@ def _check_timeout(args: argparse.Namespace) -> None:
     value = getattr(args, "timeout", None)
     if value is not None and not (math.isfinite(value) and 0 < value <= 7 * 24 * 3600):
         raise ShardLintInputError("--timeout", f"must be a positive number of seconds (at most a week), got {value}")
+
+
+def _check_inputs_exist(args: argparse.Namespace) -> None:
+    """A script or file that is not there is refused here, in a second, before the
+    supervised child imports JAX (about 5 s) to find the same."""
+    from ..inputs.scripts import split_spec
+
+    scripts = [getattr(args, "script", None)] if args.command != "gate" else []
+    paths = [split_spec(s)[0] for s in scripts if s] + (list(args.paths) if args.command == "check" else [])
+    for path in paths:
+        # package.module:function is imported, not opened: only what names a file is checked.
+        names_a_file = args.command == "check" or os.sep in path or path.endswith((".py", ".mlir", ".hlo", ".txt"))
+        if names_a_file and not os.path.exists(path):
+            raise ShardLintInputError(path, "no such file")
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -92,8 +107,21 @@ def _add_output_args(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad options are bad input: one line and exit 2, without argparse's usage block
+    (13 lines for lint) before it; --help still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        command = self.prog.removeprefix("jax-shard-lint").strip()
+        hint = f"jax-shard-lint {command} --help" if command else "jax-shard-lint --help"
+        if "(choose from" not in message:
+            message += f" (options: {hint})"
+        self.exit(EXIT_INPUT, f"jax-shard-lint: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="jax-shard-lint",
         description="Find the collectives, memory peak and sharding mistakes of a JAX program before it runs.",
     )
@@ -328,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_command(argv)
     try:
         _check_timeout(args)
+        _check_inputs_exist(args)
     except ShardLintInputError as e:
         print(f"jax-shard-lint: error: {e}", file=sys.stderr)
         return EXIT_INPUT
