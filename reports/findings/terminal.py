@@ -118,7 +118,9 @@ def _live(t: TargetReport, width: int) -> Table | None:
         Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
         Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
         Column("source", [live_buffer_source(b, with_via=False) for b in rows], path=True),
-        Column("produced by", [short_op_name(b.op_name or b.name) for b in rows], essential=False),
+        # An argument's op name is its path, already the source column's.
+        Column("produced by", ["argument" if live_buffer_source(b).startswith("argument ")
+                               else short_op_name(b.op_name or b.name) for b in rows], essential=False),
         Column("via", [_src(b.via) for b in rows], essential=False, path=True),
     ]
     if all(b.via is None for b in rows):

@@ -39,3 +39,38 @@ def test_a_module_name_is_not_taken_for_a_missing_file():
     done = _main_in_a_fresh_python("lint", "no_such_package.steps:targets", "-q")
     assert done.stdout.split()[0] == "2"
     assert "no_such_package.steps: cannot import module: ModuleNotFoundError" in done.stderr
+
+
+FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
+
+
+def _console(*argv, columns):
+    from conftest import console_script
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_SHARD_LINT_IN_PROCESS"}
+    env["COLUMNS"] = str(columns)
+    return subprocess.run([console_script(), *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_path):
+    """No name broken across lines at 80 columns, no padding in a file written with -o, the
+    SL102 axes in words, and at 130 columns the ops that made the live buffers named as the
+    user wrote them (not cut from the left)."""
+    out = tmp_path / "report.txt"
+    done = _console("lint", FSDP, "--fail-on", "never", "-q", "-o", str(out), columns=80)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert not [line for line in lines if line != line.rstrip()]  # no trailing spaces in the file
+    cells = [cell.strip() for line in lines if line.startswith("│") for cell in line.split("│")[1:-1]]
+    assert "collective-permute" in cells and "fsdp,tp" in cells
+    assert not [c for c in cells if c.startswith(("-permute", ",", "]"))]  # nothing split inside a name
+    assert ":(" not in text  # Shardy's sub-axis notation
+    assert "over fsdp, tp and pairs of fsdp devices next to each other run 8x per step" in " ".join(
+        line.strip() for line in lines)
+    wide = _console("lint", FSDP, "--fail-on", "never", "-q", columns=130)
+    live = wide.stdout.split("Live at the peak")[1].split("Inputs and outputs")[0]
+    produced = [line.split("│")[4].strip() for line in live.splitlines() if line.startswith("│")]
+    assert "reduce_sum in log_softmax (backward)" in produced and "argument" in produced, produced
+    assert not [p for p in produced if p.startswith("...")]
