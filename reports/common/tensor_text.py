@@ -40,6 +40,18 @@ def short_op_name(op: str) -> str:
     return text + (" (backward)" if backward else "")
 
 
+def produced_by_text(b: LiveBuffer) -> str:
+    """The op that made a live buffer, for its 'produced by' column: ``argument`` for an
+    argument (its path is the source column's), the op in the user's terms, or for an
+    instruction XLA added with no JAX op behind it (``copy.57``, ``tuple.64``) what it is."""
+    if live_buffer_source(b).startswith("argument "):
+        return "argument"
+    if b.op_name:
+        return short_op_name(b.op_name)
+    m = re.fullmatch(r"([a-z][a-z-]*)(?:\.\d+)*", b.name)
+    return f"{m.group(1)} (added by XLA)" if m else b.name
+
+
 def live_buffer_source(b: LiveBuffer, with_via: bool = True) -> str:
     """Where a buffer live at the peak comes from: the user's line (and the library line it went
     through, unless a column of its own shows that), or for an argument, which has no line of its

@@ -18,7 +18,7 @@ from ...passes.models.report import (
 )
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
-from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, shape_text, short_op_name
+from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, produced_by_text, shape_text
 from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
@@ -136,7 +136,7 @@ def _memory(t: TargetReport) -> str:
         f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td>"
         f"<td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
         f"<td>{e(live_buffer_source(b))}</td>"
-        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(short_op_name(b.op_name or b.name))}</td></tr>"
+        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(produced_by_text(b))}</td></tr>"
         for b in m.live_at_peak[:20]
     )
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "

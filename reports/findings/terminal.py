@@ -18,7 +18,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.tensor_text import collective_lines, live_buffer_source, shape_text, short_op_name
+from ..common.tensor_text import collective_lines, live_buffer_source, produced_by_text, shape_text
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
@@ -118,9 +118,7 @@ def _live(t: TargetReport, width: int) -> Table | None:
         Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
         Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
         Column("source", [live_buffer_source(b, with_via=False) for b in rows], path=True),
-        # An argument's op name is its path, already the source column's.
-        Column("produced by", ["argument" if live_buffer_source(b).startswith("argument ")
-                               else short_op_name(b.op_name or b.name) for b in rows], essential=False),
+        Column("produced by", [produced_by_text(b) for b in rows], essential=False),
         Column("via", [_src(b.via) for b in rows], essential=False, path=True),
     ]
     if all(b.via is None for b in rows):

@@ -74,3 +74,21 @@ def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_pat
     produced = [line.split("│")[4].strip() for line in live.splitlines() if line.startswith("│")]
     assert "reduce_sum in log_softmax (backward)" in produced and "argument" in produced, produced
     assert not [p for p in produced if p.startswith("...")]
+
+
+def test_propagate_and_run_name_values_as_the_user_wrote_them():
+    """propagate's values were SSA names (%arg0, @_interp:%72), run's live buffers XLA's (copy.57, tuple.64)."""
+    import re
+
+    done = _console("propagate", os.path.join("examples", "value_function_step.py"), "--target", "sharded_on_grid",
+                    "-q", columns=130)
+    assert done.returncode == 0, done.stderr[-2000:]
+    values = done.stdout.split("Sharded values")[1].split("└")[0]
+    shown = [line.split("│")[1].strip() for line in values.splitlines() if line.startswith("│")]
+    assert shown[:2] == ["argument v_next", "argument v_next (into _interp)"] and "slice in _interp" in shown, shown
+    assert not [v for v in shown if "%" in v or v.startswith("@")]
+    done = _console("run", os.path.join("examples", "train_loop.py"), "--devices", "8", "-q", "--", "--steps", "2",
+                    columns=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not re.search(r"\b(copy|tuple)\.\d+\b", done.stdout)
+    assert "copy (added by XLA)" in done.stdout
