@@ -92,3 +92,25 @@ def test_propagate_and_run_name_values_as_the_user_wrote_them():
     assert done.returncode == 0, done.stderr[-2000:]
     assert not re.search(r"\b(copy|tuple)\.\d+\b", done.stdout)
     assert "copy (added by XLA)" in done.stdout
+
+
+def test_the_readme_commands_leave_the_checkout_clean_and_the_examples_say_what_the_report_says(tmp_path):
+    """The README writes report.html and shard_lint/ in the folder it runs in: in this checkout
+    they are ignored, not left untracked. value_function_step.py's docstring said SL101 reports an
+    all-gather; the report says all-reduce."""
+    import json
+    import shutil
+
+    if shutil.which("git") and os.path.exists(os.path.join(ROOT, ".git")):
+        ignored = subprocess.run(["git", "check-ignore", "report.html", "shard_lint/baseline.json"], cwd=ROOT,
+                                 capture_output=True, text=True)
+        assert ignored.stdout.split() == ["report.html", "shard_lint/baseline.json"], ignored.stderr
+    script = os.path.join("examples", "value_function_step.py")
+    done = _console("lint", script, "--target", "sharded_on_grid", "--format", "json", "-q", "--fail-on", "never",
+                    "--no-fix-check", columns=100)
+    [target] = json.loads(done.stdout)["targets"]
+    [sl101] = [f for f in target["findings"] if f["rule"] == "SL101"]
+    kind = sl101["message"].split(" over ")[0]
+    with open(os.path.join(ROOT, script), encoding="utf-8") as f:
+        doc = f.read().split('"""')[1]
+    assert kind == "all-reduce" and "all-reduce" in doc and "all-gather" not in doc
