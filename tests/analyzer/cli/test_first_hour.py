@@ -114,3 +114,25 @@ def test_the_readme_commands_leave_the_checkout_clean_and_the_examples_say_what_
     with open(os.path.join(ROOT, script), encoding="utf-8") as f:
         doc = f.read().split('"""')[1]
     assert kind == "all-reduce" and "all-reduce" in doc and "all-gather" not in doc
+
+
+def test_sweep_without_a_budget_claims_no_fit_and_puts_the_cpu_caveat_first():
+    done = _console("sweep", os.path.join("examples", "value_function_step.py"), "-q", columns=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    header = next(line for line in out.splitlines() if line.startswith("┃"))
+    assert "fits" not in header and "among those that fit" not in out
+    said = " ".join(out.split())
+    assert "that fits" not in said and "Fastest (no budget given): sharded_on_states" in said
+    assert said.index("Nominal CPU figures") < said.index("Fastest")
+
+
+def test_fit_against_a_device_says_its_peaks_are_a_cpu_compiles():
+    done = _console("fit", os.path.join("examples", "remat_layer_stack.py"), "--param", "batch", "--device", "h100",
+                    "--multiple-of", "4", "-q", columns=130)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("note: these peaks are a CPU compile's, measured against the h100's memory; the h100's own differ: "
+            "--platform h100 compiles for it") in done.stdout
+    budget = _console("fit", os.path.join("examples", "remat_layer_stack.py"), "--param", "batch", "--budget", "4GiB",
+                      "--multiple-of", "4", "-q", "--format", "json", columns=130)
+    assert '"budget_source": null' in budget.stdout
