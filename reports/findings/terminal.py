@@ -57,7 +57,9 @@ def _summary(t: TargetReport) -> Table:
             f"outputs {format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}",
         )
     if t.time is not None:
-        grid.add_row("step time", Text(f"~{step_time_line(t.time)}"))
+        # A CPU estimate is nominal: said before the seconds, which a newcomer reads first.
+        caveat = "nominal CPU figure: " if t.time.nominal else ""
+        grid.add_row("step time", Text(f"{caveat}~{step_time_line(t.time)}"))
         grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))
     total = sum(c.bytes * c.count for c in t.collectives)
     grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")

@@ -12,7 +12,15 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.terminal_safe import code_text, terminal_safe
-from .summary import MAX_ROWS, VERSION_HEAD, changed_arguments, logical_rule_lines, solver_line, version_cells
+from .summary import (
+    MAX_ROWS,
+    VERSION_HEAD,
+    changed_arguments,
+    logical_rule_lines,
+    model_note,
+    solver_line,
+    version_cells,
+)
 
 
 def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
@@ -33,6 +41,8 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
         console.print(table)
         console.print("  " + "; ".join(f"{v.name}: {v.error or v.description}" for v in r.versions[2:]),
                       style="dim")
+        if model_note(r):
+            console.print("  " + str(model_note(r)), style="dim")
         changed = changed_arguments(r)
         if changed:
             args = Table(title=f"Arguments that change ({len(changed)} of {len(r.arguments)})", title_justify="left")

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 REFUSED_BEFORE_JAX = """
@@ -52,6 +53,7 @@ def _console(*argv, columns):
     return subprocess.run([console_script(), *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_path):
     """No name broken across lines at 80 columns, no padding in a file written with -o, the
     SL102 axes in words, and at 130 columns the ops that made the live buffers named as the
@@ -76,6 +78,7 @@ def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_pat
     assert not [p for p in produced if p.startswith("...")]
 
 
+@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_propagate_and_run_name_values_as_the_user_wrote_them():
     """propagate's values were SSA names (%arg0, @_interp:%72), run's live buffers XLA's (copy.57, tuple.64)."""
     import re
@@ -116,6 +119,7 @@ def test_the_readme_commands_leave_the_checkout_clean_and_the_examples_say_what_
     assert kind == "all-reduce" and "all-reduce" in doc and "all-gather" not in doc
 
 
+@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_sweep_without_a_budget_claims_no_fit_and_puts_the_cpu_caveat_first():
     done = _console("sweep", os.path.join("examples", "value_function_step.py"), "-q", columns=100)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -127,6 +131,7 @@ def test_sweep_without_a_budget_claims_no_fit_and_puts_the_cpu_caveat_first():
     assert said.index("Nominal CPU figures") < said.index("Fastest")
 
 
+@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_fit_against_a_device_says_its_peaks_are_a_cpu_compiles():
     done = _console("fit", os.path.join("examples", "remat_layer_stack.py"), "--param", "batch", "--device", "h100",
                     "--multiple-of", "4", "-q", columns=130)
@@ -136,3 +141,68 @@ def test_fit_against_a_device_says_its_peaks_are_a_cpu_compiles():
     budget = _console("fit", os.path.join("examples", "remat_layer_stack.py"), "--param", "batch", "--budget", "4GiB",
                       "--multiple-of", "4", "-q", "--format", "json", columns=130)
     assert '"budget_source": null' in budget.stdout
+
+
+LAYOUT = """<script>
+var m = document.querySelector('.memory'), t = document.querySelector('.memory .live table');
+var svg = document.querySelector('svg.memplot'), cell = document.querySelector('.memory .live td');
+var line = parseFloat(getComputedStyle(cell).lineHeight) || 20;
+document.body.setAttribute('data-layout', [m.offsetWidth, t.offsetWidth, svg.getBoundingClientRect().width,
+  cell.getBoundingClientRect().height, line].map(Math.round).join(' '));
+</script>"""
+
+
+@pytest.mark.slow  # over 30 s: the console script compiles the example
+def test_the_html_memory_section_at_1400_pixels(tmp_path):
+    """The plot's marked point is the curve's own highest point, with its value; XLA's live-range
+    figure is labelled as XLA's; the table of live buffers takes the page's width below a larger plot,
+    its byte counts on one line; the step-time card says 'nominal CPU figure' before the seconds."""
+    import re
+    import shutil
+
+    from jax_shard_lint.passes.common.byte_sizes import format_bytes
+
+    page = tmp_path / "report.html"
+    done = _console("lint", FSDP, "--format", "html", "-o", str(page), "-q", "--fail-on", "never", "--no-fix-check",
+                    columns=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    html = page.read_text()
+    curve_max = int(re.search(r'data-curve-max="(\d+)"', html).group(1))
+    assert f"highest point of the curve: {format_bytes(curve_max)} at step" in html
+    assert re.search(r"XLA('|&#x27;)s live-range peak, step \d+: [\d.]+ \w+ "
+                     r"\(its heap simulator('|&#x27;)s count\)", html)
+    assert "live-range peak at step" not in html
+    card = html.split("estimated step time")[1]
+    assert card.index("nominal CPU figure") < card.index("(compute ")
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        return
+    page.write_text(html.replace("</body>", LAYOUT + "</body>"))
+    dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400", "--dump-dom",
+                          "--virtual-time-budget=2000", page.as_uri()], capture_output=True, text=True, timeout=120)
+    layout = re.search(r'data-layout="([\d ]+)"', dom.stdout).group(1)
+    section, table, plot, cell_height, line = map(int, layout.split())
+    assert table >= 0.95 * section and plot >= 900, (section, table, plot)
+    assert cell_height < 2 * line, (cell_height, line)  # '512.0 MiB' on one line
+
+
+@pytest.mark.slow  # over 30 s: the console script compiles the example
+def test_suggest_says_when_its_cost_model_cannot_tell_the_versions_apart(tmp_path):
+    """value_function's five versions all read 'cost model 1.22 s' while XLA's compiles estimate 946 ms to 8.16 s."""
+    import json
+
+    page = tmp_path / "suggest.html"
+    done = _console("suggest", os.path.join("examples", "value_function_step.py"), "--target", "sharded_on_grid",
+                    "--format", "html", "-o", str(page), "-q", columns=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    as_json = _console("suggest", os.path.join("examples", "value_function_step.py"), "--target", "sharded_on_grid",
+                       "--format", "json", "-q", columns=100)
+    [target] = json.loads(as_json.stdout)["targets"]
+    from jax_shard_lint.passes.common.durations import format_seconds
+
+    models = {format_seconds(v["model"]["seconds"]) for v in target["versions"] if v.get("model")}
+    compiled = {format_seconds(v["estimated_seconds"]) for v in target["versions"]}
+    assert len(models) == 1 and len(compiled) > 1
+    assert "The cost model gives every version" in page.read_text()
