@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 import traceback
-from typing import NoReturn
 
 from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
@@ -14,29 +13,7 @@ from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
-
-
-def _check_timeout(args: argparse.Namespace) -> None:
-    """A positive, finite number of seconds: nan, inf, 0 and -1 would each disable the limit."""
-    import math
-
-    value = getattr(args, "timeout", None)
-    if value is not None and not (math.isfinite(value) and 0 < value <= 7 * 24 * 3600):
-        raise ShardLintInputError("--timeout", f"must be a positive number of seconds (at most a week), got {value}")
-
-
-def _check_inputs_exist(args: argparse.Namespace) -> None:
-    """A script or file that is not there is refused here, in a second, before the
-    supervised child imports JAX (about 5 s) to find the same."""
-    from ..inputs.scripts import split_spec
-
-    scripts = [getattr(args, "script", None)] if args.command != "gate" else []
-    paths = [split_spec(s)[0] for s in scripts if s] + (list(args.paths) if args.command == "check" else [])
-    for path in paths:
-        # package.module:function is imported, not opened: only what names a file is checked.
-        names_a_file = args.command == "check" or os.sep in path or path.endswith((".py", ".mlir", ".hlo", ".txt"))
-        if names_a_file and not os.path.exists(path):
-            raise ShardLintInputError(path, "no such file")
+from .early_checks import OneLineParser, check_inputs_exist, check_timeout
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -105,19 +82,6 @@ def _add_output_args(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--format", choices=formats(command), default=TERMINAL, help=format_help(command))
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad options are bad input: one line and exit 2, without argparse's usage block
-    (13 lines for lint) before it; --help still prints the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        message = message.removeprefix("argument ")
-        command = self.prog.removeprefix("jax-shard-lint").strip()
-        hint = f"jax-shard-lint {command} --help" if command else "jax-shard-lint --help"
-        if "(choose from" not in message:
-            message += f" (options: {hint})"
-        self.exit(EXIT_INPUT, f"jax-shard-lint: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if in_process():
         return run_command(argv)
     try:
-        _check_timeout(args)
-        _check_inputs_exist(args)
+        check_timeout(args)
+        check_inputs_exist(args)
     except ShardLintInputError as e:
         print(f"jax-shard-lint: error: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -382,7 +346,7 @@ def run_command(argv: list[str]) -> int:
     try:
         from .dispatch import COMMANDS
 
-        _check_timeout(args)
+        check_timeout(args)
         check_output_path(args)
         return COMMANDS[args.command](args)
     except ShardLintInputError as e:
