@@ -20,12 +20,18 @@ from collections.abc import Iterable
 
 from ..passes.common.byte_sizes import format_bytes, parse_bytes
 from ..passes.models.report import TargetReport
+from ..reports.common.tensor_text import live_buffer_source, produced_by_text, shape_text
 
 
 def use_virtual_devices(count: int) -> None:
     """Give JAX ``count`` virtual CPU devices; call it before JAX starts its backends (a
     ``conftest.py``, or ``pytest --shard-lint-devices N``). Too late is an error saying so."""
-    import jax
+    from .adapter.native_stderr import quiet_native_stderr
+
+    # The first import of JAX is where its CUDA plugin's C++ logger writes "Could not find cuda
+    # drivers" (three times) on a machine without a GPU: not in the user's test output.
+    with quiet_native_stderr():
+        import jax
 
     from .adapter import jax_adapter
 
@@ -94,7 +100,8 @@ def assert_peak_below(lowered, nbytes: int | str) -> TargetReport:
         raise AssertionError("the backend reports no memory analysis for this program")
     if peak >= limit:
         top = report.memory.live_at_peak[:3]
-        detail = "; ".join(f"{format_bytes(b.bytes)} {b.dtype}{b.shape} from {b.source or b.op_name}" for b in top)
+        detail = "; ".join(f"{format_bytes(b.bytes)} {shape_text(b.dtype, b.shape) if b.shape is not None else '-'} "
+                           f"from {live_buffer_source(b)} ({produced_by_text(b)})" for b in top)
         raise AssertionError(f"per-device peak {format_bytes(peak)} is not below {format_bytes(limit)} "
                              f"({report.platform}); largest live buffers: {detail}")
     return report

@@ -6,12 +6,12 @@ each state's savings choices (``jnp.interp`` is a gather along the grid axis),
 then takes the best choice. The step maps ``V_next -> V`` with the same shape.
 
 Two targets:
-- ``sharded_on_grid`` shards the grid axis the interpolation reads: XLA
-  all-gathers the whole of ``V_next`` onto every device before interpolating
-  (SL101: the all-gather rebuilds the whole sharded array), and the peak grows
-  with the whole array rather than its shard;
+- ``sharded_on_grid`` shards the grid axis the interpolation reads: each device
+  reads its own shard and XLA all-reduces the masked partial results, the whole
+  f32[256, 524288] (2.0 GiB) on every device (SL101: the all-reduce materialises
+  it), and the peak grows with the whole array rather than its shard;
 - ``sharded_on_states`` shards the discrete axis: each device interpolates its
-  own states and no all-gather of ``V_next`` is needed.
+  own states and no collective is needed.
 
     jax-shard-lint lint examples/value_function_step.py
     jax-shard-lint lint examples/value_function_step.py --target sharded_on_states

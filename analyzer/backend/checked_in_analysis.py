@@ -30,6 +30,29 @@ from .cached_analysis import cached_text_report
 from .target_analysis import program_facts
 from .tpu_dump_memory import NOT_LISTED
 
+# A kernel's custom call that only its platform's compiler implements (Pallas on TPU: Mosaic;
+# Pallas on GPU: Triton or Mosaic GPU): XLA on another platform says only that it has no implementation.
+_KERNEL_PLATFORMS = (
+    ("tpu_custom_call", "a TPU Pallas (Mosaic) kernel", "tpu", "--platform tpu-v5e (or tpu-v4, tpu-v5p, tpu-v6e: the "
+     "TPU it was written for)"),
+    ("triton_kernel_call", "a GPU Pallas (Triton) kernel", "gpu", "--platform h100 (or h200, b200, a100-80g, "
+     "a100-40g: the GPU it was written for)"),
+    ("mosaic_gpu", "a GPU Pallas (Mosaic GPU) kernel", "gpu", "--platform h100 (or h200, b200: the GPU it was "
+     "written for)"),
+)
+
+
+def kernel_platform_hint(message: str, platform: str | None) -> str:
+    """'; the module holds a TPU kernel ...: give --platform ...' where a compile failed on a
+    kernel that the platform compiled for cannot run, else ''."""
+    if "No registered implementation" not in message:
+        return ""
+    for call, what, family, option in _KERNEL_PLATFORMS:
+        if call in message and not (platform or "cpu").startswith(family) and not (
+                family == "gpu" and platform in ("h100", "h200", "b200", "a100-80g", "a100-40g")):
+            return f"; the module holds {what}, which only that platform compiles: give {option}"
+    return ""
+
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it."""
@@ -42,7 +65,8 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
         program = jax_adapter.compile_stablehlo_text(
             text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
     except Exception as e:
-        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
+                                  f"{kernel_platform_hint(str(e), settings.platform)}") from e
     # Input shardings stay the module's own: checked-in StableHLO states them.
     facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
     return analyze_target(name, module, facts, settings.pass_config()), program, module

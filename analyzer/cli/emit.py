@@ -3,6 +3,7 @@ says which one each command has), -o the destination."""
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from collections.abc import Callable
@@ -61,8 +62,14 @@ def emit_report(args, command: str, report, **terminal_extra: Any) -> None:
     if args.output:
         from ..inputs.files import open_output
 
+        # Drawn before the file is opened; rich pads every line to the width: a file keeps the text alone.
+        buffer = io.StringIO()
+        draw(buffer, True)
+        drawn = buffer.getvalue()
+        if args.format == TERMINAL:
+            drawn = "".join(line.rstrip() + "\n" for line in drawn.splitlines())
         with open_output(args.output) as f:
-            draw(f, True)
+            f.write(drawn)
         if not args.quiet:  # one line, on stderr: stdout stays empty for whoever pipes it
             print(f"wrote {args.format} report to {args.output}", file=sys.stderr)
     else:

@@ -14,15 +14,7 @@ from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
-
-
-def _check_timeout(args: argparse.Namespace) -> None:
-    """A positive, finite number of seconds: nan, inf, 0 and -1 would each disable the limit."""
-    import math
-
-    value = getattr(args, "timeout", None)
-    if value is not None and not (math.isfinite(value) and 0 < value <= 7 * 24 * 3600):
-        raise ShardLintInputError("--timeout", f"must be a positive number of seconds (at most a week), got {value}")
+from .early_checks import OneLineParser, check_inputs_exist, check_timeout
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +86,7 @@ def _add_output_args(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="jax-shard-lint",
         description="Find the collectives, memory peak and sharding mistakes of a JAX program before it runs.",
     )
@@ -336,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     if in_process():
         return run_command(argv)
     try:
-        _check_timeout(args)
+        check_timeout(args)
+        check_inputs_exist(args)
     except ShardLintInputError as e:
         print(f"jax-shard-lint: error: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -363,7 +356,7 @@ def run_command(argv: list[str]) -> int:
     try:
         from .dispatch import COMMANDS
 
-        _check_timeout(args)
+        check_timeout(args)
         check_output_path(args)
         return COMMANDS[args.command](args)
     except ShardLintInputError as e:

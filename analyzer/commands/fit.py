@@ -43,6 +43,8 @@ class FitResult(Model):
     targets: list[str]
     platform: str
     budget_bytes: int
+    budget_source: str | None = Field(default=None, description="The device whose memory is the budget (--device), "
+                                      "or null for --budget.")
     multiple_of: int
     range: list[int]
     value: int | None = Field(description="The answer; null when even the smallest admissible value does not fit.")
@@ -204,7 +206,9 @@ def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None]
 
     return FitResult(
         tool_version=__version__, script=request.script, param=request.param, targets=prober.names,
-        platform=platform_label(prober.script.settings), budget_bytes=budget, multiple_of=k,
+        platform=platform_label(prober.script.settings), budget_bytes=budget,
+        budget_source=settings.budget_source if settings.budget_source not in ("--budget", "config") else None,
+        multiple_of=k,
         range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,
         next_value=nxt, next_peak_bytes=prober.cache.get(nxt) if nxt else None,
         line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,

@@ -35,9 +35,28 @@ def split_spec(spec: str) -> tuple[str, str]:
     return target, fn or DEFAULT_ENTRY
 
 
-def _raised_at(exc: BaseException, path: str) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
-    return f" (line {frames[-1].lineno})" if frames else ""
+def _raised_at(exc: BaseException, path: str, entry: str = "<module>") -> str:
+    """Where the user's code raised: the innermost frame of the traceback that is the
+    user's (not a library's, not the standard library's, not this tool's). In the
+    script itself, at module level or in the entry function: ``(line N)``; in a
+    function it calls: ``(line N, in helper)``; in another of the user's files:
+    ``(at file.py:N, in helper)``."""
+    from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+    from ..context.config import tool_folders
+
+    ownership = CodeOwnership(third_party=tool_folders(), user_roots=(os.path.dirname(path),),
+                              stdlib=DEFAULT_OWNERSHIP.stdlib)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if ownership.is_user(os.path.abspath(f.filename))]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    if os.path.abspath(frame.filename) != path:
+        shown = os.path.relpath(frame.filename) if os.path.abspath(frame.filename).startswith(os.getcwd() + os.sep) \
+            else frame.filename
+        return f" (at {shown}:{frame.lineno}, in {frame.name})"
+    if frame.name in ("<module>", entry):
+        return f" (line {frame.lineno})"
+    return f" (line {frame.lineno}, in {frame.name})"
 
 
 def import_script(path: str) -> Any:
@@ -92,7 +111,10 @@ def load_entry(spec: str) -> tuple[Callable[..., Any], str]:
         where = getattr(module, "__file__", None) or target
     fn = getattr(module, fn_name, None)
     if fn is None:
-        raise ShardLintInputError(where, f"defines no function {fn_name}() (see README: 'What a script gives us')")
+        run_hint = (f"; a script that trains as it is, without one, is analysed with jax-shard-lint run {where}"
+                    if fn_name == DEFAULT_ENTRY else "")
+        raise ShardLintInputError(where, f"defines no function {fn_name}() (see README: 'What a script gives us')"
+                                  f"{run_hint}")
     if not callable(fn):
         raise ShardLintInputError(where, f"{fn_name} is not a function")
     return fn, where
@@ -157,12 +179,14 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any],
         with contextlib.redirect_stdout(sys.stderr):
             result = fn(**kwargs)
     except TypeError as e:
-        raise ShardLintInputError(where, f"{fn.__name__}() failed: {one_line(e)}") from e
+        raise ShardLintInputError(
+            where, f"{fn.__name__}() failed: {one_line(e)}{_raised_at(e, os.path.abspath(where), fn.__name__)}"
+        ) from e
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         raise ShardLintInputError(
-            where, f"{fn.__name__}() raised {one_line(e)}{_raised_at(e, os.path.abspath(where))}"
+            where, f"{fn.__name__}() raised {one_line(e)}{_raised_at(e, os.path.abspath(where), fn.__name__)}"
         ) from e
     if isinstance(result, dict):
         items = list(result.items())

@@ -9,6 +9,7 @@ dimension shardings merge adjacent sub-axes back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from math import gcd, prod
 
@@ -26,6 +27,27 @@ def label(ref: AxisRef, axis_sizes: dict[str, int]) -> str:
     if pre == 1 and size == axis_sizes.get(name):
         return name
     return f"{name}:({pre}){size}"
+
+
+def axes_in_words(labels: Sequence[str], axis_sizes: dict[str, int]) -> str:
+    """Mesh axis labels as a reader says them: whole axes by name, a Shardy sub-axis
+    (``fsdp:(2)2``, notation only docs/reports.md explains) in words: ``fsdp, tp and
+    pairs of fsdp devices next to each other``."""
+    whole: list[str] = []
+    parts: list[str] = []
+    for text in labels:
+        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", text)
+        total = axis_sizes.get(m.group(1)) if m else None
+        if m is None or not total:
+            whole.append(text)
+            continue
+        name, pre, size = m.group(1), int(m.group(2)), int(m.group(3))
+        stride = total // (pre * size) if pre * size else 1
+        groups = "pairs" if size == 2 else f"groups of {size}"
+        apart = "next to each other" if stride == 1 else f"{stride} apart"
+        parts.append(f"{groups} of {name} devices {apart}")
+    said = whole + parts
+    return ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 and parts else ", ".join(said)
 
 
 def size_of(axes: Axes) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..common.axes import axes_in_words
 from ..common.byte_sizes import format_bytes
 from ..hlo.collective_intent import INTENDED
 from ..models.report import Collective, Severity
@@ -51,7 +52,8 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
             f"{n}x {k}" if n > 1 else k
             for k, n in sorted({c.kind: sum(1 for g in group if g.kind == c.kind) for c in group}.items())
         )
-        axes = ", ".join(sorted({a for c in group for a in c.mesh_axes})) or "all devices"
+        axes = axes_in_words(sorted({a for c in group for a in c.mesh_axes}),
+                             dict(ctx.signature.mesh.axes)) or "all devices"
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
         out.emit(
             f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device",

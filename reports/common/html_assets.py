@@ -13,14 +13,14 @@ h2{margin:4px 0 10px;font-size:19px}h3{margin:18px 0 6px;font-size:16px}h4{margi
 .card.bad{border-color:var(--bad)}.card.warn{border-color:var(--warn)}
 table{border-collapse:collapse;width:100%;font-size:13px;margin:4px 0}th,td{border-bottom:1px solid var(--line);padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f0f2f6;cursor:pointer;user-select:none;white-space:nowrap}th.asc:after{content:" \\25B2"}th.desc:after{content:" \\25BC"}
-td.op{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all;max-width:360px}
-.memory{display:flex;flex-wrap:wrap;gap:12px}.memory .plot{flex:2 1 560px}.memory .live{flex:1 1 300px}
+td.op{font-family:ui-monospace,monospace;font-size:12px;overflow-wrap:anywhere;word-break:normal;max-width:360px}
+.memory{display:block}.memory .plot{max-width:1100px}.memory .live{margin-top:12px}.memory td:first-child{white-space:nowrap}
 svg.memplot,svg.sweepplot{width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}
 svg .pareto{fill:none;stroke:var(--accent);stroke-width:1.4;stroke-dasharray:5 3}svg .cand{stroke:#fff;stroke-width:1.5}
 svg .cand.best{fill:var(--ok)}svg .cand.pareto{fill:var(--accent)}svg .cand.other{fill:var(--muted)}svg .cand.over{fill:var(--bad)}
 tr.over td{color:var(--bad)}tr.failed td{color:var(--muted)}
 svg .grid{stroke:#e3e6ec}svg .live{fill:none;stroke:var(--accent);stroke-width:1.6}svg .budget{stroke:var(--bad);stroke-dasharray:6 4}
-svg .peak{stroke:var(--warn);stroke-dasharray:3 3}svg .peak-dot{fill:var(--warn)}svg .headline{stroke:#333;stroke-dasharray:2 3}svg .tick{font-size:11px;fill:var(--muted)}
+svg .peak{stroke:var(--warn);stroke-dasharray:3 3}svg .peak-dot{fill:var(--warn)}svg .headline{stroke:#333;stroke-dasharray:2 3}svg .tick{font-size:11px;fill:var(--muted)}svg.memplot .tick{font-size:13px}svg .curve-max{fill:var(--warn)}
 .grids{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;padding:6px;border:1px solid var(--line);border-radius:6px;background:#fbfcfe}
 figcaption{font-size:12px;margin-bottom:4px;max-width:520px}svg.grid text{font-size:11px;font-family:ui-monospace,monospace}
 .finding{border-left:4px solid var(--line);padding:4px 10px;margin:8px 0;background:#fbfcfe}.finding.error{border-color:var(--bad)}

@@ -3,6 +3,8 @@ lines a combined collective's parts come from."""
 
 from __future__ import annotations
 
+import re
+
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.models.report import Collective, LiveBuffer, where_text
 
@@ -11,13 +13,43 @@ def shape_text(dtype: str | None, shape: list[int] | None) -> str:
     return f"{dtype or ''}[{','.join(map(str, shape or []))}]"
 
 
+_WRAPPED = re.compile(r"(\w+)\((.*)\)")
+# Scopes JAX names after its own constructs, not after the user's functions.
+_NOT_A_FUNCTION = {"", "while", "body", "cond", "checkpoint", "remat", "pjit", "closed_call", "core_call"}
+
+
 def short_op_name(op: str) -> str:
-    """``jit(step)/jvp()/while/body/x/dot_general`` -> ``.../x/dot_general``: the tail names the op."""
-    parts = op.split("/")
+    """The op that made a buffer, in the user's terms: ``jit(step)/transpose(jvp(jit(log_softmax)))/reduce_sum``
+    -> ``reduce_sum in log_softmax (backward)``: the operation, the innermost of the user's
+    functions it ran in (JAX's transformation wrappers taken off), and whether it is the
+    backward pass. Never cut inside a name."""
+    parts = [p for p in re.split(r"/(?![^(]*\))", op) if p]
     if len(parts) > 1 and parts[0].startswith("jit("):
         parts = parts[1:]
-    text = "/".join(parts)
-    return text if len(text) <= 32 else ".../" + "/".join(parts[-2:])[-28:]
+    if not parts:
+        return op
+    backward = False
+    function = None
+    for part in parts[:-1]:
+        while (m := _WRAPPED.fullmatch(part)) is not None:
+            backward = backward or m.group(1) == "transpose"
+            part = m.group(2)
+        if part not in _NOT_A_FUNCTION:
+            function = part
+    text = parts[-1] + (f" in {function}" if function else "")
+    return text + (" (backward)" if backward else "")
+
+
+def produced_by_text(b: LiveBuffer) -> str:
+    """The op that made a live buffer, for its 'produced by' column: ``argument`` for an
+    argument (its path is the source column's), the op in the user's terms, or for an
+    instruction XLA added with no JAX op behind it (``copy.57``, ``tuple.64``) what it is."""
+    if live_buffer_source(b).startswith("argument "):
+        return "argument"
+    if b.op_name:
+        return short_op_name(b.op_name)
+    m = re.fullmatch(r"([a-z][a-z-]*)(?:\.\d+)*", b.name)
+    return f"{m.group(1)} (added by XLA)" if m else b.name
 
 
 def live_buffer_source(b: LiveBuffer, with_via: bool = True) -> str:

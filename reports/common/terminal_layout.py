@@ -14,6 +14,7 @@ from rich.text import Text
 # Per column: the two padding spaces and its left border.
 _COLUMN_OVERHEAD = 3
 MIN_PATH_WIDTH = 18
+MIN_SHORT_PATH_WIDTH = 12
 
 
 @dataclass
@@ -30,6 +31,35 @@ class Column:
     def natural(self) -> int:
         # A cell may hold several lines (a combined collective's part lines): its widest counts.
         return max([len(self.header), *(len(line) for v in self.values for line in v.split("\n"))])
+
+
+# Where a folded cell may break: after a space, a comma or a slash, and before a pytree key
+# ("['down']"), never inside a name (collective-permute, opt_state, 'fsdp').
+_BREAK_AFTER = re.compile(r"(?<=[ ,/])|(?=\[)")
+
+
+def _pieces(text: str) -> list[str]:
+    return [p for p in _BREAK_AFTER.split(text) if p]
+
+
+def longest_piece(values: list[str]) -> int:
+    return max([0, *(len(p.rstrip()) for v in values for line in v.split("\n") for p in _pieces(line))])
+
+
+def wrap_at_breaks(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width``, broken only where _BREAK_AFTER allows;
+    a piece longer than the width is left whole (rich folds it: nothing else can)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        current = ""
+        for piece in _pieces(line):
+            if current and len((current + piece).rstrip()) > width:
+                out.append(current.rstrip())
+                current = piece.lstrip()
+            else:
+                current += piece
+        out.append(current.rstrip())
+    return "\n".join(out)
 
 
 def shorten_left(text: str, width: int) -> str:
@@ -59,20 +89,20 @@ def fitted_table(title: str, columns: list[Column], width: int, caption: str | N
     limits = {id(c): c.natural for c in cols if c.path or c.fold}
     # Wrapping a folded column at its word boundaries costs nothing read: do that
     # before a path loses its folders.
-    for c in cols:
-        if c.fold and not c.path and excess > 0:
-            words = max([len(c.header), *(len(w) for v in c.values for w in re.split(r"[-, ]", v))])
-            give = min(excess, max(0, limits[id(c)] - words))
-            limits[id(c)] -= give
-            excess -= give
-    # Take the excess from the widest shrinkable column first, down to MIN_PATH_WIDTH.
-    while excess > 0:
-        wide = [k for k, v in limits.items() if v > MIN_PATH_WIDTH]
-        if not wide:
-            break
-        k = max(wide, key=lambda k: limits[k])
-        limits[k] -= 1
-        excess -= 1
+    # A folded column wraps at its break points (wrap_at_breaks), never narrower than its
+    # longest piece: a name is not broken.
+    floors = {id(c): max(len(c.header), longest_piece(c.values)) for c in cols if c.fold and not c.path}
+    # Take the excess from the widest shrinkable column first, down to MIN_PATH_WIDTH, then
+    # shorten paths further (a path shortened from the left still names its file and line)
+    # before any folded column breaks inside a name.
+    for floor in (MIN_PATH_WIDTH, MIN_SHORT_PATH_WIDTH):
+        while excess > 0:
+            wide = [k for k, v in limits.items() if v > max(floor, floors.get(k, 0))]
+            if not wide:
+                break
+            k = max(wide, key=lambda k: limits[k])
+            limits[k] -= 1
+            excess -= 1
     table = Table(title=title, title_justify="left", caption=caption)
     for c in cols:
         limit = limits.get(id(c))
@@ -89,6 +119,8 @@ def fitted_table(title: str, columns: list[Column], width: int, caption: str | N
             limit = limits.get(id(c))
             if c.path and limit is not None:
                 v = "\n".join(shorten_left(line, limit) for line in v.split("\n"))
+            elif c.fold and limit is not None:
+                v = wrap_at_breaks(v, limit)
             cells.append(Text(v))
         table.add_row(*cells)
     return table

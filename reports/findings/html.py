@@ -18,7 +18,7 @@ from ...passes.models.report import (
 )
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
-from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, shape_text, short_op_name
+from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, produced_by_text, shape_text
 from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
@@ -54,7 +54,10 @@ def _summary(t: TargetReport) -> str:
     if t.time is not None:
         cards.append(_card("estimated step time",
                            f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',
-                           f'<div class="sub">{e(step_time_line(t.time))}</div>'
+                           # A CPU estimate's caveat comes before its figures.
+                           ('<div class="sub"><b>nominal CPU figure</b>, for comparing targets only</div>'
+                              if t.time.nominal else "")
+                           + f'<div class="sub">{e(step_time_line(t.time))}</div>'
                            # The basis is long: folded, so the cards stay one short row.
                            f'<details class="sub"><summary>basis</summary>{e(step_time_basis(t.time))}; '
                            f'sources: {e("; ".join(t.time.sources))}</details>'))
@@ -72,7 +75,7 @@ def memory_plot(m: MemorySummary) -> str:
     points = m.timeline
     if not points:
         return '<p class="muted">No live-range data for this program.</p>'
-    width, height, pad = 860, 250, 44
+    width, height, pad = 1000, 340, 44
     curve_max = max(p.bytes for p in points)
     top = max(curve_max, m.live_range_peak_bytes or 0, m.peak_bytes, 1)
     budget_visible = m.budget_bytes is not None and m.budget_bytes <= 1.5 * top
@@ -109,20 +112,32 @@ def memory_plot(m: MemorySummary) -> str:
         parts.append(f'<line class="budget" x1="{left}" x2="{width - pad}" y1="{yb:.1f}" y2="{yb:.1f}"/>'
                      f'<text class="tick budget-label" x="{width - pad}" y="{yb - 4:.1f}" text-anchor="end">'
                      f'budget {e(format_bytes(m.budget_bytes))}</text>')
+    # The dot is the curve's own highest point, labelled with its value: a dot at another figure
+    # (XLA's heap-simulator peak) on this curve read as a contradiction of it.
+    highest = max(points, key=lambda p: p.bytes)
+    xc, yc = x(highest.step), y(highest.bytes)
+    anchor = "end" if xc > width / 2 else "start"
+    xt = xc - 8 if anchor == "end" else xc + 8
+    parts.append(f'<circle class="peak-dot" cx="{xc:.1f}" cy="{yc:.1f}" r="4"/>'
+                 f'<text class="tick curve-max" x="{xt:.1f}" y="{yc + 18:.1f}" text-anchor="{anchor}">'
+                 f'highest point of the curve: {e(format_bytes(highest.bytes))} at step {highest.step}</text>')
     if m.peak_step is not None and m.live_range_peak_bytes is not None:
-        xp, yp = x(m.peak_step), y(m.live_range_peak_bytes)
+        xp = x(m.peak_step)
         anchor = "end" if xp > width / 2 else "start"
         xt = xp - 6 if anchor == "end" else xp + 6
         parts.append(f'<line class="peak" x1="{xp:.1f}" x2="{xp:.1f}" y1="{pad}" y2="{height - pad}"/>'
-                     f'<circle class="peak-dot" cx="{xp:.1f}" cy="{yp:.1f}" r="4"/>'
                      f'<text class="tick" x="{xt:.1f}" y="{height - pad - 6}" text-anchor="{anchor}">'
-                     f'live-range peak at step {m.peak_step}: {e(format_bytes(m.live_range_peak_bytes))}</text>')
+                     f"XLA's live-range peak, step {m.peak_step}: {e(format_bytes(m.live_range_peak_bytes))} "
+                     "(its heap simulator's count)</text>")
     parts.append(f'<text class="tick" x="{(left + width - pad) / 2:.1f}" y="{height - 10}" text-anchor="middle">'
                  "program order (instruction of the entry computation)</text></svg>")
-    note = ('<p class="muted">The curve is the bytes of the entry computation\'s buffers live at each instruction '
-            "(XLA's live-range report and buffer assignment); the headline peak is memory_analysis(), which also "
-            "counts what the curve cannot place in time (arguments and outputs held throughout, "
-            "buffers of called computations).</p>")
+    note = ('<p class="muted">Three figures, three accountings. The curve is the bytes of the entry '
+            "computation's buffers live at each instruction (XLA's live-range report, each live value's slice of "
+            "the buffer assignment, shared slices counted once); its highest point is marked. The dotted vertical "
+            "line is where XLA's live-range report puts its own peak, the heap simulator's count, which places "
+            "only the buffers it simulates and so can read lower than the curve. The dashed horizontal line is "
+            "the headline peak, memory_analysis(), which also counts what the curve cannot place in time "
+            "(arguments and outputs held throughout, buffers of called computations).</p>")
     if not budget_visible and m.budget_bytes is not None:
         note += f'<p class="muted">Budget {e(format_bytes(m.budget_bytes))} is off the scale of this plot.</p>'
     return "".join(parts) + note
@@ -136,7 +151,7 @@ def _memory(t: TargetReport) -> str:
         f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td>"
         f"<td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
         f"<td>{e(live_buffer_source(b))}</td>"
-        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(short_op_name(b.op_name or b.name))}</td></tr>"
+        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(produced_by_text(b))}</td></tr>"
         for b in m.live_at_peak[:20]
     )
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "

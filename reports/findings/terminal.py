@@ -19,7 +19,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.tensor_text import collective_lines, live_buffer_source, shape_text, short_op_name
+from ..common.tensor_text import collective_lines, live_buffer_source, produced_by_text, shape_text
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
@@ -59,7 +59,9 @@ def _summary(t: TargetReport) -> Table:
             f"outputs {format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}",
         )
     if t.time is not None:
-        grid.add_row("step time", Text(f"~{step_time_line(t.time)}"))
+        # A CPU estimate is nominal: said before the seconds, which a newcomer reads first.
+        caveat = "nominal CPU figure: " if t.time.nominal else ""
+        grid.add_row("step time", Text(f"{caveat}~{step_time_line(t.time)}"))
         grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))
     total = sum(c.bytes * c.count for c in t.collectives)
     grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")
@@ -120,7 +122,7 @@ def _live(t: TargetReport, width: int) -> Table | None:
         Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
         Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
         Column("source", [live_buffer_source(b, with_via=False) for b in rows], path=True),
-        Column("produced by", [short_op_name(b.op_name or b.name) for b in rows], essential=False),
+        Column("produced by", [produced_by_text(b) for b in rows], essential=False),
         Column("via", [_src(b.via) for b in rows], essential=False, path=True),
     ]
     if all(b.via is None for b in rows):

@@ -25,6 +25,13 @@ def render_fit(result, console: Console) -> None:
                       f"{format_bytes(int(result.line_slope_bytes))} x {result.param}")
     console.print(f"budget {format_bytes(result.budget_bytes)} per device ({result.platform}), "
                   f"{result.param} a multiple of {result.multiple_of} in {result.range[0]}..{result.range[1]}")
+    device = getattr(result, "budget_source", None)
+    if device and result.platform.startswith("cpu") and not device.startswith("cpu"):
+        # --device sets the budget, not the compile: XLA's CPU and accelerator backends fuse and
+        # schedule differently, so the peaks measured here are not the device's.
+        console.print(Text(f"note: these peaks are a CPU compile's, measured against the {device}'s memory; the "
+                           f"{device}'s own differ: --platform {device.removesuffix('-nvl')} compiles for it",
+                           style="yellow"))
     if result.value is None:
         console.print(Text(f"no admissible {result.param} fits: the smallest already needs "
                            f"{format_bytes(result.probes[0].peak_bytes)}", style="bold red"))

@@ -10,13 +10,28 @@ from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import PropagateRun, PropagationReport, where_text
+from ...passes.models.report import PropagatedValue, PropagateRun, PropagationReport, where_text
 from ..common.agreement_text import agreement_text
+from ..common.tensor_text import short_op_name
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
 from ..findings.terminal import shape_text
 
 MAX_ROWS = 20
+
+
+def value_text(v: PropagatedValue) -> str:
+    """A value in the user's terms: ``%arg0`` -> ``argument v_next``; ``@_interp:%72`` (a
+    StableHLO value of the private function _interp) -> ``slice in _interp``. The SSA
+    name, which --explain also takes, has a column of its own."""
+    function, _, local = v.name.rpartition(":") if v.name.startswith("@") else ("", "", v.name)
+    function = function.removeprefix("@")
+    if local.startswith("%arg") and (v.seed or "").startswith("argument "):
+        return f"{v.seed} (into {function})" if function else str(v.seed)
+    if v.op_name:
+        text = short_op_name(v.op_name)
+        return f"{text} in {function}" if function and " in " not in text else text
+    return f"{local} in {function}" if function else local
 
 
 def _values(t: PropagationReport, width: int) -> Table:
@@ -26,14 +41,14 @@ def _values(t: PropagationReport, width: int) -> Table:
     title = (f"Sharded values ({len(sharded)} of the {len(t.values)} largest of {total}; --all-values lists all)"
              if t.values_omitted else f"Sharded values ({len(sharded)} of {total}, largest first)")
     columns = [
-        Column("value", [v.name for v in rows], fold=True),
+        Column("value", [value_text(v) for v in rows], fold=True),
         Column("shape", [shape_text(v.dtype, v.shape) for v in rows]),
         Column("sharding", [pspec_text(v.sharding) for v in rows], fold=True),
         Column("per device", [format_bytes(v.per_device_bytes) for v in rows], justify="right"),
-        # An argument has no line: its path says what it is, even where "from" does not fit.
-        Column("source", [where_text(v.source, None) if v.source or not (v.seed or "").startswith("argument ")
-                          else v.seed for v in rows], path=True),
+        # An argument has no line: the value column names it.
+        Column("source", [where_text(v.source, None) if v.source else "-" for v in rows], path=True),
         Column("from", [v.seed or "-" for v in rows], essential=False, fold=True),
+        Column("SSA name", [v.name for v in rows], essential=False),
     ]
     return fitted_table(title, columns, width, _more(len(sharded)))
 

@@ -14,6 +14,7 @@ from .summary import (
     PLAN_HEAD,
     VERSION_HEAD,
     logical_rule_lines,
+    model_note,
     placement_why,
     plan_rows,
     solver_line,
@@ -64,6 +65,7 @@ def render_suggest_html(run: SuggestRun) -> str:
             f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
             f"<p>{e(solver_line(r, plans_inline=False))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"
             + "".join(f"<th>{e(h)}</th>" for h in VERSION_HEAD) + f"</tr></thead><tbody>{versions}</tbody></table>"
+            + (f'<p class="muted">{e(model_note(r))}</p>' if model_note(r) else "") +
             f"{plans}<h3>Cost model breakdown</h3><table><thead><tr><th>version</th><th>compute</th><th>reductions</th>"
             f"<th>resharding</th><th>total</th></tr></thead><tbody>{costs}</tbody></table>"
             f"<h3>Suggested argument shardings</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "

@@ -17,6 +17,7 @@ from .summary import (
     VERSION_HEAD,
     changed_arguments,
     logical_rule_lines,
+    model_note,
     placement_why,
     solver_line,
     version_cells,
@@ -41,6 +42,8 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
         console.print(table)
         console.print("  " + "; ".join(f"{v.name}: {v.error or v.description}" for v in r.versions[2:]),
                       style="dim")
+        if model_note(r):
+            console.print("  " + str(model_note(r)), style="dim")
         changed = changed_arguments(r)
         if changed:
             args = Table(title=f"Arguments that change ({len(changed)} of {len(r.arguments)})", title_justify="left")

@@ -32,12 +32,20 @@ def headline(run: SweepRun) -> str:
     best = next((c for c in run.candidates if c.rank == 1), None)
     if best is None:
         return "No candidate fits the budget." if run.candidates else "No candidates."
-    text = f"Fastest that fits: {best.label} (~{format_seconds(best.seconds)})"
+    # Without a budget nothing was measured against one: "fits" would claim what was not checked.
+    text = f"Fastest {'that fits' if run.budget_bytes else '(no budget given)'}: {best.label} "
+    text += f"(~{format_seconds(best.seconds)})"
     second = next((c for c in run.candidates if c.rank == 2), None)
     if second is not None and second.slowdown:
-        text += f"; next: {second.label}, {second.slowdown:.2f}x slower"
+        tied = second.slowdown <= 1.01
+        text += (f"; next: {second.label}, as fast, {format_bytes(second.collective_bytes)} of collectives per step "
+                 f"against {format_bytes(best.collective_bytes)}" if tied
+                 else f"; next: {second.label}, {second.slowdown:.2f}x slower")
     if best.time is not None and best.time.nominal:
-        text += ". Nominal CPU figures: the ranking compares, the seconds do not predict"
+        # First: a newcomer reads the seconds before any caveat after them.
+        text = ("Nominal CPU figures (a CPU compile's roofline, not a GPU's or TPU's): the seconds predict nothing and "
+                "rank little; equal times are ordered by collective bytes; --platform h100 or tpu-v5p ranks on that "
+                "target's figures. " + text)
     return text + "."
 
 

@@ -33,7 +33,10 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
     ]
     if not any(c.cross_host_bytes for c in rows):
         columns = [c for c in columns if c.header != "x-host"]
-    table = fitted_table("Candidates, fastest first among those that fit", columns, console.width)
+    if run.budget_bytes is None:  # no budget, nothing to fit: a column of '-' says nothing
+        columns = [c for c in columns if c.header != "fits"]
+    title = "Candidates, fastest first among those that fit" if run.budget_bytes else "Candidates, fastest first"
+    table = fitted_table(title, columns, console.width)
     console.print(table)
     if not any(c.header == "slowest collective" for c in table.columns):
         # The column that carries a failure's reason did not fit: each reason gets its own line.

@@ -53,3 +53,33 @@ def test_devices_from_the_pytest_configuration(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nshard_lint_devices = 8\n")
     result = _pytest(tmp_path)
     assert "1 failed, 1 passed" in result.stdout, result.stdout
+
+
+PEAK_TEST = textwrap.dedent('''
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+    def test_peak(shard_lint):
+        mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+        x = jax.ShapeDtypeStruct((4096, 256), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+        step = jax.jit(lambda a: (jnp.cumsum(a, axis=0), a * 2))
+        shard_lint.assert_peak_below(step.lower(x), "1KiB")
+''')
+
+
+def test_a_users_run_without_jax_platforms_is_quiet_and_the_failure_names_shapes(tmp_path):
+    """Issue 50: with the [gpu] extra installed and no GPU, the plugin's import of JAX printed three
+    cudart_stub 'Could not find cuda drivers' blocks into the user's run; the peak failure read
+    '8.0 MiB NoneNone from ...' for a buffer without a shape."""
+    (tmp_path / "test_peak.py").write_text(PEAK_TEST)
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTEST_ADDOPTS", "JAX_PLATFORMS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_peak.py",
+                           "--shard-lint-devices", "8"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    before_results = done.stdout.split("= FAILURES =")[0] + done.stderr
+    assert "cudart_stub" not in before_results and "Could not find cuda drivers" not in before_results
+    assert "1 failed" in done.stdout, done.stdout[-3000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("E ") and "per-device peak" in line]
+    assert "None" not in line and "f32[512,256]" in line and "(reduce_window_sum in cumsum)" in line, line
