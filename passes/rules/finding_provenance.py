@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..models.report import Finding, PredictedCollective, SourceLocation, TargetReport
-from ..models.rule_codes import SL101, SL102, SL201
+from ..models.rule_codes import SL101, SL102, SL105, SL201
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 
 MAX_LINES = 6
-EXPLAINED_RULES = frozenset({SL101.code, SL102.code, SL201.code})
+EXPLAINED_RULES = frozenset({SL101.code, SL102.code, SL105.code, SL201.code})
 
 
 def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[PredictedCollective]:
@@ -31,9 +31,15 @@ def attach_provenance(
         if f.rule == SL201.code and f.subject:
             for t in find_values(p, f.subject)[:1]:
                 lines = explain(p, t, display)
-        elif f.rule in (SL101.code, SL102.code):
+        elif f.rule in (SL101.code, SL102.code, SL105.code):
             kinds = {FAMILIES.get(c.kind, c.kind) for c in report.collectives if c.hlo_name == f.subject}
+            # SL105 names a layout change over given axes: a prediction over other axes at the same line
+            # explains another collective, not this one.
+            axes = ({tuple(c.mesh_axes) for c in report.collectives if c.hlo_name == f.subject}
+                    if f.rule == SL105.code else None)
             for pred in _predicted_at(predicted, f):
+                if axes is not None and tuple(pred.mesh_axes) not in axes:
+                    continue
                 if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:
                     lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
                     value = p.graph.tensors_by_name().get(pred.value)
