@@ -21,7 +21,9 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
     `jnp.isfinite` and similar reductions (also inside `bool(...)` or a running
     `flag | jnp.any(...)`) applied outside any jitted function to a value
     returned by a jitted function (a sharded array): in the same function, or
-    passed in as a parameter from another function or module of the program.
+    passed in as a parameter from another function or module of the program;
+    the jitted function may itself arrive as a parameter (`step_fn(V)` in a
+    solver loop handed `jax.jit(bellman)`).
 
     Why is this bad
     ---------------

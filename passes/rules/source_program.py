@@ -8,7 +8,9 @@ to the mapped function's parameters) are edges. A node may hold
 - ``SHARDED``: a jitted call's result (sharded however its out_shardings say);
 - ``GLOBAL``: an array that is already a global ``jax.Array`` (a jitted result, ``device_put``,
   ``jax.make_array_from_callback`` and its kin), whose ``device_put`` checks nothing across hosts;
-- ``REPLICATED``: a sharding built from ``P()``, or a tree of shardings any of which is.
+- ``REPLICATED``: a sharding built from ``P()``, or a tree of shardings any of which is;
+- ``JITTED``: a jitted function passed on as a value (a parameter ``step_fn``), whose calls are
+  ``SHARDED`` as the function's own are.
 
 Each fact is found once by a breadth-first walk over the edges from where it starts, so the work is
 linear in the program's size. ``SHARDED`` and ``GLOBAL`` follow a value as it is (a name, an element,
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .source_facts import dotted, is_jit
 
-SHARDED, GLOBAL, REPLICATED = "sharded", "global", "replicated"
+SHARDED, GLOBAL, REPLICATED, JITTED = "sharded", "global", "replicated", "jitted"
 Node = tuple[int, str]  # (scope id, name); a function's result is its "<return>"
 RESULT = "<return>"
 _SPECS = ("P", "PartitionSpec", "jax.sharding.PartitionSpec", "sharding.PartitionSpec")
@@ -127,7 +129,9 @@ class Program:
         if is_jit(call.func):
             return True
         fn = self.function(call.func, scope)
-        return fn is not None and id(fn) in self.jitted
+        if fn is not None and id(fn) in self.jitted:
+            return True
+        return isinstance(call.func, ast.Name) and self.resolve(call.func.id, scope) in self.marks[JITTED]
 
     # ---- values ------------------------------------------------------------------------------
     def value_nodes(self, expr: ast.AST | None, scope: NameScope) -> Iterator[Node]:

@@ -10,6 +10,7 @@ from collections import deque
 from .source_facts import dotted, is_jit
 from .source_program import (
     GLOBAL,
+    JITTED,
     MULTIPROCESS_CALLS,
     REPLICATED,
     RESULT,
@@ -64,6 +65,7 @@ class _Builder:
         self.calls: list[tuple[ast.Call, NameScope, bool]] = []  # the call, where, inside a loop
         self.statements: list[tuple[ast.AST, NameScope]] = []
         self.loop_calls: dict[int, tuple[str, int]] = {}  # a function called in a loop -> the first such call
+        self.edges: list[tuple[ast.AST, Node, NameScope]] = []  # what flows into a name, as it is
 
     # ---- pass 1: scopes, bindings, imports -----------------------------------------------------
     def declare(self, file: str, tree: ast.Module) -> None:
@@ -171,6 +173,8 @@ class _Builder:
     def edge(self, values: ast.AST | None, target: Node, scope: NameScope, leaf: bool = False) -> None:
         if values is None:
             return
+        if not leaf:
+            self.edges.append((values, target, scope))
         for fact in self.p.starts(values, scope) - ({SHARDED, GLOBAL} if leaf else set()):
             self.p.marks[fact].add(target)
         for n in self.p.value_nodes(values, scope):
@@ -250,6 +254,16 @@ def build_program(trees: dict[str, ast.Module], roots: tuple[str, ...]) -> Progr
     for file, tree in program.trees.items():
         builder.declare(file, tree)
     builder.connect()
+    # A jitted function passed as a value (``iterate(step_fn=jax.jit(bellman))``, a callback) is one where
+    # it arrives: a call of that parameter returns sharded arrays as a call of the function would.
+    program.marks[JITTED] = _spread({node for node, fn in program.defs.items() if id(fn) in program.jitted},
+                                    program.flow)
+    for values, target, scope in builder.edges:
+        core = values.elts[0] if isinstance(values, ast.Tuple) and values.elts else values
+        core = core.value if isinstance(core, ast.Subscript) else core
+        if isinstance(core, ast.Call) and isinstance(core.func, ast.Name) \
+                and program.resolve(core.func.id, scope) in program.marks[JITTED]:
+            program.marks[SHARDED].add(target)
     program.marks[SHARDED] = _spread(program.marks[SHARDED], program.flow)
     program.marks[GLOBAL] = _spread(program.marks[GLOBAL] | program.marks[SHARDED], program.flow)
     program.marks[REPLICATED] = _spread(program.marks[REPLICATED], program.flow, program.built_from)

@@ -41,7 +41,7 @@ def _found(folder, settings=None):
     return {(os.path.relpath(f.source.file, folder), f.source.line, f.rule) for f in result.findings}, result
 
 
-@pytest.mark.parametrize("case", ["literal", "treemap", "elsewhere", "reduction", "pep695"])
+@pytest.mark.parametrize("case", ["literal", "treemap", "elsewhere", "reduction", "passed_step", "pep695"])
 @pytest.mark.parametrize("variant", ["bug", "fixed"])
 def test_fires_on_the_bug_and_is_quiet_on_the_fix(case, variant):
     folder = os.path.join(CASES, case, variant)
