@@ -67,7 +67,8 @@ def replicated_device_put(ctx: SourceContext, out: Emitter) -> None:
         elif not _literal_replicated(sharding):
             continue
         text = ast.unparse(value)
-        across = "" if facts.multiprocess or not where else f" (multi-process: {os.path.basename(where)})"
+        line = f":{program.multiprocess_line}" if program is not None and program.multiprocess_line else ""
+        across = "" if facts.multiprocess or not where else f" (multi-process: {os.path.basename(where)}{line})"
         out.emit(
             f"jax.device_put({text}, {ast.unparse(sharding)}) puts a host value on a sharding that may be "
             f"replicated, in multi-process code{across}: a cross-host all-gather that grows with the "

@@ -73,6 +73,7 @@ class Program:
 
     trees: dict[str, ast.Module]
     multiprocess_file: str | None = None  # a file that asks for the process count or starts jax.distributed
+    multiprocess_line: int | None = None  # where in it
     initialize_file: str | None = None  # a file that calls jax.distributed.initialize
     scopes: dict[int, NameScope] = field(default_factory=dict)
     defs: dict[Node, ast.AST] = field(default_factory=dict)  # a bound name -> the function it is

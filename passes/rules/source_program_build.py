@@ -112,7 +112,8 @@ class _Builder:
             name = dotted(node.func)
             if (name.startswith("jax.") and name.rsplit(".", 1)[-1] in MULTIPROCESS_CALLS) \
                     or name in ("process_count", "process_index"):
-                self.p.multiprocess_file = self.p.multiprocess_file or scope.module
+                if self.p.multiprocess_file is None:
+                    self.p.multiprocess_file, self.p.multiprocess_line = scope.module, node.lineno
             if name in ("jax.distributed.initialize", "distributed.initialize"):
                 self.p.initialize_file = self.p.initialize_file or scope.module
         targets: list[ast.AST] = []
