@@ -137,6 +137,12 @@ def cmd_rules(args) -> int:
 
     from ...passes.rules import RULES
 
+    if getattr(args, "format", "terminal") == "markdown":
+        from ...passes.rules.table import rule_docs
+        from ...reports.common.rules_table import rules_markdown
+
+        sys.stdout.write(rules_markdown(rule_docs()))
+        return EXIT_OK
     table = Table(title="jax-shard-lint rules")
     for col in ("code", "name", "severity", "summary"):
         table.add_column(col)

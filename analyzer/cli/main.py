@@ -265,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                      choices=("lint", "propagate", "rewrite", "gate", "baseline", "sweep", "suggest", "fit"),
                      help="which report (default lint; check writes the lint report too)")
 
-    sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")
+    rules = sub.add_parser("rules", parents=[debug_and_timeout], help="list the rules")
+    rules.add_argument("--format", choices=("terminal", "markdown"), default="terminal",
+                       help="a table on the terminal, or the Markdown table docs/rules.md holds")
     rule = sub.add_parser("rule", parents=[debug_and_timeout], help="print a rule's documentation")
     rule.add_argument("code", help="rule code (SL101) or name (replicating-collective)")
     return parser

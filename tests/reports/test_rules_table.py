@@ -1,0 +1,27 @@
+"""docs/rules.md's rule table is what `jax-shard-lint rules --format markdown` prints: the rules'
+own codes, names, severities and summaries (their docstrings), never restated by hand."""
+
+import os
+import re
+
+from conftest import ROOT
+
+
+def test_docs_rule_table_is_the_generated_one(cli):
+    result = cli("rules", "--format", "markdown")
+    assert result.code == 0
+    with open(os.path.join(ROOT, "docs", "rules.md"), encoding="utf-8") as f:
+        docs = f.read()
+    m = re.search(r"<!-- generated: jax-shard-lint rules --format markdown[^\n]*-->\n(.*?)<!-- end generated -->",
+                  docs, re.S)
+    assert m, "docs/rules.md has no generated rule table"
+    assert m.group(1) == result.out, "docs/rules.md's table is stale: paste `jax-shard-lint rules --format markdown`"
+
+
+def test_every_rule_is_a_row_once():
+    from jax_shard_lint.passes.rules.table import rule_docs
+    from jax_shard_lint.reports.common.rules_table import rules_markdown
+
+    docs = rule_docs()
+    rows = rules_markdown(docs).splitlines()[2:]
+    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [d.code for d in docs]
