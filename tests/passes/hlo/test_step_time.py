@@ -2,6 +2,7 @@
 FLOP count and loop trip counts against XLA's own (cost_analysis, known_trip_count,
 the TPU compiler's estimate), and the compute roofline of one large matmul."""
 
+import importlib.util
 import json
 import os
 import re
