@@ -28,6 +28,10 @@ _MATMUL = frozenset({"dot", "convolution"})
 _PASS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element",
                            "all-gather-done", "copy-start", "copy-done", "broadcast", "dynamic-slice", "slice"})
 _MAX_VISITS = 64
+_GATHERS = frozenset({"all-gather", "all-gather-done"})
+# What a fusion that slices one layer out of a stack holds: the slice, its index arithmetic, layout ops.
+_SLICING = frozenset({"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "constant", "compare", "select",
+                      "add", "subtract", "convert", "broadcast", "clamp", "tuple"})
 _DIMS = re.compile(r"\d+")
 
 
@@ -94,6 +98,9 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
             if outer == came_from:
                 continue
             k = entry_parameter(module, outer, index)
+            gathered = module.instruction(outer)
+            if k is None and gathered is not None and gathered.opcode in _GATHERS and gathered.operands:
+                k = _layer_parameter(module, gathered.operands[0], index)  # a weight gathered FSDP-style
             t = inputs.get(k) if k is not None else None
             if k is None or t is None:
                 continue
@@ -103,6 +110,18 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
             mapped = _weight_dims(t, local_dims(t, sizes), dims, contracting) if dims and contracting else None
             found.append((t.bytes, CollectiveParameter(k, role, mapped)))
     return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
+    """The entry parameter a gathered weight's shard is: itself, or one layer of a stacked argument that
+    a fusion slices out (its data operand first, the layer's index after it)."""
+    k = entry_parameter(module, name, index)
+    ins = module.instruction(name)
+    if k is None and ins is not None and ins.opcode == "fusion" and ins.operands and \
+            any(i.opcode == "dynamic-slice" for i in _fusion_body(module, ins)) and \
+            all(i.opcode in _SLICING for i in _fusion_body(module, ins)):
+        k = entry_parameter(module, ins.operands[0], index)
+    return k
 
 
 def _weight_dims(t: TensorInfo, local: tuple[int, ...], operand: tuple[int, ...],

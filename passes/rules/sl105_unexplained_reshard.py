@@ -64,8 +64,11 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     # A layout change XLA made in several collectives at one line over the same axes (the all-to-all
     # that moves a weight and the all-gather of the product it reads) is one cause: one named
     # argument stands for the collectives whose operand is no argument.
-    named = {(c.source, tuple(c.mesh_axes)): advice[c.hlo_name] for c in reported
-             if advice[c.hlo_name][0] is not None and advice[c.hlo_name][2] is not None}
+    named: dict = {}
+    for c in reported:  # the first with a suggestion, else the first that names an argument
+        key, found = (c.source, tuple(c.mesh_axes)), advice[c.hlo_name]
+        if found[0] is not None and (key not in named or (named[key][2] is None and found[2] is not None)):
+            named[key] = found
     for c in reported:
         parameter, served, suggested = advice[c.hlo_name]
         if parameter is None:
