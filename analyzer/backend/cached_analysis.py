@@ -18,7 +18,8 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..cache.analysis_cache import AnalysisCache, Stored
 from ..cache.cache_key import cache_key, file_digest, text_digest, tool_source_digest
-from ..context.config import Settings, tool_folders
+from ..context.config import Settings
+from ..inputs.files import tool_folders
 from .device_selection import platform_label
 
 # Environment variables that change what XLA compiles.

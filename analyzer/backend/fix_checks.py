@@ -21,6 +21,7 @@ input the layout the step returns it in.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -182,7 +183,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     texts = [text] + [with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments) for c in planned]
     labels = ["the program as written"] + [c.change for c in planned]
     compiled = compile_side_by_side(
-        [lambda t=t: _compiled(report.name, t, sig, settings, where, devices) for t in texts],
+        [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
         counted(progress, report.name, labels))
     before = compiled[0]
     if isinstance(before, BaseException):

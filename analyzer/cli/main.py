@@ -95,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # --debug works before or after the command; SUPPRESS keeps a subcommand's
     # default from overwriting a --debug given before it.
-    debug = argparse.ArgumentParser(add_help=False)
+    debug = OneLineParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show Python tracebacks for errors, and what native code wrote to stderr")
     # Every command but `run`, whose --timeout has always meant the script's limit (its parser takes it below).
-    debug_and_timeout = argparse.ArgumentParser(add_help=False, parents=[debug])
+    debug_and_timeout = OneLineParser(add_help=False, parents=[debug])
     debug_and_timeout.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                                    help=f"stop after this long and exit 2 (default {DEFAULT_TIMEOUT_S:g}); the command "
                                    "runs in a child process, so a hang or crash in the script or in XLA is one line "

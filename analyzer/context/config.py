@@ -33,6 +33,7 @@ from ...passes.rules import OptionKind
 from ...passes.rules.table import RULES, all_options
 from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..errors import ShardLintInputError
+from ..inputs.files import tool_folders
 from ..platforms.presets import PRESETS, find_preset
 from ..platforms.target_memory import target_memory
 
@@ -102,14 +103,6 @@ class Settings:
 
 
 @functools.lru_cache(maxsize=16)
-def tool_folders() -> tuple[str, ...]:
-    """The tool's own package folders. Its frames (the child that lowers a target) are never the user's
-    line, also when it is installed in editable mode inside the project being linted."""
-    from ... import analyzer, passes, reports
-
-    return tuple(os.path.abspath(p) for pkg in (analyzer, passes, reports) for p in pkg.__path__)
-
-
 def _ownership(first_party: tuple[str, ...], third_party: tuple[str, ...], root: str,
                user_roots: tuple[str, ...]) -> CodeOwnership:
     return CodeOwnership(first_party=first_party, third_party=tool_folders() + third_party, root=root,

@@ -83,3 +83,11 @@ def open_output(path: str, where: str = "-o"):
         raise ShardLintInputError(where, f"cannot write {path}: {e.strerror or e}") from None
     with f:
         yield f
+
+
+def tool_folders() -> tuple[str, ...]:
+    """The tool's own package folders. Its frames (the child that lowers a target) are never the user's
+    line, also when it is installed in editable mode inside the project being linted."""
+    from ... import analyzer, passes, reports
+
+    return tuple(os.path.abspath(p) for pkg in (analyzer, passes, reports) for p in pkg.__path__)

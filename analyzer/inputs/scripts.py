@@ -42,7 +42,7 @@ def _raised_at(exc: BaseException, path: str, entry: str = "<module>") -> str:
     function it calls: ``(line N, in helper)``; in another of the user's files:
     ``(at file.py:N, in helper)``."""
     from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-    from ..context.config import tool_folders
+    from .files import tool_folders
 
     ownership = CodeOwnership(third_party=tool_folders(), user_roots=(os.path.dirname(path),),
                               stdlib=DEFAULT_OWNERSHIP.stdlib)

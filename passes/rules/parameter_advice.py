@@ -78,8 +78,10 @@ def gathered_dims(t: TensorInfo, c: Collective) -> set[int]:
     return {d for d, axes in enumerate(t.sharding or []) if any(a.split(":")[0] in names for a in axes)}
 
 
-def sharding_advice(ctx: RuleContext, c: Collective
-                    ) -> tuple[TensorInfo | None, CollectiveParameter | None, list[list[str]] | None]:
+Advice = tuple[TensorInfo | None, CollectiveParameter | None, list[list[str]] | None]
+
+
+def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
     """The parameter behind a resharding collective, how it serves it, and the sharding to try for it:
     an input kept off the dimension its op reads along, a weight that multiplies the shards in place."""
     parameter, served = parameter_of(ctx, c)

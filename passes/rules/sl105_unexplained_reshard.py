@@ -5,10 +5,10 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_parameter import ParameterRole
-from ..models.report import Severity
+from ..models.report import Severity, SourceLocation
 from ..models.rule_codes import SL105
 from .context import RuleContext
-from .parameter_advice import sharding_advice
+from .parameter_advice import Advice, sharding_advice
 from .registry import Emitter, OptionKind, RuleOption, define_rule
 from .sl101_replicating_collective import replicating
 from .sl102_collective_in_loop import loop_groups
@@ -64,7 +64,7 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     # A layout change XLA made in several collectives at one line over the same axes (the all-to-all
     # that moves a weight and the all-gather of the product it reads) is one cause: one named
     # argument stands for the collectives whose operand is no argument.
-    named: dict = {}
+    named: dict[tuple[SourceLocation | None, tuple[str, ...]], Advice] = {}
     for c in reported:  # the first with a suggestion, else the first that names an argument
         key, found = (c.source, tuple(c.mesh_axes)), advice[c.hlo_name]
         if found[0] is not None and (key not in named or (named[key][2] is None and found[2] is not None)):
