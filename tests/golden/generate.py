@@ -4,7 +4,7 @@ it, in the tests' environment (tests/conftest.py: 8 virtual CPU devices, no cach
 tests never write a golden; run this after a deliberate change of the output, once per JAX release:
 
     python3 tests/golden/generate.py [NAME ...]
-    /work/venv312/bin/python tests/golden/generate.py      # (any Python with the newest JAX)
+    VENV312/bin/python tests/golden/generate.py            # a Python 3.12 environment with the newest JAX
 
 and check the numbers with tests/reports/test_golden_numbers.py."""
 
