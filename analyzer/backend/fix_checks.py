@@ -180,7 +180,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                for c in [_parameter_candidate(f, inputs)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
-    texts = [text] + [with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments) for c in planned]
+    def text_of(c: _Candidate) -> str:
+        return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments)
+
+    texts = [text] + [text_of(c) for c in planned]
     labels = ["the program as written"] + [c.change for c in planned]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
@@ -200,9 +203,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
         after = after_of.get(_key(c))
         if after is None:
-            after = outcome(lambda: _compiled(report.name, with_entry_shardings(
-                module, c.results, sig.mesh_name or "mesh", c.arguments), sig, settings, where, devices),
-                lambda: None)
+            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
+                            lambda: None)
         if isinstance(after, ShardLintInputError):
             return FixCheck(change=c.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
                             traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])

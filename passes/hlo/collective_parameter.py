@@ -117,11 +117,10 @@ def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
     a fusion slices out (its data operand first, the layer's index after it)."""
     k = entry_parameter(module, name, index)
     ins = module.instruction(name)
-    if k is None and ins is not None and ins.opcode == "fusion" and ins.operands and \
-            any(i.opcode == "dynamic-slice" for i in _fusion_body(module, ins)) and \
-            all(i.opcode in _SLICING for i in _fusion_body(module, ins)):
-        k = entry_parameter(module, ins.operands[0], index)
-    return k
+    if k is not None or ins is None or ins.opcode != "fusion" or not ins.operands:
+        return k
+    body = {i.opcode for i in _fusion_body(module, ins)}
+    return entry_parameter(module, ins.operands[0], index) if "dynamic-slice" in body and body <= _SLICING else None
 
 
 def _weight_dims(t: TensorInfo, local: tuple[int, ...], operand: tuple[int, ...],
