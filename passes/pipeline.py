@@ -25,6 +25,7 @@ from .hlo.collectives import find_collectives
 from .hlo.compiler_refusal import CompilerRefusal
 from .hlo.cost import program_cost, xla_cost_figures
 from .hlo.involuntary_remat import locate_remats, read_involuntary_remats
+from .hlo.layout_waste import aliased_parameters, padded_values
 from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from .hlo.parser import parse_hlo_module
 from .hlo.step_time import DeviceSpec, estimate_step_time
@@ -42,6 +43,7 @@ from .stablehlo.module import (
     read_entry_signature,
     read_entry_sources,
 )
+from .stablehlo.sharding_constraints import read_constraints
 from .stablehlo.state_roundtrip import correspond, suggested_out_shardings
 
 
@@ -64,6 +66,9 @@ class CompiledFacts:
     xla_cost: dict[str, Any] | None = None
     # What XLA's SPMD partitioner printed while compiling ("Involuntary full rematerialization" lines).
     compiler_warnings: str = ""
+    # The flattened arguments the user donated, as jit was asked (it drops a donation no output matches
+    # before the module is written); None where only the module is known.
+    donated_inputs: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,9 @@ def analyze_target(
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
+        padded_values=padded_values(read_constraints(module, config.ownership), sig.mesh, hlo),
+        donated_inputs=frozenset(t.index for t in inputs if t.donated) | (compiled.donated_inputs or frozenset()),
+        aliased_inputs=aliased_parameters(hlo),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
     warnings: list[str] = []

@@ -277,6 +277,17 @@ def kept_argument_leaves(lowered: Any) -> frozenset[int] | None:
     return None if kept is None else frozenset(kept)
 
 
+def donated_argument_leaves(lowered: Any) -> frozenset[int]:
+    """The module's arguments (numbered as the module numbers them, after jit's pruning) the user donated.
+    jit leaves a donation no output matches out of the module (it only warns), so the module alone cannot say."""
+    import jax
+
+    flags = [bool(getattr(a, "donated", False)) for a in jax.tree_util.tree_leaves(call_arguments(lowered))]
+    kept = kept_argument_leaves(lowered)
+    leaves = [i for i in range(len(flags)) if kept is None or i in kept]
+    return frozenset(k for k, i in enumerate(leaves) if flags[i])
+
+
 def arg_info_dtype(info: Any) -> Any:
     """The dtype of one leaf of ``Lowered.args_info``."""
     return info._aval.dtype
@@ -514,7 +525,11 @@ def lowered_identity(lowered: Any) -> dict[str, Any]:
             trees[name] = str(getattr(lowered, name))
         except Exception:  # noqa: BLE001 - a stage without the attribute: the text alone keys it
             trees[name] = None
-    return {"devices": devices, **trees}
+    try:
+        donated = sorted(donated_argument_leaves(lowered))
+    except Exception:  # noqa: BLE001 - a stage without args_info: the text alone keys it
+        donated = None
+    return {"devices": devices, **trees, "donated": donated}
 
 
 def deserialize_export(data: bytes) -> Any:

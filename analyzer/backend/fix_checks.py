@@ -382,4 +382,7 @@ def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Set
         return reports
     text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
     n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
-    return [check_fixes(reports[0], text, settings, path, devices[:n])]
+    from .layout_fix_checks import check_layout_fixes  # it reads this module's measures: imported on use
+
+    return [check_layout_fixes(check_fixes(reports[0], text, settings, path, devices[:n]), text, settings, path,
+                               devices[:n])]

@@ -12,6 +12,7 @@ import re
 from jaxlib.mlir import ir
 
 from ...passes.stablehlo.module import entry_function
+from ...passes.stablehlo.sharding_constraints import constraint_ops
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -24,18 +25,27 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
 
 
 def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
-                          arguments: dict[int, list[list[str]]] | None = None) -> str:
+                          arguments: dict[int, list[list[str]]] | None = None,
+                          constraints: dict[int, list[list[str]]] | None = None,
+                          donors: frozenset[int] = frozenset()) -> str:
     """The module's text with the entry function's results (and ``arguments``)
-    pinned to these shardings."""
+    pinned to these shardings; ``constraints``: sharding constraints (numbered in
+    the module's walk order) given new shardings; ``donors``: arguments donated
+    (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match)."""
     from ...passes.propagation.shardy_reference import clone
 
     edited = clone(module)
+    if constraints:
+        with edited.context:
+            for k, op in enumerate(constraint_ops(edited)):
+                if k in constraints:
+                    op.attributes["sharding"] = ir.Attribute.parse(_sdy_text(constraints[k], mesh_name))
     fn = entry_function(edited)
     ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
     with edited.context:
         for key, count, pins in (("res_attrs", len(ftype.results), shardings),
                                  ("arg_attrs", len(ftype.inputs), arguments or {})):
-            if not pins:
+            if not pins and not (key == "arg_attrs" and donors):
                 continue
             old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
                 else [ir.DictAttr.get({})] * count
@@ -45,6 +55,8 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                 entries = {d[k].name: d[k].attr for k in range(len(d))}
                 if i in pins:
                     entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
+                if key == "arg_attrs" and i in donors and "tf.aliasing_output" not in entries:
+                    entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
                 new.append(ir.DictAttr.get(entries))
             fn.operation.attributes[key] = ir.ArrayAttr.get(new)
     return str(edited.operation.get_asm(enable_debug_info=True))

@@ -5,6 +5,7 @@ behind a finding's provenance run only when a finding asks for it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from ...passes.hlo.compiler_refusal import read_refusal
@@ -26,8 +27,9 @@ from .out_shardings import suggest as suggest_out_shardings
 
 def compiled_facts(lowered, platform: str) -> CompiledFacts:
     program = jax_adapter.compile_lowered(lowered)
-    return program_facts(program, platform, [len(a.shape) for a in _flat_avals(lowered.out_info)],
-                         [len(a.shape) for a in _flat_avals(lowered.in_avals)], device_processes(lowered))
+    facts = program_facts(program, platform, [len(a.shape) for a in _flat_avals(lowered.out_info)],
+                          [len(a.shape) for a in _flat_avals(lowered.in_avals)], device_processes(lowered))
+    return dataclasses.replace(facts, donated_inputs=jax_adapter.donated_argument_leaves(lowered))
 
 
 def program_facts(program: jax_adapter.CompiledProgram, platform: str, output_ranks: list[int],

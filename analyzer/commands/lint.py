@@ -14,6 +14,7 @@ from ..adapter import jax_adapter
 from ..backend.device_selection import check_lowered_for, run_warnings
 from ..backend.fix_checks import check_fixes
 from ..backend.heap import paused_collector
+from ..backend.layout_fix_checks import check_layout_fixes
 from ..backend.script_targets import load_script
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
@@ -47,8 +48,9 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
             report = analyze_lowered(name, lowered, settings, where)
             if settings.check_fixes:
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
-                report = check_fixes(report, jax_adapter.stablehlo_text(lowered), settings, where,
-                                     jax_adapter.device_assignment(lowered), progress)
+                text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
+                report = check_fixes(report, text, settings, where, devices, progress)
+                report = check_layout_fixes(report, text, settings, where, devices, progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     program = program_files(where, settings) if os.path.exists(where) else None
     from_source, source_notes = program_findings(program, settings) if program else ([], [])

@@ -8,6 +8,7 @@ from typing import Any
 from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..hlo.involuntary_remat import LocatedRemat
+from ..hlo.layout_waste import PaddedValue
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..stablehlo.module import EntrySignature
 from ..stablehlo.state_roundtrip import RoundTrip
@@ -39,6 +40,12 @@ class RuleContext:
     refusal: CompilerRefusal | None = None
     # Values XLA's partitioner could reshard only by replicating them, each at its line.
     involuntary_remats: tuple[LocatedRemat, ...] = ()
+    # Values the user constrained on axes that do not divide them, which the compiled program holds padded.
+    padded_values: tuple[PaddedValue, ...] = ()
+    # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output),
+    # and the inputs whose buffer a compiled output reuses (None: not compiled).
+    donated_inputs: frozenset[int] = frozenset()
+    aliased_inputs: frozenset[int] | None = None
 
     @property
     def num_devices(self) -> int:

@@ -1,0 +1,130 @@
+"""The fixes of SL204 (a constraint on axes that do not divide the value) and SL205 (a donation no output
+reuses), compiled and measured as fix_checks.py measures a parameter's: the program as written and each
+candidate compiled side by side, a candidate printed as the fix only when measured better.
+
+SL204's candidates edit the constraint itself (its ``sdy.sharding_constraint`` op in the StableHLO): the
+uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL205's pins the output
+of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
+the module, having found no output to match), so XLA can write the output into the donated buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding, TargetReport
+from ...passes.models.rule_codes import SL204, SL205
+from ...passes.stablehlo.module import read_entry_signature
+from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
+from ..adapter import jax_adapter
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..supervision import isolation
+from .fix_checks import _compiled, _cost_text, _not_offered, _verdict, traffic_bytes
+from .sharding_edits import with_entry_shardings
+from .side_by_side import compile_side_by_side, counted
+
+_CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
+# Candidates compiled per target (each a compile of the whole step).
+MAX_CHECKS = 4
+
+
+@dataclass(frozen=True)
+class _Edit:
+    change: str
+    fix: str
+    results: dict[int, list[list[str]]] = field(default_factory=dict)
+    constraints: dict[int, list[list[str]]] = field(default_factory=dict)
+    donors: frozenset[int] = frozenset()
+
+
+def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    if f.rule == SL204.code and (m := _CONSTRAINT.match(f.subject or "")):
+        ordinal = int(m.group(1))
+        sig = read_entry_signature(module)
+        stated = next((c for c in read_constraints(module) if c.ordinal == ordinal), None)
+        if stated is None:
+            return []
+        return [_Edit(f"{f.subject} -> {pspec_text(spec)}", f"constrain it as {pspec_text(spec)}",
+                      constraints={ordinal: spec})
+                for spec in even_alternatives(stated.shape, stated.sharding, sig.mesh)]
+    if f.rule == SL205.code and f.suggested_sharding is not None:
+        given = next((t for t in report.inputs if t.path == f.subject), None)
+        if given is None:
+            return []
+        layout = normalized(given.sharding, len(given.shape))
+        out = next((o for o in report.outputs if o.shape == given.shape and o.dtype == given.dtype
+                    and normalized(o.sharding, len(o.shape)) != layout), None)
+        if out is None:
+            return []
+        spec = given.sharding or []
+        return [_Edit(f"out_shardings pinning {out.path} to {pspec_text(spec)}, {given.path} donated",
+                      f"pin {out.path} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
+                      "so XLA writes it into the donated buffer",
+                      results={out.index: spec}, donors=frozenset({given.index}))]
+    return []
+
+
+def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
+                       progress: Callable[[str], None] | None = None) -> TargetReport:
+    """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
+    fix (with its figures), else the finding says what was tried and what it cost."""
+    if not any(f.rule in (SL204.code, SL205.code) for f in report.findings):
+        return report
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    planned: dict[int, list[_Edit]] = {}
+    budget = MAX_CHECKS
+    for k, f in enumerate(report.findings):
+        edits = _edits_of(f, report, module)[:budget]
+        if edits:
+            planned[k] = edits
+            budget -= len(edits)
+    if not planned:
+        return report
+    isolation.phase(where, "compiling the layout findings' fixes to check them")
+    ordered = [e for edits in planned.values() for e in edits]
+    texts = [text] + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
+                                           e.donors) for e in ordered]
+    compiled = compile_side_by_side(
+        [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
+        counted(progress, report.name, ["the program as written"] + [e.change for e in ordered]))
+    before = compiled[0]
+    if isinstance(before, BaseException):
+        raise before
+    base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    results = dict(zip((id(e) for e in ordered), compiled[1:]))
+
+    def measured(e: _Edit) -> FixCheck:
+        after = results[id(e)]
+        if isinstance(after, ShardLintInputError):
+            return FixCheck(change=e.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
+                            traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
+        if isinstance(after, BaseException):
+            raise after
+        peak = after.memory.peak_bytes if after.memory else 0
+        traffic = traffic_bytes(after, sig)
+        return FixCheck(change=e.change, verdict=_verdict((base[0], peak), (base[1], traffic)),
+                        peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
+                        traffic_bytes_after=traffic)
+
+    findings = list(report.findings)
+    for k, edits in planned.items():
+        checks = [(e, measured(e)) for e in edits]
+        better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
+        f = findings[k]
+        if better:
+            e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
+            spec = next(iter(e.constraints.values()), None) if e.constraints else f.suggested_sharding
+            findings[k] = f.model_copy(update={
+                "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
+            continue
+        tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks)
+        findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None,
+                                           "fix": f"no layout change found that helps: {tried}"})
+    return report.model_copy(update={"findings": findings})

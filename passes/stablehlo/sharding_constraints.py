@@ -1,0 +1,93 @@
+"""The user's ``with_sharding_constraint`` (and ``jax.device_put`` inside jit) as the StableHLO states them:
+each ``sdy.sharding_constraint`` op's value (shape, dtype), its mesh axes per dimension and the user's line.
+Numbered in the module's walk order, the order ``analyzer/backend/sharding_edits.py`` edits them in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from math import prod
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from ..common.device_groups import MeshInfo
+from ..models.report import SourceLocation
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .module import axis_label_size, sharding_axes, source_of_location
+
+CONSTRAINT_OP = "sdy.sharding_constraint"
+
+
+@dataclass(frozen=True)
+class StatedConstraint:
+    ordinal: int  # among the module's sharding constraints, in walk order
+    shape: tuple[int, ...]
+    element_type: str  # MLIR spelling (f32, bf16)
+    sharding: list[list[str]]
+    source: SourceLocation | None
+
+    def ways(self, mesh: MeshInfo) -> list[int]:
+        """How many shards each dimension is cut into."""
+        return [prod(axis_label_size(a, mesh) for a in axes) for axes in self.sharding]
+
+    def uneven_dims(self, mesh: MeshInfo) -> list[int]:
+        """The dimensions whose size the product of their axes does not divide."""
+        return [d for d, (n, k) in enumerate(zip(self.shape, self.ways(mesh))) if k > 1 and n % k]
+
+
+def constraint_ops(module: ir.Module) -> Iterator[ir.Operation]:
+    """Every ``sdy.sharding_constraint`` in the module, in walk order (functions, then nested regions)."""
+    def walk(op: ir.Operation) -> Iterator[ir.Operation]:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == CONSTRAINT_OP:
+                        yield inner
+                    yield from walk(inner)
+
+    yield from walk(module.operation)
+
+
+def read_constraints(module: ir.Module, ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> tuple[StatedConstraint, ...]:
+    out = []
+    for k, op in enumerate(constraint_ops(module)):
+        ty = op.results[0].type
+        if not isinstance(ty, ir.RankedTensorType):
+            continue
+        rt = ir.RankedTensorType(ty)
+        sharding = sharding_axes(sdy.TensorShardingAttr(op.attributes["sharding"]))
+        out.append(StatedConstraint(k, tuple(int(d) for d in rt.shape), str(rt.element_type), sharding,
+                                    source_of_location(op.location, ownership)))
+    return tuple(out)
+
+
+def even_alternatives(shape: tuple[int, ...], sharding: list[list[str]], mesh: MeshInfo) -> list[list[list[str]]]:
+    """Specs whose every dimension divides, nearest the stated one first: the uneven dimension's axes moved
+    to the last other dimension they divide (the value stays as sharded), then only the leading axes that
+    divide it kept on it (less sharded, nothing padded)."""
+    sizes = [prod(axis_label_size(a, mesh) for a in axes) for axes in sharding]
+    uneven = [d for d, (n, k) in enumerate(zip(shape, sizes)) if k > 1 and n % k]
+    out: list[list[list[str]]] = []
+    moved = [list(axes) for axes in sharding]
+    for d in uneven:
+        moved[d] = []
+        k = sizes[d]
+        fits = [e for e in range(len(shape)) if e not in uneven and shape[e] % (sizes[e] * k) == 0]
+        if not fits:
+            moved = []
+            break
+        moved[fits[-1]] = moved[fits[-1]] + list(sharding[d])
+        sizes[fits[-1]] *= k
+    if moved:
+        out.append(moved)
+    fewer = [list(axes) for axes in sharding]
+    for d in uneven:
+        keep = list(sharding[d])
+        while keep and shape[d] % prod(axis_label_size(a, mesh) for a in keep):
+            keep.pop()
+        fewer[d] = keep
+    if fewer not in out and fewer != sharding:
+        out.append(fewer)
+    return out
