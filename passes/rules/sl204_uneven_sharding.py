@@ -24,8 +24,9 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     Reports a `with_sharding_constraint` (or `jax.device_put` inside jit) whose
     PartitionSpec cuts a dimension of n elements into k shards where k does
     not divide n, when the compiled program holds the value at the padded
-    per-device shape ceil(n/k). The message gives that shape, the bytes each
-    device holds beyond an even split, and the user's line.
+    per-device shape ceil(n/k) and the padding each device holds beyond an
+    even split is at least `padding-min-bytes` (0: any). The message gives
+    that shape, the padding bytes, and the user's line.
 
     Why is this bad
     ---------------

@@ -1,0 +1,130 @@
+"""SL204 (a constrained value XLA pads) and SL205 (a donation no output reuses), checked against XLA: the
+padded per-device shape, the donated buffer's size and what aliases it are read here from the compiled
+programs (``compiled.as_text()``, ``memory_analysis()``), and each printed fix is compiled here the way a
+user would write it."""
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import warnings
+
+import jax
+import pytest
+from conftest import FIXTURES
+from jax.sharding import PartitionSpec as P
+
+from jax_shard_lint.passes.common.byte_sizes import format_bytes
+
+SCRIPTS = os.path.join(FIXTURES, "scripts")
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(f"_layout_{name}", os.path.join(SCRIPTS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, SCRIPTS)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _targets(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Some donated buffers were not usable": what SL205 is about
+        return _script(name).shard_lint_targets()
+
+
+def _lint(cli, name, *args):
+    result = cli("lint", os.path.join(SCRIPTS, f"{name}.py"), "--format", "json", "-q", "--fail-on", "never", *args)
+    assert result.code == 0, result.err[-2000:]
+    return {t["name"]: t for t in json.loads(result.out)["targets"]}
+
+
+def _peak(compiled):
+    m = compiled.memory_analysis()
+    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+def _entry_parameter_bytes(hlo, number):
+    """Per-device bytes of the entry computation's parameter ``number``, from its compiled shape."""
+    entry = hlo[hlo.index("\nENTRY "):]
+    m = re.search(rf"= f32\[([\d,]+)\]\{{[\d,]*\}} parameter\({number}\)", entry)
+    dims = [int(d) for d in m.group(1).split(",")]
+    return 4 * dims[0] * dims[1]
+
+
+def test_sl204_reports_the_padding_xla_compiles(cli):
+    hlo = _targets("sl204_uneven_sharding")["uneven"].compile().as_text()
+    # XLA pads the 12 rows to a multiple of the 8 shards and slices one piece per device.
+    padded = int(re.search(r"= f32\[(\d+),8192\]\{[\d,]*\} pad\(", hlo).group(1))
+    rows = padded // 8
+    assert padded > 12 and f"f32[{rows},8192]" in hlo
+    local = rows * 8192 * 4
+    padding = local - 12 * 8192 * 4 // 8
+    targets = _lint(cli, "sl204_uneven_sharding")
+    (finding,) = targets["uneven"]["findings"]
+    assert finding["rule"] == "SL204"
+    assert f"each device holds f32[{rows},8192] ({format_bytes(local)})" in finding["message"]
+    assert f"{format_bytes(padding)} ({padding / local:.0%}) of it padding" in finding["message"]
+    assert finding["bytes"] == padding
+    assert targets["even"]["findings"] == []
+
+
+def test_sl204_fix_is_the_constraint_on_a_dimension_that_divides_measured_better(cli, checking):
+    targets = _targets("sl204_uneven_sharding")
+    mod = _script("sl204_uneven_sharding")
+    uneven = targets["uneven"].compile()
+    mesh = mod.mesh()
+    fixed = jax.jit(mod.make_scores(mesh, P(None, ("data", "model")))).lower(mod.spec(mesh, (12, 8192), P())).compile()
+    fixed_hlo = fixed.as_text()
+    assert " pad(" not in fixed_hlo and "f32[12,1024]" in fixed_hlo  # nothing padded: 1024 columns each
+    assert _peak(fixed) < _peak(uneven)
+    (finding,) = _lint(cli, "sl204_uneven_sharding")["uneven"]["findings"]
+    check = finding["fix_check"]
+    assert check["verdict"] == "better", finding["fix"]
+    assert finding["fix"].startswith("constrain it as P(None, ('data', 'model')) (checked: peak -")
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(uneven), _peak(fixed))
+
+
+def test_sl205_a_dtype_change_leaves_the_donation_unused(cli):
+    compiled = _targets("sl205_unusable_donation")["recast"].compile()
+    hlo = compiled.as_text()
+    header = hlo.splitlines()[0]
+    assert "buffer_donor={ (0, {}) }" in header and "input_output_alias" not in header
+    assert compiled.memory_analysis().alias_size_in_bytes == 0
+    donated = _entry_parameter_bytes(hlo, 0)
+    targets = _lint(cli, "sl205_unusable_donation")
+    (finding,) = targets["recast"]["findings"]
+    assert finding["rule"] == "SL205" and finding["subject"] == "params['w']"
+    assert f"no output reuses its {format_bytes(donated)} per device" in finding["message"]
+    assert "result['w'] has its shape as bf16" in finding["message"]
+    assert finding["bytes"] == donated
+    assert targets["reused"]["findings"] == []
+
+
+def test_sl205_a_resharded_output_and_its_pinned_fix_measured_better(cli, checking):
+    targets = _targets("unusable_donation_resharded")
+    resharded, kept = targets["resharded"].compile(), targets["kept"].compile()
+    hlo = resharded.as_text()
+    assert "input_output_alias" not in hlo.splitlines()[0]  # jit dropped the donation: nothing aliased
+    assert resharded.memory_analysis().alias_size_in_bytes == 0
+    donated = _entry_parameter_bytes(hlo, 0)
+    # The fix as a user writes it: the output on the input's layout, and XLA writes it into the donated buffer.
+    assert kept.memory_analysis().alias_size_in_bytes == donated
+    found = _lint(cli, "unusable_donation_resharded")
+    assert found["kept"]["findings"] == []
+    (finding,) = [f for f in found["resharded"]["findings"] if f["rule"] == "SL205"]
+    assert f"no output reuses its {format_bytes(donated)} per device" in finding["message"]
+    assert "comes out as P('data')" in finding["message"]
+    check = finding["fix_check"]
+    assert check["verdict"] == "better", finding["fix"]
+    assert finding["fix"].startswith("pin result['w'] with out_shardings to P('data', 'model')")
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
