@@ -25,7 +25,7 @@ from .hlo.collectives import find_collectives
 from .hlo.compiler_refusal import CompilerRefusal
 from .hlo.cost import program_cost, xla_cost_figures
 from .hlo.involuntary_remat import locate_remats, read_involuntary_remats
-from .hlo.layout_waste import aliased_parameters, padded_values
+from .hlo.layout_waste import aliased_parameters, compiled_shapes
 from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from .hlo.parser import parse_hlo_module
 from .hlo.step_time import DeviceSpec, estimate_step_time
@@ -43,7 +43,7 @@ from .stablehlo.module import (
     read_entry_signature,
     read_entry_sources,
 )
-from .stablehlo.sharding_constraints import read_constraints
+from .stablehlo.sharding_constraints import padded_values, read_constraints
 from .stablehlo.state_roundtrip import correspond, suggested_out_shardings
 
 
@@ -164,7 +164,7 @@ def analyze_target(
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
-        padded_values=padded_values(read_constraints(module, config.ownership), sig.mesh, hlo),
+        padded_values=_padded_values(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated) | (compiled.donated_inputs or frozenset()),
         aliased_inputs=aliased_parameters(hlo),
     )
@@ -204,6 +204,13 @@ def analyze_refused_target(
         warnings=["not compiled: the compiler refused it for want of memory (SL301), so there are no collectives "
                   "and no memory breakdown"],
     )
+
+
+def _padded_values(module: ir.Module, sig: EntrySignature, hlo, config: PassConfig) -> tuple:
+    """The constrained values the compiled program holds padded (the compiled shapes read only when a
+    constraint does not divide its value)."""
+    uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
+    return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
 
 
 def _step_time(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatche
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
-from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
 from .cached_analysis import cached_text_report
 from .checked_in_analysis import analyze_text
@@ -370,19 +368,3 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
                 f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, {_cost_text(other)})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out
-
-
-def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
-                           ) -> list[TargetReport]:
-    """check's reports of a StableHLO program (a snapshot's .mlir, a jax.export) with their fixes
-    compiled as lint compiles them (no Python run), so lint and check give one recommendation for a
-    value; a compiled HLO's fixes cannot be applied and stay unchecked."""
-    kind = kind_of(path) if os.path.isfile(path) else "dump"
-    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
-        return reports
-    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
-    from .layout_fix_checks import check_layout_fixes  # it reads this module's measures: imported on use
-
-    return [check_layout_fixes(check_fixes(reports[0], text, settings, path, devices[:n]), text, settings, path,
-                               devices[:n])]

@@ -21,7 +21,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
-from ..backend.fix_checks import check_checked_in_fixes
+from ..backend.layout_fix_checks import check_checked_in_fixes
 from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize

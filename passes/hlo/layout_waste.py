@@ -13,66 +13,20 @@ output could reuse (XLA found no output of the same per-device shape, dtype and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from math import prod
 
-from ..common.device_groups import MeshInfo
-from ..common.shapes import array_bytes, mlir_dtype_to_hlo, parse_arrays
-from ..stablehlo.sharding_constraints import StatedConstraint
+from ..common.shapes import parse_arrays
 from .module import HloModule
 
 _ALIAS = re.compile(r"\{[\d,\s]*\}:\s*\((\d+),\s*\{([\d,\s]*)\}")
 
 
-@dataclass(frozen=True)
-class PaddedValue:
-    """A constrained value the compiled program holds padded."""
-
-    constraint: StatedConstraint
-    dtype: str  # HLO spelling
-    local_shape: tuple[int, ...]  # per device, as compiled
-    shards: int  # how many pieces the value is cut into
-    uneven_dims: tuple[int, ...]
-
-    @property
-    def local_bytes(self) -> int:
-        return array_bytes(self.dtype, self.local_shape)
-
-    @property
-    def even_bytes(self) -> float:
-        """What a device would hold were the value split evenly."""
-        return array_bytes(self.dtype, self.constraint.shape) / self.shards
-
-    @property
-    def padding_bytes(self) -> int:
-        """Padding a device holds beyond an even split (rounded down)."""
-        return self.local_bytes - int(self.even_bytes)
-
-
-def _compiled_shapes(hlo: HloModule) -> set[tuple[str, tuple[int, ...]]]:
-    out = set()
+def compiled_shapes(hlo: HloModule) -> frozenset[tuple[str, tuple[int, ...]]]:
+    """(dtype, per-device dims) of every value the compiled module holds."""
+    out: set[tuple[str, tuple[int, ...]]] = set()
     for comp in hlo.computations.values():
         for ins in comp.instructions:
-            arrays = parse_arrays(ins.shape)
-            out.update((a.dtype, tuple(a.dims)) for a in arrays)
-    return out
-
-
-def padded_values(constraints: tuple[StatedConstraint, ...], mesh: MeshInfo, hlo: HloModule) -> tuple[PaddedValue, ...]:
-    """The constraints with a dimension their axes do not divide whose padded per-device shape the compiled
-    program holds. (One whose shape does not appear was fused away or kept whole: nothing is said of it.)"""
-    uneven = [c for c in constraints if c.uneven_dims(mesh)]
-    if not uneven:
-        return ()
-    compiled = _compiled_shapes(hlo)
-    out = []
-    for c in uneven:
-        ways = c.ways(mesh)
-        local = tuple(-(-n // k) for n, k in zip(c.shape, ways))
-        dtype = mlir_dtype_to_hlo(c.element_type)
-        if (dtype, local) in compiled:
-            out.append(PaddedValue(c, dtype, local, prod(ways), tuple(c.uneven_dims(mesh))))
-    return tuple(out)
+            out.update((a.dtype, tuple(a.dims)) for a in parse_arrays(ins.shape))
+    return frozenset(out)
 
 
 def aliased_parameters(hlo: HloModule) -> frozenset[int]:
@@ -81,7 +35,7 @@ def aliased_parameters(hlo: HloModule) -> frozenset[int]:
     text = hlo.header_attrs.get("input_output_alias", "")
     params = [i for i in hlo.entry_computation.instructions if i.opcode == "parameter"]
     tupled = len(params) == 1 and params[0].shape.startswith("(")
-    out = set()
+    out: set[int] = set()
     for m in _ALIAS.finditer(text):
         index = [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
         out.add(index[0] if tupled and index else int(m.group(1)))

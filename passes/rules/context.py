@@ -8,9 +8,9 @@ from typing import Any
 from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..hlo.involuntary_remat import LocatedRemat
-from ..hlo.layout_waste import PaddedValue
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..stablehlo.module import EntrySignature
+from ..stablehlo.sharding_constraints import PaddedValue
 from ..stablehlo.state_roundtrip import RoundTrip
 
 

@@ -12,6 +12,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from ..common.device_groups import MeshInfo
+from ..common.shapes import array_bytes, mlir_dtype_to_hlo
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .module import axis_label_size, sharding_axes, source_of_location
@@ -41,8 +42,8 @@ def constraint_ops(module: ir.Module) -> Iterator[ir.Operation]:
     def walk(op: ir.Operation) -> Iterator[ir.Operation]:
         for region in op.regions:
             for block in region.blocks:
-                for inner in block.operations:
-                    inner = inner.operation
+                for view in block.operations:
+                    inner = view.operation
                     if inner.name == CONSTRAINT_OP:
                         yield inner
                     yield from walk(inner)
@@ -91,3 +92,46 @@ def even_alternatives(shape: tuple[int, ...], sharding: list[list[str]], mesh: M
     if fewer not in out and fewer != sharding:
         out.append(fewer)
     return out
+
+
+@dataclass(frozen=True)
+class PaddedValue:
+    """A constrained value the compiled program holds padded."""
+
+    constraint: StatedConstraint
+    dtype: str  # HLO spelling
+    local_shape: tuple[int, ...]  # per device, as compiled
+    shards: int  # how many pieces the value is cut into
+    uneven_dims: tuple[int, ...]
+
+    @property
+    def local_bytes(self) -> int:
+        return array_bytes(self.dtype, self.local_shape)
+
+    @property
+    def even_bytes(self) -> float:
+        """What a device would hold were the value split evenly."""
+        return array_bytes(self.dtype, self.constraint.shape) / self.shards
+
+    @property
+    def padding_bytes(self) -> int:
+        """Padding a device holds beyond an even split (rounded down)."""
+        return self.local_bytes - int(self.even_bytes)
+
+
+def padded_values(constraints: tuple[StatedConstraint, ...], mesh: MeshInfo,
+                  compiled: frozenset[tuple[str, tuple[int, ...]]]) -> tuple[PaddedValue, ...]:
+    """The constraints with a dimension their axes do not divide whose padded per-device shape the compiled
+    program holds (``compiled``: (dtype, dims) of its values, hlo/layout_waste.py). One whose shape does
+    not appear was fused away or kept whole: nothing is said of it."""
+    uneven = [c for c in constraints if c.uneven_dims(mesh)]
+    if not uneven:
+        return ()
+    out = []
+    for c in uneven:
+        ways = c.ways(mesh)
+        local = tuple(-(-n // k) for n, k in zip(c.shape, ways))
+        dtype = mlir_dtype_to_hlo(c.element_type)
+        if (dtype, local) in compiled:
+            out.append(PaddedValue(c, dtype, local, prod(ways), tuple(c.uneven_dims(mesh))))
+    return tuple(out)
