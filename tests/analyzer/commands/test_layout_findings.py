@@ -128,3 +128,15 @@ def test_sl205_a_resharded_output_and_its_pinned_fix_measured_better(cli, checki
     assert check["verdict"] == "better", finding["fix"]
     assert finding["fix"].startswith("pin result['w'] with out_shardings to P('data', 'model')")
     assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
+
+
+def test_sl204_check_of_a_snapshot_gives_lints_fix(cli, checking, tmp_path):
+    """check reads the snapshot's StableHLO alone and compiles the same fix: one recommendation."""
+    script = os.path.join(SCRIPTS, "sl204_uneven_sharding.py")
+    assert cli("snapshot", script, "-o", str(tmp_path)).code == 0
+    checked = cli("check", str(tmp_path / "uneven.mlir"), "--format", "json")
+    assert checked.code == 0, checked.err[-2000:]
+    (from_check,) = json.loads(checked.out)["targets"][0]["findings"]
+    (from_lint,) = _lint(cli, "sl204_uneven_sharding")["uneven"]["findings"]
+    assert from_check["rule"] == "SL204" and from_check["fix_check"]["verdict"] == "better"
+    assert (from_check["fix"], from_check["message"]) == (from_lint["fix"], from_lint["message"])
