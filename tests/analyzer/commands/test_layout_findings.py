@@ -12,6 +12,7 @@ import warnings
 
 import jax
 import pytest
+from ci_deps import needs as requires
 from conftest import FIXTURES
 from jax.sharding import PartitionSpec as P
 
@@ -56,7 +57,7 @@ def _peak(compiled):
 def _entry_parameter_bytes(hlo, number):
     """Per-device bytes of the entry computation's parameter ``number``, from its compiled shape."""
     entry = hlo[hlo.index("\nENTRY "):]
-    m = re.search(rf"= f32\[([\d,]+)\]\{{[\d,]*\}} parameter\({number}\)", entry)
+    m = re.search(rf"= f32\[([\d,]+)\]\{{[^}}]*\}} parameter\({number}\)", entry)
     dims = [int(d) for d in m.group(1).split(",")]
     return 4 * dims[0] * dims[1]
 
@@ -140,3 +141,39 @@ def test_sl204_check_of_a_snapshot_gives_lints_fix(cli, checking, tmp_path):
     (from_lint,) = _lint(cli, "sl204_uneven_sharding")["uneven"]["findings"]
     assert from_check["rule"] == "SL204" and from_check["fix_check"]["verdict"] == "better"
     assert (from_check["fix"], from_check["message"]) == (from_lint["fix"], from_lint["message"])
+
+
+def _devices(platform):
+    if platform.startswith("tpu"):
+        from jax_shard_lint.analyzer.platforms.tpu_targets import resolve_target, tpu_devices
+
+        return tpu_devices(resolve_target(platform, 8, None))
+    from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
+
+    return target_devices(load_target(platform), 8, 1)
+
+
+@pytest.mark.parametrize("platform", [
+    pytest.param("h100", marks=requires("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda12 is not installed")),
+    pytest.param("tpu-v5e", marks=requires("libtpu", "libtpu is not installed")),
+])
+def test_padding_and_the_lost_donation_on_gpu_and_tpu_targets(cli, platform):
+    """XLA pads and drops the donation alike for an H100 and a TPU v5e (compile-only devices)."""
+    devices = _devices(platform)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        uneven = _script("sl204_uneven_sharding").shard_lint_targets(mesh_devices=devices)["uneven"].compile()
+        resharded = _script("unusable_donation_resharded").shard_lint_targets(mesh_devices=devices)["resharded"]
+        resharded = resharded.compile()
+    hlo = uneven.as_text()
+    rows = int(re.search(r"= f32\[(\d+),8192\]\{[^}]*\} pad\(", hlo).group(1)) // 8
+    assert f"f32[{rows},8192]" in hlo
+    (padded,) = _lint(cli, "sl204_uneven_sharding", "--platform", platform)["uneven"]["findings"]
+    assert f"each device holds f32[{rows},8192] ({format_bytes(rows * 8192 * 4)})" in padded["message"]
+    assert "input_output_alias" not in resharded.as_text().splitlines()[0]
+    assert resharded.memory_analysis().alias_size_in_bytes == 0
+    donated = _entry_parameter_bytes(resharded.as_text(), 0)
+    found = _lint(cli, "unusable_donation_resharded", "--platform", platform)
+    (lost,) = [f for f in found["resharded"]["findings"] if f["rule"] == "SL205"]
+    assert f"no output reuses its {format_bytes(donated)} per device" in lost["message"]
+    assert found["kept"]["findings"] == []
