@@ -134,6 +134,9 @@ def analyze_target(
     # 1. The entry signature and its source lines, from StableHLO.
     sig, sources = entry or (read_entry_signature(module), read_entry_sources(module, config.ownership))
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
+    if compiled.donated_inputs:  # jit leaves a donation no output matches out of the module: the user's still
+        inputs = tuple(t.model_copy(update={"donated": True}) if t.index in compiled.donated_inputs else t
+                       for t in inputs)
     outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
     sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
 
@@ -165,7 +168,7 @@ def analyze_target(
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),
-        donated_inputs=frozenset(t.index for t in inputs if t.donated) | (compiled.donated_inputs or frozenset()),
+        donated_inputs=frozenset(t.index for t in inputs if t.donated),
         aliased_inputs=aliased_parameters(hlo),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)

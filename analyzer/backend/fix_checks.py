@@ -66,6 +66,9 @@ class _Candidate:
     change: str
     arguments: dict[int, list[list[str]]]
     results: dict[int, list[list[str]]]
+    # Arguments the user donated that jit left out of the module (no output matched): donated again, so a
+    # pinned output can reuse the buffer, as it would in the user's program with out_shardings= written.
+    donors: frozenset[int] = frozenset()
 
 
 def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
@@ -109,7 +112,8 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
     if not moved:
         return None, None
     pin = _Candidate("out_shardings pinning every state output to its input's layout",
-                     {}, {rt.output.index: rt.input.sharding or [] for rt in moved})
+                     {}, {rt.output.index: rt.input.sharding or [] for rt in moved},
+                     frozenset(rt.input.index for rt in moved if rt.input.donated))
     take = _Candidate("in_shardings giving each state input the layout the step returns it in",
                       {rt.input.index: rt.output.sharding or [] for rt in moved}, {})
     return pin, take
@@ -179,7 +183,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
     def text_of(c: _Candidate) -> str:
-        return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments)
+        return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
     texts = [text] + [text_of(c) for c in planned]
     labels = ["the program as written"] + [c.change for c in planned]
@@ -295,7 +299,7 @@ def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) 
 
 
 def _key(c: _Candidate) -> str:
-    return repr((c.arguments, c.results))
+    return repr((c.arguments, c.results, sorted(c.donors)))
 
 
 def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTrip]:

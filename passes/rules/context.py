@@ -42,7 +42,8 @@ class RuleContext:
     involuntary_remats: tuple[LocatedRemat, ...] = ()
     # Values the user constrained on axes that do not divide them, which the compiled program holds padded.
     padded_values: tuple[PaddedValue, ...] = ()
-    # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output),
+    # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:
+    # TensorInfo.donated says both),
     # and the inputs whose buffer a compiled output reuses (None: not compiled).
     donated_inputs: frozenset[int] = frozenset()
     aliased_inputs: frozenset[int] | None = None

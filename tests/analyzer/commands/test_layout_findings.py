@@ -129,6 +129,9 @@ def test_sl205_a_resharded_output_and_its_pinned_fix_measured_better(cli, checki
     assert check["verdict"] == "better", finding["fix"]
     assert finding["fix"].startswith("pin result['w'] with out_shardings to P('data', 'model')")
     assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
+    # SL201, about the same value, pins the same output with the donation kept: the same measured figures.
+    (pinned,) = [f for f in found["resharded"]["findings"] if f["rule"] == "SL201"]
+    assert pinned["fix_check"]["peak_bytes_after"] == _peak(kept)
 
 
 def test_sl204_check_of_a_snapshot_gives_lints_fix(cli, checking, tmp_path):
