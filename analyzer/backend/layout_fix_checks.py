@@ -46,15 +46,19 @@ class _Edit:
 
 
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
-    if f.rule == SL204.code and (m := _CONSTRAINT.match(f.subject or "")):
-        ordinal = int(m.group(1))
-        sig = read_entry_signature(module)
-        stated = next((c for c in read_constraints(module) if c.ordinal == ordinal), None)
-        if stated is None:
+    if f.rule == SL204.code:
+        # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
+        ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
+        mesh = read_entry_signature(module).mesh
+        choices = {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
+                   for c in read_constraints(module) if c.ordinal in ordinals}
+        if not choices or any(not alternatives for alternatives in choices.values()):
             return []
-        return [_Edit(f"{f.subject} -> {pspec_text(spec)}", f"constrain it as {pspec_text(spec)}",
-                      constraints={ordinal: spec})
-                for spec in even_alternatives(stated.shape, stated.sharding, sig.mesh)]
+        count = min(len(alternatives) for alternatives in choices.values())
+        return [_Edit(f"{f.subject} -> {pspec_text(choices[min(choices)][i])}",
+                      f"constrain it as {pspec_text(choices[min(choices)][i])}",
+                      constraints={k: alternatives[i] for k, alternatives in choices.items()})
+                for i in range(count)]
     if f.rule == SL205.code and f.suggested_sharding is not None:
         given = next((t for t in report.inputs if t.path == f.subject), None)
         if given is None:
@@ -122,7 +126,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         f = findings[k]
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
-            spec = next(iter(e.constraints.values()), None) if e.constraints else f.suggested_sharding
+            spec = e.constraints[min(e.constraints)] if e.constraints else f.suggested_sharding
             findings[k] = f.model_copy(update={
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue

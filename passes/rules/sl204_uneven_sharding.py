@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Severity, TensorInfo
+from ..models.report import Severity
 from ..models.rule_codes import SL204
 from ..stablehlo.sharding_constraints import even_alternatives
 from .context import RuleContext
@@ -68,16 +68,14 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
         share = p.padding_bytes / p.local_bytes
         choices = even_alternatives(c.shape, c.sharding, mesh)
         path = constraint_path(c.ordinal)
-        value = TensorInfo(index=c.ordinal, path=path, shape=list(c.shape), dtype=p.dtype, sharding=c.sharding,
-                           bytes=0, per_device_bytes=p.local_bytes)
         fix = (f"constrain it as {pspec_text(choices[0])}, whose axes divide every dimension"
                if choices else "choose a size the axes divide (or shard another dimension)")
         out.emit(
             f"{shape} is constrained to {spec}, which cuts {dims} uneven shards: XLA pads it "
             f"and each device holds {local} ({format_bytes(p.local_bytes)}), {format_bytes(p.padding_bytes)} "
             f"({share:.0%}) of it padding beyond an even split",
-            c.source or ctx.entry_source, fix=fix, subject=path, parameter=value,
-            suggested=choices[0] if choices else None, total_bytes=p.padding_bytes,
+            c.source or ctx.entry_source, fix=fix, subject=path,
+            suggested=choices[0] if choices else None,
         )
 
 

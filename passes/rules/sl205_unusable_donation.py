@@ -76,7 +76,7 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
         out.emit(
             f"{inp.path} is donated, but no output reuses its {format_bytes(inp.per_device_bytes)} per device: "
             f"{why}", ctx.input_source(inp.index), fix=fix, subject=inp.path, parameter=inp,
-            suggested=suggested, total_bytes=inp.per_device_bytes,
+            suggested=suggested,
         )
 
 

@@ -75,7 +75,6 @@ def test_sl204_reports_the_padding_xla_compiles(cli):
     assert finding["rule"] == "SL204"
     assert f"each device holds f32[{rows},8192] ({format_bytes(local)})" in finding["message"]
     assert f"{format_bytes(padding)} ({padding / local:.0%}) of it padding" in finding["message"]
-    assert finding["bytes"] == padding
     assert targets["even"]["findings"] == []
 
 
@@ -107,7 +106,6 @@ def test_sl205_a_dtype_change_leaves_the_donation_unused(cli):
     assert finding["rule"] == "SL205" and finding["subject"] == "params['w']"
     assert f"no output reuses its {format_bytes(donated)} per device" in finding["message"]
     assert "result['w'] has its shape as bf16" in finding["message"]
-    assert finding["bytes"] == donated
     assert targets["reused"]["findings"] == []
 
 
