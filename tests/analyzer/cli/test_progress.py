@@ -62,3 +62,18 @@ def test_fit_counts_its_probes():
     for k, (line, probe) in enumerate(zip(lines, probes), start=1):
         assert re.fullmatch(rf"jax-shard-lint: \[probe {k}\] batch={probe['value']}: compiling \(\d+\.\d s\)",
                             line), line
+
+
+def test_a_long_phase_is_named_in_a_log_and_a_refusal_stays_one_line():
+    """A phase without a counter (lint's compile of a target) is named on a log's stderr once it has run
+    JAX_SHARD_LINT_PHASE_NOTICE_S (3 s unless set); an input refused at once is still the one line."""
+    env = dict(os.environ, JAX_SHARD_LINT_PHASE_NOTICE_S="0.2")
+    shown = subprocess.run([console_script(), "lint", REMAT, "--format", "json", "--fail-on", "never"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert re.search(r"^jax-shard-lint: analysing train_step \(\d+\.\d s\)$", shown.stderr, re.M), shown.stderr
+    assert json.loads(shown.stdout)["targets"]
+
+    refused = subprocess.run([console_script(), "lint", "no_such_script.py"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
