@@ -117,6 +117,8 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 # The same script for every checkout: the one of this checkout (its path is in its frames).
                 runs[label + k].append(_run_once(k, script, params, devices, root, folders[root]))
+                print(f"  {name}: {label + k} {runs[label + k][-1]['seconds']:.2f} s "
+                      f"(CPU {runs[label + k][-1]['cpu']:.1f} s, load average {loads[-1]:.1f})", flush=True)
         wall = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
         cpu = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
         cells = "; ".join(f"{k} {wall[k]:.2f} s, {wall[k] / wall['bare']:.2f}x (CPU {cpu[k]:.1f} s, "
