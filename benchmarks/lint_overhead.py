@@ -1,69 +1,130 @@
 """The tool's wall time for `lint` over a bare `lower().compile()` of the same
-targets, per example, measured in one process: lint as it runs by default (every
-fix compiled and measured before it is shown) and with ``--no-fix-check``.
+targets, per example: lint as it runs by default (every fix compiled and
+measured before it is shown) and with ``--no-fix-check``, in one run.
 
-    python benchmarks/lint_overhead.py [--repeat 5] [--devices 8]
+    python benchmarks/lint_overhead.py [--repeat 3] [--devices 8] [--example fsdp_tp_train_step.py ...]
+        [--scale 32] [--baseline-root OTHER_CHECKOUT]
 
-Both sides start from the script's entry point (building the Lowered objects is
-included in both) and JAX's caches are cleared before every measurement, so
-neither side reuses the other's compile. The ratio is the median over repeats,
-alternating the sides.
+Every measurement is a fresh process whose clock starts before it imports JAX
+(importing JAX and building the Lowered objects are in both sides), with no
+analysis cache and JAX's compilation cache off, so nothing is reused. The kinds
+are interleaved in each repeat (a slow spell of this shared machine hits all of
+them alike) and each figure is the median; the load average is printed beside
+them. ``--scale 32`` adds scale_transformer.py's step at 32 layers on 64
+devices. ``--baseline-root`` also runs both lints from another checkout of the
+tool (``git worktree add`` or ``git archive`` of an older commit) in the same
+run, for before/after ratios on the same machine load.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = ["fsdp_tp_train_step.py", "value_function_step.py", "remat_layer_stack.py"]
+SCALE = os.path.join(ROOT, "benchmarks", "scale_transformer.py")
+
+
+def _measure(kind: str, script: str, params: dict[str, int], devices: int) -> dict[str, float]:
+    """One measurement in this (fresh) process: seconds from before JAX's import, and the CPU
+    seconds of the whole process (all threads; steadier than wall time on a shared machine)."""
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    t0 = time.perf_counter()
+    if kind == "bare":
+        import jax
+
+        jax.config.update("jax_enable_compilation_cache", False)
+        from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
+
+        fn, where = load_entry(script)
+        for lowered in call_targets(fn, where, dict(params)).values():
+            lowered.compile()
+    else:
+        from jax_shard_lint.analyzer.cli.main import run_command
+
+        sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
+        with tempfile.TemporaryDirectory() as out:
+            code = run_command(["lint", script, *sets, "--devices", str(devices), "--no-cache", "-q",
+                                "--format", "json", "--fail-on", "never", "-o", os.path.join(out, "r.json")]
+                               + (["--no-fix-check"] if kind == "lint-no-fix" else []))
+        if code not in (0, 1):
+            raise SystemExit(f"lint exited {code}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"seconds": time.perf_counter() - t0, "cpu": usage.ru_utime + usage.ru_stime}
+
+
+def _tool_path(root: str, folder: str) -> str:
+    """A folder holding ``jax_shard_lint`` -> ``root``, to put first on PYTHONPATH."""
+    link = os.path.join(folder, "jax_shard_lint")
+    if not os.path.lexists(link):
+        os.symlink(os.path.abspath(root), link)
+    return folder
+
+
+def _run_once(kind: str, script: str, params: dict[str, int], devices: int, root: str,
+              folder: str) -> dict[str, float]:
+    env = dict(os.environ, JSL_ROOT=os.path.abspath(root), JAX_SHARD_LINT_IN_PROCESS="1",
+               PYTHONPATH=os.pathsep.join(p for p in (_tool_path(root, folder), os.environ.get("PYTHONPATH")) if p))
+    env.pop("JAX_SHARD_LINT_NO_FIX_CHECK", None)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", kind, "--script", script,
+                           "--params", json.dumps(params), "--devices", str(devices)],
+                          cwd=root, env=env, capture_output=True, text=True)
+    last = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not last:
+        raise SystemExit(f"{kind} of {script} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(last[-1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--example", nargs="*", default=EXAMPLES, help="examples/ files (none: only --scale)")
+    parser.add_argument("--scale", type=int, nargs="*", default=[], help="scale_transformer.py at these depths")
+    parser.add_argument("--scale-devices", type=int, default=64)
+    parser.add_argument("--baseline-root", help="another checkout of the tool, measured in the same run")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--script", help=argparse.SUPPRESS)
+    parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(_measure(args.measure, args.script, json.loads(args.params), args.devices)))
+        return 0
 
+    cases = [(name, os.path.join(ROOT, "examples", name), {}, args.devices) for name in args.example]
+    cases += [(f"scale_transformer {n} layers", SCALE, {"layers": n}, args.scale_devices) for n in args.scale]
+    roots = {"": ROOT} | ({"before: ": args.baseline_root} if args.baseline_root else {})
+    kinds = [("bare", "", ROOT)] + [(k, label, r) for label, r in roots.items() for k in ("lint", "lint-no-fix")]
     import jax
 
-    from jax_shard_lint.analyzer.adapter.jax_adapter import configure_devices
-    from jax_shard_lint.analyzer.commands.lint import LintRequest, lint
-    from jax_shard_lint.analyzer.context.config import Settings
-    from jax_shard_lint.analyzer.inputs.scripts import call_targets, load_entry
-
-    configure_devices("cpu", args.devices)
-    checked, unchecked = Settings(devices=args.devices, check_fixes=True), Settings(devices=args.devices)
-    print(f"jax {jax.__version__}, {args.devices} virtual CPU devices, {os.cpu_count()} cores, "
-          f"median of {args.repeat}")
-    print(f"{'example':28} {'bare compile':>13} {'lint':>9} {'ratio':>7} {'--no-fix-check':>15} {'ratio':>7}")
-    ratios, bare_ratios = [], []
-    for name in EXAMPLES:
-        path = os.path.join(ROOT, "examples", name)
-        bare, tool, tool_bare = [], [], []
+    print(f"jax {jax.__version__}, {os.cpu_count()} cores, median of {args.repeat}; "
+          f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    folders = {r: tempfile.mkdtemp(prefix="lint-overhead-") for r in roots.values()}
+    for name, script, params, devices in cases:
+        runs: dict[str, list[dict[str, float]]] = {label + k: [] for k, label, _ in kinds}
+        loads = []
         for _ in range(args.repeat):
-            jax.clear_caches()
-            t0 = time.perf_counter()
-            fn, where = load_entry(path)
-            for lowered in call_targets(fn, where, {}).values():
-                lowered.compile()
-            bare.append(time.perf_counter() - t0)
-            for settings, times in ((checked, tool), (unchecked, tool_bare)):
-                jax.clear_caches()
-                t0 = time.perf_counter()
-                lint(LintRequest(path), settings)
-                times.append(time.perf_counter() - t0)
-        b, t, u = statistics.median(bare), statistics.median(tool), statistics.median(tool_bare)
-        ratios.append(t / b)
-        bare_ratios.append(u / b)
-        print(f"{name:28} {b:12.2f}s {t:8.2f}s {t / b:6.2f}x {u:14.2f}s {u / b:6.2f}x")
-    print(f"{'geometric mean':28} {'':13} {'':9} {statistics.geometric_mean(ratios):6.2f}x {'':15} "
-          f"{statistics.geometric_mean(bare_ratios):6.2f}x")
+            for k, label, root in kinds:
+                loads.append(os.getloadavg()[0])
+                # The same script for every checkout: the one of this checkout (its path is in its frames).
+                runs[label + k].append(_run_once(k, script, params, devices, root, folders[root]))
+                print(f"  {name}: {label + k} {runs[label + k][-1]['seconds']:.2f} s "
+                      f"(CPU {runs[label + k][-1]['cpu']:.1f} s, load average {loads[-1]:.1f})", flush=True)
+        wall = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
+        cpu = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
+        cells = "; ".join(f"{k} {wall[k]:.2f} s, {wall[k] / wall['bare']:.2f}x (CPU {cpu[k]:.1f} s, "
+                          f"{cpu[k] / cpu['bare']:.2f}x)" for k in runs if k != "bare")
+        print(f"{name} ({devices} devices): bare compile {wall['bare']:.2f} s (CPU {cpu['bare']:.1f} s); {cells}; "
+              f"load average {min(loads):.1f}-{max(loads):.1f}", flush=True)
     return 0
 
 

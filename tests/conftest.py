@@ -10,6 +10,9 @@ os.environ["JAX_SHARD_LINT_NO_CACHE"] = "1"
 # lint compiles each finding's fix by default (a few more compiles per target): the tests of that
 # (tests/analyzer/commands/test_fix_checks.py) turn it on; the rest test what is found.
 os.environ["JAX_SHARD_LINT_NO_FIX_CHECK"] = "1"
+# A long phase is named on a log's stderr after 3 s (analyzer/cli/emit.py): on a loaded machine any compile
+# can take that long, so the tests of stderr see it only where they ask (tests/analyzer/cli/test_progress.py).
+os.environ["JAX_SHARD_LINT_PHASE_NOTICE_S"] = "3600"
 # Tests run side by side (pytest-xdist, as .ci/run runs them), and a test that compiles for a TPU target in
 # this process loads libtpu, whose machine-wide lock would let only one process in; compile-only targets
 # use no TPU. The console script's supervisor sets it for its child the same way.

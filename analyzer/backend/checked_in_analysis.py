@@ -54,8 +54,11 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
     return ""
 
 
-def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None):
-    """Compile StableHLO text on the run's devices and run the lint pipeline on it."""
+def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
+                 with_reports: bool = True):
+    """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
+    ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
+    peak and the collectives, which is what a fix check compares)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     from .device_selection import platform_label
@@ -63,7 +66,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     isolation.phase(where, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
-            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, devices=devices)
+            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e

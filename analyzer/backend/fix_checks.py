@@ -37,10 +37,10 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..supervision import isolation
-from .cached_analysis import cached_text_report
+from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
 from .sharding_edits import with_entry_shardings
-from .side_by_side import compile_side_by_side, counted, outcome
+from .side_by_side import CompileCounter, compile_side_by_side, outcome
 
 
 def _listed(names: list[str]) -> str:
@@ -121,9 +121,11 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 
 def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
               devices: list) -> TargetReport:
-    """A version's report, compiled from its text (through the analysis cache)."""
-    return cached_text_report(name, text, sig.num_partitions, settings, devices,
-                              lambda: analyze_text(name, text, settings, where, devices=devices)[0])
+    """A candidate's report, compiled from its text through the analysis cache (keyed by the text). XLA
+    writes no dump for it: a check compares XLA's peak and the collectives, which need none."""
+    return cached_report(analysis_cache(settings),
+                         lambda: key_parts("fix-candidate", name, text, settings, placed(devices, sig.num_partitions)),
+                         lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False)[0])
 
 
 def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
@@ -185,17 +187,21 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
-    texts = [text] + [text_of(c) for c in planned]
-    labels = ["the program as written"] + [c.change for c in planned]
+    # The program as written is the report's own compile (lint's, or check's of this very text): the
+    # same module, so its figures are the baseline without compiling it again. A target XLA refused
+    # (out of memory: no figures) is compiled here, and raises as it did there.
+    counter = CompileCounter(progress, report.name)
+    as_written = [] if report.memory is not None else [text]
+    labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
     compiled = compile_side_by_side(
-        [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
-        counted(progress, report.name, labels))
-    before = compiled[0]
+        [functools.partial(_compiled, report.name, t, sig, settings, where, devices)
+         for t in as_written + [text_of(c) for c in planned]], counter.announce(labels))
+    before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
-    after_of = {_key(c): compiled[k + 1] for k, c in enumerate(planned)}
+    after_of = {_key(c): compiled[k] for k, c in enumerate(planned)}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
@@ -205,8 +211,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
         after = after_of.get(_key(c))
         if after is None:
+            [done] = counter.announce([c.change], "to check a second choice")
             after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
-                            lambda: None)
+                            done)
         if isinstance(after, ShardLintInputError):
             return FixCheck(change=c.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
                             traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])

@@ -4,21 +4,29 @@ says which one each command has), -o the destination."""
 from __future__ import annotations
 
 import io
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import IO, Any
 
 from ...reports.registry import TERMINAL, renderer
 
+# A phase without a counter is named in a log (stderr not a terminal) once it has run this long: a
+# short one, or an input refused at once, leaves no line there (the refusal stays the one line).
+# JAX_SHARD_LINT_PHASE_NOTICE_S sets it (the tests: long, so a loaded machine adds no line to theirs).
+PHASE_NOTICE_S = 3.0
+
 
 def progress_printer(args) -> Callable[[str], None] | None:
     """Progress lines on stderr, each with the seconds since the command began; ``-q``: none.
 
-    A terminal gets every phase, dimmed. A log or a pipe (CI) gets the counted steps of the
-    phases that take long ("[2/5] ...": fix checks, fit's probes, suggest's and sweep's compiles)
-    as plain lines, one per step and never rewritten in place; an input refused before the first
-    counted step (a bad option, file or script) is still the one line a failing command writes."""
+    A terminal gets every phase, dimmed. A log or a pipe (CI) gets plain lines, never rewritten in
+    place: the counted steps of the phases that take long ("[2/5] ...": fix checks, fit's probes,
+    suggest's and sweep's compiles) at once, and any other phase (lint's compile of a target, suggest's
+    solve) once it has run PHASE_NOTICE_S seconds; an input refused before then is still the one line a failing
+    command writes."""
     if args.quiet:
         return None
     made = getattr(args, "progress_printer", None)  # one clock per command, however often it is asked for
@@ -27,13 +35,53 @@ def progress_printer(args) -> Callable[[str], None] | None:
     return made
 
 
+def stop_progress(args) -> None:
+    """The command is over: a phase line still waiting for its time is not printed."""
+    made = getattr(args, "progress_printer", None)
+    if isinstance(made, _LogLines):
+        made.stop()
+
+
+class _LogLines:
+    """Progress as plain lines for a log: counted steps at once, a phase once it has run a while."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.after = float(os.environ.get("JAX_SHARD_LINT_PHASE_NOTICE_S", PHASE_NOTICE_S))
+        self.lock = threading.Lock()
+        self.waiting: threading.Timer | None = None
+
+    def _print(self, msg: str) -> None:
+        print(f"jax-shard-lint: {msg} ({time.monotonic() - self.started:.1f} s)", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.waiting is not None:
+                self.waiting.cancel()
+                self.waiting = None
+
+    def __call__(self, msg: str) -> None:
+        self.stop()
+        if msg.startswith("["):
+            self._print(msg)
+            return
+        timer = threading.Timer(self.after, self._notice, args=(msg,))
+        timer.daemon = True
+        with self.lock:
+            self.waiting = timer
+        timer.start()
+
+    def _notice(self, msg: str) -> None:
+        with self.lock:
+            if self.waiting is None or self.waiting is not threading.current_thread():
+                return  # a later phase began, or the command ended, while this one waited
+            self.waiting = None
+            self._print(msg)
+
+
 def _printer(started: float) -> Callable[[str], None]:
     if not sys.stderr.isatty():
-        def plain(msg: str) -> None:
-            if msg.startswith("["):
-                print(f"jax-shard-lint: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
-
-        return plain
+        return _LogLines(started)
     from rich.markup import escape
 
     from ..supervision.terminal_size import console_for

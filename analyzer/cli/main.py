@@ -15,6 +15,7 @@ from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
 from .early_checks import OneLineParser, check_inputs_exist, check_timeout
+from .emit import stop_progress
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -355,6 +356,13 @@ def run_command(argv: list[str]) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_INPUT
+    try:
+        return _run_parsed(args)
+    finally:
+        stop_progress(args)
+
+
+def _run_parsed(args) -> int:
     try:
         from .dispatch import COMMANDS
 

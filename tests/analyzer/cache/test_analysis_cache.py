@@ -211,3 +211,28 @@ def test_suggest_reuses_the_versions_it_compiled(cli, cache_dir, compiles):
         counts.append(compiles["n"])
     assert counts[0] >= len(outs[0]["targets"][0]["versions"]) and counts[1] == counts[0]
     assert outs[0] == outs[1]
+
+
+def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(cli, cache_dir, compiles,
+                                                                                monkeypatch):
+    """lint's fix checks compare each candidate with lint's own compile of the program (the same module:
+    not compiled again from its text), and a candidate's compile is a cache entry keyed by its text: the
+    second lint of the SL105 fixture (one fix, P(None, 'model') on w1) compiles nothing."""
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    text_compiles = {"n": 0}
+    real = jax_adapter.compile_stablehlo_text
+
+    def counted(*args, **kwargs):
+        text_compiles["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counted)
+    script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
+    counts = []
+    first, second = _lints(cli, cache_dir, (script, "--target", "contracted"),
+                           lambda: counts.append((compiles["n"], text_compiles["n"])),
+                           (script, "--target", "contracted"))
+    checked = [f["fix_check"] for t in json.loads(first)["targets"] for f in t["findings"] if f["fix_check"]]
+    assert [c["verdict"] for c in checked] == ["better"], checked
+    assert counts == [(2, 1)], "lint's compile and the one candidate's, nothing else"
+    assert compiles["n"] == 2 and second == first
