@@ -25,7 +25,8 @@ from ..common.axes import Axes, AxisRef, label, size_of, split_for_factors
 from ..common.device_groups import MeshInfo, axes_of_groups, axes_of_pairs
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Collective, PredictedCollective, SourceLocation
+from ..models.propagation import PredictedCollective
+from ..models.report import Collective, SourceLocation
 from .layout_change import layout_moves
 from .sharding_graph import ShardingGraph, Step, Tensor, user_label
 

@@ -12,14 +12,14 @@ from jaxlib.mlir.dialects import sdy
 from ..common.axes import label, merge_adjacent
 from ..common.pytree_paths import path_keys
 from ..common.shapes import array_bytes
-from ..models.report import (
-    Collective,
+from ..models.propagation import (
     Disagreement,
     PropagatedValue,
     PropagationReport,
     ProvenanceStep,
     ShardyAgreement,
 )
+from ..models.report import Collective
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
 from .call_graph import flatten_call_graph

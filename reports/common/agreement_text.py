@@ -4,7 +4,7 @@ the others were not compared (a comparison that covered nothing has no fraction)
 
 from __future__ import annotations
 
-from ...passes.models.report import ShardyAgreement
+from ...passes.models.propagation import ShardyAgreement
 
 
 def agreement_text(a: ShardyAgreement) -> str:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import (
-    PropagateRun,
-)
+from ...passes.models.propagation import PropagateRun
 from ..common.agreement_text import agreement_text
 from ..common.html_page import e, page, run_header
 from ..common.tensor_text import shape_text

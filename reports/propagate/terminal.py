@@ -10,7 +10,8 @@ from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import PropagatedValue, PropagateRun, PropagationReport, where_text
+from ...passes.models.propagation import PropagatedValue, PropagateRun, PropagationReport
+from ...passes.models.report import where_text
 from ..common.agreement_text import agreement_text
 from ..common.tensor_text import short_op_name
 from ..common.terminal_layout import Column, fitted_table
