@@ -46,6 +46,23 @@ class PredictedCollective(Model):
         "moves these bytes (each compiled collective bears out predictions up to its own bytes); null when no "
         "compiled program was available."
     )
+    not_compiled_because: str | None = Field(
+        default=None, description="Where the compiled program does not bear the prediction out: what XLA "
+        "compiled instead, read from the compiled program (another strategy at this line, the line's collectives "
+        "spent on larger predictions, or nothing over these axes here); null when borne out or not compiled.")
+
+
+class PredictionCounts(Model):
+    """How far the compiled program bears out the predictions, counting only collectives of
+    ``threshold_bytes`` or more per device."""
+
+    threshold_bytes: int
+    predicted: int = Field(description="Predictions of the threshold or more.")
+    borne_out: int = Field(description="Of those, the ones a compiled collective bears out.")
+    unborne: int = Field(description="The others; each says why (not_compiled_because).")
+    compiled: int = Field(description="Compiled collectives (a combined one by its parts) of the threshold or more.")
+    compiled_predicted: int = Field(description="Of those, the ones with a prediction of their family and mesh axes "
+                                    "at their line (one with no line: anywhere).")
 
 
 class Disagreement(Model):
@@ -79,6 +96,8 @@ class PropagationReport(Model):
     not_compiled: str | None = Field(default=None, description="Why the predictions were not matched against a "
                                      "compiled program (propagation itself does not need one).")
     agreement_with_shardy: ShardyAgreement | None
+    prediction_counts: PredictionCounts | None = Field(default=None, description="Predictions against the compiled "
+                                                       "program; null when not compiled.")
     ops_without_rule: list[str] = Field(default_factory=list, description="Ops that stop propagation.")
     sweeps: int = 0
 

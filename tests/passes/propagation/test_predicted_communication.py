@@ -17,7 +17,8 @@ from jax.sharding import PartitionSpec as P
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.propagation.predicted_communication import FAMILIES, match_compiled, predict
+from jax_shard_lint.passes.propagation.borne_out import match_compiled
+from jax_shard_lint.passes.propagation.predicted_communication import FAMILIES, predict
 from jax_shard_lint.passes.propagation.report import run_propagation
 from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
 from jax_shard_lint.passes.stablehlo.module import read_entry_signature
