@@ -60,6 +60,7 @@ def _labels(axes: Axes, sizes: dict[str, int]) -> list[str]:
 def predict(g: ShardingGraph) -> list[PredictedCollective]:
     sizes = g.axis_sizes
     out: list[PredictedCollective] = []
+    windowed: list[PredictedCollective] = []
     for step in g.steps:
         tensors = [g.tensors[t] for t in step.tensors]
         if step.is_edge:
@@ -80,9 +81,10 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
             result = first_result if first_result is not None else tensors[k]
             out.extend(_operand(step, tensors[k], result, proj[k], targets, split_rows, sizes))
         if step.window is not None:
-            out.extend(_windowed(step, tensors[0], sizes))
+            windowed.extend(_windowed(step, tensors[0], sizes))
     out.extend(_explicit(g))
-    return _dedupe(out)
+    # A window's two halos are alike but both compile: they are not deduplicated.
+    return sorted(_dedupe(out) + windowed, key=lambda p: (-p.bytes, p.kind, p.value))
 
 
 # Ops whose result rows an operand can split, so that a reduction over the same axis cannot be summed.
@@ -170,9 +172,12 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
 def _windowed(step: Step, t: Tensor, sizes: dict[str, int]) -> list[PredictedCollective]:
     """A window read along a sharded dimension reaches into other devices' rows."""
     out = []
-    for kind, axes, nbytes, d in window_moves(t.shape, t.dims, step.window or (), per_device_bytes(t)):
-        what = "the whole dimension, gathered" if kind == "all-gather" else "a halo from the neighbouring shards"
-        out.append(_make(kind, nbytes, axes, step, t, f"a window of {step.window[d] if step.window else 0} along "
+    moves = window_moves(t.shape, t.dims, step.window or (), per_device_bytes(t))
+    for n, (kind, axes, nbytes, d) in enumerate(moves):
+        below = n == 0 or moves[n - 1][3] != d
+        what = ("the whole dimension, gathered" if kind == "all-gather" else
+                f"rows from the neighbouring shard {'below' if below else 'above'}")
+        out.append(_make(kind, nbytes, axes, step, t, f"a window of {step.window[d][0] if step.window else 0} along "
                          f"{user_label(t)}'s dimension {d}, sharded on {', '.join(_labels(axes, sizes))}, reads "
                          f"{what}", sizes))
     return out

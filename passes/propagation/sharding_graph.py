@@ -105,7 +105,7 @@ class Step:
     # An operand (not a scalar, not a constant expression, which Shardy splits per
     # use) has several uses: the op-priority schedule defers such ops.
     multi_use: bool = False
-    window: tuple[int, ...] | None = None  # a reduce_window's window size per dimension (windows.py)
+    window: tuple[tuple[int, int], ...] | None = None  # a reduce_window's (size, low padding) per dimension
 
 
 @dataclass
@@ -235,7 +235,7 @@ class _Builder:
         t.seed = what
 
     def step(self, op: str, tensors: list[int | None], n_operands: int, rule: FactorRule, loc, edge=False,
-             multi_use: bool = False, window: tuple[int, ...] | None = None) -> None:
+             multi_use: bool = False, window: tuple[tuple[int, int], ...] | None = None) -> None:
         if any(t is None for t in tensors):
             return
         source, via = self.where(loc)
