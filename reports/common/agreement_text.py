@@ -22,6 +22,7 @@ def agreement_text(a: ShardyAgreement) -> str:
 
 def prediction_counts_text(c: PredictionCounts) -> str:
     size = format_bytes(c.threshold_bytes)
+    why = " (each says what XLA compiled instead)" if c.unborne else ""
     return (f"predictions of {size} or more: {c.predicted}, {c.borne_out} borne out by the compiled program, "
-            f"{c.unborne} not (each says what XLA compiled instead); compiled collectives of {size} or more: "
-            f"{c.compiled}, {c.compiled_predicted} of them predicted")
+            f"{c.unborne} not{why}; compiled collectives of {size} or more: {c.compiled}, {c.compiled_predicted} of "
+            "them predicted")
