@@ -32,13 +32,13 @@ def render_propagation_html(run: PropagateRun) -> str:
         )
         a = t.agreement_with_shardy
         agreement = "" if a is None else (
-            f"<p data-agreement=\"{'' if a.fraction is None else a.fraction}\">{e(agreement_text(a).capitalize())}."
+            f"<p data-agreement=\"{'' if a.fraction is None else a.fraction}\">{e(_sentence(agreement_text(a)))}."
             "</p>" + "".join(
                 f"<p class=\"muted\">{e(d.value)} ({e(d.source) if d.source else '-'}): ours {e(pspec_text(d.ours))}, "
                 f"Shardy {e(pspec_text(d.shardy))}</p>" for d in a.disagreements[:20]))
         body += (
             f'<section class="target" data-target="{e(t.name)}"><h2>{e(t.name)}</h2>{agreement}'
-            + (f"<p>{e(prediction_counts_text(t.prediction_counts).capitalize())}.</p>"
+            + (f"<p>{e(_sentence(prediction_counts_text(t.prediction_counts)))}.</p>"
                if t.prediction_counts is not None else "")
             + (f'<p class="muted">Not compiled: {e(t.not_compiled)}.</p>' if t.not_compiled else "") +
             '<h3>Sharded values</h3><table class="sortable"><thead><tr><th>value</th><th>shape</th><th>sharding</th>'
@@ -48,3 +48,8 @@ def render_propagation_html(run: PropagateRun) -> str:
             f"<tbody>{predicted}</tbody></table></section>"
         )
     return page("jax-shard-lint propagate", f"<main>{body}</main>")
+
+
+def _sentence(text: str) -> str:
+    # str.capitalize would lower the rest ("MiB", "Shardy").
+    return text[:1].upper() + text[1:]

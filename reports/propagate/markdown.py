@@ -16,9 +16,9 @@ def render_propagation_markdown(run) -> str:
         a = t.agreement_with_shardy
         lines += [f"### jax-shard-lint propagate: {cell(t.name)}", ""]
         if a is not None:
-            lines += [cell(agreement_text(a).capitalize()) + ".", ""]
+            lines += [cell(_sentence(agreement_text(a))) + ".", ""]
         if t.prediction_counts is not None:
-            lines += [cell(prediction_counts_text(t.prediction_counts).capitalize()) + ".", ""]
+            lines += [cell(_sentence(prediction_counts_text(t.prediction_counts))) + ".", ""]
         if t.not_compiled:
             lines += [cell(f"Not compiled: {t.not_compiled}."), ""]
         lines += ["| kind | bytes | axes | op | source | compiled | why | why not compiled |",
@@ -35,3 +35,8 @@ def render_propagation_markdown(run) -> str:
                          f"{cell(str(v.source or '-'))} | {cell(v.seed or '-')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _sentence(text: str) -> str:
+    # str.capitalize would lower the rest ("MiB", "Shardy").
+    return text[:1].upper() + text[1:]

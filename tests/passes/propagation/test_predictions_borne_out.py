@@ -221,3 +221,17 @@ def _assert_borne_out_or_explained(predicted, compiled):
             assert p.not_compiled_because is None
         else:
             assert p.not_compiled_because, (p.kind, p.bytes, p.mesh_axes, p.source)
+
+
+def test_the_report_counts_predictions_against_the_compile(cli):
+    """The cumulative sum along the sharded rows of sl101_replicating_collective: XLA all-gathers
+    the 16 MiB array (read here from its text); propagate predicts it from the window and says so."""
+    lowered = _targets("fixtures/scripts/sl101_replicating_collective.py")["along_sharded"]
+    compiled = [c for c in compiled_collectives(lowered.compile().as_text(), _mesh_of(lowered)) if c[2] >= MIB]
+    assert compiled == [("all-gather", ("data",), 16 * MIB)]
+    done = cli("propagate", "fixtures/scripts/sl101_replicating_collective.py", "--target", "along_sharded",
+               "--format", "markdown")
+    assert done.code == 0, done.err
+    assert ("Predictions of 1.0 MiB or more: 1, 1 borne out by the compiled program, 0 not; compiled collectives "
+            "of 1.0 MiB or more: 1, 1 of them predicted.") in done.out
+    assert "| all-gather | 16.0 MiB | data | stablehlo.reduce_window |" in done.out
