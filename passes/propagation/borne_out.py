@@ -25,7 +25,7 @@ COUNTED_BYTES = 2**20
 _OUTPUT_OPS = ("func.return",)
 
 Line = tuple[str, int] | None
-Part = tuple[str, Line, int, tuple[str, ...]]  # family, line, bytes, mesh axes
+Part = tuple[str, Line, int, tuple[str, ...], str]  # family, line, bytes, mesh axes, HLO kind
 
 
 def _line(src: SourceLocation | None) -> Line:
@@ -38,7 +38,7 @@ def _parts(compiled: list[Collective]) -> list[Part]:
     for c in compiled:
         family = FAMILIES.get(c.kind, c.kind)
         for source, nbytes in [(p.source or c.source, p.bytes) for p in c.parts] or [(c.source, c.bytes)]:
-            out.append((family, _line(source), nbytes, tuple(c.mesh_axes)))
+            out.append((family, _line(source), nbytes, tuple(c.mesh_axes), c.kind))
     return out
 
 
@@ -61,7 +61,7 @@ def match_compiled(
         return predicted
     parts = _parts(compiled)
     capacity: dict[tuple[str, Line], list[list]] = {}
-    for family, line, nbytes, axes in parts:
+    for family, line, nbytes, axes, _ in parts:
         capacity.setdefault((family, line), []).append([nbytes, _base(axes)])
     matched: dict[int, bool] = {}
     for i in sorted(range(len(predicted)), key=lambda k: -predicted[k].bytes):
@@ -92,10 +92,10 @@ def _take(left: list[list], nbytes: int, axes: frozenset[str]) -> bool:
 def _what(parts: list[Part], most: int = 3) -> str:
     """The compiled collectives, alike ones counted once: ``2 all-gathers of 16.0 MiB over tp``."""
     alike: dict[tuple[str, int, tuple[str, ...]], int] = {}
-    for family, _, nbytes, axes in parts:
-        alike[(family, nbytes, axes)] = alike.get((family, nbytes, axes), 0) + 1
+    for _, _, nbytes, axes, kind in parts:
+        alike[(kind, nbytes, axes)] = alike.get((kind, nbytes, axes), 0) + 1
     ordered = sorted(alike.items(), key=lambda e: (-e[0][1], e[0][0], e[0][2]))
-    text = [f"{n} {family}s" if n > 1 else f"{'an' if family[0] in 'aeiou' else 'a'} {family}" for (family, _, _), n
+    text = [f"{n} {kind}s" if n > 1 else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}" for (kind, _, _), n
             in ordered]
     out = [f"{t} of {format_bytes(nbytes)} over {','.join(axes) or 'no axis'}"
            for t, ((_, nbytes, axes), _) in zip(text, ordered)][:most]
@@ -131,7 +131,7 @@ def prediction_counts(predicted: list[PredictedCollective], compiled: list[Colle
     known = {(FAMILIES.get(p.kind, p.kind), tuple(p.mesh_axes), _line(p.source)) for p in predicted}
     known_anywhere = {(family, axes) for family, axes, _ in known}
     counted = [q for q in _parts(compiled) if q[2] >= threshold]
-    predicted_compiled = sum(1 for family, line, _, axes in counted
+    predicted_compiled = sum(1 for family, line, _, axes, _ in counted
                              if ((family, axes, line) in known if line is not None
                                  else (family, axes) in known_anywhere))
     return PredictionCounts(threshold_bytes=threshold, predicted=len(big), borne_out=borne, unborne=len(big) - borne,
