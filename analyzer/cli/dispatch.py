@@ -315,7 +315,8 @@ def cmd_schema(args) -> int:
     import json
 
     from ...passes.models.gate import Baseline, GateResult
-    from ...passes.models.report import LintReport, PropagateRun
+    from ...passes.models.propagation import PropagateRun
+    from ...passes.models.report import LintReport
     from ...passes.models.rewrite import RewriteRun
     from ...passes.models.suggest import SuggestRun
     from ...passes.models.sweep import SweepRun

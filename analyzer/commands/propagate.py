@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, replace
 from math import prod
 
-from ...passes.models.report import PropagateRun, PropagationReport
+from ...passes.models.propagation import PropagateRun, PropagationReport
 from ...passes.propagation.report import MAX_VALUES, Propagated, build_report
 from ...passes.propagation.shardy_reference import ShardyRejected
 from .. import __version__

@@ -25,9 +25,10 @@ from ..common.axes import Axes, AxisRef, label, size_of, split_for_factors
 from ..common.device_groups import MeshInfo, axes_of_groups, axes_of_pairs
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Collective, PredictedCollective, SourceLocation
+from ..models.propagation import PredictedCollective
 from .layout_change import layout_moves
 from .sharding_graph import ShardingGraph, Step, Tensor, user_label
+from .windows import window_moves
 
 FAMILIES = {
     "all-gather": "all-gather",
@@ -59,6 +60,7 @@ def _labels(axes: Axes, sizes: dict[str, int]) -> list[str]:
 def predict(g: ShardingGraph) -> list[PredictedCollective]:
     sizes = g.axis_sizes
     out: list[PredictedCollective] = []
+    windowed: list[PredictedCollective] = []
     for step in g.steps:
         tensors = [g.tensors[t] for t in step.tensors]
         if step.is_edge:
@@ -78,8 +80,11 @@ def predict(g: ShardingGraph) -> list[PredictedCollective]:
         for k in range(step.n_operands):
             result = first_result if first_result is not None else tensors[k]
             out.extend(_operand(step, tensors[k], result, proj[k], targets, split_rows, sizes))
+        if step.window is not None:
+            windowed.extend(_windowed(step, tensors[0], sizes))
     out.extend(_explicit(g))
-    return _dedupe(out)
+    # A window's two halos are alike but both compile: they are not deduplicated.
+    return sorted(_dedupe(out) + windowed, key=lambda p: (-p.bytes, p.kind, p.value))
 
 
 # Ops whose result rows an operand can split, so that a reduction over the same axis cannot be summed.
@@ -135,7 +140,11 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
             if not have:
                 continue
         if f in rule.reduction:
-            out.append(_make("all-reduce", per_device_bytes(result), have, step, result,
+            # The partial results summed are whole on the reduced axes: a result also split on one of them
+            # (a weight gradient whose batch is contracted on fsdp, kept on fsdp) is summed whole and then
+            # sliced (a reduce-scatter where XLA forms one).
+            summed = [tuple(a for a in d if a not in have) for d in result.dims]
+            out.append(_make("all-reduce", per_device_bytes(result, summed), have, step, result,
                              f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} along a dimension "
                              f"the op reduces", sizes))
         elif f in rule.need_replication:
@@ -157,6 +166,20 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
                 out.append(_make("all-to-all", per_device_bytes(t), tuple(dict.fromkeys(have + target)),
                                  step, t, f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} where "
                                  f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
+    return out
+
+
+def _windowed(step: Step, t: Tensor, sizes: dict[str, int]) -> list[PredictedCollective]:
+    """A window read along a sharded dimension reaches into other devices' rows."""
+    out = []
+    moves = window_moves(t.shape, t.dims, step.window or (), per_device_bytes(t))
+    for n, (kind, axes, nbytes, d) in enumerate(moves):
+        below = n == 0 or moves[n - 1][3] != d
+        what = ("the whole dimension, gathered" if kind == "all-gather" else
+                f"rows from the neighbouring shard {'below' if below else 'above'}")
+        out.append(_make(kind, nbytes, axes, step, t, f"a window of {step.window[d][0] if step.window else 0} along "
+                         f"{user_label(t)}'s dimension {d}, sharded on {', '.join(_labels(axes, sizes))}, reads "
+                         f"{what}", sizes))
     return out
 
 
@@ -214,40 +237,3 @@ def _dedupe(items: list[PredictedCollective]) -> list[PredictedCollective]:
             out.append(p)
     out.sort(key=lambda p: (-p.bytes, p.kind, p.value))
     return out
-
-
-def _line(src: SourceLocation | None) -> tuple[str, int] | None:
-    return (src.file, src.line) if src else None
-
-
-def match_compiled(
-    predicted: list[PredictedCollective], compiled: list[Collective] | None
-) -> list[PredictedCollective]:
-    """Mark which predictions the compiled program bears out: compiled collectives
-    of the same family (all-gather; all-reduce or reduce-scatter; all-to-all,
-    collective-permute or reshard) at the same source line that move the
-    predicted bytes. A line is not enough: every projection of a model shares
-    one helper's line, and a 250 MiB all-reduce predicted for the logits matmul
-    was marked compiled on the strength of an 8 MiB one there. Each compiled
-    collective bears out predictions up to its own bytes per execution (XLA's
-    combiner joins several into one; a TPU may move a bf16 copy of an f32
-    value, so half the predicted bytes count), largest predictions first; a
-    combined collective, each of its parts at the part's line."""
-    if compiled is None:
-        return predicted
-    capacity: dict[tuple[str, tuple[str, int] | None], list[int]] = {}
-    for c in compiled:
-        # A combined collective bears out each part at the part's own line.
-        for source, nbytes in [(p.source or c.source, p.bytes) for p in c.parts] or [(c.source, c.bytes)]:
-            if source:
-                capacity.setdefault((FAMILIES.get(c.kind, c.kind), _line(source)), []).append(nbytes)
-    matched: dict[int, bool] = {}
-    for i in sorted(range(len(predicted)), key=lambda k: -predicted[k].bytes):
-        p = predicted[i]
-        left = capacity.get((FAMILIES.get(p.kind, p.kind), _line(p.source)), [])
-        need = -(-p.bytes // 2)
-        j = next((j for j, b in sorted(enumerate(left), key=lambda e: e[1]) if b >= need), None)
-        matched[i] = j is not None
-        if j is not None:
-            left[j] = max(0, left[j] - p.bytes)
-    return [p.model_copy(update={"matched_compiled": matched[i]}) for i, p in enumerate(predicted)]

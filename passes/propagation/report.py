@@ -12,18 +12,19 @@ from jaxlib.mlir.dialects import sdy
 from ..common.axes import label, merge_adjacent
 from ..common.pytree_paths import path_keys
 from ..common.shapes import array_bytes
-from ..models.report import (
-    Collective,
+from ..models.propagation import (
     Disagreement,
     PropagatedValue,
     PropagationReport,
     ProvenanceStep,
     ShardyAgreement,
 )
+from ..models.report import Collective
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
+from .borne_out import match_compiled, prediction_counts
 from .call_graph import flatten_call_graph
-from .predicted_communication import match_compiled, per_device_bytes, predict
+from .predicted_communication import per_device_bytes, predict
 from .propagate import propagate
 from .sharding_graph import ShardingGraph, Tensor, build_graph, user_label
 from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
@@ -176,9 +177,10 @@ def build_report(
                      key=lambda t: (-array_bytes(t.dtype, list(t.shape)), t.name))
     listed = tensors if max_values is None else tensors[:max_values]
     values = [_value(p, t, provenance) for t in listed]
+    predicted = match_compiled(predict(p.graph), compiled)
     report = PropagationReport(
         name=name, mesh=dict(p.graph.axis_sizes), values=values, values_omitted=len(tensors) - len(listed),
-        predicted=match_compiled(predict(p.graph), compiled),
+        predicted=predicted, prediction_counts=prediction_counts(predicted, compiled),
         agreement_with_shardy=agreement(p, module) if with_shardy else None,
         ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
     )

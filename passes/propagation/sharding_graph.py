@@ -36,6 +36,7 @@ from ..stablehlo.module import (
 )
 from .explicit_collectives import KINDS as EXPLICIT_KINDS
 from .explicit_collectives import ExplicitCollective, read_explicit
+from .windows import window_of
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Step:
     # An operand (not a scalar, not a constant expression, which Shardy splits per
     # use) has several uses: the op-priority schedule defers such ops.
     multi_use: bool = False
+    window: tuple[tuple[int, int], ...] | None = None  # a reduce_window's (size, low padding) per dimension
 
 
 @dataclass
@@ -233,13 +235,13 @@ class _Builder:
         t.seed = what
 
     def step(self, op: str, tensors: list[int | None], n_operands: int, rule: FactorRule, loc, edge=False,
-             multi_use: bool = False) -> None:
+             multi_use: bool = False, window: tuple[tuple[int, int], ...] | None = None) -> None:
         if any(t is None for t in tensors):
             return
         source, via = self.where(loc)
         self.g.steps.append(Step(
             id=len(self.g.steps), op=op, tensors=tuple(tensors), n_operands=n_operands, rule=rule,
-            source=source, via=via, is_edge=edge, multi_use=multi_use,
+            source=source, via=via, is_edge=edge, multi_use=multi_use, window=window,
         ))
 
     def multi_use(self, op) -> bool:
@@ -414,7 +416,7 @@ class _Builder:
             self.call(op, results, before_body=False)
         elif "sdy.sharding_rule" in attrs:
             self.step(name, operands + results, len(operands), _rule(attrs["sdy.sharding_rule"]), loc,
-                      multi_use=self.multi_use(op))
+                      multi_use=self.multi_use(op), window=window_of(op))
         elif name not in ("stablehlo.constant", "sdy.constant", "stablehlo.return", "sdy.return") and results:
             self.g.without_rule.append(name)
         if name in EXPLICIT_KINDS:

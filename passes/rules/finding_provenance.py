@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..models.report import Finding, PredictedCollective, SourceLocation, TargetReport
+from ..models.propagation import PredictedCollective
+from ..models.report import Finding, SourceLocation, TargetReport
 from ..models.rule_codes import SL101, SL102, SL105, SL201
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values

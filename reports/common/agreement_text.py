@@ -1,10 +1,12 @@
 """The one sentence every report gives for agreement with Shardy: the fraction of
 the values compared, and how many of the reported values that covers and why
-the others were not compared (a comparison that covered nothing has no fraction)."""
+the others were not compared (a comparison that covered nothing has no fraction);
+and the one sentence for how far the compiled program bears out the predictions."""
 
 from __future__ import annotations
 
-from ...passes.models.report import ShardyAgreement
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.models.propagation import PredictionCounts, ShardyAgreement
 
 
 def agreement_text(a: ShardyAgreement) -> str:
@@ -16,3 +18,11 @@ def agreement_text(a: ShardyAgreement) -> str:
     if a.not_compared:
         cover += " (" + ", ".join(f"{n} not: {why}" for why, n in a.not_compared.items()) + ")"
     return f"{head}; {cover}"
+
+
+def prediction_counts_text(c: PredictionCounts) -> str:
+    size = format_bytes(c.threshold_bytes)
+    why = " (each says what XLA compiled instead)" if c.unborne else ""
+    return (f"predictions of {size} or more: {c.predicted}, {c.borne_out} borne out by the compiled program, "
+            f"{c.unborne} not{why}; compiled collectives of {size} or more: {c.compiled}, {c.compiled_predicted} of "
+            "them predicted")

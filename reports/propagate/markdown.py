@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
-from ..common.agreement_text import agreement_text
+from ..common.agreement_text import agreement_text, prediction_counts_text
 from ..common.markdown_text import cell
 
 
@@ -16,15 +16,18 @@ def render_propagation_markdown(run) -> str:
         a = t.agreement_with_shardy
         lines += [f"### jax-shard-lint propagate: {cell(t.name)}", ""]
         if a is not None:
-            lines += [cell(agreement_text(a).capitalize()) + ".", ""]
+            lines += [cell(_sentence(agreement_text(a))) + ".", ""]
+        if t.prediction_counts is not None:
+            lines += [cell(_sentence(prediction_counts_text(t.prediction_counts))) + ".", ""]
         if t.not_compiled:
             lines += [cell(f"Not compiled: {t.not_compiled}."), ""]
-        lines += ["| kind | bytes | axes | op | source | compiled | why |",
-                  "| --- | ---: | --- | --- | --- | --- | --- |"]
+        lines += ["| kind | bytes | axes | op | source | compiled | why | why not compiled |",
+                  "| --- | ---: | --- | --- | --- | --- | --- | --- |"]
         for p in t.predicted[:30]:
             matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
             lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {cell(', '.join(p.mesh_axes))} | {cell(p.op)} | "
-                         f"{cell(str(p.source or '-'))} | {matched} | {cell(p.reason)} |")
+                         f"{cell(str(p.source or '-'))} | {matched} | {cell(p.reason)} | "
+                         f"{cell(p.not_compiled_because or '')} |")
         sharded = [v for v in t.values if any(v.sharding)][:20]
         lines += ["", "| value | shape | sharding | source | from |", "| --- | --- | --- | --- | --- |"]
         for v in sharded:
@@ -32,3 +35,8 @@ def render_propagation_markdown(run) -> str:
                          f"{cell(str(v.source or '-'))} | {cell(v.seed or '-')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _sentence(text: str) -> str:
+    # str.capitalize would lower the rest ("MiB", "Shardy").
+    return text[:1].upper() + text[1:]

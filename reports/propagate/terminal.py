@@ -10,8 +10,9 @@ from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.report import PropagatedValue, PropagateRun, PropagationReport, where_text
-from ..common.agreement_text import agreement_text
+from ...passes.models.propagation import PropagatedValue, PropagateRun, PropagationReport
+from ...passes.models.report import where_text
+from ..common.agreement_text import agreement_text, prediction_counts_text
 from ..common.tensor_text import short_op_name
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import terminal_safe
@@ -70,6 +71,7 @@ def _predicted(t: PropagationReport, width: int) -> Table | None:
         Column("compiled", [{True: "yes", False: "no", None: "-"}[p.matched_compiled] for p in rows]),
         Column("op", [p.op.replace("stablehlo.", "") for p in rows], essential=False),
         Column("why", [p.reason for p in rows], essential=False, fold=True),
+        Column("why not compiled", [p.not_compiled_because or "" for p in rows], essential=False, fold=True),
     ]
     return fitted_table("Predicted communication", columns, width, _more(len(t.predicted)))
 
@@ -84,6 +86,8 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         table = _predicted(t, console.width)
         if table is not None:
             console.print(table)
+        if t.prediction_counts is not None:
+            console.print(Text(prediction_counts_text(t.prediction_counts)))
         if t.not_compiled:
             console.print(Text(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
         a = t.agreement_with_shardy

@@ -17,7 +17,8 @@ from jax.sharding import PartitionSpec as P
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.propagation.predicted_communication import FAMILIES, match_compiled, predict
+from jax_shard_lint.passes.propagation.borne_out import match_compiled
+from jax_shard_lint.passes.propagation.predicted_communication import FAMILIES, predict
 from jax_shard_lint.passes.propagation.report import run_propagation
 from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
 from jax_shard_lint.passes.stablehlo.module import read_entry_signature
@@ -54,6 +55,14 @@ def sharded_concatenate(a, b):
     return jnp.concatenate([a, b], axis=0)  # concatenated along the sharded dimension
 
 
+def windowed_sum(a):
+    return jax.lax.reduce_window(a, 0.0, jax.lax.add, (3, 1), (1, 1), "SAME")  # a row from each neighbour
+
+
+def cumulative_sum(a):
+    return jnp.cumsum(a, axis=0)  # the window spans the sharded dimension: gathered whole
+
+
 def elementwise(a):
     return jnp.tanh(a) * 2  # nothing moves
 
@@ -66,6 +75,8 @@ PROGRAMS = {
     "axis_moves_dimension": (axis_moves_dimension, (_arg((64, 64), P("x", None)),)),
     "replicated_result": (replicated_result, (_arg((64, 64), P("x", None)),)),
     "sharded_concatenate": (sharded_concatenate, (_arg((64, 8), P("x", None)), _arg((64, 8), P("x", None)))),
+    "windowed_sum": (windowed_sum, (_arg((64, 64), P("x", None)),)),
+    "cumulative_sum": (cumulative_sum, (_arg((64, 64), P("x", None)),)),
     "elementwise": (elementwise, (_arg((64, 64), P("x", "y")),)),
 }
 
@@ -201,12 +212,16 @@ def _facts(items):
 
 # Where XLA does better than the prediction, or otherwise: the prediction is borne out, not equal.
 _XLA_DIFFERS = {
-    # XLA concatenates shards along the sharded dimension by exchanging halos
-    # (collective-permutes, 1.5x the shard); the prediction is the all-gather that bounds it.
-    "sharded_concatenate": "halo exchange",
-    # XLA swaps two axes between dimensions with an all-to-all over half of x and a
-    # permute; the prediction is one all-to-all of the same bytes (both match by family).
-    "reshard_swaps_axes": "XLA decomposes",
+    # XLA concatenates along the sharded dimension by sending each operand's rows to the devices that
+    # hold them in the result: three all-to-alls of reshaped pieces over x (1 KiB and 2 x 512 B, jax
+    # 0.10.2 and 0.12; earlier XLAs exchanged halos with collective-permutes). The prediction is the
+    # all-gather of each operand (2 KiB each) that bounds it; the piece layout is XLA's concatenate
+    # handler's own and is not modelled.
+    "sharded_concatenate": "XLA moves reshaped pieces with all-to-alls",
+    # XLA swaps two axes of different sizes between dimensions with an all-to-all over half of x
+    # (x:(2)2) and a collective-permute over x and y, 2 KiB each; the prediction is one all-to-all of
+    # 2 KiB over x and y, borne out by family and axes (test_a_swap_is_borne_out_by_family_and_bytes).
+    "reshard_swaps_axes": "XLA decomposes the swap into an all-to-all and a permute",
 }
 
 

@@ -90,7 +90,7 @@ def test_a_module_shardy_rejects_is_one_line(cli, name, message):
 
 
 def test_nothing_compared_reports_no_fraction():
-    from jax_shard_lint.passes.models.report import ShardyAgreement
+    from jax_shard_lint.passes.models.propagation import ShardyAgreement
     from jax_shard_lint.reports.common.agreement_text import agreement_text
 
     a = ShardyAgreement(reported=3, compared=0, agreeing=0, fraction=None,
