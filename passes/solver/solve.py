@@ -22,12 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .local_search import NoFeasibleSharding, local_search
+from .repeats import tie_repeats
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
 
 __all__ = ["MAX_ILP_VARIABLES", "NoFeasibleSharding", "Solution", "local_search", "solve"]
 
 # Pair, candidate and strategy variables above which `auto` uses the local search.
 MAX_ILP_VARIABLES = 300_000
+# Variables above which repeated layers are tied: below, the untied problem solves exactly (in seconds).
+TIE_ABOVE = MAX_ILP_VARIABLES
+INTEGRAL = 1e-6  # an LP value this close to 0 or 1 is integral
+MIP_GAP = 1e-6  # relative: a plan this close to the bound is optimal
 TIME_SCALE = 1e6  # seconds -> microseconds: HiGHS's tolerances are absolute
 MEMORY_SCALE = 2.0 ** -20  # bytes -> MiB
 
@@ -37,10 +42,13 @@ class Solution:
     assignment: Assignment
     seconds: float
     memory_bytes: int
-    lower_bound: float | None  # seconds; the LP/ILP dual bound where the ILP ran
-    method: str  # "ilp", "ilp (time limit)", "local search"
+    lower_bound: float | None  # seconds; the best bound proved (LP, or the MILP's dual bound)
+    method: str  # "lp (integral)", "lp (rounded)", "ilp", "ilp (time limit)", "local search"
     solve_seconds: float
-    variables: int
+    variables: int  # columns of the program solved (after tying and folding)
+    lp_bound: float | None = None  # seconds; the LP relaxation's optimum, where it was solved
+    untied_variables: int | None = None  # the problem's size before repeated layers were tied; None: not tied
+    periods: tuple[int, ...] = ()  # the repeat lengths tied, in ops
 
     @property
     def gap(self) -> float | None:
@@ -48,18 +56,35 @@ class Solution:
             return None
         return max(0.0, (self.seconds - self.lower_bound) / self.seconds) if self.seconds > 0 else 0.0
 
+    @property
+    def certified_gap(self) -> float | None:
+        """(plan - LP bound) / LP bound: how far above the optimum the plan can be, at most."""
+        if self.lp_bound is None:
+            return None
+        if self.lp_bound <= 0:
+            return 0.0 if self.seconds <= 0 else None
+        return max(0.0, (self.seconds - self.lp_bound) / self.lp_bound)
 
-def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0) -> Solution:
+
+def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0,
+          tie: bool | None = None) -> Solution:
+    """``tie``: solve with repeated layers tied (``repeats.py``); None: where the
+    problem is above ``TIE_ABOVE`` variables."""
     start = time.perf_counter()
-    size = problem.size
+    untied_size = problem.size
+    tied = tie_repeats(problem) if (untied_size > TIE_ABOVE if tie is None else tie) else None
+    solved = tied.problem if tied is not None else problem
+    size = solved.size
+    lp_bound = None
     if method == "local" or (method == "auto" and size > MAX_ILP_VARIABLES):
-        a = local_search(problem)
-        seconds, memory = evaluate(problem, a)
-        return Solution(a, seconds, memory, None, "local search", time.perf_counter() - start, size)
-    a, bound, hit_limit, variables = _ilp(problem, time_limit)
+        a, bound, how, variables = local_search(solved), None, "local search", size
+    else:
+        a, bound, lp_bound, how, variables = _ilp(solved, time_limit)
+    if tied is not None:
+        a = tied.expand(a)
     seconds, memory = evaluate(problem, a)
-    return Solution(a, seconds, memory, bound, "ilp (time limit)" if hit_limit else "ilp",
-                    time.perf_counter() - start, variables)
+    return Solution(a, seconds, memory, bound, how, time.perf_counter() - start, variables, lp_bound,
+                    untied_size if tied is not None else None, tied.periods if tied is not None else ())
 
 
 class _Program:
@@ -153,19 +178,62 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     matrix = csr_array((lp.vals, (lp.rows, lp.cols)), shape=(len(lp.lower), n))
     upper = np.ones(n)
     upper[lp.fixed_zero] = 0.0
-    result = milp(np.array(lp.cost), integrality=np.array(lp.integer), bounds=Bounds(0, upper),
-                  constraints=LinearConstraint(matrix, lp.lower, lp.upper),
-                  options={"time_limit": time_limit, "mip_rel_gap": 1e-6, "presolve": True})
+    cost, bounds = np.array(lp.cost), Bounds(0, upper)
+    constraints = LinearConstraint(matrix, lp.lower, lp.upper)
+    started = time.perf_counter()
+    # The LP relaxation first: integral on most of this problem class, and its optimum bounds every plan.
+    relaxed = milp(cost, integrality=np.zeros(n), bounds=bounds, constraints=constraints,
+                   options={"time_limit": time_limit, "presolve": True})
+    if relaxed.x is None and relaxed.status == 2:
+        raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
+    lp_bound, rounded = None, None
+    if relaxed.x is not None and relaxed.status == 0:
+        lp_bound = float(relaxed.fun) / TIME_SCALE
+        values = relaxed.x
+        integer = np.array(lp.integer, dtype=bool)
+        if not integer.any() or np.abs(values[integer] - np.round(values[integer])).max() <= INTEGRAL:
+            return _argmax(problem, values, z, x), lp_bound, lp_bound, "lp (integral)", n
+        rounded = _rounded(problem, values, z)
+        if rounded is not None and rounded[1] <= lp_bound + abs(lp_bound) * MIP_GAP:
+            return rounded[0], lp_bound, lp_bound, "lp (rounded)", n
+    left = max(1.0, time_limit - (time.perf_counter() - started))
+    result = milp(cost, integrality=np.array(lp.integer), bounds=bounds, constraints=constraints,
+                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True})
     if result.x is None:
+        if rounded is not None:
+            return rounded[0], lp_bound, lp_bound, "lp (rounded, time limit)", n
         if result.status == 2:
             raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
         raise NoFeasibleSharding(f"the solver found no assignment within {time_limit:g} s ({result.message})")
-    values = result.x
+    a = _argmax(problem, result.x, z, x)
+    dual = getattr(result, "mip_dual_bound", None)
+    dual = None if dual is None or not np.isfinite(dual) else float(dual) / TIME_SCALE
+    bound = max((b for b in (lp_bound, dual) if b is not None), default=None)
+    if rounded is not None and rounded[1] < evaluate(problem, a)[0]:
+        a = rounded[0]
+    return a, bound, lp_bound, "ilp (time limit)" if result.status == 1 else "ilp", n
+
+
+def _argmax(problem: ShardingProblem, values, z: list[int], x: list[int]) -> Assignment:
     groups = tuple(int(np.argmax(values[f:f + len(g.candidates)])) for g, f in zip(problem.groups, z))
     ops = tuple(int(np.argmax(values[f:f + len(o.strategies)])) for o, f in zip(problem.ops, x))
-    bound = getattr(result, "mip_dual_bound", None)
-    bound = None if bound is None or not np.isfinite(bound) else float(bound) / TIME_SCALE
-    return Assignment(groups, ops), bound, result.status == 1, n
+    return Assignment(groups, ops)
+
+
+def _rounded(problem: ShardingProblem, values, z: list[int]) -> tuple[Assignment, float] | None:
+    """A fractional LP solution rounded: each group its largest candidate, each op its
+    cheapest strategy given its groups (exact once the groups are fixed); None when
+    that breaks a tie, the budget or a forbidden pair."""
+    groups = tuple(int(np.argmax(values[f:f + len(g.candidates)])) for g, f in zip(problem.groups, z))
+    if any(groups[a] != groups[b] for a, b in problem.ties):
+        return None
+    ops = tuple(min(range(len(op.strategies)), key=lambda s, op=op: (op.seconds[s] + sum(
+        u.seconds[u.wanted[s]][groups[u.group]] for u in op.uses), s)) for op in problem.ops)
+    a = Assignment(groups, ops)
+    seconds, memory = evaluate(problem, a)
+    if seconds == FORBIDDEN or (problem.budget_bytes is not None and memory > problem.budget_bytes):
+        return None
+    return a, seconds
 
 
 def _finite(seconds: float) -> float:
