@@ -122,3 +122,28 @@ def test_a_small_program_is_not_tied_by_default():
     problem = _problem_of(_lowered(lambda x, w: jnp.tanh(x @ w), _mesh((2,), ("d",)), ((8, 16), P()),
                                    ((16, 8), P())))
     assert solve(problem).untied_variables is None
+
+
+def test_every_format_shows_the_lp_bound_and_the_certified_gap(cli):
+    import io
+    import json
+    import os
+
+    from rich.console import Console
+
+    from jax_shard_lint.passes.models.suggest import SuggestRun
+    from jax_shard_lint.reports.suggest.html import render_suggest_html
+    from jax_shard_lint.reports.suggest.markdown import render_suggest_markdown
+    from jax_shard_lint.reports.suggest.terminal import render_suggest_terminal
+
+    result = cli("suggest", os.path.join("examples", "value_function_step.py"), "--target", "sharded_on_states",
+                 "--format", "json", "-q")
+    assert result.code == 0, result.err[-2000:]
+    run = SuggestRun.model_validate(json.loads(result.out))
+    s = run.targets[0].solver
+    assert s.lp_bound_seconds is not None and s.certified_gap is not None
+    assert s.lp_bound_seconds <= s.objective_seconds * (1 + 1e-6)
+    out = io.StringIO()
+    render_suggest_terminal(run, Console(file=out, width=400))
+    for text in (out.getvalue(), render_suggest_markdown(run), render_suggest_html(run)):
+        assert "LP bound" in text and "certified gap" in text
