@@ -8,7 +8,9 @@ neighbours, until nothing improves.
 
 from __future__ import annotations
 
-from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
+from collections.abc import Callable, Sequence
+
+from .sharding_problem import FORBIDDEN, Assignment, OpChoice, ShardingProblem, Use, ValueGroup, evaluate
 
 
 class NoFeasibleSharding(Exception):
@@ -19,7 +21,7 @@ def _memory(problem: ShardingProblem, groups: list[int]) -> int:
     return sum(m.bytes[groups[m.group]] for m in problem.memory)
 
 
-def _replicated(g) -> int:
+def _replicated(g: ValueGroup) -> int:
     replicated = tuple(() for _ in g.shape)
     return g.candidates.index(replicated) if replicated in g.candidates else 0
 
@@ -31,14 +33,14 @@ def _starts(problem: ShardingProblem) -> list[dict[int, int]]:
     state = {a for a, _ in problem.ties}
     everything = set(problem.free_axes)
 
-    def on(g, dims) -> int:
+    def on(g: ValueGroup, dims: Sequence[int]) -> int:
         for d in dims:
             want = tuple(tuple(problem.free_axes) if k == d else () for k in range(len(g.shape)))
             if want in g.candidates:
                 return g.candidates.index(want)
         return _replicated(g)
 
-    starts = [{}, {}, {}]
+    starts: list[dict[int, int]] = [{}, {}, {}]
     for gid in set(problem.arguments):
         g = problem.groups[gid]
         if not g.shape or not everything:
@@ -81,7 +83,7 @@ def _forward_pass(problem: ShardingProblem, start: dict[int, int]) -> tuple[list
     ops: list[int] = []
     conflicts: set[int] = set()
     for op in problem.ops:
-        def cost(s: int, op=op) -> float:
+        def cost(s: int, op: OpChoice = op) -> float:
             total = op.seconds[s]
             for u in op.uses:
                 c = groups[u.group]
@@ -94,9 +96,10 @@ def _forward_pass(problem: ShardingProblem, start: dict[int, int]) -> tuple[list
         best = min(range(len(op.strategies)), key=lambda s: (cost(s), s))
         ops.append(best)
         for u in op.uses:
-            if groups[u.group] is None:
+            chosen = groups[u.group]
+            if chosen is None:
                 groups[u.group] = problem.groups[u.group].candidates.index(u.shardings[u.wanted[best]])
-            elif u.seconds[u.wanted[best]][groups[u.group]] == FORBIDDEN and u.group not in start:
+            elif u.seconds[u.wanted[best]][chosen] == FORBIDDEN and u.group not in start:
                 conflicts.add(u.group)
     final = [c if c is not None else _replicated(problem.groups[i]) for i, c in enumerate(groups)]
     return final, ops, conflicts
@@ -133,7 +136,7 @@ def _improve(problem: ShardingProblem, groups: list[int], ops: list[int], max_ro
     for members in {tuple(v) for v in tied.values()}:
         for m in members[1:]:
             groups[m] = groups[members[0]]
-    uses_of: dict[int, list[tuple[int, object]]] = {}
+    uses_of: dict[int, list[tuple[int, Use]]] = {}
     for i, op in enumerate(problem.ops):
         for use in op.uses:
             uses_of.setdefault(use.group, []).append((i, use))
@@ -142,7 +145,7 @@ def _improve(problem: ShardingProblem, groups: list[int], ops: list[int], max_ro
         op = problem.ops[i]
         return op.seconds[s] + sum(u.seconds[u.wanted[s]][groups[u.group]] for u in op.uses)
 
-    def group_cost(members, c: int) -> float:
+    def group_cost(members: Sequence[int], c: int) -> float:
         return sum(problem.groups[m].unary[c] + sum(u.seconds[u.wanted[ops[i]]][c] for i, u in uses_of.get(m, []))
                    for m in members)
 
@@ -173,7 +176,8 @@ def _improve(problem: ShardingProblem, groups: list[int], ops: list[int], max_ro
     return Assignment(tuple(groups), tuple(ops))
 
 
-def _shed_memory(problem: ShardingProblem, groups: list[int], tied, group_cost) -> bool:
+def _shed_memory(problem: ShardingProblem, groups: list[int], tied: dict[int, list[int]],
+                 group_cost: Callable[[Sequence[int], int], float]) -> bool:
     memory_groups = sorted({m.group for m in problem.memory})
     best = None
     for gid in memory_groups:

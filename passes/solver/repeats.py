@@ -62,7 +62,7 @@ class _UnionFind:
 def _signatures(problem: ShardingProblem) -> np.ndarray:
     """Per op, an id equal for ops that are the same choice: kind, strategies, costs,
     and per use its tensor's shape, dtype and candidates and its costs."""
-    ids: dict[tuple, int] = {}
+    ids: dict[tuple[object, ...], int] = {}
     out = []
     for op in problem.ops:
         key = (op.op, op.strategies, op.seconds, op.reduce_seconds, op.repeats, tuple(
