@@ -73,6 +73,9 @@ def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60
     start = time.perf_counter()
     untied_size = problem.size
     tied = tie_repeats(problem) if (untied_size > TIE_ABOVE if tie is None else tie) else None
+    if tied is not None and tied.problem.size > MAX_ILP_VARIABLES and method != "local":
+        # Still too large with each run's ends free (a 3-D mesh: a layer is ~120,000 variables): tie them too.
+        tied = tie_repeats(problem, free_ends=False) or tied
     solved = tied.problem if tied is not None else problem
     size = solved.size
     lp_bound = None
