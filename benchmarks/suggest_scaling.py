@@ -1,16 +1,18 @@
 """``suggest``'s solver against model size and mesh, and the whole command
 against a single compile.
 
-    python benchmarks/suggest_scaling.py [--layers 2 8 32] [--meshes 1d 2d 3d]
+    python benchmarks/suggest_scaling.py [--layers 4 8 32] [--meshes 1d 2d 3d]
 
 The step is ``scale_transformer.py``'s transformer training step with Adam,
 layers unrolled, at a small width (d_model 256, d_ff 1024, vocab 1024, batch
 16, seq 64, 4 heads) so the program, not the arithmetic, grows with depth, on 8
 virtual CPU devices: 1-D (data=8), 2-D (data=4 x model=2) and 3-D (data=2 x
 fsdp=2 x model=2). For each (layers, mesh) it builds the sharding problem and
-solves it with the ILP (time limit 120 s) and with the local search, and prints
-the variables, the solve times, the ILP's gap to HiGHS's bound, and how far the
-local search lands above the ILP. Last, the cost of the whole ``suggest``
+solves it as ``suggest --solver auto`` does (LP relaxation first; repeated
+layers tied above 300,000 variables) and prints the variables before and after
+tying, the solve time, the LP bound, the plan and the certified gap; where the
+untied problem is within the ILP's limit, also the tied problem's plan against
+the untied optimum. Last, the cost of the whole ``suggest``
 command (problem, solve, five compiles, the text check) against one bare
 ``lower().compile()`` of the same target.
 """
@@ -64,9 +66,10 @@ def shard_lint_targets(layers=2, mesh="2d", mesh_devices=None):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, nargs="+", default=[2, 8, 32])
+    parser.add_argument("--layers", type=int, nargs="+", default=[4, 8, 32])
     parser.add_argument("--meshes", nargs="+", default=list(MESHES), choices=list(MESHES))
     parser.add_argument("--command-layers", type=int, default=4)
+    parser.add_argument("--no-command", action="store_true")
     args = parser.parse_args()
 
     from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
@@ -74,8 +77,9 @@ def main() -> None:
     from jax_shard_lint.passes.solver.sharding_problem import evaluate
     from jax_shard_lint.passes.solver.solve import MAX_ILP_VARIABLES, local_search, solve
 
-    print("| layers | mesh | groups | ops | problem size | build | ILP solve | gap | local search | above ILP |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| layers | mesh | ops | untied variables | solved variables | build | solve | method | LP bound | plan | "
+          "certified gap | untied ILP: solve, plan | tied vs untied |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |")
     for layers in args.layers:
         for mesh in args.meshes:
             lowered = shard_lint_targets(layers=layers, mesh=mesh)["train_step"]
@@ -83,18 +87,27 @@ def main() -> None:
             problem = _problem("train_step", lowered, SuggestRequest(path="bench"), Settings(devices=8), {},
                                "bench").problem
             build = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            local = evaluate(problem, local_search(problem))[0]
-            local_s = time.perf_counter() - t0
-            row = f"| {layers} | {mesh} | {len(problem.groups):,} | {len(problem.ops):,} | {problem.size:,} | " \
-                  f"{build:.2f} s | "
-            if problem.size > MAX_ILP_VARIABLES:  # what `--solver auto` does: the local search alone
-                print(row + f"- (above {MAX_ILP_VARIABLES:,}) | - | {local_s:.2f} s | - |", flush=True)
+            # What `suggest --solver auto` does: tied above MAX_ILP_VARIABLES, the ILP on the rest.
+            auto = solve(problem, "auto", time_limit=300)
+            gap = "-" if auto.certified_gap is None else f"{auto.certified_gap * 100:.2g}%"
+            bound = "-" if auto.lp_bound is None else f"{auto.lp_bound * 1e3:.4f} ms"
+            row = (f"| {layers} | {mesh} | {len(problem.ops):,} | {problem.size:,} | {auto.variables:,} | "
+                   f"{build:.2f} s | {auto.solve_seconds:.2f} s | {auto.method} | {bound} | "
+                   f"{auto.seconds * 1e3:.4f} ms | {gap} | ")
+            if problem.size > MAX_ILP_VARIABLES:
+                # Before tying, `auto` used the local search alone here: how far above this plan it lands.
+                t0 = time.perf_counter()
+                local = evaluate(problem, local_search(problem))[0]
+                print(row + f"- (above the ILP's limit; before: local search {time.perf_counter() - t0:.2f} s, "
+                      f"{(local / auto.seconds - 1) * 100:+.1f}% above this plan) | - |", flush=True)
                 continue
-            ilp = solve(problem, "ilp", time_limit=120)
-            gap = "-" if ilp.gap is None else f"{ilp.gap * 100:.2g}%"
-            print(row + f"{ilp.solve_seconds:.2f} s{' (limit)' if 'limit' in ilp.method else ''} | {gap} | "
-                  f"{local_s:.2f} s | {(local / ilp.seconds - 1) * 100:+.1f}% |", flush=True)
+            # Below the limit auto solved it untied: the tied problem's plan against that optimum.
+            tied = solve(problem, "ilp", time_limit=300, tie=True)
+            print(row + f"{auto.solve_seconds:.2f} s, {auto.seconds * 1e3:.4f} ms | "
+                  f"{(tied.seconds / auto.seconds - 1) * 100:+.2f}% ({tied.variables:,} variables, "
+                  f"{tied.solve_seconds:.2f} s) |", flush=True)
+    if args.no_command:
+        return
 
     import jax
 

@@ -64,14 +64,22 @@ class PlanCheck(Model):
 
 
 class SolverStats(Model):
-    method: str = Field(description="ilp, ilp (time limit) or local search.")
+    method: str = Field(description="lp (integral): the LP relaxation's optimum was integral, so it is the "
+                        "ILP's; lp (rounded): rounded to within 1e-6 of the LP bound; ilp: the MILP, run where "
+                        "the LP was fractional; ilp (time limit); local search.")
     variables: int
+    untied_variables: int | None = Field(default=None, description="The problem's size before repeated layers "
+                                         "were tied (one strategy per repeated position); null: not tied.")
     value_groups: int
     ops: int
     solve_seconds: float
     objective_seconds: float
     lower_bound_seconds: float | None
     gap: float | None = Field(description="(objective - lower bound) / objective; null for the local search.")
+    lp_bound_seconds: float | None = Field(default=None, description="The LP relaxation's optimum: no plan of "
+                                           "the problem solved (tied, where untied_variables is set) costs less.")
+    certified_gap: float | None = Field(default=None, description="(objective - LP bound) / LP bound: how far "
+                                        "above the optimum the plan can be, at most; null without an LP bound.")
     rounds: int = Field(description="Budget rounds: the first, plus one per budget tightening after a "
                         "verified peak exceeded the budget.")
     plans: list[PlanCheck] = Field(default_factory=list, description="Every solve of the last round, in order: "

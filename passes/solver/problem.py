@@ -228,6 +228,7 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
 
     traffic = FusedTraffic(g, inp.results)
     ops: list[OpChoice] = []
+    tables: dict[tuple[object, ...], tuple[tuple[float, ...], ...]] = {}
     for step in g.steps:
         repeats = max(1, inp.repeats.get(step.tensors[-1], 1))
         if shard_map_boundary.is_entry(step) or shard_map_boundary.is_boundary(step):
@@ -266,12 +267,17 @@ def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
             distinct = list(dict.fromkeys(implied))
             index = {s: j for j, s in enumerate(distinct)}
             is_result = k >= step.n_operands
-            table = tuple(
-                tuple(FORBIDDEN if (_adds_axis(w, c) and not group.pinned if is_result else _adds_axis(c, w))
-                      else repeats * reshard_seconds(t.shape, t.dtype, *((w, c) if is_result else (c, w)),
-                                                     sizes, inp.spec)
-                      for c in group.candidates)
-                for w in distinct)
+            # Repeated layers ask for the same tables again and again: each is priced once.
+            key = (tuple(t.shape), t.dtype, tuple(distinct), group.candidates, is_result, bool(group.pinned),
+                   repeats)
+            table = tables.get(key)
+            if table is None:
+                table = tables[key] = tuple(
+                    tuple(FORBIDDEN if (_adds_axis(w, c) and not group.pinned if is_result else _adds_axis(c, w))
+                          else repeats * reshard_seconds(t.shape, t.dtype, *((w, c) if is_result else (c, w)),
+                                                         sizes, inp.spec)
+                          for c in group.candidates)
+                    for w in distinct)
             uses.append(Use(group.id, is_result, tuple(index[s] for s in implied), tuple(distinct), table))
         ops.append(OpChoice(step.id, step.op, tuple(strategies), tuple(seconds), tuple(reductions), tuple(uses),
                               repeats))

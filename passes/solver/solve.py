@@ -10,9 +10,8 @@ cost is the reshard actually paid; relaxed, it is the local polytope whose LP
 bound HiGHS reports. Uses whose group has one candidate, or whose op has one
 strategy, are folded into the other side's cost and add no variables.
 
-The local search (iterated conditional modes) starts from the assignment that
-fits the budget best and moves one op or one group (with the groups tied to it)
-at a time to its cheapest choice given its neighbours, until nothing improves.
+The local search (``local_search.py``) is iterated conditional modes from a few
+forward starts.
 """
 
 from __future__ import annotations
@@ -22,10 +21,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .local_search import NoFeasibleSharding, local_search
+from .repeats import tie_repeats
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
+
+__all__ = ["MAX_ILP_VARIABLES", "NoFeasibleSharding", "Solution", "local_search", "solve"]
 
 # Pair, candidate and strategy variables above which `auto` uses the local search.
 MAX_ILP_VARIABLES = 300_000
+# Variables above which repeated layers are tied: below, the untied problem solves exactly (in seconds).
+TIE_ABOVE = MAX_ILP_VARIABLES
+INTEGRAL = 1e-6  # an LP value this close to 0 or 1 is integral
+MIP_GAP = 1e-6  # relative: a plan this close to the bound is optimal
 TIME_SCALE = 1e6  # seconds -> microseconds: HiGHS's tolerances are absolute
 MEMORY_SCALE = 2.0 ** -20  # bytes -> MiB
 
@@ -35,10 +42,13 @@ class Solution:
     assignment: Assignment
     seconds: float
     memory_bytes: int
-    lower_bound: float | None  # seconds; the LP/ILP dual bound where the ILP ran
-    method: str  # "ilp", "ilp (time limit)", "local search"
+    lower_bound: float | None  # seconds; the best bound proved (LP, or the MILP's dual bound)
+    method: str  # "lp (integral)", "lp (rounded)", "ilp", "ilp (time limit)", "local search"
     solve_seconds: float
-    variables: int
+    variables: int  # columns of the program solved (after tying and folding)
+    lp_bound: float | None = None  # seconds; the LP relaxation's optimum, where it was solved
+    untied_variables: int | None = None  # the problem's size before repeated layers were tied; None: not tied
+    periods: tuple[int, ...] = ()  # the repeat lengths tied, in ops
 
     @property
     def gap(self) -> float | None:
@@ -46,22 +56,38 @@ class Solution:
             return None
         return max(0.0, (self.seconds - self.lower_bound) / self.seconds) if self.seconds > 0 else 0.0
 
+    @property
+    def certified_gap(self) -> float | None:
+        """(plan - LP bound) / LP bound: how far above the optimum the plan can be, at most."""
+        if self.lp_bound is None:
+            return None
+        if self.lp_bound <= 0:
+            return 0.0 if self.seconds <= 0 else None
+        return max(0.0, (self.seconds - self.lp_bound) / self.lp_bound)
 
-class NoFeasibleSharding(Exception):
-    """No assignment of candidates keeps the arguments and results within the budget."""
 
-
-def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0) -> Solution:
+def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0,
+          tie: bool | None = None) -> Solution:
+    """``tie``: solve with repeated layers tied (``repeats.py``); None: where the
+    problem is above ``TIE_ABOVE`` variables."""
     start = time.perf_counter()
-    size = problem.size
+    untied_size = problem.size
+    tied = tie_repeats(problem) if (untied_size > TIE_ABOVE if tie is None else tie) else None
+    if tied is not None and tied.problem.size > MAX_ILP_VARIABLES and method != "local":
+        # Still too large with each run's ends free (a 3-D mesh: a layer is ~120,000 variables): tie them too.
+        tied = tie_repeats(problem, free_ends=False) or tied
+    solved = tied.problem if tied is not None else problem
+    size = solved.size
+    lp_bound = None
     if method == "local" or (method == "auto" and size > MAX_ILP_VARIABLES):
-        a = local_search(problem)
-        seconds, memory = evaluate(problem, a)
-        return Solution(a, seconds, memory, None, "local search", time.perf_counter() - start, size)
-    a, bound, hit_limit, variables = _ilp(problem, time_limit)
+        a, bound, how, variables = local_search(solved), None, "local search", size
+    else:
+        a, bound, lp_bound, how, variables = _ilp(solved, time_limit)
+    if tied is not None:
+        a = tied.expand(a)
     seconds, memory = evaluate(problem, a)
-    return Solution(a, seconds, memory, bound, "ilp (time limit)" if hit_limit else "ilp",
-                    time.perf_counter() - start, variables)
+    return Solution(a, seconds, memory, bound, how, time.perf_counter() - start, variables, lp_bound,
+                    untied_size if tied is not None else None, tied.periods if tied is not None else ())
 
 
 class _Program:
@@ -155,205 +181,63 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     matrix = csr_array((lp.vals, (lp.rows, lp.cols)), shape=(len(lp.lower), n))
     upper = np.ones(n)
     upper[lp.fixed_zero] = 0.0
-    result = milp(np.array(lp.cost), integrality=np.array(lp.integer), bounds=Bounds(0, upper),
-                  constraints=LinearConstraint(matrix, lp.lower, lp.upper),
-                  options={"time_limit": time_limit, "mip_rel_gap": 1e-6, "presolve": True})
+    cost, bounds = np.array(lp.cost), Bounds(0, upper)
+    constraints = LinearConstraint(matrix, lp.lower, lp.upper)
+    started = time.perf_counter()
+    # The LP relaxation first: integral on most of this problem class, and its optimum bounds every plan.
+    relaxed = milp(cost, integrality=np.zeros(n), bounds=bounds, constraints=constraints,
+                   options={"time_limit": time_limit, "presolve": True})
+    if relaxed.x is None and relaxed.status == 2:
+        raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
+    lp_bound, rounded = None, None
+    if relaxed.x is not None and relaxed.status == 0:
+        lp_bound = float(relaxed.fun) / TIME_SCALE
+        values = relaxed.x
+        integer = np.array(lp.integer, dtype=bool)
+        if not integer.any() or np.abs(values[integer] - np.round(values[integer])).max() <= INTEGRAL:
+            return _argmax(problem, values, z, x), lp_bound, lp_bound, "lp (integral)", n
+        rounded = _rounded(problem, values, z)
+        if rounded is not None and rounded[1] <= lp_bound + abs(lp_bound) * MIP_GAP:
+            return rounded[0], lp_bound, lp_bound, "lp (rounded)", n
+    left = max(1.0, time_limit - (time.perf_counter() - started))
+    result = milp(cost, integrality=np.array(lp.integer), bounds=bounds, constraints=constraints,
+                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True})
     if result.x is None:
+        if rounded is not None:
+            return rounded[0], lp_bound, lp_bound, "lp (rounded, time limit)", n
         if result.status == 2:
             raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
         raise NoFeasibleSharding(f"the solver found no assignment within {time_limit:g} s ({result.message})")
-    values = result.x
+    a = _argmax(problem, result.x, z, x)
+    dual = getattr(result, "mip_dual_bound", None)
+    dual = None if dual is None or not np.isfinite(dual) else float(dual) / TIME_SCALE
+    bound = max((b for b in (lp_bound, dual) if b is not None), default=None)
+    if rounded is not None and rounded[1] < evaluate(problem, a)[0]:
+        a = rounded[0]
+    return a, bound, lp_bound, "ilp (time limit)" if result.status == 1 else "ilp", n
+
+
+def _argmax(problem: ShardingProblem, values, z: list[int], x: list[int]) -> Assignment:
     groups = tuple(int(np.argmax(values[f:f + len(g.candidates)])) for g, f in zip(problem.groups, z))
     ops = tuple(int(np.argmax(values[f:f + len(o.strategies)])) for o, f in zip(problem.ops, x))
-    bound = getattr(result, "mip_dual_bound", None)
-    bound = None if bound is None or not np.isfinite(bound) else float(bound) / TIME_SCALE
-    return Assignment(groups, ops), bound, result.status == 1, n
+    return Assignment(groups, ops)
+
+
+def _rounded(problem: ShardingProblem, values, z: list[int]) -> tuple[Assignment, float] | None:
+    """A fractional LP solution rounded: each group its largest candidate, each op its
+    cheapest strategy given its groups (exact once the groups are fixed); None when
+    that breaks a tie, the budget or a forbidden pair."""
+    groups = tuple(int(np.argmax(values[f:f + len(g.candidates)])) for g, f in zip(problem.groups, z))
+    if any(groups[a] != groups[b] for a, b in problem.ties):
+        return None
+    ops = tuple(min(range(len(op.strategies)), key=lambda s, op=op: (op.seconds[s] + sum(
+        u.seconds[u.wanted[s]][groups[u.group]] for u in op.uses), s)) for op in problem.ops)
+    a = Assignment(groups, ops)
+    seconds, memory = evaluate(problem, a)
+    if seconds == FORBIDDEN or (problem.budget_bytes is not None and memory > problem.budget_bytes):
+        return None
+    return a, seconds
 
 
 def _finite(seconds: float) -> float:
     return 0.0 if seconds == FORBIDDEN else seconds * TIME_SCALE
-
-
-def _memory(problem: ShardingProblem, groups: list[int]) -> int:
-    return sum(m.bytes[groups[m.group]] for m in problem.memory)
-
-
-def _replicated(g) -> int:
-    replicated = tuple(() for _ in g.shape)
-    return g.candidates.index(replicated) if replicated in g.candidates else 0
-
-
-def _starts(problem: ShardingProblem) -> list[dict[int, int]]:
-    """Argument assignments to start from: replicated; state replicated and data on
-    its leading dimension over every free axis (data parallel); every argument on
-    its largest dimension over every free axis (FSDP)."""
-    state = {a for a, _ in problem.ties}
-    everything = set(problem.free_axes)
-
-    def on(g, dims) -> int:
-        for d in dims:
-            want = tuple(tuple(problem.free_axes) if k == d else () for k in range(len(g.shape)))
-            if want in g.candidates:
-                return g.candidates.index(want)
-        return _replicated(g)
-
-    starts = [{}, {}, {}]
-    for gid in set(problem.arguments):
-        g = problem.groups[gid]
-        if not g.shape or not everything:
-            continue
-        largest = sorted(range(len(g.shape)), key=lambda d: (-g.shape[d], d))
-        starts[1][gid] = _replicated(g) if gid in state else on(g, [0])
-        starts[2][gid] = on(g, largest) if gid in state else on(g, [0])
-    return starts
-
-
-def _forward(problem: ShardingProblem, start: dict[int, int], passes: int = 8) -> tuple[list[int], list[int]]:
-    """In program order, each op takes its cheapest strategy given the groups decided
-    so far, and its undecided results take the sharding it computes: shardings flow
-    forward from the arguments, as the cost model requires. A group that a later
-    producer cannot give the sharding an earlier one chose (a sum of a sharded and a
-    concatenated gradient) is made replicated, which every producer can give, and
-    the pass runs again."""
-    pinned = dict(start)
-    for _ in range(passes):
-        groups, ops, conflicts = _forward_pass(problem, pinned)
-        if not conflicts:
-            break
-        for gid in conflicts:
-            pinned[gid] = _replicated(problem.groups[gid])
-    return groups, ops
-
-
-def _forward_pass(problem: ShardingProblem, start: dict[int, int]) -> tuple[list[int], list[int], set[int]]:
-    groups: list[int | None] = [None] * len(problem.groups)
-    for g in problem.groups:
-        if len(g.candidates) == 1:
-            groups[g.id] = 0
-    for gid, c in start.items():
-        groups[gid] = c
-    for gid in problem.arguments:
-        if groups[gid] is None:
-            groups[gid] = _replicated(problem.groups[gid])
-    for a, b in problem.ties:  # state comes back on the layout it came in on
-        groups[b] = groups[a]
-    ops: list[int] = []
-    conflicts: set[int] = set()
-    for op in problem.ops:
-        def cost(s: int, op=op) -> float:
-            total = op.seconds[s]
-            for u in op.uses:
-                c = groups[u.group]
-                if c is not None:
-                    total += u.seconds[u.wanted[s]][c]
-                elif u.shardings[u.wanted[s]] not in problem.groups[u.group].candidates:
-                    return FORBIDDEN
-            return total
-
-        best = min(range(len(op.strategies)), key=lambda s: (cost(s), s))
-        ops.append(best)
-        for u in op.uses:
-            if groups[u.group] is None:
-                groups[u.group] = problem.groups[u.group].candidates.index(u.shardings[u.wanted[best]])
-            elif u.seconds[u.wanted[best]][groups[u.group]] == FORBIDDEN and u.group not in start:
-                conflicts.add(u.group)
-    final = [c if c is not None else _replicated(problem.groups[i]) for i, c in enumerate(groups)]
-    return final, ops, conflicts
-
-
-def local_search(problem: ShardingProblem, max_rounds: int = 20) -> Assignment:
-    """The best of iterated conditional modes from each forward start (``_starts``)."""
-    best, last_error = None, None
-    for start in _starts(problem):
-        try:
-            a = _improve(problem, *_forward(problem, start), max_rounds)
-        except NoFeasibleSharding as e:
-            last_error = e
-            continue
-        seconds = evaluate(problem, a)[0]
-        if seconds == FORBIDDEN:  # a start that could not be made consistent
-            continue
-        if best is None or seconds < best[0]:
-            best = (seconds, a)
-    if best is None:
-        raise last_error or NoFeasibleSharding("no assignment fits")
-    return best[1]
-
-
-def _improve(problem: ShardingProblem, groups: list[int], ops: list[int], max_rounds: int) -> Assignment:
-    """Iterated conditional modes: one op, or one group with the groups tied to it, at
-    a time to its cheapest choice given its neighbours, until nothing improves; a
-    move that breaks the budget is taken only to bring an assignment over it down."""
-    tied: dict[int, list[int]] = {g.id: [g.id] for g in problem.groups}
-    for a, b in problem.ties:
-        merged = sorted(set(tied[a]) | set(tied[b]))
-        for m in merged:
-            tied[m] = merged
-    for members in {tuple(v) for v in tied.values()}:
-        for m in members[1:]:
-            groups[m] = groups[members[0]]
-    uses_of: dict[int, list[tuple[int, object]]] = {}
-    for i, op in enumerate(problem.ops):
-        for use in op.uses:
-            uses_of.setdefault(use.group, []).append((i, use))
-
-    def op_cost(i: int, s: int) -> float:
-        op = problem.ops[i]
-        return op.seconds[s] + sum(u.seconds[u.wanted[s]][groups[u.group]] for u in op.uses)
-
-    def group_cost(members, c: int) -> float:
-        return sum(problem.groups[m].unary[c] + sum(u.seconds[u.wanted[ops[i]]][c] for i, u in uses_of.get(m, []))
-                   for m in members)
-
-    for _ in range(max_rounds):
-        changed = False
-        for i, op in enumerate(problem.ops):
-            best = min(range(len(op.strategies)), key=lambda s: (op_cost(i, s), s))
-            if op_cost(i, best) < op_cost(i, ops[i]) - 1e-15:
-                ops[i], changed = best, True
-        for members in sorted({tuple(v) for v in tied.values()}):
-            here = groups[members[0]]
-            for c in range(len(problem.groups[members[0]].candidates)):
-                if group_cost(members, c) >= group_cost(members, here) - 1e-15:
-                    continue
-                trial = list(groups)
-                for m in members:
-                    trial[m] = c
-                if problem.budget_bytes is None or _memory(problem, trial) <= problem.budget_bytes:
-                    groups, here, changed = trial, c, True
-        if problem.budget_bytes is not None and _memory(problem, groups) > problem.budget_bytes:
-            # Over the budget: shard the argument or result that saves the most bytes per second added.
-            changed = _shed_memory(problem, groups, tied, group_cost) or changed
-        if not changed:
-            break
-    if problem.budget_bytes is not None and _memory(problem, groups) > problem.budget_bytes:
-        raise NoFeasibleSharding("the local search found no assignment that fits the arguments and results in "
-                                 "the budget")
-    return Assignment(tuple(groups), tuple(ops))
-
-
-def _shed_memory(problem: ShardingProblem, groups: list[int], tied, group_cost) -> bool:
-    memory_groups = sorted({m.group for m in problem.memory})
-    best = None
-    for gid in memory_groups:
-        members = tied[gid]
-        here = groups[gid]
-        base = _memory(problem, groups)
-        for c in range(len(problem.groups[gid].candidates)):
-            trial = list(groups)
-            for m in members:
-                trial[m] = c
-            saved = base - _memory(problem, trial)
-            if saved <= 0:
-                continue
-            added = group_cost(members, c) - group_cost(members, here)
-            if added == FORBIDDEN:
-                continue
-            score = (added / saved, gid, c)
-            if best is None or score < best[0]:
-                best = (score, members, c)
-    if best is None:
-        return False
-    for m in best[1]:
-        groups[m] = best[2]
-    return True

@@ -13,6 +13,9 @@ MAX_ROWS = 40  # arguments listed in the terminal and Markdown (the JSON has all
 
 def _gap(r: SuggestReport) -> str:
     s = r.solver
+    if s.lp_bound_seconds is not None and s.certified_gap is not None:
+        return f"{s.method}: plan {format_seconds(s.objective_seconds)}, LP bound " \
+               f"{format_seconds(s.lp_bound_seconds)}, certified gap {s.certified_gap * 100:.2g}%"
     if s.gap is None:
         return f"{s.method}: no bound"
     return f"{s.method}: gap {s.gap * 100:.2g}% (objective {format_seconds(s.objective_seconds)}, bound " \
@@ -22,7 +25,8 @@ def _gap(r: SuggestReport) -> str:
 def solver_line(r: SuggestReport, plans_inline: bool = True) -> str:
     """The solver's figures; the plans in the line unless a table lists them."""
     s = r.solver
-    return (f"{_gap(r)}; {s.variables:,} variables over {s.value_groups:,} value groups and {s.ops:,} ops, "
+    tied = "" if s.untied_variables is None else f" ({s.untied_variables:,} before repeated layers were tied)"
+    return (f"{_gap(r)}; {s.variables:,} variables{tied} over {s.value_groups:,} value groups and {s.ops:,} ops, "
             f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
             + (_propagation_text(r) if plans_inline or len(s.plans) <= 1 else ""))
 
