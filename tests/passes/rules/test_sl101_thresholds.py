@@ -113,8 +113,8 @@ _LOOP_SCRIPT = (
 @pytest.mark.parametrize("script_text, loop", [(_SCRIPT, False), (_LOOP_SCRIPT, True)])
 def test_sl101_counts_runs_per_step_as_xlas_loop_does(cli, tmp_path, script_text, loop):
     # Kills the finding's bytes per step taken as bytes + runs (not bytes x runs) and the "Nx per step"
-    # clause printed for a collective that runs once (or missing for one that runs twice): the gather's bytes and runs per step are read
-    # from the compiled text (the loop's known_trip_count), in a loop and outside one.
+    # clause printed for a collective that runs once (or missing for one that runs twice): the gather's
+    # bytes and runs per step are read from the compiled text (the loop's known_trip_count).
     from hlo_oracle import collectives_per_step
 
     script = tmp_path / "gather.py"
@@ -130,3 +130,34 @@ def test_sl101_counts_runs_per_step_as_xlas_loop_does(cli, tmp_path, script_text
     [finding] = [f for f in targets[0]["findings"] if f["rule"] == "SL101"]
     assert finding["bytes"] == nbytes * runs
     assert (f", {runs}x per step" in finding["message"]) == loop
+
+
+_AFTER_A_LARGER_ALL_TO_ALL = (
+    "import jax, jax.numpy as jnp\n"
+    "from jax.sharding import AxisType, NamedSharding, PartitionSpec as P\n"
+    "def shard_lint_targets():\n"
+    "    m = jax.make_mesh((8,), ('x',), axis_types=(AxisType.Auto,))\n"
+    "    big = jax.ShapeDtypeStruct((8192, 512), jnp.float32, sharding=NamedSharding(m, P('x')))\n"
+    "    small = jax.ShapeDtypeStruct((1024, 256), jnp.float32, sharding=NamedSharding(m, P('x')))\n"
+    "    f = lambda a, b: (jax.lax.with_sharding_constraint(a * 2, NamedSharding(m, P(None, 'x'))),\n"
+    "                      jnp.cumsum(b, axis=0))\n"
+    "    return {'f': jax.jit(f).lower(big, small)}\n"
+)
+
+
+def test_sl101_reports_a_gather_listed_after_a_collective_it_does_not_judge(cli, tmp_path):
+    # Kills the loop over collectives stopped (not continued) at the first kind SL101 leaves alone:
+    # the all-to-all XLA compiles for the reshard moves more bytes than the gather, so it is listed first.
+    from hlo_oracle import compiled_collectives
+
+    script = tmp_path / "two.py"
+    script.write_text(_AFTER_A_LARGER_ALL_TO_ALL)
+    scope = {}
+    exec(_AFTER_A_LARGER_ALL_TO_ALL, scope)
+    compiled = compiled_collectives(scope["shard_lint_targets"]()["f"].compile().as_text(), 8)
+    kinds = {kind: (name, nbytes) for name, (kind, nbytes, _) in compiled.items()}
+    assert set(kinds) == {"all-gather", "all-to-all"}, compiled
+    gather, nbytes = kinds["all-gather"]
+    assert kinds["all-to-all"][1] > nbytes
+    targets = lint_targets(cli, str(script), "--threshold", f"replicating-collective-bytes={nbytes}B")
+    assert [f["subject"] for f in targets[0]["findings"] if f["rule"] == "SL101"] == [gather]
