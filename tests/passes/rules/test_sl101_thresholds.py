@@ -110,7 +110,7 @@ _LOOP_SCRIPT = (
 )
 
 
-@pytest.mark.parametrize("script_text, loop", [(_SCRIPT, False), (_LOOP_SCRIPT, True)])
+@pytest.mark.parametrize("script_text, loop", [(_SCRIPT, False), (_LOOP_SCRIPT, True)], ids=["once", "loop"])
 def test_sl101_counts_runs_per_step_as_xlas_loop_does(cli, tmp_path, script_text, loop):
     # Kills the finding's bytes per step taken as bytes + runs (not bytes x runs) and the "Nx per step"
     # clause printed for a collective that runs once (or missing for one that runs twice): the gather's
