@@ -58,6 +58,12 @@ def elementwise(a):
     return jnp.tanh(a) * 2  # nothing moves
 
 
+def cond_branches_disagree(a, p):
+    # One branch yields its value replicated, the other keeps x: the branch result's layout (the
+    # case's result, listed first) is what XLA reshards the other branch's value to.
+    return jax.lax.cond(p, lambda v: jax.lax.with_sharding_constraint(v, _pinned(P())), lambda v: v * 3, a)
+
+
 PROGRAMS = {
     "contracting_dim_sharded": (contracting_dim_sharded,
                                 (_arg((64, 128), P(None, "x")), _arg((128, 32), P("x", None)))),
@@ -67,6 +73,8 @@ PROGRAMS = {
     "replicated_result": (replicated_result, (_arg((64, 64), P("x", None)),)),
     "sharded_concatenate": (sharded_concatenate, (_arg((64, 8), P("x", None)), _arg((64, 8), P("x", None)))),
     "elementwise": (elementwise, (_arg((64, 64), P("x", "y")),)),
+    "cond_branches_disagree": (cond_branches_disagree,
+                               (_arg((64, 64), P("x", None)), jax.ShapeDtypeStruct((), jnp.bool_))),
 }
 
 
