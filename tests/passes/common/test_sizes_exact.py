@@ -27,9 +27,15 @@ def test_byte_counts_at_their_limits():
     assert parse_bytes(0) == 0 and parse_bytes("0") == 0
     with pytest.raises(ValueError):
         parse_bytes(-1)
-    assert parse_bytes("9" * 30) == int(float("9" * 30))  # 30 digits are read
+    assert parse_bytes("9" * 30) == int(float("9" * 30))  # 30 digits are read, with a unit after them too
+    assert parse_bytes("9" * 30 + " B") == int(float("9" * 30))
     with pytest.raises(ValueError):
         parse_bytes("9" * 31)
+    with pytest.raises(ValueError):  # a bool is not a byte count, though Python's bool is an int
+        parse_bytes(True)
+    with pytest.raises(ValueError) as bad:  # the message quotes the input's first 40 characters, no more
+        parse_bytes("x" * 50)
+    assert repr("x" * 40) in str(bad.value) and "x" * 41 not in str(bad.value)
 
 
 @pytest.mark.parametrize(("n", "text"), [
