@@ -61,11 +61,19 @@ def test_every_element_types_bytes_are_xlas(dtype):
     if not hasattr(jnp, dtype):
         pytest.skip(f"this JAX has no {dtype}")
     for shape in ((3, 40), (7,)):
-        compiled = jax.jit(lambda x: x).lower(jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))).compile()
+        with jax.enable_x64(True):  # 64-bit types stay 64-bit (JAX makes them 32-bit by default)
+            compiled = jax.jit(lambda x: x).lower(jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))).compile()
         hlo_type = next(line for line in compiled.as_text().splitlines() if "parameter(0)" in line)
         (array,) = parse_arrays(hlo_type.split("=", 1)[1].split("parameter")[0])
         assert array.dims == shape
+        assert jnp.dtype(dtype).itemsize < 8 or array.dtype in ("s64", "u64", "f64", "c64", "c128")
         assert array_bytes(array.dtype, array.dims) == compiled.memory_analysis().argument_size_in_bytes, shape
+
+
+def test_a_width_only_mlir_spells_is_the_one_in_its_name():
+    from jax_shard_lint.passes.common.shapes import dtype_bits
+
+    assert [dtype_bits(t) for t in ("i3", "ui7", "si24", "f6E3M2FN")] == [3, 7, 24, 6]
 
 
 def test_a_tuple_splits_where_xla_writes_its_elements():
