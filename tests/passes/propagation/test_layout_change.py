@@ -11,7 +11,7 @@ from hlo_oracle import compiled_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_shard_lint.passes.propagation.layout_change import layout_moves
+from jax_shard_lint.passes.propagation.layout_change import LayoutMove, layout_moves
 
 _SIZES = {"x": 2, "y": 4}
 _SHAPE = (64, 256)
@@ -34,6 +34,8 @@ def _dims(spec: P) -> list[tuple[tuple[str, int, int], ...]]:
     (P("y", None), P("x", None)),  # y gives way to a smaller x: a permute, then a gather of the rest
     (P(("x", "y"), None), P("y", None)),
     (P("x", "y"), P(None, ("y", "x"))),
+    (P(None, "x"), P("x", None)),  # to a lower dimension: an all-to-all all the same
+    (P(("x", "y"), None), P("x", None)),  # the kept major axis moves nothing: a gather over y alone
 ], ids=str)
 def test_layout_moves_equal_xlas_collectives(src, dst):
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
@@ -43,3 +45,11 @@ def test_layout_moves_equal_xlas_collectives(src, dst):
     assert xla  # every case changes the layout
     moves = layout_moves("f32", _SHAPE, _dims(src), _dims(dst))
     assert sorted((m.kind, m.bytes) for m in moves) == xla
+
+
+def test_a_moves_sentence_names_one_axis_or_all_of_them():
+    # Kills the last label read from the wrong end, and the plural chosen for one axis.
+    gather = LayoutMove("all-gather", (), 0, ("leaves the value", "leave the value"))
+    assert gather.sentence(["x"]) == "x leaves the value"
+    assert gather.sentence(["x", "y"]) == "x and y leave the value"
+    assert gather.sentence(["x", "y", "z"]) == "x, y and z leave the value"

@@ -67,6 +67,20 @@ def elementwise(a):
     return jnp.tanh(a) * 2  # nothing moves
 
 
+def fft_along_sharded_dim(a):
+    return jnp.fft.fft(a, axis=0).real  # an FFT needs its dimension whole: the shards are gathered
+
+
+def operands_on_other_axes(a, b):
+    return a + b  # the operands disagree on dimension 0 (x, y): both are gathered
+
+
+def cond_branches_disagree(a, p):
+    # One branch yields its value replicated, the other keeps x: the branch result's layout (the
+    # case's result, listed first) is what XLA reshards the other branch's value to.
+    return jax.lax.cond(p, lambda v: jax.lax.with_sharding_constraint(v, _pinned(P())), lambda v: v * 3, a)
+
+
 PROGRAMS = {
     "contracting_dim_sharded": (contracting_dim_sharded,
                                 (_arg((64, 128), P(None, "x")), _arg((128, 32), P("x", None)))),
@@ -78,6 +92,10 @@ PROGRAMS = {
     "windowed_sum": (windowed_sum, (_arg((64, 64), P("x", None)),)),
     "cumulative_sum": (cumulative_sum, (_arg((64, 64), P("x", None)),)),
     "elementwise": (elementwise, (_arg((64, 64), P("x", "y")),)),
+    "fft_along_sharded_dim": (fft_along_sharded_dim, (_arg((64, 64), P("x", None)),)),
+    "operands_on_other_axes": (operands_on_other_axes, (_arg((64, 64), P("x", None)), _arg((64, 64), P("y", None)))),
+    "cond_branches_disagree": (cond_branches_disagree,
+                               (_arg((64, 64), P("x", None)), jax.ShapeDtypeStruct((), jnp.bool_))),
 }
 
 
