@@ -1,32 +1,27 @@
-"""Every use of JAX's private APIs, in one place, so a JAX upgrade touches one file.
+"""Compiling a program and running the result: a ``jax.stages.Lowered`` compiled with
+XLA's reports read back, StableHLO text compiled without re-tracing Python, and
+the releases that compile it.
 
 Private pieces used:
 - the MLIR context JAX builds for its own modules (``jax._src.interpreters.mlir.make_ir_context``);
-- whether backends are initialised (``jax._src.xla_bridge.backends_are_initialized``);
-- compiling StableHLO text without re-tracing Python (``jax._src.compiler.get_compile_options`` and
-  ``backend_compile_and_load``) and running the result (``execute_sharded``);
+- compiling StableHLO text (``jax._src.compiler.get_compile_options`` and ``backend_compile_and_load``)
+  and running the result (``execute_sharded``);
 - turning XLA's OpShardings back into NamedShardings (``jax._src.sharding_impls.GSPMDSharding``,
-  ``_gspmd_to_named_sharding_via_mesh``);
-- the devices a Lowered program was lowered for (``Lowered._lowering._device_list``);
-- which frames JAX records in op locations (``jax._src.source_info_util._exclude_paths``);
-- how ``jit`` matches an ``out_shardings`` pytree prefix to the output tree
-  (``jax._src.sharding_impls.prepare_axis_resources``, ``jax._src.api_util.flatten_axis_resources``).
+  ``_gspmd_to_named_sharding_via_mesh``).
 Everything else here is public API, kept beside them because it names XLA's
 file layout (dump file names), which also changes between versions.
 """
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import logging
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ...passes.hlo.involuntary_remat import is_partitioner_warning
+from .compiler_releases import COMPILER_PLUGINS, installed_releases
 from .native_stderr import capture_native_stderr, quiet_native_stderr
 
 with quiet_native_stderr():
@@ -39,21 +34,9 @@ def versions() -> tuple[str, str]:
     return jax.__version__, jaxlib.__version__
 
 
-# The compilers' own distributions, beside jaxlib: a TPU compile is libtpu's, a GPU compile the CUDA plugin's.
-_COMPILER_DISTRIBUTIONS = ("libtpu", "jax-cuda12-plugin", "jax-cuda13-plugin")
-
-
 def compiler_versions() -> dict[str, str]:
-    """The releases that compile a program here: jax, jaxlib, and each installed XLA plugin."""
-    from importlib import metadata
-
-    found = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
-    for name in _COMPILER_DISTRIBUTIONS:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
+    """The releases that compile a program here: jax, jaxlib (as loaded), and each installed XLA plugin."""
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, **installed_releases(COMPILER_PLUGINS)}
 
 
 def make_ir_context() -> ir.Context:
@@ -68,12 +51,6 @@ def parse_stablehlo(text: str, context: ir.Context | None = None) -> ir.Module:
     ctx = context or make_ir_context()
     with ctx:
         return ir.Module.parse(text)
-
-
-def backends_initialized() -> bool:
-    from jax._src import xla_bridge
-
-    return xla_bridge.backends_are_initialized()
 
 
 def stablehlo_text(lowered: Any) -> str:
@@ -166,222 +143,6 @@ def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
         ins = ()
     return CompiledProgram(compiled, compiled.as_text(), _memory_dict(compiled), live, buffers, outs, ins,
                            _cost_dict(compiled), warned.text)
-
-
-def sharding_axes(sharding: Any, rank: int) -> list[list[str]] | None:
-    """Mesh axes per dimension of a NamedSharding; None for other shardings."""
-    spec = getattr(sharding, "spec", None)
-    if spec is None:
-        return None
-    dims: list[list[str]] = []
-    for entry in tuple(spec)[:rank]:
-        if entry is None:
-            dims.append([])
-        elif isinstance(entry, str):
-            dims.append([entry])
-        elif isinstance(entry, tuple):
-            dims.append([str(a) for a in entry])
-        else:  # PartitionSpec.UNCONSTRAINED and friends: not a fixed layout
-            return None
-    return dims + [[] for _ in range(rank - len(dims))]
-
-
-def record_library_frames() -> None:
-    """Make JAX record the frames of installed libraries (flax, optax, ...) in op
-    locations, as it does in a virtual environment.
-
-    JAX drops frames under the standard library's folder, which on a pyenv or
-    system Python contains site-packages, so there it drops every library frame;
-    flax also registers its own files. The tool decides whose code a frame is
-    itself (passes/source/frames.py) and needs the library frames for ``via``: keep JAX's
-    own exclusion and the standard library's, less the package folders inside it.
-    """
-    from jax._src import source_info_util as siu
-
-    if siu._exclude_paths == _RECORDED_EXCLUSIONS:
-        return  # fit calls this per probe: nothing registered since the last call
-    jax_root = os.path.dirname(os.path.dirname(os.path.abspath(siu.__file__))) + os.sep
-    kept: list[str] = []
-    for path in list(siu._exclude_paths):
-        parts = path.replace("\\", "/").split("/")
-        if path.startswith(jax_root):
-            kept.append(path)
-        elif "site-packages" in parts or "dist-packages" in parts:
-            continue  # a library's own exclusion (flax registers its files)
-        elif os.path.isdir(os.path.join(path, "site-packages")) or os.path.isdir(os.path.join(path, "dist-packages")):
-            for child in sorted(os.listdir(path)):
-                if child not in ("site-packages", "dist-packages"):
-                    full = os.path.join(path, child)
-                    kept.append(full + os.sep if os.path.isdir(full) else full)
-        else:
-            kept.append(path)
-    if kept != siu._exclude_paths:
-        siu._exclude_paths[:] = kept
-        siu._exclude_path_regex.cache_clear()
-        siu.is_user_filename.cache_clear()
-        siu.user_frame.cache_clear()
-    _RECORDED_EXCLUSIONS[:] = kept
-
-
-_RECORDED_EXCLUSIONS: list[str] = []  # JAX's exclusions as record_library_frames last left them
-
-
-def flatten_out_shardings(value: Any, out_tree: Any, n_outputs: int) -> list[Any]:
-    """What ``jax.jit(f, out_shardings=value)`` makes of ``value`` for outputs of
-    tree ``out_tree``: one Sharding (or None, unspecified) per flattened output.
-    Raises ValueError with JAX's own message where jit would reject it."""
-    from jax._src.api_util import flatten_axis_resources
-    from jax._src.sharding_impls import UnspecifiedValue, prepare_axis_resources
-
-    prepared = prepare_axis_resources(value, "out_shardings")
-    if prepared is None or isinstance(prepared, (UnspecifiedValue, jax.sharding.Sharding)):
-        flat = [prepared] * n_outputs
-    else:
-        flat = list(flatten_axis_resources("pjit out_shardings", out_tree, prepared, tupled_args=False))
-    return [None if isinstance(s, UnspecifiedValue) else s for s in flat]
-
-
-def lowered_mesh(lowered: Any) -> Any:
-    """The concrete Mesh of a Lowered program's NamedShardings, or None."""
-    args = lowered._lowering.compile_args
-    for s in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
-        mesh = getattr(s, "mesh", None)
-        if isinstance(mesh, jax.sharding.Mesh):
-            return mesh
-    return None
-
-
-def call_arguments(lowered: Any) -> tuple:
-    """The arguments of a lowered call as one tuple whose leaves flatten in jit's order: the
-    positional ones, then the keyword ones by name (jit flattens ``(args, kwargs)``, and a dict's
-    leaves come in sorted key order), so the module's argument numbers index both alike."""
-    args, kwargs = lowered.args_info
-    return tuple(args) + tuple(kwargs[k] for k in sorted(kwargs))
-
-
-def keyword_argument_names(lowered: Any) -> dict[int, str]:
-    """Position in ``call_arguments`` -> keyword, for the arguments passed by keyword."""
-    args, kwargs = lowered.args_info
-    return {len(args) + i: k for i, k in enumerate(sorted(kwargs))}
-
-
-def has_keyword_arguments(lowered: Any) -> bool:
-    """Whether the target was lowered with keyword arguments (jit then takes no in_shardings)."""
-    return bool(lowered.args_info[1])
-
-
-def kept_argument_leaves(lowered: Any) -> frozenset[int] | None:
-    """The flattened argument leaves the compiled module takes: ``jit`` prunes the ones the function never
-    reads (MaxText's ``targets_position``), and the module's arguments are the rest, in order. None: all."""
-    kept = lowered._lowering.compile_args.get("kept_var_idx")
-    return None if kept is None else frozenset(kept)
-
-
-def arg_info_dtype(info: Any) -> Any:
-    """The dtype of one leaf of ``Lowered.args_info``."""
-    return info._aval.dtype
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str) -> Iterator[None]:
-    """JAX logs a CUDA plugin that fails to load with its traceback (through Python's
-    logging, which the native guard does not hold back): the caller says it in a line."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def configure_devices(platform: str, num_cpu_devices: int) -> None:
-    """Select the platform and the number of virtual CPU devices before JAX
-    initialises its backends. Raises RuntimeError when that is too late."""
-    jax.config.update("jax_enable_compilation_cache", False)
-    if backends_initialized():
-        if platform == "cpu" and len(jax.devices("cpu")) != num_cpu_devices:
-            raise RuntimeError(
-                f"JAX is already initialised with {len(jax.devices('cpu'))} CPU devices; "
-                f"{num_cpu_devices} were asked for"
-            )
-        return
-    if platform == "cpu":
-        # --devices is authoritative: a device count in XLA_FLAGS would fight it.
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = " ".join(
-            f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count")
-        )
-        jax.config.update("jax_platforms", "cpu")
-        jax.config.update("jax_num_cpu_devices", num_cpu_devices)
-    elif platform == "gpu":
-        jax.config.update("jax_platforms", "cuda")
-    else:  # a deviceless GPU target: compiles need the CUDA plugin, executions the CPU
-        jax.config.update("jax_platforms", "cpu")
-        jax.config.update("jax_num_cpu_devices", num_cpu_devices)
-    with quiet_native_stderr(), _quiet_logger("jax._src.xla_bridge"):
-        try:
-            jax.devices()
-        except (RuntimeError, AssertionError):  # jax 0.10 asserts when the CUDA plugin fails to load
-            if platform == "gpu":
-                # No CUDA backend: fall back to the CPU so that JAX stays usable and the
-                # caller can say there is no GPU (an uninitialised backend only asserts).
-                jax.config.update("jax_platforms", "cpu")
-            # Otherwise reported where the devices are needed.
-
-
-def gpu_target_devices(spec_text: str, num_devices: int, hosts: int = 1) -> list:
-    """Compile-only devices of a GPU target described by a GpuTargetConfigProto
-    text, over ``hosts`` hosts (devices carry their process_index).
-    Raises ImportError without the CUDA PJRT plugin."""
-    from jax.experimental import topologies
-
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401
-    except ImportError as e:
-        raise ImportError("the CUDA PJRT plugin (jax-cuda12-plugin) is not installed") from e
-    with quiet_native_stderr():
-        topology = topologies.get_topology_desc(
-            "", platform="cuda", topology=f"1x{hosts}x{num_devices // hosts}", target_config=spec_text,
-        )
-    return list(topology.devices)
-
-
-def tpu_target_devices(topology_name: str, accelerator_type: str) -> list:
-    """Compile-only devices of a TPU topology (``v5e:2x4``) through libtpu.
-    Raises ImportError without libtpu.
-
-    libtpu reads what pod it runs in from the environment and prints warnings
-    when that is unset; on a machine without TPUs there is no pod, so a
-    single-host value is given (only where the user has not set one)."""
-    import importlib.util
-
-    from jax.experimental import topologies
-
-    if importlib.util.find_spec("libtpu") is None:
-        raise ImportError("libtpu is not installed")
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", accelerator_type)
-    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    with quiet_native_stderr():
-        topology = topologies.get_topology_desc(topology_name=topology_name, platform="tpu")
-    # libtpu lists each TensorCore of a v4 chip; JAX runs v4 (and v5p) as megacore,
-    # one device per chip, and builds meshes only over those.
-    return [d for d in topology.devices if getattr(d, "core_on_chip", 0) == 0]
-
-
-def gpu_devices() -> list:
-    """The GPUs JAX sees; empty when there are none or no CUDA backend is installed."""
-    try:
-        return [d for d in jax.devices() if d.platform == "gpu"]
-    except RuntimeError:
-        return []
-
-
-def device_kind_summary() -> str:
-    devices = jax.devices()
-    kinds = sorted({d.device_kind for d in devices})
-    return f"{len(devices)} x {', '.join(kinds)}"
 
 
 def _name_for_xla(module: ir.Module) -> None:
@@ -487,42 +248,3 @@ def execute(program: CompiledProgram, args: list[Any], out_shapes: list[tuple[in
 def named_sharding(program: CompiledProgram, index: int) -> Any:
     """The compiled sharding of output ``index`` as a NamedSharding (see compile_stablehlo_text)."""
     return program.output_shardings[index]
-
-
-def device_assignment(lowered: Any) -> list:
-    """The devices a Lowered program was lowered for, in logical-id order."""
-    try:
-        return list(lowered._lowering._device_list)
-    except (AttributeError, TypeError):
-        return []
-
-
-def device_identity(devices: list) -> list[list[Any]]:
-    """Each device as plain JSON (id, platform, kind, host), for the analysis cache's key."""
-    return [[int(d.id), str(d.platform), str(getattr(d, "device_kind", "")), int(getattr(d, "process_index", 0))]
-            for d in devices]
-
-
-def lowered_identity(lowered: Any) -> dict[str, Any]:
-    """What a compile of ``lowered`` depends on beyond its StableHLO text: the devices it
-    is placed on (ids, kind, host) and its argument and result pytrees (the paths a report
-    names). Plain JSON, for the analysis cache's key."""
-    devices = device_identity(device_assignment(lowered))
-    trees: dict[str, str | None] = {}
-    for name in ("in_tree", "out_tree"):
-        try:
-            trees[name] = str(getattr(lowered, name))
-        except Exception:  # noqa: BLE001 - a stage without the attribute: the text alone keys it
-            trees[name] = None
-    return {"devices": devices, **trees}
-
-
-def deserialize_export(data: bytes) -> Any:
-    """A ``jax.export`` artifact; deserialising runs no Python from it."""
-    from jax import export
-
-    return export.deserialize(bytearray(data))
-
-
-def cpu_devices() -> list:
-    return list(jax.devices())
