@@ -16,7 +16,7 @@ def installed_releases(names: Iterable[str]) -> dict[str, str]:
     """Each installed distribution of ``names`` -> its release, in the order named."""
     from importlib import metadata
 
-    found = {}
+    found: dict[str, str] = {}
     for name in names:
         try:
             found[name] = metadata.version(name)

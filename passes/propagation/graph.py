@@ -7,6 +7,7 @@ the propagation, its predictions and suggest's solver read and extend it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..common.axes import Axes, AxisRef
 from ..common.device_groups import MeshInfo
@@ -88,7 +89,7 @@ class ShardingGraph:
     mesh_axes: tuple[str, ...]
     tensors: list[Tensor] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
-    value_ids: dict = field(default_factory=dict)  # ir.Value -> tensor id
+    value_ids: dict[Any, int] = field(default_factory=dict)  # ir.Value -> tensor id
     without_rule: list[str] = field(default_factory=list)  # ops that stop propagation
     explicit: list[ExplicitCollective] = field(default_factory=list)  # psum, ppermute... inside shard_map
     device_ids: tuple[int, ...] | None = None  # the mesh's logical device at each position (None: iota)
