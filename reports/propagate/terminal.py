@@ -6,7 +6,6 @@ from __future__ import annotations
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
-from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
@@ -14,7 +13,7 @@ from ...passes.models.report import PropagatedValue, PropagateRun, PropagationRe
 from ..common.agreement_text import agreement_text
 from ..common.tensor_text import short_op_name
 from ..common.terminal_layout import Column, fitted_table
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import shown, terminal_safe
 from ..findings.terminal import shape_text
 
 MAX_ROWS = 20
@@ -85,10 +84,10 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         if table is not None:
             console.print(table)
         if t.not_compiled:
-            console.print(Text(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
+            console.print(shown(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
         a = t.agreement_with_shardy
         if a is not None:
-            line = Text(agreement_text(a))
+            line = shown(agreement_text(a))
             console.print(line)
             for d in a.disagreements[:5]:
                 console.print(
@@ -100,6 +99,6 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         for query, lines in (explained or {}).items():
             if not lines:
                 continue
-            console.print(Text(f"why {query}:", style="bold"))
+            console.print(shown(f"why {query}:", style="bold"))
             for line in lines:
                 console.print(f"  {line}")

@@ -60,15 +60,10 @@ def assert_inert_markdown(text: str) -> None:
 
 
 def assert_inert_terminal(text: str) -> None:
-    """rich shows the markup as written (unescaped, ``[bold]pwn[/bold]`` would print as ``pwn``)."""
+    """rich shows the name as written: not as markup (unescaped, ``[bold]pwn[/bold]`` would print as ``pwn``),
+    nor with terminal_safe's escape showing (``\\[bold]``, where a name is drawn as rich Text)."""
     assert HOSTILE in text
-
-
-# Where a renderer draws a name as rich Text (fitted_table's cells, Text(...) lines), the markup escape
-# terminal_safe added shows: ``\[bold]pwn\[/bold]``. Inert, but not the name as written.
-SHOWN_ESCAPED = HOSTILE.replace("[", "\\[")
-ESCAPE_SHOWN = ("terminal_safe escapes markup, and a name drawn as rich Text (not parsed as markup) then shows the "
-                "escape's backslashes")
+    assert "\\[" not in text
 
 
 def json_round_trip(command: str, model) -> dict:

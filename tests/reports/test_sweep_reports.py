@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from report_samples import (
-    ESCAPE_SHOWN,
     HEADER,
     HOSTILE,
     HOSTILE_HTML,
     HOSTILE_MARKDOWN,
-    SHOWN_ESCAPED,
     MiB,
     assert_inert_html,
     assert_inert_markdown,
@@ -46,12 +43,11 @@ def run() -> SweepRun:
 
 def test_terminal():
     text = render_terminal("sweep", run())
-    assert SHOWN_ESCAPED in text and "pwn[/bold]" not in text.replace(SHOWN_ESCAPED, "")  # inert
+    assert_inert_terminal(text)
     for figure in ("3.0 MiB", "12.0 MiB", "NO", "all-gather 1.0 MiB x2 over data at train.py:42", "2 ms", "1 ms"):
         assert figure in text, figure
 
 
-@pytest.mark.xfail(strict=True, reason=ESCAPE_SHOWN)
 def test_terminal_shows_names_as_written():
     assert_inert_terminal(render_terminal("sweep", run()))
 
