@@ -9,7 +9,7 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteRun
 from ..common.html_page import e, page, run_header
 from ..common.html_table import table, target_section
-from ..common.tensor_text import shape_text
+from ..common.tensor_text import earlier_sharding_text, shape_text
 
 
 def _ms(seconds: float | None) -> str:
@@ -27,7 +27,7 @@ def render_rewrite_html(run: RewriteRun) -> str:
             facts.append((f"est. step time ({r.after.time.device})", format_seconds(r.before.time.seconds),
                           format_seconds(r.after.time.seconds)))
         pinned = table(("output", "before", "pinned to", "why"), (
-            (a.path, pspec_text(a.before), pspec_text(a.after), a.why) for a in r.out_shardings))
+            (a.path, earlier_sharding_text(a.before), pspec_text(a.after), a.why) for a in r.out_shardings))
         before_after = table(("", "before", "after"), facts)
         changes = table(("change", "kind", "axes", "shape", "before", "after", "source"), (
             (c.change, c.kind, ", ".join(c.mesh_axes), shape_text(c.dtype, c.shape), format_bytes(c.bytes_before),

@@ -11,6 +11,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
+from ..common.tensor_text import earlier_sharding_text
 from ..common.terminal_safe import code_text, shown, terminal_safe
 from ..findings.terminal import shape_text
 
@@ -58,7 +59,7 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
             for col in ("output", "compiled before", "pinned to", "why"):
                 table.add_column(col)
             for a in r.out_shardings:
-                table.add_row(a.path, pspec_text(a.before), pspec_text(a.after), a.why)
+                table.add_row(a.path, earlier_sharding_text(a.before), pspec_text(a.after), a.why)
             console.print(table)
         console.print(_side_by_side(r))
         changes = _changes(r)

@@ -56,6 +56,7 @@ def test_terminal():
     assert_inert_terminal(text)
     for figure in ("8.0 MiB", "6.0 MiB", "512.0 KiB", "all-gather", "1.5 MiB", "train.py:42", "3 ms", "2 ms"):
         assert figure in text, figure
+    assert "unknown" in text  # the earlier sharding of an output rewrite pinned
 
 
 def test_json():
@@ -71,8 +72,9 @@ def test_html():
             "<tr><td>peak / device</td><td>8.0 MiB</td><td>6.0 MiB</td></tr>") in page
     assert "<tr><td>collectives / step</td><td>2.0 MiB</td><td>512.0 KiB</td></tr>" in page
     assert "<tr><td>est. step time (h100)</td><td>3 ms</td><td>2 ms</td></tr>" in page
-    assert f"<tr><td>result[&#x27;{HOSTILE_HTML}&#x27;]</td><td>" in page
-    assert "<td>P(&#x27;data&#x27;)</td><td>as its input</td></tr>" in page
+    # The earlier sharding is not known (before=None): said so, not printed as Python's None.
+    assert (f"<tr><td>result[&#x27;{HOSTILE_HTML}&#x27;]</td><td>unknown</td><td>P(&#x27;data&#x27;)</td>"
+            "<td>as its input</td></tr>") in page
     assert ('<table class="sortable"><thead><tr><th>change</th>' in page
             and "<tr><td>removed</td><td>all-gather</td><td>data</td><td>f32[1024,256]</td><td>1.5 MiB</td>"
             "<td>0 B</td><td>train.py:42</td></tr>" in page)
@@ -83,5 +85,6 @@ def test_markdown():
     text = render_text("rewrite", "markdown", run())
     assert_inert_markdown(text)
     assert "| peak / device | 8.0 MiB | 6.0 MiB |" in text
+    assert "| unknown | P('data') |" in text
     assert "| collectives / step | 2.0 MiB | 512.0 KiB |" in text
     assert "| est. step time (h100) | 3 ms | 2 ms |" in text
