@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 from rich.console import Console
 
@@ -64,6 +65,28 @@ def assert_inert_terminal(text: str) -> None:
     nor with terminal_safe's escape showing (``\\[bold]``, where a name is drawn as rich Text)."""
     assert HOSTILE in text
     assert "\\[" not in text
+
+
+# A name that tries to leave a Markdown code span or block and write raw HTML after it.
+BREAKOUT = "x```\n</code><script>alert(1)</script>`y"
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The fenced code blocks in Markdown, read as CommonMark does: an opening fence of n >= 3 backticks
+    (and an info string), closed only by a line of at least n backticks and nothing else."""
+    blocks, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        opening = re.match(r"(`{3,})[^`]*$", lines[i])
+        if not opening:
+            i += 1
+            continue
+        n, body, i = len(opening.group(1)), [], i + 1
+        while i < len(lines) and not re.fullmatch(rf"`{{{n},}}\s*", lines[i]):
+            body.append(lines[i])
+            i += 1
+        blocks.append("\n".join(body))
+        i += 1
+    return blocks
 
 
 def json_round_trip(command: str, model) -> dict:

@@ -6,6 +6,7 @@ from report_samples import (
     HEADER,
     HOSTILE,
     HOSTILE_HTML,
+    HOSTILE_MARKDOWN,
     MiB,
     assert_inert_html,
     assert_inert_markdown,
@@ -81,3 +82,13 @@ def test_markdown():
     assert_inert_markdown(text)
     assert "| all-reduce | 512.0 KiB | model | stablehlo.dot_general | train.py:42 | yes |" in text
     assert "| %7 |" in text and "| %9 |" not in text
+
+
+def test_markdown_escapes_dtype_and_shape():
+    """The shape cell is escaped as every other cell (brackets, as lint's Markdown writes f32\\[...\\]),
+    a dtype read from a program among it."""
+    value = run().targets[0].values[0].model_copy(update={"dtype": f"f32{HOSTILE}"})
+    target = run().targets[0].model_copy(update={"values": [value]})
+    text = render_text("propagate", "markdown", run().model_copy(update={"targets": [target]}))
+    assert_inert_markdown(text)
+    assert f"| %7 | f32{HOSTILE_MARKDOWN}\\[1024, 256\\] | P('data') |" in text

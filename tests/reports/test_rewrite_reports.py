@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from report_samples import (
+    BREAKOUT,
     HEADER,
     HOSTILE,
     HOSTILE_HTML,
+    HOSTILE_MARKDOWN,
     MiB,
     assert_inert_html,
     assert_inert_markdown,
@@ -44,7 +46,7 @@ def run() -> RewriteRun:
         before=facts(8 * MiB, 2 * MiB, 0.003), after=facts(6 * MiB, MiB // 2, 0.002),
         collective_changes=[CollectiveChange(change="removed", kind="all-gather", mesh_axes=["data"], shape=[1024, 256],
                                              dtype="f32", source=at(42), bytes_before=3 * MiB // 2, bytes_after=0)],
-        python_fix="out_shardings=(P('data', None),)", verdict="The peak falls by 2.0 MiB.",
+        python_fix="out_shardings=(P('data', None),)", verdict=f"The peak falls by 2.0 MiB for {HOSTILE}.",
         remaining=[f"still gathered: {HOSTILE}"],
         validation=Validation(ran=True, backend="cpu", outputs_match=True, shardings_match=True, time_before_s=0.004,
                               time_after_s=0.003))
@@ -85,6 +87,17 @@ def test_markdown():
     text = render_text("rewrite", "markdown", run())
     assert_inert_markdown(text)
     assert "| peak / device | 8.0 MiB | 6.0 MiB |" in text
+    assert f"The peak falls by 2.0 MiB for {HOSTILE_MARKDOWN}." in text  # the verdict, escaped
+    assert "`jax.jit(..., out_shardings=(P('data', None),))`" in text
     assert "| unknown | P('data') |" in text
     assert "| collectives / step | 2.0 MiB | 512.0 KiB |" in text
     assert "| est. step time (h100) | 3 ms | 2 ms |" in text
+
+
+def test_markdown_code_span_holds_the_fix_as_written():
+    """python_fix is code: in a span fenced by more backticks than any run inside it, so a name holding
+    backticks cannot end the span; the span is one line (a newline would end the paragraph)."""
+    target = run().targets[0].model_copy(update={"python_fix": f"out_shardings={{'{BREAKOUT}': P()}}"})
+    text = render_text("rewrite", "markdown", run().model_copy(update={"targets": [target]}))
+    written = BREAKOUT.replace("\n", " ")
+    assert f"````jax.jit(..., out_shardings={{'{written}': P()}})````" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from report_samples import (
+    BREAKOUT,
     HEADER,
     HOSTILE,
     HOSTILE_HTML,
@@ -11,6 +12,7 @@ from report_samples import (
     assert_inert_html,
     assert_inert_markdown,
     assert_inert_terminal,
+    fenced_blocks,
     json_round_trip,
     render_terminal,
     render_text,
@@ -96,3 +98,13 @@ def test_markdown():
     assert "| **solver** | 2.0 MiB fits | 512.0 KiB | 3 ms | 2.5 ms |" in text
     assert "| written | 5.0 MiB fits | 2.0 MiB | 6 ms | 5 ms |" in text
     assert "| params\\['" + HOSTILE_MARKDOWN + "'\\] | P() | P('data') |" in text
+
+
+def test_markdown_code_blocks_hold_the_code_as_written():
+    """A name with backticks cannot close the block and write Markdown (or HTML) after it: the fence is
+    longer than any run of backticks in the code, so the block reads back as the code, whole."""
+    code = f"in_shardings=({{'{BREAKOUT}': P('data')}},)"
+    target = run().targets[0].model_copy(update={"in_shardings_text": code})
+    text = render_text("suggest", "markdown", run().model_copy(update={"targets": [target]}))
+    assert fenced_blocks(text) == [f"jax.jit(step, {code})"]
+    assert "````python" in text  # three backticks in the name: a fence of four
