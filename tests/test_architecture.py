@@ -16,7 +16,7 @@ PACKAGES = ("analyzer", "passes", "reports")
 MAX_LINES = 400
 # Over the limit when the limit was first tested; this list only shrinks.
 OVER_THE_LIMIT = {
-    "passes/propagation/sharding_graph.py", "analyzer/adapter/jax_adapter.py", "analyzer/commands/suggest.py",
+    "analyzer/commands/suggest.py",
 }
 
 

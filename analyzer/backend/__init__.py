@@ -1,1 +1,3 @@
-"""JAX and XLA: the one adapter for JAX's private APIs, and a lowered target compiled and analysed."""
+"""A lowered target compiled and analysed: the one front end (devices, script, targets), the analysis
+cache in use, checked-in programs, out_shardings checked by compiling them. JAX's private APIs are
+the adapter's (analyzer/adapter/), reached through it."""

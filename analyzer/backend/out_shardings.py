@@ -208,7 +208,7 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     return namespace
 
 
-def check_text(
+def check_out_shardings_text(
     text: str, lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
 ) -> str | None:
     """None when pasting ``text`` into ``jax.jit`` gives every output its intended
@@ -255,7 +255,7 @@ def suggest_for(
         text = build_text(lowered, inputs, outputs, intended, pair_of)
     except (ValueError, TypeError, AttributeError) as e:
         return OutShardingsSuggestion(None, f"no out_shardings text could be built: {e}")
-    problem = check_text(text, lowered, inputs, outputs, intended)
+    problem = check_out_shardings_text(text, lowered, inputs, outputs, intended)
     if problem is not None:
         return OutShardingsSuggestion(None, f"the out_shardings text did not check ({problem}); not shown")
     return OutShardingsSuggestion(text)

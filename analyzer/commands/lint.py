@@ -20,7 +20,7 @@ from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.program_files import program_files, program_findings
-from ..context.suppressions import apply_run_suppressions
+from ..context.run_suppressions import apply_run_suppressions
 from ..supervision import isolation
 
 Progress = Callable[[str], None]

@@ -31,7 +31,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.program_files import program_analysis, program_files, shown_notes
-from ..context.suppressions import apply_run_suppressions
+from ..context.run_suppressions import apply_run_suppressions
 from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .process_counts import process_counts

@@ -13,6 +13,7 @@ import socket
 import time
 from dataclasses import replace
 
+from ..adapter.compiler_releases import COMPILER_DISTRIBUTIONS, installed_releases
 from ..context.display_paths import MIRROR_ROOT_ENV
 from .bundle import Bundle, materialize, rerooted
 from .candidates import CandidateOutcome, CandidateTask, run_child
@@ -42,17 +43,9 @@ def run_on_worker(bundle: Bundle, task: CandidateTask) -> CandidateOutcome:
 
 def worker_versions() -> dict[str, str]:
     """The releases a worker compiles with; the sweep refuses a candidate compiled by others than its own."""
-    from importlib import metadata
-
     from .. import __version__
 
-    found = {"jax-shard-lint": __version__}
-    for name in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda13-plugin"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
+    return {"jax-shard-lint": __version__, **installed_releases(COMPILER_DISTRIBUTIONS)}
 
 
 def _lose_worker_once() -> None:

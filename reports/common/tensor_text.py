@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.sharding_text import pspec_text
 from ...passes.models.report import Collective, LiveBuffer, where_text
 
 
@@ -84,3 +85,9 @@ def parts_text(c: Collective) -> str:
     """Each part of a combined collective: ``f32[2048,1024] 8.0 MiB train.py:5``, one per line."""
     return "\n".join(f"{shape_text(p.dtype, p.shape)} {format_bytes(p.bytes)} {where_text(p.source, p.via)}"
                      for p in c.parts)
+
+
+def earlier_sharding_text(sharding: list[list[str]] | None) -> str:
+    """An output's sharding before rewrite pinned it: ``unknown`` where the compiled program did not say
+    (pspec_text would print ``None``, which reads as a JAX sharding)."""
+    return "unknown" if sharding is None else pspec_text(sharding)

@@ -11,6 +11,8 @@ from typing import Literal
 from rich.table import Table
 from rich.text import Text
 
+from .terminal_safe import as_written
+
 # Per column: the two padding spaces and its left border.
 _COLUMN_OVERHEAD = 3
 MIN_PATH_WIDTH = 18
@@ -19,6 +21,8 @@ MIN_SHORT_PATH_WIDTH = 12
 
 @dataclass
 class Column:
+    """A column of a fitted table. ``values`` are terminal_safe'd text (markup escaped, as the rest of a
+    terminal report); the cells show them as written (rich ``Text``, never parsed as markup)."""
     header: str
     values: list[str]
     essential: bool = True
@@ -26,6 +30,10 @@ class Column:
     path: bool = False  # shortened from the left when space runs out
     fold: bool = False  # wrapped instead of shortened
     kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Undone here, before widths are measured and cells wrapped: the escape is not part of the name.
+        self.values = [as_written(v) for v in self.values]
 
     @property
     def natural(self) -> int:

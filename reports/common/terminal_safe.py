@@ -15,12 +15,29 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.markup import escape
+from rich.text import Text
 
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def safe_text(text: str) -> str:
     return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text))
+
+
+# What rich.markup.escape wrote: a backslash before a tag (and the backslashes before it doubled).
+_ESCAPED_TAG = re.compile(r"(\\*)\\(\[[a-z#/@][^[]*?])")
+
+
+def as_written(text: str) -> str:
+    """Text that terminal_safe escaped, as the user wrote it, for a ``rich.text.Text`` (never
+    parsed as markup, so the escape's backslashes would show: ``\\[bold]``). Text without an
+    escaped tag is returned unchanged (a name ending in a lone backslash keeps the one escape added)."""
+    return _ESCAPED_TAG.sub(lambda m: m.group(1)[: len(m.group(1)) // 2] + m.group(2), text)
+
+
+def shown(text: str, style: str = "") -> Text:
+    """``Text`` of terminal_safe'd text: the names in it shown as written, never as markup."""
+    return Text(as_written(text), style=style)
 
 
 def code_text(text: str) -> str:

@@ -18,6 +18,7 @@ from ...passes.models.report import (
 )
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
+from ..common.html_table import cell, markup, table, target_section
 from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, produced_by_text, shape_text
 from ..common.time_text import step_time_basis, step_time_line
 
@@ -147,60 +148,48 @@ def _memory(t: TargetReport) -> str:
     m = t.memory
     if m is None:
         return ""
-    rows = "".join(
-        f"<tr><td data-v=\"{b.bytes}\">{e(format_bytes(b.bytes))}</td>"
-        f"<td>{e(shape_text(b.dtype, b.shape)) if b.shape is not None else '-'}</td>"
-        f"<td>{e(live_buffer_source(b))}</td>"
-        f"<td class=\"op\" title=\"{e(b.op_name or b.name)}\">{e(produced_by_text(b))}</td></tr>"
-        for b in m.live_at_peak[:20]
-    )
+    live = table(("bytes", "shape", "source", "produced by"), (
+        (cell(format_bytes(b.bytes), sort=b.bytes), shape_text(b.dtype, b.shape) if b.shape is not None else "-",
+         live_buffer_source(b), cell(produced_by_text(b), cls="op", title=b.op_name or b.name))
+        for b in m.live_at_peak[:20]), cls="sortable")
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "
              f"{format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}")
     return (
         f'<h3>Memory</h3><p>{e(parts)} ({e(m.platform)} figures)</p><div class="memory">'
         f'<div class="plot">{memory_plot(m)}</div>'
-        f'<div class="live"><h4>Live at the peak</h4><table class="sortable"><thead><tr><th>bytes</th><th>shape</th>'
-        f'<th>source</th><th>produced by</th></tr></thead><tbody>{rows}</tbody></table></div></div>'
+        f'<div class="live"><h4>Live at the peak</h4>{live}</div></div>'
     )
 
 
 def _collectives(t: TargetReport) -> str:
     if not t.collectives:
         return "<h3>Collectives</h3><p class=\"muted\">None.</p>"
-    rows = "".join(
-        f"<tr><td>{e(c.kind)}{' <span class=tag>async</span>' if c.is_async else ''}"
-        f"{' <span class=tag>x-host</span>' if c.cross_host else ''}"
-        + (f' <span class=tag title="{e(", ".join(c.pieces))}">{1 + len(c.pieces)} pieces</span>' if c.pieces else "")
-        + (f' <span class=tag title="{e(parts_text(c))}">{len(c.parts)} parts</span>' if c.parts else "")
-        + "</td>"
-        f'<td data-v="{c.bytes}">{e(format_bytes(c.bytes))}</td><td data-v="{c.count}">{c.count}</td>'
-        f'<td data-v="{c.bytes * c.count}">{e(format_bytes(c.bytes * c.count))}</td>'
-        f'<td data-v="{c.seconds or 0}">{e(format_seconds(c.seconds))}</td>'
-        f"<td>{e(', '.join(c.mesh_axes))}</td><td>{e(c.intent or '-')}</td><td>{e(shape_text(c.dtype, c.shape))}</td>"
-        f"<td>{e(where_text(c.source, c.via))}"
-        + (f'<br><span class=muted>{e(others)}</span>' if (others := other_part_lines(c, most=8)) else "") +
-        f"{(' <span class=muted>from ' + e(str(c.called_from)) + '</span>') if c.called_from else ''}</td>"
-        f"<td class=\"op\">{e(c.op_name or c.hlo_name)}</td></tr>"
-        for c in t.collectives
-    )
+    rows = table(("kind", "bytes", "count", "per step", "est. time", "mesh axes", "intent", "shape", "source", "op"), (
+        (markup(e(c.kind) + (" <span class=tag>async</span>" if c.is_async else "")
+                + (" <span class=tag>x-host</span>" if c.cross_host else "")
+                + (f' <span class=tag title="{e(", ".join(c.pieces))}">{1 + len(c.pieces)} pieces</span>'
+                   if c.pieces else "")
+                + (f' <span class=tag title="{e(parts_text(c))}">{len(c.parts)} parts</span>' if c.parts else "")),
+         cell(format_bytes(c.bytes), sort=c.bytes), cell(c.count, sort=c.count),
+         cell(format_bytes(c.bytes * c.count), sort=c.bytes * c.count),
+         cell(format_seconds(c.seconds), sort=c.seconds or 0), ", ".join(c.mesh_axes), c.intent or "-",
+         shape_text(c.dtype, c.shape),
+         markup(e(where_text(c.source, c.via))
+                + (f"<br><span class=muted>{e(others)}</span>" if (others := other_part_lines(c, most=8)) else "")
+                + (" <span class=muted>from " + e(str(c.called_from)) + "</span>" if c.called_from else "")),
+         cell(c.op_name or c.hlo_name, cls="op"))
+        for c in t.collectives), cls="sortable collectives")
     by_line: dict[str, list] = defaultdict(list)
     for c in t.collectives:
         by_line[str(c.source) if c.source else "(no source)"].append(c)
-    agg = "".join(
-        f"<tr><td>{e(line)}</td><td data-v=\"{len(cs)}\">{len(cs)}</td>"
-        f"<td data-v=\"{sum(c.bytes * c.count for c in cs)}\">"
-        f"{e(format_bytes(sum(c.bytes * c.count for c in cs)))}</td>"
-        f"<td>{e(', '.join(sorted({c.kind for c in cs})))}</td></tr>"
-        for line, cs in sorted(by_line.items(), key=lambda kv: -sum(c.bytes * c.count for c in kv[1]))
-    )
-    return (
-        "<h3>Collectives</h3><p class=\"muted\">Click a column to sort.</p>"
-        '<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th><th>count</th><th>per step</th>'
-        "<th>est. time</th><th>mesh axes</th><th>intent</th><th>shape</th><th>source</th><th>op</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-        '<h4>Per source line</h4><table class="sortable"><thead><tr><th>source</th><th>ops</th><th>per step</th>'
-        f"<th>kinds</th></tr></thead><tbody>{agg}</tbody></table>"
-    )
+    per_line = table(("source", "ops", "per step", "kinds"), (
+        (line, cell(len(cs), sort=len(cs)), cell(format_bytes(sum(c.bytes * c.count for c in cs)),
+                                                  sort=sum(c.bytes * c.count for c in cs)),
+         ", ".join(sorted({c.kind for c in cs})))
+        for line, cs in sorted(by_line.items(), key=lambda kv: -sum(c.bytes * c.count for c in kv[1]))),
+        cls="sortable")
+    return (f'<h3>Collectives</h3><p class="muted">Click a column to sort.</p>{rows}'
+            f"<h4>Per source line</h4>{per_line}")
 
 
 def _io(t: TargetReport) -> str:
@@ -255,8 +244,8 @@ def render_target(t: TargetReport, docs: dict) -> str:
            if t.suggested_out_shardings else "")
     warnings = "".join(f'<p class="warning">{e(w)}</p>' for w in t.warnings)
     # The verdict and the findings first; then the evidence (memory, collectives, inputs and outputs).
-    return (f'<section class="target" data-target="{e(t.name)}"><h2>{e(t.name)}</h2>{warnings}{_summary(t)}'
-            f"{_findings(t.findings, docs, t.name)}{fix}{_memory(t)}{_collectives(t)}{_io(t)}</section>")
+    return target_section(t.name, f"{warnings}{_summary(t)}{_findings(t.findings, docs, t.name)}{fix}{_memory(t)}"
+                                  f"{_collectives(t)}{_io(t)}")
 
 
 def render_html(report: LintReport) -> str:
@@ -265,5 +254,5 @@ def render_html(report: LintReport) -> str:
             f"jax {e(report.jax_version)} &middot; jax-shard-lint {e(report.tool_version)}</p></header>")
     body += "".join(render_target(t, docs) for t in report.targets)
     if report.findings:
-        body += f'<section class="target">{_findings(report.findings, docs)}</section>'
+        body += target_section(None, _findings(report.findings, docs))
     return page(f"jax-shard-lint: {report.script or report.command}", f"<main>{body}</main>")

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.models.process_runs import MultiProcessReport
+from ..common.terminal_safe import shown
 
 
 def process_runs_view(report: MultiProcessReport) -> Group:
@@ -30,7 +31,7 @@ def process_runs_view(report: MultiProcessReport) -> Group:
     for g in report.growing:
         where = f"{g.source.file}:{g.source.line}" if g.source else "(no user line)"
         sizes = ", ".join(f"{n}: {format_bytes(b) if b else 'none'}" for n, b in g.bytes_by_processes)
-        lines.append(Text(f"grows with the process count: {g.program} ({g.kind}) at {where}: {sizes}",
+        lines.append(shown(f"grows with the process count: {g.program} ({g.kind}) at {where}: {sizes}",
                           style="yellow"))
     if not report.growing:
         lines.append(Text("nothing compiled moves more per process with more processes", style="green"))

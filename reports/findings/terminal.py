@@ -21,7 +21,7 @@ from ...passes.models.report import (
 )
 from ..common.tensor_text import collective_lines, live_buffer_source, produced_by_text, shape_text
 from ..common.terminal_layout import Column, fitted_table
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import as_written, safe_text, shown, terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
 from .process_runs_terminal import process_runs_view
 
@@ -43,7 +43,7 @@ def _summary(t: TargetReport) -> Table:
     grid.add_row("mesh", f"{mesh}  ({t.num_devices} devices)")
     if t.call_site is not None:
         again = f"; compiled {t.compilations} times (recompilation)" if t.compilations > 1 else ""
-        grid.add_row("call site", Text(f"{t.call_site}{again}"))
+        grid.add_row("call site", shown(f"{t.call_site}{again}"))
     grid.add_row("platform", t.platform)
     m = t.memory
     if m is not None:
@@ -114,6 +114,12 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     return fitted_table(title, columns, width, caption)
 
 
+def _produced_by(b) -> str:
+    # short_op_name cuts XLA's op name at its '/': on the name as written, not inside its markup escape ('\\[/bold]').
+    written = b.model_copy(update={"op_name": as_written(b.op_name)}) if b.op_name else b
+    return safe_text(produced_by_text(written))
+
+
 def _live(t: TargetReport, width: int) -> Table | None:
     if not t.memory or not t.memory.live_at_peak:
         return None
@@ -122,7 +128,7 @@ def _live(t: TargetReport, width: int) -> Table | None:
         Column("bytes", [format_bytes(b.bytes) for b in rows], justify="right"),
         Column("shape", [shape_text(b.dtype, b.shape) if b.shape is not None else "-" for b in rows]),
         Column("source", [live_buffer_source(b, with_via=False) for b in rows], path=True),
-        Column("produced by", [produced_by_text(b) for b in rows], essential=False),
+        Column("produced by", [_produced_by(b) for b in rows], essential=False),
         Column("via", [_src(b.via) for b in rows], essential=False, path=True),
     ]
     if all(b.via is None for b in rows):
@@ -151,7 +157,7 @@ _MAX_OPS = 6
 def render_finding(f: Finding) -> Group:
     """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
     hanging indent so a long message or fix reads as one block."""
-    where = Text(where_text(f.source, f.via), style="bold")
+    where = shown(where_text(f.source, f.via), style="bold")
     if f.count > 1:
         where.append(f"  {f.count}x" + (f", {format_bytes(f.bytes)} per step in all" if f.bytes else ""),
                      style="magenta")
@@ -173,8 +179,8 @@ def render_finding(f: Finding) -> Group:
     for why in f.provenance:
         body.add_row(Text("why:", style="cyan"), why)
     if len(f.ops) > 1:
-        shown = ", ".join(f.ops[:_MAX_OPS]) + (f" and {len(f.ops) - _MAX_OPS} more" if len(f.ops) > _MAX_OPS else "")
-        body.add_row(Text("ops:", style="dim"), Text(shown, style="dim"))
+        ops = ", ".join(f.ops[:_MAX_OPS]) + (f" and {len(f.ops) - _MAX_OPS} more" if len(f.ops) > _MAX_OPS else "")
+        body.add_row(Text("ops:", style="dim"), shown(ops, style="dim"))
     return Group(head, Padding(body, (0, 0, 1, 4)))
 
 
@@ -193,7 +199,7 @@ def _warnings(warnings: list[str]) -> Table | None:
     grid.add_column(no_wrap=True)
     grid.add_column(ratio=1, overflow="fold")
     for w in warnings:
-        grid.add_row(Text("warning:", style="yellow"), Text(w, style="yellow"))
+        grid.add_row(Text("warning:", style="yellow"), shown(w, style="yellow"))
     return grid
 
 
@@ -203,11 +209,11 @@ def render_terminal(report: LintReport, console: Console) -> None:
     if report.run is not None:
         r = report.run
         status = "exited cleanly" if r.exit_code == 0 else f"exited with code {r.exit_code}: {r.error or ''}"
-        console.print(Text(f"{report.script}: {status}; {r.programs_compiled} programs compiled, "
+        console.print(shown(f"{report.script}: {status}; {r.programs_compiled} programs compiled, "
                            f"{r.programs_reported} reported, {len(r.skipped)} left out",
                            style="yellow" if r.exit_code else "green"))
     for note in report.source_notes:
-        console.print(Text(f"source: {note}", style="yellow" if "not analysed" in note else "dim"))
+        console.print(shown(f"source: {note}", style="yellow" if "not analysed" in note else "dim"))
     for t in report.targets:
         fix = None
         if t.suggested_out_shardings:

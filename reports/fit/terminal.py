@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import shown, terminal_safe
 
 
 def render_fit(result, console: Console) -> None:
@@ -29,14 +28,14 @@ def render_fit(result, console: Console) -> None:
     if device and result.platform.startswith("cpu") and not device.startswith("cpu"):
         # --device sets the budget, not the compile: XLA's CPU and accelerator backends fuse and
         # schedule differently, so the peaks measured here are not the device's.
-        console.print(Text(f"note: these peaks are a CPU compile's, measured against the {device}'s memory; the "
+        console.print(shown(f"note: these peaks are a CPU compile's, measured against the {device}'s memory; the "
                            f"{device}'s own differ: --platform {device.removesuffix('-nvl')} compiles for it",
                            style="yellow"))
     if result.value is None:
-        console.print(Text(f"no admissible {result.param} fits: the smallest already needs "
+        console.print(shown(f"no admissible {result.param} fits: the smallest already needs "
                            f"{format_bytes(result.probes[0].peak_bytes)}", style="bold red"))
         return
     nxt = (f"; {result.param}={result.next_value} needs {format_bytes(result.next_peak_bytes)}"
            if result.next_value is not None else " (the top of the range)")
-    console.print(Text(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}",
+    console.print(shown(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}",
                        style="bold green"))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from ...passes.models.gate import GateResult
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import shown, terminal_safe
 
 
 def render_gate(result: GateResult, console: Console) -> None:
@@ -21,8 +20,8 @@ def render_gate(result: GateResult, console: Console) -> None:
         table.add_row(r.target, r.metric, r.display(r.before), r.display(r.after), ratio, r.alert or "")
     console.print(table)
     if result.compiler_change:
-        console.print(Text(f"Compilers changed: {result.compiler_change}.", style="yellow"))
-    console.print(Text(_verdict(result), style="green" if result.passed else "bold red"))
+        console.print(shown(f"Compilers changed: {result.compiler_change}.", style="yellow"))
+    console.print(shown(_verdict(result), style="green" if result.passed else "bold red"))
 
 
 def _verdict(result: GateResult) -> str:

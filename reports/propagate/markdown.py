@@ -31,7 +31,8 @@ def render_propagation_markdown(run) -> str:
         sharded = [v for v in t.values if any(v.sharding)][:20]
         lines += ["", "| value | shape | sharding | source | from |", "| --- | --- | --- | --- | --- |"]
         for v in sharded:
-            lines.append(f"| {cell(v.name)} | {v.dtype}{v.shape} | {cell(pspec_text(v.sharding))} | "
+            shape = f"{v.dtype}{v.shape}"
+            lines.append(f"| {cell(v.name)} | {cell(shape)} | {cell(pspec_text(v.sharding))} | "
                          f"{cell(str(v.source or '-'))} | {cell(v.seed or '-')} |")
         lines.append("")
     return "\n".join(lines) + "\n"

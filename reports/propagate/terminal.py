@@ -6,7 +6,6 @@ from __future__ import annotations
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
-from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
@@ -15,7 +14,7 @@ from ...passes.models.report import where_text
 from ..common.agreement_text import agreement_text, prediction_counts_text
 from ..common.tensor_text import short_op_name
 from ..common.terminal_layout import Column, fitted_table
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import shown, terminal_safe
 from ..findings.terminal import shape_text
 
 MAX_ROWS = 20
@@ -87,12 +86,12 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         if table is not None:
             console.print(table)
         if t.prediction_counts is not None:
-            console.print(Text(prediction_counts_text(t.prediction_counts)))
+            console.print(shown(prediction_counts_text(t.prediction_counts)))
         if t.not_compiled:
-            console.print(Text(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
+            console.print(shown(f"not compiled: {t.not_compiled} (predictions are not matched against XLA's)"))
         a = t.agreement_with_shardy
         if a is not None:
-            line = Text(agreement_text(a))
+            line = shown(agreement_text(a))
             console.print(line)
             for d in a.disagreements[:5]:
                 console.print(
@@ -104,6 +103,6 @@ def render_propagation(run: PropagateRun, console: Console, explained: dict[str,
         for query, lines in (explained or {}).items():
             if not lines:
                 continue
-            console.print(Text(f"why {query}:", style="bold"))
+            console.print(shown(f"why {query}:", style="bold"))
             for line in lines:
                 console.print(f"  {line}")

@@ -11,7 +11,8 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
-from ..common.terminal_safe import code_text, terminal_safe
+from ..common.tensor_text import earlier_sharding_text
+from ..common.terminal_safe import code_text, shown, terminal_safe
 from ..findings.terminal import shape_text
 
 _NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
@@ -58,13 +59,13 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
             for col in ("output", "compiled before", "pinned to", "why"):
                 table.add_column(col)
             for a in r.out_shardings:
-                table.add_row(a.path, pspec_text(a.before), pspec_text(a.after), a.why)
+                table.add_row(a.path, earlier_sharding_text(a.before), pspec_text(a.after), a.why)
             console.print(table)
         console.print(_side_by_side(r))
         changes = _changes(r)
         if changes is not None:
             console.print(changes)
-        console.print(Text(r.verdict, style="bold"))
+        console.print(shown(r.verdict, style="bold"))
         for line in r.remaining:
             console.print(f"  remaining: {line}")
         if code.python_fix:
@@ -85,10 +86,11 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
                        f"{format_bytes(v.measured_peak_after_bytes)}" if v.measured_peak_before_bytes else "")
                 )
                 for m in v.mismatches:
-                    console.print(Text(f"  mismatch: {m}"))
-                shown = v.nan_values if len(v.nan_values) <= _NAN_LINES else v.nan_values[:_NAN_LINES - 1]
-                if len(shown) < len(v.nan_values):  # one line each would bury the verdict (an Adam step: every output)
+                    console.print(shown(f"  mismatch: {m}"))
+                nan_lines = v.nan_values if len(v.nan_values) <= _NAN_LINES else v.nan_values[:_NAN_LINES - 1]
+                # One line each would bury the verdict (an Adam step: every output).
+                if len(nan_lines) < len(v.nan_values):
                     console.print(Text(f"  agrees: {len(v.nan_values)} outputs are NaN in both versions at the same "
                                        f"positions (all of them in the JSON report), e.g."))
-                for m in shown:
-                    console.print(Text(f"  agrees, NaN in both versions: {m}"))
+                for m in nan_lines:
+                    console.print(shown(f"  agrees, NaN in both versions: {m}"))

@@ -9,6 +9,7 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page, run_header
+from ..common.html_table import markup, table, target_section
 from ..common.tensor_text import shape_text
 from .summary import (
     PLAN_HEAD,
@@ -26,14 +27,13 @@ def render_suggest_html(run: SuggestRun) -> str:
     body = run_header(run, "suggest")
     for r in run.targets:
         mesh = dict(r.mesh)
-        versions = "".join(
-            "<tr>" + "".join(f"<td><b>{e(c)} (suggested)</b></td>" if k == 0 and v.name == r.chosen
-                             else f"<td>{e(c)}</td>" for k, c in enumerate(version_cells(v))) + "</tr>"
-            for v in r.versions)
-        costs = "".join(
-            f"<tr><td>{e(v.name)}</td><td>{e(format_seconds(v.model.compute_seconds))}</td>"
-            f"<td>{e(format_seconds(v.model.reduction_seconds))}</td><td>{e(format_seconds(v.model.reshard_seconds))}"
-            f"</td><td>{e(format_seconds(v.model.seconds))}</td></tr>" for v in r.versions if v.model)
+        versions = table(VERSION_HEAD, (
+            [markup(f"<b>{e(c)} (suggested)</b>") if k == 0 and v.name == r.chosen else c
+             for k, c in enumerate(version_cells(v))] for v in r.versions))
+        costs = table(("version", "compute", "reductions", "resharding", "total"), (
+            (v.name, format_seconds(v.model.compute_seconds), format_seconds(v.model.reduction_seconds),
+             format_seconds(v.model.reshard_seconds), format_seconds(v.model.seconds))
+            for v in r.versions if v.model))
         figs = "".join(
             f'<figure><figcaption><b>{e(a.path)}</b> {e(shape_text(a.dtype, a.shape))}<br>written '
             f'{e(pspec_text(a.current))} &rarr; <b>{e(pspec_text(a.suggested))}</b> '
@@ -43,10 +43,8 @@ def render_suggest_html(run: SuggestRun) -> str:
             for a in sorted(r.arguments, key=lambda a: (-_size(a), a.index))[:24])
         plans = ""
         if len(r.solver.plans) > 1:
-            plans = ("<h3>The solver's plans, checked against propagation and compiled</h3><table><thead><tr>"
-                     + "".join(f"<th>{e(h)}</th>" for h in PLAN_HEAD) + "</tr></thead><tbody>"
-                     + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in plan_rows(r))
-                     + "</tbody></table>")
+            plans = ("<h3>The solver's plans, checked against propagation and compiled</h3>"
+                     + table(PLAN_HEAD, plan_rows(r)))
         text = ""
         if r.placement_text:
             text = (f'<p>{e(placement_why(r))}</p>'
@@ -61,17 +59,14 @@ def render_suggest_html(run: SuggestRun) -> str:
         if r.logical_rules is not None:
             text += ("".join(f"<p>{e(line)}</p>" for line in logical_rule_lines(r))
                      + f'<pre class="fixtext">{e(r.logical_rules.rules_text)}</pre>')
-        body += (
-            f'<section class="target" data-target="{e(r.name)}"><h2>{e(r.name)}</h2><p><b>{e(r.verdict)}</b></p>'
-            f"<p>{e(solver_line(r, plans_inline=False))}</p>{text}<h3>Compiled versions</h3><table><thead><tr>"
-            + "".join(f"<th>{e(h)}</th>" for h in VERSION_HEAD) + f"</tr></thead><tbody>{versions}</tbody></table>"
-            + (f'<p class="muted">{e(model_note(r))}</p>' if model_note(r) else "") +
-            f"{plans}<h3>Cost model breakdown</h3><table><thead><tr><th>version</th><th>compute</th><th>reductions</th>"
-            f"<th>resharding</th><th>total</th></tr></thead><tbody>{costs}</tbody></table>"
+        body += target_section(r.name, (
+            f"<p><b>{e(r.verdict)}</b></p><p>{e(solver_line(r, plans_inline=False))}</p>{text}"
+            f"<h3>Compiled versions</h3>{versions}"
+            + (f'<p class="muted">{e(model_note(r))}</p>' if model_note(r) else "")
+            + f"{plans}<h3>Cost model breakdown</h3>{costs}"
             f"<h3>Suggested argument shardings</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
             f"devices that hold it, on the {e(r.chosen)} shardings.</p><div class=\"grids\">{figs}</div>"
-            + "".join(f'<p class="muted">note: {e(n)}</p>' for n in r.notes) + "</section>"
-        )
+            + "".join(f'<p class="muted">note: {e(n)}</p>' for n in r.notes)))
     return page("jax-shard-lint suggest", f"<main>{body}</main>")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
-from ..common.markdown_text import cell
+from ..common.markdown_text import cell, code_block
 from .summary import (
     MAX_ROWS,
     PLAN_HEAD,
@@ -37,14 +37,12 @@ def render_suggest_markdown(run: SuggestRun) -> str:
             lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
                       for a in changed[:MAX_ROWS]]
         if r.placement_text:
-            lines += ["", placement_why(r) + ".",
-                      "", "```python", r.placement_text]
-            lines += [f"jax.jit(step, {r.out_shardings_text})"] if r.out_shardings_text else []
-            lines += ["```"]
+            code = r.placement_text + (f"\njax.jit(step, {r.out_shardings_text})" if r.out_shardings_text else "")
+            lines += ["", placement_why(r) + ".", "", *code_block(code)]
         elif r.in_shardings_text:
             text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
-            lines += ["", "```python", f"jax.jit(step, {text})", "```"]
+            lines += ["", *code_block(f"jax.jit(step, {text})")]
         if r.logical_rules is not None:
-            lines += ["", *logical_rule_lines(r), "", "```python", r.logical_rules.rules_text, "```"]
+            lines += ["", *(cell(x) for x in logical_rule_lines(r)), "", *code_block(r.logical_rules.rules_text)]
         lines.append("")
     return "\n".join(lines) + "\n"

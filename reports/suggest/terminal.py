@@ -11,7 +11,7 @@ from rich.text import Text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestRun
-from ..common.terminal_safe import code_text, terminal_safe
+from ..common.terminal_safe import code_text, shown, terminal_safe
 from .summary import (
     MAX_ROWS,
     VERSION_HEAD,
@@ -58,7 +58,7 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
             console.print(args)
             if len(changed) > MAX_ROWS:
                 console.print(f"  ... {len(changed) - MAX_ROWS} more (--format json lists all)")
-        console.print(Text(r.verdict, style="bold"))
+        console.print(shown(r.verdict, style="bold"))
         console.print(f"solver: {solver_line(r)}")
         if code.placement_text:
             console.print(Text.assemble((f"Python ({placement_why(code)}): ", "bold green"),

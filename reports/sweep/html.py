@@ -7,6 +7,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.models.sweep import SweepRun
 from ..common.html_page import e, page
+from ..common.html_table import Row, cell, table, target_section
 from .summary import (
     compile_time_text,
     compiled_on_text,
@@ -73,26 +74,21 @@ def scatter(run: SweepRun) -> str:
 
 
 def render_sweep_html(run: SweepRun) -> str:
-    rows = "".join(
-        f"<tr class=\"{'over' if c.fits is False else 'failed' if c.error else ''}\"><td>#{k + 1}</td>"
-        f"<td>{c.rank or '-'}</td>"
-        f"<td>{e(c.label)}</td><td data-v=\"{c.seconds or 0}\">{e(format_seconds(c.seconds))}</td>"
-        f"<td>{e(slowdown_text(c))}</td><td data-v=\"{c.peak_bytes or 0}\">"
-        f"{e(format_bytes(c.peak_bytes) if c.peak_bytes is not None else '-')}</td><td>{e(fit_text(c))}</td>"
-        f"<td data-v=\"{c.collective_bytes}\">{e(format_bytes(c.collective_bytes))}</td>"
-        f"<td data-v=\"{c.cross_host_bytes}\">{e(format_bytes(c.cross_host_bytes))}</td>"
-        f"<td>{'yes' if c.pareto else ''}</td><td>{e(slowest_collective_text(c))}</td>"
-        f"<td title=\"{e(compiled_on_text(run, c))}\">{e(compile_time_text(run, c))}</td></tr>"
-        for k, c in enumerate(run.candidates))
+    rows = (Row((f"#{k + 1}", c.rank or "-", c.label, cell(format_seconds(c.seconds), sort=c.seconds or 0),
+                 slowdown_text(c),
+                 cell(format_bytes(c.peak_bytes) if c.peak_bytes is not None else "-", sort=c.peak_bytes or 0),
+                 fit_text(c), cell(format_bytes(c.collective_bytes), sort=c.collective_bytes),
+                 cell(format_bytes(c.cross_host_bytes), sort=c.cross_host_bytes), "yes" if c.pareto else "",
+                 slowest_collective_text(c), cell(compile_time_text(run, c), title=compiled_on_text(run, c))),
+                "over" if c.fits is False else "failed" if c.error else "")
+            for k, c in enumerate(run.candidates))
     basis = next((c.time for c in run.candidates if c.time is not None), None)
     note = (f'<p class="muted">Estimates: {e(basis.basis)}. Sources: {e("; ".join(basis.sources))}.</p>'
             if basis else "")
     body = (f"<header><h1>jax-shard-lint sweep</h1><p>{e(run.script or '')} &middot; {e(run.platform)} &middot; "
             f"jax {e(run.jax_version)} &middot; jax-shard-lint {e(run.tool_version)}</p></header>"
-            f'<section class="target"><p><b>{e(headline(run))}</b></p>{scatter(run)}{note}'
-            '<table class="sortable sweep"><thead><tr><th>point</th><th>rank</th><th>candidate</th><th>est. time</th>'
-            '<th>vs best</th>'
-            "<th>peak / device</th><th>fits</th><th>collectives / step</th><th>across hosts</th><th>Pareto</th>"
-            f"<th>slowest collective</th><th>compiled</th></tr></thead><tbody>{rows}</tbody></table>"
-            f'<p class="muted">{e(execution_text(run))}</p></section>')
+            + target_section(None, f"<p><b>{e(headline(run))}</b></p>{scatter(run)}{note}" + table(
+                ("point", "rank", "candidate", "est. time", "vs best", "peak / device", "fits", "collectives / step",
+                 "across hosts", "Pareto", "slowest collective", "compiled"), rows, cls="sortable sweep")
+                + f'<p class="muted">{e(execution_text(run))}</p>'))
     return page(f"jax-shard-lint sweep: {run.script}", body)

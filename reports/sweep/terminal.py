@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.text import Text
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.models.sweep import SweepRun
 from ..common.terminal_layout import Column, fitted_table
-from ..common.terminal_safe import terminal_safe
+from ..common.terminal_safe import shown, terminal_safe
 from .summary import compile_time_text, execution_text, fit_text, headline, slowdown_text, slowest_collective_text
 
 
@@ -17,7 +16,7 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
     run = terminal_safe(run)
     rows = run.candidates
     budget = f", budget {format_bytes(run.budget_bytes)}" if run.budget_bytes else ""
-    console.print(Text(f"{run.script}: {len(rows)} candidate(s) on {run.platform}{budget}", style="bold"))
+    console.print(shown(f"{run.script}: {len(rows)} candidate(s) on {run.platform}{budget}", style="bold"))
     columns = [
         Column("#", [str(c.rank) if c.rank else "-" for c in rows], justify="right"),
         Column("candidate", [c.label for c in rows], fold=True),
@@ -42,7 +41,7 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
         # The column that carries a failure's reason did not fit: each reason gets its own line.
         for c in rows:
             if c.error is not None:
-                console.print(Text(f"{c.label} failed: {c.error}", style="red"))
-    console.print(Text(headline(run), style="green" if any(c.rank for c in rows) else "red"))
+                console.print(shown(f"{c.label} failed: {c.error}", style="red"))
+    console.print(shown(headline(run), style="green" if any(c.rank for c in rows) else "red"))
     if run.execution is not None:
-        console.print(Text(execution_text(run), style="dim"))
+        console.print(shown(execution_text(run), style="dim"))

@@ -1,0 +1,148 @@
+"""lint, run and check's reports (reports/findings/: terminal, HTML, SARIF, Markdown; JSON) on one small
+report built here: its figures, names, findings and fixes read back, hostile names inert."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from report_samples import (
+    HEADER,
+    HOSTILE,
+    HOSTILE_HTML,
+    MiB,
+    assert_inert_html,
+    assert_inert_markdown,
+    assert_inert_terminal,
+    at,
+    json_round_trip,
+    render_terminal,
+    render_text,
+    step_time,
+)
+
+from jax_shard_lint.passes.models.process_runs import MultiProcessReport, ProcessCountRun, ProcessFigures
+from jax_shard_lint.passes.models.report import (
+    Collective,
+    Finding,
+    LintReport,
+    LiveBuffer,
+    MemorySummary,
+    MemoryTimelinePoint,
+    RuleDoc,
+    ScriptRun,
+    Severity,
+    TargetReport,
+    TensorInfo,
+)
+
+COMMANDS = ("lint", "run", "check")
+COVERS = {(c, f) for c in COMMANDS for f in ("terminal", "json", "html", "sarif", "markdown")}
+TARGET = f"step {HOSTILE}"
+
+
+def report(command: str = "lint") -> LintReport:
+    memory = MemorySummary(
+        platform="cpu", peak_bytes=3 * MiB + MiB // 2, argument_bytes=MiB, output_bytes=MiB // 2, temp_bytes=2 * MiB,
+        alias_bytes=0, budget_bytes=16 * MiB, live_range_peak_bytes=3 * MiB, peak_step=2,
+        live_at_peak=[LiveBuffer(name="fusion.3", bytes=2 * MiB, shape=[512, 1024], dtype="f32", op_name=HOSTILE,
+                                 source=at(40))],
+        timeline=[MemoryTimelinePoint(step=0, bytes=MiB), MemoryTimelinePoint(step=2, bytes=3 * MiB),
+                  MemoryTimelinePoint(step=4, bytes=MiB)])
+    gather = Collective(kind="all-gather", bytes=256 * 1024, count=3, mesh_axes=["data"], shape=[256, 256],
+                        dtype="f32", op_name=f"jit(step)/{HOSTILE}", source=at(42), hlo_name="all-gather.7",
+                        computation="main", group_size=4, intent="parameter-gather", seconds=0.002)
+    finding = Finding(rule="SL101", name="weight-gathered-every-step", severity=Severity.warning,
+                      message=f"params['{HOSTILE}'] is gathered 3 times per step", source=at(42),
+                      fix="P('data', None)", count=2, bytes=768 * 1024, ops=["all-gather.7", "all-gather.9"],
+                      parameter=f"params['{HOSTILE}']", parameter_sharding=[["data"], []],
+                      suggested_sharding=[[], ["data"]], provenance=[f"argument params['{HOSTILE}'] P('data', None)"])
+    weight = TensorInfo(index=0, path=f"params['{HOSTILE}']", shape=[1024, 256], dtype="f32",
+                        sharding=[["data"], []], bytes=MiB, per_device_bytes=MiB // 4)
+    target = TargetReport(name=TARGET, platform="cpu", num_devices=8, mesh={"data": 4, "model": 2}, memory=memory,
+                          collectives=[gather], inputs=[weight], outputs=[], findings=[finding],
+                          time=step_time(0.004), warnings=[f"warned {HOSTILE}"])
+    run = ScriptRun(exit_code=0, error=None, programs_compiled=2, programs_reported=1) if command == "run" else None
+    unused = Finding(rule="SL001", name="unused-suppression", severity=Severity.info, message=f"unused {HOSTILE}",
+                     source=at(7))
+    return LintReport(**HEADER, command=command, targets=[target], findings=[unused], run=run,
+                      rules=[RuleDoc(code="SL101", name="weight-gathered-every-step", severity=Severity.warning,
+                                     summary="a weight is all-gathered every step", doc=f"doc of SL101 {HOSTILE}")])
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_terminal(command):
+    text = render_terminal(command, report(command))
+    assert_inert_terminal(text)
+    for figure in ("3.5 MiB", "256.0 KiB", "all-gather", "train.py:42", "SL101", "P('data', None)", "SL001",
+                   "1 target(s), 2 finding(s)"):
+        assert figure in text, figure
+    assert ("exited cleanly; 2 programs compiled, 1 reported" in text) == (command == "run")
+
+
+def test_run_with_processes_terminal_names_each_process_count():
+    figures = [ProcessFigures(process=p, exit_code=0, programs_compiled=1, programs=["step"],
+                              collective_bytes=(p + 1) * MiB, peak_host_bytes=100 * MiB, peak_device_bytes=3 * MiB)
+               for p in range(2)]
+    multi = MultiProcessReport(**report("run").model_dump(), process_runs=[ProcessCountRun(
+        processes=2, devices_per_process=4, error=None, wall_seconds=1.5, exit_code=0, per_process=figures)])
+    text = render_terminal("run", multi)
+    assert_inert_terminal(text)
+    assert "2.0 MiB" in text and "100.0 MiB" in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_json(command):
+    out = json_round_trip(command, report(command))
+    assert out["command"] == command and out["targets"][0]["name"] == TARGET
+    assert out["targets"][0]["memory"]["peak_bytes"] == 3 * MiB + MiB // 2
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_html(command):
+    page = render_text(command, "html", report(command))
+    assert page.startswith("<!DOCTYPE html>")
+    assert_inert_html(page)
+    assert f'<section class="target" data-target="step {HOSTILE_HTML}"><h2>step {HOSTILE_HTML}</h2>' in page
+    assert f'data-peak-bytes="{3 * MiB + MiB // 2}">3.5 MiB</span>' in page
+    # The collectives table: bytes, count and per step, each sortable by its number; the op escaped.
+    assert ('<td data-v="262144">256.0 KiB</td><td data-v="3">3</td><td data-v="786432">768.0 KiB</td>'
+            '<td data-v="0.002">2 ms</td><td>data</td><td>parameter-gather</td>') in page
+    assert f'<td class="op">jit(step)/{HOSTILE_HTML}</td>' in page
+    # Per source line, and the buffers live at the peak (the op as its hover text).
+    assert '<tr><td>train.py:42</td><td data-v="1">1</td><td data-v="786432">768.0 KiB</td><td>all-gather</td></tr>' \
+        in page
+    assert f'<td data-v="{2 * MiB}">2.0 MiB</td><td>f32[512,1024]</td>' in page
+    assert f'title="{HOSTILE_HTML}"' in page
+    assert re.search(r'<table class="sortable collectives"><thead><tr><th>kind</th><th>bytes</th>', page)
+    # The finding, its fix and the run's own findings in a section of their own.
+    assert f"params[&#x27;{HOSTILE_HTML}&#x27;] is gathered 3 times per step" in page
+    assert "fix: <code>P(&#x27;data&#x27;, None)</code>" in page
+    assert '<section class="target"><h3>Findings</h3>' in page and f"unused {HOSTILE_HTML}" in page
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_sarif(command):
+    sarif = json.loads(render_text(command, "sarif", report(command)))
+    assert sarif["version"] == "2.1.0"
+    results = sarif["runs"][0]["results"]
+    assert [r["ruleId"] for r in results] == ["SL101", "SL001"]
+    first = results[0]
+    assert first["level"] == "warning"
+    assert first["message"]["text"] == f"params['{HOSTILE}'] is gathered 3 times per step Fix: P('data', None)"
+    assert first["properties"]["target"] == TARGET and first["properties"]["count"] == 2
+    location = first["locations"][0]["physicalLocation"]
+    assert location["region"]["startLine"] == 42 and location["artifactLocation"]["uri"].endswith("train.py")
+    assert sarif["runs"][0]["tool"]["driver"]["rules"][0]["id"] == "SL101"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_markdown(command):
+    text = render_text(command, "markdown", report(command))
+    assert_inert_markdown(text)
+    assert text.startswith("### jax-shard-lint: 2 finding(s)")
+    assert "| 3.5 MiB | 16.0 MiB | 768.0 KiB | ~4 ms (nominal) | 1 warning |" in text or \
+        "| 3.5 MiB | 16.0 MiB | 768.0 KiB | ~4 ms | 1 warning |" in text
+    assert "| warning | SL101 weight-gathered-every-step |" in text and "| train.py:42 |" in text
+    assert r"P('data', None)" in text

@@ -1,0 +1,52 @@
+"""fit's reports (terminal, JSON) on one small result built here."""
+
+from __future__ import annotations
+
+from report_samples import (
+    HOSTILE,
+    MiB,
+    assert_inert_terminal,
+    json_round_trip,
+    render_terminal,
+)
+
+from jax_shard_lint.analyzer.commands.fit import FitResult, Probe
+
+COVERS = {("fit", "terminal"), ("fit", "json")}
+
+
+def result(value: int | None = 8) -> FitResult:
+    probes = [Probe(value=4, peak_bytes=3 * MiB, fits=True), Probe(value=16, peak_bytes=9 * MiB, fits=False),
+              Probe(value=8, peak_bytes=5 * MiB, fits=True),
+              Probe(value=12, peak_bytes=7 * MiB, fits=False, refused_by_compiler=True)]
+    return FitResult(tool_version="9.9.9", script="train.py", param=f"batch{HOSTILE}", targets=["step"],
+                     platform="cpu", budget_bytes=6 * MiB, budget_source="h100", multiple_of=4, range=[4, 16],
+                     value=value, peak_bytes=5 * MiB if value else None, next_value=12 if value else None,
+                     next_peak_bytes=7 * MiB if value else None, line_intercept_bytes=float(MiB),
+                     line_slope_bytes=float(MiB // 2), probes=probes if value else probes[1:2])
+
+
+def test_terminal():
+    text = render_terminal("fit", result())
+    assert f"Probes of batch{HOSTILE} (in the order compiled)" in text  # the table's title is markup: as written
+    assert f"batch{HOSTILE} = 8: peak 5.0 MiB; batch{HOSTILE}=12 needs 7.0 MiB" in text
+    assert f"fitted line: peak ~ 1.0 MiB + 512.0 KiB x batch{HOSTILE}" in text
+    assert "budget 6.0 MiB per device (cpu)" in text and "a multiple of 4 in 4..16" in text
+    assert "no (the compiler refused it: out of memory)" in text
+    assert "these peaks are a CPU compile's, measured against the h100's memory" in text
+
+
+def test_terminal_when_nothing_fits():
+    text = render_terminal("fit", result(value=None))
+    assert f"no admissible batch{HOSTILE} fits: the smallest already needs 9.0 MiB" in text
+
+
+def test_terminal_shows_names_as_written():
+    text = render_terminal("fit", result())
+    assert f"batch{HOSTILE} = 8: peak 5.0 MiB" in text
+    assert_inert_terminal(text)
+
+
+def test_json():
+    out = json_round_trip("fit", result())
+    assert out["value"] == 8 and [p["value"] for p in out["probes"]] == [4, 16, 8, 12]

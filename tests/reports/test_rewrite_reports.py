@@ -1,0 +1,103 @@
+"""rewrite's reports (terminal, HTML, Markdown, JSON) on one small report built here."""
+
+from __future__ import annotations
+
+from report_samples import (
+    BREAKOUT,
+    HEADER,
+    HOSTILE,
+    HOSTILE_HTML,
+    HOSTILE_MARKDOWN,
+    MiB,
+    assert_inert_html,
+    assert_inert_markdown,
+    assert_inert_terminal,
+    at,
+    json_round_trip,
+    render_terminal,
+    render_text,
+    step_time,
+)
+
+from jax_shard_lint.passes.models.rewrite import (
+    AppliedSharding,
+    CollectiveChange,
+    ProgramFacts,
+    RewriteReport,
+    RewriteRun,
+    Validation,
+)
+
+COVERS = {("rewrite", f) for f in ("terminal", "json", "html", "markdown")}
+TARGET = f"step {HOSTILE}"
+
+
+def facts(peak: int, collective: int, seconds: float) -> ProgramFacts:
+    return ProgramFacts(peak_bytes=peak, argument_bytes=MiB, output_bytes=MiB, temp_bytes=peak - 2 * MiB,
+                        alias_bytes=0, collective_bytes=collective, collectives=[], outputs=[],
+                        time=step_time(seconds))
+
+
+def run() -> RewriteRun:
+    target = RewriteReport(
+        name=TARGET, platform="cpu",
+        out_shardings=[AppliedSharding(path=f"result['{HOSTILE}']", index=0, before=None, after=[["data"], []],
+                                       why="as its input")],
+        before=facts(8 * MiB, 2 * MiB, 0.003), after=facts(6 * MiB, MiB // 2, 0.002),
+        collective_changes=[CollectiveChange(change="removed", kind="all-gather", mesh_axes=["data"], shape=[1024, 256],
+                                             dtype="f32", source=at(42), bytes_before=3 * MiB // 2, bytes_after=0)],
+        python_fix="out_shardings=(P('data', None),)", verdict=f"The peak falls by 2.0 MiB for {HOSTILE}.",
+        remaining=[f"still gathered: {HOSTILE}"],
+        validation=Validation(ran=True, backend="cpu", outputs_match=True, shardings_match=True, time_before_s=0.004,
+                              time_after_s=0.003))
+    return RewriteRun(**HEADER, targets=[target])
+
+
+def test_terminal():
+    text = render_terminal("rewrite", run())
+    assert_inert_terminal(text)
+    for figure in ("8.0 MiB", "6.0 MiB", "512.0 KiB", "all-gather", "1.5 MiB", "train.py:42", "3 ms", "2 ms"):
+        assert figure in text, figure
+    assert "unknown" in text  # the earlier sharding of an output rewrite pinned
+
+
+def test_json():
+    out = json_round_trip("rewrite", run())
+    assert out["targets"][0]["after"]["peak_bytes"] == 6 * MiB
+
+
+def test_html():
+    page = render_text("rewrite", "html", run())
+    assert_inert_html(page)
+    assert f'<section class="target" data-target="step {HOSTILE_HTML}">' in page
+    assert ("<thead><tr><th></th><th>before</th><th>after</th></tr></thead><tbody>"
+            "<tr><td>peak / device</td><td>8.0 MiB</td><td>6.0 MiB</td></tr>") in page
+    assert "<tr><td>collectives / step</td><td>2.0 MiB</td><td>512.0 KiB</td></tr>" in page
+    assert "<tr><td>est. step time (h100)</td><td>3 ms</td><td>2 ms</td></tr>" in page
+    # The earlier sharding is not known (before=None): said so, not printed as Python's None.
+    assert (f"<tr><td>result[&#x27;{HOSTILE_HTML}&#x27;]</td><td>unknown</td><td>P(&#x27;data&#x27;)</td>"
+            "<td>as its input</td></tr>") in page
+    assert ('<table class="sortable"><thead><tr><th>change</th>' in page
+            and "<tr><td>removed</td><td>all-gather</td><td>data</td><td>f32[1024,256]</td><td>1.5 MiB</td>"
+            "<td>0 B</td><td>train.py:42</td></tr>" in page)
+    assert "median step 4.00 ms &rarr; 3.00 ms" in page
+
+
+def test_markdown():
+    text = render_text("rewrite", "markdown", run())
+    assert_inert_markdown(text)
+    assert "| peak / device | 8.0 MiB | 6.0 MiB |" in text
+    assert f"The peak falls by 2.0 MiB for {HOSTILE_MARKDOWN}." in text  # the verdict, escaped
+    assert "`jax.jit(..., out_shardings=(P('data', None),))`" in text
+    assert "| unknown | P('data') |" in text
+    assert "| collectives / step | 2.0 MiB | 512.0 KiB |" in text
+    assert "| est. step time (h100) | 3 ms | 2 ms |" in text
+
+
+def test_markdown_code_span_holds_the_fix_as_written():
+    """python_fix is code: in a span fenced by more backticks than any run inside it, so a name holding
+    backticks cannot end the span; the span is one line (a newline would end the paragraph)."""
+    target = run().targets[0].model_copy(update={"python_fix": f"out_shardings={{'{BREAKOUT}': P()}}"})
+    text = render_text("rewrite", "markdown", run().model_copy(update={"targets": [target]}))
+    written = BREAKOUT.replace("\n", " ")
+    assert f"````jax.jit(..., out_shardings={{'{written}': P()}})````" in text
