@@ -11,6 +11,9 @@ prediction says which, from the compiled collectives at its line.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ..common.byte_sizes import format_bytes
 from ..models.propagation import PredictedCollective, PredictionCounts
 from ..models.report import Collective, SourceLocation
@@ -60,7 +63,7 @@ def match_compiled(
     if compiled is None:
         return predicted
     parts = _parts(compiled)
-    capacity: dict[tuple[str, Line], list[list]] = {}
+    capacity: dict[tuple[str, Line], list[list[Any]]] = {}
     for family, line, nbytes, axes, _ in parts:
         capacity.setdefault((family, line), []).append([nbytes, _base(axes)])
     matched: dict[int, bool] = {}
@@ -75,12 +78,12 @@ def match_compiled(
             for i, p in enumerate(predicted)]
 
 
-def _base(axes) -> frozenset[str]:
+def _base(axes: Iterable[str]) -> frozenset[str]:
     """The mesh axes themselves (``fsdp:(2)2``, half of fsdp, is on fsdp)."""
     return frozenset(a.split(":")[0] for a in axes)
 
 
-def _take(left: list[list], nbytes: int, axes: frozenset[str]) -> bool:
+def _take(left: list[list[Any]], nbytes: int, axes: frozenset[str]) -> bool:
     """Spend a compiled collective over some of these axes that has half these bytes left."""
     need = -(-nbytes // 2)
     j = next((j for j, (b, on) in sorted(enumerate(left), key=lambda e: e[1][0]) if b >= need and on & axes), None)
