@@ -29,7 +29,7 @@ from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
 from .fix_checks import _compiled, _cost_text, _not_offered, _verdict, check_fixes, traffic_bytes
 from .sharding_edits import with_entry_shardings
-from .side_by_side import compile_side_by_side, counted
+from .side_by_side import CompileCounter, compile_side_by_side
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
 # Candidates compiled per target (each a compile of the whole step).
@@ -99,7 +99,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                                            e.donors) for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
-        counted(progress, report.name, ["the program as written"] + [e.change for e in ordered]))
+        CompileCounter(progress, report.name).announce(["the program as written"] + [e.change for e in ordered]))
     before = compiled[0]
     if isinstance(before, BaseException):
         raise before
