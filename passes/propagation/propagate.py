@@ -362,7 +362,7 @@ def _fixpoint(g: ShardingGraph, level: int, round_priority: int | None, users: l
               stats: list[int], live: set[int] | None = None) -> set[int]:
     """Sweep the steps in order until nothing changes, then only steps touching a changed tensor; the first
     sweep skips steps not ``live`` (inert: tensors' dims and meshes, directions unchanged since last visit)."""
-    dirty, carry, live = set(range(len(g.steps))), set(), live if live is not None else set(range(len(g.steps)))
+    dirty, carry, live = set(range(len(g.steps))), set[int](), live if live is not None else set(range(len(g.steps)))
     for sweep in range(MAX_SWEEPS):
         if not dirty:
             return carry
