@@ -358,25 +358,27 @@ def _dims_active(g: ShardingGraph, tid: int, step: Step, factor: int, round_prio
     return all(_active(t, d, round_priority) for d, fs in enumerate(dims) if factor in fs)
 
 
-def _fixpoint(
-    g: ShardingGraph, level: int, round_priority: int | None, users: list[list[int]], table, stats: list[int],
-) -> None:
-    """Sweep the steps in program order until nothing changes; after the first
-    sweep only steps touching a tensor that changed are visited again."""
-    dirty = set(range(len(g.steps)))
-    for _ in range(MAX_SWEEPS):
+def _fixpoint(g: ShardingGraph, level: int, round_priority: int | None, users: list[list[int]], table,
+              stats: list[int], live: set[int] | None = None) -> set[int]:
+    """Sweep the steps in order until nothing changes, then only steps touching a changed tensor; the first
+    sweep skips steps not ``live`` (inert: tensors' dims and meshes, directions unchanged since last visit)."""
+    dirty, carry, live = set(range(len(g.steps))), set[int](), live if live is not None else set(range(len(g.steps)))
+    for sweep in range(MAX_SWEEPS):
         if not dirty:
-            return
-        stats[0] += 1
+            return carry
         todo, dirty = sorted(dirty), set()
-        for sid in todo:
+        stats[0], stats[1] = stats[0] + 1, stats[1] + len(todo)  # a skipped step counts as visited
+        for sid in todo:  # a step made live during the first sweep is visited in it
+            if sweep == 0 and sid not in live:
+                continue
             step = g.steps[sid]
-            stats[1] += 1
-            before = [g.tensors[t].dims[:] for t in step.tensors]
+            before = [(g.tensors[t].dims[:], g.tensors[t].mesh) for t in step.tensors]
             if _apply(g, step, table[sid][level], round_priority):
-                for t, old in zip(step.tensors, before):
-                    if g.tensors[t].dims != old:
-                        dirty.update(users[t])
+                for t, (old, mesh) in zip(step.tensors, before):
+                    if (changed := g.tensors[t].dims != old) or g.tensors[t].mesh is not mesh:
+                        (dirty if changed else carry).update(users[t])  # a mesh alone: no sweep revisits
+                        live.update(users[t])
+    return carry | dirty
 
 
 def propagate(g: ShardingGraph) -> PropagationStats:
@@ -390,7 +392,9 @@ def propagate(g: ShardingGraph) -> PropagationStats:
             users[t].append(step.id)
     stats = [0, 0]
     for p in priorities:
+        carry: set[int] | None = None  # a new priority: every step is live
         for level in range(LEVELS):
-            _fixpoint(g, level, p, users, table, stats)
+            carry = _fixpoint(g, level, p, users, table, stats, None if carry is None else carry | {
+                sid for sid, ways in enumerate(table) if ways[level] != ways[level - 1]})
     export_boundaries(g)
     return PropagationStats(rounds=len(priorities), sweeps=stats[0], step_visits=stats[1])

@@ -128,3 +128,21 @@ def test_unknown_explain_value(cli):
     result = cli("propagate", os.path.join("examples", "value_function_step.py"), "--no-compile",
                  "--explain", "%nope")
     assert result.code == 2 and "--explain: no value named '%nope'" in result.err
+
+
+def test_skipping_inert_steps_is_visiting_every_step(monkeypatch):
+    """propagate's first sweep of a level skips the steps that cannot act; visiting every step
+    (live=None on every level, as before) gives the same shardings, parents, meshes and counts."""
+    from jax_shard_lint.passes.propagation import propagate as prop
+
+    every_step = prop._fixpoint
+    for name, lowered in corpus.lower_all().items():
+        text = lowered.as_text(debug_info=True)
+        skipping = run_propagation(jax_adapter.parse_stablehlo(text))
+        monkeypatch.setattr(prop, "_fixpoint", lambda g, level, p, users, table, stats, live:
+                            every_step(g, level, p, users, table, stats, None))
+        visiting = run_propagation(jax_adapter.parse_stablehlo(text))
+        monkeypatch.undo()
+        assert [(t.dims, t.parent, t.mesh) for t in skipping.graph.tensors] == \
+            [(t.dims, t.parent, t.mesh) for t in visiting.graph.tensors], name
+        assert skipping.sweeps == visiting.sweeps, name
