@@ -4,9 +4,11 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# Every test compiles what it asserts on: the analysis cache is used only where a test names a --cache-dir
-# (tests/analyzer/cache), and nothing is written to the user's cache folder. Child processes inherit it.
-os.environ["JAX_SHARD_LINT_NO_CACHE"] = "1"
+# Nothing is written to the user's cache folder: a run's tests share one analysis cache of their own
+# (_analysis_cache_of_the_run below), so each (program, settings) the tests lint is compiled once per run, not
+# once per test (an example is linted by dozens). Child processes inherit it. A test of the cache itself names
+# its own --cache-dir (tests/analyzer/cache); a test of what happens while compiling passes --no-cache.
+os.environ.pop("JAX_SHARD_LINT_NO_CACHE", None)
 # lint compiles each finding's fix by default (a few more compiles per target): the tests of that
 # (tests/analyzer/commands/test_fix_checks.py) turn it on; the rest test what is found.
 os.environ["JAX_SHARD_LINT_NO_FIX_CHECK"] = "1"
@@ -94,6 +96,20 @@ def pytest_collection_modifyitems(config, items):
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope == "module" for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    # The modules that hold slow tests (TPU compiles of minutes) go first, each kept whole and in its order:
+    # started last, one of them would keep a worker busy alone at the end of the run.
+    with_slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in with_slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _analysis_cache_of_the_run(tmp_path_factory):
+    """One folder for the run, shared by pytest-xdist's workers (each has its own basetemp inside the run's);
+    pytest removes it with the run's temporary folders. Entries are written by renaming, so workers can share it."""
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ["JAX_SHARD_LINT_CACHE_DIR"] = str(run / "analysis-cache")
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Write the whole-report goldens for the JAX release this Python runs (tests/golden/ for the pinned
 release, tests/golden/jax-X.Y/ for another), each the output of the command tests/golden_reports.py gives
-it, in the tests' environment (tests/conftest.py: 8 virtual CPU devices, no cache, no fix checks). The
+it, in the tests' environment (tests/conftest.py: 8 virtual CPU devices, no fix checks; no analysis cache). The
 tests never write a golden; run this after a deliberate change of the output, once per JAX release:
 
     python3 tests/golden/generate.py [NAME ...]
@@ -17,6 +17,9 @@ TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, TESTS)
 
 import conftest  # noqa: E402  (configures JAX as the tests do, before it initialises)
+
+# Every golden is compiled here, never read from an analysis cache (the suite's run shares one; this has none).
+os.environ["JAX_SHARD_LINT_NO_CACHE"] = "1"
 from golden_reports import GOLDENS, golden_text  # noqa: E402
 
 
