@@ -73,7 +73,8 @@ def test_html():
     assert "<li>%7 P(&#x27;data&#x27;) via stablehlo.dot_general at train.py:42</li>" in page
     assert "<td>%9</td>" not in page
     assert ('<tr><td>all-reduce</td><td data-v="524288">512.0 KiB</td><td>model</td><td>stablehlo.dot_general</td>'
-            f"<td>train.py:42</td><td>yes</td><td>contracting dim sharded on model ({HOSTILE_HTML})</td><td></td></tr>") in page
+            f"<td>train.py:42</td><td>yes</td><td>contracting dim sharded on model ({HOSTILE_HTML})</td>"
+            "<td></td></tr>") in page
     assert page.count('<table class="sortable">') == 2
 
 
