@@ -7,11 +7,13 @@ parallelism, and the problem's groups, ops, uses and memory terms read off the p
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from math import prod
 
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.hlo.step_time import DeviceSpec
@@ -150,6 +152,9 @@ def test_compute_seconds_divide_by_the_axes_on_the_factors():
     # Memory-bound: the bytes moved over HBM bandwidth, divided likewise.
     moved = 10 * 2 * m * n * k
     assert _compute_seconds(step, g, both, _SIZES, _UNIT, moved) == moved / 8
+    # On a real device's peaks (FLOPs per second and bytes per second apart), each over its own peak.
+    assert _compute_seconds(step, g, both, _SIZES, _FAST, 10**9) == pytest.approx(10**9 / 2e12 / 8)
+    assert _compute_seconds(step, g, both, _SIZES, _FAST, 0) == pytest.approx(2 * m * n * k / 1e14 / 8)
 
 
 def _problem(fn, *args, spec=_UNIT):
@@ -197,3 +202,20 @@ def test_the_problem_of_a_scaled_matmul():
         assert (reduction > 0) == any(per[f] for f in dot.rule.reduction)
     # Memory: the three arguments and the matmul's result; x comes back as it is, no second copy.
     assert [t.path for t in problem.memory] == ["args[0]", "args[1]", "args[2]", "result[1]"]
+
+
+def test_a_shard_maps_global_side_never_gains_its_manual_axes():
+    mesh = jax.make_mesh((2, 4), ("a", "b"))
+
+    @partial(jax.shard_map, mesh=mesh, in_specs=P("b"), out_specs=P("b"), axis_names={"b"})
+    def body(x):
+        return x * 2
+
+    g, _, problem = _problem(lambda x: jnp.tanh(body(x)), _f32(16, 8))
+    group_of = {t: grp.id for grp in problem.groups for t in grp.tensors}
+    boundaries = [s for s in g.steps if s.manual_axes is not None]
+    assert boundaries
+    for step in boundaries:
+        outer = problem.groups[group_of[step.tensors[0]]]
+        # Only 'a' is free to place on the global side: 'b' is the shard_map's, as written.
+        assert set(outer.candidates) == _expected_candidates(outer.shape, ("a",), _SIZES)
