@@ -13,6 +13,7 @@ from math import prod
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
@@ -205,7 +206,7 @@ def test_the_problem_of_a_scaled_matmul():
 
 
 def test_a_shard_maps_global_side_never_gains_its_manual_axes():
-    mesh = jax.make_mesh((2, 4), ("a", "b"))
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(AxisType.Auto, AxisType.Auto))
 
     @partial(jax.shard_map, mesh=mesh, in_specs=P("b"), out_specs=P("b"), axis_names={"b"})
     def body(x):
