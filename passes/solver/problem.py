@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from math import prod
 
+from ..common.union_find import UnionFind
 from ..hlo.step_time import DeviceSpec, collective_seconds
 from ..propagation.sharding_graph import ShardingGraph, Step
 from . import shard_map_boundary
@@ -97,24 +98,6 @@ def tensor_candidates(shape: tuple[int, ...], free_axes: tuple[str, ...], sizes:
         keep = set(sorted(out, key=rank)[:MAX_CANDIDATES])
         out = [c for c in out if c in keep]  # in enumeration order, replicated first
     return out
-
-
-class _Groups:
-    """Union-find over tensor ids."""
-
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
 
 
 def _merges(g: ShardingGraph, step: Step) -> bool:
@@ -192,7 +175,7 @@ class ProblemInput:
 
 def build_problem(g: ShardingGraph, inp: ProblemInput) -> ShardingProblem:
     sizes = dict(inp.axis_sizes)
-    uf = _Groups(len(g.tensors))
+    uf = UnionFind(len(g.tensors))
     for step in g.steps:
         if _merges(g, step):
             for t in step.tensors[1:]:

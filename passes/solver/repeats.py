@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..common.union_find import UnionFind
 from .sharding_problem import Assignment, MemoryTerm, OpChoice, ShardingProblem, Use, ValueGroup
 
 MIN_PERIOD = 8  # ops per repeat: shorter runs are repeated ops inside a layer (q, k, v), not layers
@@ -43,22 +44,6 @@ class TiedProblem:
 
     def expand(self, a: Assignment) -> Assignment:
         return Assignment(tuple(a.groups[c] for c in self.group_class), tuple(a.ops[c] for c in self.op_class))
-
-
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
 
 
 def _signatures(problem: ShardingProblem) -> np.ndarray:
@@ -119,7 +104,7 @@ def tie_repeats(problem: ShardingProblem, free_ends: bool = True) -> TiedProblem
     pairs = find_repeats(problem, free_ends)
     if not pairs:
         return None
-    ops_uf, groups_uf = _UnionFind(len(problem.ops)), _UnionFind(len(problem.groups))
+    ops_uf, groups_uf = UnionFind(len(problem.ops)), UnionFind(len(problem.groups))
     for i, j in pairs:
         ops_uf.union(i, j)
         for u, v in zip(problem.ops[i].uses, problem.ops[j].uses):
