@@ -128,6 +128,22 @@ def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, whe
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False)[0])
 
 
+def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],
+                   sig: EntrySignature) -> FixCheck:
+    """A candidate's compile (its report, or what it raised) against the program as written (``base``: its
+    peak and traffic): a program XLA rejects is a failed check; anything else raised is our bug."""
+    if isinstance(after, ShardLintInputError):
+        return FixCheck(change=change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
+                        traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
+    if isinstance(after, BaseException):
+        raise after
+    peak = after.memory.peak_bytes if after.memory else 0
+    traffic = traffic_bytes(after, sig)
+    return FixCheck(change=change, verdict=_verdict((base[0], peak), (base[1], traffic)),
+                    peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
+                    traffic_bytes_after=traffic)
+
+
 def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
     def change(before: int, after: int) -> int:
         if abs(after - before) <= _NOISE * max(before, 1):
@@ -214,16 +230,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             [done] = counter.announce([c.change], "to check a second choice")
             after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
                             done)
-        if isinstance(after, ShardLintInputError):
-            return FixCheck(change=c.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
-                            traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
-        if isinstance(after, BaseException):
-            raise after
-        peak = after.memory.peak_bytes if after.memory else 0
-        traffic = traffic_bytes(after, sig)
-        return FixCheck(change=c.change, verdict=_verdict((base[0], peak), (base[1], traffic)),
-                        peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
-                        traffic_bytes_after=traffic)
+        return measured_check(c.change, after, base, sig)
 
     findings = list(report.findings)
     for k, f in enumerate(findings):

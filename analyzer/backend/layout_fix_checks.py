@@ -17,17 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...passes.common.sharding_text import normalized, pspec_text
-from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport
 from ...passes.models.rule_codes import SL204, SL205
 from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..errors import ShardLintInputError
 from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
-from .fix_checks import _compiled, _cost_text, _not_offered, _verdict, check_fixes, traffic_bytes
+from .fix_checks import _compiled, _cost_text, _not_offered, check_fixes, measured_check, traffic_bytes
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
@@ -106,22 +105,9 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
     results = dict(zip((id(e) for e in ordered), compiled[1:]))
 
-    def measured(e: _Edit) -> FixCheck:
-        after = results[id(e)]
-        if isinstance(after, ShardLintInputError):
-            return FixCheck(change=e.change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
-                            traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
-        if isinstance(after, BaseException):
-            raise after
-        peak = after.memory.peak_bytes if after.memory else 0
-        traffic = traffic_bytes(after, sig)
-        return FixCheck(change=e.change, verdict=_verdict((base[0], peak), (base[1], traffic)),
-                        peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
-                        traffic_bytes_after=traffic)
-
     findings = list(report.findings)
     for k, edits in planned.items():
-        checks = [(e, measured(e)) for e in edits]
+        checks = [(e, measured_check(e.change, results[id(e)], base, sig)) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
         if better:
