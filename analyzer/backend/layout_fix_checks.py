@@ -94,16 +94,20 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
     ordered = [e for edits in planned.values() for e in edits]
-    texts = [text] + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
-                                           e.donors) for e in ordered]
+    # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
+    # refused it there (no figures).
+    as_written = [] if report.memory is not None else [text]
+    texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
+                                               e.donors) for e in ordered]
+    labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
-        CompileCounter(progress, report.name).announce(["the program as written"] + [e.change for e in ordered]))
-    before = compiled[0]
+        CompileCounter(progress, report.name).announce(labels))
+    before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
-    results = dict(zip((id(e) for e in ordered), compiled[1:]))
+    results = dict(zip((id(e) for e in ordered), compiled))
 
     findings = list(report.findings)
     for k, edits in planned.items():
