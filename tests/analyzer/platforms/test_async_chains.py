@@ -8,15 +8,13 @@ continuations inside the layer scan and was listed three times (counts 4, 4, 1).
 same text through ``check`` (its HLO path: the parser and the collectives pass the lint command runs).
 """
 
-import importlib
-import importlib.util
 import json
 import re
-import sys
 from collections import Counter
 
 import pytest
 from ci_deps import needs as requires
+from shared_compiles import direct_compiles
 
 LLAMA = "llama_style_step"
 PROGRAMS = {  # name: (example module, parameters)
@@ -85,25 +83,10 @@ def transfers(hlo):
     return out
 
 
-def _devices(platform):
-    if platform.startswith("tpu"):
-        from jax_shard_lint.analyzer.platforms.tpu_targets import resolve_target, tpu_devices
-
-        return tpu_devices(resolve_target(platform, 8, None))
-    from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
-
-    return target_devices(load_target(platform), 8, 1)
-
-
 def _compiled_text(program, platform):
     module_name, params = PROGRAMS[program]
-    sys.path.insert(0, "examples")
-    try:
-        module = importlib.import_module(module_name)
-    finally:
-        sys.path.pop(0)
-    [lowered] = module.shard_lint_targets(mesh_devices=_devices(platform), **params).values()
-    return lowered.compile().as_text()
+    [compiled] = direct_compiles(module_name, platform, **params).values()
+    return compiled.as_text()
 
 
 def _cases():

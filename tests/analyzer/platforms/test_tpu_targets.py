@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from ci_deps import require
@@ -15,6 +14,7 @@ from ci_deps import require
 require("libtpu", "the [tpu] extra (libtpu) is not installed", allow_module_level=True)
 
 from conftest import ROOT, console_script, lint_targets  # noqa: E402
+from shared_compiles import direct_compiles  # noqa: E402
 
 from jax_shard_lint.analyzer.errors import ShardLintInputError  # noqa: E402
 from jax_shard_lint.analyzer.platforms.tpu_targets import TPU_GENERATIONS, default_topology, resolve_target, tpu_devices  # noqa: E402
@@ -45,17 +45,9 @@ def test_every_generation_gives_compile_only_devices(platform):
 
 
 def _direct_compile(path, platform, **params):
-    """The example's own targets compiled for the same TPU devices, without the tool."""
-    sys.path.insert(0, "examples")
-    try:
-        import importlib
-
-        module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
-    finally:
-        sys.path.pop(0)
-    devices = tpu_devices(resolve_target(platform, 8, None))
-    targets = module.shard_lint_targets(mesh_devices=devices, **params)
-    return {name: lowered.compile() for name, lowered in targets.items()}
+    """The example's own targets compiled for the same TPU devices, without the tool (once per test run:
+    tests/shared_compiles.py)."""
+    return direct_compiles(os.path.splitext(os.path.basename(path))[0], platform, **params)
 
 
 _KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
