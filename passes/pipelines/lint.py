@@ -1,110 +1,54 @@
-"""The pass pipeline: one explicit, ordered function from a target's StableHLO
-module and compiled facts to its report.
+"""The lint pipeline: one explicit, ordered function from a target's StableHLO
+module and compiled facts to its report (``LINT``'s stages, each run through the
+pass manager so a failure names its pass).
 
 Order matters and is written out rather than registered: the signature feeds
 collective axis mapping, the collectives and memory feed the rules, and the
-rules see the compiled (not the requested) output shardings.
+rules see the compiled (not the requested) output shardings. The propagation
+behind a finding's provenance runs last, and only when a finding asks for it.
+A target the compiler refused for want of memory has a shorter pipeline
+(``LINT_REFUSED``): no compiled program, the refusal its finding.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from jaxlib.mlir import ir
 
-from .common.device_groups import MeshInfo, axis_scopes
-from .common.shapes import array_bytes, parse_arrays, split_tuple
-from .hlo.collective_intent import classify, parameters, partial_sum_operands
-from .hlo.collective_origin import collective_origins, explain_outputs
-from .hlo.collective_parameter import collective_parameters
-from .hlo.collectives import find_collectives
-from .hlo.compiler_refusal import CompilerRefusal
-from .hlo.cost import program_cost, xla_cost_figures
-from .hlo.involuntary_remat import locate_remats, read_involuntary_remats
-from .hlo.layout_waste import aliased_parameters, compiled_shapes
-from .hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
-from .hlo.parser import parse_hlo_module
-from .hlo.step_time import DeviceSpec, estimate_step_time
-from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
-from .models.rule_codes import Scope
-from .rules.context import RuleContext
-from .rules.group_by_cause import group_by_cause
-from .rules.registry import Emitter
-from .rules.table import RULES, all_options
-from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from .stablehlo.module import (
+from ..common.device_groups import axis_scopes
+from ..hlo.collective_intent import classify, parameters, partial_sum_operands
+from ..hlo.collective_origin import collective_origins, explain_outputs
+from ..hlo.collective_parameter import collective_parameters
+from ..hlo.collectives import find_collectives
+from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
+from ..hlo.cost import program_cost, xla_cost_figures
+from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
+from ..hlo.layout_waste import aliased_parameters, compiled_shapes
+from ..hlo.memory import summarize_memory
+from ..hlo.module import HloModule
+from ..hlo.parser import parse_hlo_module
+from ..hlo.step_time import estimate_step_time
+from ..models.report import Collective, MemorySummary, SourceLocation, TargetReport
+from ..propagation.predicted_communication import predict
+from ..propagation.report import run_propagation
+from ..rules.context import RuleContext
+from ..rules.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ..source.frames import CodeOwnership
+from ..stablehlo.module import (
     EntrySignature,
     EntrySources,
     per_device_bytes,
     read_entry_signature,
     read_entry_sources,
 )
-from .stablehlo.sharding_constraints import padded_values, read_constraints
-from .stablehlo.state_roundtrip import correspond, suggested_out_shardings
-
-
-@dataclass(frozen=True)
-class CompiledFacts:
-    """What compiling a target gave: HLO text and XLA's memory figures and reports."""
-
-    hlo_text: str
-    platform: str
-    memory: MemoryStats | None = None
-    live_range_text: str | None = None
-    buffer_assignment_text: str | None = None
-    # Compiled shardings per flattened result/argument, as mesh axes per dim;
-    # None where unknown (then the module's own shardings stand).
-    output_shardings: tuple[list[list[str]] | None, ...] | None = None
-    input_shardings: tuple[list[list[str]] | None, ...] | None = None
-    # The host (process index) of each logical device, when the devices span several.
-    device_processes: tuple[int, ...] | None = None
-    # XLA's cost_analysis() of the compiled program, where the backend gives one.
-    xla_cost: dict[str, Any] | None = None
-    # What XLA's SPMD partitioner printed while compiling ("Involuntary full rematerialization" lines).
-    compiler_warnings: str = ""
-    # The flattened arguments the user donated, as jit was asked (it drops a donation no output matches
-    # before the module is written); None where only the module is known.
-    donated_inputs: frozenset[int] | None = None
-
-
-@dataclass(frozen=True)
-class PassConfig:
-    options: dict[str, Any] = field(default_factory=dict)
-    severities: dict[str, Severity] = field(default_factory=dict)
-    disabled: frozenset[str] = frozenset()
-    budget_bytes: int | None = None
-    ownership: CodeOwnership = DEFAULT_OWNERSHIP
-    device_spec: DeviceSpec | None = None  # the step-time estimate's device; None: no estimate
-    # How a (source, via) pair reads inside a message (paths relative to where the user is).
-    where: Callable[[Any, Any], str] = where_text
-
-    def resolved_options(self) -> dict[str, Any]:
-        out = {name: opt.default for name, opt in all_options().items()}
-        out.update(self.options)
-        return out
-
-
-def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
-    findings: list[Finding] = []
-    for code in sorted(RULES):
-        r = RULES[code]
-        if r.scope is not Scope.TARGET or code in config.disabled:
-            continue
-        emitter = Emitter(r, config.severities.get(code, r.severity))
-        r.check(ctx, emitter)
-        findings.extend(group_by_cause(emitter.findings))
-    return sort_findings(findings)
-
-
-def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (
-        -f.severity.rank, f.rule,
-        f.source.file if f.source else "", f.source.line if f.source else 0, f.subject or "", f.message,
-    ))
+from ..stablehlo.sharding_constraints import padded_values, read_constraints
+from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
+from .inputs import CompiledFacts, PassConfig
+from .pass_manager import Pipeline
+from .rule_stage import rule_context, run_rules
 
 
 def _with_shardings(tensors, shardings, mesh) -> tuple:
@@ -123,16 +67,35 @@ def _with_shardings(tensors, shardings, mesh) -> tuple:
 # only the analyzer has: (inputs, outputs, round trips) -> (text, why there is none).
 OutShardingsHook = Callable[[tuple, tuple, tuple], "tuple[str | None, str | None]"]
 
+LINT = Pipeline("lint", (
+    "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
+    "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "out-shardings", "provenance",
+))
+LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
+
+
+def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
+    """Stage 1: the entry signature and its source lines, from StableHLO (the analyzer runs it on a copy of
+    the module, on another thread while XLA compiles, and hands it to ``analyze_target`` as ``entry``)."""
+    return LINT.run("entry-signature", _read_entry, module, ownership)
+
+
+def _read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
+    return read_entry_signature(module), read_entry_sources(module, ownership)
+
 
 def analyze_target(
     name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig,
     out_shardings_hook: OutShardingsHook | None = None,
     entry: tuple[EntrySignature, EntrySources] | None = None,
+    explain_with: ir.Module | None = None, display: Callable[[SourceLocation], str] = str,
 ) -> TargetReport:
     """``entry``: the entry signature and sources when already read (from a copy
-    of the module, on another thread while XLA compiled)."""
+    of the module, on another thread while XLA compiled). ``explain_with``: a copy of
+    the module (in a context of its own) to propagate shardings over when a finding
+    asks for its provenance; ``display`` writes a source line in its chain."""
     # 1. The entry signature and its source lines, from StableHLO.
-    sig, sources = entry or (read_entry_signature(module), read_entry_sources(module, config.ownership))
+    sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
     if compiled.donated_inputs:  # jit leaves a donation no output matches out of the module: the user's still
         inputs = tuple(t.model_copy(update={"donated": True}) if t.index in compiled.donated_inputs else t
@@ -141,28 +104,59 @@ def analyze_target(
     sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
 
     # 2. The compiled program: collectives and memory.
-    hlo = parse_hlo_module(compiled.hlo_text)
-    collectives = find_collectives(hlo, sig.mesh, compiled.device_processes, config.ownership).collectives
-    memory = summarize_memory(
-        compiled.memory, compiled.platform, hlo, compiled.live_range_text, compiled.buffer_assignment_text,
-        config.budget_bytes, config.ownership,
-    ) if compiled.memory else None
+    hlo = LINT.run("hlo-parse", parse_hlo_module, compiled.hlo_text)
+    collectives = LINT.run("collectives", find_collectives, hlo, sig.mesh, compiled.device_processes,
+                           config.ownership).collectives
+    memory = LINT.run("memory", summarize_memory,
+                      compiled.memory, compiled.platform, hlo, compiled.live_range_text,
+                      compiled.buffer_assignment_text, config.budget_bytes, config.ownership,
+                      ) if compiled.memory else None
 
     # 3. Which outputs are inputs coming back: the step's state, whose parameters'
     # gathers and gradient reductions are intended traffic.
-    roundtrips = correspond(sig_compiled)
-    collectives = classify(collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
-    collectives = collective_origins(hlo, collectives, inputs, config.ownership, config.where)
-    time, collectives = _step_time(hlo, collectives, config, compiled.xla_cost)
+    roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
+    collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
+    collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
+                           config.where)
+    time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
     # 4. Rules.
+    ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
+                   collectives, memory, roundtrips)
+    findings = LINT.run("explain-outputs", explain_outputs, hlo, LINT.run("rules", run_rules, ctx, config),
+                        outputs, collectives)
+    warnings: list[str] = []
+    if out_shardings_hook is not None:
+        suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
+        if problem:
+            warnings.append(problem)
+    else:
+        suggestion = LINT.run("out-shardings", suggested_out_shardings, outputs, roundtrips)
+    report = TargetReport(
+        name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
+        memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
+        findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
+        axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+        time=time,
+    )
+    # 5. Why: the propagation behind an explained finding's provenance.
+    if explain_with is not None and any(f.rule in EXPLAINED_RULES for f in report.findings):
+        report = _with_provenance(report, explain_with, config.ownership, display)
+    return report
+
+
+def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig, sig: EntrySignature,
+                sig_compiled: EntrySignature, sources: EntrySources, hlo: HloModule,
+                collectives: tuple[Collective, ...], memory: MemorySummary | None,
+                roundtrips: tuple[RoundTrip, ...]) -> RuleContext:
+    """What the rules read beyond the signature, collectives and memory, and the context they read it in."""
+    inputs, outputs = sig_compiled.inputs, sig_compiled.outputs
     sharded = frozenset(
         (t.dtype, tuple(t.shape)) for t in (*inputs, *outputs) if t.sharding and any(t.sharding)
     )
-    ctx = RuleContext(
-        target=name, platform=compiled.platform, signature=sig_compiled, inputs=inputs, outputs=outputs,
-        collectives=collectives, memory=memory, roundtrips=roundtrips, options=config.resolved_options(),
-        entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs,
+    return rule_context(
+        name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
+        collectives=collectives, memory=memory, roundtrips=roundtrips,
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
@@ -171,21 +165,20 @@ def analyze_target(
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         aliased_inputs=aliased_parameters(hlo),
     )
-    findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
-    warnings: list[str] = []
-    if out_shardings_hook is not None:
-        suggestion, problem = out_shardings_hook(inputs, outputs, roundtrips)
-        if problem:
-            warnings.append(problem)
-    else:
-        suggestion = suggested_out_shardings(outputs, roundtrips)
-    return TargetReport(
-        name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
-        memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
-        findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
-        axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
-        time=time,
-    )
+
+
+def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwnership,
+                     display: Callable[[SourceLocation], str]) -> TargetReport:
+    """Our propagation and its predicted communication, run only when a finding asks
+    for its provenance. (It once ran beside every compile, on the second core: XLA's
+    CPU compile uses more than one, and the propagation slowed it by 10-20% on the
+    scale benchmark's clean programs, which never read it.)"""
+    try:
+        propagated = LINT.run("provenance", run_propagation, module, ownership)
+        predicted = LINT.run("provenance", predict, propagated.graph)
+    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
+        return report  # provenance, never the lint (it ran only for them before)
+    return LINT.run("provenance", attach_provenance, report, propagated, display, predicted)
 
 
 def analyze_refused_target(
@@ -195,18 +188,24 @@ def analyze_refused_target(
     """A target the compiler refused for want of memory: no compiled program, so no collectives or
     memory summary; the refusal is the over-budget finding, and what the StableHLO alone shows
     (shardings of arguments and results, donation) is checked as usual."""
-    sig, sources = entry or (read_entry_signature(module), read_entry_sources(module, config.ownership))
-    ctx = RuleContext(
-        target=name, platform=platform, signature=sig, inputs=sig.inputs, outputs=sig.outputs, collectives=(),
-        memory=None, roundtrips=correspond(sig), options=config.resolved_options(), entry_source=sources.entry,
-        input_sources=sources.inputs, output_sources=sources.outputs, refusal=refusal,
+    sig, sources = entry or LINT_REFUSED.run("entry-signature", _read_entry, module, config.ownership)
+    ctx = rule_context(
+        name, platform, sig, config, inputs=sig.inputs, outputs=sig.outputs, sources=sources, collectives=(),
+        memory=None, roundtrips=LINT_REFUSED.run("state-roundtrips", correspond, sig), refusal=refusal,
     )
     return TargetReport(
         name=name, platform=platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes), memory=None,
-        collectives=[], inputs=list(sig.inputs), outputs=list(sig.outputs), findings=run_rules(ctx, config),
+        collectives=[], inputs=list(sig.inputs), outputs=list(sig.outputs),
+        findings=LINT_REFUSED.run("rules", run_rules, ctx, config),
         warnings=["not compiled: the compiler refused it for want of memory (SL301), so there are no collectives "
                   "and no memory breakdown"],
     )
+
+
+def refusal_of(error_text: str) -> CompilerRefusal | None:
+    """The compiler's out-of-memory refusal in a compile error's text (lint's refused pipeline starts from
+    it), or None for any other error."""
+    return LINT_REFUSED.run("refusal", read_refusal, error_text)
 
 
 def _padded_values(module: ir.Module, sig: EntrySignature, hlo, config: PassConfig) -> tuple:
@@ -216,7 +215,7 @@ def _padded_values(module: ir.Module, sig: EntrySignature, hlo, config: PassConf
     return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
 
 
-def _step_time(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):
+def timed_collectives(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):
     """The estimate and the collectives with their times, slowest first (as they
     were when there is no device model)."""
     if config.device_spec is None:
@@ -224,67 +223,3 @@ def _step_time(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | 
     time, timed = estimate_step_time(program_cost(hlo), collectives, config.device_spec,
                                      xla_cost_figures(xla_cost))
     return time, tuple(timed)
-
-
-def _hlo_tensor(index: int, path: str, shape_text: str, sharding_attr: str | None) -> TensorInfo | None:
-    arrays = parse_arrays(shape_text)
-    if len(arrays) != 1:
-        return None
-    local = arrays[0]
-    tiles = [1] * len(local.dims)
-    m = re.search(r"devices=\[([\d,]+)\]", sharding_attr or "")
-    if m:
-        counts = [int(x) for x in m.group(1).split(",")]
-        if "last_tile_dim_replicate" in (sharding_attr or "") or "last_tile_dims" in (sharding_attr or ""):
-            counts = counts[: len(local.dims)]
-        tiles = (counts + [1] * len(local.dims))[: len(local.dims)]
-    shape = [d * t for d, t in zip(local.dims, tiles)]
-    return TensorInfo(
-        index=index, path=path, shape=shape, dtype=local.dtype, sharding=None, donated=False,
-        bytes=array_bytes(local.dtype, shape), per_device_bytes=local.nbytes,
-    )
-
-
-def analyze_hlo_only(
-    name: str, hlo_text: str, platform: str, config: PassConfig,
-    buffer_assignment_text: str | None = None, live_range_text: str | None = None, stats: MemoryStats | None = None,
-) -> TargetReport:
-    """The pipeline for compiled HLO alone (an XLA dump checked in as a fixture).
-
-    Without the StableHLO the user's mesh axis names are unknown: collectives
-    name their device groups (``<4 devices>``), arguments and results carry no
-    sharding, and the rules that need shardings find nothing to say. Memory comes
-    from the buffer-assignment report beside the HLO when there is one, or ``stats`` where the caller has
-    better figures (``memory_analysis()`` of the same program).
-    """
-    hlo = parse_hlo_module(hlo_text)
-    entry = hlo.entry_computation
-    # A parameter's number is its operand text: parameter(0).
-    params = sorted((i for i in entry.instructions if i.opcode == "parameter"), key=lambda i: int(i.operands[0]))
-    inputs = tuple(t for t in (
-        _hlo_tensor(k, i.op_name or i.name, i.shape, i.attrs.get("sharding")) for k, i in enumerate(params)
-    ) if t is not None)
-    root = next((i for i in entry.instructions if i.is_root), None)
-    parts = split_tuple(root.shape) if root is not None else []
-    outputs = tuple(t for t in (
-        _hlo_tensor(k, f"result[{k}]" if len(parts) > 1 else "result", part, None) for k, part in enumerate(parts)
-    ) if t is not None)
-    mesh = MeshInfo(())
-    sig = EntrySignature(None, mesh, inputs, outputs, tuple((k,) for k in range(len(inputs))),
-                         tuple((k,) for k in range(len(outputs))), hlo.num_partitions)
-    collectives = find_collectives(hlo, None, None, config.ownership).collectives
-    time, collectives = _step_time(hlo, collectives, config, None)
-    memory = summarize_memory(
-        stats or stats_from_buffer_assignment(buffer_assignment_text), platform, hlo, live_range_text,
-        buffer_assignment_text, config.budget_bytes, config.ownership,
-    ) if buffer_assignment_text else None
-    ctx = RuleContext(
-        target=name, platform=platform, signature=sig, inputs=inputs, outputs=outputs, collectives=collectives,
-        memory=memory, roundtrips=(), options=config.resolved_options(),
-        entry_source=next((s for s in (hlo.source_of(i, config.ownership) for i in entry.instructions) if s), None),
-    )
-    return TargetReport(
-        name=name, platform=platform, num_devices=hlo.num_partitions, mesh={}, memory=memory,
-        collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=run_rules(ctx, config),
-        time=time,
-    )

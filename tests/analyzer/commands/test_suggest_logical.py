@@ -2,7 +2,7 @@
 
 from ci_deps import require
 
-from jax_shard_lint.analyzer.commands.suggest_logical import rule_advice
+from jax_shard_lint.analyzer.commands.suggest.logical import rule_advice
 from jax_shard_lint.passes.models.suggest import ChosenSharding
 
 

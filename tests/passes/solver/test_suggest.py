@@ -19,7 +19,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
-from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
+from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, target_problem
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.passes.solver.sharding_problem import Assignment, evaluate
 from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search, solve
@@ -48,7 +48,7 @@ def _lowered(fn, mesh, *specs_and_shapes, **jit):
 
 def _problem_of(lowered, budget=None):
     settings = Settings(devices=8, budget_bytes=budget)
-    return _problem("t", lowered, SuggestRequest(path="t.py"), settings, {}, "t.py").problem
+    return target_problem("t", lowered, SuggestRequest(path="t.py"), settings, {}, "t.py").problem
 
 
 def brute_force(problem) -> float:
@@ -122,7 +122,7 @@ def test_the_ilp_finds_the_brute_force_optimum(name, lowered, budget):
 def test_a_shard_map_keeps_its_specs_and_the_solver_chooses_around_them(manual):
     grid = _mesh((2, 2), ("a", "b"))
     lowered = _lowered(partial(_row_parallel, grid, manual), grid, ((8, 8), P()), ((8, 8), P()))
-    target = _problem("t", lowered, SuggestRequest(path="t.py"), Settings(devices=8), {}, "t.py")
+    target = target_problem("t", lowered, SuggestRequest(path="t.py"), Settings(devices=8), {}, "t.py")
     tensors, groups = target.graph.tensors, target.problem.groups
     body = [x for x in groups if tensors[x.tensors[0]].manual_axes]
     assert body and all(a not in manual for x in body for c in x.candidates for axes in c for a in axes)
@@ -310,7 +310,7 @@ def test_a_leaf_jit_prunes_keeps_its_place_in_the_pasted_text(cli):
 def test_the_verdict_compares_the_solver_with_the_chosen_version():
     """Written 16.1 ms, replicated 23.8, solver 23.9: the solver is within 1% of the replicated
     version, not of the chosen one, so it compiled slower (it once read "within 1%")."""
-    from jax_shard_lint.analyzer.commands.suggest_verdict import best_version, verdict
+    from jax_shard_lint.analyzer.commands.suggest.verdict import best_version, verdict
     from jax_shard_lint.passes.models.suggest import Version
 
     def v(name, seconds, peak):
