@@ -25,7 +25,7 @@ from typing import Any
 from ....passes.common.byte_sizes import format_bytes
 from ....passes.models.suggest import ChosenSharding, PlanCheck, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem
+from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.device_selection import platform_label
@@ -135,7 +135,7 @@ def _plan_check(t: SuggestTarget, c: _Compiled) -> PlanCheck:
 
 @dataclass(frozen=True)
 class _Compiled:
-    plan: Any  # suggest_refine.Plan
+    plan: Plan
     version: Version
     report: Any
     arg_pins: dict[int, list[list[str]]]
@@ -143,7 +143,7 @@ class _Compiled:
 
 
 def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Settings, devices, where: str):
-    """The solver's plans (each checked against propagation, ``suggest_refine``), each
+    """The solver's plans (each checked against propagation, ``passes/pipelines/suggest.py``), each
     compiled; the fastest that fits is the solver's version. When none fits, the
     arguments' budget is lowered by the smallest excess and the loop run again."""
     budget = settings.budget_bytes

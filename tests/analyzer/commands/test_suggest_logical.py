@@ -1,4 +1,4 @@
-"""suggest_logical: the logical axis rules that give a suggestion, resolved by Flax itself."""
+"""suggest.logical: the logical axis rules that give a suggestion, resolved by Flax itself."""
 
 from ci_deps import require
 
