@@ -18,7 +18,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
-from ..common.device_groups import axis_scopes
+from ..common.device_groups import MeshInfo, axis_scopes
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
 from ..hlo.collective_origin import collective_origins, explain_outputs
 from ..hlo.collective_parameter import collective_parameters
@@ -31,7 +31,7 @@ from ..hlo.memory import summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
-from ..models.report import Collective, MemorySummary, SourceLocation, TargetReport
+from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
@@ -44,14 +44,15 @@ from ..stablehlo.module import (
     read_entry_signature,
     read_entry_sources,
 )
-from ..stablehlo.sharding_constraints import padded_values, read_constraints
+from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
 from .rule_stage import rule_context, run_rules
 
 
-def _with_shardings(tensors, shardings, mesh) -> tuple:
+def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[str]] | None, ...] | None,
+                    mesh: MeshInfo) -> tuple[TensorInfo, ...]:
     """The tensors with the compiled shardings where the compiler reported one."""
     if shardings is None:
         return tuple(tensors)
@@ -65,7 +66,8 @@ def _with_shardings(tensors, shardings, mesh) -> tuple:
 
 # Builds and checks the out_shardings= text from the program's real pytrees, which
 # only the analyzer has: (inputs, outputs, round trips) -> (text, why there is none).
-OutShardingsHook = Callable[[tuple, tuple, tuple], "tuple[str | None, str | None]"]
+OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tuple[RoundTrip, ...]],
+                            "tuple[str | None, str | None]"]
 
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
@@ -208,14 +210,16 @@ def refusal_of(error_text: str) -> CompilerRefusal | None:
     return LINT_REFUSED.run("refusal", read_refusal, error_text)
 
 
-def _padded_values(module: ir.Module, sig: EntrySignature, hlo, config: PassConfig) -> tuple:
+def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
+                   config: PassConfig) -> tuple[PaddedValue, ...]:
     """The constrained values the compiled program holds padded (the compiled shapes read only when a
     constraint does not divide its value)."""
     uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
     return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
 
 
-def timed_collectives(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):
+def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,
+                      xla_cost: dict[str, Any] | None) -> tuple[StepTime | None, tuple[Collective, ...]]:
     """The estimate and the collectives with their times, slowest first (as they
     were when there is no device model)."""
     if config.device_spec is None:
