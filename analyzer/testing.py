@@ -49,7 +49,7 @@ def use_virtual_devices(count: int) -> None:
 def analyze(lowered, name: str = "target", budget: int | str | None = None) -> TargetReport:
     """The lint report of one Lowered program, compiled as it is."""
     __tracebackhide__ = True  # pytest shows the test's line, not this one
-    from ..passes.pipeline import analyze_target
+    from ..passes.pipelines.lint import analyze_target
     from .adapter import jax_adapter
     from .backend.device_selection import platform_label
     from .backend.target_analysis import compiled_facts

@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--no-command", action="store_true")
     args = parser.parse_args()
 
-    from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
+    from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, target_problem
     from jax_shard_lint.analyzer.context.config import Settings
     from jax_shard_lint.passes.solver.sharding_problem import evaluate
     from jax_shard_lint.passes.solver.solve import MAX_ILP_VARIABLES, local_search, solve
@@ -84,7 +84,7 @@ def main() -> None:
         for mesh in args.meshes:
             lowered = shard_lint_targets(layers=layers, mesh=mesh)["train_step"]
             t0 = time.perf_counter()
-            problem = _problem("train_step", lowered, SuggestRequest(path="bench"), Settings(devices=8), {},
+            problem = target_problem("train_step", lowered, SuggestRequest(path="bench"), Settings(devices=8), {},
                                "bench").problem
             build = time.perf_counter() - t0
             # What `suggest --solver auto` does: tied above MAX_ILP_VARIABLES, the ILP on the rest.

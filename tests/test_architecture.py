@@ -14,10 +14,8 @@ from conftest import ROOT
 
 PACKAGES = ("analyzer", "passes", "reports")
 MAX_LINES = 400
-# Over the limit when the limit was first tested; this list only shrinks.
-OVER_THE_LIMIT = {
-    "analyzer/commands/suggest.py",
-}
+# Over the limit when the limit was first tested; this list only shrinks (empty since suggest became a package).
+OVER_THE_LIMIT: set[str] = set()
 
 
 def _modules() -> dict[str, tuple[str, bool]]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 
 from ...passes.models.report import TargetReport
-from ...passes.pipeline import analyze_hlo_only, analyze_target
+from ...passes.pipelines.check import analyze_hlo_only
+from ...passes.pipelines.lint import analyze_target
 from ...passes.stablehlo.module import read_entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -89,8 +90,7 @@ def _beside(hlo_path: str, report: str) -> str | None:
 
 
 def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
-    from ...passes.hlo.errors import HloParseError
-    from ...passes.hlo.memory import MalformedReport
+    from ...passes.pipelines.check import HloParseError, MalformedReport
 
     text = read_input_text(path)
     buffers = _beside(path, "buffer-assignment")

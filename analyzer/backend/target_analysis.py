@@ -1,6 +1,7 @@
 """One lowered target analysed, through the analysis cache: compiled by XLA (``program_facts``: the one
-builder of CompiledFacts), its StableHLO read on a second thread meanwhile, the pass pipeline run, and the propagation
-behind a finding's provenance run only when a finding asks for it.
+builder of CompiledFacts), its StableHLO's entry read on a second thread meanwhile (the lint pipeline's first
+stage), then the lint pipeline run (``passes/pipelines/lint.py``, which runs the propagation behind a finding's
+provenance only when a finding asks for it).
 """
 
 from __future__ import annotations
@@ -8,14 +9,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from ...passes.hlo.compiler_refusal import read_refusal
-from ...passes.hlo.memory import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.pipeline import CompiledFacts, analyze_refused_target, analyze_target
-from ...passes.propagation.predicted_communication import predict
-from ...passes.propagation.report import run_propagation
-from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
-from ...passes.stablehlo.module import read_entry_signature, read_entry_sources
+from ...passes.pipelines.inputs import CompiledFacts, MemoryStats
+from ...passes.pipelines.lint import analyze_refused_target, analyze_target, read_entry, refusal_of
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source
@@ -88,19 +84,7 @@ def _stablehlo_entry(text: str, ownership):
     and source lines, and the copy itself, for the propagation behind a finding's
     provenance."""
     module = jax_adapter.parse_stablehlo(text)
-    return module, (read_entry_signature(module), read_entry_sources(module, ownership))
-
-
-def _provenance_facts(module, ownership):
-    """Our propagation and its predicted communication, run only when a finding asks
-    for its provenance. (It once ran beside every compile, on the second core: XLA's
-    CPU compile uses more than one, and the propagation slowed it by 10-20% on the
-    scale benchmark's clean programs, which never read it.)"""
-    try:
-        propagated = run_propagation(module, ownership)
-        return propagated, predict(propagated.graph)
-    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
-        return None, None  # provenance, never the lint (it ran only for them before)
+    return module, read_entry(module, ownership)
 
 
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
@@ -120,7 +104,7 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
     try:
         facts = compiled_facts(lowered, platform_label(settings))
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
-        refusal = read_refusal(str(e))
+        refusal = refusal_of(str(e))
         if refusal is None:
             raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
         _, entry = background.get()  # out of memory on the device: a measurement, reported as a finding
@@ -131,9 +115,5 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
         return s.text, s.problem
 
     copy, entry = background.get()
-    report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
-    if any(f.rule in EXPLAINED_RULES for f in report.findings):
-        propagated, predicted = _provenance_facts(copy, ownership)
-        if propagated is not None:
-            report = attach_provenance(report, propagated, display_source, predicted)
-    return report
+    return analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry,
+                          explain_with=copy, display=display_source)

@@ -180,7 +180,7 @@ def _option_text(option) -> str:
 
 
 def cmd_propagate(args) -> int:
-    from ...passes.propagation.report import explain, find_values, with_provenance
+    from ...passes.pipelines.propagate import explain_values
     from ..commands.propagate import PropagateRequest, propagate
     from ..context.display_paths import display_source, relativize
 
@@ -189,21 +189,11 @@ def cmd_propagate(args) -> int:
         PropagateRequest(args.script, tuple(args.target), tuple(args.params), compile=not args.no_compile,
                          all_values=args.all_values), settings,
     )
-    explained: dict[str, list[str]] = {}
-    named: list[list] = [[] for _ in propagated]
-    for query in args.explain:
-        lines = []
-        for k, p in enumerate(propagated):
-            for t in find_values(p, query)[:3]:
-                lines.extend(explain(p, t, display_source))
-                named[k].append(t)
-        if not lines:
-            raise ShardLintInputError("--explain", f"no value named {query!r} (an SSA name like %3, FILE:LINE, or "
-                                      "an input or output path)")
-        explained[query] = lines
-    if any(named):
-        # The explained values carry their provenance in every format.
-        targets = [with_provenance(r, p, ts) if ts else r for r, p, ts in zip(run.targets, propagated, named)]
+    explained, targets, unknown = explain_values(run.targets, propagated, args.explain, display_source)
+    if unknown is not None:
+        raise ShardLintInputError("--explain", f"no value named {unknown!r} (an SSA name like %3, FILE:LINE, or "
+                                  "an input or output path)")
+    if targets is not None:
         run = relativize(run.model_copy(update={"targets": targets}), os.getcwd())
     emit_report(args, "propagate", run, explained=explained)
     return EXIT_OK

@@ -387,8 +387,11 @@ def _run_parsed(args) -> int:
     except Exception as e:  # a bug in jax-shard-lint, not in the input
         if args.debug:
             traceback.print_exc()
-        print(f"jax-shard-lint: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        from ...passes.pipelines.pass_manager import failed_pass
+
+        stage = failed_pass(e)
+        print(f"jax-shard-lint: internal error{f' in {stage}' if stage else ''}: {type(e).__name__}: {e} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from ...passes.hlo.compiler_refusal import read_refusal
 from ...passes.models.report import SCHEMA_VERSION, Model
+from ...passes.pipelines.lint import refusal_of
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.cached_analysis import analysis_cache, cached, key_parts
@@ -118,7 +118,7 @@ class _Prober:
         try:
             program = jax_adapter.compile_lowered(lowered, with_reports=False)
         except Exception as e:
-            refusal = read_refusal(str(e))
+            refusal = refusal_of(str(e))
             if refusal is None:
                 raise ShardLintInputError(self.script.where, f"target {name!r} failed to compile at "
                                           f"{self.request.param}={value}: {one_line(e)}") from e

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from math import prod
 
 from ...passes.models.propagation import PropagateRun, PropagationReport
-from ...passes.propagation.report import MAX_VALUES, Propagated, build_report
-from ...passes.propagation.shardy_reference import ShardyRejected
+from ...passes.pipelines.propagate import (
+    MAX_VALUES,
+    Propagated,
+    ShardyRejected,
+    build_report,
+    compiled_collectives,
+    devices_needed,
+    entry_signature,
+)
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import device_processes, select_run_devices
@@ -32,26 +38,11 @@ class PropagateRequest:
     all_values: bool = False
 
 
-# A module states its own device count (mhlo.num_partitions, its meshes); virtual
-# CPU devices past this many are not made for it: it propagates, it is not compiled.
-
-
-def _devices_needed(module, sig) -> int:
-    from ...passes.stablehlo.module import read_meshes
-
-    sizes = [sig.num_partitions] + [prod(size for _, size in mesh.axes) for mesh in read_meshes(module).values()]
-    return max(sizes)
-
-
 def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str):
     """The compiled program's collectives, or None and why not: a module XLA cannot
     compile (or too large to make devices for) still propagates."""
-    from ...passes.hlo.collectives import find_collectives
-    from ...passes.hlo.parser import parse_hlo_module
-    from ...passes.stablehlo.module import read_entry_signature
-
-    sig = read_entry_signature(module)
-    needed = _devices_needed(module, sig)
+    sig = entry_signature(module)
+    needed = devices_needed(module, sig)
     if needed > MAX_DEVICES:
         return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
     try:
@@ -64,7 +55,7 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
             text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
     except Exception as e:
         return None, f"XLA could not compile it: {one_line(e)}"
-    return list(find_collectives(parse_hlo_module(program.hlo_text), sig.mesh).collectives), None
+    return compiled_collectives(program.hlo_text, sig.mesh), None
 
 
 def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
@@ -95,16 +86,13 @@ def propagate_script(request: PropagateRequest, settings: Settings) -> list[tupl
 def _compiled_collectives(name: str, lowered, module, settings: Settings, where: str):
     """The compiled program's collectives: one compile without XLA's memory
     reports, and no lint passes (propagate needs only the collectives)."""
-    from ...passes.hlo.collectives import find_collectives
-    from ...passes.hlo.parser import parse_hlo_module
-    from ...passes.stablehlo.module import read_entry_signature
 
     try:
         program = jax_adapter.compile_lowered(lowered, with_reports=False)
     except Exception as e:  # XLA rejects the program: the user's input
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    return list(find_collectives(parse_hlo_module(program.hlo_text), read_entry_signature(module).mesh,
-                                 device_processes(lowered), settings.ownership()).collectives)
+    return compiled_collectives(program.hlo_text, entry_signature(module).mesh, device_processes(lowered),
+                                settings.ownership())
 
 
 def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateRun, list[Propagated]]:

@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 
 from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
-from ...passes.pipeline import CompiledFacts, analyze_hlo_only, analyze_target
+from ...passes.pipelines.check import analyze_hlo_only
+from ...passes.pipelines.inputs import CompiledFacts
+from ...passes.pipelines.lint import analyze_target
 from ...passes.rules.table import rule_docs
 from ...passes.stablehlo.module import call_site
 from .. import __version__

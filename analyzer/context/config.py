@@ -28,10 +28,9 @@ from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
 from ...passes.models.report import Severity
-from ...passes.pipeline import PassConfig
+from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
 from ...passes.rules import OptionKind
 from ...passes.rules.table import RULES, all_options
-from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.presets import PRESETS, find_preset

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...passes.models.report import Finding, TargetReport
 from ...passes.models.rule_codes import SL001
-from ...passes.pipeline import sort_findings
+from ...passes.pipelines.rule_stage import sort_findings
 from ...passes.rules.registry import Emitter
 from ...passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
 from ...passes.rules.table import RULES

@@ -41,7 +41,7 @@ def _raised_at(exc: BaseException, path: str, entry: str = "<module>") -> str:
     script itself, at module level or in the entry function: ``(line N)``; in a
     function it calls: ``(line N, in helper)``; in another of the user's files:
     ``(at file.py:N, in helper)``."""
-    from ...passes.source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+    from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership
     from .files import tool_folders
 
     ownership = CodeOwnership(third_party=tool_folders(), user_roots=(os.path.dirname(path),),

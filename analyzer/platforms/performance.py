@@ -7,7 +7,7 @@ import functools
 import json
 from importlib import resources
 
-from ...passes.hlo.step_time import DeviceSpec
+from ...passes.pipelines.inputs import DeviceSpec
 
 
 @functools.cache

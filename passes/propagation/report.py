@@ -1,6 +1,7 @@
-"""The propagation pass end to end: rules from Shardy, our propagation, the
-values with their provenance, predicted communication, and agreement with
-Shardy's own propagation of the same module."""
+"""The propagation pass: rules from Shardy and our propagation over a module
+(``run_propagation``), the values with their provenance, and agreement with
+Shardy's own propagation of the same module; ``passes/pipelines/propagate.py``
+schedules them into the ``propagate`` report."""
 
 from __future__ import annotations
 
@@ -19,12 +20,10 @@ from ..models.propagation import (
     ProvenanceStep,
     ShardyAgreement,
 )
-from ..models.report import Collective
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
-from .borne_out import match_compiled, prediction_counts
 from .call_graph import flatten_call_graph
-from .predicted_communication import per_device_bytes, predict
+from .predicted_communication import per_device_bytes
 from .propagate import propagate
 from .sharding_graph import ShardingGraph, Tensor, build_graph, user_label
 from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
@@ -152,7 +151,7 @@ def agreement(p: Propagated, original: ir.Module) -> ShardyAgreement:
     )
 
 
-def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
+def propagated_value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
     return PropagatedValue(
         name=t.name, shape=list(t.shape), dtype=t.dtype, sharding=p.labels(t),
         bytes=array_bytes(t.dtype, list(t.shape)), per_device_bytes=per_device_bytes(t),
@@ -161,39 +160,13 @@ def _value(p: Propagated, t: Tensor, with_provenance: bool) -> PropagatedValue:
     )
 
 
-MAX_VALUES = 200
-
-
-def build_report(
-    name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
-    provenance: bool = False, ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES,
-) -> tuple[PropagationReport, Propagated]:
-    """The report of one module. Values are listed largest first, at most
-    ``max_values`` of them (None: all); provenance chains are kept as parent links
-    in the graph and written out only where asked for (``provenance``, or
-    ``with_provenance`` for the values ``--explain`` names)."""
-    p = run_propagation(module, ownership)
-    tensors = sorted((t for t in p.graph.tensors if not t.virtual and t.compare),
-                     key=lambda t: (-array_bytes(t.dtype, list(t.shape)), t.name))
-    listed = tensors if max_values is None else tensors[:max_values]
-    values = [_value(p, t, provenance) for t in listed]
-    predicted = match_compiled(predict(p.graph), compiled)
-    report = PropagationReport(
-        name=name, mesh=dict(p.graph.axis_sizes), values=values, values_omitted=len(tensors) - len(listed),
-        predicted=predicted, prediction_counts=prediction_counts(predicted, compiled),
-        agreement_with_shardy=agreement(p, module) if with_shardy else None,
-        ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
-    )
-    return report, p
-
-
 def with_provenance(report: PropagationReport, p: Propagated, tensors: list[Tensor]) -> PropagationReport:
     """The report with these values' provenance written out (added to the list
     when the cap left them out)."""
     by_name = {v.name: i for i, v in enumerate(report.values)}
     values = list(report.values)
     for t in tensors:
-        v = _value(p, t, True)
+        v = propagated_value(p, t, True)
         if t.name in by_name:
             values[by_name[t.name]] = v
         else:

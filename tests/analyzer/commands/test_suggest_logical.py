@@ -1,8 +1,8 @@
-"""suggest_logical: the logical axis rules that give a suggestion, resolved by Flax itself."""
+"""suggest.logical: the logical axis rules that give a suggestion, resolved by Flax itself."""
 
 from ci_deps import require
 
-from jax_shard_lint.analyzer.commands.suggest_logical import rule_advice
+from jax_shard_lint.analyzer.commands.suggest.logical import rule_advice
 from jax_shard_lint.passes.models.suggest import ChosenSharding
 
 

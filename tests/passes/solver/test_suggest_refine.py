@@ -13,11 +13,11 @@ from conftest import EXAMPLES
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.backend.script_targets import load_script_targets
 from jax_shard_lint.analyzer.backend.sharding_edits import with_entry_shardings
-from jax_shard_lint.analyzer.commands.suggest import SuggestRequest, _problem
-from jax_shard_lint.analyzer.commands.suggest_refine import pins, refine
+from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, refine, target_problem
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms.performance import device_spec
-from jax_shard_lint.passes.propagation.report import build_report
+from jax_shard_lint.passes.pipelines.propagate import build_report
+from jax_shard_lint.passes.pipelines.suggest import pins
 from jax_shard_lint.passes.solver.sharding_problem import restrict_groups
 
 NNX = os.path.join(EXAMPLES, "models", "nnx_transformer.py")
@@ -30,7 +30,7 @@ require("flax", "flax is not installed (the [test] extra)", allow_module_level=T
 def nnx():
     loaded = load_script_targets(NNX, (), (), Settings())
     lowered = next(iter(loaded.targets.values()))
-    t = _problem("train_step", lowered, SuggestRequest(path=NNX), loaded.settings, {}, loaded.where)
+    t = target_problem("train_step", lowered, SuggestRequest(path=NNX), loaded.settings, {}, loaded.where)
     return t, refine(t, t.problem, "auto", 60.0, device_spec("cpu"))
 
 

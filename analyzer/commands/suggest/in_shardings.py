@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...passes.common.sharding_text import named_sharding_text, normalized, pspec_text
-from ...passes.models.report import TensorInfo
-from ..adapter import jax_adapter
-from ..backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
+from ....passes.common.sharding_text import named_sharding_text, normalized, pspec_text
+from ....passes.models.report import TensorInfo
+from ...adapter import jax_adapter
+from ...backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
 
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
-from ...passes.common.shapes import array_bytes
+from ....passes.common.shapes import array_bytes
 
 MAX_MOVES = 8
 LARGEST_ARGUMENTS = 4
@@ -88,7 +88,7 @@ def _key(pins: Pins) -> tuple:
 def best_move(moves: list[Move], compiled: list) -> tuple[Move, object, object] | None:
     """(the move, its Version renamed ``single move``, its report) of the best compiled move, by
     ``best_version``'s measure; None when none compiled."""
-    from .suggest_verdict import best_version
+    from .verdict import best_version
 
     by_name = {}
     for k, (move, (version, report)) in enumerate(zip(moves, compiled)):

@@ -12,17 +12,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from ...passes.compare.rewrite_diff import program_facts
-from ...passes.models.report import TargetReport
-from ...passes.models.suggest import Version
-from ..adapter import jax_adapter
-from ..backend.cached_analysis import cached_text_report
-from ..backend.checked_in_analysis import analyze_text
-from ..context.config import Settings
-from ..errors import ShardLintInputError
-from ..executors.checked_in_tasks import Spread, check_paths
-from ..inputs.files import is_plain_file_name
-from ..supervision import isolation
+from ....passes.compare.rewrite_diff import program_facts
+from ....passes.models.report import TargetReport
+from ....passes.models.suggest import Version
+from ...adapter import jax_adapter
+from ...backend.cached_analysis import cached_text_report
+from ...backend.checked_in_analysis import analyze_text
+from ...context.config import Settings
+from ...errors import ShardLintInputError
+from ...executors.checked_in_tasks import Spread, check_paths
+from ...inputs.files import is_plain_file_name
+from ...supervision import isolation
 
 
 @dataclass(frozen=True)

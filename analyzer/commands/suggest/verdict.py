@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ...passes.common.byte_sizes import format_bytes
-from ...passes.common.durations import format_seconds
-from ...passes.models.suggest import Version
+from ....passes.common.byte_sizes import format_bytes
+from ....passes.common.durations import format_seconds
+from ....passes.models.suggest import Version
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.

@@ -1,8 +1,9 @@
 """``jax-shard-lint suggest``: choose a sharding for every argument and result of
-a target by solving (``passes/solver/problem.py``, ``passes/solver/solve.py``),
+a target by solving (the suggest pipeline, ``passes/pipelines/suggest.py``: the
+problem built in ``target.py``, solved and refined in a loop),
 then compile the choice beside the program's own shardings and four baselines
 (replicated, data-parallel, FSDP, and the best single move of a mesh axis from the
-written shardings, ``suggest_moves.py``) and print the checked
+written shardings, ``moves.py``) and print the checked
 ``in_shardings=``/``out_shardings=`` text (or, for a target lowered with keyword
 arguments, which jit takes no in_shardings for, the text that places the inputs).
 
@@ -21,182 +22,38 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ...passes.common.axes import label, sharding_labels
-from ...passes.common.byte_sizes import format_bytes
-from ...passes.hlo.step_time import significant
-from ...passes.models.suggest import (
-    ChosenSharding,
-    ModelCost,
-    PlanCheck,
-    SolverStats,
-    SuggestReport,
-    SuggestRun,
-    Version,
-)
-from ...passes.propagation.call_graph import flatten_call_graph
-from ...passes.propagation.sharding_graph import build_graph
-from ...passes.propagation.shardy_reference import ShardyRejected, with_sharding_rules
-from ...passes.solver.problem import ProblemInput, build_problem
-from ...passes.solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups
-from ...passes.solver.solve import NoFeasibleSharding, solve
-from ...passes.stablehlo.loop_trips import entry_results, value_repeats
-from ...passes.stablehlo.module import read_entry_signature
-from ...passes.stablehlo.state_roundtrip import correspond
-from .. import __version__
-from ..adapter import jax_adapter
-from ..backend.device_selection import platform_label
-from ..backend.out_shardings import suggest_for
-from ..backend.script_targets import load_script_targets
-from ..backend.sharding_edits import with_entry_shardings
-from ..context.config import Settings
-from ..context.display_paths import relativize
-from ..errors import ShardLintInputError
-from ..executors.checked_in_tasks import Spread
-from ..platforms.performance import device_spec
-from ..supervision import isolation
+from ....passes.common.byte_sizes import format_bytes
+from ....passes.models.suggest import ChosenSharding, PlanCheck, SuggestReport, SuggestRun, Version
+from ....passes.pipelines import suggest as pipeline
+from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem
+from ... import __version__
+from ...adapter import jax_adapter
+from ...backend.device_selection import platform_label
+from ...backend.out_shardings import suggest_for
+from ...backend.script_targets import load_script_targets
+from ...backend.sharding_edits import with_entry_shardings
+from ...context.config import Settings
+from ...context.display_paths import relativize
+from ...errors import ShardLintInputError
+from ...executors.checked_in_tasks import Spread
+from ...platforms.performance import device_spec
+from ...supervision import isolation
+from .fixed import declared_fixed
 from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
-from .rewrite import _call_entry, parse_spec
-from .suggest_logical import declared_logical, rule_advice
-from .suggest_moves import NAME as NAME_MOVE
-from .suggest_moves import best_move, single_moves
-from .suggest_refine import pins as refine_pins
-from .suggest_refine import refine
-from .suggest_verdict import best_version, verdict
-from .suggest_versions import VersionText, compile_versions
+from .logical import declared_logical, rule_advice
+from .moves import NAME as NAME_MOVE
+from .moves import best_move, single_moves
+from .target import SuggestRequest, SuggestTarget, refine, target_problem
+from .verdict import best_version, verdict
+from .versions import VersionText, compile_versions
 
-FIXED_ENTRY = "shard_lint_fixed"
 MAX_ROUNDS = 3
 SOLVERS = ("auto", "ilp", "local")
 
 
-@dataclass(frozen=True)
-class SuggestRequest:
-    path: str
-    targets: tuple[str, ...] = ()
-    params: tuple[str, ...] = ()
-    axes: tuple[str, ...] = ()
-    fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
-    solver: str = "auto"
-    time_limit: float = 60.0
-    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
-    spread: Spread = Spread()
-
-
-def _matches(path: str, key: str) -> bool:
-    return path == key or path.startswith((key + "[", key + "."))
-
-
-def _fixed(request: SuggestRequest, declared: dict, sig, where: str) -> dict[str, tuple[list[list[str]], str]]:
-    """Input path -> (sharding, why), from --fix and shard_lint_fixed()."""
-    mesh = dict(sig.mesh.axes)
-    wanted: list[tuple[str, str | None, str]] = []
-    for item in request.fixes:
-        key, sep, spec = item.partition("=")
-        wanted.append((key.strip(), spec if sep else None, f"--fix {item}"))
-    for key, spec in declared.items():
-        wanted.append((str(key), None if spec is None else str(spec), f"{FIXED_ENTRY}()"))
-    out: dict[str, tuple[list[list[str]], str]] = {}
-    for key, spec, why in wanted:
-        hits = [t for t in sig.inputs if _matches(t.path, key)]
-        if not hits:
-            raise ShardLintInputError(where if why.startswith(FIXED_ENTRY) else "--fix",
-                                      f"no argument {key!r} (arguments: {', '.join(t.path for t in sig.inputs)})")
-        for t in hits:
-            if spec is None:
-                sharding = t.sharding or [[] for _ in t.shape]
-            else:
-                sharding = parse_spec(spec, mesh, len(t.shape), "--fix" if why.startswith("--fix") else where)
-                for n, axes in zip(t.shape, sharding):
-                    size = 1
-                    for a in axes:
-                        size *= mesh[a]
-                    if n % size:
-                        raise ShardLintInputError("--fix", f"{t.path}: {spec} does not divide its shape {t.shape}")
-            out[t.path] = (sharding, why)
-    return out
-
-
-def _declared_fixed(fn, params: dict, name: str, where: str) -> dict:
-    defined, result = _call_entry(fn, FIXED_ENTRY, params, where)
-    if not defined or result is None:
-        return {}
-    if isinstance(result, (list, tuple)):
-        return dict.fromkeys(result)
-    if isinstance(result, dict) and all(isinstance(v, dict) for v in result.values()) and result:
-        return dict(result.get(name, {}))
-    if isinstance(result, dict):
-        return dict(result)
-    raise ShardLintInputError(where, f"{FIXED_ENTRY}() returned {type(result).__name__}; expected a list of "
-                              "argument paths or a dict of argument path to PartitionSpec (None: as written)")
-
-
-@dataclass
-class _Target:
-    name: str
-    lowered: Any
-    text: str
-    module: Any
-    sig: Any
-    problem: ShardingProblem
-    fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
-    state: tuple  # RoundTrips: the outputs that are inputs coming back
-    graph: Any  # the ShardingGraph the problem was built from (tensor ids for suggest_refine)
-    ownership: Any
-
-
-def _problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict, where: str) -> _Target:
-    text = jax_adapter.stablehlo_text(lowered)
-    module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
-    sizes = dict(sig.mesh.axes)
-    if sig.mesh.size <= 1 or not sig.mesh_name:
-        raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give its "
-                                  "inputs NamedShardings on a jax.make_mesh mesh)")
-    free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
-    for a in free:
-        if a not in sizes:
-            raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
-    isolation.phase(where, f"building the sharding problem of target {name!r}")
-    try:
-        # Each call site its own choices (Shardy flattens the call graph the same way).
-        ruled = with_sharding_rules(flatten_call_graph(module))
-    except ShardyRejected as e:
-        raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
-    g = build_graph(ruled, settings.ownership())
-    labels = dict(sizes)
-    args = [t for t, f in g.function_args if f == g.entry]
-    results = entry_results(ruled, g.value_ids)
-    if None in results:
-        raise ShardLintInputError(where, f"target {name!r}: result {results.index(None)} is not a tensor value")
-    fixed = _fixed(request, declared, sig, where)
-    pinned, open_dims = {}, {}
-    for t in g.tensors:
-        if t.seed and not t.seed.startswith(("argument", "out_shardings of result")):
-            for ref in (r for axes in t.dims for r in axes):
-                labels.setdefault(label(ref, sizes), ref[2])  # a sub-axis ("x:(1)2") has its own size
-            pinned[t.id] = (sharding_labels(t.dims, sizes), f"stated in the program ({t.seed})")
-            open_dims[t.id] = tuple(d for d, closed in enumerate(t.closed) if not closed)
-    for i, tid in enumerate(args):
-        if sig.inputs[i].path in fixed:
-            sharding, why = fixed[sig.inputs[i].path]
-            pinned[tid] = (tuple(tuple(a) for a in sharding), why)
-    pairs = correspond(sig)
-    donated_out = {rt.output.index for rt in pairs if rt.input.donated}
-    spec = settings.device_spec() or device_spec("cpu")
-    problem = build_problem(g, ProblemInput(
-        free_axes=free, axis_sizes=labels, spec=spec, repeats=value_repeats(ruled, g.value_ids), arguments=tuple(args),
-        results=tuple(results),
-        argument_paths=tuple(t.path for t in sig.inputs), result_paths=tuple(o.path for o in sig.outputs),
-        pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
-        result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=settings.budget_bytes,
-        open_dims=open_dims,
-    ))
-    return _Target(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
-
-
-def _compile_all(t: _Target, wanted: list[tuple[str, str, dict[int, list[list[str]]] | None,
+def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[list[str]]] | None,
                                               dict[int, list[list[str]]]]],
                  settings: Settings, devices, where: str, spread: Spread) -> list[tuple[Version, Any]]:
     """Each (name, description, argument pins or None for the written program, result pins)
@@ -207,26 +64,16 @@ def _compile_all(t: _Target, wanted: list[tuple[str, str, dict[int, list[list[st
     return compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
 
 
-def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
-    compute, reduction, reshard = breakdown(problem, a)
-    return ModelCost(seconds=significant(compute + reduction + reshard), compute_seconds=significant(compute),
-                     reduction_seconds=significant(reduction), reshard_seconds=significant(reshard))
-
-
 def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
                 request: SuggestRequest) -> Version:
     """The version with the solver's cost model of its argument shardings (its best intermediates)."""
-    pinned = pin_groups(problem, {problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in pins.items()})
-    if pinned is None or version.error:
+    if version.error:
         return version
-    try:
-        model = solve(pinned, request.solver, request.time_limit)
-    except NoFeasibleSharding:
-        return version
-    return version.model_copy(update={"model": _model_cost(pinned, model.assignment)})
+    model = pipeline.pinned_model_cost(problem, pins, request.solver, request.time_limit)
+    return version if model is None else version.model_copy(update={"model": model})
 
 
-def _baselines(t: _Target) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
+def _baselines(t: SuggestTarget) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
     """Replicated, data-parallel and FSDP argument shardings over the free axes:
     state (an argument that comes back as a result) is replicated, or sharded on its
     largest dimension the axes divide; other arguments on their leading dimension."""
@@ -254,7 +101,7 @@ def _baselines(t: _Target) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
     return out
 
 
-def _texts(t: _Target, args: list[ChosenSharding], results: list[ChosenSharding]):
+def _texts(t: SuggestTarget, args: list[ChosenSharding], results: list[ChosenSharding]):
     """(in_shardings text, out_shardings text, why none) for the chosen shardings, each checked."""
     intended_in = [c.suggested for c in args]
     try:
@@ -281,42 +128,22 @@ def _explicit_axes(lowered: Any) -> bool:
     return mesh is not None and any(a == jax.sharding.AxisType.Explicit for a in getattr(mesh, "axis_types", ()))
 
 
-def _chosen_list(infos, pins: dict[int, list[list[str]]], problem: ShardingProblem, why: dict) -> list[ChosenSharding]:
-    out = []
-    for x in infos:
-        sharding = pins.get(x.index) or [[] for _ in x.shape]
-        out.append(ChosenSharding(
-            index=x.index, path=x.path, shape=list(x.shape), dtype=x.dtype, current=x.sharding,
-            suggested=sharding, current_per_device_bytes=x.per_device_bytes,
-            suggested_per_device_bytes=local_bytes(tuple(x.shape), x.dtype, tuple(tuple(a) for a in sharding),
-                                                   problem.axis_sizes),
-            pinned=why.get(x.path),
-        ))
-    return out
+def _plan_check(t: SuggestTarget, c: _Compiled) -> PlanCheck:
+    v = c.version
+    return pipeline.plan_check(c.plan, [x.path for x in t.sig.inputs], v.estimated_seconds, v.peak_bytes, v.error)
 
 
 @dataclass(frozen=True)
 class _Compiled:
-    plan: Any  # suggest_refine.Plan
+    plan: Plan
     version: Version
     report: Any
     arg_pins: dict[int, list[list[str]]]
     res_pins: dict[int, list[list[str]]]
 
 
-def _plan_check(t: _Target, c: _Compiled) -> PlanCheck:
-    check, v = c.plan.check, c.version
-    return PlanCheck(
-        solve=c.plan.solve, objective_seconds=significant(c.plan.solution.seconds),
-        propagated_seconds=None if check is None else significant(check.seconds),
-        differing_values=None if check is None else len(check.differing),
-        excluded=[f"{t.sig.inputs[i].path}: no {axis!r} on dimension {dim}" for i, dim, axis in c.plan.excluded],
-        estimated_seconds=v.estimated_seconds, peak_bytes=v.peak_bytes, error=v.error,
-    )
-
-
-def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings, devices, where: str):
-    """The solver's plans (each checked against propagation, ``suggest_refine``), each
+def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Settings, devices, where: str):
+    """The solver's plans (each checked against propagation, ``passes/pipelines/suggest.py``), each
     compiled; the fastest that fits is the solver's version. When none fits, the
     arguments' budget is lowered by the smallest excess and the loop run again."""
     budget = settings.budget_bytes
@@ -334,14 +161,13 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
-        pins = [(refine_pins(p.problem, p.solution.assignment, p.problem.arguments),
-                 refine_pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
+        pins = [(pipeline.pins(p.problem, p.solution.assignment, p.problem.arguments),
+                 pipeline.pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
         say(f"{t.name}: compiling the solver's {len(pins)} plan(s)")
         measured = _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
                                 where, request.spread)
-        compiled = [_Compiled(plan, version.model_copy(update={"model": _model_cost(plan.problem,
-                                                                                    plan.solution.assignment)}),
-                              report, a, r)
+        compiled = [_Compiled(plan, version.model_copy(update={"model": pipeline.model_cost(
+                                  plan.problem, plan.solution.assignment)}), report, a, r)
                     for plan, (version, report), (a, r) in zip(refined.plans, measured, pins)]
         checks = [_plan_check(t, c) for c in compiled]  # in solve order, as the plans are
         ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
@@ -359,7 +185,7 @@ def _solve_within_budget(t: _Target, request: SuggestRequest, settings: Settings
 
 def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
                    devices, where: str, logical: tuple | None = None) -> SuggestReport:
-    t = _problem(name, lowered, request, settings, declared, where)
+    t = target_problem(name, lowered, request, settings, declared, where)
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
@@ -400,8 +226,8 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     arg_pins = pins_of[best.name][0] or written  # keeping the written shardings: they are the pins
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}
-    args = _chosen_list(t.sig.inputs, arg_pins, problem, why)
-    results = _chosen_list(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
+    args = pipeline.chosen_shardings(t.sig.inputs, arg_pins, problem, why)
+    results = pipeline.chosen_shardings(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
     # jit takes no in_shardings with keyword arguments (JAX: "pjit does not support kwargs when in_shardings is
     # specified"): the inputs are placed instead, and jit compiles for the shardings they arrive with.
@@ -423,17 +249,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         name=name, platform=platform_label(settings), device=(settings.device_spec() or device_spec("cpu")).name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
         arguments=args, results=results,
-        solver=SolverStats(
-            method=solution.method, variables=solution.variables, value_groups=len(problem.groups),
-            ops=len(problem.ops), solve_seconds=round(refined.solve_seconds, 3),
-            objective_seconds=significant(solution.seconds),
-            lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
-            gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,
-            untied_variables=solution.untied_variables,
-            lp_bound_seconds=None if solution.lp_bound is None else significant(solution.lp_bound),
-            certified_gap=None if solution.certified_gap is None else round(solution.certified_gap, 6),
-            kept=kept.plan.solve,
-        ),
+        solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, checks),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
         logical_rules=advice, text_problem=text_problem,
         verdict=verdict(versions, best, budget), notes=notes,
@@ -449,7 +265,7 @@ def suggest(request: SuggestRequest, settings: Settings) -> SuggestRun:
     reports = []
     logical = declared_logical(fn, params, where)
     for name, lowered in targets.items():
-        declared = _declared_fixed(fn, params, name, where)
+        declared = declared_fixed(fn, params, name, where)
         reports.append(suggest_target(name, lowered, request, settings, declared, devices, where, logical))
     jax_version, jaxlib_version = jax_adapter.versions()
     run = SuggestRun(tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,

@@ -1,0 +1,87 @@
+"""A target's sharding problem as ``suggest`` builds it: the lowered program read (its StableHLO, the
+mesh checked, the free axes and the fixed arguments from the request), then the suggest pipeline's stages
+(``passes/pipelines/suggest.py``: rules, graph, problem); and the pipeline's solve-and-refine loop with the
+StableHLO edits it needs, which only the analyzer makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from ....passes.pipelines import suggest as pipeline
+from ....passes.pipelines.inputs import DeviceSpec
+from ....passes.pipelines.suggest import Refined, ShardingGraph, ShardingProblem, ShardyRejected
+from ...adapter import jax_adapter
+from ...backend.sharding_edits import with_entry_shardings
+from ...context.config import Settings
+from ...errors import ShardLintInputError
+from ...executors.checked_in_tasks import Spread
+from ...platforms.performance import device_spec
+from ...supervision import isolation
+from .fixed import fixed_shardings
+
+
+@dataclass(frozen=True)
+class SuggestRequest:
+    path: str
+    targets: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    axes: tuple[str, ...] = ()
+    fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
+    solver: str = "auto"
+    time_limit: float = 60.0
+    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
+    spread: Spread = Spread()
+
+
+@dataclass
+class SuggestTarget:
+    name: str
+    lowered: Any
+    text: str
+    module: Any
+    sig: Any
+    problem: ShardingProblem
+    fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
+    state: tuple  # RoundTrips: the outputs that are inputs coming back
+    graph: ShardingGraph  # the graph the problem was built from (its tensor ids are the refine loop's)
+    ownership: Any
+
+
+def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
+                   where: str) -> SuggestTarget:
+    text = jax_adapter.stablehlo_text(lowered)
+    module = jax_adapter.parse_stablehlo(text)
+    sig = pipeline.entry_signature(module)
+    sizes = dict(sig.mesh.axes)
+    if sig.mesh.size <= 1 or not sig.mesh_name:
+        raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give its "
+                                  "inputs NamedShardings on a jax.make_mesh mesh)")
+    free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
+    for a in free:
+        if a not in sizes:
+            raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
+    isolation.phase(where, f"building the sharding problem of target {name!r}")
+    try:
+        ruled = pipeline.sharding_rules(module)
+    except ShardyRejected as e:
+        raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
+    g, args, results = pipeline.sharding_graph(ruled, settings.ownership())
+    if None in results:
+        raise ShardLintInputError(where, f"target {name!r}: result {results.index(None)} is not a tensor value")
+    fixed = fixed_shardings(request.fixes, declared, sig, where)
+    spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
+    problem, pairs = pipeline.sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None),
+                                               free, fixed, spec, settings.budget_bytes)
+    return SuggestTarget(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
+
+
+def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec) -> Refined:
+    """The suggest pipeline's solve-and-refine loop over the target: each plan checked by propagating its
+    shardings over the module with them pinned (the entry's attributes edited, the text parsed again)."""
+
+    def repinned(arguments: dict[int, list[list[str]]], results: dict[int, list[list[str]]]):
+        return jax_adapter.parse_stablehlo(with_entry_shardings(t.module, results, t.sig.mesh_name, arguments))
+
+    return pipeline.refine(problem, t.graph, repinned, t.ownership, method, time_limit, spec)
+

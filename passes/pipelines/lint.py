@@ -1,0 +1,229 @@
+"""The lint pipeline: one explicit, ordered function from a target's StableHLO
+module and compiled facts to its report (``LINT``'s stages, each run through the
+pass manager so a failure names its pass).
+
+Order matters and is written out rather than registered: the signature feeds
+collective axis mapping, the collectives and memory feed the rules, and the
+rules see the compiled (not the requested) output shardings. The propagation
+behind a finding's provenance runs last, and only when a finding asks for it.
+A target the compiler refused for want of memory has a shorter pipeline
+(``LINT_REFUSED``): no compiled program, the refusal its finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxlib.mlir import ir
+
+from ..common.device_groups import MeshInfo, axis_scopes
+from ..hlo.collective_intent import classify, parameters, partial_sum_operands
+from ..hlo.collective_origin import collective_origins, explain_outputs
+from ..hlo.collective_parameter import collective_parameters
+from ..hlo.collectives import find_collectives
+from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
+from ..hlo.cost import program_cost, xla_cost_figures
+from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
+from ..hlo.layout_waste import aliased_parameters, compiled_shapes
+from ..hlo.memory import summarize_memory
+from ..hlo.module import HloModule
+from ..hlo.parser import parse_hlo_module
+from ..hlo.step_time import estimate_step_time
+from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
+from ..propagation.predicted_communication import predict
+from ..propagation.report import run_propagation
+from ..rules.context import RuleContext
+from ..rules.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ..source.frames import CodeOwnership
+from ..stablehlo.module import (
+    EntrySignature,
+    EntrySources,
+    per_device_bytes,
+    read_entry_signature,
+    read_entry_sources,
+)
+from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
+from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
+from .inputs import CompiledFacts, PassConfig
+from .pass_manager import Pipeline
+from .rule_stage import rule_context, run_rules
+
+
+def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[str]] | None, ...] | None,
+                    mesh: MeshInfo) -> tuple[TensorInfo, ...]:
+    """The tensors with the compiled shardings where the compiler reported one."""
+    if shardings is None:
+        return tuple(tensors)
+    padded = list(shardings) + [None] * (len(tensors) - len(shardings))
+    return tuple(
+        t if s is None else t.model_copy(update={
+            "sharding": s, "per_device_bytes": per_device_bytes(t.shape, t.dtype, s, mesh)})
+        for t, s in zip(tensors, padded)
+    )
+
+
+# Builds and checks the out_shardings= text from the program's real pytrees, which
+# only the analyzer has: (inputs, outputs, round trips) -> (text, why there is none).
+OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tuple[RoundTrip, ...]],
+                            "tuple[str | None, str | None]"]
+
+LINT = Pipeline("lint", (
+    "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
+    "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "out-shardings", "provenance",
+))
+LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
+
+
+def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
+    """Stage 1: the entry signature and its source lines, from StableHLO (the analyzer runs it on a copy of
+    the module, on another thread while XLA compiles, and hands it to ``analyze_target`` as ``entry``)."""
+    return LINT.run("entry-signature", _read_entry, module, ownership)
+
+
+def _read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
+    return read_entry_signature(module), read_entry_sources(module, ownership)
+
+
+def analyze_target(
+    name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig,
+    out_shardings_hook: OutShardingsHook | None = None,
+    entry: tuple[EntrySignature, EntrySources] | None = None,
+    explain_with: ir.Module | None = None, display: Callable[[SourceLocation], str] = str,
+) -> TargetReport:
+    """``entry``: the entry signature and sources when already read (from a copy
+    of the module, on another thread while XLA compiled). ``explain_with``: a copy of
+    the module (in a context of its own) to propagate shardings over when a finding
+    asks for its provenance; ``display`` writes a source line in its chain."""
+    # 1. The entry signature and its source lines, from StableHLO.
+    sig, sources = entry or read_entry(module, config.ownership)
+    inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
+    if compiled.donated_inputs:  # jit leaves a donation no output matches out of the module: the user's still
+        inputs = tuple(t.model_copy(update={"donated": True}) if t.index in compiled.donated_inputs else t
+                       for t in inputs)
+    outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
+    sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
+
+    # 2. The compiled program: collectives and memory.
+    hlo = LINT.run("hlo-parse", parse_hlo_module, compiled.hlo_text)
+    collectives = LINT.run("collectives", find_collectives, hlo, sig.mesh, compiled.device_processes,
+                           config.ownership).collectives
+    memory = LINT.run("memory", summarize_memory,
+                      compiled.memory, compiled.platform, hlo, compiled.live_range_text,
+                      compiled.buffer_assignment_text, config.budget_bytes, config.ownership,
+                      ) if compiled.memory else None
+
+    # 3. Which outputs are inputs coming back: the step's state, whose parameters'
+    # gathers and gradient reductions are intended traffic.
+    roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
+    collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
+    collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
+                           config.where)
+    time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
+
+    # 4. Rules.
+    ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
+                   collectives, memory, roundtrips)
+    findings = LINT.run("explain-outputs", explain_outputs, hlo, LINT.run("rules", run_rules, ctx, config),
+                        outputs, collectives)
+    warnings: list[str] = []
+    if out_shardings_hook is not None:
+        suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
+        if problem:
+            warnings.append(problem)
+    else:
+        suggestion = LINT.run("out-shardings", suggested_out_shardings, outputs, roundtrips)
+    report = TargetReport(
+        name=name, platform=compiled.platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes),
+        memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
+        findings=findings, suggested_out_shardings=suggestion, warnings=warnings,
+        axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+        time=time,
+    )
+    # 5. Why: the propagation behind an explained finding's provenance.
+    if explain_with is not None and any(f.rule in EXPLAINED_RULES for f in report.findings):
+        report = _with_provenance(report, explain_with, config.ownership, display)
+    return report
+
+
+def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig, sig: EntrySignature,
+                sig_compiled: EntrySignature, sources: EntrySources, hlo: HloModule,
+                collectives: tuple[Collective, ...], memory: MemorySummary | None,
+                roundtrips: tuple[RoundTrip, ...]) -> RuleContext:
+    """What the rules read beyond the signature, collectives and memory, and the context they read it in."""
+    inputs, outputs = sig_compiled.inputs, sig_compiled.outputs
+    sharded = frozenset(
+        (t.dtype, tuple(t.shape)) for t in (*inputs, *outputs) if t.sharding and any(t.sharding)
+    )
+    return rule_context(
+        name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
+        collectives=collectives, memory=memory, roundtrips=roundtrips,
+        sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
+        collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
+        involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
+                                         collectives, config.ownership),
+        padded_values=_padded_values(module, sig, hlo, config),
+        donated_inputs=frozenset(t.index for t in inputs if t.donated),
+        aliased_inputs=aliased_parameters(hlo),
+    )
+
+
+def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwnership,
+                     display: Callable[[SourceLocation], str]) -> TargetReport:
+    """Our propagation and its predicted communication, run only when a finding asks
+    for its provenance. (It once ran beside every compile, on the second core: XLA's
+    CPU compile uses more than one, and the propagation slowed it by 10-20% on the
+    scale benchmark's clean programs, which never read it.)"""
+    try:
+        propagated = LINT.run("provenance", run_propagation, module, ownership)
+        predicted = LINT.run("provenance", predict, propagated.graph)
+    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
+        return report  # provenance, never the lint (it ran only for them before)
+    return LINT.run("provenance", attach_provenance, report, propagated, display, predicted)
+
+
+def analyze_refused_target(
+    name: str, module: ir.Module, refusal: CompilerRefusal, platform: str, config: PassConfig,
+    entry: tuple[EntrySignature, EntrySources] | None = None,
+) -> TargetReport:
+    """A target the compiler refused for want of memory: no compiled program, so no collectives or
+    memory summary; the refusal is the over-budget finding, and what the StableHLO alone shows
+    (shardings of arguments and results, donation) is checked as usual."""
+    sig, sources = entry or LINT_REFUSED.run("entry-signature", _read_entry, module, config.ownership)
+    ctx = rule_context(
+        name, platform, sig, config, inputs=sig.inputs, outputs=sig.outputs, sources=sources, collectives=(),
+        memory=None, roundtrips=LINT_REFUSED.run("state-roundtrips", correspond, sig), refusal=refusal,
+    )
+    return TargetReport(
+        name=name, platform=platform, num_devices=ctx.num_devices, mesh=dict(sig.mesh.axes), memory=None,
+        collectives=[], inputs=list(sig.inputs), outputs=list(sig.outputs),
+        findings=LINT_REFUSED.run("rules", run_rules, ctx, config),
+        warnings=["not compiled: the compiler refused it for want of memory (SL301), so there are no collectives "
+                  "and no memory breakdown"],
+    )
+
+
+def refusal_of(error_text: str) -> CompilerRefusal | None:
+    """The compiler's out-of-memory refusal in a compile error's text (lint's refused pipeline starts from
+    it), or None for any other error."""
+    return LINT_REFUSED.run("refusal", read_refusal, error_text)
+
+
+def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
+                   config: PassConfig) -> tuple[PaddedValue, ...]:
+    """The constrained values the compiled program holds padded (the compiled shapes read only when a
+    constraint does not divide its value)."""
+    uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
+    return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
+
+
+def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,
+                      xla_cost: dict[str, Any] | None) -> tuple[StepTime | None, tuple[Collective, ...]]:
+    """The estimate and the collectives with their times, slowest first (as they
+    were when there is no device model)."""
+    if config.device_spec is None:
+        return None, tuple(collectives)
+    time, timed = estimate_step_time(program_cost(hlo), collectives, config.device_spec,
+                                     xla_cost_figures(xla_cost))
+    return time, tuple(timed)

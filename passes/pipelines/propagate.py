@@ -1,0 +1,105 @@
+"""The propagate pipeline: ``PROPAGATE``'s stages, from a target's StableHLO (and
+the collectives its compiled program has, where it was compiled) to its
+``propagate`` report: our propagation (flattened call graph, Shardy's rules, the
+graph, propagation), the values with their provenance, the communication the
+layout implies matched against the compiled collectives, agreement with Shardy's
+own propagation of the same module, and the values ``--explain`` names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+from jaxlib.mlir import ir
+
+from ..common.device_groups import MeshInfo
+from ..common.shapes import array_bytes
+from ..hlo.collectives import find_collectives
+from ..hlo.parser import parse_hlo_module
+from ..models.propagation import PropagationReport
+from ..models.report import Collective, SourceLocation
+from ..propagation.borne_out import match_compiled, prediction_counts
+from ..propagation.predicted_communication import predict
+from ..propagation.report import Propagated, agreement, explain, find_values, propagated_value, run_propagation
+from ..propagation.report import with_provenance as with_values_provenance
+from ..propagation.sharding_graph import Tensor
+from ..propagation.shardy_reference import ShardyRejected
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..stablehlo.module import EntrySignature, read_entry_signature, read_meshes
+from .pass_manager import Pipeline
+
+# What the analyzer catches (Shardy refusing the module) and keeps (the propagated graph, for --explain).
+__all__ = ["MAX_VALUES", "Propagated", "ShardyRejected"]
+
+PROPAGATE = Pipeline("propagate", (
+    "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",
+    "explain",
+))
+
+MAX_VALUES = 200
+
+
+def entry_signature(module: ir.Module) -> EntrySignature:
+    return PROPAGATE.run("entry-signature", read_entry_signature, module)
+
+
+def devices_needed(module: ir.Module, sig: EntrySignature) -> int:
+    """The device count a module states (mhlo.num_partitions, its meshes): virtual CPU devices past this
+    many are not made for it (it propagates, it is not compiled)."""
+    meshes = PROPAGATE.run("entry-signature", read_meshes, module)
+    return max([sig.num_partitions] + [prod(size for _, size in mesh.axes) for mesh in meshes.values()])
+
+
+def compiled_collectives(hlo_text: str, mesh: MeshInfo, processes: tuple[int, ...] | None = None,
+                         ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> list[Collective]:
+    """Stage 2: the collectives of the compiled program, to match predictions against."""
+    hlo = PROPAGATE.run("compiled-collectives", parse_hlo_module, hlo_text)
+    return list(PROPAGATE.run("compiled-collectives", find_collectives, hlo, mesh, processes, ownership).collectives)
+
+
+def build_report(
+    name: str, module: ir.Module, compiled: list[Collective] | None = None, with_shardy: bool = True,
+    provenance: bool = False, ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES,
+) -> tuple[PropagationReport, Propagated]:
+    """The report of one module. Values are listed largest first, at most
+    ``max_values`` of them (None: all); provenance chains are kept as parent links
+    in the graph and written out only where asked for (``provenance``, or
+    ``with_provenance`` for the values ``--explain`` names)."""
+    p = PROPAGATE.run("propagation", run_propagation, module, ownership)
+    tensors = sorted((t for t in p.graph.tensors if not t.virtual and t.compare),
+                     key=lambda t: (-array_bytes(t.dtype, list(t.shape)), t.name))
+    listed = tensors if max_values is None else tensors[:max_values]
+    values = [PROPAGATE.run("values", propagated_value, p, t, provenance) for t in listed]
+    predicted = PROPAGATE.run("predictions", lambda: match_compiled(predict(p.graph), compiled))
+    report = PropagationReport(
+        name=name, mesh=dict(p.graph.axis_sizes), values=values, values_omitted=len(tensors) - len(listed),
+        predicted=predicted, prediction_counts=PROPAGATE.run("predictions", prediction_counts, predicted, compiled),
+        agreement_with_shardy=PROPAGATE.run("shardy-agreement", agreement, p, module) if with_shardy else None,
+        ops_without_rule=sorted(set(p.graph.without_rule)), sweeps=p.sweeps,
+    )
+    return report, p
+
+
+def explain_values(
+    reports: list[PropagationReport], propagated: list[Propagated], queries: list[str],
+    display: Callable[[SourceLocation], str],
+) -> tuple[dict[str, list[str]], list[PropagationReport] | None, str | None]:
+    """Stage 7, ``--explain``: each query's provenance lines (the first three values it names in each
+    target), the reports with those values' provenance written out (None: no value named), and the first
+    query that names no value (None: all did)."""
+    explained: dict[str, list[str]] = {}
+    named: list[list[Tensor]] = [[] for _ in propagated]
+    for query in queries:
+        lines = []
+        for k, p in enumerate(propagated):
+            for t in PROPAGATE.run("explain", find_values, p, query)[:3]:
+                lines.extend(PROPAGATE.run("explain", explain, p, t, display))
+                named[k].append(t)
+        if not lines:
+            return explained, None, query
+        explained[query] = lines
+    if not any(named):
+        return explained, None, None
+    # The explained values carry their provenance in every format.
+    return explained, [PROPAGATE.run("explain", with_values_provenance, r, p, ts) if ts else r
+                       for r, p, ts in zip(reports, propagated, named)], None

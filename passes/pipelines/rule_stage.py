@@ -1,0 +1,52 @@
+"""The rules stage the target pipelines (lint, check) share: the one place a
+``RuleContext`` is built, and the target rules run over it, their findings
+grouped by cause and sorted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models.report import Finding, SourceLocation, TensorInfo
+from ..models.rule_codes import Scope
+from ..rules.context import RuleContext
+from ..rules.group_by_cause import group_by_cause
+from ..rules.registry import Emitter
+from ..rules.table import RULES
+from ..stablehlo.module import EntrySignature, EntrySources
+from .inputs import PassConfig
+
+
+def rule_context(
+    name: str, platform: str, signature: EntrySignature, config: PassConfig, *,
+    inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], sources: EntrySources | None = None,
+    entry_source: SourceLocation | None = None, **facts: Any,
+) -> RuleContext:
+    """What a target rule sees: the signature, the options resolved, the source lines (``sources`` read from
+    the StableHLO, or only ``entry_source`` where there is none), and the facts the earlier stages found."""
+    if sources is not None:
+        facts.update(entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs)
+    else:
+        facts.update(entry_source=entry_source)
+    return RuleContext(target=name, platform=platform, signature=signature, inputs=inputs, outputs=outputs,
+                       options=config.resolved_options(), **facts)
+
+
+def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    for code in sorted(RULES):
+        r = RULES[code]
+        if r.scope is not Scope.TARGET or code in config.disabled:
+            continue
+        emitter = Emitter(r, config.severities.get(code, r.severity))
+        r.check(ctx, emitter)
+        findings.extend(group_by_cause(emitter.findings))
+    return sort_findings(findings)
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (
+        -f.severity.rank, f.rule,
+        f.source.file if f.source else "", f.source.line if f.source else 0, f.subject or "", f.message,
+    ))
+
+

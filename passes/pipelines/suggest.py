@@ -1,0 +1,315 @@
+"""The suggest pipeline: ``SUGGEST``'s stages, from a target's StableHLO to the
+plans the analyzer compiles: Shardy's sharding rules on the flattened call graph,
+the sharding graph, the ILP problem, then solve and refine.
+
+Solve, then check the plan against propagation, and solve again without the
+argument shardings that propagation carried where the plan did not want them
+(``passes/solver/refine.py`` says why plans and compiled programs part).
+
+Each round propagates the plan's argument and result shardings over the same
+flattened module (our propagation, which agrees with Shardy's), prices the layout
+propagation reaches with the plan's cost model, and takes the leaking axis off the
+argument dimension it leaked from (every candidate with it there, in the argument's
+group and the state tied to it) for the arguments that reached the most
+disagreeing bytes. ``suggest`` compiles every plan and keeps the fastest; the loop
+ends when
+propagation realizes the plan (its price within ``CLOSE`` of the plan's), when
+no argument is to blame, after ``MAX_SOLVES`` solves, or once the solves together
+used the time limit one solve has. The module with a plan's shardings pinned is
+the analyzer's to write (``Repinned``): only it edits and parses StableHLO text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from jaxlib.mlir import ir
+
+from ..common.axes import label, sharding_labels
+from ..hlo.step_time import DeviceSpec, significant
+from ..models.report import TensorInfo
+from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
+from ..propagation.call_graph import flatten_call_graph
+from ..propagation.propagate import propagate
+from ..propagation.sharding_graph import ShardingGraph, build_graph
+from ..propagation.shardy_reference import ShardyRejected, with_sharding_rules
+from ..solver.problem import ProblemInput, build_problem
+from ..solver.refine import LayoutCheck, check_layout
+from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
+from ..solver.solve import NoFeasibleSharding, Solution, solve
+from ..source.frames import CodeOwnership
+from ..stablehlo.loop_trips import entry_results, value_repeats
+from ..stablehlo.module import EntrySignature, read_entry_signature
+from ..stablehlo.state_roundtrip import RoundTrip, correspond
+from .pass_manager import Pipeline
+
+# What the analyzer catches: Shardy refusing the module, no sharding within the budget.
+__all__ = ["NoFeasibleSharding", "ShardyRejected", "ShardingProblem", "ShardingGraph", "Assignment"]
+
+SUGGEST = Pipeline("suggest", (
+    "entry-signature", "sharding-rules", "sharding-graph", "sharding-problem", "solve", "propagation-check",
+    "model-cost",
+))
+
+MAX_SOLVES = 6
+CLOSE = 0.01  # the propagated layout within 1% of the plan: propagation realizes it
+SHARE = 0.5  # culprits excluded in one round: those reaching at least half the top one's bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One solve of the loop."""
+
+    problem: ShardingProblem  # the problem it solves (candidates excluded)
+    solution: Solution
+    check: LayoutCheck | None  # None: the propagated graph could not be matched to the problem
+    excluded: tuple[tuple[int, int, str], ...]  # (argument index, dimension, axis) no longer offered
+    solve: int  # 1 for the first
+
+
+@dataclass(frozen=True)
+class Refined:
+    plans: tuple[Plan, ...]
+    solve_seconds: float  # all solves together
+
+
+# The module with a plan's argument and result shardings pinned, parsed (the analyzer edits the StableHLO):
+# (argument pins, result pins) -> module.
+Repinned = Callable[[dict[int, list[list[str]]], dict[int, list[list[str]]]], ir.Module]
+Pins = dict[int, list[list[str]]]
+
+
+def entry_signature(module: ir.Module) -> EntrySignature:
+    """Stage 1: the target's arguments and results, its mesh."""
+    return SUGGEST.run("entry-signature", read_entry_signature, module)
+
+
+def sharding_rules(module: ir.Module) -> ir.Module:
+    """Stage 2: Shardy's op sharding rules on the module, its call graph flattened first (each call site its
+    own choices: Shardy flattens the call graph the same way). Raises ``ShardyRejected``."""
+    return SUGGEST.run("sharding-rules", lambda m: with_sharding_rules(flatten_call_graph(m)), module)
+
+
+def sharding_graph(ruled: ir.Module, ownership: CodeOwnership,
+                   ) -> tuple[ShardingGraph, tuple[int, ...], list[int | None]]:
+    """Stage 3: the graph, the entry's argument tensors, and the tensor each result returns (None: a result
+    that is not a tensor value)."""
+    g = SUGGEST.run("sharding-graph", build_graph, ruled, ownership)
+    args = tuple(t for t, f in g.function_args if f == g.entry)
+    return g, args, SUGGEST.run("sharding-graph", entry_results, ruled, g.value_ids)
+
+
+def sharding_problem(
+    ruled: ir.Module, g: ShardingGraph, sig: EntrySignature, arguments: tuple[int, ...], results: tuple[int, ...],
+    free: tuple[str, ...], fixed: dict[str, tuple[list[list[str]], str]], spec: DeviceSpec, budget: int | None,
+) -> tuple[ShardingProblem, tuple[RoundTrip, ...]]:
+    """Stage 4: the ILP problem over the free axes (``fixed``: argument path -> its sharding and why it is
+    pinned), and the state coming back (outputs that are inputs)."""
+    return SUGGEST.run("sharding-problem", _problem, ruled, g, sig, arguments, results, free, fixed, spec, budget)
+
+
+def _problem(
+    ruled: ir.Module, g: ShardingGraph, sig: EntrySignature, args: tuple[int, ...], results: tuple[int, ...],
+    free: tuple[str, ...], fixed: dict[str, tuple[list[list[str]], str]], spec: DeviceSpec, budget: int | None,
+) -> tuple[ShardingProblem, tuple[RoundTrip, ...]]:
+    sizes = dict(sig.mesh.axes)
+    labels = dict(sizes)
+    pinned: dict[int, tuple[tuple[tuple[str, ...], ...], str]] = {}
+    open_dims: dict[int, tuple[int, ...]] = {}
+    for t in g.tensors:
+        if t.seed and not t.seed.startswith(("argument", "out_shardings of result")):
+            for ref in (r for axes in t.dims for r in axes):
+                labels.setdefault(label(ref, sizes), ref[2])  # a sub-axis ("x:(1)2") has its own size
+            pinned[t.id] = (sharding_labels(t.dims, sizes), f"stated in the program ({t.seed})")
+            open_dims[t.id] = tuple(d for d, closed in enumerate(t.closed) if not closed)
+    for i, tid in enumerate(args):
+        if sig.inputs[i].path in fixed:
+            sharding, why = fixed[sig.inputs[i].path]
+            pinned[tid] = (tuple(tuple(a) for a in sharding), why)
+    pairs = correspond(sig)
+    donated_out = {rt.output.index for rt in pairs if rt.input.donated}
+    problem = build_problem(g, ProblemInput(
+        free_axes=free, axis_sizes=labels, spec=spec, repeats=value_repeats(ruled, g.value_ids), arguments=tuple(args),
+        results=tuple(results),
+        argument_paths=tuple(t.path for t in sig.inputs), result_paths=tuple(o.path for o in sig.outputs),
+        pinned=pinned, ties=tuple((rt.input.index, rt.output.index) for rt in pairs),
+        result_donated=tuple(o.index in donated_out for o in sig.outputs), budget_bytes=budget,
+        open_dims=open_dims,
+    ))
+    return problem, pairs
+
+
+def pins(problem: ShardingProblem, a: Assignment, groups: tuple[int, ...]) -> dict[int, list[list[str]]]:
+    return {i: [list(axes) for axes in problem.groups[g].candidates[a.groups[g]]] for i, g in enumerate(groups)}
+
+
+def _propagated(repinned: Repinned, ownership: CodeOwnership, arg_pins: Pins,
+                res_pins: Pins) -> tuple[ShardingGraph, tuple[int, ...]]:
+    g = build_graph(with_sharding_rules(flatten_call_graph(repinned(arg_pins, res_pins))), ownership)
+    propagate(g)
+    return g, tuple(tid for tid, f in g.function_args if f == g.entry)
+
+
+def _matched(original: ShardingGraph, propagated: ShardingGraph) -> dict[int, int] | None:
+    """Problem tensor id -> propagated tensor id. The graphs are built from one
+    module whose entry attributes differ, so every tensor has its id, except the
+    holders of stated result shardings (built last, one per stated result): those
+    by name."""
+    holders = {x.name: x.id for x in propagated.tensors if x.virtual}
+    out = {}
+    for x in original.tensors:
+        if x.virtual and x.seed and x.seed.startswith("out_shardings of result"):
+            if x.name not in holders:
+                return None
+            out[x.id] = holders[x.name]
+        elif x.id < len(propagated.tensors) and propagated.tensors[x.id].shape == x.shape:
+            out[x.id] = x.id
+        else:
+            return None
+    return out
+
+
+def _remapped(problem: ShardingProblem, ids: dict[int, int]) -> ShardingProblem:
+    return replace(problem, groups=tuple(replace(g, tensors=tuple(ids[t] for t in g.tensors))
+                                         for g in problem.groups))
+
+
+def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, check: LayoutCheck,
+             tied: dict[int, set[int]], keep: dict[int, tuple[int, ...]],
+             excluded: list[tuple[int, int, str]]) -> bool:
+    """Take out of the culprits' groups (and the groups tied to them) every candidate
+    with the leaking axis on the dimension it leaked from (the next best sharding
+    that leaks the same way is no answer); whether anything was taken out."""
+    top = check.culprits[0][1]
+    any_cut = False
+    for (index, dim, axis), reached in check.culprits:
+        if reached < top * SHARE:
+            break
+        cut = False
+        for group in sorted({current.arguments[index]} | tied.get(current.arguments[index], set())):
+            candidates = problem.groups[group].candidates
+            offered = keep.get(group, tuple(range(len(candidates))))
+            left = tuple(i for i in offered if dim >= len(candidates[i]) or axis not in candidates[i][dim])
+            if left and left != offered:
+                keep[group] = left
+                cut = True
+        if cut and (index, dim, axis) not in excluded:
+            excluded.append((index, dim, axis))
+        any_cut |= cut
+    return any_cut
+
+
+def _check(current: ShardingProblem, solution: Solution, graph: ShardingGraph, repinned: Repinned,
+           ownership: CodeOwnership, spec: DeviceSpec) -> LayoutCheck | None:
+    g, arguments = _propagated(repinned, ownership, pins(current, solution.assignment, current.arguments),
+                               pins(current, solution.assignment, current.results))
+    ids = _matched(graph, g)
+    return None if ids is None else check_layout(_remapped(current, ids), solution.assignment, g, arguments, spec)
+
+
+def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, ownership: CodeOwnership,
+           method: str, time_limit: float, spec: DeviceSpec) -> Refined:
+    """Stages 5 and 6, solve and check against propagation, as a loop: the plans of at most ``MAX_SOLVES``
+    solves (``graph``: the one the problem was built from)."""
+    tied: dict[int, set[int]] = {}
+    for a, b in problem.ties:
+        tied.setdefault(a, set()).add(b)
+        tied.setdefault(b, set()).add(a)
+    keep: dict[int, tuple[int, ...]] = {}
+    excluded: list[tuple[int, int, str]] = []
+    plans: list[Plan] = []
+    spent = 0.0
+    for solves in range(1, MAX_SOLVES + 1):
+        current = restrict_groups(problem, keep) if keep else problem
+        try:
+            solution = SUGGEST.run("solve", solve, current, method, time_limit)
+        except NoFeasibleSharding:
+            if not plans:
+                raise  # the problem itself has no solution: the caller says so
+            break  # the exclusions left none within the budget
+        spent += solution.solve_seconds
+        check = None  # when the propagated graph does not match the problem, or Shardy rejects the module
+        try:
+            check = SUGGEST.run("propagation-check", _check, current, solution, graph, repinned, ownership, spec)
+        except (ShardyRejected, ValueError):
+            pass
+        plans.append(Plan(current, solution, check, tuple(excluded), solves))
+        if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
+            break
+        if spent >= time_limit:
+            break  # --time-limit caps each solve, and the loop starts no solve once they used it together
+        if not _exclude(problem, current, solution.assignment, check, tied, keep, excluded):
+            break
+    return Refined(tuple(plans), spent)
+
+
+def model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
+    """Stage 7: the solver's cost model of an assignment, by part."""
+    return SUGGEST.run("model-cost", _model_cost, problem, a)
+
+
+def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
+    compute, reduction, reshard = breakdown(problem, a)
+    return ModelCost(seconds=significant(compute + reduction + reshard), compute_seconds=significant(compute),
+                     reduction_seconds=significant(reduction), reshard_seconds=significant(reshard))
+
+
+def pinned_model_cost(problem: ShardingProblem, argument_pins: Pins, method: str,
+                      time_limit: float) -> ModelCost | None:
+    """The cost model of these argument shardings with the best intermediates the solver finds for them
+    (None: no such assignment)."""
+    pinned = pin_groups(problem, {problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in argument_pins.items()})
+    if pinned is None:
+        return None
+    try:
+        model = SUGGEST.run("solve", solve, pinned, method, time_limit)
+    except NoFeasibleSharding:
+        return None
+    return model_cost(pinned, model.assignment)
+
+
+def chosen_shardings(infos: tuple[TensorInfo, ...], chosen: Pins, problem: ShardingProblem,
+                     why: dict[str, str]) -> list[ChosenSharding]:
+    """Each argument (or result) with its sharding as written and as chosen, and their per-device bytes."""
+    out = []
+    for x in infos:
+        sharding = chosen.get(x.index) or [[] for _ in x.shape]
+        out.append(ChosenSharding(
+            index=x.index, path=x.path, shape=list(x.shape), dtype=x.dtype, current=x.sharding,
+            suggested=sharding, current_per_device_bytes=x.per_device_bytes,
+            suggested_per_device_bytes=local_bytes(tuple(x.shape), x.dtype, tuple(tuple(a) for a in sharding),
+                                                   problem.axis_sizes),
+            pinned=why.get(x.path),
+        ))
+    return out
+
+
+def plan_check(plan: Plan, input_paths: list[str], estimated_seconds: float | None, peak_bytes: int | None,
+               error: str | None) -> PlanCheck:
+    """A plan as the solver saw it, as propagation realized it, and as XLA compiled it."""
+    check = plan.check
+    return PlanCheck(
+        solve=plan.solve, objective_seconds=significant(plan.solution.seconds),
+        propagated_seconds=None if check is None else significant(check.seconds),
+        differing_values=None if check is None else len(check.differing),
+        excluded=[f"{input_paths[i]}: no {axis!r} on dimension {dim}" for i, dim, axis in plan.excluded],
+        estimated_seconds=estimated_seconds, peak_bytes=peak_bytes, error=error,
+    )
+
+
+def solver_stats(problem: ShardingProblem, refined: Refined, kept: Plan, rounds: int,
+                 checks: list[PlanCheck]) -> SolverStats:
+    """What the solves did: the kept plan's method, size, objective, bounds and gaps, and every plan checked."""
+    solution = kept.solution
+    return SolverStats(
+        method=solution.method, variables=solution.variables, value_groups=len(problem.groups),
+        ops=len(problem.ops), solve_seconds=round(refined.solve_seconds, 3),
+        objective_seconds=significant(solution.seconds),
+        lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
+        gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,
+        untied_variables=solution.untied_variables,
+        lp_bound_seconds=None if solution.lp_bound is None else significant(solution.lp_bound),
+        certified_gap=None if solution.certified_gap is None else round(solution.certified_gap, 6),
+        kept=kept.solve,
+    )
