@@ -19,7 +19,7 @@ from jaxlib.mlir import ir
 from .common.device_groups import MeshInfo, axis_scopes
 from .common.shapes import array_bytes, parse_arrays, split_tuple
 from .hlo.collective_intent import classify, parameters, partial_sum_operands
-from .hlo.collective_origin import collective_origins, explain_outputs
+from .hlo.collective_origin import collective_origins
 from .hlo.collective_parameter import collective_parameters
 from .hlo.collectives import find_collectives
 from .hlo.compiler_refusal import CompilerRefusal
@@ -34,6 +34,7 @@ from .models.rule_codes import Scope
 from .rules.context import RuleContext
 from .rules.group_by_cause import group_by_cause
 from .rules.registry import Emitter
+from .rules.sl201_output_sharding_mismatch import explain_outputs
 from .rules.table import RULES, all_options
 from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .stablehlo.module import (

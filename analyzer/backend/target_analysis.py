@@ -14,7 +14,7 @@ from ...passes.models.report import TargetReport
 from ...passes.pipeline import CompiledFacts, analyze_refused_target, analyze_target
 from ...passes.propagation.predicted_communication import predict
 from ...passes.propagation.report import run_propagation
-from ...passes.rules.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ...passes.rules.finding_provenance import attach_provenance, explained
 from ...passes.stablehlo.module import read_entry_signature, read_entry_sources
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -132,7 +132,7 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
 
     copy, entry = background.get()
     report = analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry)
-    if any(f.rule in EXPLAINED_RULES for f in report.findings):
+    if explained(report.findings):
         propagated, predicted = _provenance_facts(copy, ownership)
         if propagated is not None:
             report = attach_provenance(report, propagated, display_source, predicted)
