@@ -11,48 +11,53 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..platforms import devices as run_devices
-from ..platforms.gpu_targets import ACCELERATOR_TARGETS, GPU_TARGETS, TPU_TARGETS, load_target, target_devices
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS, TPU_TARGETS, target_devices
 from ..platforms.presets import find_preset
-from ..platforms.target_memory import target_memory
+from ..platforms.resolved_target import resolve_spec, target_label, with_devices
 from ..platforms.tpu_targets import resolve_target, tpu_devices
 
 
 def platform_label(settings: Settings) -> str:
-    if settings.platform == "cpu":
-        return "cpu (virtual devices)"
-    if settings.platform == "gpu":
-        return f"gpu ({jax_adapter.device_kind_summary()})"
+    """What reports call the platform: the resolved target's label (made once, when the devices were
+    selected), or for settings no device selection resolved (a library caller's), made here."""
+    if settings.target is not None:
+        return settings.target.label
+    tpu = None
     if settings.platform in TPU_TARGETS:
-        target = resolve_target(settings.platform, settings.devices, settings.topology)
-        hosts = len({d.process_index for d in run_devices.selected() or []})
-        over = f" over {hosts} hosts" if hosts > 1 else ""
-        return (f"{settings.platform} (compiled for {target.num_devices} x {settings.platform.upper()}, topology "
-                f"{target.topology_name}{over}, without one)")
-    hosts = f", {settings.hosts} hosts" if settings.hosts > 1 else ""
-    return f"{settings.platform} (compiled for {settings.devices} x {settings.platform.upper()} without one{hosts})"
+        tpu = resolve_target(settings.platform, settings.devices, settings.topology)
+    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
+    return target_label(settings.platform, settings.devices, settings.hosts, tpu, kind)
 
 
 def select_run_devices(settings: Settings) -> tuple[Settings, list]:
     """Configure JAX and choose the devices this run compiles for; the settings come back
-    resolved (a TPU target's device count and topology, an accelerator's own budget)."""
+    resolved: their ``target`` (the GPU spec, the TPU slice with its device count and topology, the
+    label, a device's memory) made here once, and an accelerator's own budget where none was given."""
     try:
         jax_adapter.configure_devices(settings.platform, settings.devices)
     except RuntimeError as e:
         raise ShardLintInputError("--devices", str(e)) from None
-    if settings.platform in GPU_TARGETS:
-        chosen = target_devices(load_target(settings.platform, settings.target_config), settings.devices,
-                                settings.hosts)
-    elif settings.platform in TPU_TARGETS:
-        tpu = resolve_target(settings.platform, settings.devices, settings.topology)
-        chosen = tpu_devices(tpu)
-        settings = replace(settings, devices=len(chosen), topology=tpu.topology)
+    spec = resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
+                        settings.target_config)
+    if spec.gpu is not None:
+        chosen = target_devices(spec.gpu, settings.devices, settings.hosts)
+    elif spec.tpu is not None:
+        chosen = tpu_devices(spec.tpu)
+        settings = replace(settings, devices=len(chosen), topology=spec.tpu.topology)
     elif settings.platform == "gpu":
         chosen = jax_adapter.gpu_devices()
     else:
         chosen = None
     run_devices.select(chosen)
     # The command line's settings have the budget already; a library caller's may not.
-    return settings.with_default_budget(), run_devices.selected()
+    if settings.budget_bytes is None:
+        settings = replace(settings, budget_bytes=spec.memory_bytes,
+                           budget_source=settings.platform if spec.memory_bytes is not None else None)
+    if settings.platform == "gpu" and not chosen:  # no GPU: said by check_gpu_platform, nothing to resolve
+        return settings, run_devices.selected()
+    device_kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
+    target = with_devices(spec, settings.devices, settings.topology, device_kind)
+    return replace(settings, target=target), run_devices.selected()
 
 
 # A device preset that is no compile target, and the target that compiles for it.
@@ -72,7 +77,7 @@ def run_warnings(settings: Settings) -> list[str]:
         return [f"{budget} but the figures come from a CPU compile, which can differ a lot from a {kind}'s: use "
                 f"--platform {target} for {kind} figures"]
     if settings.platform in ACCELERATOR_TARGETS and target != settings.platform:
-        own = target_memory(settings.platform)
+        own = settings.target.bundled_memory_bytes if settings.target is not None else None
         return [f"{budget} but the figures come from a {settings.platform} compile, whose devices have "
                 f"{format_bytes(own) if own else 'other memory'}: drop --device (the target's own memory is the "
                 f"budget) or compile for it with --platform {target}"]

@@ -30,7 +30,8 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL101, SL103, SL105, SL201, SL203
+from ...passes.models.rule_codes import SL201, SL203
+from ...passes.rules import RULES, FixKind
 from ...passes.stablehlo.module import EntrySignature, read_entry_signature
 from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
@@ -48,9 +49,10 @@ def _listed(names: list[str]) -> str:
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
-# SL203's own suggestion (shard the replicated argument) is a parameter fix too, where the
-# argument is not state that comes back on another layout (_state_advice decides those).
-_PARAMETER_FIXES = (SL101.code, SL103.code, SL105.code, SL203.code)
+# The rules whose fix is a parameter's new sharding: their traits, declared in their files. SL203's own
+# suggestion (shard the replicated argument) is one where the argument is not state that comes back on
+# another layout (_state_advice decides those).
+_PARAMETER_FIXES = frozenset(code for code, r in RULES.items() if r.traits.fix is FixKind.parameter)
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
 _NOISE = 0.005

@@ -17,7 +17,7 @@ from ..context.config import Settings
 from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
 from .cached_analysis import analysis_cache, cached_report, key_parts
-from .device_selection import device_processes, platform_label
+from .device_selection import device_processes
 from .out_shardings import suggest as suggest_out_shardings
 
 
@@ -87,6 +87,13 @@ def _stablehlo_entry(text: str, ownership):
     return module, read_entry(module, ownership)
 
 
+def _resolved_label(settings: Settings) -> str:
+    """The platform's label, as the front end resolved it when it selected the devices (load_script)."""
+    if settings.target is None:
+        raise RuntimeError("a lowered target analysed before its devices were selected (no resolved target)")
+    return settings.target.label
+
+
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
     """The target's report: from the analysis cache when this program was analysed before
     with the same settings and compilers, else compiled and analysed (and stored)."""
@@ -99,21 +106,22 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
 
 def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
-    ownership = settings.ownership()
+    config, label = settings.pass_config(), _resolved_label(settings)
+    ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
     background = _Background(_stablehlo_entry, text, ownership)
     try:
-        facts = compiled_facts(lowered, platform_label(settings))
+        facts = compiled_facts(lowered, label)
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
         refusal = refusal_of(str(e))
         if refusal is None:
             raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
         _, entry = background.get()  # out of memory on the device: a measurement, reported as a finding
-        return analyze_refused_target(name, module, refusal, platform_label(settings), settings.pass_config(), entry)
+        return analyze_refused_target(name, module, refusal, label, config, entry)
 
     def out_shardings_hook(inputs, outputs, roundtrips):
         s = suggest_out_shardings(lowered, inputs, outputs, roundtrips)
         return s.text, s.problem
 
     copy, entry = background.get()
-    return analyze_target(name, module, facts, settings.pass_config(), out_shardings_hook, entry,
+    return analyze_target(name, module, facts, config, out_shardings_hook, entry,
                           explain_with=copy, display=display_source)

@@ -34,6 +34,7 @@ from ...passes.rules.table import RULES, all_options
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.presets import PRESETS, find_preset
+from ..platforms.resolved_target import ResolvedTarget
 from ..platforms.target_memory import target_memory
 
 FAIL_ON = ("error", "warning", "never")
@@ -67,6 +68,16 @@ class Settings:
     cache_dir: str | None = None
     # Compile each finding's fix before it is shown (lint; backend/fix_checks.py).
     check_fixes: bool = False
+    # The target the run compiles for, resolved once where its devices were selected
+    # (backend/device_selection.py); None before that, or for settings it was not resolved for.
+    target: ResolvedTarget | None = None
+
+    def __post_init__(self) -> None:
+        # A copy made for other devices, platform or topology (dataclasses.replace) drops a target
+        # resolved for the old ones, so nothing reads a stale one.
+        if self.target is not None and not self.target.describes(
+                self.platform, self.devices, self.topology, self.hosts, self.target_config):
+            object.__setattr__(self, "target", None)
 
     def ownership(self) -> CodeOwnership:
         """Whose frames are the user's; one object per configuration, so its caches
@@ -94,7 +105,9 @@ class Settings:
         from ..platforms.performance import spec_for_platform
 
         kind = None
-        if self.platform == "gpu":
+        if self.platform == "gpu" and self.target is not None:
+            kind = self.target.device_kind
+        elif self.platform == "gpu":
             from ..adapter import jax_adapter
 
             kind = jax_adapter.device_kind_summary()

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Collective, Finding, TensorInfo, where_text
-from ..models.rule_codes import SL201
+from ..models.report import Collective, TensorInfo, where_text
 from ..source.frames import CodeOwnership
 from .module import HloInstruction, HloModule
 
@@ -240,24 +239,3 @@ def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[
             if out in seen or (root.opcode != "tuple" and root.name in seen):
                 found.setdefault(k, []).append(name)
     return found
-
-
-def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tuple[TensorInfo, ...],
-                    collectives: Iterable[Collective]) -> list[Finding]:
-    """Output-layout findings (SL201) with the resharding collectives their
-    output depends on, and why each runs, as the first lines of their ``why``."""
-    with_why = {c.hlo_name: c for c in collectives if c.why and c.intent in (None, "reshard")}
-    if not with_why:
-        return list(findings)
-    by_path = {t.path: t.index for t in outputs}
-    if not any(f.rule == SL201.code for f in findings):
-        return list(findings)
-    depends = outputs_depending_on(module, sorted(with_why))
-    out = []
-    for f in findings:
-        index = by_path.get(f.subject or "") if f.rule == SL201.code else None
-        names = depends.get(index, []) if index is not None else []
-        lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
-                 for n in names[:2]]
-        out.append(f.model_copy(update={"provenance": lines + list(f.provenance)}) if lines else f)
-    return out

@@ -20,7 +20,7 @@ from jaxlib.mlir import ir
 
 from ..common.device_groups import MeshInfo, axis_scopes
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
-from ..hlo.collective_origin import collective_origins, explain_outputs
+from ..hlo.collective_origin import collective_origins
 from ..hlo.collective_parameter import collective_parameters
 from ..hlo.collectives import find_collectives
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
@@ -35,7 +35,8 @@ from ..models.report import Collective, MemorySummary, SourceLocation, StepTime,
 from ..propagation.predicted_communication import predict
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
-from ..rules.finding_provenance import EXPLAINED_RULES, attach_provenance
+from ..rules.finding_provenance import attach_provenance, explained
+from ..rules.sl201_output_sharding_mismatch import explain_outputs
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
     EntrySignature,
@@ -142,7 +143,7 @@ def analyze_target(
         time=time,
     )
     # 5. Why: the propagation behind an explained finding's provenance.
-    if explain_with is not None and any(f.rule in EXPLAINED_RULES for f in report.findings):
+    if explain_with is not None and explained(report.findings):
         report = _with_provenance(report, explain_with, config.ownership, display)
     return report
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
@@ -12,6 +12,9 @@ from ..models.report import Collective, MemorySummary, SourceLocation, TensorInf
 from ..stablehlo.module import EntrySignature
 from ..stablehlo.sharding_constraints import PaddedValue
 from ..stablehlo.state_roundtrip import RoundTrip
+from .registry import RuleOption
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ class RuleContext:
     # and the inputs whose buffer a compiled output reuses (None: not compiled).
     donated_inputs: frozenset[int] = frozenset()
     aliased_inputs: frozenset[int] | None = None
+
+    def option(self, option: RuleOption[T]) -> T:
+        """The option's value as configured (its default where nothing set it: ``options`` is resolved)."""
+        value: T = self.options[option.name]
+        return value
 
     @property
     def num_devices(self) -> int:

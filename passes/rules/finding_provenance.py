@@ -1,5 +1,6 @@
 """Findings explained by sharding propagation: why an output has its layout,
-why a collective at a line is needed."""
+why a collective at a line is needed. Which rules' findings are explained, and how, is each rule's
+``traits.provenance`` (registry.Provenance), declared in its file."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ from collections.abc import Callable
 
 from ..models.propagation import PredictedCollective
 from ..models.report import Finding, SourceLocation, TargetReport
-from ..models.rule_codes import SL101, SL102, SL105, SL201
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
+from .registry import Provenance
+from .table import RULES
 
 MAX_LINES = 6
-EXPLAINED_RULES = frozenset({SL101.code, SL102.code, SL105.code, SL201.code})
+
+
+def provenance_of(f: Finding) -> Provenance:
+    """How the finding's rule is explained (Provenance.none for a code no rule has)."""
+    rule = RULES.get(f.rule)
+    return rule.traits.provenance if rule is not None else Provenance.none
+
+
+def explained(findings: list[Finding]) -> bool:
+    """Whether any of the findings is one propagation explains (worth propagating the program for)."""
+    return any(provenance_of(f) is not Provenance.none for f in findings)
 
 
 def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[PredictedCollective]:
@@ -29,15 +41,16 @@ def attach_provenance(
     out = []
     for f in report.findings:
         lines: list[str] = []
-        if f.rule == SL201.code and f.subject:
+        how = provenance_of(f)
+        if how is Provenance.output_layout and f.subject:
             for t in find_values(p, f.subject)[:1]:
                 lines = explain(p, t, display)
-        elif f.rule in (SL101.code, SL102.code, SL105.code):
+        elif how in (Provenance.predicted_collective, Provenance.predicted_collective_on_axes):
             kinds = {FAMILIES.get(c.kind, c.kind) for c in report.collectives if c.hlo_name == f.subject}
-            # SL105 names a layout change over given axes: a prediction over other axes at the same line
+            # A layout change over given axes (SL105's): a prediction over other axes at the same line
             # explains another collective, not this one.
             axes = ({tuple(c.mesh_axes) for c in report.collectives if c.hlo_name == f.subject}
-                    if f.rule == SL105.code else None)
+                    if how is Provenance.predicted_collective_on_axes else None)
             for pred in _predicted_at(predicted, f):
                 if axes is not None and tuple(pred.mesh_axes) not in axes:
                     continue

@@ -1,6 +1,9 @@
 """What a rule is. Each rule file defines ``RULE = define_rule(CODE, severity, check)``;
 the check's docstring, with the sections What it does / Why is this bad / Example /
 Fix, is the one text behind ``jax-shard-lint rule CODE``, the HTML report and SARIF.
+The file also declares the rule's options (``RuleOption`` constants the check reads with
+``ctx.option(OPTION)``) and its traits (``RuleTraits``: how its findings are explained and
+how its fix is compiled), read from the rule by the stages that act on them.
 table.py lists every rule; models/rule_codes.py names them.
 """
 
@@ -11,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..models.report import Finding, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Code, Scope
@@ -30,12 +33,48 @@ class OptionKind(str, Enum):
     int = "int"
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class RuleOption:
+class RuleOption(Generic[T]):
+    """A threshold, declared once in its rule's file and read there by identity (``ctx.option(OPTION)``);
+    its name is what the configuration and ``--threshold`` write."""
+
     name: str
-    default: Any
+    default: T
     kind: OptionKind
     help: str
+
+
+class Provenance(Enum):
+    """How a rule's findings are explained by sharding propagation (finding_provenance.py)."""
+
+    none = "none"
+    # Why the output the finding names (its subject) has its layout: the hops that gave it.
+    output_layout = "output-layout"
+    # The collective propagation predicts at the finding's line, of the finding's kind, and why.
+    predicted_collective = "predicted-collective"
+    # As predicted_collective, over the finding's collective's mesh axes only: a finding about one layout
+    # change is not explained by a prediction over other axes at the same line.
+    predicted_collective_on_axes = "predicted-collective-on-axes"
+
+
+class FixKind(Enum):
+    """What the fix checks (analyzer/backend/fix_checks.py) compile for a finding's fix."""
+
+    # The fix is text (or another check's: SL201/SL203's state, SL204/SL205's layout fix checks).
+    text = "text"
+    # A new PartitionSpec for the argument the finding names (its suggested_sharding), compiled and measured.
+    parameter = "parameter"
+
+
+@dataclass(frozen=True)
+class RuleTraits:
+    """What other stages do with a rule's findings, declared in the rule's file."""
+
+    provenance: Provenance = Provenance.none
+    fix: FixKind = FixKind.text
 
 
 @dataclass(frozen=True)
@@ -45,9 +84,10 @@ class Rule:
     severity: Severity
     summary: str
     doc: str
-    options: tuple[RuleOption, ...]
+    options: tuple[RuleOption[Any], ...]
     check: Callable[..., None] = field(repr=False)  # (RuleContext | source facts | unused suppressions, Emitter)
     scope: Scope = Scope.TARGET
+    traits: RuleTraits = RuleTraits()
 
     def section(self, title: str) -> str:
         """The text of one documentation section."""
@@ -56,7 +96,7 @@ class Rule:
 
 
 def define_rule(code: Code, severity: Severity, check: Callable[..., None],
-                options: tuple[RuleOption, ...] = ()) -> Rule:
+                options: tuple[RuleOption[Any], ...] = (), traits: RuleTraits = RuleTraits()) -> Rule:
     """A rule from its code (models/rule_codes.py), default severity and check function."""
     if not _CODE.match(code.code):
         raise ValueError(f"rule code {code.code!r} must look like SL123")
@@ -64,7 +104,7 @@ def define_rule(code: Code, severity: Severity, check: Callable[..., None],
         raise ValueError(f"rule name {code.name!r} must be kebab-case")
     doc = inspect.getdoc(check) or ""
     summary = doc.split("\n\n", 1)[0].strip()
-    return Rule(code.code, code.name, severity, summary, doc, tuple(options), check, code.scope)
+    return Rule(code.code, code.name, severity, summary, doc, tuple(options), check, code.scope, traits)
 
 
 @dataclass

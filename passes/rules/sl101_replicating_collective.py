@@ -5,14 +5,28 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
-from ..hlo.collective_parameter import ParameterRole
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
 from .context import RuleContext
 from .parameter_advice import sharding_advice
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 
 _REPLICATING = ("all-gather", "all-reduce")
+
+
+REPLICATING_COLLECTIVE_BYTES = RuleOption(
+    "replicating-collective-bytes", 256 * 1024**2, OptionKind.bytes,
+    "per-device bytes at which any all-gather or all-reduce is reported")
+WHOLE_ARRAY_GATHER_MIN_BYTES = RuleOption(
+    "whole-array-gather-min-bytes", 1024**2, OptionKind.bytes,
+    "smallest collective reported for rebuilding a whole sharded array")
+REPLICATING_COLLECTIVE_PEAK_FRACTION = RuleOption(
+    "replicating-collective-peak-fraction", 0.25, OptionKind.fraction,
+    "share of the per-device peak at which an all-gather or all-reduce is reported")
+REPLICATING_COLLECTIVE_MIN_BYTES = RuleOption(
+    "replicating-collective-min-bytes", 4 * 1024**2, OptionKind.bytes,
+    "smallest collective the peak-fraction criterion reports (tiny programs)")
 
 
 def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
@@ -52,35 +66,47 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     for c in replicating(ctx):
-        whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
-        what = "rebuilds the whole array" if whole else "materialises"
-        axes = ", ".join(c.mesh_axes) or "all devices"
         parameter, served, suggested = sharding_advice(ctx, c)
         out.emit(
-            f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
-            + (f", {c.count}x per step" if c.count > 1 else "")
-            + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
-            + (_relation(parameter, served.role, c.kind) if parameter is not None and served is not None else ""),
-            c.source, via=c.via,
-            fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
-                 + (" (off the dimension this op reads along)"
-                    if served and served.role in (ParameterRole.operand, ParameterRole.read)
-                    else " (the dimension the matmul contracts, so it multiplies the shards in place)")
-                 if parameter is not None and suggested else
-                 "shard a dimension this op does not read along, or keep the operand sharded with "
-                 "jax.lax.with_sharding_constraint before the op"),
+            message(ctx, c, peak, parameter, served), c.source, via=c.via,
+            fix=fix(parameter, served, suggested),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count,
         )
 
 
+def message(ctx: RuleContext, c: Collective, peak: int, parameter: TensorInfo | None,
+            served: CollectiveParameter | None) -> str:
+    """What the collective builds on every device, how often, its share of the peak, and how it relates
+    to the parameter it serves."""
+    whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
+    what = "rebuilds the whole array" if whole else "materialises"
+    axes = ", ".join(c.mesh_axes) or "all devices"
+    return (f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
+            + (f", {c.count}x per step" if c.count > 1 else "")
+            + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
+            + (_relation(parameter, served.role, c.kind) if parameter is not None and served is not None else ""))
+
+
+def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
+        suggested: list[list[str]] | None) -> str:
+    """The parameter's new sharding where the advice found one, else what to do at the op."""
+    if parameter is not None and suggested:
+        return (f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
+                + (" (off the dimension this op reads along)"
+                   if served and served.role in (ParameterRole.operand, ParameterRole.read)
+                   else " (the dimension the matmul contracts, so it multiplies the shards in place)"))
+    return ("shard a dimension this op does not read along, or keep the operand sharded with "
+            "jax.lax.with_sharding_constraint before the op")
+
+
 def replicating(ctx: RuleContext) -> list[Collective]:
     """The collectives this rule reports."""
-    big = ctx.options["replicating-collective-bytes"]
-    whole_min = ctx.options["whole-array-gather-min-bytes"]
+    big = ctx.option(REPLICATING_COLLECTIVE_BYTES)
+    whole_min = ctx.option(WHOLE_ARRAY_GATHER_MIN_BYTES)
     peak = ctx.memory.peak_bytes if ctx.memory else 0
-    share = ctx.options["replicating-collective-peak-fraction"] * peak if peak else float("inf")
-    share_min = ctx.options["replicating-collective-min-bytes"]
+    share = ctx.option(REPLICATING_COLLECTIVE_PEAK_FRACTION) * peak if peak else float("inf")
+    share_min = ctx.option(REPLICATING_COLLECTIVE_MIN_BYTES)
     # A value XLA could reshard only by replicating it is SL104's (the cause named by XLA itself).
     rematerialized = {r.collective for r in ctx.involuntary_remats}
     out = []
@@ -106,13 +132,6 @@ def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
     return f": the matmul by {t.path} {spec} reads it whole"
 
 RULE = define_rule(SL101, Severity.warning, replicating_collective,
-                   options=(
-        RuleOption("replicating-collective-bytes", 256 * 1024**2, OptionKind.bytes,
-                   "per-device bytes at which any all-gather or all-reduce is reported"),
-        RuleOption("whole-array-gather-min-bytes", 1024**2, OptionKind.bytes,
-                   "smallest collective reported for rebuilding a whole sharded array"),
-        RuleOption("replicating-collective-peak-fraction", 0.25, OptionKind.fraction,
-                   "share of the per-device peak at which an all-gather or all-reduce is reported"),
-        RuleOption("replicating-collective-min-bytes", 4 * 1024**2, OptionKind.bytes,
-                   "smallest collective the peak-fraction criterion reports (tiny programs)"),
-    ))
+                   options=(REPLICATING_COLLECTIVE_BYTES, WHOLE_ARRAY_GATHER_MIN_BYTES,
+                            REPLICATING_COLLECTIVE_PEAK_FRACTION, REPLICATING_COLLECTIVE_MIN_BYTES),
+                   traits=RuleTraits(provenance=Provenance.predicted_collective, fix=FixKind.parameter))

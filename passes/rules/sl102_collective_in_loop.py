@@ -8,7 +8,12 @@ from ..hlo.collective_intent import INTENDED
 from ..models.report import Collective, Severity
 from ..models.rule_codes import SL102
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
+
+LOOP_COLLECTIVE_BYTES = RuleOption(
+    "loop-collective-bytes", 512 * 1024**2, OptionKind.bytes,
+    "bytes per step (bytes times executions, summed per source line) at which collectives "
+    "in a loop are reported")
 
 
 def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
@@ -67,7 +72,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
 def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
     """The resharding collectives in loops this rule reports, one group per source line (a layer
     scan's many per-layer collectives are one decision) whose bytes reach the limit."""
-    limit = ctx.options["loop-collective-bytes"]
+    limit = ctx.option(LOOP_COLLECTIVE_BYTES)
     by_line: dict[tuple[str | int, ...], list[Collective]] = {}
     for c in ctx.collectives:
         if c.count > 1 and c.intent not in INTENDED:
@@ -77,6 +82,5 @@ def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
 
 
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,
-                   options=(RuleOption("loop-collective-bytes", 512 * 1024**2, OptionKind.bytes,
-                        "bytes per step (bytes times executions, summed per source line) at which collectives "
-                        "in a loop are reported"),))
+                   options=(LOOP_COLLECTIVE_BYTES,),
+                   traits=RuleTraits(provenance=Provenance.predicted_collective))

@@ -8,7 +8,14 @@ from ..models.report import Severity
 from ..models.rule_codes import SL103
 from .context import RuleContext
 from .parameter_advice import contracted_dims, moved_off, parameter_of
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
+
+PARTIAL_SUM_EXPANSION = RuleOption(
+    "partial-sum-expansion", 8.0, OptionKind.ratio,
+    "all-reduced bytes over the bytes of the matmul operand that could be gathered instead")
+PARTIAL_SUM_MIN_BYTES = RuleOption(
+    "partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
+    "smallest all-reduce of partial sums reported")
 
 
 def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
@@ -44,8 +51,8 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     `P("model", None)`), so the output stays sharded and only small
     statistics (a softmax's max and sum) are reduced.
     """
-    ratio = ctx.options["partial-sum-expansion"]
-    smallest = ctx.options["partial-sum-min-bytes"]
+    ratio = ctx.option(PARTIAL_SUM_EXPANSION)
+    smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
     # A weight's gradient (a matmul over the batch, summed over the data axes) has the
     # weight's shape: data-parallel traffic, not an expanding projection.
     weights = {tuple(t.shape) for t in ctx.inputs}
@@ -82,9 +89,5 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         )
 
 RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
-                   options=(
-        RuleOption("partial-sum-expansion", 8.0, OptionKind.ratio,
-                   "all-reduced bytes over the bytes of the matmul operand that could be gathered instead"),
-        RuleOption("partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
-                   "smallest all-reduce of partial sums reported"),
-    ))
+                   options=(PARTIAL_SUM_EXPANSION, PARTIAL_SUM_MIN_BYTES),
+                   traits=RuleTraits(fix=FixKind.parameter))

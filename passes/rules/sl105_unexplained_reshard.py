@@ -9,7 +9,7 @@ from ..models.report import Severity, SourceLocation
 from ..models.rule_codes import SL105
 from .context import RuleContext
 from .parameter_advice import Advice, sharding_advice
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .sl101_replicating_collective import replicating
 from .sl102_collective_in_loop import loop_groups
 
@@ -19,6 +19,12 @@ _ROLE = {
     ParameterRole.partial_sums: "it sums the partial products of the matmul by that weight",
     ParameterRole.read: "an op reads that argument along its sharded dimension",
 }
+
+
+UNEXPLAINED_RESHARD_BYTES = RuleOption(
+    "unexplained-reshard-bytes", 16 * 1024**2, OptionKind.bytes,
+    "per-device bytes per step from which a resharding collective no other "
+    "rule reports is reported")
 
 
 def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
@@ -55,7 +61,7 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     `P(None, "model")`); lint compiles that layout and shows the fix only
     when it measures less traffic or a lower peak.
     """
-    limit = ctx.options["unexplained-reshard-bytes"]
+    limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
     explained = {c.hlo_name for c in replicating(ctx)} | {c.hlo_name for g in loop_groups(ctx) for c in g}
     explained |= {r.collective for r in ctx.involuntary_remats if r.collective}
     reported = [c for c in ctx.collectives
@@ -92,6 +98,5 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
-                   options=(RuleOption("unexplained-reshard-bytes", 16 * 1024**2, OptionKind.bytes,
-                                       "per-device bytes per step from which a resharding collective no other "
-                                       "rule reports is reported"),))
+                   options=(UNEXPLAINED_RESHARD_BYTES,),
+                   traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter))

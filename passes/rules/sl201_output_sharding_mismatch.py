@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import named_sharding_text, pspec_text
-from ..models.report import Severity
+from ..hlo.collective_origin import outputs_depending_on
+from ..hlo.module import HloModule
+from ..models.report import Collective, Finding, Severity, TensorInfo
 from ..models.rule_codes import SL201
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
+
+OUTPUT_MISMATCH_MIN_BYTES = RuleOption(
+    "output-mismatch-min-bytes", 1024**2, OptionKind.bytes,
+    "per-device size from which each mismatched output is its own finding; smaller ones are "
+    "reported together in one finding")
 
 
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
@@ -45,7 +54,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     `jax-shard-lint rewrite` to apply and validate it.
     """
     pairs = mismatched(ctx.roundtrips)
-    floor = ctx.options["output-mismatch-min-bytes"]
+    floor = ctx.option(OUTPUT_MISMATCH_MIN_BYTES)
     small = [rt for rt in pairs if max(rt.output.per_device_bytes, rt.input.per_device_bytes) < floor]
     small_outputs = {rt.output.index for rt in small}
     for rt in pairs:
@@ -81,7 +90,28 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
+def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tuple[TensorInfo, ...],
+                    collectives: Iterable[Collective]) -> list[Finding]:
+    """This rule's findings with the resharding collectives their output depends on in the compiled
+    program, and why each runs, as the first lines of their ``why`` (the pipeline's step after the rules:
+    the other rules' findings pass through)."""
+    with_why = {c.hlo_name: c for c in collectives if c.why and c.intent in (None, "reshard")}
+    if not with_why:
+        return list(findings)
+    by_path = {t.path: t.index for t in outputs}
+    if not any(f.rule == SL201.code for f in findings):
+        return list(findings)
+    depends = outputs_depending_on(module, sorted(with_why))
+    out = []
+    for f in findings:
+        index = by_path.get(f.subject or "") if f.rule == SL201.code else None
+        names = depends.get(index, []) if index is not None else []
+        lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
+                 for n in names[:2]]
+        out.append(f.model_copy(update={"provenance": lines + list(f.provenance)}) if lines else f)
+    return out
+
+
 RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
-                   options=(RuleOption("output-mismatch-min-bytes", 1024**2, OptionKind.bytes,
-                        "per-device size from which each mismatched output is its own finding; smaller ones are "
-                        "reported together in one finding"),))
+                   options=(OUTPUT_MISMATCH_MIN_BYTES,),
+                   traits=RuleTraits(provenance=Provenance.output_layout))

@@ -9,6 +9,10 @@ from ..models.rule_codes import SL202
 from .context import RuleContext
 from .registry import Emitter, OptionKind, RuleOption, define_rule
 
+DONATION_MIN_BYTES = RuleOption(
+    "donation-min-bytes", 1024**2, OptionKind.bytes,
+    "smallest per-device saving reported")
+
 
 def _sharding_of(t: TensorInfo) -> tuple[tuple[str, ...], ...] | None:
     return normalized(t.sharding, len(t.shape))
@@ -40,7 +44,7 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
     `jax.jit(train_step, donate_argnums=(0,))` (or `donate_argnames=`), and stop
     using the old state after the call.
     """
-    limit = ctx.options["donation-min-bytes"]
+    limit = ctx.option(DONATION_MIN_BYTES)
     candidates = {rt.input.index: rt.output for rt in ctx.roundtrips}
 
     def same_layout(o: TensorInfo, inp: TensorInfo) -> bool:
@@ -78,5 +82,4 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL202, Severity.warning, missing_donation,
-                   options=(RuleOption("donation-min-bytes", 1024**2, OptionKind.bytes,
-                                       "smallest per-device saving reported"),))
+                   options=(DONATION_MIN_BYTES,))

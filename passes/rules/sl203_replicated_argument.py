@@ -7,7 +7,11 @@ from ..common.sharding_text import is_replicated, pspec_text
 from ..models.report import Severity
 from ..models.rule_codes import SL203
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
+
+REPLICATED_ARGUMENT_BYTES = RuleOption(
+    "replicated-argument-bytes", 64 * 1024**2, OptionKind.bytes,
+    "size at which a fully replicated argument is reported")
 
 
 def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
@@ -36,7 +40,7 @@ def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
     `NamedSharding(mesh, P('data', None))`, and let the ops that need the
     whole array gather it where needed.
     """
-    limit = ctx.options["replicated-argument-bytes"]
+    limit = ctx.option(REPLICATED_ARGUMENT_BYTES)
     if ctx.num_devices <= 1:
         return
     mesh = ctx.signature.mesh
@@ -62,5 +66,5 @@ def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL203, Severity.warning, replicated_argument,
-                   options=(RuleOption("replicated-argument-bytes", 64 * 1024**2, OptionKind.bytes,
-                        "size at which a fully replicated argument is reported"),))
+                   options=(REPLICATED_ARGUMENT_BYTES,),
+                   traits=RuleTraits(fix=FixKind.parameter))

@@ -10,6 +10,10 @@ from ..stablehlo.sharding_constraints import even_alternatives
 from .context import RuleContext
 from .registry import Emitter, OptionKind, RuleOption, define_rule
 
+PADDING_MIN_BYTES = RuleOption(
+    "padding-min-bytes", 0, OptionKind.bytes,
+    "smallest per-device padding reported")
+
 
 def constraint_path(ordinal: int) -> str:
     """How a finding names a constrained value: the fix check edits the constraint of this number."""
@@ -54,7 +58,7 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     choose a size the axes divide. Each is compiled and printed only when
     measured better.
     """
-    limit = ctx.options["padding-min-bytes"]
+    limit = ctx.option(PADDING_MIN_BYTES)
     mesh = ctx.signature.mesh
     for p in ctx.padded_values:
         c = p.constraint
@@ -80,5 +84,4 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL204, Severity.warning, uneven_sharding,
-                   options=(RuleOption("padding-min-bytes", 0, OptionKind.bytes,
-                                       "smallest per-device padding reported"),))
+                   options=(PADDING_MIN_BYTES,))

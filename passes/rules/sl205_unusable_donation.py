@@ -8,6 +8,7 @@ from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL205
 from .context import RuleContext
 from .registry import Emitter, define_rule
+from .sl202_missing_donation import DONATION_MIN_BYTES  # one threshold for both donation rules
 
 
 def _text(t: TensorInfo) -> str:
@@ -50,7 +51,7 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
     """
     if ctx.aliased_inputs is None:
         return
-    limit = ctx.options["donation-min-bytes"]
+    limit = ctx.option(DONATION_MIN_BYTES)
     for inp in ctx.inputs:
         if inp.index not in ctx.donated_inputs or inp.index in ctx.aliased_inputs or inp.per_device_bytes < limit:
             continue

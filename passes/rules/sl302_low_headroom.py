@@ -9,6 +9,10 @@ from .context import RuleContext
 from .peak_memory import peak_culprit, peak_detail
 from .registry import Emitter, OptionKind, RuleOption, define_rule
 
+HEADROOM_FRACTION = RuleOption(
+    "headroom-fraction", 0.10, OptionKind.fraction,
+    "headroom under this fraction of the budget is reported")
+
 
 def low_headroom(ctx: RuleContext, out: Emitter) -> None:
     """The per-device peak fits the budget with little room to spare.
@@ -39,7 +43,7 @@ def low_headroom(ctx: RuleContext, out: Emitter) -> None:
     if mem is None or mem.budget_bytes is None or mem.peak_bytes > mem.budget_bytes or mem.budget_bytes == 0:
         return
     free = mem.budget_bytes - mem.peak_bytes
-    fraction = ctx.options["headroom-fraction"]
+    fraction = ctx.option(HEADROOM_FRACTION)
     if free < fraction * mem.budget_bytes:
         top = peak_culprit(ctx)
         out.emit(
@@ -53,5 +57,4 @@ def low_headroom(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL302, Severity.warning, low_headroom,
-                   options=(RuleOption("headroom-fraction", 0.10, OptionKind.fraction,
-                        "headroom under this fraction of the budget is reported"),))
+                   options=(HEADROOM_FRACTION,))

@@ -3,6 +3,8 @@ registration by import side effect). Adding a rule: its code in models/rule_code
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..models.report import RuleDoc, Severity
 from . import (
     sl001_unused_suppression,
@@ -50,8 +52,8 @@ if len(set(_CODES)) != len(_CODES):  # two rules with one code: a dict would kee
 RULES: dict[str, Rule] = dict(zip(_CODES, _LISTED))
 
 
-def all_options() -> dict[str, RuleOption]:
-    out: dict[str, RuleOption] = {}
+def all_options() -> dict[str, RuleOption[Any]]:
+    out: dict[str, RuleOption[Any]] = {}
     for r in RULES.values():
         for opt in r.options:
             out[opt.name] = opt

@@ -15,7 +15,7 @@ def test_docs_rule_table_is_the_generated_one(cli):
     m = re.search(r"<!-- generated: jax-shard-lint rules --format markdown[^\n]*-->\n(.*?)<!-- end generated -->",
                   docs, re.S)
     assert m, "docs/rules.md has no generated rule table"
-    assert m.group(1) == result.out, "docs/rules.md's table is stale: paste `jax-shard-lint rules --format markdown`"
+    assert m.group(1) == result.out, "docs/rules.md's table is stale: run python3 docs/generate_rules_table.py"
 
 
 def test_every_rule_is_a_row_once():
@@ -25,3 +25,17 @@ def test_every_rule_is_a_row_once():
     docs = rule_docs()
     rows = rules_markdown(docs).splitlines()[2:]
     assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [d.code for d in docs]
+
+
+def test_the_generator_writes_the_table_the_cli_prints(cli):
+    """docs/generate_rules_table.py puts the CLI's table between the markers, and only there."""
+    import importlib.util
+
+    path = os.path.join(ROOT, "docs", "generate_rules_table.py")
+    spec = importlib.util.spec_from_file_location("generate_rules_table", path)
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    opening, closing = "<!-- generated: jax-shard-lint rules --format markdown -->\n", "<!-- end generated -->"
+    stale = f"before\n{opening}| old |\n{closing}\nafter\n"
+    result = cli("rules", "--format", "markdown")
+    assert generator.generated(stale) == f"before\n{opening}{result.out}{closing}\nafter\n"

@@ -1,0 +1,75 @@
+"""The target one run compiles for, resolved once: made by the front end when it selects the devices
+(backend/device_selection.py) and carried on the run's Settings, so what lies below reads it and never
+resolves it again (the GPU spec loaded, the TPU topology chosen, the label, the memory of a device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .devices import selected
+from .gpu_targets import GPU_TARGETS, GpuTarget, load_target
+from .tpu_targets import TPU_TARGETS, TpuTarget, resolve_target
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    platform: str  # the --platform: cpu, gpu, or a GPU or TPU target
+    num_devices: int  # the devices compiled for (a TPU slice's own count)
+    topology: str | None  # a TPU slice's grid, e.g. 2x4
+    hosts: int
+    target_config: str | None  # the user's GpuTargetConfigProto file, if any
+    gpu: GpuTarget | None = None  # a GPU target's spec
+    tpu: TpuTarget | None = None  # a TPU target's generation and topology
+    memory_bytes: int | None = None  # one device's memory (None for cpu and gpu): the budget when none is given
+    # The bundled spec's memory (a GPU target's, whatever --target-config gives): what a warning about a
+    # budget from another device's preset names as the target's own.
+    bundled_memory_bytes: int | None = None
+    # What reports call it (cpu (virtual devices), tpu-v5e (compiled for 8 x TPU-V5E, topology v5e:2x4, ...)).
+    label: str = ""
+    # What JAX calls the GPUs at hand (--platform gpu): the step-time model's device.
+    device_kind: str | None = None
+
+    def describes(self, platform: str, devices: int, topology: str | None, hosts: int,
+                  target_config: str | None) -> bool:
+        """Whether this target was resolved for these settings (a run that changes them has another)."""
+        return (self.platform, self.num_devices, self.topology, self.hosts, self.target_config) == (
+            platform, devices, topology, hosts, target_config)
+
+
+def resolve_spec(platform: str, devices: int, topology: str | None, hosts: int,
+                 target_config: str | None) -> ResolvedTarget:
+    """The target's spec, before its devices exist: a GPU target's config loaded, a TPU slice's topology
+    chosen (and with it the device count), the memory of one device."""
+    if platform in GPU_TARGETS:
+        gpu = load_target(platform, target_config)
+        bundled = load_target(platform).memory_bytes if target_config else gpu.memory_bytes
+        return ResolvedTarget(platform, devices, topology, hosts, target_config, gpu=gpu,
+                              memory_bytes=gpu.memory_bytes, bundled_memory_bytes=bundled)
+    if platform in TPU_TARGETS:
+        tpu = resolve_target(platform, devices, topology)
+        memory = tpu.generation.memory_bytes
+        return ResolvedTarget(platform, devices, topology, hosts, target_config, tpu=tpu, memory_bytes=memory,
+                              bundled_memory_bytes=memory)
+    return ResolvedTarget(platform, devices, topology, hosts, target_config)
+
+
+def with_devices(spec: ResolvedTarget, devices: int, topology: str | None, device_kind: str | None) -> ResolvedTarget:
+    """The target once its devices are selected (platforms/devices.py): their count, the topology, what
+    JAX calls the GPUs at hand, and the label reports give it."""
+    return replace(spec, num_devices=devices, topology=topology, device_kind=device_kind,
+                   label=target_label(spec.platform, devices, spec.hosts, spec.tpu, device_kind))
+
+
+def target_label(platform: str, devices: int, hosts: int, tpu: TpuTarget | None, device_kind: str | None) -> str:
+    """What reports call the platform; a TPU slice's hosts are those of the devices selected."""
+    if platform == "cpu":
+        return "cpu (virtual devices)"
+    if platform == "gpu":
+        return f"gpu ({device_kind})"
+    if tpu is not None:
+        slice_hosts = len({d.process_index for d in selected() or []})
+        over = f" over {slice_hosts} hosts" if slice_hosts > 1 else ""
+        return (f"{platform} (compiled for {tpu.num_devices} x {platform.upper()}, topology "
+                f"{tpu.topology_name}{over}, without one)")
+    more = f", {hosts} hosts" if hosts > 1 else ""
+    return f"{platform} (compiled for {devices} x {platform.upper()} without one{more})"
