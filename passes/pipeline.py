@@ -33,6 +33,8 @@ from .models.report import Finding, Severity, TargetReport, TensorInfo, where_te
 from .models.rule_codes import Scope
 from .rules.context import RuleContext
 from .rules.group_by_cause import group_by_cause
+from .rules.lost_donation import merge_lost_donations
+from .rules.output_reshards import claim_output_reshards
 from .rules.registry import Emitter
 from .rules.table import RULES, all_options
 from .source.frames import DEFAULT_OWNERSHIP, CodeOwnership
@@ -97,7 +99,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
         findings.extend(group_by_cause(emitter.findings))
-    return sort_findings(findings)
+    return sort_findings(merge_lost_donations(findings))
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -172,6 +174,7 @@ def analyze_target(
         aliased_inputs=aliased_parameters(hlo),
     )
     findings = explain_outputs(hlo, run_rules(ctx, config), outputs, collectives)
+    findings = claim_output_reshards(hlo, findings, outputs, collectives)
     warnings: list[str] = []
     if out_shardings_hook is not None:
         suggestion, problem = out_shardings_hook(inputs, outputs, roundtrips)
