@@ -31,6 +31,7 @@ from .hlo.parser import parse_hlo_module
 from .hlo.step_time import DeviceSpec, estimate_step_time
 from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
 from .models.rule_codes import Scope
+from .propagation.propagated_padding import propagated_padded_values
 from .rules.context import RuleContext
 from .rules.group_by_cause import group_by_cause
 from .rules.lost_donation import merge_lost_donations
@@ -170,6 +171,7 @@ def analyze_target(
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),
+        propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         aliased_inputs=aliased_parameters(hlo),
     )
@@ -217,6 +219,15 @@ def _padded_values(module: ir.Module, sig: EntrySignature, hlo, config: PassConf
     constraint does not divide its value)."""
     uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
     return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
+
+
+def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo, config: PassConfig) -> tuple:
+    """The values Shardy's propagation cuts unevenly that the compiled program holds padded (SL206's;
+    Shardy's propagation is run only when the rule is on)."""
+    if "SL206" in config.disabled:
+        return ()
+    stated = read_constraints(module, config.ownership)
+    return propagated_padded_values(module, sig.mesh, compiled_shapes(hlo), stated, config.ownership)
 
 
 def _step_time(hlo, collectives, config: PassConfig, xla_cost: dict[str, Any] | None):
