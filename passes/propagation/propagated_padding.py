@@ -87,7 +87,9 @@ def propagated_padded_values(
                 sharding = sharding_axes(sdy.TensorShardingAttr(attr))
                 sharding += [[]] * (len(shape) - len(sharding))
                 ways = _ways(sharding, mesh)
-                uneven = tuple(d for d, (n, k) in enumerate(zip(shape, ways)) if k > 1 and n % k)
+                # A dimension smaller than its shards' count is a whole copy on each device (a
+                # keepdims reduction's 1 on 8 devices), not a padded cut.
+                uneven = tuple(d for d, (n, k) in enumerate(zip(shape, ways)) if k > 1 and n % k and n > 1)
                 if not uneven:
                     continue
                 uneven_values.add(value)

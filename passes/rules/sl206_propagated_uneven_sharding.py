@@ -23,7 +23,7 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     are the same cause), no `with_sharding_constraint` stated that cut (that
     is SL204), the compiled program holds the value at the padded per-device
     shape ceil(n/k), and the padding each device holds beyond an even split is
-    at least `padding-min-bytes` (0: any). One finding per user line.
+    at least `propagated-padding-min-bytes` (0: any). One finding per user line.
 
     Why is this bad
     ---------------
