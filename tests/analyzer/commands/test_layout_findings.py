@@ -134,6 +134,22 @@ def test_a_resharded_donated_output_is_one_finding_with_its_measured_fix(cli, ch
     assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
 
 
+def test_check_of_a_snapshot_gives_lints_one_finding_for_the_resharded_donation(cli, checking, tmp_path):
+    """jit drops the donation before the module is written: the snapshot records it beside the module, so
+    check finds the lost donation and measures the pinned fix with the donation restored, as lint does."""
+    script = os.path.join(SCRIPTS, "unusable_donation_resharded.py")
+    assert cli("snapshot", script, "-o", str(tmp_path)).code == 0
+    assert json.loads((tmp_path / "resharded.meta.json").read_text())["donated_inputs"] == [0]
+    checked = cli("check", str(tmp_path / "resharded.mlir"), "--format", "json")
+    assert checked.code == 0, checked.err[-2000:]
+    (from_check,) = json.loads(checked.out)["targets"][0]["findings"]
+    (from_lint,) = _lint(cli, "unusable_donation_resharded")["resharded"]["findings"]
+    for key in ("rule", "message", "fix", "fix_check", "ops", "parameter"):
+        assert from_check[key] == from_lint[key], key
+    kept = _targets("unusable_donation_resharded")["kept"].compile()
+    assert from_check["fix_check"]["peak_bytes_after"] == _peak(kept)
+
+
 def test_sl205_alone_where_sl201_is_ignored(cli, checking):
     targets = _targets("unusable_donation_resharded")
     resharded, kept = targets["resharded"].compile(), targets["kept"].compile()
