@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
@@ -74,7 +75,7 @@ def propagated_padded_values(
     except ShardyRejected:
         return ()
     stated_cuts = {(c.shape[d], tuple(c.sharding[d])) for c in stated for d in c.uneven_dims(mesh)}
-    uneven_values: set[ir.Value] = set()
+    uneven_values: set[ir.Value[Any]] = set()
     found: dict[tuple[str, int] | None, PropagatedPadding] = {}
     for fn in functions(propagated).values():
         for op in walk_ops(fn.regions[0].blocks[0]):

@@ -41,7 +41,7 @@ def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: t
         ops.setdefault(id(f), []).append(name)
     out = []
     for f in findings:
-        if f.rule in _CLAIMABLE and f.source is None and all(n in claimed for n in (f.ops or [f.subject])):
+        if f.rule in _CLAIMABLE and f.source is None and all(n in claimed for n in (f.ops or [f.subject or ""])):
             continue
         if id(f) in ops:
             f = f.model_copy(update={"ops": sorted({*f.ops, *ops[id(f)]})})
