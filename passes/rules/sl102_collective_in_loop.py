@@ -24,7 +24,10 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     bytes times their execution counts, summed, reach `loop-collective-bytes`.
     Traffic the sharding asked for (a layer's FSDP parameter gather, a gradient
     reduction, tensor-parallel partial sums: the collective's `intent`) is
-    counted but not reported.
+    counted but not reported, and a collective SL101 reports (it builds a
+    large array on every device) is SL101's finding, not a second one. The
+    finding lists its collectives (`ops`) and names the argument behind most
+    of their bytes where one is found.
 
     Why is this bad
     ---------------
