@@ -5,6 +5,7 @@ files and dump folders. Reading and validating the files is inputs/checked_in.py
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ...passes.models.report import TargetReport
@@ -22,6 +23,7 @@ from ..inputs.checked_in import (
     numbered_module_name,
     read_export,
     read_mlir,
+    snapshot_donated_inputs,
     snapshot_platform,
 )
 from ..inputs.files import check_input_file, read_input_text
@@ -56,10 +58,11 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
-                 with_reports: bool = True):
+                 with_reports: bool = True, donated_inputs: frozenset[int] | None = None):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
-    peak and the collectives, which is what a fix check compares)."""
+    peak and the collectives, which is what a fix check compares). ``donated_inputs``: what the user
+    donated, where known beside the module (a snapshot's metadata)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     from .device_selection import platform_label
@@ -73,6 +76,8 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e
     # Input shardings stay the module's own: checked-in StableHLO states them.
     facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
+    if donated_inputs is not None:
+        facts = dataclasses.replace(facts, donated_inputs=donated_inputs)
     return analyze_target(name, module, facts, settings.pass_config()), program, module
 
 
@@ -136,8 +141,12 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     pool = devices if devices is not None else jax_adapter.cpu_devices()
     if n > len(pool):
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
-    report = cached_text_report(name, text, n, settings, pool,
-                                lambda: analyze_text(name, text, settings, path, devices=pool)[0])
+    donated = snapshot_donated_inputs(path) if kind == "mlir" else None
+    # The recorded donation is part of what is analysed: it keys the cache with the text.
+    keyed = text if donated is None else f"{text}\n// donated_inputs {sorted(donated)}"
+    report = cached_text_report(name, keyed, n, settings, pool,
+                                lambda: analyze_text(name, text, settings, path, devices=pool,
+                                                     donated_inputs=donated)[0])
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [

@@ -107,7 +107,8 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     report = lint(LintRequest(request.script, tuple(targets), request.params), settings)
     for t in report.targets:
         meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
-                **_versions()}
+                # What the user donated, jit's dropped donations included (the module holds only the rest).
+                "donated_inputs": sorted(i.index for i in t.inputs if i.donated), **_versions()}
         with open_output(os.path.join(request.out_dir, f"{t.name}.meta.json")) as f:
             f.write(json.dumps(meta, indent=2) + "\n")
     write_baseline(baseline_of(report.targets), os.path.join(request.out_dir, BASELINE_FILE))

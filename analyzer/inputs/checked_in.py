@@ -86,17 +86,32 @@ def kind_of(path: str) -> str:
     return "export"
 
 
-def snapshot_platform(mlir_path: str) -> str | None:
-    """The platform a snapshot was taken on, from the metadata beside it."""
+def _snapshot_meta(mlir_path: str) -> dict:
+    """The metadata beside a snapshot's module ({} where there is none or it does not read)."""
     meta = os.path.splitext(mlir_path)[0] + ".meta.json"
     if not os.path.isfile(meta):
-        return None
+        return {}
     import json
 
     try:
         with open(meta, encoding="utf-8") as f:
-            return str(json.load(f).get("platform", "")) or None
+            found = json.load(f)
     except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def snapshot_platform(mlir_path: str) -> str | None:
+    """The platform a snapshot was taken on, from the metadata beside it."""
+    return str(_snapshot_meta(mlir_path).get("platform", "")) or None
+
+
+def snapshot_donated_inputs(mlir_path: str) -> frozenset[int] | None:
+    """The flattened arguments the user donated, from the metadata beside a snapshot: jit leaves a
+    donation no output matches out of the module, so the module alone does not say it. None: not recorded."""
+    donated = _snapshot_meta(mlir_path).get("donated_inputs")
+    if not isinstance(donated, list) or not all(isinstance(i, int) for i in donated):
         return None
+    return frozenset(donated)
 
 

@@ -33,9 +33,11 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
+from ..propagation.propagated_padding import propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
+from ..rules.output_reshards import claim_output_reshards
 from ..rules.sl201_output_sharding_mismatch import explain_outputs
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
@@ -128,6 +130,7 @@ def analyze_target(
                    collectives, memory, roundtrips)
     findings = LINT.run("explain-outputs", explain_outputs, hlo, LINT.run("rules", run_rules, ctx, config),
                         outputs, collectives)
+    findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives)
     warnings: list[str] = []
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
@@ -165,6 +168,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),
+        propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         aliased_inputs=aliased_parameters(hlo),
     )
@@ -217,6 +221,15 @@ def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
     constraint does not divide its value)."""
     uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
     return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
+
+
+def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule, config: PassConfig) -> tuple:
+    """The values Shardy's propagation cuts unevenly that the compiled program holds padded (SL206's;
+    Shardy's propagation is run only when the rule is on)."""
+    if "SL206" in config.disabled:
+        return ()
+    stated = read_constraints(module, config.ownership)
+    return propagated_padded_values(module, sig.mesh, compiled_shapes(hlo), stated, config.ownership)
 
 
 def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,

@@ -10,6 +10,7 @@ from ..models.report import Finding, SourceLocation, TensorInfo
 from ..models.rule_codes import Scope
 from ..rules.context import RuleContext
 from ..rules.group_by_cause import group_by_cause
+from ..rules.lost_donation import merge_lost_donations
 from ..rules.registry import Emitter
 from ..rules.table import RULES
 from ..stablehlo.module import EntrySignature, EntrySources
@@ -40,7 +41,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
         findings.extend(group_by_cause(emitter.findings))
-    return sort_findings(findings)
+    return sort_findings(merge_lost_donations(findings))
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -113,7 +113,7 @@ def tagged_clone(module: ir.Module) -> ir.Module:
     return out
 
 
-def _result_shardings(op) -> list:
+def result_shardings(op) -> list:
     """Shardy's sharding of each result: the op's ``sdy.sharding``, or for ops that
     state their own (a reshard, a shard_map's out_specs) that attribute."""
     attrs = op.attributes
@@ -199,7 +199,7 @@ def pair_values(ours: ir.Module, theirs: ir.Module, axis_sizes_of) -> PairedValu
             for i, r, rank in ranked:
                 seen = set()
                 for c in copies:
-                    found = _result_shardings(c)
+                    found = result_shardings(c)
                     seen.add(axes(found[i], rank) if i < len(found) else ((),) * rank)
                 if len(seen) == 1:
                     shardings[r] = seen.pop()

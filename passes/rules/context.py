@@ -9,6 +9,7 @@ from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..hlo.involuntary_remat import LocatedRemat
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
+from ..propagation.propagated_padding import PropagatedPadding
 from ..stablehlo.module import EntrySignature
 from ..stablehlo.sharding_constraints import PaddedValue
 from ..stablehlo.state_roundtrip import RoundTrip
@@ -45,6 +46,8 @@ class RuleContext:
     involuntary_remats: tuple[LocatedRemat, ...] = ()
     # Values the user constrained on axes that do not divide them, which the compiled program holds padded.
     padded_values: tuple[PaddedValue, ...] = ()
+    # Values Shardy's propagation cuts unevenly (no constraint stated it), which the compiled program holds padded.
+    propagated_padding: tuple[PropagatedPadding, ...] = ()
     # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:
     # TensorInfo.donated says both),
     # and the inputs whose buffer a compiled output reuses (None: not compiled).

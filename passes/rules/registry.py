@@ -119,13 +119,15 @@ class Emitter:
         self, message: str, source: SourceLocation | None, fix: str | None = None, subject: str | None = None,
         via: SourceLocation | None = None, why: list[str] | None = None, parameter: TensorInfo | None = None,
         suggested: list[list[str]] | None = None, total_bytes: int | None = None, count: int = 1,
+        ops: list[str] | None = None,
     ) -> None:
         """``parameter``: the argument the finding comes from, ``suggested`` the sharding its fix gives
-        it; ``total_bytes``: the per-device bytes per step the finding is about (grouping adds them)."""
+        it; ``total_bytes``: the per-device bytes per step the finding is about (grouping adds them);
+        ``ops``: the HLO ops it stands for, when more than the subject."""
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
             message=message, source=source, via=via, fix=fix, subject=subject, provenance=list(why or []),
             parameter=parameter.path if parameter is not None else None,
             parameter_sharding=parameter.sharding if parameter is not None else None,
-            suggested_sharding=suggested, bytes=total_bytes, count=count,
+            suggested_sharding=suggested, bytes=total_bytes, count=count, ops=list(ops or []),
         ))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from ..common.axes import axes_in_words
 from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
-from ..models.report import Collective, Severity
+from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL102
 from .context import RuleContext
+from .parameter_advice import sharding_advice
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
+from .sl101_replicating_collective import replicating
 
 LOOP_COLLECTIVE_BYTES = RuleOption(
     "loop-collective-bytes", 512 * 1024**2, OptionKind.bytes,
@@ -26,7 +29,10 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     bytes times their execution counts, summed, reach `loop-collective-bytes`.
     Traffic the sharding asked for (a layer's FSDP parameter gather, a gradient
     reduction, tensor-parallel partial sums: the collective's `intent`) is
-    counted but not reported.
+    counted but not reported, and a collective SL101 reports (it builds a
+    large array on every device) is SL101's finding, not a second one. The
+    finding lists its collectives (`ops`) and names the argument behind most
+    of their bytes where one is found.
 
     Why is this bad
     ---------------
@@ -60,22 +66,38 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
         axes = axes_in_words(sorted({a for c in group for a in c.mesh_axes}),
                              dict(ctx.signature.mesh.axes)) or "all devices"
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
+        parameter = _cause(ctx, group)
+        cause = f": they come from {parameter.path} {pspec_text(parameter.sharding)}" if parameter else ""
         out.emit(
-            f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device",
-            group[0].source, via=group[0].via,
+            f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device{cause}",
+            group[0].source, via=group[0].via, parameter=parameter, total_bytes=total,
+            ops=[c.hlo_name for c in group] if len(group) > 1 else None,
             fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
             "body does not read along), or gather a loop-invariant value once before the loop",
             subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
         )
 
 
+def _cause(ctx: RuleContext, group: list[Collective]) -> TensorInfo | None:
+    """The argument behind most of the group's bytes (parameter_advice.py), if any is named."""
+    moved: dict[str, tuple[int, TensorInfo]] = {}
+    for c in group:
+        parameter = sharding_advice(ctx, c)[0]
+        if parameter is not None:
+            before = moved.get(parameter.path, (0, parameter))[0]
+            moved[parameter.path] = (before + c.bytes * c.count, parameter)
+    return max(moved.values(), key=lambda m: (m[0], m[1].path))[1] if moved else None
+
+
 def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
     """The resharding collectives in loops this rule reports, one group per source line (a layer
-    scan's many per-layer collectives are one decision) whose bytes reach the limit."""
+    scan's many per-layer collectives are one decision) whose bytes reach the limit. A collective
+    SL101 reports (it replicates a value) is SL101's finding, with its argument and fix, not a second one."""
     limit = ctx.option(LOOP_COLLECTIVE_BYTES)
     by_line: dict[tuple[str | int, ...], list[Collective]] = {}
+    own = {c.hlo_name for c in replicating(ctx)}
     for c in ctx.collectives:
-        if c.count > 1 and c.intent not in INTENDED:
+        if c.count > 1 and c.intent not in INTENDED and c.hlo_name not in own:
             key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
             by_line.setdefault(key, []).append(c)
     return [g for g in by_line.values() if sum(c.bytes * c.count for c in g) >= limit]

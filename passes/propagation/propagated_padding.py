@@ -1,0 +1,112 @@
+"""Values that no stated sharding cuts unevenly, but that Shardy's propagation
+shards on a dimension its axes do not divide, which XLA then pads.
+
+A 16-row array sharded 8 ways padded (``jnp.pad``) or concatenated to 20 rows
+keeps its operand's sharding: 20 rows on 8 devices, which XLA's partitioner
+holds as 3 rows per device (24 in all, 4 of them padding). No constraint says
+so: propagation chose it. Each value is read from Shardy's own propagation of
+the module (the pipeline XLA runs) and kept where the compiled program holds
+its padded per-device shape, as for a stated constraint (SL204). A value is
+reported where the unevenness begins: its operands are evenly sharded (the
+users that inherit it are the same cause), at the user's line. A stated
+constraint's own uneven cut (its axes on a dimension of that size) is SL204's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from ..common.device_groups import MeshInfo
+from ..common.shapes import array_bytes, mlir_dtype_to_hlo
+from ..models.report import SourceLocation
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..stablehlo.module import axis_label_size, functions, sharding_axes, source_of_location
+from ..stablehlo.sharding_constraints import StatedConstraint
+from .shardy_reference import ShardyRejected, result_shardings, shardy_propagated, walk_ops
+
+# Ops whose result sharding is stated, not propagated (SL204's, a reshard, a shard_map), or stands for
+# a callee's (the callee's own ops are read).
+_STATED = frozenset({"sdy.sharding_constraint", "sdy.reshard", "sdy.manual_computation", "func.call",
+                     "func.return", "stablehlo.return", "sdy.return"})
+
+
+@dataclass(frozen=True)
+class PropagatedPadding:
+    """A value Shardy's propagation shards unevenly and the compiled program holds padded."""
+
+    op: str  # the StableHLO op that makes it (stablehlo.pad, stablehlo.concatenate)
+    shape: tuple[int, ...]
+    dtype: str  # HLO spelling
+    sharding: list[list[str]]
+    local_shape: tuple[int, ...]  # per device, as compiled
+    ways: tuple[int, ...]  # how many shards each dimension is cut into
+    uneven_dims: tuple[int, ...]
+    source: SourceLocation | None
+
+    @property
+    def local_bytes(self) -> int:
+        return array_bytes(self.dtype, self.local_shape)
+
+    @property
+    def padding_bytes(self) -> int:
+        """Padding a device holds beyond an even split (rounded down)."""
+        return self.local_bytes - array_bytes(self.dtype, self.shape) // prod(self.ways)
+
+
+def _ways(sharding: list[list[str]], mesh: MeshInfo) -> list[int]:
+    return [prod(axis_label_size(a, mesh) for a in axes) for axes in sharding]
+
+
+def propagated_padded_values(
+    module: ir.Module, mesh: MeshInfo, compiled: frozenset[tuple[str, tuple[int, ...]]],
+    stated: tuple[StatedConstraint, ...] = (), ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+) -> tuple[PropagatedPadding, ...]:
+    """Where an uneven propagated sharding begins, one value per user line (the one with the most padding);
+    ``compiled``: (dtype, dims) of the compiled program's values, hlo/layout_waste.py."""
+    if not mesh.axes or mesh.size <= 1:
+        return ()
+    try:
+        propagated = shardy_propagated(module)
+    except ShardyRejected:
+        return ()
+    stated_cuts = {(c.shape[d], tuple(c.sharding[d])) for c in stated for d in c.uneven_dims(mesh)}
+    uneven_values: set[ir.Value[Any]] = set()
+    found: dict[tuple[str, int] | None, PropagatedPadding] = {}
+    for fn in functions(propagated).values():
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            name = op.operation.name
+            for value, attr in zip(op.results, result_shardings(op)):
+                if not isinstance(value.type, ir.RankedTensorType):
+                    continue
+                ty = ir.RankedTensorType(value.type)
+                shape = tuple(int(n) for n in ty.shape)
+                sharding = sharding_axes(sdy.TensorShardingAttr(attr))
+                sharding += [[]] * (len(shape) - len(sharding))
+                ways = _ways(sharding, mesh)
+                # A dimension smaller than its shards' count is a whole copy on each device (a
+                # keepdims reduction's 1 on 8 devices), not a padded cut.
+                uneven = tuple(d for d, (n, k) in enumerate(zip(shape, ways)) if k > 1 and n % k and n > 1)
+                if not uneven:
+                    continue
+                uneven_values.add(value)
+                if name in _STATED or any((shape[d], tuple(sharding[d])) in stated_cuts for d in uneven):
+                    continue
+                if any(operand in uneven_values for operand in op.operands):
+                    continue  # the same cut, inherited: the op that began it is reported
+                local = tuple(-(-n // k) for n, k in zip(shape, ways))
+                dtype = mlir_dtype_to_hlo(str(ty.element_type))
+                if (dtype, local) not in compiled:
+                    continue  # fused away or kept whole: nothing padded to show
+                source = source_of_location(op.location, ownership)
+                value_found = PropagatedPadding(name, shape, dtype, sharding, local, tuple(ways), uneven, source)
+                key = (source.file, source.line) if source else None
+                if key not in found or found[key].padding_bytes < value_found.padding_bytes:
+                    found[key] = value_found
+    if None in found and len(found) > 1:  # a library op's (jnp.pad's body): the user's line stands for it
+        del found[None]
+    return tuple(found.values())

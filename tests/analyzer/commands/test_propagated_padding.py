@@ -1,0 +1,85 @@
+"""SL206: values no sharding was stated for, cut unevenly by propagation, that XLA pads. Whether XLA pads is
+read here from the compiled program (``compiled.as_text()``: the value's padded per-device shape, ceil(n/8)
+rows); these cases also record what XLA does, so a change in its partitioner is noticed."""
+
+import json
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from conftest import FIXTURES
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_shard_lint.passes.common.byte_sizes import format_bytes
+
+ROWS = 32  # on 8 devices: 4 each
+
+
+def _cases():
+    return {
+        "pad": (lambda x: jnp.tanh(jnp.pad(x, ((0, 4), (0, 0)))).sum(-1), 36),  # 36 rows: 5 per device
+        "slice": (lambda x: jnp.tanh(x[:12] * 2).sum(-1), 12),  # 12 rows: 2 per device
+        "gather": (lambda x: jnp.tanh(x[jnp.arange(12)] * 2).sum(-1), None),  # replicated: no padding
+    }
+
+
+def _compiled_rows(fn):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.ShapeDtypeStruct((ROWS, 1024), jnp.float32, sharding=NamedSharding(mesh, P(("data", "model"))))
+    text = jax.jit(fn).lower(x).compile().as_text()
+    return {int(n) for n in re.findall(r"f32\[(\d+),1024\]", text)}
+
+
+@pytest.mark.parametrize("case", ["pad", "slice", "gather"])
+def test_what_xla_pads_of_a_propagated_uneven_value(case):
+    fn, rows = _cases()[case]
+    held = _compiled_rows(fn)
+    if rows is None:  # a gather's 12 rows are replicated: no device holds 2 of them
+        assert 12 in held and 2 not in held
+    else:
+        assert -(-rows // 8) in held and rows % 8
+
+
+SCRIPT = """
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def shard_lint_targets():
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.ShapeDtypeStruct((32, 1024), jnp.float32, sharding=NamedSharding(mesh, P(("data", "model"))))
+    return {
+        "pad": jax.jit(lambda x: jnp.tanh(jnp.pad(x, ((0, 4), (0, 0)))).sum(-1)).lower(x),
+        "slice": jax.jit(lambda x: jnp.tanh(x[:12] * 2).sum(-1)).lower(x),
+        "gather": jax.jit(lambda x: jnp.tanh(x[jnp.arange(12)] * 2).sum(-1)).lower(x),
+    }
+"""
+
+
+def test_sl206_reports_what_xla_pads_at_the_users_line(cli, tmp_path):
+    script = tmp_path / "padded_by_propagation.py"
+    script.write_text(SCRIPT)
+    result = cli("lint", str(script), "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    targets = {t["name"]: t["findings"] for t in json.loads(result.out)["targets"]}
+    assert targets["gather"] == []
+    for name, line in (("pad", 10), ("slice", 11)):
+        fn, rows = _cases()[name]
+        local = -(-rows // 8)
+        assert local in _compiled_rows(fn)
+        (finding,) = targets[name]
+        assert finding["rule"] == "SL206" and finding["source"]["line"] == line
+        assert f"f32[{rows},1024] is P(('data', 'model')) by propagation" in finding["message"]
+        padding = local * 1024 * 4 - rows * 1024 * 4 // 8
+        assert f"each device holds f32[{local},1024] ({format_bytes(local * 4096)}), {format_bytes(padding)}" \
+            in finding["message"]
+
+
+def test_sl206_leaves_a_stated_constraint_to_sl204(cli):
+    result = cli("lint", os.path.join(FIXTURES, "scripts", "sl204_uneven_sharding.py"), "--format", "json", "-q",
+                 "--fail-on", "never")
+    findings = [f["rule"] for t in json.loads(result.out)["targets"] for f in t["findings"]]
+    assert findings == ["SL204"]

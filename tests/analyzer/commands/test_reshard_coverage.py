@@ -1,0 +1,81 @@
+"""Every collective no stated sharding asked for (intent ``reshard``) of 16 MiB or more per step is
+explained by exactly one finding, which names the argument whose sharding causes it (its path and
+PartitionSpec). A finding stands for a collective by its ``subject`` (the HLO op) or its ``ops``; the
+collectives and their bytes are XLA's compiled program's, as the report lists them."""
+
+import glob
+import os
+import re
+import shlex
+
+import pytest
+from ci_deps import needs
+from conftest import EXAMPLES, FIXTURES, lint_targets
+
+THRESHOLD = 16 * 1024**2  # unexplained-reshard-bytes' default
+
+FIXTURE_SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py"))) + [
+    os.path.join(FIXTURES, "scripts", "unusable_donation_resharded.py")]
+# Known gaps, each with what is unexplained (measured on jax 0.10.2, CPU, 8 devices).
+GAPS = {
+    "sl102_collective_in_loop.py": "SL102 reports the 256 MiB all-gather of the loop's running sums and names "
+                                   "no argument (the carry it gathers is no argument of the step)",
+    "remat_layer_stack.py": "SL101 reports the two 4 GiB all-reduces inside the layer loop (once each) and names "
+                            "no weight: parameter_advice does not follow a parameter into a scan's body",
+    "fsdp_tp_train_step.py": "SL102 stands for the 1.4 GiB of the down projection's loop (all-gathers, a "
+                             "collective-permute, an all-to-all) and names no weight: parameter_advice does not "
+                             "follow a parameter into a scan's body",
+}
+EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
+    "value_function_step.py", "lcm_grid_search_kernel.py", "maxtext_like_step.py", "llama_style_step.py",
+    "shard_map_tp_step.py", "remat_layer_stack.py")]
+SLOW_EXAMPLES = [os.path.join(EXAMPLES, "fsdp_tp_train_step.py")]
+# Steps written with model libraries (tests/real_models lints them too): none reshards 16 MiB or more today
+# (measured), so each is a guard that a reshard appearing there comes with its finding.
+MODEL_SCRIPTS = {"optax_adamw_mlp": ("optax",), "equinox_mlp": ("equinox", "optax"),
+                 "nnx_transformer": ("flax", "optax"), "penzai_llama": ("penzai", "optax"),
+                 "flax_linen_logical": ("flax",), "gpt2_flax": ("transformers", "flax", "optax")}
+
+
+def unexplained(targets) -> list[str]:
+    """Each reshard of THRESHOLD or more per step not explained by exactly one finding naming its argument."""
+    out = []
+    for t in targets:
+        for c in t["collectives"]:
+            if c["intent"] != "reshard" or c["bytes"] * c["count"] < THRESHOLD:
+                continue
+            by = [f for f in t["findings"] if f["subject"] == c["hlo_name"] or c["hlo_name"] in f["ops"]]
+            named = [f for f in by if f["parameter"] and f["parameter_sharding"] is not None]
+            if len(by) != 1 or len(named) != 1:
+                out.append(f"{t['name']}: {c['kind']} {c['hlo_name']} ({c['bytes'] * c['count']} B): "
+                           f"{[(f['rule'], f['parameter']) for f in by] or 'no finding'}")
+    return out
+
+
+def _param(path, *marks):
+    name = os.path.basename(path)
+    if name in GAPS:
+        marks = (*marks, pytest.mark.xfail(strict=True, reason=GAPS[name]))
+    return pytest.param(path, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("script", [_param(p) for p in FIXTURE_SCRIPTS + EXAMPLE_SCRIPTS]
+                         + [_param(p, pytest.mark.slow) for p in SLOW_EXAMPLES]
+                         + [_param(os.path.join(EXAMPLES, "models", f"{name}.py"),
+                                   *(needs(lib, f"{lib} is not installed (the [test] extra)") for lib in libs))
+                            for name, libs in MODEL_SCRIPTS.items()])
+def test_every_reshard_is_explained_by_one_finding_naming_its_argument(cli, script):
+    m = re.search(r"shard-lint-args:(.*)", open(script).read())  # a rule fixture's own thresholds
+    assert unexplained(lint_targets(cli, script, *(shlex.split(m.group(1)) if m else []))) == []
+
+
+def test_a_reshard_at_the_programs_end_is_the_output_findings(cli):
+    """The all-gather XLA adds to return the donated state on another sharding is the SL201 finding's,
+    the one finding of the target, which names params['w'] and its P('data', 'model')."""
+    targets = {t["name"]: t for t in lint_targets(cli, os.path.join(FIXTURES, "scripts",
+                                                                    "unusable_donation_resharded.py"))}
+    (gather,) = [c for c in targets["resharded"]["collectives"] if c["intent"] == "reshard"]
+    assert gather["bytes"] * gather["count"] >= THRESHOLD
+    (finding,) = targets["resharded"]["findings"]
+    assert finding["ops"] == [gather["hlo_name"]] and finding["parameter"] == "params['w']"
+    assert finding["parameter_sharding"] == [["data"], ["model"]]
