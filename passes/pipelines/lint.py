@@ -74,7 +74,8 @@ OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tup
 
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
-    "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "out-shardings", "provenance",
+    "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "output-reshards", "out-shardings",
+    "provenance",
 ))
 LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
 
