@@ -1,0 +1,237 @@
+"""A finding whose own fix was compiled and not measured better gets the solver's layout for
+the arguments it names, compiled and measured like any other fix.
+
+A rule's candidate is one guess (move the named argument's axis to another dimension); where it
+measures no change or worse, the cause is often another layout of the same arguments that the
+rule does not guess (weights sharded on the batch axis, where the idle axis is the answer). The
+question is then ``suggest``'s, restricted: the same sharding problem (``suggest.problem_of_text``,
+``passes/solver``) with every other argument, and every result the program states, pinned as
+written, solved and checked against propagation as ``suggest`` does (``suggest_refine.refine``).
+Its choice for the finding's arguments is compiled through the fix checks' measured path
+(``fix_checks.measured_check``) and printed as the fix only when measured better; otherwise the
+finding says what the solver chose and what it cost, or that the solver keeps them as written.
+
+The solver runs only for findings whose own candidates failed, at most ``MAX_SOLVER_FIXES`` per
+target, each on a problem cut to the finding's arguments, so a lint whose fixes check pays nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding, TargetReport, TensorInfo
+from ...passes.models.rule_codes import SL101, SL102, SL103, SL104, SL105, SL201, SL203
+from ...passes.solver.sharding_problem import ShardingProblem, restrict_groups
+from ...passes.solver.solve import NoFeasibleSharding
+from ...passes.stablehlo.module import read_entry_signature
+from ..adapter import jax_adapter
+from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..backend.sharding_edits import with_entry_shardings
+from ..backend.side_by_side import CompileCounter, compile_side_by_side
+from ..context.config import Settings
+from ..inputs.checked_in import kind_of, read_export, read_mlir
+from ..platforms.performance import device_spec
+from ..supervision import isolation
+from .suggest import SuggestRequest, problem_of_text
+from .suggest_moves import single_moves
+from .suggest_refine import pins as plan_pins
+from .suggest_refine import refine
+from .suggest_verdict import best_version
+from .suggest_versions import VersionText, _measured
+
+# Solves (and compiles) per target: each is a solve of the cut problem and one compile of the step.
+MAX_SOLVER_FIXES = 2
+# Seconds one restricted solve may take (the problem has only the finding's arguments free).
+TIME_LIMIT = 10.0
+# The rules whose findings are about the layout of the arguments they name.
+_LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL201.code, SL203.code)
+
+Sharding = list[list[str]]
+
+
+def named_arguments(f: Finding, inputs: list[TensorInfo]) -> list[int]:
+    """The arguments a finding names (each layer of a ``[*]`` pattern), and the optimizer state that
+    mirrors them (the same key path under another argument, the same shape and layout)."""
+    out: list[int] = []
+    for parameter in f.parameters or ([f.parameter] if f.parameter else []):
+        whole = _matcher(parameter)
+        named = [t for t in inputs if whole.match(t.path)]
+        if not named:
+            continue
+        keys = parameter[parameter.find("["):] if "[" in parameter else parameter
+        mirror, shapes = _matcher(keys), {tuple(t.shape) for t in named}
+        layouts = {repr(normalized(t.sharding, len(t.shape))) for t in named}
+        out += [t.index for t in inputs if whole.match(t.path) or (
+            "[" in parameter and mirror.search(t.path) and tuple(t.shape) in shapes
+            and repr(normalized(t.sharding, len(t.shape))) in layouts)]
+    return sorted(set(out))
+
+
+def _with_axis_holders(named: list[int], inputs: list[TensorInfo]) -> list[int]:
+    """The named arguments and every other argument holding a mesh axis they hold: the axis can move
+    between them (a value array and the grid it is read at, both on the axis), as suggest's single
+    moves move it; every other argument stays as written."""
+    axes = {a for i in named for dim in (inputs[i].sharding or []) for a in dim}
+    return sorted(set(named) | {t.index for t in inputs if axes & {a for dim in (t.sharding or []) for a in dim}})
+
+
+def _wanted(f: Finding, inputs: list[TensorInfo]) -> bool:
+    """A layout finding whose own candidate was compiled and not measured better, naming arguments."""
+    return (f.rule in _LAYOUT_RULES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better
+            and bool(named_arguments(f, inputs)))
+
+
+def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(axes) for axes in normalized(sharding, rank))
+
+
+def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo]
+         ) -> ShardingProblem | None:
+    # ``outputs``: the lowered program's, whose sharding is None where the program states none.
+    """The problem with every argument but ``free``, and every result the program states, held to its
+    written sharding; None when a written sharding is not one the solver offers (a sub-axis, an axis
+    order it does not enumerate): the solver cannot then hold the rest as written."""
+    held = {problem.arguments[i] for i in free}
+    keep: dict[int, tuple[int, ...]] = {}
+    for infos, groups in ((inputs, problem.arguments), (outputs, problem.results)):
+        for t in infos:
+            gid = groups[t.index]
+            if gid in held or (infos is outputs and t.sharding is None):
+                continue
+            sharding = _written(t.sharding, len(t.shape))
+            candidates = problem.groups[gid].candidates
+            if sharding not in candidates:
+                return None
+            index = (candidates.index(sharding),)
+            if keep.get(gid, index) != index:
+                return None  # two values of one group written two ways: no single layout holds both
+            keep[gid] = index
+    return restrict_groups(problem, keep)
+
+
+def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sharding] | None:
+    """The solver's sharding for each free argument, the rest as written (None: no plan)."""
+    problem = _cut(target.problem, free, list(report.inputs), list(target.sig.outputs))
+    if problem is None:
+        return None
+    try:
+        refined = refine(target, problem, "auto", TIME_LIMIT, spec)
+    except NoFeasibleSharding:
+        return None
+    # The plan propagation prices lowest (it realizes its layout), as suggest keeps the plan that compiles fastest.
+    plan = min(refined.plans, key=lambda p: (p.check.seconds if p.check else p.solution.seconds, p.solve))
+    chosen = plan_pins(plan.problem, plan.solution.assignment, plan.problem.arguments)
+    return {i: chosen[i] for i in free}
+
+
+def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo]) -> str:
+    by_spec: dict[str, list[str]] = {}
+    for i, s in sorted(edits.items()):
+        by_spec.setdefault(pspec_text(s), []).append(inputs[i].path)
+    return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items())
+
+
+def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo]) -> str:
+    parts = [f"{inputs[i].path} as {pspec_text(s)} instead of {pspec_text(inputs[i].sharding or [])}"
+             for i, s in sorted(edits.items())]
+    return "shard " + "; ".join(parts)
+
+
+def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo]) -> Finding:
+    tried = f.fix_check.change if f.fix_check is not None else "the rule's own fix"
+    specs = {repr(s) for s in edits.values()}
+    return f.model_copy(update={
+        "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
+        "fix": (f"{_fix_text(edits, inputs)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} with "
+                f"every other argument as written ({tried} helps nothing; checked: {_cost_text(check)})")})
+
+
+def _candidates(target, free: list[int], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's candidates for the free arguments, the rest as written: the solver's choice, and the single
+    moves of a mesh axis among them (``suggest_moves``); each (name, the arguments it changes)."""
+    inputs = list(report.inputs)
+    written = {t.index: [list(a) for a in normalized(t.sharding, len(t.shape))] for t in inputs}
+
+    def changed(pins: dict[int, Sharding]) -> dict[int, Sharding]:
+        return {i: s for i, s in pins.items()
+                if _written(s, len(inputs[i].shape)) != _written(inputs[i].sharding, len(inputs[i].shape))}
+
+    out: list[tuple[str, dict[int, Sharding]]] = []
+    choice = _choice(target, free, report, spec)
+    if choice is not None and changed(choice):
+        out.append(("solver", changed(choice)))
+    held = {inputs[i].path for i in range(len(inputs)) if i not in free}
+    for k, move in enumerate(single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes,
+                                          held)):
+        edits = changed(move.pins)
+        if edits and all(edits != e for _, e in out):
+            out.append((f"move {k}", edits))
+    return out
+
+
+def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
+                      progress: Callable[[str], None] | None = None) -> TargetReport:
+    """The report with each finding whose own fix was not measured better given suggest's layout for
+    its arguments, where that compiles better (see the module's docstring)."""
+    inputs = list(report.inputs)
+    wanted = [k for k, f in enumerate(report.findings) if _wanted(f, inputs)][:MAX_SOLVER_FIXES]
+    if not wanted or report.memory is None:
+        return report
+    isolation.phase(where, "solving for the arguments of findings whose own fix does not help")
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    if sig.mesh.size <= 1 or not sig.mesh_name:
+        return report
+    target = problem_of_text(report.name, text, SuggestRequest(path=where), settings, {}, where)
+    spec = settings.device_spec() or device_spec("cpu")
+    base = (report.memory.peak_bytes, traffic_bytes(report, sig))
+    counter = CompileCounter(progress, report.name)
+    findings = list(report.findings)
+    as_written, _ = _measured(VersionText("written", "", ""), report, None, settings)
+    for k in wanted:
+        f = findings[k]
+        free = _with_axis_holders(named_arguments(f, inputs), inputs)
+        candidates = _candidates(target, free, report, spec)
+        labels = [f"{_change_text(e, inputs)} ({name})" for name, e in candidates]
+        compiled = compile_side_by_side(
+            [functools.partial(_compiled, report.name, with_entry_shardings(module, {}, sig.mesh_name, e), sig,
+                               settings, where, devices) for _, e in candidates],
+            counter.announce(labels, "to check suggest's layouts"))
+        versions = [as_written] + [
+            _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
+                      str(r) if isinstance(r, BaseException) else None, settings)[0]
+            for (name, _), r in zip(candidates, compiled)]
+        best = best_version(versions)
+        if best is None or best.name == "written":
+            findings[k] = f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, "
+                                                      f"keeps {_listed(inputs, free)} as written"})
+            continue
+        at = [name for name, _ in candidates].index(best.name)
+        edits, label = candidates[at][1], labels[at]
+        check = measured_check(label, compiled[at], base, sig)
+        if check.verdict is FixVerdict.better:
+            findings[k] = _better(f, check, edits, inputs)
+        else:
+            findings[k] = f.model_copy(update={
+                "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
+    return report.model_copy(update={"findings": findings})
+
+
+def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:
+    return ", ".join(inputs[i].path for i in indices)
+
+
+def checked_in_solver_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
+                            ) -> list[TargetReport]:
+    """check's report of a StableHLO program (a snapshot's .mlir, a jax.export) given the same solver
+    fixes lint gives, so lint and check give one recommendation for a value."""
+    kind = kind_of(path) if os.path.isfile(path) else "dump"
+    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
+        return reports
+    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
+    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    return [with_solver_fixes(reports[0], text, settings, path, devices[:n])]
