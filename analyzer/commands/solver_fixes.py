@@ -89,9 +89,11 @@ def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ..
     return tuple(tuple(axes) for axes in normalized(sharding, rank))
 
 
-def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo]
-         ) -> ShardingProblem | None:
-    # ``outputs``: the lowered program's, whose sharding is None where the program states none.
+def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo],
+         returned: set[int]) -> ShardingProblem | None:
+    # ``outputs``: the lowered program's, whose sharding is None where the program states none; ``returned``:
+    # the results that are a free argument coming back (state), which come back in its new layout, as suggest
+    # pins them.
     """The problem with every argument but ``free``, and every result the program states, held to its
     written sharding; None when a written sharding is not one the solver offers (a sub-axis, an axis
     order it does not enumerate): the solver cannot then hold the rest as written."""
@@ -100,7 +102,7 @@ def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], ou
     for infos, groups in ((inputs, problem.arguments), (outputs, problem.results)):
         for t in infos:
             gid = groups[t.index]
-            if gid in held or (infos is outputs and t.sharding is None):
+            if gid in held or (infos is outputs and (t.sharding is None or t.index in returned)):
                 continue
             sharding = _written(t.sharding, len(t.shape))
             candidates = problem.groups[gid].candidates
@@ -115,7 +117,7 @@ def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], ou
 
 def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sharding] | None:
     """The solver's sharding for each free argument, the rest as written (None: no plan)."""
-    problem = _cut(target.problem, free, list(report.inputs), list(target.sig.outputs))
+    problem = _cut(target.problem, free, list(report.inputs), list(target.sig.outputs), set(_returned(target, free)))
     if problem is None:
         return None
     try:
@@ -128,26 +130,36 @@ def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sh
     return {i: chosen[i] for i in free}
 
 
-def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo]) -> str:
+def _returned(target, arguments) -> dict[int, int]:
+    """Result index -> the argument it returns, for the state among ``arguments``."""
+    return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}
+
+
+def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
     by_spec: dict[str, list[str]] = {}
     for i, s in sorted(edits.items()):
         by_spec.setdefault(pspec_text(s), []).append(inputs[i].path)
-    return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items())
+    back = " (returned in that layout)" if returned else ""
+    return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items()) + back
 
 
-def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo]) -> str:
+def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
     parts = [f"{inputs[i].path} as {pspec_text(s)} instead of {pspec_text(inputs[i].sharding or [])}"
              for i, s in sorted(edits.items())]
-    return "shard " + "; ".join(parts)
+    # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
+    back = (f", and return {'it' if len(returned) == 1 else 'them'} in that layout (out_shardings=)"
+            if returned else "")
+    return "shard " + "; ".join(parts) + back
 
 
-def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo]) -> Finding:
+def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
+            returned: dict[int, int]) -> Finding:
     tried = f.fix_check.change if f.fix_check is not None else "the rule's own fix"
     specs = {repr(s) for s in edits.values()}
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
-        "fix": (f"{_fix_text(edits, inputs)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} with "
-                f"every other argument as written ({tried} helps nothing; checked: {_cost_text(check)})")})
+        "fix": (f"{_fix_text(edits, inputs, returned)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} "
+                f"with every other argument as written ({tried} helps nothing; checked: {_cost_text(check)})")})
 
 
 def _candidates(target, free: list[int], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
@@ -196,10 +208,11 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
         f = findings[k]
         free = _with_axis_holders(named_arguments(f, inputs), inputs)
         candidates = _candidates(target, free, report, spec)
-        labels = [f"{_change_text(e, inputs)} ({name})" for name, e in candidates]
+        labels = [f"{_change_text(e, inputs, _returned(target, e))} ({name})" for name, e in candidates]
         compiled = compile_side_by_side(
-            [functools.partial(_compiled, report.name, with_entry_shardings(module, {}, sig.mesh_name, e), sig,
-                               settings, where, devices) for _, e in candidates],
+            [functools.partial(_compiled, report.name, with_entry_shardings(
+                module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e), sig, settings, where,
+                devices) for _, e in candidates],
             counter.announce(labels, "to check suggest's layouts"))
         versions = [as_written] + [
             _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
@@ -214,7 +227,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
         edits, label = candidates[at][1], labels[at]
         check = measured_check(label, compiled[at], base, sig)
         if check.verdict is FixVerdict.better:
-            findings[k] = _better(f, check, edits, inputs)
+            findings[k] = _better(f, check, edits, inputs, _returned(target, edits))
         else:
             findings[k] = f.model_copy(update={
                 "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
