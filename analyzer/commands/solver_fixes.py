@@ -43,8 +43,11 @@ from .suggest_refine import refine
 from .suggest_verdict import best_version
 from .suggest_versions import VersionText, _measured
 
-# Solves (and compiles) per target: each is a solve of the cut problem and one compile of the step.
+# Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
+# solver's and at most suggest_moves.MAX_MOVES single moves), side by side.
 MAX_SOLVER_FIXES = 2
+# Single moves compiled per argument set (suggest compiles up to suggest_moves.MAX_MOVES over all arguments).
+MAX_MOVES = 4
 # Seconds one restricted solve may take (the problem has only the finding's arguments free).
 TIME_LIMIT = 10.0
 # The rules whose findings are about the layout of the arguments they name.
@@ -53,10 +56,11 @@ _LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL2
 Sharding = list[list[str]]
 
 
-def named_arguments(f: Finding, inputs: list[TensorInfo]) -> list[int]:
-    """The arguments a finding names (each layer of a ``[*]`` pattern), and the optimizer state that
-    mirrors them (the same key path under another argument, the same shape and layout)."""
-    out: list[int] = []
+def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
+    """The arguments a finding names, each with what moves with it (one unit, its first the one the
+    finding names): every layer of a ``[*]`` pattern, and the optimizer state that mirrors it (the
+    same key path under another argument, the same shape and layout), as the rule's own fix moves them."""
+    units: list[list[int]] = []
     for parameter in f.parameters or ([f.parameter] if f.parameter else []):
         whole = _matcher(parameter)
         named = [t for t in inputs if whole.match(t.path)]
@@ -65,24 +69,26 @@ def named_arguments(f: Finding, inputs: list[TensorInfo]) -> list[int]:
         keys = parameter[parameter.find("["):] if "[" in parameter else parameter
         mirror, shapes = _matcher(keys), {tuple(t.shape) for t in named}
         layouts = {repr(normalized(t.sharding, len(t.shape))) for t in named}
-        out += [t.index for t in inputs if whole.match(t.path) or (
+        units.append(sorted({t.index for t in inputs if whole.match(t.path) or (
             "[" in parameter and mirror.search(t.path) and tuple(t.shape) in shapes
-            and repr(normalized(t.sharding, len(t.shape))) in layouts)]
-    return sorted(set(out))
+            and repr(normalized(t.sharding, len(t.shape))) in layouts)}, key=lambda i: (i != named[0].index, i)))
+    return units
 
 
-def _with_axis_holders(named: list[int], inputs: list[TensorInfo]) -> list[int]:
-    """The named arguments and every other argument holding a mesh axis they hold: the axis can move
-    between them (a value array and the grid it is read at, both on the axis), as suggest's single
-    moves move it; every other argument stays as written."""
+def _with_axis_holders(units: list[list[int]], inputs: list[TensorInfo]) -> list[list[int]]:
+    """The named units, and every other argument holding a mesh axis they hold, each a unit of its own:
+    the axis can move between them (a value array and the grid it is read at, both on the axis), as
+    suggest's single moves move it; every other argument stays as written."""
+    named = {i for unit in units for i in unit}
     axes = {a for i in named for dim in (inputs[i].sharding or []) for a in dim}
-    return sorted(set(named) | {t.index for t in inputs if axes & {a for dim in (t.sharding or []) for a in dim}})
+    return units + [[t.index] for t in inputs if t.index not in named
+                    and axes & {a for dim in (t.sharding or []) for a in dim}]
 
 
 def _wanted(f: Finding, inputs: list[TensorInfo]) -> bool:
     """A layout finding whose own candidate was compiled and not measured better, naming arguments."""
     return (f.rule in _LAYOUT_RULES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better
-            and bool(named_arguments(f, inputs)))
+            and bool(named_units(f, inputs)))
 
 
 def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ...], ...]:
@@ -162,10 +168,12 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
                 f"with every other argument as written ({tried} helps nothing; checked: {_cost_text(check)})")})
 
 
-def _candidates(target, free: list[int], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
-    """suggest's candidates for the free arguments, the rest as written: the solver's choice, and the single
-    moves of a mesh axis among them (``suggest_moves``); each (name, the arguments it changes)."""
+def _candidates(target, units: list[list[int]], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, and the single
+    moves of a mesh axis among them (``suggest_moves``, each unit moved as one: its first argument's move
+    given to the others); each (name, the arguments it changes). At most ``MAX_MOVES`` moves."""
     inputs = list(report.inputs)
+    free = sorted(i for unit in units for i in unit)
     written = {t.index: [list(a) for a in normalized(t.sharding, len(t.shape))] for t in inputs}
 
     def changed(pins: dict[int, Sharding]) -> dict[int, Sharding]:
@@ -176,10 +184,14 @@ def _candidates(target, free: list[int], report: TargetReport, spec) -> list[tup
     choice = _choice(target, free, report, spec)
     if choice is not None and changed(choice):
         out.append(("solver", changed(choice)))
-    held = {inputs[i].path for i in range(len(inputs)) if i not in free}
-    for k, move in enumerate(single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes,
-                                          held)):
-        edits = changed(move.pins)
+    leaders = {unit[0] for unit in units}
+    held = {t.path for t in inputs if t.index not in leaders}
+    moves = single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes, held)
+    for k, move in enumerate(moves[:MAX_MOVES]):
+        pins = dict(move.pins)
+        for unit in units:
+            pins.update({i: pins[unit[0]] for i in unit[1:] if len(inputs[i].shape) == len(inputs[unit[0]].shape)})
+        edits = changed(pins)
         if edits and all(edits != e for _, e in out):
             out.append((f"move {k}", edits))
     return out
@@ -190,7 +202,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     """The report with each finding whose own fix was not measured better given suggest's layout for
     its arguments, where that compiles better (see the module's docstring)."""
     inputs = list(report.inputs)
-    wanted = [k for k, f in enumerate(report.findings) if _wanted(f, inputs)][:MAX_SOLVER_FIXES]
+    wanted = [k for k, f in enumerate(report.findings) if _wanted(f, inputs)]
     if not wanted or report.memory is None:
         return report
     isolation.phase(where, "solving for the arguments of findings whose own fix does not help")
@@ -204,34 +216,50 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     counter = CompileCounter(progress, report.name)
     findings = list(report.findings)
     as_written, _ = _measured(VersionText("written", "", ""), report, None, settings)
+    # Findings about the same arguments (SL201 and SL203 on one state value) get one answer, solved once.
+    answers: dict[tuple[int, ...], tuple] = {}
     for k in wanted:
         f = findings[k]
-        free = _with_axis_holders(named_arguments(f, inputs), inputs)
-        candidates = _candidates(target, free, report, spec)
-        labels = [f"{_change_text(e, inputs, _returned(target, e))} ({name})" for name, e in candidates]
-        compiled = compile_side_by_side(
-            [functools.partial(_compiled, report.name, with_entry_shardings(
-                module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e), sig, settings, where,
-                devices) for _, e in candidates],
-            counter.announce(labels, "to check suggest's layouts"))
-        versions = [as_written] + [
-            _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
-                      str(r) if isinstance(r, BaseException) else None, settings)[0]
-            for (name, _), r in zip(candidates, compiled)]
-        best = best_version(versions)
-        if best is None or best.name == "written":
-            findings[k] = f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, "
-                                                      f"keeps {_listed(inputs, free)} as written"})
-            continue
-        at = [name for name, _ in candidates].index(best.name)
-        edits, label = candidates[at][1], labels[at]
-        check = measured_check(label, compiled[at], base, sig)
-        if check.verdict is FixVerdict.better:
-            findings[k] = _better(f, check, edits, inputs, _returned(target, edits))
-        else:
-            findings[k] = f.model_copy(update={
-                "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
+        units = _with_axis_holders(named_units(f, inputs), inputs)
+        key = tuple(map(tuple, units))
+        if key not in answers:
+            if len(answers) >= MAX_SOLVER_FIXES:
+                continue
+            answers[key] = _advice(target, units, report, module, sig, settings, where, devices, counter, spec,
+                                   as_written, base)
+        findings[k] = _advised(f, sorted(i for unit in units for i in unit), inputs, target, *answers[key])
     return report.model_copy(update={"findings": findings})
+
+
+def _advice(target, units, report, module, sig, settings, where, devices, counter, spec, as_written, base):
+    """(the chosen candidate's arguments, its label, its check), or Nones where suggest keeps them."""
+    inputs = list(report.inputs)
+    candidates = _candidates(target, units, report, spec)
+    labels = [f"{_change_text(e, inputs, _returned(target, e))} ({name})" for name, e in candidates]
+    compiled = compile_side_by_side(
+        [functools.partial(_compiled, report.name, with_entry_shardings(
+            module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e), sig, settings, where,
+            devices) for _, e in candidates],
+        counter.announce(labels, "to check suggest's layouts"))
+    versions = [as_written] + [
+        _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
+                  str(r) if isinstance(r, BaseException) else None, settings)[0]
+        for (name, _), r in zip(candidates, compiled)]
+    best = best_version(versions)
+    if best is None or best.name == "written":
+        return None, None, None
+    at = [name for name, _ in candidates].index(best.name)
+    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig)
+
+
+def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check) -> Finding:
+    if check is None:
+        return f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, keeps "
+                                           f"{_listed(inputs, free)} as written"})
+    if check.verdict is FixVerdict.better:
+        return _better(f, check, edits, inputs, _returned(target, edits))
+    return f.model_copy(update={
+        "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
 
 
 def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:
