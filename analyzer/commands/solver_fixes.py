@@ -47,7 +47,7 @@ from .suggest_versions import VersionText, _measured
 # solver's and at most suggest_moves.MAX_MOVES single moves), side by side.
 MAX_SOLVER_FIXES = 2
 # Single moves compiled per argument set (suggest compiles up to suggest_moves.MAX_MOVES over all arguments).
-MAX_MOVES = 4
+MAX_MOVES = 3
 # Seconds one restricted solve may take (the problem has only the finding's arguments free).
 TIME_LIMIT = 10.0
 # The rules whose findings are about the layout of the arguments they name.
@@ -92,7 +92,7 @@ def _wanted(f: Finding, inputs: list[TensorInfo]) -> bool:
 
 
 def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(axes) for axes in normalized(sharding, rank))
+    return tuple(tuple(axes) for axes in normalized(sharding or [], rank) or ())
 
 
 def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo],
@@ -174,7 +174,7 @@ def _candidates(target, units: list[list[int]], report: TargetReport, spec) -> l
     given to the others); each (name, the arguments it changes). At most ``MAX_MOVES`` moves."""
     inputs = list(report.inputs)
     free = sorted(i for unit in units for i in unit)
-    written = {t.index: [list(a) for a in normalized(t.sharding, len(t.shape))] for t in inputs}
+    written = {t.index: [list(a) for a in _written(t.sharding, len(t.shape))] for t in inputs}
 
     def changed(pins: dict[int, Sharding]) -> dict[int, Sharding]:
         return {i: s for i, s in pins.items()
@@ -217,7 +217,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     findings = list(report.findings)
     as_written, _ = _measured(VersionText("written", "", ""), report, None, settings)
     # Findings about the same arguments (SL201 and SL203 on one state value) get one answer, solved once.
-    answers: dict[tuple[int, ...], tuple] = {}
+    answers: dict[tuple[tuple[int, ...], ...], tuple] = {}
     for k in wanted:
         f = findings[k]
         units = _with_axis_holders(named_units(f, inputs), inputs)
