@@ -33,6 +33,7 @@ from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, 
 from ..backend.sharding_edits import with_entry_shardings
 from ..backend.side_by_side import CompileCounter, compile_side_by_side
 from ..context.config import Settings
+from ..errors import ShardLintInputError
 from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..platforms.performance import device_spec
 from ..supervision import isolation
@@ -210,7 +211,10 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     sig = read_entry_signature(module)
     if sig.mesh.size <= 1 or not sig.mesh_name:
         return report
-    target = problem_of_text(report.name, text, SuggestRequest(path=where), settings, {}, where)
+    try:
+        target = problem_of_text(report.name, text, SuggestRequest(path=where), settings, {}, where)
+    except ShardLintInputError:
+        return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
     spec = settings.device_spec() or device_spec("cpu")
     base = (report.memory.peak_bytes, traffic_bytes(report, sig))
     counter = CompileCounter(progress, report.name)
