@@ -1,18 +1,22 @@
-"""A finding whose own fix was compiled and not measured better gets the solver's layout for
+"""A finding whose own fix was compiled and not measured better gets ``suggest``'s layout for
 the arguments it names, compiled and measured like any other fix.
 
 A rule's candidate is one guess (move the named argument's axis to another dimension); where it
-measures no change or worse, the cause is often another layout of the same arguments that the
-rule does not guess (weights sharded on the batch axis, where the idle axis is the answer). The
-question is then ``suggest``'s, restricted: the same sharding problem (``suggest.problem_of_text``,
-``passes/solver``) with every other argument, and every result the program states, pinned as
-written, solved and checked against propagation as ``suggest`` does (``suggest_refine.refine``).
-Its choice for the finding's arguments is compiled through the fix checks' measured path
-(``fix_checks.measured_check``) and printed as the fix only when measured better; otherwise the
-finding says what the solver chose and what it cost, or that the solver keeps them as written.
+measures no change or worse, the answer is often another layout of the same arguments, or the axis
+moved off another argument that holds it (a value array and the grid it is read at), which the rule
+does not guess. The question is then ``suggest``'s, restricted: the same sharding problem
+(``suggest.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
+layers and optimizer state that move with it, and the arguments holding the same mesh axes), every
+other argument and every result the program states held as written, solved and checked against
+propagation as ``suggest`` does (``suggest_refine.refine``). The solver's choice and the first
+``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest_moves``) are compiled
+side by side, the one ``suggest``'s own rule prefers (``suggest_verdict.best_version``) is measured
+through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
+measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
+written. State that comes back is returned in its new layout, as ``suggest`` pins it.
 
-The solver runs only for findings whose own candidates failed, at most ``MAX_SOLVER_FIXES`` per
-target, each on a problem cut to the finding's arguments, so a lint whose fixes check pays nothing.
+It runs only for findings whose own fix failed, for at most ``MAX_SOLVER_FIXES`` argument sets per
+target (findings about one set share one answer), so a lint whose fixes check pays nothing.
 """
 
 from __future__ import annotations
