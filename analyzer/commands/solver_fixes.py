@@ -155,22 +155,28 @@ def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned:
 
 
 def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
-    parts = [f"{inputs[i].path} as {pspec_text(s)} instead of {pspec_text(inputs[i].sharding or [])}"
-             for i, s in sorted(edits.items())]
+    by_change: dict[tuple[str, str], list[str]] = {}
+    for i, s in sorted(edits.items()):
+        by_change.setdefault((pspec_text(s), pspec_text(inputs[i].sharding or [])), []).append(inputs[i].path)
+    parts = [f"{_and(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
     # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
     back = (f", and return {'it' if len(returned) == 1 else 'them'} in that layout (out_shardings=)"
             if returned else "")
     return "shard " + "; ".join(parts) + back
 
 
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
             returned: dict[int, int]) -> Finding:
-    tried = f.fix_check.change if f.fix_check is not None else "the rule's own fix"
     specs = {repr(s) for s in edits.values()}
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
         "fix": (f"{_fix_text(edits, inputs, returned)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} "
-                f"with every other argument as written ({tried} helps nothing; checked: {_cost_text(check)})")})
+                f"with every other argument as written, where the rule's own fix measured no better (checked: "
+                f"{_cost_text(check)})")})
 
 
 def _candidates(target, units: list[list[int]], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
