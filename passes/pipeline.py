@@ -32,7 +32,6 @@ from .hlo.step_time import DeviceSpec, estimate_step_time
 from .models.report import Finding, Severity, TargetReport, TensorInfo, where_text
 from .models.rule_codes import Scope
 from .rules.context import RuleContext
-from .rules.donation_and_layout import one_finding_per_donated_value
 from .rules.group_by_cause import group_by_cause
 from .rules.registry import Emitter
 from .rules.table import RULES, all_options
@@ -98,7 +97,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
         findings.extend(group_by_cause(emitter.findings))
-    return sort_findings(one_finding_per_donated_value(findings))
+    return sort_findings(findings)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -46,10 +46,7 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
     ---
     Return the new value on the donated input's sharding (`out_shardings=`
     matching its in_shardings; compiled and printed only when measured
-    better), keep its dtype, or stop donating it. Where the output comes back
-    on another layout and SL201 reports that value too, the two are one
-    finding: SL201's, whose message says the donation is lost and whose fix
-    (pinning the output) answers both.
+    better), keep its dtype, or stop donating it.
     """
     if ctx.aliased_inputs is None:
         return
