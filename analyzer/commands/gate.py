@@ -30,6 +30,7 @@ from ..executors.checked_in_tasks import Spread, check_paths
 from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
+from .solver_fixes import checked_in_solver_fixes
 
 BASELINE_FILE = "baseline.json"
 
@@ -131,8 +132,8 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
     if spread.executor.in_process or len(paths) < 2:
-        reports = [r for p in paths for r in check_checked_in_fixes(p, check_path(p, settings, devices), settings,
-                                                                       devices)]
+        reports = [r for p in paths for r in checked_in_solver_fixes(
+            p, check_checked_in_fixes(p, check_path(p, settings, devices), settings, devices), settings, devices)]
     else:
         reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]

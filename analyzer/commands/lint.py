@@ -22,6 +22,7 @@ from ..context.display_paths import relativize
 from ..context.program_files import program_files, program_findings
 from ..context.run_suppressions import apply_run_suppressions
 from ..supervision import isolation
+from .solver_fixes import with_solver_fixes
 
 Progress = Callable[[str], None]
 
@@ -50,6 +51,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
                 text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
                 report = check_fixes(report, text, settings, where, devices, progress)
+                report = with_solver_fixes(report, text, settings, where, devices, progress)
                 report = check_layout_fixes(report, text, settings, where, devices, progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     program = program_files(where, settings) if os.path.exists(where) else None

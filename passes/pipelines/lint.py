@@ -33,7 +33,7 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
-from ..propagation.propagated_padding import propagated_padded_values
+from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
@@ -224,7 +224,8 @@ def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
     return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
 
 
-def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule, config: PassConfig) -> tuple:
+def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule,
+                        config: PassConfig) -> tuple[PropagatedPadding, ...]:
     """The values Shardy's propagation cuts unevenly that the compiled program holds padded (SL206's;
     Shardy's propagation is run only when the rule is on)."""
     if "SL206" in config.disabled:

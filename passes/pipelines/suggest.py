@@ -45,7 +45,7 @@ from ..stablehlo.state_roundtrip import RoundTrip, correspond
 from .pass_manager import Pipeline
 
 # What the analyzer catches: Shardy refusing the module, no sharding within the budget.
-__all__ = ["NoFeasibleSharding", "ShardyRejected", "ShardingProblem", "ShardingGraph", "Assignment"]
+__all__ = ["NoFeasibleSharding", "ShardyRejected", "ShardingProblem", "ShardingGraph", "Assignment", "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (
     "entry-signature", "sharding-rules", "sharding-graph", "sharding-problem", "solve", "propagation-check",

@@ -50,7 +50,13 @@ class SuggestTarget:
 
 def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
                    where: str) -> SuggestTarget:
-    text = jax_adapter.stablehlo_text(lowered)
+    return problem_of_text(name, jax_adapter.stablehlo_text(lowered), request, settings, declared, where, lowered)
+
+
+def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Settings, declared: dict, where: str,
+                    lowered: Any = None) -> SuggestTarget:
+    """The target's sharding problem from its StableHLO text (``lowered``: the jitted program it came from,
+    for suggest's Python text; None where only the text is known: check's snapshot, lint's fix checks)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = pipeline.entry_signature(module)
     sizes = dict(sig.mesh.axes)

@@ -1,0 +1,290 @@
+"""A finding whose own fix was compiled and not measured better gets ``suggest``'s layout for
+the arguments it names, compiled and measured like any other fix.
+
+A rule's candidate is one guess (move the named argument's axis to another dimension); where it
+measures no change or worse, the answer is often another layout of the same arguments, or the axis
+moved off another argument that holds it (a value array and the grid it is read at), which the rule
+does not guess. The question is then ``suggest``'s, restricted: the same sharding problem
+(``suggest.target.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
+layers and optimizer state that move with it, and the arguments holding the same mesh axes), every
+other argument and every result the program states held as written, solved and checked against
+propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice and the first
+``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``) are compiled
+side by side, the one ``suggest``'s own rule prefers (``suggest.verdict.best_version``) is measured
+through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
+measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
+written. State that comes back is returned in its new layout, as ``suggest`` pins it.
+
+It runs only for findings whose own fix failed, for at most ``MAX_SOLVER_FIXES`` argument sets per
+target (findings about one set share one answer), so a lint whose fixes check pays nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding, TargetReport, TensorInfo
+from ...passes.models.rule_codes import SL101, SL102, SL103, SL104, SL105, SL201, SL203
+from ...passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups
+from ...passes.pipelines.suggest import entry_signature as read_entry_signature
+from ...passes.pipelines.suggest import pins as plan_pins
+from ..adapter import jax_adapter
+from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..backend.sharding_edits import with_entry_shardings
+from ..backend.side_by_side import CompileCounter, compile_side_by_side
+from ..context.config import Settings
+from ..errors import ShardLintInputError
+from ..inputs.checked_in import kind_of, read_export, read_mlir
+from ..platforms.performance import device_spec
+from ..supervision import isolation
+from .suggest.moves import single_moves
+from .suggest.target import SuggestRequest, problem_of_text, refine
+from .suggest.verdict import best_version
+from .suggest.versions import VersionText, _measured
+
+# Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
+# solver's and at most suggest.moves.MAX_MOVES single moves), side by side.
+MAX_SOLVER_FIXES = 2
+# Single moves compiled per argument set (suggest compiles up to suggest.moves.MAX_MOVES over all arguments).
+MAX_MOVES = 3
+# Seconds one restricted solve may take (the problem has only the finding's arguments free).
+TIME_LIMIT = 10.0
+# The rules whose findings are about the layout of the arguments they name.
+_LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL201.code, SL203.code)
+
+Sharding = list[list[str]]
+
+
+def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
+    """The arguments a finding names, each with what moves with it (one unit, its first the one the
+    finding names): every layer of a ``[*]`` pattern, and the optimizer state that mirrors it (the
+    same key path under another argument, the same shape and layout), as the rule's own fix moves them."""
+    units: list[list[int]] = []
+    for parameter in f.parameters or ([f.parameter] if f.parameter else []):
+        whole = _matcher(parameter)
+        named = [t for t in inputs if whole.match(t.path)]
+        if not named:
+            continue
+        keys = parameter[parameter.find("["):] if "[" in parameter else parameter
+        mirror, shapes = _matcher(keys), {tuple(t.shape) for t in named}
+        layouts = {repr(normalized(t.sharding, len(t.shape))) for t in named}
+        units.append(sorted({t.index for t in inputs if whole.match(t.path) or (
+            "[" in parameter and mirror.search(t.path) and tuple(t.shape) in shapes
+            and repr(normalized(t.sharding, len(t.shape))) in layouts)}, key=lambda i: (i != named[0].index, i)))
+    return units
+
+
+def _with_axis_holders(units: list[list[int]], inputs: list[TensorInfo]) -> list[list[int]]:
+    """The named units, and every other argument holding a mesh axis they hold, each a unit of its own:
+    the axis can move between them (a value array and the grid it is read at, both on the axis), as
+    suggest's single moves move it; every other argument stays as written."""
+    named = {i for unit in units for i in unit}
+    axes = {a for i in named for dim in (inputs[i].sharding or []) for a in dim}
+    return units + [[t.index] for t in inputs if t.index not in named
+                    and axes & {a for dim in (t.sharding or []) for a in dim}]
+
+
+def _wanted(f: Finding, inputs: list[TensorInfo]) -> bool:
+    """A layout finding whose own candidate was compiled and not measured better, naming arguments."""
+    return (f.rule in _LAYOUT_RULES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better
+            and bool(named_units(f, inputs)))
+
+
+def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(axes) for axes in normalized(sharding or [], rank) or ())
+
+
+def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo],
+         returned: set[int]) -> ShardingProblem | None:
+    # ``outputs``: the lowered program's, whose sharding is None where the program states none; ``returned``:
+    # the results that are a free argument coming back (state), which come back in its new layout, as suggest
+    # pins them.
+    """The problem with every argument but ``free``, and every result the program states, held to its
+    written sharding; None when a written sharding is not one the solver offers (a sub-axis, an axis
+    order it does not enumerate): the solver cannot then hold the rest as written."""
+    held = {problem.arguments[i] for i in free}
+    keep: dict[int, tuple[int, ...]] = {}
+    for infos, groups in ((inputs, problem.arguments), (outputs, problem.results)):
+        for t in infos:
+            gid = groups[t.index]
+            if gid in held or (infos is outputs and (t.sharding is None or t.index in returned)):
+                continue
+            sharding = _written(t.sharding, len(t.shape))
+            candidates = problem.groups[gid].candidates
+            if sharding not in candidates:
+                return None
+            index = (candidates.index(sharding),)
+            if keep.get(gid, index) != index:
+                return None  # two values of one group written two ways: no single layout holds both
+            keep[gid] = index
+    return restrict_groups(problem, keep)
+
+
+def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sharding] | None:
+    """The solver's sharding for each free argument, the rest as written (None: no plan)."""
+    problem = _cut(target.problem, free, list(report.inputs), list(target.sig.outputs), set(_returned(target, free)))
+    if problem is None:
+        return None
+    try:
+        refined = refine(target, problem, "auto", TIME_LIMIT, spec)
+    except NoFeasibleSharding:
+        return None
+    # The plan propagation prices lowest (it realizes its layout), as suggest keeps the plan that compiles fastest.
+    plan = min(refined.plans, key=lambda p: (p.check.seconds if p.check else p.solution.seconds, p.solve))
+    chosen = plan_pins(plan.problem, plan.solution.assignment, plan.problem.arguments)
+    return {i: chosen[i] for i in free}
+
+
+def _returned(target, arguments) -> dict[int, int]:
+    """Result index -> the argument it returns, for the state among ``arguments``."""
+    return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}
+
+
+def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
+    by_spec: dict[str, list[str]] = {}
+    for i, s in sorted(edits.items()):
+        by_spec.setdefault(pspec_text(s), []).append(inputs[i].path)
+    back = " (returned in that layout)" if returned else ""
+    return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items()) + back
+
+
+def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
+    by_change: dict[tuple[str, str], list[str]] = {}
+    for i, s in sorted(edits.items()):
+        by_change.setdefault((pspec_text(s), pspec_text(inputs[i].sharding or [])), []).append(inputs[i].path)
+    parts = [f"{_and(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
+    # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
+    back = (f", and return {'it' if len(returned) == 1 else 'them'} in that layout (out_shardings=)"
+            if returned else "")
+    return "shard " + "; ".join(parts) + back
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
+            returned: dict[int, int]) -> Finding:
+    specs = {repr(s) for s in edits.values()}
+    return f.model_copy(update={
+        "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
+        "fix": (f"{_fix_text(edits, inputs, returned)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} "
+                f"with every other argument as written, where the rule's own fix measured no better (checked: "
+                f"{_cost_text(check)})")})
+
+
+def _candidates(target, units: list[list[int]], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, and the single
+    moves of a mesh axis among them (``suggest.moves``, each unit moved as one: its first argument's move
+    given to the others); each (name, the arguments it changes). At most ``MAX_MOVES`` moves."""
+    inputs = list(report.inputs)
+    free = sorted(i for unit in units for i in unit)
+    written = {t.index: [list(a) for a in _written(t.sharding, len(t.shape))] for t in inputs}
+
+    def changed(pins: dict[int, Sharding]) -> dict[int, Sharding]:
+        return {i: s for i, s in pins.items()
+                if _written(s, len(inputs[i].shape)) != _written(inputs[i].sharding, len(inputs[i].shape))}
+
+    out: list[tuple[str, dict[int, Sharding]]] = []
+    choice = _choice(target, free, report, spec)
+    if choice is not None and changed(choice):
+        out.append(("solver", changed(choice)))
+    leaders = {unit[0] for unit in units}
+    held = {t.path for t in inputs if t.index not in leaders}
+    moves = single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes, held)
+    for k, move in enumerate(moves[:MAX_MOVES]):
+        pins = dict(move.pins)
+        for unit in units:
+            pins.update({i: pins[unit[0]] for i in unit[1:] if len(inputs[i].shape) == len(inputs[unit[0]].shape)})
+        edits = changed(pins)
+        if edits and all(edits != e for _, e in out):
+            out.append((f"move {k}", edits))
+    return out
+
+
+def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
+                      progress: Callable[[str], None] | None = None) -> TargetReport:
+    """The report with each finding whose own fix was not measured better given suggest's layout for
+    its arguments, where that compiles better (see the module's docstring)."""
+    inputs = list(report.inputs)
+    wanted = [k for k, f in enumerate(report.findings) if _wanted(f, inputs)]
+    if not wanted or report.memory is None:
+        return report
+    isolation.phase(where, "solving for the arguments of findings whose own fix does not help")
+    module = jax_adapter.parse_stablehlo(text)
+    sig = read_entry_signature(module)
+    if sig.mesh.size <= 1 or not sig.mesh_name:
+        return report
+    try:
+        target = problem_of_text(report.name, text, SuggestRequest(path=where), settings, {}, where)
+    except ShardLintInputError:
+        return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
+    spec = settings.device_spec() or device_spec("cpu")
+    base = (report.memory.peak_bytes, traffic_bytes(report, sig))
+    counter = CompileCounter(progress, report.name)
+    findings = list(report.findings)
+    as_written, _ = _measured(VersionText("written", "", ""), report, None, settings)
+    # Findings about the same arguments (SL201 and SL203 on one state value) get one answer, solved once.
+    answers: dict[tuple[tuple[int, ...], ...], tuple] = {}
+    for k in wanted:
+        f = findings[k]
+        units = _with_axis_holders(named_units(f, inputs), inputs)
+        key = tuple(map(tuple, units))
+        if key not in answers:
+            if len(answers) >= MAX_SOLVER_FIXES:
+                continue
+            answers[key] = _advice(target, units, report, module, sig, settings, where, devices, counter, spec,
+                                   as_written, base)
+        findings[k] = _advised(f, sorted(i for unit in units for i in unit), inputs, target, *answers[key])
+    return report.model_copy(update={"findings": findings})
+
+
+def _advice(target, units, report, module, sig, settings, where, devices, counter, spec, as_written, base):
+    """(the chosen candidate's arguments, its label, its check), or Nones where suggest keeps them."""
+    inputs = list(report.inputs)
+    candidates = _candidates(target, units, report, spec)
+    labels = [f"{_change_text(e, inputs, _returned(target, e))} ({name})" for name, e in candidates]
+    compiled = compile_side_by_side(
+        [functools.partial(_compiled, report.name, with_entry_shardings(
+            module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e), sig, settings, where,
+            devices) for _, e in candidates],
+        counter.announce(labels, "to check suggest's layouts"))
+    versions = [as_written] + [
+        _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
+                  str(r) if isinstance(r, BaseException) else None, settings)[0]
+        for (name, _), r in zip(candidates, compiled)]
+    best = best_version(versions)
+    if best is None or best.name == "written":
+        return None, None, None
+    at = [name for name, _ in candidates].index(best.name)
+    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig)
+
+
+def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check) -> Finding:
+    if check is None:
+        return f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, keeps "
+                                           f"{_listed(inputs, free)} as written"})
+    if check.verdict is FixVerdict.better:
+        return _better(f, check, edits, inputs, _returned(target, edits))
+    return f.model_copy(update={
+        "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
+
+
+def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:
+    return ", ".join(inputs[i].path for i in indices)
+
+
+def checked_in_solver_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
+                            ) -> list[TargetReport]:
+    """check's report of a StableHLO program (a snapshot's .mlir, a jax.export) given the same solver
+    fixes lint gives, so lint and check give one recommendation for a value."""
+    kind = kind_of(path) if os.path.isfile(path) else "dump"
+    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
+        return reports
+    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
+    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    return [with_solver_fixes(reports[0], text, settings, path, devices[:n])]
