@@ -164,6 +164,7 @@ def _name_for_xla(module: ir.Module) -> None:
 def compile_stablehlo_text(
     text: str, num_partitions: int, mesh_axes: tuple[tuple[str, int], ...] = (),
     device_ids: tuple[int, ...] | None = None, with_reports: bool = True, devices: list | None = None,
+    optimize_machine_code: bool = True,
 ) -> CompiledProgram:
     """Compile StableHLO text (with Shardy shardings) for ``devices`` (default: the
     first ``num_partitions`` of the default backend), without re-tracing Python.
@@ -171,6 +172,11 @@ def compile_stablehlo_text(
 
     Output shardings come back as NamedShardings over a mesh with ``mesh_axes``
     (device order ``device_ids``, the sdy.mesh's), so they read like the user's.
+
+    Without ``optimize_machine_code`` a CPU target's LLVM runs at -O0: XLA's HLO passes, its SPMD
+    partitioning and its buffer assignment (the collectives and the memory figures) run before LLVM and
+    do not read its level, so the figures are the same (tests/analyzer/adapter/test_unoptimized_codegen.py
+    compares them) and the compile costs about half the CPU; the executable is only slower to run.
     """
     import numpy as np
     from jax._src import compiler
@@ -183,10 +189,12 @@ def compile_stablehlo_text(
         raise ValueError(f"the program needs {num_partitions} devices and {len(pool)} are selected")
     backend = devices[0].client  # a compile-only client for a GPU target's devices
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
-        overrides = {"xla_dump_to": dump_dir} if with_reports else None
+        overrides: dict[str, Any] = {"xla_dump_to": dump_dir} if with_reports else {}
+        if not optimize_machine_code and devices[0].platform == "cpu":
+            overrides["xla_backend_optimization_level"] = 0
         options = compiler.get_compile_options(
             num_replicas=1, num_partitions=num_partitions,
-            device_assignment=np.array(devices).reshape(1, num_partitions), env_options_overrides=overrides,
+            device_assignment=np.array(devices).reshape(1, num_partitions), env_options_overrides=overrides or None,
         )
         options.executable_build_options.use_spmd_partitioning = True
         module = parse_stablehlo(text)

@@ -55,10 +55,11 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
-                 with_reports: bool = True):
+                 with_reports: bool = True, optimize_machine_code: bool = True):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
-    peak and the collectives, which is what a fix check compares)."""
+    peak and the collectives, which is what a fix check compares); without ``optimize_machine_code``
+    a CPU target's machine code is not optimized (the same figures; compile_stablehlo_text)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     from .device_selection import platform_label
@@ -66,7 +67,8 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     isolation.phase(where, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
-            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices)
+            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices,
+            optimize_machine_code=optimize_machine_code)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e
