@@ -78,6 +78,12 @@ class CompiledProgram:
     compiler_warnings: str = ""
 
 
+# LLVM's level for a CPU program that is analysed and never run: XLA's HLO passes, SPMD partitioning and
+# buffer assignment (every figure the analysis reads) come before LLVM and do not read it; -O0 roughly
+# halves the compile's CPU time (3.3 s -> 1.8 s for examples/fsdp_tp_train_step.py).
+UNOPTIMIZED_MACHINE_CODE = ("xla_backend_optimization_level", 0)
+
+
 def _cost_dict(compiled: Any) -> dict[str, Any] | None:
     try:
         cost = compiled.cost_analysis()
@@ -118,14 +124,21 @@ def _flat_shardings(tree: Any) -> tuple[Any, ...]:
     return tuple(jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding)))
 
 
-def compile_lowered(lowered: Any, with_reports: bool = True) -> CompiledProgram:
+def compile_lowered(lowered: Any, with_reports: bool = True, optimize_machine_code: bool = True) -> CompiledProgram:
     """Compile a ``jax.stages.Lowered``; with reports, XLA also writes its
-    buffer-assignment and live-range reports, which are read back here.
+    buffer-assignment and live-range reports, which are read back here. Without
+    ``optimize_machine_code`` a CPU target's LLVM runs at -O0 (the same figures: see
+    compile_stablehlo_text); for an analysis whose executable never runs.
 
     ``configure_devices`` turns the persistent compilation cache off: a cache hit
     writes no dumps.
     """
+    from .lowered import device_assignment
+
     options: dict[str, Any] = {}
+    devices = device_assignment(lowered)
+    if not optimize_machine_code and devices and devices[0].platform == "cpu":
+        options[UNOPTIMIZED_MACHINE_CODE[0]] = UNOPTIMIZED_MACHINE_CODE[1]
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
         if with_reports:
             options["xla_dump_to"] = dump_dir
@@ -191,7 +204,7 @@ def compile_stablehlo_text(
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-") as dump_dir:
         overrides: dict[str, Any] = {"xla_dump_to": dump_dir} if with_reports else {}
         if not optimize_machine_code and devices[0].platform == "cpu":
-            overrides["xla_backend_optimization_level"] = 0
+            overrides[UNOPTIMIZED_MACHINE_CODE[0]] = UNOPTIMIZED_MACHINE_CODE[1]
         options = compiler.get_compile_options(
             num_replicas=1, num_partitions=num_partitions,
             device_assignment=np.array(devices).reshape(1, num_partitions), env_options_overrides=overrides or None,

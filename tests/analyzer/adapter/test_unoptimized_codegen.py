@@ -50,3 +50,24 @@ def test_unoptimized_machine_code_keeps_xlas_memory_figures_and_collectives():
     collectives = compiled_collectives(default.as_text(), 8)
     assert collectives  # the step gathers and reduces: the comparison is not of two empty sets
     assert sorted(compiled_collectives(program.hlo_text, 8).values()) == sorted(collectives.values())
+
+
+def test_lints_own_compile_unoptimized_writes_the_same_buffer_assignment_and_live_ranges():
+    """lint's own compile of a jitted target (compile_lowered, XLA's dumps read back) at -O0: the
+    buffer-assignment and live-range reports XLA writes are the text the optimized compile writes."""
+    mesh = jax.make_mesh((4, 2), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    @jax.jit
+    def step(w, x):
+        return jnp.tanh(x @ w) @ w.T
+
+    w = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=NamedSharding(mesh, P("fsdp", "tp")))
+    x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("fsdp", None)))
+    lowered = step.lower(w, x)
+    optimized = jax_adapter.compile_lowered(lowered)
+    unoptimized = jax_adapter.compile_lowered(lowered, optimize_machine_code=False)
+    assert optimized.buffer_assignment_text and optimized.live_range_text
+    assert unoptimized.buffer_assignment_text == optimized.buffer_assignment_text
+    assert unoptimized.live_range_text == optimized.live_range_text
+    assert unoptimized.memory == optimized.memory
+    assert unoptimized.hlo_text == optimized.hlo_text
