@@ -139,7 +139,8 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     if n > len(pool):
         raise ShardLintInputError(path, f"needs {n} devices; run with --devices {n} or more")
     report = cached_text_report(name, text, n, settings, pool,
-                                lambda: analyze_text(name, text, settings, path, devices=pool)[0])
+                                lambda: analyze_text(name, text, settings, path, devices=pool,
+                                                     optimize_machine_code=False)[0])
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [
