@@ -58,11 +58,13 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
-                 with_reports: bool = True, donated_inputs: frozenset[int] | None = None):
+                 with_reports: bool = True, donated_inputs: frozenset[int] | None = None,
+                 optimize_machine_code: bool = True):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
-    peak and the collectives, which is what a fix check compares). ``donated_inputs``: what the user
-    donated, where known beside the module (a snapshot's metadata)."""
+    peak and the collectives, which is what a fix check compares); without ``optimize_machine_code``
+    a CPU target's machine code is not optimized (the same figures; compile_stablehlo_text).
+    ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     from .device_selection import platform_label
@@ -70,7 +72,8 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     isolation.phase(where, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
-            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices)
+            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices,
+            optimize_machine_code=optimize_machine_code)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e
@@ -146,7 +149,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     keyed = text if donated is None else f"{text}\n// donated_inputs {sorted(donated)}"
     report = cached_text_report(name, keyed, n, settings, pool,
                                 lambda: analyze_text(name, text, settings, path, devices=pool,
-                                                     donated_inputs=donated)[0])
+                                                     donated_inputs=donated, optimize_machine_code=False)[0])
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [

@@ -124,10 +124,12 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
               devices: list) -> TargetReport:
     """A candidate's report, compiled from its text through the analysis cache (keyed by the text). XLA
-    writes no dump for it: a check compares XLA's peak and the collectives, which need none."""
+    writes no dump for it and, on CPU, does not optimize its machine code: a check compares XLA's peak
+    and the collectives, which need neither (about half a CPU compile's time)."""
     return cached_report(analysis_cache(settings),
                          lambda: key_parts("fix-candidate", name, text, settings, placed(devices, sig.num_partitions)),
-                         lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False)[0])
+                         lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
+                                              optimize_machine_code=False)[0])
 
 
 def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],

@@ -116,7 +116,8 @@ class _Prober:
 
     def _compiled_peak(self, name: str, lowered, value: int) -> ProbePeak:
         try:
-            program = jax_adapter.compile_lowered(lowered, with_reports=False)
+            # A probe is measured, never run: its CPU machine code is left unoptimized (the same peak).
+            program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
         except Exception as e:
             refusal = refusal_of(str(e))
             if refusal is None:

@@ -52,7 +52,8 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
     isolation.phase(request.path, "compiling the module with XLA")
     try:
         program = jax_adapter.compile_stablehlo_text(
-            text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices)
+            text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices,
+            optimize_machine_code=False)  # read, never run
     except Exception as e:
         return None, f"XLA could not compile it: {one_line(e)}"
     return compiled_collectives(program.hlo_text, sig.mesh), None
@@ -88,7 +89,7 @@ def _compiled_collectives(name: str, lowered, module, settings: Settings, where:
     reports, and no lint passes (propagate needs only the collectives)."""
 
     try:
-        program = jax_adapter.compile_lowered(lowered, with_reports=False)
+        program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
     except Exception as e:  # XLA rejects the program: the user's input
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
     return compiled_collectives(program.hlo_text, entry_signature(module).mesh, device_processes(lowered),

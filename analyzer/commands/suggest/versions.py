@@ -66,7 +66,8 @@ def _compile_here(target: str, num_partitions: int, v: VersionText, settings: Se
     pool = devices if devices is not None else jax_adapter.cpu_devices()
     try:
         report = cached_text_report(target, v.text, num_partitions, settings, pool,
-                                    lambda: analyze_text(target, v.text, settings, where, devices=devices)[0])
+                                    lambda: analyze_text(target, v.text, settings, where, devices=devices,
+                                                             optimize_machine_code=False)[0])
     except ShardLintInputError as e:
         return _measured(v, None, e.problem, settings)
     return _measured(v, report, None, settings)
