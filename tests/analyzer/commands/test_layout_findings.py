@@ -260,3 +260,24 @@ def test_sl201_and_sl205_name_each_state_value_with_its_own_output(cli):
     for f in found:
         for name in re.findall(r"\b(?:params|opt_state)\['\w+'\]", f["message"]):
             assert expected[name] in f["message"] or f["rule"] not in ("SL201", "SL205"), f["message"]
+
+
+def test_sl205_of_every_layer_pins_each_layers_output(cli, checking, monkeypatch):
+    """Two layers' weights donated and returned replicated are one finding (params['h'][*]) whose fix pins
+    each layer's own output: compiled, it is the program with both outputs pinned (``layers_kept``)."""
+    lowered = _targets("donated_state_same_shapes")
+    kept = lowered["layers_kept"].compile()
+    assert len(_aliased_paths(lowered["layers_kept"], kept)) == 2  # pinned, XLA reuses both donated buffers
+    found = _lint(cli, "donated_state_same_shapes", "--target", "layers", "--ignore", "SL201", "--ignore", "SL101",
+                  "--ignore", "SL105", "--ignore", "SL202")
+    (f,) = found["layers"]["findings"]
+    assert f["rule"] == "SL205" and f["count"] == 2 and f["parameter"] == "params['h'][*]"
+    assert ": result['h'][*] has its shape and dtype but comes out as P()" in f["message"], f["message"]
+    assert f["fix_check"]["change"] == "out_shardings pinning result['h'][*] to P('data'), params['h'][*] donated"
+    assert f["fix_check"]["verdict"] == "better"
+    assert f["fix_check"]["peak_bytes_after"] == _peak(kept)
+    monkeypatch.setenv("COLUMNS", "200")
+    terminal = cli("lint", os.path.join(SCRIPTS, "donated_state_same_shapes.py"), "--target", "layers", "-q",
+                   "--fail-on", "never", "--ignore", "SL201")
+    (param,) = [line for line in terminal.out.splitlines() if "param:" in line]
+    assert param.split("param:")[1].strip() == "params['h'][*] P('data')"  # the layout it keeps: no arrow
