@@ -20,7 +20,6 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
-from ...passes.rules.group_by_cause import layer_pattern
 from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
 from ...passes.stablehlo.state_roundtrip import correspond
@@ -33,6 +32,7 @@ from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
+_PINNED = re.compile(r"^pin (\S+) with out_shardings ")
 # Candidates compiled per target (each a compile of the whole step).
 MAX_CHECKS = 4
 
@@ -76,7 +76,9 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
             pins[out.index], donors = given.sharding or [], donors | {given.index}
             outs.append(out.path)
         spec = f.suggested_sharding
-        shown = outs[0] if len(outs) == 1 else layer_pattern(outs[0])
+        # Several layers' outputs are named as the rule's fix names them (result[0].blocks[*]).
+        named = _PINNED.match(f.fix or "")
+        shown = outs[0] if len(outs) == 1 or named is None else named.group(1)
         donated = f.parameter or f.subject
         return [_Edit(f"out_shardings pinning {shown} to {pspec_text(spec)}, {donated} donated",
                       f"pin {shown} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
