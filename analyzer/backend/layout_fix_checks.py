@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
-from ...passes.models.report import Finding, TargetReport
+from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
 from ...passes.stablehlo.module import read_entry_signature
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
+from ...passes.stablehlo.state_roundtrip import correspond
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..inputs.checked_in import kind_of, read_export, read_mlir
@@ -31,6 +32,7 @@ from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
+_PINNED = re.compile(r"^pin (\S+) with out_shardings ")
 # Candidates compiled per target (each a compile of the whole step).
 MAX_CHECKS = 4
 
@@ -59,20 +61,40 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       constraints={k: alternatives[i] for k, alternatives in choices.items()})
                 for i in range(count)]
     if f.rule == SL205.code and f.suggested_sharding is not None:
-        given = next((t for t in report.inputs if t.path == f.subject), None)
-        if given is None:
-            return []
-        layout = normalized(given.sharding, len(given.shape))
-        out = next((o for o in report.outputs if o.shape == given.shape and o.dtype == given.dtype
-                    and normalized(o.sharding, len(o.shape)) != layout), None)
-        if out is None:
-            return []
-        spec = given.sharding or []
-        return [_Edit(f"out_shardings pinning {out.path} to {pspec_text(spec)}, {given.path} donated",
-                      f"pin {out.path} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
+        # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
+        # comes out: the output that is that input coming back (its pytree path), not any of its shape.
+        returned = {rt.input.index: rt.output for rt in correspond(read_entry_signature(module))}
+        by_path = {t.path: t for t in report.inputs}
+        pins: dict[int, list[list[str]]] = {}
+        donors: set[int] = set()
+        outs: list[str] = []
+        for name in f.ops or [f.subject or ""]:
+            given = by_path.get(name)
+            out = _resharded_output(given, returned, report) if given is not None else None
+            if given is None or out is None:
+                return []
+            pins[out.index], donors = given.sharding or [], donors | {given.index}
+            outs.append(out.path)
+        spec = f.suggested_sharding
+        # Several layers' outputs are named as the rule's fix names them (result[0].blocks[*]).
+        named = _PINNED.match(f.fix or "")
+        shown = outs[0] if len(outs) == 1 or named is None else named.group(1)
+        donated = f.parameter or f.subject
+        return [_Edit(f"out_shardings pinning {shown} to {pspec_text(spec)}, {donated} donated",
+                      f"pin {shown} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
                       "so XLA writes it into the donated buffer",
-                      results={out.index: spec}, donors=frozenset({given.index}))]
+                      results=pins, donors=frozenset(donors))]
     return []
+
+
+def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report: TargetReport
+                      ) -> TensorInfo | None:
+    """The output to pin for a donated input: its round trip's, else the first of its shape and dtype on
+    another layout (a step whose result is not its state's tree)."""
+    layout = normalized(given.sharding, len(given.shape))
+    candidates = [returned[given.index]] if given.index in returned else report.outputs
+    return next((o for o in candidates if o.shape == given.shape and o.dtype == given.dtype
+                 and normalized(o.sharding, len(o.shape)) != layout), None)
 
 
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,

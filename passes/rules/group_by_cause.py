@@ -26,6 +26,13 @@ from ..models.report import Finding
 _LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
 
 
+_RESULT = re.compile(r"\bresult(?:\[[^\]\s]*\]|\.\w+)*")
+
+
+def _pattern_of(m: re.Match[str]) -> str:
+    return layer_pattern(m.group(0))
+
+
 def layer_pattern(path: str) -> str:
     """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
     return _LAYER_KEY.sub("[*]", path)
@@ -54,6 +61,8 @@ def _merged(group: list[Finding]) -> Finding:
     message, fix = first.message, first.fix
     if parameter and first.parameter and parameter != first.parameter:  # the texts name every layer's
         message, fix = message.replace(first.parameter, parameter), fix and fix.replace(first.parameter, parameter)
+        # The outputs the texts name are every layer's too (SL205's result[0].blocks[1] for blocks[*]).
+        message, fix = _RESULT.sub(_pattern_of, message), fix and _RESULT.sub(_pattern_of, fix)
     others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=_natural)
     if parameter and others:  # several weights, one change: the finding names each
         update["parameters"] = [parameter, *others]

@@ -52,12 +52,19 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
     if ctx.aliased_inputs is None:
         return
     limit = ctx.option(DONATION_MIN_BYTES)
+    returned = {rt.input.index: rt.output for rt in ctx.roundtrips}
     for inp in ctx.inputs:
         if inp.index not in ctx.donated_inputs or inp.index in ctx.aliased_inputs or inp.per_device_bytes < limit:
             continue
         layout = normalized(inp.sharding, len(inp.shape))
         same = [o for o in ctx.outputs if o.shape == inp.shape and o.dtype == inp.dtype]
         other = [o for o in same if normalized(o.sharding, len(o.shape)) != layout]
+        # The output that is this input coming back (its pytree path) is the one to pin: the first of its
+        # shape and dtype may be another state value's (params.head beside params.embed, mu beside params).
+        partner = returned.get(inp.index)
+        if partner is not None and partner in other:
+            other = [partner]
+            same = other
         suggested = None
         if not same:
             shaped = next((o for o in ctx.outputs if o.shape == inp.shape), None)

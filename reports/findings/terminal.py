@@ -172,7 +172,9 @@ def render_finding(f: Finding) -> Group:
     body.add_row("", f.message)
     if f.parameter:
         spec = pspec_text(f.parameter_sharding) if f.parameter_sharding is not None else ""
-        to = f" -> {pspec_text(f.suggested_sharding)}" if f.suggested_sharding is not None else ""
+        # A finding whose fix keeps the parameter's own layout (SL205 pins the output to it) shows no arrow.
+        to = (f" -> {pspec_text(f.suggested_sharding)}" if f.suggested_sharding is not None
+              and pspec_text(f.suggested_sharding) != spec else "")
         body.add_row(Text("param:", style="blue"), f"{f.parameter} {spec}{to}".rstrip())
     if f.fix:
         body.add_row(Text("fix:", style="green"), f.fix)

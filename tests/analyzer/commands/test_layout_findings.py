@@ -211,3 +211,73 @@ def test_padding_and_the_lost_donation_on_gpu_and_tpu_targets(cli, platform):
     (lost,) = found["resharded"]["findings"]
     assert lost["rule"] == "SL201" and f"no output reuses its {format_bytes(donated)} per device" in lost["message"]
     assert found["kept"]["findings"] == []
+
+
+def _aliased_paths(lowered, compiled):
+    """XLA's own pairing, as paths: the compiled program's input_output_alias (output index -> parameter
+    number) named by JAX's pytree paths of the step's arguments and results."""
+    args, out_tree = lowered.args_info[0], lowered.out_info
+    header = compiled.as_text().splitlines()[0]
+    names = ("params", "opt_state", "grads")
+    flat_in = jax.tree_util.tree_flatten_with_path(args)[0]
+    in_paths = [names[p[0].idx] + jax.tree_util.keystr(p[1:]) for p, _ in flat_in]
+    out_paths = ["result" + jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_tree)[0]]
+    pairs = re.findall(r"\{(\d+)\}: \((\d+), \{\}", header[header.index("input_output_alias"):])
+    return {in_paths[int(i)]: out_paths[int(o)] for o, i in pairs}
+
+
+def test_sl205_pins_each_donated_value_to_the_output_that_is_it(cli, checking):
+    """Four donated state values of one shape and dtype, each on its own sharding, all returned replicated:
+    each finding pins the output that is its input coming back. The oracle is XLA's pairing when the
+    outputs are pinned to their inputs' layouts (``kept``), read from its input_output_alias."""
+    lowered = _targets("donated_state_same_shapes")
+    expected = _aliased_paths(lowered["kept"], lowered["kept"].compile())
+    assert len(expected) == 4 and len(set(expected.values())) == 4
+    replicated = lowered["replicated"].compile().as_text().splitlines()[0]
+    assert "input_output_alias" not in replicated  # jit dropped every donation
+    found = _lint(cli, "donated_state_same_shapes", "--ignore", "SL201", "--ignore", "SL101", "--ignore", "SL105")
+    assert found["kept"]["findings"] == []
+    findings = [f for f in found["replicated"]["findings"] if f["rule"] == "SL205"]
+    assert sorted(f["subject"] for f in findings) == sorted(expected)
+    for f in findings:
+        out = expected[f["subject"]]
+        assert f"{f['subject']} is donated, but no output reuses" in f["message"]
+        assert f": {out} has its shape and dtype but comes out as P()" in f["message"], f["message"]
+        assert f["fix"].startswith(f"pin {out} with out_shardings to "), f["fix"]
+        check = f["fix_check"]
+        assert check["change"].startswith(f"out_shardings pinning {out} to "), check["change"]
+        assert check["change"].endswith(f", {f['subject']} donated")
+        assert check["verdict"] == "better", f["fix"]
+
+
+def test_sl201_and_sl205_name_each_state_value_with_its_own_output(cli):
+    """With SL201 on, the lost donation is one finding with the output that comes back: each names its own."""
+    lowered = _targets("donated_state_same_shapes")
+    expected = _aliased_paths(lowered["kept"], lowered["kept"].compile())
+    found = _lint(cli, "donated_state_same_shapes")["replicated"]["findings"]
+    state = {f["parameter"]: f for f in found if f["rule"] in ("SL201", "SL205")}
+    assert set(expected) <= {p for f in state.values() for p in (f["parameters"] or [f["parameter"]])}
+    for f in found:
+        for name in re.findall(r"\b(?:params|opt_state)\['\w+'\]", f["message"]):
+            assert expected[name] in f["message"] or f["rule"] not in ("SL201", "SL205"), f["message"]
+
+
+def test_sl205_of_every_layer_pins_each_layers_output(cli, checking, monkeypatch):
+    """Two layers' weights donated and returned replicated are one finding (params['h'][*]) whose fix pins
+    each layer's own output: compiled, it is the program with both outputs pinned (``layers_kept``)."""
+    lowered = _targets("donated_state_same_shapes")
+    kept = lowered["layers_kept"].compile()
+    assert len(_aliased_paths(lowered["layers_kept"], kept)) == 2  # pinned, XLA reuses both donated buffers
+    found = _lint(cli, "donated_state_same_shapes", "--target", "layers", "--ignore", "SL201", "--ignore", "SL101",
+                  "--ignore", "SL105", "--ignore", "SL202")
+    (f,) = found["layers"]["findings"]
+    assert f["rule"] == "SL205" and f["count"] == 2 and f["parameter"] == "params['h'][*]"
+    assert ": result['h'][*] has its shape and dtype but comes out as P()" in f["message"], f["message"]
+    assert f["fix_check"]["change"] == "out_shardings pinning result['h'][*] to P('data'), params['h'][*] donated"
+    assert f["fix_check"]["verdict"] == "better"
+    assert f["fix_check"]["peak_bytes_after"] == _peak(kept)
+    monkeypatch.setenv("COLUMNS", "200")
+    terminal = cli("lint", os.path.join(SCRIPTS, "donated_state_same_shapes.py"), "--target", "layers", "-q",
+                   "--fail-on", "never", "--ignore", "SL201")
+    (param,) = [line for line in terminal.out.splitlines() if "param:" in line]
+    assert param.split("param:")[1].strip() == "params['h'][*] P('data')"  # the layout it keeps: no arrow
