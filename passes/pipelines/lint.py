@@ -171,6 +171,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         padded_values=_padded_values(module, sig, hlo, config),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
+        stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),
         aliased_inputs=aliased_parameters(hlo),
     )
 

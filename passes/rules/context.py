@@ -32,6 +32,9 @@ class RuleContext:
     entry_source: SourceLocation | None = None
     input_sources: tuple[SourceLocation | None, ...] = ()
     output_sources: tuple[SourceLocation | None, ...] = ()
+    # Outputs whose sharding the lowered program states (jit's out_shardings=, or a sharding in their type):
+    # their layout is written at the jit or lower call, the entry's source, not where they are computed.
+    stated_outputs: frozenset[int] = field(default_factory=frozenset)
     # Global (dtype, shape) of arrays the program holds sharded: a collective whose
     # per-device result has one of these shapes rebuilt the whole array.
     sharded_global_shapes: frozenset[tuple[str, tuple[int, ...]]] = field(default_factory=frozenset)
