@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..hlo.collective_origin import outputs_depending_on
+from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, TensorInfo
 from ..models.rule_codes import SL101, SL105, SL201
@@ -29,10 +29,15 @@ def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: t
                           collectives: Iterable[Collective]) -> list[Finding]:
     index = {t.path: t.index for t in outputs}
     state = [f for f in findings if f.rule == SL201.code and f.subject]
-    at_boundary = {c.hlo_name: c for c in collectives if c.source is None and c.intent == "reshard"}
-    if not state or not at_boundary:
+    reshards = {c.hlo_name: c for c in collectives if c.intent == "reshard"}
+    at_boundary = sorted(n for n, c in reshards.items() if c.source is None)
+    if not state or not reshards:
         return findings
-    depends = outputs_depending_on(module, sorted(at_boundary))
+    # A collective with no line that an output depends on; or one whose result is an output, moved by
+    # copies only, whatever line its metadata names (newer XLA gives the boundary gather its operand's).
+    depends = outputs_depending_on(module, at_boundary) if at_boundary else {}
+    for k, names in outputs_returning(module, reshards).items():
+        depends[k] = sorted({*depends.get(k, []), *names})
     claimed: dict[str, Finding] = {}
     for f in state:
         # A merged finding lists its outputs' paths in its ops; a single one names its output as subject.
@@ -46,23 +51,23 @@ def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: t
         ops.setdefault(id(f), []).append(name)
     out = []
     for f in findings:
-        if f.rule in _CLAIMABLE and f.source is None:
+        if f.rule in _CLAIMABLE:
             members = f.ops or [f.subject or ""]
             kept = [n for n in members if n not in claimed]
             if not kept:
                 continue
             if len(kept) < len(members):
-                f = _without_claimed(f, kept, at_boundary)
+                f = _without_claimed(f, kept, reshards)
         if id(f) in ops:
             f = f.model_copy(update={"ops": sorted({*f.ops, *ops[id(f)]})})
         out.append(f)
     return out
 
 
-def _without_claimed(f: Finding, kept: list[str], at_boundary: dict[str, Collective]) -> Finding:
+def _without_claimed(f: Finding, kept: list[str], reshards: dict[str, Collective]) -> Finding:
     """An SL101 or SL105 group that keeps only the collectives no SL201 finding claimed: its count,
     bytes and ops theirs; its subject the largest of them."""
-    sizes = {n: at_boundary[n].bytes * at_boundary[n].count for n in kept if n in at_boundary}
+    sizes = {n: reshards[n].bytes * reshards[n].count for n in kept if n in reshards}
     subject = f.subject if f.subject in kept else max(kept, key=lambda n: (sizes.get(n, 0), n))
     total = sum(sizes.values()) if len(sizes) == len(kept) else f.bytes
     return f.model_copy(update={"ops": kept if len(kept) > 1 else [], "count": len(kept), "bytes": total,

@@ -134,4 +134,4 @@ def test_gathers_of_replicated_out_shardings_are_the_output_findings(cli):
         assert outputs[index] == finding["subject"] or outputs[index] in finding["ops"]
         assert finding["parameter"].startswith("params[") and finding["parameter_sharding"] in ([["model"], []],
                                                                                                 [[], ["model"]])
-        assert "(its stated out_shardings)" in finding["message"]
+        assert "; out_shardings states P() for it" in finding["message"]
