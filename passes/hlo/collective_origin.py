@@ -239,3 +239,31 @@ def outputs_depending_on(module: HloModule, names: list[str]) -> dict[int, list[
             if out in seen or (root.opcode != "tuple" and root.name in seen):
                 found.setdefault(k, []).append(name)
     return found
+
+
+def outputs_returning(module: HloModule, names: Iterable[str]) -> dict[int, list[str]]:
+    """For each entry output, the collectives among ``names`` whose result it is, moved only by copies,
+    bitcasts and transposes (XLA's wrapped copies) on the way to the ROOT tuple: the collectives that
+    put an output on its returned layout, whatever source line their metadata carries."""
+    wanted = set(names)
+    entry = module.entry_computation
+    root = next((i for i in entry.instructions if i.is_root), None)
+    if root is None or not wanted:
+        return {}
+    outputs = list(root.operands) if root.opcode == "tuple" else [root.name]
+    found: dict[int, list[str]] = {}
+    for k, out in enumerate(outputs):
+        ins = module.by_name.get(out)
+        for _ in range(_MAX_STEPS):
+            if ins is None:
+                break
+            if ins.name in wanted:
+                found.setdefault(k, []).append(ins.name)
+                break
+            if ins.opcode in _SAME_DATA and ins.operands:
+                ins = module.by_name.get(ins.operands[0])
+            elif ins.opcode == "fusion" and len(ins.operands) == 1 and _moves_data_only(module, ins):
+                ins = module.by_name.get(ins.operands[0])
+            else:
+                break
+    return found

@@ -43,6 +43,7 @@ from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
     EntrySignature,
     EntrySources,
+    call_site,
     per_device_bytes,
     read_entry_signature,
     read_entry_sources,
@@ -152,6 +153,12 @@ def analyze_target(
     return report
 
 
+def _call_site(module: ir.Module, config: PassConfig) -> SourceLocation | None:
+    attrs = module.operation.attributes
+    name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else None
+    return call_site(module, name, config.ownership) if name else None
+
+
 def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig, sig: EntrySignature,
                 sig_compiled: EntrySignature, sources: EntrySources, hlo: HloModule,
                 collectives: tuple[Collective, ...], memory: MemorySummary | None,
@@ -171,6 +178,8 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         padded_values=_padded_values(module, sig, hlo, config),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
+        stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),
+        call_site=_call_site(module, config),
         aliased_inputs=aliased_parameters(hlo),
     )
 

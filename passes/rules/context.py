@@ -32,6 +32,11 @@ class RuleContext:
     entry_source: SourceLocation | None = None
     input_sources: tuple[SourceLocation | None, ...] = ()
     output_sources: tuple[SourceLocation | None, ...] = ()
+    # Outputs whose sharding the lowered program states (jit's out_shardings=, or a sharding in their type):
+    # their layout is written at the jit or lower call (call_site), not where they are computed.
+    stated_outputs: frozenset[int] = field(default_factory=frozenset)
+    # The user's line that lowered or called the jitted function: the first user frame outside it.
+    call_site: SourceLocation | None = None
     # Global (dtype, shape) of arrays the program holds sharded: a collective whose
     # per-device result has one of these shapes rebuilt the whole array.
     sharded_global_shapes: frozenset[tuple[str, tuple[int, ...]]] = field(default_factory=frozenset)

@@ -60,11 +60,13 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     for rt in pairs:
         if rt.output.index in small_outputs:
             continue
+        stated = rt.output.index in ctx.stated_outputs and ctx.call_site is not None
         out.emit(
             f"output {rt.output.path} comes back as {pspec_text(rt.output.sharding)} but its input "
             f"{rt.input.path} is {pspec_text(rt.input.sharding)}: the next step reshards "
-            f"{format_bytes(rt.output.per_device_bytes)} per device ({format_bytes(rt.output.bytes)} global) on entry",
-            ctx.output_source(rt.output.index),
+            f"{format_bytes(rt.output.per_device_bytes)} per device ({format_bytes(rt.output.bytes)} global) on entry"
+            f"{'; out_shardings states ' + pspec_text(rt.output.sharding) + ' for it' if stated else ''}",
+            ctx.call_site if stated else ctx.output_source(rt.output.index),
             fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
             "(the target's suggested out_shardings= pins every state output)",
             subject=rt.output.path, parameter=rt.input,

@@ -79,3 +79,59 @@ def test_a_reshard_at_the_programs_end_is_the_output_findings(cli):
     (finding,) = targets["resharded"]["findings"]
     assert finding["ops"] == [gather["hlo_name"]] and finding["parameter"] == "params['w']"
     assert finding["parameter_sharding"] == [["data"], ["model"]]
+
+
+def _gathers_feeding_results(hlo_text: str) -> dict[str, int]:
+    """The compiled program's all-gathers whose result the ENTRY's ROOT tuple returns (directly or through a
+    copy of one operand), each with the index of the result it becomes: read from XLA's text here."""
+    entry = hlo_text[hlo_text.index("\nENTRY"):]
+    body = entry[:entry.index("\n}")]
+    operands = {}
+    root: list[str] = []
+    for line in body.splitlines()[1:]:
+        m = re.match(r"\s*(ROOT )?%(\S+) = .*? (\S+)\((.*?)\)", line)
+        if not m:
+            continue
+        names = re.findall(r"%([\w.\-]+)", m.group(4))
+        operands[m.group(2)] = (m.group(3), names)
+        if m.group(1):
+            root = names
+    out = {}
+    for index, name in enumerate(root):
+        while name in operands and operands[name][0] != "all-gather" and len(operands[name][1]) == 1:
+            name = operands[name][1][0]
+        if name in operands and operands[name][0] == "all-gather":
+            out[name] = index
+    return out
+
+
+def test_gathers_of_replicated_out_shardings_are_the_output_findings(cli):
+    """out_shardings=P() over donated params and their moments sharded on 'model': every all-gather XLA adds
+    to return them replicated (the ROOT tuple's operands, from compiled.as_text() here) is in the ops of
+    exactly one SL201 finding at the jit/lower line, which names the argument it came from and its
+    sharding; no SL101 reports them."""
+    import importlib.util
+    import sys
+
+    path = os.path.join(FIXTURES, "scripts", "sl201_replicated_out_shardings.py")
+    (target,) = lint_targets(cli, path)  # first: a trace of the step here would be the one lint reads
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec = importlib.util.spec_from_file_location("sl201_replicated_out_shardings", path)
+        fixture = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fixture)
+        compiled = fixture.shard_lint_targets()["replicated_state"].compile()
+    finally:
+        sys.path.remove(os.path.dirname(path))
+    gathers = _gathers_feeding_results(compiled.as_text())
+    assert len(gathers) == 6  # params and both moments, two weights each
+    lower_line = next(i for i, line in enumerate(open(path), 1) if ".lower(" in line)
+    assert not [f for f in target["findings"] if f["rule"] in ("SL101", "SL105")]
+    outputs = {t["index"]: t["path"] for t in target["outputs"]}
+    for name, index in gathers.items():
+        (finding,) = [f for f in target["findings"] if name in f["ops"]]
+        assert finding["rule"] == "SL201" and finding["source"]["line"] == lower_line
+        assert outputs[index] == finding["subject"] or outputs[index] in finding["ops"]
+        assert finding["parameter"].startswith("params[") and finding["parameter_sharding"] in ([["model"], []],
+                                                                                                [[], ["model"]])
+        assert "; out_shardings states P() for it" in finding["message"]
