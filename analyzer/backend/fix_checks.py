@@ -248,13 +248,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 alternative := _parameter_candidate(other, list(report.inputs), returned)) is not None:
             second = run(alternative)
             if second.verdict is FixVerdict.better:
-                findings[k] = _with_check(other, second, other.fix or "")
+                findings[k] = _with_check(other, second, (other.fix or "") + _returning(alternative))
                 continue
             other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
-            findings[k] = _with_check(f, check, f.fix or "")
+            findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
             continue
-        findings[k] = _with_check(f, check, f.fix or "")
+        findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
         findings = _state_advice(findings, pinned, run(take), moved)
@@ -270,7 +270,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 continue
             check = run(candidate)
             if check.verdict is FixVerdict.better:
-                findings[k] = _with_check(own, check, own.fix or "")
+                findings[k] = _with_check(own, check, (own.fix or "") + _returning(candidate))
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
@@ -337,6 +337,14 @@ def _not_offered(check: FixCheck) -> str:
     if check.verdict is FixVerdict.trade_off:
         return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
     return f"costs {_cost_text(check)}"
+
+
+def _returning(c: _Candidate) -> str:
+    """What a parameter fix does to the state it moves (it was compiled that way): it comes back in the new
+    layout, so the next step does not reshard it."""
+    if not c.results:
+        return ""
+    return f", and return {'it' if len(c.results) == 1 else 'them'} in that layout (out_shardings=)"
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
