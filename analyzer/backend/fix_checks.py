@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +39,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
+from .parameter_moves import matcher, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, outcome
 
@@ -80,31 +80,29 @@ def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
     return sum(c.bytes * c.count for c in report.collectives) + entry
 
 
-def _matcher(pattern: str) -> re.Pattern[str]:
-    """A parameter pattern (``h[*]``) as a regex over argument paths."""
-    return re.compile(re.escape(pattern).replace(re.escape("[*]"), r"\[(?:'\d+'|\"\d+\"|\d+)\]") + "$")
+_matcher = matcher  # the solver fixes' name for it
 
 
-def _parameter_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
-    """The finding's new sharding for every argument its parameters name (each layer), and for the
-    optimizer state that mirrors them (same key path under another argument, same shape and layout)."""
+def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
+    """The finding's new sharding for every argument its parameters name (each layer), as a single move
+    (parameter_moves.py): with the optimizer state that mirrors it, and returned in that layout
+    (``returned``: result -> the argument it returns), as suggest's single moves compile it."""
     if f.parameter is None or f.suggested_sharding is None or f.parameter_sharding is None:
         return None
     edits: dict[int, list[list[str]]] = {}
     for parameter in f.parameters or [f.parameter]:
-        whole = _matcher(parameter)
-        keys = parameter[parameter.find("["):] if "[" in parameter else parameter
-        mirror = _matcher(keys)
+        whole = matcher(parameter)
         named = [t for t in inputs if whole.match(t.path)]
         if not named:
             return None
-        shapes = {tuple(t.shape) for t in named}
         before = normalized(f.parameter_sharding, len(named[0].shape))
-        edits.update({t.index: f.suggested_sharding for t in inputs
-                      if (whole.match(t.path) or (mirror.search(t.path) and tuple(t.shape) in shapes))
-                      and normalized(t.sharding, len(t.shape)) == before})
+        edits.update({t.index: f.suggested_sharding for t in named
+                      if normalized(t.sharding, len(t.shape)) == before})
+    if not edits:
+        return None
+    arguments, results = single_move(inputs, returned, edits)
     named_text = ", ".join(f.parameters or [f.parameter])
-    return _Candidate(f"{named_text} -> {pspec_text(f.suggested_sharding)}", edits, {}) if edits else None
+    return _Candidate(f"{named_text} -> {pspec_text(f.suggested_sharding)}", arguments, results)
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -186,6 +184,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     pin, take = _state_candidates(report, sig)
+    returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     state_rules = {SL201.code, SL203.code}
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
@@ -201,7 +200,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     moved = _moved_state(report, sig)
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
                and not (f.rule == SL203.code and f.subject in moved)
-               for c in [_parameter_candidate(f, inputs)] if c is not None][:MAX_CHECKS]
+               for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
     def text_of(c: _Candidate) -> str:
@@ -240,22 +239,22 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     for k, f in enumerate(findings):
         if f.rule == SL203.code and f.subject in moved:
             continue
-        candidate = _parameter_candidate(f, list(report.inputs)) if f.rule in _PARAMETER_FIXES else None
+        candidate = _parameter_candidate(f, list(report.inputs), returned) if f.rule in _PARAMETER_FIXES else None
         if candidate is None or budget <= 0:
             continue
         check = run(candidate)
         other = _other_dimension(f, list(report.inputs), report.mesh) if f.rule == SL203.code else None
         if check.verdict is not FixVerdict.better and other is not None and budget > 0 and (
-                alternative := _parameter_candidate(other, list(report.inputs))) is not None:
+                alternative := _parameter_candidate(other, list(report.inputs), returned)) is not None:
             second = run(alternative)
             if second.verdict is FixVerdict.better:
-                findings[k] = _with_check(other, second, other.fix or "")
+                findings[k] = _with_check(other, second, (other.fix or "") + _returning(alternative))
                 continue
             other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
-            findings[k] = _with_check(f, check, f.fix or "")
+            findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
             continue
-        findings[k] = _with_check(f, check, f.fix or "")
+        findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
         findings = _state_advice(findings, pinned, run(take), moved)
@@ -266,12 +265,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             if (f.rule != SL203.code or f.subject not in moved or f.fix_check is None or own is None
                     or f.fix_check.verdict is FixVerdict.better or budget <= 0):
                 continue
-            candidate = _parameter_candidate(own, list(report.inputs))
+            candidate = _parameter_candidate(own, list(report.inputs), returned)
             if candidate is None:
                 continue
             check = run(candidate)
             if check.verdict is FixVerdict.better:
-                findings[k] = _with_check(own, check, own.fix or "")
+                findings[k] = _with_check(own, check, (own.fix or "") + _returning(candidate))
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
@@ -338,6 +337,14 @@ def _not_offered(check: FixCheck) -> str:
     if check.verdict is FixVerdict.trade_off:
         return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
     return f"costs {_cost_text(check)}"
+
+
+def _returning(c: _Candidate) -> str:
+    """What a parameter fix does to the state it moves (it was compiled that way): it comes back in the new
+    layout, so the next step does not reshard it."""
+    if not c.results:
+        return ""
+    return f", and return {'it' if len(c.results) == 1 else 'them'} in that layout (out_shardings=)"
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:

@@ -42,6 +42,9 @@ class Version(Model):
     fits: bool | None = Field(description="Peak within the budget; null without a budget.")
     collective_bytes: int | None = Field(description="Per-device collective bytes per step.")
     collective_count: int | None
+    traffic_bytes: int | None = Field(default=None, description="Per-device bytes a step moves: its collectives, "
+                                      "and the state outputs the next step reshards on entry (lint's fix checks' "
+                                      "traffic); null where it did not compile.")
     estimated_seconds: float | None = Field(description="The step-time estimate of the compiled program.")
     model: ModelCost | None = Field(default=None, description="The solver's cost model on this version's "
                                     "arguments (the solver's best intermediates for them).")

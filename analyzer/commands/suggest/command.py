@@ -29,6 +29,7 @@ from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProbl
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.device_selection import platform_label
+from ...backend.fix_checks import _cost_text, measured_check, traffic_bytes
 from ...backend.out_shardings import suggest_for
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
@@ -61,7 +62,20 @@ def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[l
     texts = [VersionText(name, description,
                          t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
              for name, description, args, results in wanted]
-    return compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
+    measured = compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
+    # The traffic lint's fix checks measure: the collectives, and the state the next step reshards on entry.
+    return [(v if r is None else v.model_copy(update={"traffic_bytes": traffic_bytes(r, t.sig)}), r)
+            for v, r in measured]
+
+
+def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any) -> Version:
+    """The single move described with lint's fix check of the same change against the written program
+    (``fix_checks.measured_check``: one program, one measure, the same figures in both)."""
+    if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
+        return move
+    check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig)
+    return move.model_copy(update={"description": f"{move.description}, its optimizer state with it and returned "
+                                   f"in that layout (as lint checks it: {_cost_text(check)})"})
 
 
 def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
@@ -209,15 +223,17 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         versions.append(_with_model(version, pins if pins is not None else written, problem, request))
         pins_of[vname], reports[vname] = (pins, outs), report
     as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
-    moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed))
+    moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
     if moves:
         say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
-        wanted_moves = [(NAME_MOVE, m.description, m.pins, {o: m.pins[i] for o, i in state.items()}) for m in moves]
+        wanted_moves = [(NAME_MOVE, m.description, m.moved, m.results) for m in moves]
         moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread))
         if moved is not None:
             move, version, report = moved
+            version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
+                                      reports["written"])
             versions.append(_with_model(version, move.pins, problem, request))
-            pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, {o: move.pins[i] for o, i in state.items()}), report
+            pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, move.results), report
     best = best_version(versions)
     notes = []
     if best is None:

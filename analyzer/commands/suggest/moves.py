@@ -8,6 +8,11 @@ interpolation reads, moved to its preference-type axis), and ``suggest`` compile
 the moves and keeps the best as one of its versions, so what it suggests is never
 worse than the best single move it tried.
 
+Each move is a single move as lint's fix checks compile one (backend/parameter_moves.py): the
+argument with the optimizer state that mirrors it, and the state that comes back returned in the
+new layout, so a move suggest prints and the same fix lint prints are the same program, measured
+the same.
+
 Moves are taken on the largest arguments first (a move on a scalar changes
 nothing worth a compile) and at most ``MAX_MOVES`` are compiled.
 """
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from math import prod
 
 from ....passes.common.shapes import array_bytes
+from ...backend.parameter_moves import mirrors, single_move
 
 MAX_MOVES = 8
 LARGEST_ARGUMENTS = 4
@@ -31,6 +37,8 @@ Pins = dict[int, list[list[str]]]
 class Move:
     description: str
     pins: Pins  # every argument's sharding, per dimension its mesh axes
+    moved: Pins  # the arguments the move changes (the text compiled pins these, as lint's fix check does)
+    results: Pins  # the moved state's results, returned in its new layout
 
 
 def _spec(sharding: list[list[str]]) -> str:
@@ -49,20 +57,28 @@ def _divides(shape: Sequence[int], sharding: list[list[str]], sizes: dict[str, i
 
 
 def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[str, int],
-                 fixed_paths: set[str]) -> list[Move]:
-    """The moves of one free axis from the written layout, on the largest arguments first;
-    each a complete set of argument shardings (fixed arguments as written)."""
+                 fixed_paths: set[str], returned: dict[int, int] | None = None) -> list[Move]:
+    """The moves of one free axis from the written layout, on the largest arguments first (an
+    argument's optimizer state moving with it); each a complete set of argument shardings (fixed
+    arguments as written) and the results of the moved state (``returned``: result -> argument)."""
     base = {x.index: [list(a) for a in (written.get(x.index) or [[] for _ in x.shape])] for x in inputs}
     movable = [x for x in inputs if x.path not in fixed_paths and x.shape]
-    largest = sorted(movable, key=lambda x: (-array_bytes(x.dtype, list(x.shape)), x.index))[:LARGEST_ARGUMENTS]
+    held = frozenset(x.index for x in inputs if x.path in fixed_paths)
+    largest: list = []
+    for x in sorted(movable, key=lambda x: (-array_bytes(x.dtype, list(x.shape)), x.index)):
+        # An argument's optimizer state moves with it: one of them stands for all.
+        if len(largest) < LARGEST_ARGUMENTS and not any(x.index in mirrors(inputs, y.index, base) for y in largest):
+            largest.append(x)
     seen = {_key(base)}
     moves: list[Move] = []
 
-    def add(description: str, pins: Pins) -> None:
+    def add(description: str, edits: Pins) -> None:
+        moved, results = single_move(inputs, returned or {}, edits, base, held)
+        pins = {**base, **moved}
         k = _key(pins)
         if k not in seen and all(_divides(x.shape, pins[x.index], sizes) for x in inputs):
             seen.add(k)
-            moves.append(Move(description, pins))
+            moves.append(Move(description, pins, moved, results))
 
     for x in largest:
         for axis in free_axes:
@@ -72,10 +88,11 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                     own[dim] = own[dim] + [axis]
                     own[dim].sort(key=list(sizes).index)  # in mesh order, as a PartitionSpec tuple is read
                 change = f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}"
-                add(change, {**base, x.index: own})
-                others = [y for y in movable if y.index != x.index and any(axis in a for a in base[y.index])]
+                add(change, {x.index: own})
+                with_x = {x.index, *mirrors(inputs, x.index, base)}
+                others = [y for y in movable if y.index not in with_x and any(axis in a for a in base[y.index])]
                 if dim is not None and others:
-                    across = {**base, x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
+                    across = {x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
                     off = f"{axis!r} off {', '.join(y.path for y in others)}"
                     add(f"{change}, {off}" if own != base[x.index] else f"{off} (kept on {x.path})", across)
     return moves[:MAX_MOVES]

@@ -1,0 +1,111 @@
+"""lint's fix check and suggest's single move measure one change one way
+(analyzer/backend/parameter_moves.py): a weight sharded on the dimension its matmul contracts, moved
+with its Adam moments and returned in that layout. Both report the figures XLA compiles that layout
+to here, with jax.jit: memory_analysis()'s peak, and the collectives of the compiled text plus the
+state the next step reshards on entry (an output whose compiled sharding is not its input's).
+"""
+
+import importlib.util
+import json
+import os
+import re
+
+import jax
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+SCRIPT = os.path.join("fixtures", "scripts", "single_move_adam.py")
+# The all-reduce of x @ w1's partial sums is 1 MiB per device: under SL103's default minimum.
+SMALL = ("--threshold", "partial-sum-min-bytes=512KiB")
+
+_COLLECTIVE = re.compile(r"%?[\w.-]+ = (\(.*?\)|\w+\[[\d,]*\]\S*) "
+                         r"(?:all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)(?:-start)?\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+_WIDTH = {"f32": 4, "s32": 4, "u32": 4, "bf16": 2, "pred": 1}
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("_single_move_adam", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _peak(compiled):
+    m = compiled.memory_analysis()
+    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+def _bytes(shape, dtype) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def _traffic(compiled, arguments):
+    """XLA's collectives (per-device result bytes), and each state output the compiled program returns
+    on another sharding than its input's (the next step reshards it: its per-device bytes)."""
+    total = 0
+    for result in _COLLECTIVE.findall(compiled.as_text()):
+        for dtype, dims in _ARRAY.findall(result):
+            n = _WIDTH[dtype]
+            for d in filter(None, dims.split(",")):
+                n *= int(d)
+            total += n
+    state = arguments[:2]
+    for x, out in zip(jax.tree.leaves(state), jax.tree.leaves(compiled.output_shardings[:2])):
+        if not out.is_equivalent_to(x.sharding, len(x.shape)):
+            total += _bytes(out.shard_shape(x.shape), x.dtype)
+    return total
+
+
+def _compiled(module, w1, returned):
+    """train_step compiled with w1 (and its moments) on ``w1``; ``returned``: their results pinned there."""
+    arguments = module.arguments(w1)
+    outs = None
+    if returned:
+        pinned = NamedSharding(module.mesh(), w1)
+        # None: the compiler chooses, as the program as written leaves every output.
+        outs = ({"w1": pinned, "w2": None}, {"mu": {"w1": pinned, "w2": None}, "nu": {"w1": pinned, "w2": None}},
+                None)
+    compiled = jax.jit(module.train_step, out_shardings=outs).lower(*arguments).compile()
+    return compiled, arguments
+
+
+def _run(cli, *args):
+    result = cli(*args, "--format", "json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["targets"][0]
+
+
+def test_lint_fix_and_suggest_single_move_are_one_program_with_xlas_figures(cli, checking):
+    lint = _run(cli, "lint", SCRIPT, "--fail-on", "never", *SMALL)
+    [f] = [f for f in lint["findings"] if f["rule"] == "SL103"]
+    assert f["parameter"] == "params['w1']" and f["suggested_sharding"] == [[], ["model"]]
+    check = f["fix_check"]
+    assert check["verdict"] == "better" and "checked:" in f["fix"]
+
+    suggest = _run(cli, "suggest", SCRIPT, "--axes", "model")
+    by_name = {v["name"]: v for v in suggest["versions"]}
+    move, written = by_name["single move"], by_name["written"]
+    assert move["description"].startswith("params['w1']: P('model') -> P(None, 'model')"), move["description"]
+
+    module = _module()
+    as_written, written_args = _compiled(module, P("model", None), returned=False)
+    fixed, fixed_args = _compiled(module, P(None, "model"), returned=True)
+    # The program as written: the same baseline in both.
+    assert check["peak_bytes_before"] == written["peak_bytes"] == _peak(as_written)
+    assert check["traffic_bytes_before"] == written["traffic_bytes"] == _traffic(as_written, written_args)
+    # The move: one program, one measure, XLA's figures.
+    assert check["peak_bytes_after"] == move["peak_bytes"] == _peak(fixed) < _peak(as_written)
+    assert check["traffic_bytes_after"] == move["traffic_bytes"] == _traffic(fixed, fixed_args)
+    # And suggest's row prints lint's check of it, word for word.
+    cost = f["fix"].split("(checked: ", 1)[1].rstrip(")")
+    assert f"(as lint checks it: {cost})" in move["description"]
