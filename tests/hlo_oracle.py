@@ -118,3 +118,10 @@ def collectives_per_step(text: str, devices: int) -> dict[str, tuple[str, int, i
                 where[i.group(1)] = current
     return {name: (kind, nbytes, size, runs.get(where[name], 0))
             for name, (kind, nbytes, size) in compiled_collectives(text, devices).items()}
+
+
+def xla_peak(compiled) -> int:
+    """XLA's per-device peak of a compiled program: its memory_analysis()'s arguments, outputs and
+    temporaries, less the donated (aliased) bytes counted twice."""
+    m = compiled.memory_analysis()
+    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes

@@ -16,6 +16,7 @@ import sys
 import jax
 import pytest
 from conftest import EXAMPLES
+from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -36,10 +37,6 @@ def _module(name):
         sys.path.pop(0)
     return module
 
-
-def _peak(compiled):
-    m = compiled.memory_analysis()
-    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
 
 
 def _abstract(lowered):
@@ -71,8 +68,8 @@ def test_gather_fix_is_the_state_axis_and_compiles_to_the_reported_peak(cli, che
     fixed = jax.ShapeDtypeStruct(v_next.shape, v_next.dtype, sharding=NamedSharding(v_next.sharding.mesh, P("x")))
     as_written = jax.jit(module.bellman_step).lower(v_next, grid, income, choices)
     with_fix = jax.jit(module.bellman_step).lower(fixed, grid, income, choices)
-    assert check["peak_bytes_before"] == _peak(as_written.compile())
-    assert check["peak_bytes_after"] == _peak(with_fix.compile())
+    assert check["peak_bytes_before"] == xla_peak(as_written.compile())
+    assert check["peak_bytes_after"] == xla_peak(with_fix.compile())
     assert check["peak_bytes_after"] < check["peak_bytes_before"]
 
 
@@ -95,11 +92,11 @@ def test_main_example_offers_no_fix_that_makes_the_step_worse(cli, checking):
 
     module = _module("fsdp_tp_train_step")
     args = _abstract(module.shard_lint_targets()["train_step"])
-    before = _peak(jax.jit(module.train_step).lower(*args).compile())
+    before = xla_peak(jax.jit(module.train_step).lower(*args).compile())
     pinned = jax.jit(module.train_step, out_shardings=(
         jax.tree.map(lambda x: x.sharding, args[0]), jax.tree.map(lambda x: x.sharding, args[1]),
         NamedSharding(args[2].sharding.mesh, P()))).lower(*args).compile()
-    if _peak(pinned) > before:
+    if xla_peak(pinned) > before:
         assert pin_text and t["suggested_out_shardings"] is None
     state = {f["fix"] for f in t["findings"] if f["rule"] in ("SL201", "SL203") and f["subject"] in (
         "params['embed']", "result[0]['embed']")}
@@ -211,12 +208,12 @@ def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checki
     fixed_table = jax.ShapeDtypeStruct(table.shape, table.dtype,
                                        sharding=NamedSharding(ids.sharding.mesh, P(None, "data")))
     fixed = jax.jit(module.lookup).lower(fixed_table, ids).compile()
-    assert check["peak_bytes_before"] == _peak(as_written)
-    assert check["peak_bytes_after"] == _peak(fixed) < _peak(as_written)
+    assert check["peak_bytes_before"] == xla_peak(as_written)
+    assert check["peak_bytes_after"] == xla_peak(fixed) < xla_peak(as_written)
     assert check["traffic_bytes_before"] == _collective_bytes(as_written)
     assert check["traffic_bytes_after"] == _collective_bytes(fixed)
     # better within the stated tolerance: the traffic it adds is under 1% of the peak as written
-    assert _collective_bytes(fixed) - _collective_bytes(as_written) <= 0.01 * _peak(as_written)
+    assert _collective_bytes(fixed) - _collective_bytes(as_written) <= 0.01 * xla_peak(as_written)
 
 
 def test_silent_reshards_are_one_finding_naming_the_weight_and_its_fix_removes_them(cli, checking):

@@ -14,6 +14,7 @@ import jax
 import pytest
 from ci_deps import needs as requires
 from conftest import FIXTURES
+from hlo_oracle import xla_peak
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes
@@ -49,10 +50,6 @@ def _lint(cli, name, *args):
     return {t["name"]: t for t in json.loads(result.out)["targets"]}
 
 
-def _peak(compiled):
-    m = compiled.memory_analysis()
-    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-
 
 def _entry_parameter_bytes(hlo, number):
     """Per-device bytes of the entry computation's parameter ``number``, from its compiled shape."""
@@ -86,12 +83,12 @@ def test_sl204_fix_is_the_constraint_on_a_dimension_that_divides_measured_better
     fixed = jax.jit(mod.make_scores(mesh, P(None, ("data", "model")))).lower(mod.spec(mesh, (12, 8192), P())).compile()
     fixed_hlo = fixed.as_text()
     assert " pad(" not in fixed_hlo and "f32[12,1024]" in fixed_hlo  # nothing padded: 1024 columns each
-    assert _peak(fixed) < _peak(uneven)
+    assert xla_peak(fixed) < xla_peak(uneven)
     (finding,) = _lint(cli, "sl204_uneven_sharding")["uneven"]["findings"]
     check = finding["fix_check"]
     assert check["verdict"] == "better", finding["fix"]
     assert finding["fix"].startswith("constrain it as P(None, ('data', 'model')) (checked: peak -")
-    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(uneven), _peak(fixed))
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (xla_peak(uneven), xla_peak(fixed))
 
 
 def test_sl205_a_dtype_change_leaves_the_donation_unused(cli):
@@ -131,7 +128,7 @@ def test_a_resharded_donated_output_is_one_finding_with_its_measured_fix(cli, ch
     assert finding["ops"] == gathers and len(gathers) == 1
     check = finding["fix_check"]
     assert check["verdict"] == "better", finding["fix"]
-    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (xla_peak(resharded), xla_peak(kept))
 
 
 def test_check_of_a_snapshot_gives_lints_one_finding_for_the_resharded_donation(cli, checking, tmp_path):
@@ -147,7 +144,7 @@ def test_check_of_a_snapshot_gives_lints_one_finding_for_the_resharded_donation(
     for key in ("rule", "message", "fix", "fix_check", "ops", "parameter"):
         assert from_check[key] == from_lint[key], key
     kept = _targets("unusable_donation_resharded")["kept"].compile()
-    assert from_check["fix_check"]["peak_bytes_after"] == _peak(kept)
+    assert from_check["fix_check"]["peak_bytes_after"] == xla_peak(kept)
 
 
 def test_sl205_alone_where_sl201_is_ignored(cli, checking):
@@ -162,7 +159,7 @@ def test_sl205_alone_where_sl201_is_ignored(cli, checking):
     assert finding["fix"].startswith("pin result['w'] with out_shardings to P('data', 'model')")
     check = finding["fix_check"]
     assert check["verdict"] == "better", finding["fix"]
-    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (_peak(resharded), _peak(kept))
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (xla_peak(resharded), xla_peak(kept))
 
 
 def test_sl204_check_of_a_snapshot_gives_lints_fix(cli, checking, tmp_path):
@@ -275,7 +272,7 @@ def test_sl205_of_every_layer_pins_each_layers_output(cli, checking, monkeypatch
     assert ": result['h'][*] has its shape and dtype but comes out as P()" in f["message"], f["message"]
     assert f["fix_check"]["change"] == "out_shardings pinning result['h'][*] to P('data'), params['h'][*] donated"
     assert f["fix_check"]["verdict"] == "better"
-    assert f["fix_check"]["peak_bytes_after"] == _peak(kept)
+    assert f["fix_check"]["peak_bytes_after"] == xla_peak(kept)
     monkeypatch.setenv("COLUMNS", "200")
     terminal = cli("lint", os.path.join(SCRIPTS, "donated_state_same_shapes.py"), "--target", "layers", "-q",
                    "--fail-on", "never", "--ignore", "SL201")

@@ -23,6 +23,7 @@ import sys
 import jax
 import pytest
 from conftest import EXAMPLES, FIXTURES
+from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -56,10 +57,6 @@ def _module(path, name):
         sys.path.pop(0)
     return module
 
-
-def _peak(compiled):
-    m = compiled.memory_analysis()
-    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
 
 
 def _collectives(compiled):
@@ -103,9 +100,9 @@ def test_lcm_kernel_lint_fix_is_suggests_layout_and_xla_compiles_it_better(cli, 
                                                            NamedSharding(mesh, P("d")))})
     as_written = jax.jit(module.max_Q_over_a).lower(**written).compile()
     with_fix = jax.jit(module.max_Q_over_a).lower(**fixed).compile()
-    assert check["peak_bytes_before"] == _peak(as_written)
-    assert check["peak_bytes_after"] == _peak(with_fix)
-    assert _peak(with_fix) < _peak(as_written)
+    assert check["peak_bytes_before"] == xla_peak(as_written)
+    assert check["peak_bytes_after"] == xla_peak(with_fix)
+    assert xla_peak(with_fix) < xla_peak(as_written)
     assert _collectives(as_written) and not _collectives(with_fix)
 
 
@@ -124,9 +121,9 @@ def test_cumsum_lint_fix_is_suggests_layout_and_xla_compiles_it_better(cli, chec
     moved = NamedSharding(mesh, P(None, "data"))
     x = jax.ShapeDtypeStruct((4096, 1024), jax.numpy.float32, sharding=moved)
     with_fix = jax.jit(module.cumsum_rows, out_shardings=moved, donate_argnums=(0,)).lower(x).compile()
-    assert check["peak_bytes_before"] == _peak(as_written)
-    assert check["peak_bytes_after"] == _peak(with_fix)
-    assert _peak(with_fix) < _peak(as_written)
+    assert check["peak_bytes_before"] == xla_peak(as_written)
+    assert check["peak_bytes_after"] == xla_peak(with_fix)
+    assert xla_peak(with_fix) < xla_peak(as_written)
     assert _collectives(as_written) and not _collectives(with_fix)
 
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from conftest import EXAMPLES
+from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -42,10 +43,6 @@ def _kernel_module():
     spec.loader.exec_module(module)
     return module
 
-
-def _peak(compiled) -> int:
-    m = compiled.memory_analysis()
-    return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
 
 
 def _real(info, sharding):
@@ -115,7 +112,7 @@ def test_the_placement_text_pastes_and_xla_compiles_it_without_collectives_at_a_
     assert not any(f" {op}(" in text or f" {op}-start(" in text for op in COLLECTIVES)
     written_compiled = written.compile()
     assert " all-gather(" in written_compiled.as_text() or " all-gather-start(" in written_compiled.as_text()
-    assert _peak(compiled) < _peak(written_compiled)
+    assert xla_peak(compiled) < xla_peak(written_compiled)
 
 
 def test_suggest_is_never_worse_than_the_best_single_move(kernel_report, cli):
