@@ -19,7 +19,10 @@ FIXTURE_SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py")))
 # Known gaps, each with what is unexplained (measured on jax 0.10.2, CPU, 8 devices).
 GAPS = {
     "sl102_collective_in_loop.py": "SL102 reports the 256 MiB all-gather of the loop's running sums and names "
-                                   "no argument (the carry it gathers is no argument of the step)",
+                                   "no argument: no argument's sharding causes it (x, the carry's start, is "
+                                   "P('data', None), which the cumsum does not read along); the body's own "
+                                   "with_sharding_constraint P('data', 'model') does, and no finding names a "
+                                   "constraint as its cause yet",
 }
 EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
     "value_function_step.py", "lcm_grid_search_kernel.py", "maxtext_like_step.py", "llama_style_step.py",
