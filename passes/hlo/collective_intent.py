@@ -107,6 +107,10 @@ def _matmul_of(ins: HloInstruction | None, module: HloModule, depth: int = 0) ->
             found = next((i for i in comp.instructions if _is_matmul_op(i)), None) if comp else None
             if found is not None:
                 return found
+        # A fusion that only converts or re-lays out the matmul's result (CPU rounds an f32 dot's result
+        # through bf16 in one, and reshapes it back to the activation's shape) before it is summed.
+        if len(ins.operands) == 1 and _fusion_is_layout(ins, module):
+            return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)
         return None
     if ins.opcode in ("bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element") and ins.operands:
         return _matmul_of(module.instruction(ins.operands[0]), module, depth + 1)

@@ -98,14 +98,16 @@ def entry_parameter(module: HloModule, name: str, index: OriginIndex) -> int | N
             ins = module.by_name.get(carried.operands[k])
         elif ins.opcode in _SAME_DATA and ins.operands:
             ins = module.by_name.get(ins.operands[0])
-        elif ins.opcode == "fusion" and len(ins.operands) == 1 and _moves_data_only(module, ins):
+        elif ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins):
             ins = module.by_name.get(ins.operands[0])  # a copy or transpose XLA wrapped in a fusion
         else:
             return None
     return None
 
 
-def _moves_data_only(module: HloModule, fusion: HloInstruction) -> bool:
+def moves_data_only(module: HloModule, fusion: HloInstruction) -> bool:
+    """Whether a fusion only moves or converts its operands' elements (a copy, transpose or convert XLA
+    wrapped in a fusion)."""
     comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
     return comp is not None and all(i.opcode in _SAME_DATA or i.opcode in ("parameter", "tuple")
                                     for i in comp.instructions)
@@ -262,7 +264,7 @@ def outputs_returning(module: HloModule, names: Iterable[str]) -> dict[int, list
                 break
             if ins.opcode in _SAME_DATA and ins.operands:
                 ins = module.by_name.get(ins.operands[0])
-            elif ins.opcode == "fusion" and len(ins.operands) == 1 and _moves_data_only(module, ins):
+            elif ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins):
                 ins = module.by_name.get(ins.operands[0])
             else:
                 break

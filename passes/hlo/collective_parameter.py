@@ -20,7 +20,7 @@ from enum import Enum
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
-from .collective_origin import OriginIndex, entry_parameter, origin_index, reads_in
+from .collective_origin import OriginIndex, entry_parameter, moves_data_only, origin_index, reads_in
 from .module import HloInstruction, HloModule
 
 _MATMUL = frozenset({"dot", "convolution"})
@@ -28,6 +28,7 @@ _MATMUL = frozenset({"dot", "convolution"})
 _PASS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element",
                            "all-gather-done", "copy-start", "copy-done", "broadcast", "dynamic-slice", "slice"})
 _MAX_VISITS = 64
+_KEEPS_ORDER = frozenset({"bitcast", "copy", "convert", "all-gather-done", "copy-start", "copy-done"})
 _GATHERS = frozenset({"all-gather", "all-gather-done"})
 # What a fusion that slices one layer out of a stack holds: the slice, its index arithmetic, layout ops.
 _SLICING = frozenset({"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "constant", "compare", "select",
@@ -97,10 +98,7 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
             outer = _outer_operand(module, fusion, operand)
             if outer == came_from:
                 continue
-            k = entry_parameter(module, outer, index)
-            gathered = module.instruction(outer)
-            if k is None and gathered is not None and gathered.opcode in _GATHERS and gathered.operands:
-                k = _layer_parameter(module, gathered.operands[0], index)  # a weight gathered FSDP-style
+            k = _weight_parameter(module, outer, index)
             t = inputs.get(k) if k is not None else None
             if k is None or t is None:
                 continue
@@ -110,6 +108,51 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
             mapped = _weight_dims(t, local_dims(t, sizes), dims, contracting) if dims and contracting else None
             found.append((t.bytes, CollectiveParameter(k, role, mapped)))
     return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def _gathered_contracting(module: HloModule, gather: HloInstruction, t: TensorInfo,
+                          users: dict[str, list[HloInstruction]]) -> tuple[int, ...] | None:
+    """The parameter's dimensions that the matmul its whole gathered value feeds contracts: where the
+    gather rebuilds the whole parameter (its global shape) and one matmul reads it; None otherwise."""
+    if _dims_of(gather.shape) != tuple(t.shape):
+        return None
+    todo, seen = [gather], {gather.name}
+    while todo and len(seen) < _MAX_VISITS:
+        current = todo.pop(0)
+        for user in users.get(current.name, ()):
+            if user.name in seen:
+                continue
+            seen.add(user.name)
+            fusion = user if user.opcode == "fusion" else None
+            for dot in _matmuls_in(module, user):
+                for position, operand in enumerate(dot.operands[:2]):
+                    operand_ins = module.instruction(operand)
+                    dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
+                    contracting = _contracting(dot, position)
+                    if _outer_operand(module, fusion, operand) == current.name and dims and contracting:
+                        return _weight_dims(t, tuple(t.shape), dims, contracting)
+            # Only ops that keep the dimensions' order: a transposed operand's contracted dimension is
+            # another of the parameter's (a square weight would not tell them apart).
+            if user.opcode in _KEEPS_ORDER or (user.opcode == "fusion" and len(user.operands) == 1 and {
+                    i.opcode for i in _fusion_body(module, user)} <= _KEEPS_ORDER | {"parameter"}):
+                todo.append(user)
+    return None
+
+
+def _weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
+    """The entry parameter a matmul's operand is: through ops that keep its elements (a loop's carried
+    tuple too: ``entry_parameter``), one layer a fusion slices out of a stacked argument in a scan's body,
+    and an all-gather of either behind the copies XLA wraps it in (a weight gathered FSDP-style)."""
+    for _ in range(_MAX_VISITS):
+        k = _layer_parameter(module, name, index)
+        ins = module.instruction(name)
+        if k is not None or ins is None or not ins.operands:
+            return k
+        if not (ins.opcode in _GATHERS or ins.opcode in _KEEPS_ORDER
+                or (ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins))):
+            return None
+        name = ins.operands[0]
+    return None
 
 
 def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
@@ -173,7 +216,8 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
         return None
     k = entry_parameter(module, ins.operands[0], index)
     if k is not None and k in inputs:
-        return CollectiveParameter(k, ParameterRole.operand)
+        contracting = _gathered_contracting(module, ins, inputs[k], users) if c.kind == "all-gather" else None
+        return CollectiveParameter(k, ParameterRole.operand, contracting)
     # A gather or dynamic slice that reads an input along its sharded dimensions: XLA sums the masked
     # partial reads (an all-reduce), and every device holds the whole result.
     for name in ins.operands:
@@ -191,7 +235,10 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
                 break
             if _matmuls_in(module, producer):
                 return _weight_of(module, producer, None, inputs, index, ParameterRole.partial_sums, sizes)
-            if producer.opcode not in _PASS_THROUGH or not producer.operands:
+            # XLA may wrap the matmul's result in a fusion that only converts or re-lays it out (CPU rounds
+            # an f32 dot's result through bf16 in one) before the all-reduce.
+            if not producer.operands or (producer.opcode not in _PASS_THROUGH and not (
+                    producer.opcode == "fusion" and len(producer.operands) == 1 and moves_data_only(module, producer))):
                 break
             producer = module.instruction(producer.operands[0])
     # The matmul the collective's result feeds (forward pass first: a backward matmul by the

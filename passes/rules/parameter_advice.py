@@ -10,6 +10,7 @@ analyzer compiles the program with that sharding before the fix is shown
 
 from __future__ import annotations
 
+from ..hlo.collective_intent import squeezed
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole, axis_size
 from ..models.report import Collective, TensorInfo
 from .context import RuleContext
@@ -95,3 +96,35 @@ def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
     if served.role is ParameterRole.feeds and c.kind == "all-gather":  # multiply the shards in place
         return parameter, served, moved_onto(parameter, contracted_dims(parameter, served), c.mesh_axes, sizes)
     return parameter, served, moved_off(parameter, contracted_dims(parameter, served), sizes)
+
+
+def idle_axes(ctx: RuleContext) -> list[str]:
+    """The mesh axes (of more than one device) that shard no argument: the devices along one hold the same
+    values and repeat the same work."""
+    used = {a.split(":")[0] for t in ctx.inputs for dim in (t.sharding or []) for a in dim}
+    return [name for name, size in ctx.signature.mesh.axes if size > 1 and name not in used]
+
+
+def idle_axis_advice(ctx: RuleContext, c: Collective) -> Advice:
+    """An all-gather that rebuilds a whole parameter on every device (FSDP-style, intended by its
+    sharding) on a mesh with an idle axis: the parameter, and the sharding that puts it on the idle axes
+    instead of the gathered ones, on the largest dimension its matmul does not contract that they divide
+    (the matmul then multiplies it in place, as tensor parallelism does, and nothing gathers it). The
+    sharding is None where the matmul's contracted dimensions are unknown or no dimension is left."""
+    parameter, served = parameter_of(ctx, c)
+    if (c.kind != "all-gather" or parameter is None or served is None or served.role is not ParameterRole.operand
+            or served.contracting is None or not any(parameter.sharding or [])
+            or squeezed(tuple(c.shape)) != squeezed(tuple(parameter.shape))):
+        return parameter, served, None
+    idle, sizes = idle_axes(ctx), dict(ctx.signature.mesh.axes)
+    # All the idle axes on one dimension where they divide it, else the largest one alone.
+    for axes in [idle] + [[a] for a in sorted(idle, key=lambda a: -sizes[a])][:1 if len(idle) > 1 else 0]:
+        parts = 1
+        for a in axes:
+            parts *= axis_size(a, sizes)
+        kept = [d for d in range(len(parameter.shape)) if d not in served.contracting
+                and parameter.shape[d] % parts == 0 and parameter.shape[d] >= parts]
+        if axes and kept:
+            target = max(kept, key=lambda d: (parameter.shape[d], -d))
+            return parameter, served, [list(axes) if d == target else [] for d in range(len(parameter.shape))]
+    return parameter, served, None

@@ -9,7 +9,7 @@ from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
 from .context import RuleContext
-from .parameter_advice import sharding_advice
+from .parameter_advice import idle_axes, idle_axis_advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 
 _REPLICATING = ("all-gather", "all-reduce")
@@ -40,7 +40,12 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     half the peak; at least `replicating-collective-min-bytes`), or whose
     per-device result has the global shape of an array the program holds sharded
     (the collective rebuilds the whole array on every device) and reaches
-    `whole-array-gather-min-bytes`.
+    `whole-array-gather-min-bytes`. Traffic a stated sharding asks for (the
+    collective's `intent`) is not reported, save one case: an all-gather that
+    rebuilds a whole parameter for a matmul (FSDP's gather) on a mesh with an
+    axis that shards no argument. The devices along that axis repeat each
+    other's work, and the weight could stay sharded there, on the dimension
+    the matmul does not contract, with nothing gathered.
 
     Why is this bad
     ---------------
@@ -63,13 +68,17 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     Shard a dimension the op does not read along (here the state axis,
     `P("x", None)`), or constrain the operand with
     `jax.lax.with_sharding_constraint` so the op runs where the shards are.
+    A weight gathered beside an idle axis (`w` on `P("data", None)` with
+    the batch on `data` and `model` idle, `x @ w`) goes on the idle axis,
+    on the dimension the matmul keeps: `P(None, "model")`.
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     for c in replicating(ctx):
-        parameter, served, suggested = sharding_advice(ctx, c)
+        idle = c.intent in INTENDED  # a parameter's gather replicating it beside an idle mesh axis
+        parameter, served, suggested = (idle_axis_advice if idle else sharding_advice)(ctx, c)
         out.emit(
-            message(ctx, c, peak, parameter, served), c.source, via=c.via,
-            fix=fix(parameter, served, suggested),
+            message(ctx, c, peak, parameter, served) + (_idle_text(ctx, suggested) if idle else ""), c.source,
+            via=c.via, fix=_idle_fix(parameter, suggested) if idle else fix(parameter, served, suggested),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count,
         )
@@ -111,13 +120,34 @@ def replicating(ctx: RuleContext) -> list[Collective]:
     rematerialized = {r.collective for r in ctx.involuntary_remats}
     out = []
     for c in ctx.collectives:
-        if c.kind not in _REPLICATING or c.intent in INTENDED or c.hlo_name in rematerialized:
+        if c.kind not in _REPLICATING or c.hlo_name in rematerialized:
+            continue
+        # Intended traffic is not reported, save a gather of a whole parameter that an idle mesh axis
+        # could hold instead (idle_axis_advice): the layout, not FSDP, puts it on every device.
+        if c.intent in INTENDED and (c.intent != "parameter-gather" or idle_axis_advice(ctx, c)[2] is None):
             continue
         whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
         large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
         if c.bytes >= big or large_share or (whole and c.bytes >= whole_min):
             out.append(c)
     return out
+
+
+def _idle_text(ctx: RuleContext, suggested: list[list[str]] | None) -> str:
+    axes = [a for dim in (suggested or []) for a in dim]
+    idle = [a for a in idle_axes(ctx) if a in axes]
+    names = ", ".join(idle)
+    return (f"; the mesh axis {names} shards no argument (its devices repeat each other's work), so the "
+            "weight could stay sharded on it instead" if len(idle) == 1 else
+            f"; the mesh axes {names} shard no argument (their devices repeat each other's work), so the "
+            "weight could stay sharded on them instead")
+
+
+def _idle_fix(parameter: TensorInfo | None, suggested: list[list[str]] | None) -> str:
+    assert parameter is not None and suggested is not None  # replicating() reports no other
+    return (f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)} "
+            "(on the idle axis, the dimension the matmul keeps: it multiplies the shards in place and "
+            "nothing gathers the weight)")
 
 
 def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:

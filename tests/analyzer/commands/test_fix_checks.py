@@ -241,6 +241,37 @@ def test_silent_reshards_are_one_finding_naming_the_weight_and_its_fix_removes_t
     assert _collective_bytes(written) - _collective_bytes(fixed) == gone == 256 * 1024**2
 
 
+def test_a_weight_gathered_beside_an_idle_axis_is_named_and_moving_it_there_is_measured_better(cli, checking):
+    """w P('data', None) with the batch on data and the model axis idle: XLA all-gathers the whole weight on
+    every device (its one collective, read in XLA's compiled text here), labelled a parameter gather (the
+    gather w's sharding asks for). SL101 names w and its PartitionSpec, and its fix, w on the idle axis on
+    the dimension the matmul keeps (P(None, 'model')), was compiled: its peak and traffic before and after
+    equal XLA's for the program as written and for w on P(None, 'model'), which gathers nothing."""
+    script, module = _fixture("sl101_weights_on_data_axis")
+    report = _lint(cli, script, "--target", "weight_on_data")
+    [t] = report["targets"]
+    [gather] = [c for c in t["collectives"] if c["kind"] == "all-gather"]
+    assert gather["intent"] == "parameter-gather"
+    [f] = t["findings"]
+    assert f["rule"] == "SL101" and f["subject"] == gather["hlo_name"]
+    assert f["parameter"] == "w" and f["parameter_sharding"] == [["data"], []]
+    assert f["suggested_sharding"] == [[], ["model"]]
+    assert f["fix"].startswith("shard w as P(None, 'model') instead of P('data') (on the idle axis"), f["fix"]
+    assert f["fix_check"]["verdict"] == "better"
+
+    w, x = _abstract(module.shard_lint_targets()["weight_on_data"])
+    written = jax.jit(module.step).lower(w, x).compile()
+    on_model = jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=NamedSharding(x.sharding.mesh, P(None, "model")))
+    fixed = jax.jit(module.step).lower(on_model, x).compile()
+    [(name, kind, size)] = _collectives(written)
+    assert (name, kind, size) == (gather["hlo_name"], "all-gather", w.size * 4)  # the whole weight, f32
+    assert _collectives(fixed) == []
+    check = f["fix_check"]
+    assert (check["traffic_bytes_before"], check["traffic_bytes_after"]) == (size, 0)
+    assert check["peak_bytes_before"] == xla_peak(written)
+    assert check["peak_bytes_after"] == xla_peak(fixed) < xla_peak(written)
+
+
 def test_lint_and_check_on_its_snapshot_give_the_same_recommendation(cli, checking, tmp_path):
     """check compiles a snapshot's fixes the way lint compiles the script's (the StableHLO's shardings
     edited; no Python run): on README's main example every finding has the same fix and suggested

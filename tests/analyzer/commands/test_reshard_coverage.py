@@ -19,12 +19,10 @@ FIXTURE_SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py")))
 # Known gaps, each with what is unexplained (measured on jax 0.10.2, CPU, 8 devices).
 GAPS = {
     "sl102_collective_in_loop.py": "SL102 reports the 256 MiB all-gather of the loop's running sums and names "
-                                   "no argument (the carry it gathers is no argument of the step)",
-    "remat_layer_stack.py": "SL101 reports the two 4 GiB all-reduces inside the layer loop (once each) and names "
-                            "no weight: parameter_advice does not follow a parameter into a scan's body",
-    "fsdp_tp_train_step.py": "SL102 stands for the 1.4 GiB of the down projection's loop (all-gathers, a "
-                             "collective-permute, an all-to-all) and names no weight: parameter_advice does not "
-                             "follow a parameter into a scan's body",
+                                   "no argument: no argument's sharding causes it (x, the carry's start, is "
+                                   "P('data', None), which the cumsum does not read along); the body's own "
+                                   "with_sharding_constraint P('data', 'model') does, and no finding names a "
+                                   "constraint as its cause yet",
 }
 EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
     "value_function_step.py", "lcm_grid_search_kernel.py", "maxtext_like_step.py", "llama_style_step.py",
