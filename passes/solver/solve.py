@@ -33,6 +33,9 @@ MAX_ILP_VARIABLES = 300_000
 TIE_ABOVE = MAX_ILP_VARIABLES
 INTEGRAL = 1e-6  # an LP value this close to 0 or 1 is integral
 MIP_GAP = 1e-6  # relative: a plan this close to the bound is optimal
+# Branch-and-bound nodes the MILP may explore: a count, not a clock, so the plan it returns is the same on a
+# loaded machine as on an idle one (HiGHS is deterministic for a given program); the time limit stays a guard.
+MIP_NODES = 2_000
 TIME_SCALE = 1e6  # seconds -> microseconds: HiGHS's tolerances are absolute
 MEMORY_SCALE = 2.0 ** -20  # bytes -> MiB
 
@@ -201,7 +204,7 @@ def _ilp(problem: ShardingProblem, time_limit: float):
             return rounded[0], lp_bound, lp_bound, "lp (rounded)", n
     left = max(1.0, time_limit - (time.perf_counter() - started))
     result = milp(cost, integrality=np.array(lp.integer), bounds=bounds, constraints=constraints,
-                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True})
+                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True, "node_limit": MIP_NODES})
     if result.x is None:
         if rounded is not None:
             return rounded[0], lp_bound, lp_bound, "lp (rounded, time limit)", n
@@ -214,7 +217,13 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     bound = max((b for b in (lp_bound, dual) if b is not None), default=None)
     if rounded is not None and rounded[1] < evaluate(problem, a)[0]:
         a = rounded[0]
-    return a, bound, lp_bound, "ilp (time limit)" if result.status == 1 else "ilp", n
+    return a, bound, lp_bound, _stopped(result), n
+
+
+def _stopped(result) -> str:
+    """The MILP's method: proved to the gap, stopped by the clock (status 1), or by the node count
+    (scipy reports HiGHS's node limit as an unrecognized status, 4, with the incumbent)."""
+    return "ilp" if result.status == 0 else "ilp (time limit)" if result.status == 1 else "ilp (node limit)"
 
 
 def _argmax(problem: ShardingProblem, values, z: list[int], x: list[int]) -> Assignment:
