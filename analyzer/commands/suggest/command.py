@@ -62,7 +62,12 @@ def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[l
     texts = [VersionText(name, description,
                          t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
              for name, description, args, results in wanted]
-    measured = compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
+    # A program this target already compiled (a single move that is a baseline) is not compiled again.
+    todo = [v for v in texts if v.text not in t.compiled]
+    for v, m in zip(todo, compile_versions(t.name, t.sig.num_partitions, todo, settings, devices, where, spread)):
+        t.compiled.setdefault(v.text, m)
+    measured = [(t.compiled[v.text][0].model_copy(update={"name": v.name, "description": v.description}),
+                 t.compiled[v.text][1]) for v in texts]
     # The traffic lint's fix checks measure: the collectives, and the state the next step reshards on entry.
     return [(v if r is None else v.model_copy(update={"traffic_bytes": traffic_bytes(r, t.sig)}), r)
             for v, r in measured]
