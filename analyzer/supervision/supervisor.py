@@ -162,9 +162,11 @@ def _supervise(argv: list[str], env: dict, status: ChildStatus, read_fd: int, pa
         except (KeyboardInterrupt, _Stopped) as e:
             sig = e.signal if isinstance(e, _Stopped) else signal.SIGINT
             # A second stop while the child is stopped (timeout(1) signals this process and then its group;
-            # Ctrl-C pressed twice) waits for the cleanup: raised inside it, it was a traceback.
+            # Ctrl-C pressed twice) is ignored until the process exits: raised inside the cleanup it was a
+            # traceback, and with the default handler back it ended the process by the signal (-15), not 143.
             for other in previous:
                 signal.signal(other, signal.SIG_IGN)
+            previous.clear()
             _kill(child, status)
             print(f"jax-shard-lint: {status.where}: stopped by {signal.Signals(sig).name} while {status.doing}",
                   file=sys.stderr)
