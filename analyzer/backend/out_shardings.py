@@ -129,9 +129,12 @@ def _input_subtrees(args_tree: _Tree, args: Any, names: dict[int, str]) -> dict[
 
 def build_text(
     lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
-    pair_of: dict[int, int],
+    pair_of: dict[int, int], spelled: bool = False,
 ) -> str:
-    """The text for ``intended`` shardings (mesh axes per dim, per flattened output)."""
+    """The text for ``intended`` shardings (mesh axes per dim, per flattened output). ``spelled``: an
+    output subtree that is an input coming back is written as a table of its shardings mapped over the
+    input's key paths, not as ``x.sharding`` of the input, so the text holds whatever the inputs arrive
+    with (abstract ones, or arrays still on their old shardings)."""
     args, out_info = jax_adapter.call_arguments(lowered), lowered.out_info  # out_info is rebuilt on every access
     args_tree, out_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered)), _Tree(out_info)
     names = _arg_names(inputs, args_tree, args)
@@ -146,9 +149,16 @@ def build_text(
             if in_structure != structure:
                 continue
             in_leaves = args_tree.leaf_range(in_node)
-            if all(pair_of.get(o) == i and normalized(intended[o], len(outputs[o].shape))
-                   == normalized(inputs[i].sharding, len(inputs[i].shape)) for o, i in zip(leaves, in_leaves)):
-                return expr
+            if spelled and all(pair_of.get(o) == i and inputs[i].path.startswith(expr)
+                               for o, i in zip(leaves, in_leaves)):
+                table = ", ".join(f"{inputs[i].path[len(expr):]!r}: {named_sharding_text(intended[o])}"
+                                  for o, i in zip(leaves, in_leaves))
+                return (f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], "
+                        f"{expr})")
+            if not spelled and all(pair_of.get(o) == i and normalized(intended[o], len(outputs[o].shape))
+                                   == normalized(inputs[i].sharding, len(inputs[i].shape))
+                                   for o, i in zip(leaves, in_leaves)):
+                return f"jax.tree.map(lambda x: x.sharding, {expr})"
         return None
 
     def render(node) -> str:
@@ -159,7 +169,7 @@ def build_text(
             return named_sharding_text(s) if s is not None else "None"
         expr = same_as_input(node)
         if expr is not None:
-            return f"jax.tree.map(lambda x: x.sharding, {expr})"
+            return expr
         kids = out_tree.children(node)
         if type(node) is tuple:
             items = [render(c) for _, c in kids]
@@ -177,10 +187,11 @@ def build_text(
     return "out_shardings=" + render(out_info)
 
 
-def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, Any] | str:
+def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...],
+                    sharded: bool = True) -> dict[str, Any] | str:
     """What a pasted text may name: ``jax``, ``NamedSharding``, ``P``, ``mesh`` and each
-    argument's own name bound to its abstract input on ``inputs``' shardings; a str
-    says why there is none."""
+    argument's own name bound to its abstract input on ``inputs``' shardings (``sharded``;
+    else with none: a text that must not read them); a str says why there is none."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -195,7 +206,8 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
     # A typed PRNG key (an nnx.Rngs key, key<fry>[2]) is one more dimension in the module (u32[2,2]): its
     # key data, never sharded; the leaf takes the leading dimensions' sharding.
     flat_inputs = [  # a leaf jit pruned is bound without a sharding: the program never reads it
-        jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf)) if args_tree.is_pruned(leaf) else
+        jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf))
+        if args_tree.is_pruned(leaf) or not sharded else
         jax.ShapeDtypeStruct(tuple(leaf.shape), jax_adapter.arg_info_dtype(leaf), sharding=NamedSharding(
             mesh, P(*[tuple(a) if a else None
                       for a in (inputs[args_tree.index[id(leaf)]].sharding or [])[:len(leaf.shape)]])))
@@ -210,10 +222,12 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...]) -> dict[str, A
 
 def check_out_shardings_text(
     text: str, lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
+    sharded: bool = True,
 ) -> str | None:
     """None when pasting ``text`` into ``jax.jit`` gives every output its intended
-    sharding; else what goes wrong."""
-    namespace = paste_namespace(lowered, inputs)
+    sharding; else what goes wrong. ``sharded``: the inputs arrive on ``inputs``' shardings;
+    else they are bound with none (abstract), and the text must give every output its own."""
+    namespace = paste_namespace(lowered, inputs, sharded)
     if isinstance(namespace, str):
         return namespace
     try:
@@ -248,14 +262,15 @@ def suggest(
 
 def suggest_for(
     lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
-    pair_of: dict[int, int],
+    pair_of: dict[int, int], spelled: bool = False,
 ) -> OutShardingsSuggestion:
-    """The checked text giving each output its ``intended`` sharding."""
+    """The checked text giving each output its ``intended`` sharding (``spelled``: see ``build_text``;
+    its check binds the inputs with no sharding, so the text cannot lean on them)."""
     try:
-        text = build_text(lowered, inputs, outputs, intended, pair_of)
+        text = build_text(lowered, inputs, outputs, intended, pair_of, spelled)
     except (ValueError, TypeError, AttributeError) as e:
         return OutShardingsSuggestion(None, f"no out_shardings text could be built: {e}")
-    problem = check_out_shardings_text(text, lowered, inputs, outputs, intended)
+    problem = check_out_shardings_text(text, lowered, inputs, outputs, intended, sharded=not spelled)
     if problem is not None:
         return OutShardingsSuggestion(None, f"the out_shardings text did not check ({problem}); not shown")
     return OutShardingsSuggestion(text)

@@ -152,6 +152,7 @@ def _supervise(argv: list[str], env: dict, status: ChildStatus, read_fd: int, pa
         # The child has its own process group, so a CI runner stopping this one
         # (SIGTERM, SIGHUP) would orphan it: pass the stop on.
         previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
         try:
             code = child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -159,8 +160,17 @@ def _supervise(argv: list[str], env: dict, status: ChildStatus, read_fd: int, pa
             reader.join(1.0)
             return _fail(status, f"stopped after {timeout_s:g} s (--timeout) while {status.doing}")
         except (KeyboardInterrupt, _Stopped) as e:
+            sig = e.signal if isinstance(e, _Stopped) else signal.SIGINT
+            # A second stop while the child is stopped (timeout(1) signals this process and then its group;
+            # Ctrl-C pressed twice) is ignored until the process exits: raised inside the cleanup it was a
+            # traceback, and with the default handler back it ended the process by the signal (-15), not 143.
+            for other in previous:
+                signal.signal(other, signal.SIG_IGN)
+            previous.clear()
             _kill(child, status)
-            return 128 + e.signal if isinstance(e, _Stopped) else 130
+            print(f"jax-shard-lint: {status.where}: stopped by {signal.Signals(sig).name} while {status.doing}",
+                  file=sys.stderr)
+            return 128 + sig
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

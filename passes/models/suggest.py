@@ -69,13 +69,13 @@ class PlanCheck(Model):
 class SolverStats(Model):
     method: str = Field(description="lp (integral): the LP relaxation's optimum was integral, so it is the "
                         "ILP's; lp (rounded): rounded to within 1e-6 of the LP bound; ilp: the MILP, run where "
-                        "the LP was fractional; ilp (time limit); local search.")
+                        "the LP was fractional; ilp (node limit): the MILP's incumbent after its node count "
+                        "(deterministic); ilp (time limit); local search.")
     variables: int
     untied_variables: int | None = Field(default=None, description="The problem's size before repeated layers "
                                          "were tied (one strategy per repeated position); null: not tied.")
     value_groups: int
     ops: int
-    solve_seconds: float
     objective_seconds: float
     lower_bound_seconds: float | None
     gap: float | None = Field(description="(objective - lower bound) / objective; null for the local search.")

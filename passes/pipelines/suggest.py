@@ -14,8 +14,8 @@ group and the state tied to it) for the arguments that reached the most
 disagreeing bytes. ``suggest`` compiles every plan and keeps the fastest; the loop
 ends when
 propagation realizes the plan (its price within ``CLOSE`` of the plan's), when
-no argument is to blame, after ``MAX_SOLVES`` solves, or once the solves together
-used the time limit one solve has. The module with a plan's shardings pinned is
+no argument is to blame, or after ``MAX_SOLVES`` solves (never on a clock: the plans, and so the
+report, are the same however long the solves took). The module with a plan's shardings pinned is
 the analyzer's to write (``Repinned``): only it edits and parses StableHLO text.
 """
 
@@ -237,8 +237,6 @@ def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, o
         plans.append(Plan(current, solution, check, tuple(excluded), solves))
         if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
             break
-        if spent >= time_limit:
-            break  # --time-limit caps each solve, and the loop starts no solve once they used it together
         if not _exclude(problem, current, solution.assignment, check, tied, keep, excluded):
             break
     return Refined(tuple(plans), spent)
@@ -304,7 +302,7 @@ def solver_stats(problem: ShardingProblem, refined: Refined, kept: Plan, rounds:
     solution = kept.solution
     return SolverStats(
         method=solution.method, variables=solution.variables, value_groups=len(problem.groups),
-        ops=len(problem.ops), solve_seconds=round(refined.solve_seconds, 3),
+        ops=len(problem.ops),
         objective_seconds=significant(solution.seconds),
         lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
         gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,

@@ -33,6 +33,10 @@ MAX_ILP_VARIABLES = 300_000
 TIE_ABOVE = MAX_ILP_VARIABLES
 INTEGRAL = 1e-6  # an LP value this close to 0 or 1 is integral
 MIP_GAP = 1e-6  # relative: a plan this close to the bound is optimal
+# Branch-and-bound nodes the MILP may explore: a count, not a clock, so the plan it returns is the same on a
+# loaded machine as on an idle one (HiGHS is deterministic for a given program); the time limit stays a guard.
+MIP_NODES = 2_000
+FACE = 1e-9  # a reduced cost below this fraction of the largest cost is zero: its column stays on the optimal face
 TIME_SCALE = 1e6  # seconds -> microseconds: HiGHS's tolerances are absolute
 MEMORY_SCALE = 2.0 ** -20  # bytes -> MiB
 
@@ -185,15 +189,12 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     constraints = LinearConstraint(matrix, lp.lower, lp.upper)
     started = time.perf_counter()
     # The LP relaxation first: integral on most of this problem class, and its optimum bounds every plan.
-    relaxed = milp(cost, integrality=np.zeros(n), bounds=bounds, constraints=constraints,
-                   options={"time_limit": time_limit, "presolve": True})
-    if relaxed.x is None and relaxed.status == 2:
-        raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
+    integer = np.array(lp.integer, dtype=bool)
+    relaxed = _on_the_optimal_face(cost, integer, bounds, matrix, lp, time_limit)
     lp_bound, rounded = None, None
-    if relaxed.x is not None and relaxed.status == 0:
-        lp_bound = float(relaxed.fun) / TIME_SCALE
-        values = relaxed.x
-        integer = np.array(lp.integer, dtype=bool)
+    if relaxed is not None:
+        lp_bound = relaxed[0] / TIME_SCALE
+        values = relaxed[1]
         if not integer.any() or np.abs(values[integer] - np.round(values[integer])).max() <= INTEGRAL:
             return _argmax(problem, values, z, x), lp_bound, lp_bound, "lp (integral)", n
         rounded = _rounded(problem, values, z)
@@ -201,7 +202,7 @@ def _ilp(problem: ShardingProblem, time_limit: float):
             return rounded[0], lp_bound, lp_bound, "lp (rounded)", n
     left = max(1.0, time_limit - (time.perf_counter() - started))
     result = milp(cost, integrality=np.array(lp.integer), bounds=bounds, constraints=constraints,
-                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True})
+                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True, "node_limit": MIP_NODES})
     if result.x is None:
         if rounded is not None:
             return rounded[0], lp_bound, lp_bound, "lp (rounded, time limit)", n
@@ -214,7 +215,50 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     bound = max((b for b in (lp_bound, dual) if b is not None), default=None)
     if rounded is not None and rounded[1] < evaluate(problem, a)[0]:
         a = rounded[0]
-    return a, bound, lp_bound, "ilp (time limit)" if result.status == 1 else "ilp", n
+    return a, bound, lp_bound, _stopped(result), n
+
+
+def _on_the_optimal_face(cost, integer, bounds, matrix, lp: _Program, time_limit: float):
+    """(the LP's optimum, of its optimal solutions the one least in a fixed pseudo-random price of the
+    choice columns), or None where the LP did not solve to optimality. Plans tie often (symmetric mesh
+    axes, layers alike) and HiGHS does not always reach the same optimal vertex: measured, one problem (the
+    FSDP x TP step's second plan on H100) solved twice in one process gave two plans of equal cost, and the
+    refine loop and the report followed each. The optimal face is the LP's feasible set with every column
+    of positive reduced cost at its lower bound (negative: its upper) and a budget row of nonzero dual
+    tight, so the second LP is the first with columns fixed."""
+    from scipy.optimize import linprog
+
+    lower, upper = np.asarray(lp.lower, dtype=float), np.asarray(lp.upper, dtype=float)
+    eq = lower == upper
+    rows = np.flatnonzero(~eq)  # the budget row: -inf <= memory <= budget
+    box = np.c_[np.zeros(len(cost)), bounds.ub * np.ones(len(cost))]
+    a_ub, b_ub = (matrix[rows], upper[rows]) if len(rows) else (None, None)
+    first = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=matrix[np.flatnonzero(eq)], b_eq=lower[eq], bounds=box,
+                    method="highs", options={"time_limit": time_limit, "presolve": True})
+    if first.status != 0 or first.x is None:
+        return None
+    scale = max(1.0, float(np.abs(cost).max()))
+    face = box.copy()
+    face[first.lower.marginals > FACE * scale, 1] = 0.0
+    at_upper = first.upper.marginals < -FACE * scale
+    face[at_upper, 0] = face[at_upper, 1]
+    b_low = None
+    if len(rows) and first.ineqlin.marginals.size and first.ineqlin.marginals.min() < -FACE * scale:
+        b_low = upper[rows]  # the budget is spent in every optimal plan
+    price = np.random.default_rng(0).random(len(cost)) * integer
+    if b_low is not None:
+        second = linprog(price, A_eq=matrix[np.r_[np.flatnonzero(eq), rows]], b_eq=np.r_[lower[eq], b_low],
+                         bounds=face, method="highs", options={"time_limit": time_limit, "presolve": True})
+    else:
+        second = linprog(price, A_ub=a_ub, b_ub=b_ub, A_eq=matrix[np.flatnonzero(eq)], b_eq=lower[eq],
+                         bounds=face, method="highs", options={"time_limit": time_limit, "presolve": True})
+    return float(first.fun), (second.x if second.status == 0 and second.x is not None else first.x)
+
+
+def _stopped(result) -> str:
+    """The MILP's method: proved to the gap, stopped by the clock (status 1), or by the node count
+    (scipy reports HiGHS's node limit as an unrecognized status, 4, with the incumbent)."""
+    return "ilp" if result.status == 0 else "ilp (time limit)" if result.status == 1 else "ilp (node limit)"
 
 
 def _argmax(problem: ShardingProblem, values, z: list[int], x: list[int]) -> Assignment:

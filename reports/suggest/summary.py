@@ -26,8 +26,8 @@ def solver_line(r: SuggestReport, plans_inline: bool = True) -> str:
     """The solver's figures; the plans in the line unless a table lists them."""
     s = r.solver
     tied = "" if s.untied_variables is None else f" ({s.untied_variables:,} before repeated layers were tied)"
-    return (f"{_gap(r)}; {s.variables:,} variables{tied} over {s.value_groups:,} value groups and {s.ops:,} ops, "
-            f"solved in {s.solve_seconds:.2f} s" + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
+    return (f"{_gap(r)}; {s.variables:,} variables{tied} over {s.value_groups:,} value groups and {s.ops:,} ops"
+            + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
             + (_propagation_text(r) if plans_inline or len(s.plans) <= 1 else ""))
 
 

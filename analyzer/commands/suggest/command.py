@@ -62,7 +62,12 @@ def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[l
     texts = [VersionText(name, description,
                          t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
              for name, description, args, results in wanted]
-    measured = compile_versions(t.name, t.sig.num_partitions, texts, settings, devices, where, spread)
+    # A program this target already compiled (a single move that is a baseline) is not compiled again.
+    todo = [v for v in texts if v.text not in t.compiled]
+    for v, m in zip(todo, compile_versions(t.name, t.sig.num_partitions, todo, settings, devices, where, spread)):
+        t.compiled.setdefault(v.text, m)
+    measured = [(t.compiled[v.text][0].model_copy(update={"name": v.name, "description": v.description}),
+                 t.compiled[v.text][1]) for v in texts]
     # The traffic lint's fix checks measure: the collectives, and the state the next step reshards on entry.
     return [(v if r is None else v.model_copy(update={"traffic_bytes": traffic_bytes(r, t.sig)}), r)
             for v, r in measured]
@@ -128,7 +133,8 @@ def _texts(t: SuggestTarget, args: list[ChosenSharding], results: list[ChosenSha
     # out_shardings may name an input subtree coming back: its sharding is then the suggested input one.
     arriving = tuple(x.model_copy(update={"sharding": c.suggested}) for x, c in zip(t.sig.inputs, args))
     pair_of = {rt.output.index: rt.input.index for rt in t.state}
-    out = suggest_for(t.lowered, arriving, t.sig.outputs, [c.suggested for c in results], pair_of)
+    # Spelled out, not x.sharding of the inputs: the text holds however the inputs arrive (abstract ones too).
+    out = suggest_for(t.lowered, arriving, t.sig.outputs, [c.suggested for c in results], pair_of, spelled=True)
     if out.text is None:
         return text_in, None, out.problem
     return text_in, out.text, None
@@ -175,6 +181,8 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
+        # The solve's wall time goes to stderr, not the report: the JSON is byte-identical run to run.
+        say(f"{t.name}: solved in {refined.solve_seconds:.2f} s ({len(refined.plans)} plan(s))")
         pins = [(pipeline.pins(p.problem, p.solution.assignment, p.problem.arguments),
                  pipeline.pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
         say(f"{t.name}: compiling the solver's {len(pins)} plan(s)")

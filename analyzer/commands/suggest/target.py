@@ -5,7 +5,7 @@ StableHLO edits it needs, which only the analyzer makes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ....passes.pipelines import suggest as pipeline
@@ -46,6 +46,8 @@ class SuggestTarget:
     state: tuple  # RoundTrips: the outputs that are inputs coming back
     graph: ShardingGraph  # the graph the problem was built from (its tensor ids are the refine loop's)
     ownership: Any
+    # StableHLO text -> (Version, report) of each program compiled for this target so far.
+    compiled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,

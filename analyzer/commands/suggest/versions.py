@@ -16,7 +16,7 @@ from ....passes.compare.rewrite_diff import program_facts
 from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
 from ...adapter import jax_adapter
-from ...backend.cached_analysis import cached_text_report
+from ...backend.cached_analysis import analysis_cache, cached_report, key_parts, placed
 from ...backend.checked_in_analysis import analyze_text
 from ...context.config import Settings
 from ...errors import ShardLintInputError
@@ -34,7 +34,21 @@ class VersionText:
 
 def compile_versions(target: str, num_partitions: int, versions: list[VersionText], settings: Settings, devices,
                      where: str, spread: Spread) -> list[tuple[Version, TargetReport | None]]:
-    """Each version measured (or its compile error), in the order given."""
+    """Each version measured (or its compile error), in the order given. Versions with the same text (a
+    baseline that is the written layout, a single move that is a baseline) are one compile."""
+    first: dict[str, int] = {}
+    unique: list[VersionText] = []
+    for v in versions:
+        if v.text not in first:
+            first[v.text] = len(unique)
+            unique.append(v)
+    measured = _compile_unique(target, num_partitions, unique, settings, devices, where, spread)
+    return [(version.model_copy(update={"name": v.name, "description": v.description}), report)
+            for v in versions for version, report in [measured[first[v.text]]]]
+
+
+def _compile_unique(target: str, num_partitions: int, versions: list[VersionText], settings: Settings, devices,
+                    where: str, spread: Spread) -> list[tuple[Version, TargetReport | None]]:
     # A target whose name cannot name a file is compiled in this process.
     if spread.executor.in_process or len(versions) < 2 or not is_plain_file_name(target):
         say = spread.say or (lambda _msg: None)
@@ -64,10 +78,17 @@ def _compile_here(target: str, num_partitions: int, v: VersionText, settings: Se
                   where: str) -> tuple[Version, TargetReport | None]:
     isolation.phase(where, f"compiling the {v.name} version of target {target!r}")
     pool = devices if devices is not None else jax_adapter.cpu_devices()
+    # A version is read for XLA's peak, its collectives and its step time: XLA writes no dump for it (no
+    # buffer assignment or live ranges, as lint's fix checks compile theirs) and no rule runs on it (the
+    # report has no findings), so it is a cache entry of its own kind, never taken for a checked-in
+    # program's full report.
     try:
-        report = cached_text_report(target, v.text, num_partitions, settings, pool,
-                                    lambda: analyze_text(target, v.text, settings, where, devices=devices,
-                                                             optimize_machine_code=False)[0])
+        report = cached_report(analysis_cache(settings),
+                               lambda: key_parts("suggest-version", target, v.text, settings,
+                                                 placed(pool, num_partitions)),
+                               lambda: analyze_text(target, v.text, settings, where, devices=devices,
+                                                    with_reports=False, optimize_machine_code=False,
+                                                    with_rules=False)[0])
     except ShardLintInputError as e:
         return _measured(v, None, e.problem, settings)
     return _measured(v, report, None, settings)

@@ -205,8 +205,6 @@ def test_suggest_reuses_the_versions_it_compiled(cli, cache_dir, compiles):
                      "states=64", "--format", "json", "-q", "--cache-dir", cache_dir)
         assert result.code == 0, result.err
         report = json.loads(result.out)
-        for t in report["targets"]:
-            t["solver"]["solve_seconds"] = 0.0  # measured: the one figure that varies
         outs.append(report)
         counts.append(compiles["n"])
     assert counts[0] >= len(outs[0]["targets"][0]["versions"]) and counts[1] == counts[0]

@@ -1,0 +1,31 @@
+"""Stopping a command: one line on stderr, no traceback, exit 128 + the signal (143 for SIGTERM), the
+convention of a shell and of ``main``'s KeyboardInterrupt (130).
+
+GNU timeout signals the process it runs and then its whole process group, so the supervisor gets
+SIGTERM twice; the second arrived while it was stopping its child and came out as a traceback
+(``_Stopped: 15`` raised inside ``_kill``'s wait)."""
+
+import os
+import signal
+import subprocess
+import time
+
+from conftest import EXAMPLES, ROOT, console_script
+
+
+def test_sigterm_twice_during_suggest_is_one_line_and_143():
+    script = os.path.join(EXAMPLES, "value_function_step.py")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_SHARD_LINT_IN_PROCESS"}
+    child = subprocess.Popen([console_script(), "suggest", script, "-q", "--no-cache"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    time.sleep(8)  # the command's child has started (importing JAX, tracing)
+    assert child.poll() is None, child.communicate()
+    os.kill(child.pid, signal.SIGTERM)  # as timeout(1) does: the process, then its group
+    time.sleep(0.2)  # the second while the supervisor stops its child
+    os.killpg(child.pid, signal.SIGTERM)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jax-shard-lint: ") and "stopped by SIGTERM while " in lines[0], err
+    assert out == ""
