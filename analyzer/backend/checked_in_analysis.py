@@ -59,12 +59,13 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
                  with_reports: bool = True, donated_inputs: frozenset[int] | None = None,
-                 optimize_machine_code: bool = True):
+                 optimize_machine_code: bool = True, with_rules: bool = True):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
     peak and the collectives, which is what a fix check compares); without ``optimize_machine_code``
     a CPU target's machine code is not optimized (the same figures; compile_stablehlo_text).
-    ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata)."""
+    ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata).
+    Without ``with_rules`` the report has the figures and no findings (analyze_target)."""
     module = jax_adapter.parse_stablehlo(text)
     sig = read_entry_signature(module)
     from .device_selection import platform_label
@@ -81,7 +82,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
     if donated_inputs is not None:
         facts = dataclasses.replace(facts, donated_inputs=donated_inputs)
-    return analyze_target(name, module, facts, settings.pass_config()), program, module
+    return analyze_target(name, module, facts, settings.pass_config(), with_rules=with_rules), program, module
 
 
 def _beside_path(hlo_path: str, report: str) -> str:

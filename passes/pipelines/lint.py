@@ -96,11 +96,14 @@ def analyze_target(
     out_shardings_hook: OutShardingsHook | None = None,
     entry: tuple[EntrySignature, EntrySources] | None = None,
     explain_with: ir.Module | None = None, display: Callable[[SourceLocation], str] = str,
+    with_rules: bool = True,
 ) -> TargetReport:
     """``entry``: the entry signature and sources when already read (from a copy
     of the module, on another thread while XLA compiled). ``explain_with``: a copy of
     the module (in a context of its own) to propagate shardings over when a finding
-    asks for its provenance; ``display`` writes a source line in its chain."""
+    asks for its provenance; ``display`` writes a source line in its chain. Without
+    ``with_rules`` the report has the program's figures (memory, collectives, step time,
+    inputs and outputs) and no findings: a fix candidate's check reads only those."""
     # 1. The entry signature and its source lines, from StableHLO.
     sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
@@ -126,6 +129,15 @@ def analyze_target(
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
+
+    if not with_rules:
+        return TargetReport(
+            name=name, platform=compiled.platform,
+            num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions, mesh=dict(sig.mesh.axes),
+            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=[],
+            axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+            time=time,
+        )
 
     # 4. Rules.
     ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
