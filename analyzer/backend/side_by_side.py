@@ -1,13 +1,19 @@
 """Compiles that do not depend on each other, run side by side: XLA releases the GIL while it
 compiles, so a thread per core compiles every fix candidate at once (fix_checks.py). Each outcome
-is kept, report or exception, and read in the jobs' order."""
+is kept, report or exception, and read in the jobs' order.
+
+Within one target's fix checks (``one_compile_per_program``), a program asked for twice is
+compiled once: the checks of different findings often arrive at the same program (SL203's own
+suggestion after the state fixes is the solver fixes' first single move on the main example), and
+a second compile of the same text on the same devices measures the same figures."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...passes.models.report import TargetReport
 
@@ -58,3 +64,42 @@ class CompileCounter:
                     self.progress(f"[{self.finished}/{self.total}] {self.name}: compiled {label}")
 
         return done
+
+
+_programs_lock = threading.Lock()
+# Program key -> its compile's outcome, while a target's fix checks run (None: not inside one).
+_programs: dict[Hashable, Future] | None = None
+
+
+@contextlib.contextmanager
+def one_compile_per_program() -> Iterator[None]:
+    """Inside it, ``once`` compiles each program (by its key) once; outside, every time."""
+    global _programs
+    with _programs_lock:
+        outer, _programs = _programs, ({} if _programs is None else _programs)
+    try:
+        yield
+    finally:
+        with _programs_lock:
+            _programs = outer
+
+
+def once(key: Hashable, job: Callable[[], TargetReport]) -> TargetReport:
+    """``job()``'s report (or what it raised), computed once per key inside ``one_compile_per_program``:
+    a second caller, on this thread or another, waits for the first one's compile."""
+    with _programs_lock:
+        if _programs is None:
+            first, future = True, None
+        else:
+            future = _programs.get(key)
+            first = future is None
+            if first:
+                future = _programs[key] = Future()
+    if future is None:
+        return job()
+    if first:
+        try:
+            future.set_result(job())
+        except BaseException as e:  # the same error for every caller of this program
+            future.set_exception(e)
+    return future.result()

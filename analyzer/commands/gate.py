@@ -23,6 +23,7 @@ from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
 from ..backend.layout_fix_checks import check_checked_in_fixes
 from ..backend.script_targets import load_script_targets
+from ..backend.side_by_side import one_compile_per_program
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
@@ -132,8 +133,12 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
     if spread.executor.in_process or len(paths) < 2:
-        reports = [r for p in paths for r in checked_in_solver_fixes(
-            p, check_checked_in_fixes(p, check_path(p, settings, devices), settings, devices), settings, devices)]
+        reports = []
+        for p in paths:
+            with one_compile_per_program():  # a program two checks arrive at is compiled once
+                reports += checked_in_solver_fixes(
+                    p, check_checked_in_fixes(p, check_path(p, settings, devices), settings, devices), settings,
+                    devices)
     else:
         reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]

@@ -16,6 +16,7 @@ from ..backend.fix_checks import check_fixes
 from ..backend.heap import paused_collector
 from ..backend.layout_fix_checks import check_layout_fixes
 from ..backend.script_targets import load_script
+from ..backend.side_by_side import one_compile_per_program
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
@@ -50,9 +51,10 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
             if settings.check_fixes:
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
                 text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
-                report = check_fixes(report, text, settings, where, devices, progress)
-                report = with_solver_fixes(report, text, settings, where, devices, progress)
-                report = check_layout_fixes(report, text, settings, where, devices, progress)
+                with one_compile_per_program():  # a program two checks arrive at is compiled once
+                    report = check_fixes(report, text, settings, where, devices, progress)
+                    report = with_solver_fixes(report, text, settings, where, devices, progress)
+                    report = check_layout_fixes(report, text, settings, where, devices, progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     program = program_files(where, settings) if os.path.exists(where) else None
     from_source, source_notes = program_findings(program, settings) if program else ([], [])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
@@ -35,7 +36,7 @@ from ...passes.pipelines.suggest import pins as plan_pins
 from ..adapter import jax_adapter
 from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
 from ..backend.sharding_edits import with_entry_shardings
-from ..backend.side_by_side import CompileCounter, compile_side_by_side
+from ..backend.side_by_side import CompileCounter, outcome
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..inputs.checked_in import kind_of, read_export, read_mlir
@@ -177,33 +178,44 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
                 f"{_cost_text(check)})")})
 
 
-def _candidates(target, units: list[list[int]], report: TargetReport, spec) -> list[tuple[str, dict[int, Sharding]]]:
-    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, and the single
-    moves of a mesh axis among them (``suggest.moves``, each unit moved as one: its first argument's move
-    given to the others); each (name, the arguments it changes). At most ``MAX_MOVES`` moves."""
+def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, Sharding]:
+    return {i: s for i, s in pins.items()
+            if _written(s, len(inputs[i].shape)) != _written(inputs[i].sharding, len(inputs[i].shape))}
+
+
+def _moves(target, units: list[list[int]], report: TargetReport) -> list[tuple[str, dict[int, Sharding]]]:
+    """The single moves of a mesh axis among the units' arguments (``suggest.moves``, each unit moved as one:
+    its first argument's move given to the others), the rest as written; each (name, the arguments it
+    changes), no two alike. At most ``MAX_MOVES``. They do not depend on the solve."""
     inputs = list(report.inputs)
-    free = sorted(i for unit in units for i in unit)
     written = {t.index: [list(a) for a in _written(t.sharding, len(t.shape))] for t in inputs}
-
-    def changed(pins: dict[int, Sharding]) -> dict[int, Sharding]:
-        return {i: s for i, s in pins.items()
-                if _written(s, len(inputs[i].shape)) != _written(inputs[i].sharding, len(inputs[i].shape))}
-
-    out: list[tuple[str, dict[int, Sharding]]] = []
-    choice = _choice(target, free, report, spec)
-    if choice is not None and changed(choice):
-        out.append(("solver", changed(choice)))
     leaders = {unit[0] for unit in units}
     held = {t.path for t in inputs if t.index not in leaders}
+    out: list[tuple[str, dict[int, Sharding]]] = []
     moves = single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes, held)
     for k, move in enumerate(moves[:MAX_MOVES]):
         pins = dict(move.pins)
         for unit in units:
             pins.update({i: pins[unit[0]] for i in unit[1:] if len(inputs[i].shape) == len(inputs[unit[0]].shape)})
-        edits = changed(pins)
+        edits = _changed(pins, inputs)
         if edits and all(edits != e for _, e in out):
             out.append((f"move {k}", edits))
     return out
+
+
+def _key(edits: dict[int, Sharding]) -> str:
+    return repr(sorted(edits.items()))
+
+
+def _candidates(target, units: list[list[int]], report: TargetReport, spec,
+                moves: list[tuple[str, dict[int, Sharding]]]) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, and the
+    ``moves`` that differ from it; each (name, the arguments it changes)."""
+    inputs = list(report.inputs)
+    free = sorted(i for unit in units for i in unit)
+    choice = _choice(target, free, report, spec)
+    solver = _changed(choice, inputs) if choice is not None else {}
+    return ([("solver", solver)] if solver else []) + [(name, e) for name, e in moves if e != solver]
 
 
 def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -244,15 +256,38 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
 
 
 def _advice(target, units, report, module, sig, settings, where, devices, counter, spec, as_written, base):
-    """(the chosen candidate's arguments, its label, its check), or Nones where suggest keeps them."""
+    """(the chosen candidate's arguments, its label, its check), or Nones where suggest keeps them.
+
+    The single moves do not depend on the solve: they compile side by side while this thread solves (XLA
+    releases the GIL while it compiles), and the solver's choice compiles once solved, unless it is one of
+    them."""
     inputs = list(report.inputs)
-    candidates = _candidates(target, units, report, spec)
-    labels = [f"{_change_text(e, inputs, _returned(target, e))} ({name})" for name, e in candidates]
-    compiled = compile_side_by_side(
-        [functools.partial(_compiled, report.name, with_entry_shardings(
-            module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e), sig, settings, where,
-            devices) for _, e in candidates],
-        counter.announce(labels, "to check suggest's layouts"))
+
+    def label(name: str, e: dict[int, Sharding]) -> str:
+        return f"{_change_text(e, inputs, _returned(target, e))} ({name})"
+
+    def job(e: dict[int, Sharding]):
+        text = with_entry_shardings(module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e)
+        return functools.partial(_compiled, report.name, text, sig, settings, where, devices)
+
+    moves = _moves(target, units, report)
+    workers = os.cpu_count() or 1
+    # A worker more than the cores: the solver's choice starts compiling as soon as it is solved, beside the
+    # moves still compiling, instead of waiting alone for a core after them.
+    with ThreadPoolExecutor(max_workers=workers + 1 if workers > 1 else 1, thread_name_prefix="solver-fix") as pool:
+        pending: dict[str, Future] = {}
+
+        def start(named: list[tuple[str, dict[int, Sharding]]], what: str) -> None:
+            done = counter.announce([label(n, e) for n, e in named], what)
+            for (_, e), then in zip(named, done):
+                pending[_key(e)] = pool.submit(outcome, job(e), then)
+
+        if workers > 1:  # one core: the moves compile after the solve, as before
+            start(moves, "to check suggest's single moves")
+        candidates = _candidates(target, units, report, spec, moves)
+        start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
+        compiled = [pending[_key(e)].result() for _, e in candidates]
+    labels = [label(name, e) for name, e in candidates]
     versions = [as_written] + [
         _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
                   str(r) if isinstance(r, BaseException) else None, settings)[0]

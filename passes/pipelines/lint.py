@@ -102,10 +102,9 @@ def analyze_target(
     of the module, on another thread while XLA compiled). ``explain_with``: a copy of
     the module (in a context of its own) to propagate shardings over when a finding
     asks for its provenance; ``display`` writes a source line in its chain. Without
-    ``with_rules`` the report is the measure alone (collectives, memory, step time; no
-    findings): what suggest reads of a version it compiles."""
-    if not with_rules:
-        return _measured(name, module, compiled, config, entry[0] if entry else None)
+    ``with_rules`` the report has the program's figures (memory, collectives, step time,
+    inputs and outputs) and no findings: what a fix candidate's check and suggest's
+    versions read."""
     # 1. The entry signature and its source lines, from StableHLO.
     sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
@@ -132,6 +131,15 @@ def analyze_target(
                            config.where)
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
+    if not with_rules:
+        return TargetReport(
+            name=name, platform=compiled.platform,
+            num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions, mesh=dict(sig.mesh.axes),
+            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=[],
+            axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
+            time=time,
+        )
+
     # 4. Rules.
     ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
                    collectives, memory, roundtrips)
@@ -156,34 +164,6 @@ def analyze_target(
     if explain_with is not None and explained(report.findings):
         report = _with_provenance(report, explain_with, config.ownership, display)
     return report
-
-
-def _measured(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig,
-              sig: EntrySignature | None) -> TargetReport:
-    """Stages 1 to 3 without the sources, then the report with no rules run."""
-    sig = sig or LINT.run("entry-signature", read_entry_signature, module)
-    inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
-    if compiled.donated_inputs:
-        inputs = tuple(t.model_copy(update={"donated": True}) if t.index in compiled.donated_inputs else t
-                       for t in inputs)
-    outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
-    hlo = LINT.run("hlo-parse", parse_hlo_module, compiled.hlo_text)
-    collectives = LINT.run("collectives", find_collectives, hlo, sig.mesh, compiled.device_processes,
-                           config.ownership).collectives
-    memory = LINT.run("memory", summarize_memory,
-                      compiled.memory, compiled.platform, hlo, compiled.live_range_text,
-                      compiled.buffer_assignment_text, config.budget_bytes, config.ownership,
-                      ) if compiled.memory else None
-    roundtrips = LINT.run("state-roundtrips", correspond, dataclasses.replace(sig, inputs=inputs, outputs=outputs))
-    collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
-    time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
-    return TargetReport(
-        name=name, platform=compiled.platform, num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions,
-        mesh=dict(sig.mesh.axes), memory=memory, collectives=list(collectives), inputs=list(inputs),
-        outputs=list(outputs), findings=[],
-        axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
-        time=time,
-    )
 
 
 def _call_site(module: ir.Module, config: PassConfig) -> SourceLocation | None:

@@ -1,0 +1,74 @@
+"""A program two fix checks arrive at is compiled once per target (analyzer/backend/side_by_side.py's
+``one_compile_per_program``), and the solver fixes' single moves compile while the restricted solve
+runs: the fixes, their figures and the report are what compiling every candidate on its own gives.
+
+On the main example SL203's second choice (params['embed'] and its moments -> P('fsdp'), returned in
+that layout) is the same program as the solver fixes' first single move. The oracle for "compiled
+once" is the text handed to XLA: every compile of a fix candidate is counted by its StableHLO text.
+"""
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+from conftest import EXAMPLES
+
+from jax_shard_lint.analyzer.adapter import jax_adapter
+from jax_shard_lint.analyzer.backend import side_by_side
+
+
+def test_once_computes_a_key_once_inside_the_scope_and_every_time_outside():
+    calls = Counter()
+
+    def job(key):
+        def run():
+            calls[key] += 1
+            time.sleep(0.05)  # the second caller arrives while the first computes
+            if key == "bad":
+                raise ValueError("rejected")
+            return key.upper()
+        return run
+
+    assert [side_by_side.once("a", job("a")) for _ in range(2)] == ["A", "A"]
+    assert calls["a"] == 2  # no scope: nothing is shared
+    results = {}
+    with side_by_side.one_compile_per_program():
+        threads = [threading.Thread(target=lambda k=k: results.setdefault(k, side_by_side.once("b", job("b"))))
+                   for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for _ in range(2):
+            with pytest.raises(ValueError, match="rejected"):
+                side_by_side.once("bad", job("bad"))
+    assert results == {0: "B", 1: "B", 2: "B"} and calls["b"] == 1 and calls["bad"] == 1
+    side_by_side.once("b", job("b"))
+    assert calls["b"] == 2  # the scope is over
+
+
+@pytest.mark.slow  # over 30 s on 2 cores: lint's compile and six fix candidates
+def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    compiled = Counter()
+    real = jax_adapter.compile_stablehlo_text
+
+    def counting(text, *args, **kwargs):
+        compiled[text] += 1
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counting)
+    result = cli("lint", os.path.join(EXAMPLES, "fsdp_tp_train_step.py"), "--no-cache", "--format", "json",
+                 "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    assert compiled and max(compiled.values()) == 1, sorted(compiled.values())
+    # SL203's second choice and the solver fixes' move 0: both announced, one compile between them.
+    second = "params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P('fsdp')"
+    assert second in result.err and "-> P('fsdp') (returned in that layout) (move 0)" in result.err
+    assert len(compiled) == 6
+    [target] = json.loads(result.out)["targets"]
+    checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
+    assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
