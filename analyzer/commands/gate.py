@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ...passes.compare.gate import compare, compiler_change, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
-from ...passes.rules.table import rule_docs
+from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
@@ -141,7 +141,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     if dupes:
         raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
-                        rules=rule_docs(settings.ignore, settings.severities))
+                        rules=report_rules(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
 
 

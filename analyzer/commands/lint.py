@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...passes.models.report import LintReport
-from ...passes.rules.table import rule_docs
+from ...passes.pipelines.rule_stage import report_rules
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import check_lowered_for, run_warnings
@@ -66,6 +66,6 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
         script=where, targets=reports, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
+        rules=report_rules(settings.ignore, settings.severities), source_notes=source_notes,
     )
     return relativize(report, os.getcwd())

@@ -25,7 +25,7 @@ from ...passes.models.report import LintReport, ScriptRun, TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
 from ...passes.pipelines.inputs import CompiledFacts, PassConfig
 from ...passes.pipelines.lint import analyze_target
-from ...passes.rules.table import rule_docs
+from ...passes.pipelines.rule_stage import report_rules
 from ...passes.stablehlo.module import call_site
 from .. import __version__
 from ..adapter import jax_adapter
@@ -281,7 +281,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=unique, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
+        rules=report_rules(settings.ignore, settings.severities), source_notes=source_notes,
         run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
                       programs_reported=len(unique),
                       skipped=skipped),

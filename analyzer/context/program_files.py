@@ -10,8 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ...passes.models.report import Finding
-from ...passes.rules.source_check import ProgramFindings, check_program
-from ...passes.rules.source_parse import parse_source
+from ...passes.pipelines.run_wide import ProgramFindings, parsed_source, program_rule_findings
 from .config import Settings
 from .display_paths import display_path
 
@@ -62,7 +61,7 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
                 texts[path] = f.read()
         except (OSError, UnicodeDecodeError):
             continue
-        tree = parse_source(path, texts[path]).tree
+        tree = parsed_source(path, texts[path]).tree
         if tree is None:
             continue
         here = os.path.dirname(path)
@@ -108,4 +107,4 @@ def shown_notes(result: ProgramFindings, program: ProgramFiles) -> list[str]:
 
 
 def program_analysis(program: ProgramFiles, settings: Settings) -> ProgramFindings:
-    return check_program(program.texts, program.roots, settings.ignore, settings.severities)
+    return program_rule_findings(program.texts, program.roots, settings.ignore, settings.severities)
