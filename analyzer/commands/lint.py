@@ -19,8 +19,7 @@ from ..backend.script_targets import load_script
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_files, program_findings
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..supervision import isolation
 from .solver_fixes import with_solver_fixes
 

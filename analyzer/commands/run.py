@@ -32,8 +32,7 @@ from ..adapter import jax_adapter
 from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_files, program_findings
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..errors import ShardLintInputError
 from ..inputs.files import read_text_if_present as _read
 from ..platforms.performance import spec_for_platform

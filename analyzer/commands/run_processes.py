@@ -30,8 +30,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_analysis, program_files, shown_notes
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_analysis, program_files, shown_notes
 from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .process_counts import process_counts

@@ -2,7 +2,7 @@
 the script's program read from its source (each file parsed, the source rules SL4xx over the whole
 program), the process rules over several processes' runs (``run --processes``), the suppression comments
 applied to every finding of the run (the targets' and these), and the unused ones reported (SL001). The
-analyzer finds the files and reads them (analyzer/context/program_files.py, run_suppressions.py)."""
+analyzer finds the files and reads them (analyzer/context/program_files.py)."""
 
 from __future__ import annotations
 
