@@ -124,10 +124,10 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
-            from ...passes.stablehlo.module import read_entry_signature
+            from ...passes.pipelines.lint import entry_signature
             from ..inputs.checked_in import read_mlir
 
-            n = read_entry_signature(read_mlir(p)[0]).num_partitions
+            n = entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))

@@ -24,9 +24,8 @@ from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
 from ...passes.pipelines.inputs import CompiledFacts, PassConfig
-from ...passes.pipelines.lint import analyze_target
+from ...passes.pipelines.lint import analyze_target, program_call_site
 from ...passes.pipelines.rule_stage import report_rules
-from ...passes.stablehlo.module import call_site
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
@@ -158,7 +157,7 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
                 live_range_text=live, buffer_assignment_text=buffers,
             )
             report = analyze_target(name, module, facts, config)
-            report = report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
+            report = report.model_copy(update={"call_site": program_call_site(module, name, settings.ownership())})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
             report = None
     if report is None:
