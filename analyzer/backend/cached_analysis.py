@@ -20,7 +20,6 @@ from ..cache.analysis_cache import AnalysisCache, Stored
 from ..cache.cache_key import cache_key, file_digest, text_digest, tool_source_digest
 from ..context.config import Settings
 from ..inputs.files import tool_folders
-from .device_selection import platform_label
 
 # Environment variables that change what XLA compiles.
 _COMPILER_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE", "NVIDIA_TF32_OVERRIDE")
@@ -39,10 +38,12 @@ def analysis_cache(settings: Settings) -> AnalysisCache | None:
 
 
 def settings_parts(settings: Settings) -> dict[str, Any]:
-    """Every setting a report depends on: what it compiles for, what the rules are told,
-    and whose code a frame is."""
+    """Every setting a report depends on: what it compiles for (the target resolved with the devices; a
+    library caller's settings without one are told apart by the fields it is resolved from), what the
+    rules are told, and whose code a frame is."""
+    label = settings.target.label if settings.target is not None else None
     return {
-        "platform": settings.platform, "platform_label": platform_label(settings), "devices": settings.devices,
+        "platform": settings.platform, "platform_label": label, "devices": settings.devices,
         "topology": settings.topology, "hosts": settings.hosts, "target_config": file_digest(settings.target_config),
         "budget_bytes": settings.budget_bytes, "ignore": sorted(settings.ignore),
         "options": {k: repr(v) for k, v in sorted(settings.options.items())},

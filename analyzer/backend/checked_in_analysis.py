@@ -10,8 +10,7 @@ import os
 
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
-from ...passes.pipelines.lint import analyze_target
-from ...passes.stablehlo.module import read_entry_signature
+from ...passes.pipelines.lint import analyze_target, entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
@@ -67,7 +66,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata).
     Without ``with_rules``: the measure alone, no findings (``analyze_target``)."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
+    sig = entry_signature(module)
     from .device_selection import platform_label
 
     isolation.phase(where, "compiling the module with XLA")
@@ -137,7 +136,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     if kind == "mlir":
         module, text = read_mlir(path)
         name = os.path.splitext(os.path.basename(path))[0]
-        n = read_entry_signature(module).num_partitions
+        n = entry_signature(module).num_partitions
     else:
         text, n = read_export(path)
         name = os.path.splitext(os.path.basename(path))[0]

@@ -13,20 +13,29 @@ from ..errors import ShardLintInputError
 from ..platforms import devices as run_devices
 from ..platforms.gpu_targets import ACCELERATOR_TARGETS, TPU_TARGETS, target_devices
 from ..platforms.presets import find_preset
-from ..platforms.resolved_target import resolve_spec, target_label, with_devices
+from ..platforms.resolved_target import ResolvedTarget, resolve_spec, with_devices
 from ..platforms.tpu_targets import resolve_target, tpu_devices
 
 
 def platform_label(settings: Settings) -> str:
-    """What reports call the platform: the resolved target's label (made once, when the devices were
-    selected), or for settings no device selection resolved (a library caller's), made here."""
-    if settings.target is not None:
-        return settings.target.label
+    """What reports call the platform: the resolved target's label, made once where the devices were
+    selected (select_run_devices) or where none are (without_device_selection)."""
+    if settings.target is None:
+        raise RuntimeError("a platform label asked of settings whose target was never resolved")
+    return settings.target.label
+
+
+def without_device_selection(settings: Settings) -> Settings:
+    """The settings with a target resolved for programs whose devices the tool does not select (``run``'s,
+    compiled by the script; a library caller's, lowered as they are): its label and its step time's
+    device model, made here once as select_run_devices makes them (a TPU slice from the settings' count)."""
     tpu = None
     if settings.platform in TPU_TARGETS:
         tpu = resolve_target(settings.platform, settings.devices, settings.topology)
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return target_label(settings.platform, settings.devices, settings.hosts, tpu, kind)
+    spec = ResolvedTarget(settings.platform, settings.devices, settings.topology, settings.hosts,
+                          settings.target_config, tpu=tpu)
+    return replace(settings, target=with_devices(spec, settings.devices, settings.topology, kind))
 
 
 def select_run_devices(settings: Settings) -> tuple[Settings, list]:

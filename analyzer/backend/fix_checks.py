@@ -30,8 +30,8 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL201, SL203
+from ...passes.pipelines.lint import EntrySignature, entry_signature
 from ...passes.rules import RULES, FixKind
-from ...passes.stablehlo.module import EntrySignature, read_entry_signature
 from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -186,7 +186,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     worse (or does not compile) reworded to say what it costs instead of being offered.
     ``progress`` is told of each compile, counted ("[2/5] ...")."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
+    sig = entry_signature(module)
     pin, take = _state_candidates(report, sig)
     returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]

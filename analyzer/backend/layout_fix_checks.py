@@ -20,7 +20,7 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
-from ...passes.stablehlo.module import read_entry_signature
+from ...passes.pipelines.lint import entry_signature
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
 from ...passes.stablehlo.state_roundtrip import correspond
 from ..adapter import jax_adapter
@@ -50,7 +50,7 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if f.rule == SL204.code:
         # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
         ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
-        mesh = read_entry_signature(module).mesh
+        mesh = entry_signature(module).mesh
         choices = {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
                    for c in read_constraints(module) if c.ordinal in ordinals}
         if not choices or any(not alternatives for alternatives in choices.values()):
@@ -63,7 +63,7 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if f.rule == SL205.code and f.suggested_sharding is not None:
         # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
         # comes out: the output that is that input coming back (its pytree path), not any of its shape.
-        returned = {rt.input.index: rt.output for rt in correspond(read_entry_signature(module))}
+        returned = {rt.input.index: rt.output for rt in correspond(entry_signature(module))}
         by_path = {t.path: t for t in report.inputs}
         pins: dict[int, list[list[str]]] = {}
         donors: set[int] = set()
@@ -104,7 +104,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if not any(f.rule in (SL204.code, SL205.code) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
+    sig = entry_signature(module)
     planned: dict[int, list[_Edit]] = {}
     budget = MAX_CHECKS
     for k, f in enumerate(report.findings):
@@ -157,6 +157,6 @@ def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Set
     if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
         return reports
     text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    n = entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
     return [check_layout_fixes(check_fixes(reports[0], text, settings, path, devices[:n]), text, settings, path,
                                devices[:n])]

@@ -17,7 +17,7 @@ from ..context.config import Settings
 from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
 from .cached_analysis import analysis_cache, cached_report, key_parts
-from .device_selection import device_processes
+from .device_selection import device_processes, platform_label
 from .out_shardings import suggest as suggest_out_shardings
 
 
@@ -89,26 +89,19 @@ def _stablehlo_entry(text: str, ownership):
     return module, read_entry(module, ownership)
 
 
-def _resolved_label(settings: Settings) -> str:
-    """The platform's label, as the front end resolved it when it selected the devices (load_script)."""
-    if settings.target is None:
-        raise RuntimeError("a lowered target analysed before its devices were selected (no resolved target)")
-    return settings.target.label
-
-
 def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
     """The target's report: from the analysis cache when this program was analysed before
     with the same settings and compilers, else compiled and analysed (and stored)."""
-    text = jax_adapter.stablehlo_text(lowered)
+    text, cache = jax_adapter.stablehlo_text(lowered), analysis_cache(settings)
     return cached_report(
-        analysis_cache(settings),
+        cache,
         lambda: key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
         lambda: _analyze_lowered(name, lowered, text, settings, where))
 
 
 def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
-    config, label = settings.pass_config(), _resolved_label(settings)
+    label, config = platform_label(settings), settings.pass_config()
     ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
     background = _Background(_stablehlo_entry, text, ownership)
     try:

@@ -69,7 +69,9 @@ def settings_from_args(args: argparse.Namespace):
     fields["cache_dir"] = _cache_dir(args)
     fields["check_fixes"] = (hasattr(args, "no_fix_check") and not args.no_fix_check
                              and os.environ.get("JAX_SHARD_LINT_NO_FIX_CHECK") != "1")
-    return Settings(**fields).with_default_budget()
+    # Without --budget or --device the budget is the target's own memory: given when the target is
+    # resolved, with the run's devices (backend/device_selection.py), never derived here before it.
+    return Settings(**fields)
 
 
 def _cache_dir(args: argparse.Namespace) -> str | None:

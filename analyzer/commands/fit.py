@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +24,7 @@ from ..backend.cached_analysis import analysis_cache, cached, key_parts
 from ..backend.script_targets import LoadedScript, load_script
 from ..context.config import Settings
 from ..errors import ShardLintInputError, one_line
+from ..platforms.gpu_targets import ACCELERATOR_TARGETS
 
 
 class Probe(Model):
@@ -194,12 +196,14 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
 
 
 def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None] | None = None) -> FitResult:
-    budget = settings.budget_bytes
-    if budget is None:
+    if settings.budget_bytes is None and settings.platform not in ACCELERATOR_TARGETS:
+        # An accelerator target's own memory is the budget, given when its devices are selected.
         raise ShardLintInputError("fit", "needs a budget: --budget SIZE or --device KIND (or a GPU --platform)")
     if request.multiple_of < 1 or request.lo < 1 or request.hi < request.lo:
         raise ShardLintInputError("--range", f"expected 1 <= LO <= HI, got {request.lo}:{request.hi}")
-    prober = _Prober.open(request, settings, budget, progress)
+    prober = _Prober.open(request, settings, settings.budget_bytes, progress)
+    settings = prober.script.settings  # resolved for the run's devices, the budget included
+    budget = prober.budget = cast(int, settings.budget_bytes)
     value, line = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None
@@ -207,7 +211,7 @@ def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None]
 
     return FitResult(
         tool_version=__version__, script=request.script, param=request.param, targets=prober.names,
-        platform=platform_label(prober.script.settings), budget_bytes=budget,
+        platform=platform_label(settings), budget_bytes=budget,
         budget_source=settings.budget_source if settings.budget_source not in ("--budget", "config") else None,
         multiple_of=k,
         range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,

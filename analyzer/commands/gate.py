@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ...passes.compare.gate import compare, compiler_change, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
-from ...passes.rules.table import rule_docs
+from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
@@ -125,10 +125,10 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
-            from ...passes.stablehlo.module import read_entry_signature
+            from ...passes.pipelines.lint import entry_signature
             from ..inputs.checked_in import read_mlir
 
-            n = read_entry_signature(read_mlir(p)[0]).num_partitions
+            n = entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
@@ -146,7 +146,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     if dupes:
         raise ShardLintInputError(paths[0], f"two fixtures are both named {dupes[0]!r}")
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
-                        rules=rule_docs(settings.ignore, settings.severities))
+                        rules=report_rules(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...passes.models.report import LintReport
-from ...passes.rules.table import rule_docs
+from ...passes.pipelines.rule_stage import report_rules
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.device_selection import check_lowered_for, run_warnings
@@ -20,8 +20,7 @@ from ..backend.side_by_side import one_compile_per_program
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_files, program_findings
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..supervision import isolation
 from .solver_fixes import with_solver_fixes
 
@@ -68,6 +67,6 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
         script=where, targets=reports, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
+        rules=report_rules(settings.ignore, settings.severities), source_notes=source_notes,
     )
     return relativize(report, os.getcwd())

@@ -24,11 +24,17 @@ from jaxlib.mlir import ir
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.pytree_paths import path_keys
 from ...passes.common.sharding_text import normalized, out_shardings_text, pspec_text
-from ...passes.compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
 from ...passes.models.report import TargetReport
 from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ...passes.stablehlo.module import read_entry_signature
-from ...passes.stablehlo.state_roundtrip import correspond, mismatched
+from ...passes.pipelines.rewrite import (
+    changed_collectives,
+    changed_round_trips,
+    costs_left,
+    entry_signature,
+    program_figures,
+    rewrite_verdict,
+    round_trips,
+)
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import analyze_text, read_mlir
@@ -163,12 +169,12 @@ def _match_output(key: str, report: TargetReport, where: str) -> int:
 
 def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, declared: dict) -> list[AppliedSharding]:
     """Which outputs get which sharding, and why."""
-    sig = read_entry_signature(module)
+    sig = entry_signature(module)
     mesh = dict(sig.mesh.axes)
     chosen: dict[int, AppliedSharding] = {}
     explicit = bool(request.outs or declared)
     if request.from_inputs or not explicit:
-        for rt in mismatched(correspond(_compiled_signature(sig, report))):
+        for rt in changed_round_trips(_compiled_signature(sig, report)):
             chosen[rt.output.index] = AppliedSharding(
                 path=rt.output.path, index=rt.output.index, before=rt.output.sharding, after=rt.input.sharding,
                 why=f"the input it corresponds to, {rt.input.path}",
@@ -208,7 +214,7 @@ def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict
     intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
     if lowered is None:
         return out_shardings_text([o.path for o in after.outputs], intended)
-    pair_of = {rt.output.index: rt.input.index for rt in correspond(_compiled_signature(sig, before))}
+    pair_of = {rt.output.index: rt.input.index for rt in round_trips(_compiled_signature(sig, before))}
     return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
 
 
@@ -217,7 +223,7 @@ def _lost_donations(before: TargetReport, after: TargetReport, applied: list[App
     it into the donated buffer and drops the alias (it does not fail); the report says so."""
     if not applied or not before.memory or not after.memory or after.memory.alias_bytes >= before.memory.alias_bytes:
         return []
-    input_of = {rt.output.index: rt.input for rt in correspond(_compiled_signature(sig, before))}
+    input_of = {rt.output.index: rt.input for rt in round_trips(_compiled_signature(sig, before))}
     out = []
     for a in applied:
         given, made = input_of.get(a.index), after.outputs[a.index]
@@ -235,18 +241,18 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
                    declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
     before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
     applied = plan(before, module, request, declared)
-    sig = read_entry_signature(module)
+    sig = entry_signature(module)
     if applied:
         text_after = with_entry_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
         after, program_after, _ = analyze_text(name, text_after, settings, where, devices=devices)
     else:
         after, program_after = before, program_before
-    facts_before, facts_after = program_facts(before), program_facts(after)
-    remaining = remaining_costs(after, display_source) + _lost_donations(before, after, applied, sig)
+    facts_before, facts_after = program_figures(before), program_figures(after)
+    remaining = costs_left(after, display_source) + _lost_donations(before, after, applied, sig)
     pinned = {a.index: a.after for a in applied}
     python_fix = _python_fix(lowered, before, after, pinned, sig) if applied else None
     if applied:
-        summary = verdict(facts_before, facts_after, remaining)
+        summary = rewrite_verdict(facts_before, facts_after, remaining)
     else:
         summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
     validation = None
@@ -264,7 +270,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
                               facts_before.peak_bytes, facts_after.peak_bytes, host, say=request.say)
     return RewriteReport(
         name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
-        collective_changes=collective_changes(before.collectives, after.collectives), python_fix=python_fix,
+        collective_changes=changed_collectives(before.collectives, after.collectives), python_fix=python_fix,
         verdict=summary, remaining=remaining, validation=validation,
     )
 
@@ -273,7 +279,7 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
     reports = []
     if request.path.endswith(".mlir"):
         module, text = read_mlir(request.path)
-        needed = read_entry_signature(module).num_partitions
+        needed = entry_signature(module).num_partitions
         check_device_count(request.path, needed)
         settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
         name = os.path.splitext(os.path.basename(request.path))[0]

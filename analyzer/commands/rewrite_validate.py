@@ -13,7 +13,7 @@ import numpy as np
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.models.rewrite import Validation
-from ...passes.stablehlo.module import EntrySignature
+from ...passes.pipelines.rewrite import EntrySignature
 from ..adapter import jax_adapter
 from ..context.config import Settings
 

@@ -23,19 +23,19 @@ from dataclasses import dataclass, replace
 from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ...passes.models.report import LintReport, ScriptRun, TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
-from ...passes.pipelines.inputs import CompiledFacts
-from ...passes.pipelines.lint import analyze_target
-from ...passes.rules.table import rule_docs
-from ...passes.stablehlo.module import call_site
+from ...passes.pipelines.inputs import CompiledFacts, PassConfig
+from ...passes.pipelines.lint import analyze_target, program_call_site
+from ...passes.pipelines.rule_stage import report_rules
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_files, program_findings
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..errors import ShardLintInputError
 from ..inputs.files import read_text_if_present as _read
+from ..platforms.performance import spec_for_platform
+from ..platforms.target_memory import target_memory
 from ..supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
@@ -143,10 +143,11 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     platform = f"as run ({compiled_for})"
     if compiled_for.startswith("tpu") and settings.platform != compiled_for:
         # The step time and the budget are the chip's the program was compiled for, not the host's.
-        settings = replace(settings, platform=compiled_for,
-                           budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes)
-        settings = settings.with_default_budget()
+        settings = with_own_budget(replace(
+            settings, platform=compiled_for,
+            budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes))
     memory, warnings = _memory(hlo_path, hlo_text or "", compiled_for, buffers, request)
+    config = _config_as_run(settings)
     report = None
     if mlir_path:
         try:
@@ -155,12 +156,12 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
                 hlo_text=hlo_text, platform=platform, memory=memory,
                 live_range_text=live, buffer_assignment_text=buffers,
             )
-            report = analyze_target(name, module, facts, settings.pass_config())
-            report = report.model_copy(update={"call_site": call_site(module, name, settings.ownership())})
+            report = analyze_target(name, module, facts, config)
+            report = report.model_copy(update={"call_site": program_call_site(module, name, settings.ownership())})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
             report = None
     if report is None:
-        report = analyze_hlo_only(name, hlo_text, platform, settings.pass_config(), buffers, live, memory)
+        report = analyze_hlo_only(name, hlo_text, platform, config, buffers, live, memory)
     return report.model_copy(update={"warnings": report.warnings + warnings}) if warnings else report
 
 
@@ -210,10 +211,27 @@ def only_pattern(request: RunRequest) -> re.Pattern | None:
         raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
 
 
+def with_own_budget(settings: Settings) -> Settings:
+    """Without --budget or --device, the memory of one device of the platform: run selects no devices and
+    resolves no compile target (the script compiled its programs), so its budget is made here."""
+    if settings.budget_bytes is not None:
+        return settings
+    budget = target_memory(settings.platform, settings.target_config)
+    return replace(settings, budget_bytes=budget, budget_source=settings.platform if budget is not None else None)
+
+
+def _config_as_run(settings: Settings) -> PassConfig:
+    """The rules' configuration for programs the script compiled: no target is resolved for them (run
+    selects no devices), so the step time's device model is the platform's they were compiled for."""
+    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
+    return replace(settings.pass_config(), device_spec=spec_for_platform(settings.platform, kind))
+
+
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
                    request: RunRequest) -> tuple[list[TargetReport], list[str]]:
     """The dumped programs' reports (one per program and call site, recompilations counted), named
     uniquely, and the programs left out with why."""
+    settings = with_own_budget(settings)
     jax_adapter.configure_devices(settings.platform, settings.devices)
     skipped, reports = [], []
     by_key: dict[tuple, TargetReport] = {}
@@ -261,7 +279,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=unique, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=source_notes,
+        rules=report_rules(settings.ignore, settings.severities), source_notes=source_notes,
         run=ScriptRun(exit_code=code, error=error, timed_out=timed_out, programs_compiled=len(programs),
                       programs_reported=len(unique),
                       skipped=skipped),

@@ -24,14 +24,13 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
 from ...passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
 from ...passes.models.rule_codes import SL401, SL402
-from ...passes.rules.registry import Emitter
-from ...passes.rules.table import RULES, rule_docs
+from ...passes.pipelines.rule_stage import report_rules
+from ...passes.pipelines.run_wide import process_rule_findings
 from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import relativize
-from ..context.program_files import program_analysis, program_files, shown_notes
-from ..context.run_suppressions import apply_run_suppressions
+from ..context.program_files import apply_run_suppressions, program_analysis, program_files, shown_notes
 from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .process_counts import process_counts
@@ -156,13 +155,11 @@ def _fetch_findings(runs: list[ProcessCountRun], failed_at: dict[int, SourceLoca
     for run in runs[1:]:
         where = failed_at.get(run.processes)
         if run.error and _NON_ADDRESSABLE in run.error and where is not None:
-            rule = RULES[SL402.code]
-            emitter = Emitter(rule, settings.severities.get(SL402.code, rule.severity))
-            emitter.emit(f"fetches a sharded array that spans other processes' devices: the script fails with "
-                         f"{run.processes} processes and runs with 1 ({run.error})", where,
-                         fix="reduce it on the devices with a module-level jitted helper and fetch only the small "
-                         "result, or gather it on purpose (multihost_utils.process_allgather)")
-            return emitter.findings
+            return process_rule_findings(
+                SL402, settings.severities, f"fetches a sharded array that spans other processes' devices: the "
+                f"script fails with {run.processes} processes and runs with 1 ({run.error})", where,
+                fix="reduce it on the devices with a module-level jitted helper and fetch only the small result, "
+                "or gather it on purpose (multihost_utils.process_allgather)")
     return []
 
 
@@ -200,12 +197,10 @@ def _growth_findings(growing: list[GrowingTransfer], settings: Settings) -> list
             code = SL402
             message = f"{g.program} compiled here moves more per device with more processes ({g.kind}): {sizes}"
             fix = "keep the value sharded: reduce it inside a jitted function and move only the result"
-        rule = RULES[code.code]
         if code.code in settings.ignore:
             continue
-        emitter = Emitter(rule, settings.severities.get(code.code, rule.severity))
-        emitter.emit(message, g.source, fix=fix, subject=g.program, total_bytes=g.bytes_by_processes[-1][1])
-        findings.extend(emitter.findings)
+        findings += process_rule_findings(code, settings.severities, message, g.source, fix=fix, subject=g.program,
+                                          total_bytes=g.bytes_by_processes[-1][1])
     return findings
 
 
@@ -268,7 +263,7 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
     report = MultiProcessReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=targets, findings=run_findings,
-        rules=rule_docs(settings.ignore, settings.severities), source_notes=shown_notes(analysis, program),
+        rules=report_rules(settings.ignore, settings.severities), source_notes=shown_notes(analysis, program),
         run=ScriptRun(exit_code=last.exit_code if not any(r.exit_code for r in runs) else
                       next(r.exit_code for r in runs if r.exit_code),
                       error=next((f"{r.processes} processes: {r.error}" for r in runs if r.error), None),

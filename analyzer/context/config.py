@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
@@ -35,7 +35,6 @@ from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.presets import PRESETS, find_preset
 from ..platforms.resolved_target import ResolvedTarget
-from ..platforms.target_memory import target_memory
 
 FAIL_ON = ("error", "warning", "never")
 _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds", "severity", "platform", "hosts",
@@ -85,14 +84,6 @@ class Settings:
         root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
         return _ownership(self.first_party, self.third_party, root, self.user_roots)
 
-    def with_default_budget(self) -> Settings:
-        """Without --budget or --device, an accelerator target's own memory (one
-        memory size per device, for every command)."""
-        if self.budget_bytes is not None:
-            return self
-        budget = target_memory(self.platform, self.target_config)
-        return replace(self, budget_bytes=budget, budget_source=self.platform if budget is not None else None)
-
     def pass_config(self) -> PassConfig:
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
@@ -101,17 +92,9 @@ class Settings:
         )
 
     def device_spec(self):
-        """The device model behind the step-time estimate (None for GPUs it does not know)."""
-        from ..platforms.performance import spec_for_platform
-
-        kind = None
-        if self.platform == "gpu" and self.target is not None:
-            kind = self.target.device_kind
-        elif self.platform == "gpu":
-            from ..adapter import jax_adapter
-
-            kind = jax_adapter.device_kind_summary()
-        return spec_for_platform(self.platform, kind)
+        """The device model behind the step-time estimate, the resolved target's (None for GPUs it does not
+        know, and for settings whose target was never resolved)."""
+        return self.target.device_spec if self.target is not None else None
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,6 +1,8 @@
 """The files of a script's program, for the source rules: the script and every first-party module it
 reaches through its imports (modules beside it or below its folder, and the packages and folders the
-configuration names first-party), found by reading import statements: nothing is imported for this."""
+configuration names first-party), found by reading import statements: nothing is imported for this.
+And the suppression comments of a run's files, read here and applied by the run-wide pipeline (what a
+suppression is and silences: passes/rules/suppressions.py, its one owner)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,17 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from ...passes.models.report import Finding
-from ...passes.rules.source_check import ProgramFindings, check_program
-from ...passes.rules.source_parse import parse_source
+from ...passes.models.report import Finding, TargetReport
+from ...passes.pipelines.run_wide import (
+    ProgramFindings,
+    Suppression,
+    parsed_source,
+    program_rule_findings,
+    suppressed,
+    suppressions_in,
+)
 from .config import Settings
-from .display_paths import display_path
+from .display_paths import display_path, same_file
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
                 texts[path] = f.read()
         except (OSError, UnicodeDecodeError):
             continue
-        tree = parse_source(path, texts[path]).tree
+        tree = parsed_source(path, texts[path]).tree
         if tree is None:
             continue
         here = os.path.dirname(path)
@@ -108,4 +116,21 @@ def shown_notes(result: ProgramFindings, program: ProgramFiles) -> list[str]:
 
 
 def program_analysis(program: ProgramFiles, settings: Settings) -> ProgramFindings:
-    return check_program(program.texts, program.roots, settings.ignore, settings.severities)
+    return program_rule_findings(program.texts, program.roots, settings.ignore, settings.severities)
+
+
+def apply_run_suppressions(
+    reports: list[TargetReport], files: list[str], settings: Settings, report_unused: bool,
+    extra: list[Finding] | None = None,
+) -> tuple[list[TargetReport], list[Finding]]:
+    """Suppress target findings and run-wide ones (``extra``: the source rules'),
+    and report suppressions that silence nothing (the run-wide pipeline's stages)."""
+    suppressions: list[Suppression] = []
+    for path in sorted(set(files)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                suppressions.extend(suppressions_in(path, f.read()))
+        except OSError:
+            continue
+    return suppressed(reports, list(extra or []), suppressions, same_file, settings.ignore, settings.severities,
+                      report_unused)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...passes.pipelines.inputs import DeviceSpec
 from .devices import selected
 from .gpu_targets import GPU_TARGETS, GpuTarget, load_target
+from .performance import spec_for_platform
 from .tpu_targets import TPU_TARGETS, TpuTarget, resolve_target
 
 
@@ -28,6 +30,8 @@ class ResolvedTarget:
     label: str = ""
     # What JAX calls the GPUs at hand (--platform gpu): the step-time model's device.
     device_kind: str | None = None
+    # The device model behind the step-time estimate (None for GPUs it does not know).
+    device_spec: DeviceSpec | None = None
 
     def describes(self, platform: str, devices: int, topology: str | None, hosts: int,
                   target_config: str | None) -> bool:
@@ -55,9 +59,10 @@ def resolve_spec(platform: str, devices: int, topology: str | None, hosts: int,
 
 def with_devices(spec: ResolvedTarget, devices: int, topology: str | None, device_kind: str | None) -> ResolvedTarget:
     """The target once its devices are selected (platforms/devices.py): their count, the topology, what
-    JAX calls the GPUs at hand, and the label reports give it."""
+    JAX calls the GPUs at hand, the label reports give it and the device model of its step time."""
     return replace(spec, num_devices=devices, topology=topology, device_kind=device_kind,
-                   label=target_label(spec.platform, devices, spec.hosts, spec.tpu, device_kind))
+                   label=target_label(spec.platform, devices, spec.hosts, spec.tpu, device_kind),
+                   device_spec=spec_for_platform(spec.platform, device_kind))
 
 
 def target_label(platform: str, devices: int, hosts: int, tpu: TpuTarget | None, device_kind: str | None) -> str:

@@ -73,6 +73,9 @@ def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[
 OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tuple[RoundTrip, ...]],
                             "tuple[str | None, str | None]"]
 
+# What the analyzer takes from the stages' answers (the signature a fix check moves arguments of).
+__all__ = ["EntrySignature"]
+
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
     "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "output-reshards", "out-shardings",
@@ -89,6 +92,18 @@ def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignat
 
 def _read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
     return read_entry_signature(module), read_entry_sources(module, ownership)
+
+
+def entry_signature(module: ir.Module) -> EntrySignature:
+    """Stage 1's signature alone, for the analyzer's own use of a module before or around its analysis (a
+    checked-in module's device count, the arguments a fix check moves)."""
+    return LINT.run("entry-signature", read_entry_signature, module)
+
+
+def program_call_site(module: ir.Module, program_name: str, ownership: CodeOwnership) -> SourceLocation | None:
+    """The user's line that called the jitted function ``program_name`` was traced from (the report's
+    call site; ``run`` names its dumped programs' by their own names)."""
+    return LINT.run("rule-facts", call_site, module, program_name, ownership)
 
 
 def analyze_target(

@@ -1,18 +1,18 @@
 """The rules stage the target pipelines (lint, check) share: the one place a
 ``RuleContext`` is built, and the target rules run over it, their findings
-grouped by cause and sorted."""
+grouped by cause and sorted; and the rules a report documents (report_rules)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..models.report import Finding, SourceLocation, TensorInfo
+from ..models.report import Finding, RuleDoc, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Scope
 from ..rules.context import RuleContext
 from ..rules.group_by_cause import group_by_cause
 from ..rules.lost_donation import merge_lost_donations
 from ..rules.registry import Emitter
-from ..rules.table import RULES
+from ..rules.table import RULES, rule_docs
 from ..stablehlo.module import EntrySignature, EntrySources
 from .inputs import PassConfig
 
@@ -51,3 +51,8 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     ))
 
 
+
+
+def report_rules(disabled: frozenset[str], severities: dict[str, Severity]) -> list[RuleDoc]:
+    """The rules a report documents: every rule the run enabled, at its configured severity."""
+    return rule_docs(disabled, severities)

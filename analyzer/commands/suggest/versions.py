@@ -12,9 +12,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from ....passes.compare.rewrite_diff import program_facts
 from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
+from ....passes.pipelines.rewrite import program_figures
 from ...adapter import jax_adapter
 from ...backend.cached_analysis import analysis_cache, cached_report, key_parts, placed
 from ...backend.checked_in_analysis import analyze_text
@@ -99,7 +99,7 @@ def _measured(v: VersionText, report: TargetReport | None, error: str | None,
     if report is None:
         return Version(name=v.name, description=v.description, peak_bytes=None, fits=None, collective_bytes=None,
                        collective_count=None, estimated_seconds=None, error=error or "no report"), None
-    facts = program_facts(report)
+    facts = program_figures(report)
     budget = settings.budget_bytes
     return Version(
         name=v.name, description=v.description, peak_bytes=facts.peak_bytes,

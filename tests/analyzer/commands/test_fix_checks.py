@@ -7,11 +7,9 @@ and XLA's ``memory_analysis()`` of that program is compared with the figures the
 finding reports for its fix.
 """
 
-import importlib.util
 import json
 import os
 import re
-import sys
 
 import jax
 import pytest
@@ -19,6 +17,7 @@ from conftest import EXAMPLES
 from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 
 @pytest.fixture
@@ -27,15 +26,7 @@ def checking(monkeypatch):
 
 
 def _module(name):
-    path = os.path.join(EXAMPLES, f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_fix_check_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, EXAMPLES)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module
+    return script_module(os.path.join(EXAMPLES, f"{name}.py"))
 
 
 
@@ -181,14 +172,7 @@ def _collective_bytes(compiled):
 
 def _fixture(name):
     path = os.path.join("fixtures", "scripts", f"{name}.py")
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_fixture_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return path, module
+    return path, script_module(path)
 
 
 def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checking):

@@ -3,11 +3,9 @@ padded per-device shape, the donated buffer's size and what aliases it are read 
 programs (``compiled.as_text()``, ``memory_analysis()``), and each printed fix is compiled here the way a
 user would write it."""
 
-import importlib.util
 import json
 import os
 import re
-import sys
 import warnings
 
 import jax
@@ -16,6 +14,7 @@ from ci_deps import needs as requires
 from conftest import FIXTURES
 from hlo_oracle import xla_peak
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes
 
@@ -28,14 +27,7 @@ def checking(monkeypatch):
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_layout_{name}", os.path.join(SCRIPTS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, SCRIPTS)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module
+    return script_module(os.path.join(SCRIPTS, f"{name}.py"))
 
 
 def _targets(name):

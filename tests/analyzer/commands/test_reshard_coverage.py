@@ -11,6 +11,7 @@ import shlex
 import pytest
 from ci_deps import needs
 from conftest import EXAMPLES, FIXTURES, lint_targets
+from scripts import script_targets
 
 THRESHOLD = 16 * 1024**2  # unexplained-reshard-bytes' default
 
@@ -108,19 +109,9 @@ def test_gathers_of_replicated_out_shardings_are_the_output_findings(cli):
     to return them replicated (the ROOT tuple's operands, from compiled.as_text() here) is in the ops of
     exactly one SL201 finding at the jit/lower line, which names the argument it came from and its
     sharding; no SL101 reports them."""
-    import importlib.util
-    import sys
-
     path = os.path.join(FIXTURES, "scripts", "sl201_replicated_out_shardings.py")
     (target,) = lint_targets(cli, path)  # first: a trace of the step here would be the one lint reads
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec = importlib.util.spec_from_file_location("sl201_replicated_out_shardings", path)
-        fixture = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fixture)
-        compiled = fixture.shard_lint_targets()["replicated_state"].compile()
-    finally:
-        sys.path.remove(os.path.dirname(path))
+    compiled = script_targets(path)["replicated_state"].compile()
     gathers = _gathers_feeding_results(compiled.as_text())
     assert len(gathers) == 6  # params and both moments, two weights each
     lower_line = next(i for i, line in enumerate(open(path), 1) if ".lower(" in line)

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from scripts import script_module
 
 from jax_shard_lint.analyzer.commands.rewrite import parse_spec
 from jax_shard_lint.analyzer.errors import ShardLintInputError
@@ -186,8 +187,6 @@ def shard_lint_targets(mesh_devices=None):
 def test_a_pinned_output_that_outgrows_its_donated_input_says_the_donation_is_lost(cli, tmp_path):
     """Pinning a donated state output to a larger per-device layout: XLA drops the alias (JAX's own
     compile of the same jit with that out_shardings agrees), and the report says why."""
-    import importlib.util
-
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -198,9 +197,7 @@ def test_a_pinned_output_that_outgrows_its_donated_input_says_the_donation_is_lo
     [lost] = [r for r in t["remaining"] if r.startswith("donation:")]
     assert "w is donated" in lost and "4.0 MiB per device where w is 2.0 MiB" in lost
 
-    spec = importlib.util.spec_from_file_location("_donated", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script_module(str(script))
     mesh, w, x = module.inputs()
     written = jax.jit(module.step, donate_argnums=0).lower(w, x).compile().memory_analysis()
     with pytest.warns(UserWarning, match="donated buffers were not usable"):  # JAX says so too

@@ -5,7 +5,6 @@ to here, with jax.jit: memory_analysis()'s peak, and the collectives of the comp
 state the next step reshards on entry (an output whose compiled sharding is not its input's).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import pytest
 from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 SCRIPT = os.path.join("fixtures", "scripts", "single_move_adam.py")
 # The all-reduce of x @ w1's partial sums is 1 MiB per device: under SL103's default minimum.
@@ -32,10 +32,7 @@ def checking(monkeypatch):
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("_single_move_adam", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "_single_move_adam")
 
 
 

@@ -15,10 +15,8 @@ snapshot equals lint's, and the improvement is XLA's: the layout is compiled her
 its ``compiled.as_text()`` collectives and ``memory_analysis()`` peak are the oracle.
 """
 
-import importlib.util
 import json
 import os
-import sys
 
 import jax
 import pytest
@@ -26,6 +24,7 @@ from conftest import EXAMPLES, FIXTURES
 from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 from jax_shard_lint.passes.common.sharding_text import pspec_text
 
@@ -48,14 +47,7 @@ def _json(cli, *args):
 
 
 def _module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module
+    return script_module(path, name)
 
 
 

@@ -4,9 +4,10 @@ once, a device's memory taken from the spec, and a copy of the settings for othe
 
 import dataclasses
 
-from jax_shard_lint.analyzer.backend.device_selection import platform_label
+from jax_shard_lint.analyzer.backend.device_selection import platform_label, without_device_selection
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms import gpu_targets, resolved_target
+from jax_shard_lint.analyzer.platforms.performance import spec_for_platform
 from jax_shard_lint.analyzer.platforms.presets import PRESETS
 from jax_shard_lint.analyzer.platforms.resolved_target import resolve_spec, with_devices
 
@@ -33,12 +34,15 @@ def test_a_tpu_slice_is_chosen_once_and_its_memory_is_the_chips():
 
 
 def test_the_label_is_the_one_reports_gave_before():
-    """The resolved label and the one made for settings without a resolved target are the same text."""
+    """The resolved label and the one made for settings whose devices the tool does not select (a library
+    caller's) are the same text; so is the step time's device model, the platform's."""
     for platform, devices, topology, hosts in (("cpu", 8, None, 1), ("h100", 8, None, 2), ("tpu-v5e", 8, "2x4", 1)):
         settings = Settings(platform=platform, devices=devices, topology=topology, hosts=hosts)
         spec = resolve_spec(platform, devices, topology, hosts, None)
         target = with_devices(spec, devices, topology, None)
-        assert target.label == platform_label(settings)
+        unselected = without_device_selection(settings)
+        assert target.label == platform_label(unselected)
+        assert target.device_spec == unselected.device_spec() == spec_for_platform(platform)
         resolved = dataclasses.replace(settings, target=target)
         assert resolved.target is target and platform_label(resolved) == target.label
 

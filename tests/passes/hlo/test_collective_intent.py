@@ -4,6 +4,7 @@ Shapes are checked against the arguments' own (global shape and PartitionSpec)."
 import os
 
 from conftest import EXAMPLES, FIXTURES, lint_targets
+from scripts import script_module
 
 
 def targets(cli, path, *args):
@@ -121,16 +122,13 @@ def test_gradient_of_a_weight_sharded_on_its_contracted_dimension_is_a_gradient_
     """w1 P('model', None) is contracted by x @ w1: XLA makes its gradient transposed, (16384, 2048),
     sums it over data and slices it back. That all-reduce (found in XLA's own compiled text, compiled
     here) is the weight's gradient-reduction, not an activation."""
-    import importlib.util
     import re
 
     import jax
 
     script = tmp_path / "contracted_weight_mlp.py"
     script.write_text(CONTRACTED_WEIGHT_MLP)
-    spec = importlib.util.spec_from_file_location("_contracted_weight_mlp", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script_module(str(script))
     text = jax.jit(module.step, donate_argnums=(0,)).lower(*module.arguments()).compile().as_text()
     results = re.findall(r"= (\(.*?\)|f32\[[\d,]+\]\S*) all-reduce\(", text)  # a combined one is a tuple
     xla = {tuple(int(d) for d in dims.split(",")) for r in results for dims in re.findall(r"f32\[([\d,]+)\]", r)}

@@ -2,7 +2,6 @@
 FLOP count and loop trip counts against XLA's own (cost_analysis, known_trip_count,
 the TPU compiler's estimate), and the compute roofline of one large matmul."""
 
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +13,7 @@ import pytest
 from ci_deps import needs
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_targets
 
 from jax_shard_lint.analyzer.platforms.performance import device_spec, known_devices
 from jax_shard_lint.passes.hlo.collectives import inferred_trip_count
@@ -152,10 +152,7 @@ def test_a_parameter_read_through_gathers_counts_at_most_its_own_bytes():
     HBM traffic, so each fusion reads an operand at most whole: at most its operands' and result's bytes as
     XLA's compiled text gives their shapes. Both layouts then do the same work per device, as they do."""
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lcm_grid_search_kernel.py")
-    spec = importlib.util.spec_from_file_location("_lcm_kernel_cost", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    targets = module.shard_lint_targets()
+    targets = script_targets(path)
     bytes_moved = {}
     for name in ("V_on_pref_type", "V_on_wealth"):
         hlo = parse_hlo_module(targets[name].compile().as_text())

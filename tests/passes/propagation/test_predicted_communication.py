@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_targets
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.hlo.collectives import find_collectives
@@ -316,18 +317,7 @@ def test_a_line_alone_does_not_bear_out_a_prediction():
 
 
 def _targets(path, **params):
-    import importlib.util
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    spec = importlib.util.spec_from_file_location(f"_predicted_{os.path.basename(path)[:-3]}", os.path.join(root, path))
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(os.path.join(root, path)))  # a fixture's `from _mesh import ...`
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module.shard_lint_targets(**params)
+    return script_targets(path, **params)
 
 
 @pytest.mark.parametrize("path, target", [

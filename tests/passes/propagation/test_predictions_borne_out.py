@@ -8,15 +8,14 @@ mapped to the mesh's axes through the jax Mesh's device ids), not by the tool's 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
 import os
 import re
-import sys
 
 import jax
 import numpy as np
 import pytest
+from scripts import script_targets
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.passes.hlo.collectives import find_collectives
@@ -129,14 +128,7 @@ def compiled_collectives(hlo_text: str, mesh: jax.sharding.Mesh) -> list[tuple[s
 
 
 def _targets(path: str) -> dict:
-    spec = importlib.util.spec_from_file_location(f"_borne_{os.path.basename(path)[:-3]}", os.path.join(ROOT, path))
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(os.path.join(ROOT, path)))  # a fixture's `from _mesh import ...`
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module.shard_lint_targets(**SMALL.get(path, {}))
+    return script_targets(os.path.join(ROOT, path), **SMALL.get(path, {}))
 
 
 def _mesh_of(lowered) -> jax.sharding.Mesh:

@@ -3,7 +3,6 @@ the suggestion, compiled by XLA, fits the budget and is no slower than the
 written shardings; its Python text pastes into ``jax.jit`` and gives XLA's
 compiled program exactly the suggested shardings."""
 
-import importlib.util
 import inspect
 import itertools
 import json
@@ -17,6 +16,7 @@ from ci_deps import require
 from conftest import EXAMPLES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, target_problem
@@ -173,9 +173,7 @@ def _assert_compiled_as_suggested(compiled, r, mesh):
 
 def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cli):
     [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid")
-    spec = importlib.util.spec_from_file_location("_suggest_value", os.path.join(EXAMPLES, "value_function_step.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script_module(os.path.join(EXAMPLES, "value_function_step.py"))
     lowered = module.shard_lint_targets()["sharded_on_grid"]
     mesh = jax_adapter.lowered_mesh(lowered)
     names = list(inspect.signature(module.bellman_step).parameters)
@@ -199,9 +197,7 @@ def test_a_shard_map_step_text_pastes_and_is_no_slower(cli):
     assert r["text_problem"] is None, r["text_problem"]
     chosen, written = _version(r, r["chosen"]), _version(r, "written")
     assert r["chosen"] == "solver" and chosen["estimated_seconds"] < written["estimated_seconds"]
-    spec = importlib.util.spec_from_file_location("_suggest_shard_map", os.path.join(EXAMPLES, "shard_map_tp_step.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = script_module(os.path.join(EXAMPLES, "shard_map_tp_step.py"))
     lowered = module.shard_lint_targets()["train_step"]
     mesh = jax_adapter.lowered_mesh(lowered)
     params, x, y = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, jax_adapter.arg_info_dtype(a)),

@@ -5,7 +5,6 @@ arguments and a dict of value arrays, and the text that places them pastes. Orac
 program and memory_analysis() of the pasted and the written layouts, compiled here. And the
 single-move baseline: what suggest chooses is never worse than the best single move it compiled."""
 
-import importlib.util
 import json
 import os
 
@@ -16,6 +15,7 @@ from conftest import EXAMPLES
 from hlo_oracle import xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.commands.suggest.moves import single_moves
@@ -38,10 +38,7 @@ def _version(report, name):
 
 
 def _kernel_module():
-    spec = importlib.util.spec_from_file_location("_lcm_kernel", os.path.join(EXAMPLES, "lcm_grid_search_kernel.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(os.path.join(EXAMPLES, "lcm_grid_search_kernel.py"))
 
 
 

@@ -1,0 +1,61 @@
+"""The rewrite pipeline: ``REWRITE``'s stages, from a target's StableHLO and its report to what pinning
+its outputs' shardings changed. The analyzer edits the module (the entry function's result shardings)
+and compiles both versions (analyzer/commands/rewrite.py); the analyses around those steps are these:
+the entry signature, the state round trips (an output returning an input's state: what ``rewrite``
+pins when no sharding is given, and where a donation can be lost), each program's figures, the
+collectives that changed, the costs left, and the verdict. suggest's versions are measured by the
+same figures stage (a version is a rewrite of the program)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jaxlib.mlir import ir
+
+from ..compare.rewrite_diff import collective_changes, program_facts, remaining_costs, verdict
+from ..models.report import Collective, SourceLocation, TargetReport
+from ..models.rewrite import CollectiveChange, ProgramFacts
+from ..stablehlo.module import EntrySignature, read_entry_signature
+from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from .pass_manager import Pipeline
+
+# What the analyzer takes from the stages' answers (rewrite's validation reads the signature's types).
+__all__ = ["EntrySignature", "RoundTrip"]
+
+REWRITE = Pipeline("rewrite", ("entry-signature", "round-trips", "program-figures", "collective-changes",
+                               "remaining-costs", "verdict"))
+
+
+def entry_signature(module: ir.Module) -> EntrySignature:
+    """Stage 1: the entry function's inputs and outputs (shapes, shardings, paths) and its mesh."""
+    return REWRITE.run("entry-signature", read_entry_signature, module)
+
+
+def round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
+    """Stage 2: each output that returns an input's state, with that input."""
+    return REWRITE.run("round-trips", correspond, sig)
+
+
+def changed_round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
+    """Stage 2: the round trips whose output leaves in another layout than its input came in."""
+    return REWRITE.run("round-trips", mismatched, round_trips(sig))
+
+
+def program_figures(report: TargetReport) -> ProgramFacts:
+    """Stage 3: one program's peak, collectives and step time, as the two versions are compared."""
+    return REWRITE.run("program-figures", program_facts, report)
+
+
+def changed_collectives(before: list[Collective], after: list[Collective]) -> list[CollectiveChange]:
+    """Stage 4: the collectives that appear, go or change size between the two programs."""
+    return REWRITE.run("collective-changes", collective_changes, before, after)
+
+
+def costs_left(after: TargetReport, display: Callable[[SourceLocation], str] = str) -> list[str]:
+    """Stage 5: the resharding the rewrite leaves, each with what would remove it."""
+    return REWRITE.run("remaining-costs", remaining_costs, after, display)
+
+
+def rewrite_verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> str:
+    """Stage 6: one sentence on whether the rewrite is better."""
+    return REWRITE.run("verdict", verdict, before, after, remaining)
