@@ -29,7 +29,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL201, SL203
+from ...passes.models.rule_codes import SL201, SL202, SL203
 from ...passes.pipelines.lint import EntrySignature, entry_signature
 from ...passes.rules import RULES, FixKind
 from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
@@ -192,9 +192,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     state_rules = {SL201.code, SL203.code}
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
-    if not wanted and not report.suggested_out_shardings and not any(f.rule in state_rules for f in report.findings):
+    donations = {f.subject: c for f in report.findings if f.rule == SL202.code
+                 for c in [_donation_candidate(f, report.inputs)] if c is not None}
+    if not wanted and not donations and not report.suggested_out_shardings and not any(
+            f.rule in state_rules for f in report.findings):
         return report
-    if not wanted and pin is None:
+    if not wanted and not donations and pin is None:
         return report
     isolation.phase(where, "compiling the findings' fixes to check them")
     inputs = list(report.inputs)
@@ -207,6 +210,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
+    # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
+    # sharding fixes' budget: one candidate per argument SL202 names.
+    planned += list(donations.values())
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
@@ -241,6 +247,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
     findings = list(report.findings)
     for k, f in enumerate(findings):
+        if f.rule == SL202.code and (donation := donations.get(f.subject)) is not None:
+            findings[k] = _donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            continue
         if f.rule == SL203.code and f.subject in moved:
             continue
         candidate = _parameter_candidate(f, list(report.inputs), returned) if f.rule in _PARAMETER_FIXES else None
@@ -285,6 +294,20 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
                              f"is not offered: {_not_offered(pinned)}"]})
     return report.model_copy(update={"findings": findings})
+
+
+def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
+    """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
+    donors = frozenset(t.index for t in inputs if not t.donated and t.path.split("[")[0] == f.subject)
+    return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
+
+
+def _donation_checked(f: Finding, check: FixCheck) -> Finding:
+    """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
+    return f.model_copy(update={"fix_check": check,
+                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
@@ -372,6 +395,10 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
 
     best = min((pin, take), key=score)
     other = take if best is pin else pin
+    # Both candidates change every state value that comes back on another layout at once: their figures are
+    # for all of them together, printed once (on the first finding they cover), not as one finding's gain.
+    together = len({rt.input.index for rt in moved.values()})
+    first: str | None = None
     out = []
     for f in findings:
         if f.rule not in (SL201.code, SL203.code):
@@ -393,11 +420,19 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
             what = (f"shard {_listed(sorted(set(names), key=len))} as {pspec_text(rt.output.sharding)}, the layout "
                     f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
-            what = ("give the state inputs the layouts the step returns them in (in_shardings=, or place them "
-                    "there with jax.device_put)")
+            named = sorted({m.input.path for m in members if m is not None}, key=len)
+            what = (f"give {_listed(named) if named else 'the state inputs'} the layouts the step returns them in "
+                    "(in_shardings=, or place them there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        text = (f"{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
-                f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, {_cost_text(other)})")
+        if first is None:
+            first = f.subject or ""
+            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
+                    f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
+                    f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
+                    f"{_cost_text(other)})")
+        else:
+            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
+                    f"at once; their figures are on the finding for {first})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out
