@@ -9,7 +9,7 @@ per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
 A fix is offered as the fix only when its compile measured it better: less
-traffic or a lower peak, the other not worse beyond the tolerance (_NOISE of
+traffic or a lower peak, the other not worse beyond the tolerance (fix_verdicts.py: _NOISE of
 itself, or _GROWTH of the peak as written). A fix
 measured no change, a trade-off or worse is never printed as the fix: the
 finding keeps what it found and says what was tried and what it cost. SL201 and SL203 are about the
@@ -25,7 +25,6 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
@@ -39,6 +38,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
+from .fix_verdicts import _cost_text, _not_offered, _verdict
 from .parameter_moves import matcher, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
@@ -53,14 +53,6 @@ MAX_CHECKS = 4
 # suggestion (shard the replicated argument) is one where the argument is not state that comes back on
 # another layout (_state_advice decides those).
 _PARAMETER_FIXES = frozenset(code for code, r in RULES.items() if r.traits.fix is FixKind.parameter)
-# Figures within this share of each other are the same (XLA's choices move a few buffers around):
-# the tolerance a fix's other figure may grow by and still be offered as better.
-_NOISE = 0.005
-# A fix that lowers one figure may raise the other by this share of the peak as written and still be
-# better (a table sharded to save 95 MiB that makes a 1 MiB all-reduce).
-_GROWTH = 0.01
-TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that lowers one may raise the other by "
-                  f"{_GROWTH:.0%} of the peak")
 
 
 @dataclass(frozen=True)
@@ -148,36 +140,6 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
     return FixCheck(change=change, verdict=_verdict((base[0], peak), (base[1], traffic)),
                     peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
                     traffic_bytes_after=traffic)
-
-
-def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
-    def change(before: int, after: int) -> int:
-        if abs(after - before) <= _NOISE * max(before, 1):
-            return 0
-        return 1 if after > before else -1
-
-    dp, dt = change(*peak), change(*traffic)
-    # One figure falls, the other grows by no more than the stated tolerance: better.
-    allowed = _GROWTH * max(peak[0], 1)
-    if dp < 0 < dt and traffic[1] - traffic[0] <= allowed or dt < 0 < dp and peak[1] - peak[0] <= allowed:
-        return FixVerdict.better
-    if dp == dt == 0:
-        return FixVerdict.no_change
-    if dp <= 0 and dt <= 0:
-        return FixVerdict.better
-    if dp >= 0 and dt >= 0:
-        return FixVerdict.worse
-    return FixVerdict.trade_off
-
-
-def _cost_text(check: FixCheck) -> str:
-    if check.verdict is FixVerdict.failed:
-        return f"does not compile ({check.error})"
-
-    def signed(n: int) -> str:
-        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
-
-    return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
 
 
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -353,17 +315,6 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     for rt in mismatched(correspond(compiled)):
         out[rt.output.path] = out[rt.input.path] = rt
     return out
-
-
-def _not_offered(check: FixCheck) -> str:
-    """What a fix that was compiled and is not offered was measured to do."""
-    if check.verdict is FixVerdict.failed:
-        return _cost_text(check)
-    if check.verdict is FixVerdict.no_change:
-        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
-    if check.verdict is FixVerdict.trade_off:
-        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
-    return f"costs {_cost_text(check)}"
 
 
 def _returning(c: _Candidate) -> str:
