@@ -9,7 +9,7 @@ per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
 A fix is offered as the fix only when its compile measured it better: less
-traffic or a lower peak, the other not worse beyond the tolerance (_NOISE of
+traffic or a lower peak, the other not worse beyond the tolerance (fix_verdicts.py: _NOISE of
 itself, or _GROWTH of the peak as written). A fix
 measured no change, a trade-off or worse is never printed as the fix: the
 finding keeps what it found and says what was tried and what it cost. SL201 and SL203 are about the
@@ -25,11 +25,10 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL201, SL203
+from ...passes.models.rule_codes import SL201, SL202, SL203
 from ...passes.pipelines.lint import EntrySignature, entry_signature
 from ...passes.rules import RULES, FixKind
 from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
@@ -39,6 +38,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
+from .fix_verdicts import _cost_text, _not_offered, _verdict
 from .parameter_moves import matcher, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
@@ -53,14 +53,6 @@ MAX_CHECKS = 4
 # suggestion (shard the replicated argument) is one where the argument is not state that comes back on
 # another layout (_state_advice decides those).
 _PARAMETER_FIXES = frozenset(code for code, r in RULES.items() if r.traits.fix is FixKind.parameter)
-# Figures within this share of each other are the same (XLA's choices move a few buffers around):
-# the tolerance a fix's other figure may grow by and still be offered as better.
-_NOISE = 0.005
-# A fix that lowers one figure may raise the other by this share of the peak as written and still be
-# better (a table sharded to save 95 MiB that makes a 1 MiB all-reduce).
-_GROWTH = 0.01
-TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that lowers one may raise the other by "
-                  f"{_GROWTH:.0%} of the peak")
 
 
 @dataclass(frozen=True)
@@ -150,36 +142,6 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
                     traffic_bytes_after=traffic)
 
 
-def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
-    def change(before: int, after: int) -> int:
-        if abs(after - before) <= _NOISE * max(before, 1):
-            return 0
-        return 1 if after > before else -1
-
-    dp, dt = change(*peak), change(*traffic)
-    # One figure falls, the other grows by no more than the stated tolerance: better.
-    allowed = _GROWTH * max(peak[0], 1)
-    if dp < 0 < dt and traffic[1] - traffic[0] <= allowed or dt < 0 < dp and peak[1] - peak[0] <= allowed:
-        return FixVerdict.better
-    if dp == dt == 0:
-        return FixVerdict.no_change
-    if dp <= 0 and dt <= 0:
-        return FixVerdict.better
-    if dp >= 0 and dt >= 0:
-        return FixVerdict.worse
-    return FixVerdict.trade_off
-
-
-def _cost_text(check: FixCheck) -> str:
-    if check.verdict is FixVerdict.failed:
-        return f"does not compile ({check.error})"
-
-    def signed(n: int) -> str:
-        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
-
-    return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
-
-
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                 progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step
@@ -192,9 +154,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     state_rules = {SL201.code, SL203.code}
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
-    if not wanted and not report.suggested_out_shardings and not any(f.rule in state_rules for f in report.findings):
+    donations = {f.subject: c for f in report.findings if f.rule == SL202.code
+                 for c in [_donation_candidate(f, report.inputs)] if c is not None}
+    if not wanted and not donations and not report.suggested_out_shardings and not any(
+            f.rule in state_rules for f in report.findings):
         return report
-    if not wanted and pin is None:
+    if not wanted and not donations and pin is None:
         return report
     isolation.phase(where, "compiling the findings' fixes to check them")
     inputs = list(report.inputs)
@@ -207,6 +172,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
+    # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
+    # sharding fixes' budget: one candidate per argument SL202 names.
+    planned += list(donations.values())
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
@@ -241,6 +209,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
     findings = list(report.findings)
     for k, f in enumerate(findings):
+        if f.rule == SL202.code and (donation := donations.get(f.subject)) is not None:
+            findings[k] = _donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            continue
         if f.rule == SL203.code and f.subject in moved:
             continue
         candidate = _parameter_candidate(f, list(report.inputs), returned) if f.rule in _PARAMETER_FIXES else None
@@ -285,6 +256,20 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
                              f"is not offered: {_not_offered(pinned)}"]})
     return report.model_copy(update={"findings": findings})
+
+
+def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
+    """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
+    donors = frozenset(t.index for t in inputs if not t.donated and t.path.split("[")[0] == f.subject)
+    return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
+
+
+def _donation_checked(f: Finding, check: FixCheck) -> Finding:
+    """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
+    return f.model_copy(update={"fix_check": check,
+                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
@@ -332,17 +317,6 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     return out
 
 
-def _not_offered(check: FixCheck) -> str:
-    """What a fix that was compiled and is not offered was measured to do."""
-    if check.verdict is FixVerdict.failed:
-        return _cost_text(check)
-    if check.verdict is FixVerdict.no_change:
-        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
-    if check.verdict is FixVerdict.trade_off:
-        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
-    return f"costs {_cost_text(check)}"
-
-
 def _returning(c: _Candidate) -> str:
     """What a parameter fix does to the state it moves (it was compiled that way): it comes back in the new
     layout, so the next step does not reshard it."""
@@ -372,6 +346,10 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
 
     best = min((pin, take), key=score)
     other = take if best is pin else pin
+    # Both candidates change every state value that comes back on another layout at once: their figures are
+    # for all of them together, printed once (on the first finding they cover), not as one finding's gain.
+    together = len({rt.input.index for rt in moved.values()})
+    first: str | None = None
     out = []
     for f in findings:
         if f.rule not in (SL201.code, SL203.code):
@@ -393,11 +371,19 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
             what = (f"shard {_listed(sorted(set(names), key=len))} as {pspec_text(rt.output.sharding)}, the layout "
                     f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
-            what = ("give the state inputs the layouts the step returns them in (in_shardings=, or place them "
-                    "there with jax.device_put)")
+            named = sorted({m.input.path for m in members if m is not None}, key=len)
+            what = (f"give {_listed(named) if named else 'the state inputs'} the layouts the step returns them in "
+                    "(in_shardings=, or place them there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        text = (f"{what} (checked with every state value alike: {_cost_text(best)}; the other way, "
-                f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, {_cost_text(other)})")
+        if first is None:
+            first = f.subject or ""
+            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
+                    f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
+                    f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
+                    f"{_cost_text(other)})")
+        else:
+            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
+                    f"at once; their figures are on the finding for {first})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out

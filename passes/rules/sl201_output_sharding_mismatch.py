@@ -87,7 +87,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
             f"{format_bytes(floor)}): {shown}{more}",
             ctx.output_source(small[0].output.index),
             fix="pin them with the target's suggested out_shardings= (it pins every state output)",
-            subject=small[0].output.path, count=len(small),
+            subject=small[0].output.path, count=len(small), ops=[rt.output.path for rt in small],
             total_bytes=sum(rt.output.per_device_bytes for rt in small),
         )
 

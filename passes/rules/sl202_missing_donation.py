@@ -76,7 +76,8 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
         leaves = f"{len(pairs)} of its arrays have" if len(pairs) > 1 else f"{first_in.path} has"
         out.emit(
             f"argument {arg} ({base}) is not donated, but {leaves} an output of the same shape, dtype and "
-            f"sharding (e.g. {first_out.path}): donating it saves {format_bytes(saved)} per device",
+            f"sharding (e.g. {first_out.path}): donating it lets those outputs reuse up to "
+            f"{format_bytes(saved)} per device of its buffers",
             ctx.input_source(first_in.index), fix=f"jax.jit(..., donate_argnums=({arg},))", subject=base,
         )
 

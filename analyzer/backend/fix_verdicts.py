@@ -1,0 +1,57 @@
+"""A fix check's verdict and the words that print it: a candidate's figures against the program as
+written, better only within the stated tolerance (fix_checks.py)."""
+
+from __future__ import annotations
+
+from ...passes.common.byte_sizes import format_bytes
+from ...passes.models.fix_check import FixCheck, FixVerdict
+
+# Figures within this share of each other are the same (XLA's choices move a few buffers around):
+# the tolerance a fix's other figure may grow by and still be offered as better.
+_NOISE = 0.005
+# A fix that lowers one figure may raise the other by this share of the peak as written and still be
+# better (a table sharded to save 95 MiB that makes a 1 MiB all-reduce).
+_GROWTH = 0.01
+TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that lowers one may raise the other by "
+                  f"{_GROWTH:.0%} of the peak")
+
+
+def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
+    def change(before: int, after: int) -> int:
+        if abs(after - before) <= _NOISE * max(before, 1):
+            return 0
+        return 1 if after > before else -1
+
+    dp, dt = change(*peak), change(*traffic)
+    # One figure falls, the other grows by no more than the stated tolerance: better.
+    allowed = _GROWTH * max(peak[0], 1)
+    if dp < 0 < dt and traffic[1] - traffic[0] <= allowed or dt < 0 < dp and peak[1] - peak[0] <= allowed:
+        return FixVerdict.better
+    if dp == dt == 0:
+        return FixVerdict.no_change
+    if dp <= 0 and dt <= 0:
+        return FixVerdict.better
+    if dp >= 0 and dt >= 0:
+        return FixVerdict.worse
+    return FixVerdict.trade_off
+
+
+def _cost_text(check: FixCheck) -> str:
+    if check.verdict is FixVerdict.failed:
+        return f"does not compile ({check.error})"
+
+    def signed(n: int) -> str:
+        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
+
+    return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
+
+
+def _not_offered(check: FixCheck) -> str:
+    """What a fix that was compiled and is not offered was measured to do."""
+    if check.verdict is FixVerdict.failed:
+        return _cost_text(check)
+    if check.verdict is FixVerdict.no_change:
+        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    if check.verdict is FixVerdict.trade_off:
+        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
+    return f"costs {_cost_text(check)}"
