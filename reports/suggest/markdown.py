@@ -10,6 +10,7 @@ from .summary import (
     PLAN_HEAD,
     VERSION_HEAD,
     changed_arguments,
+    jit_code,
     logical_rule_lines,
     placement_why,
     plan_rows,
@@ -39,9 +40,8 @@ def render_suggest_markdown(run: SuggestRun) -> str:
         if r.placement_text:
             code = r.placement_text + (f"\njax.jit(step, {r.out_shardings_text})" if r.out_shardings_text else "")
             lines += ["", placement_why(r) + ".", "", *code_block(code)]
-        elif r.in_shardings_text:
-            text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
-            lines += ["", *code_block(f"jax.jit(step, {text})")]
+        elif jit_code(r):
+            lines += ["", *code_block(jit_code(r) or "")]
         if r.logical_rules is not None:
             lines += ["", *(cell(x) for x in logical_rule_lines(r)), "", *code_block(r.logical_rules.rules_text)]
         lines.append("")
