@@ -134,9 +134,10 @@ class SuggestReport(Model):
         "in_shardings with them; in_shardings_text is then null): checked Python that places the inputs on the "
         "suggested shardings (jax.device_put with the in_shardings tuple).")
     abstract_inputs_text: str | None = Field(
-        default=None, description="Checked Python that gives abstract inputs (jax.ShapeDtypeStruct carrying a "
-        "sharding) the suggested shardings, mapping over a variable in_shardings bound to in_shardings_text: jit "
-        "refuses in_shardings that differ from the sharding an argument carries.")
+        default=None, description="Checked Python defining with_shardings, which gives abstract inputs "
+        "(jax.ShapeDtypeStruct carrying a sharding) the suggested shardings, for .lower(*with_shardings(...)); it "
+        "maps over a variable in_shardings bound to in_shardings_text. jit refuses in_shardings that differ from "
+        "the sharding an argument carries.")
     jit_options_text: str | None = Field(
         default=None, description="The program's own jit options to keep in the pasted jax.jit "
         "(donate_argnames=... for the arguments it donates).")

@@ -17,6 +17,7 @@ from .summary import (
     jit_code,
     logical_rule_lines,
     model_note,
+    placement_jit,
     placement_why,
     plan_rows,
     solver_line,
@@ -50,7 +51,7 @@ def render_suggest_html(run: SuggestRun) -> str:
         if r.placement_text:
             text = (f'<p>{e(placement_why(r))}</p>'
                     f'<pre class="fixtext">{e(r.placement_text)}'
-                    f'{chr(10) + "jax.jit(step, " + e(r.out_shardings_text) + ")" if r.out_shardings_text else ""}'
+                    f'{chr(10) + e(placement_jit(r) or "") if placement_jit(r) else ""}'
                     '</pre>')
         elif jit_code(r):
             text = f'<pre class="fixtext">{e(jit_code(r) or "")}</pre>'

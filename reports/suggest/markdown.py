@@ -12,6 +12,7 @@ from .summary import (
     changed_arguments,
     jit_code,
     logical_rule_lines,
+    placement_jit,
     placement_why,
     plan_rows,
     solver_line,
@@ -38,7 +39,7 @@ def render_suggest_markdown(run: SuggestRun) -> str:
             lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
                       for a in changed[:MAX_ROWS]]
         if r.placement_text:
-            code = r.placement_text + (f"\njax.jit(step, {r.out_shardings_text})" if r.out_shardings_text else "")
+            code = r.placement_text + (f"\n{placement_jit(r)}" if placement_jit(r) else "")
             lines += ["", placement_why(r) + ".", "", *code_block(code)]
         elif jit_code(r):
             lines += ["", *code_block(jit_code(r) or "")]

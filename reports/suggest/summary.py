@@ -138,6 +138,12 @@ def jit_code(r: SuggestReport) -> str | None:
     if r.abstract_inputs_text is None:
         return "jax.jit(step, " + ", ".join([r.in_shardings_text, *options]) + ")"
     return "\n".join([r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
-                      "# abstract inputs (jax.ShapeDtypeStruct) must carry these shardings; skip for placed arrays",
+                      "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(<arguments>))",
                       r.abstract_inputs_text,
                       "jax.jit(step, " + ", ".join(["in_shardings=in_shardings", *options]) + ")"])
+
+
+def placement_jit(r: SuggestReport) -> str | None:
+    """The jit after the placement text: out_shardings and the program's own options (its donation)."""
+    options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
+    return "jax.jit(step, " + ", ".join(options) + ")" if options else None

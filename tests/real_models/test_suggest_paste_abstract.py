@@ -45,10 +45,12 @@ def _spec(axes: list[list[str]]) -> P:
 
 
 def _pasted(code: str) -> str:
-    """The script with its jit line replaced by the printed code, indented, lowered as before."""
+    """The script with its jit line replaced by the printed code, indented, and lowered as its comment
+    says: ``.lower(*with_shardings(params, x, y))``."""
     *lines, jit = code.splitlines()
     body = "".join(f"    {line}\n" for line in lines)
-    return SCRIPT.replace(CALL + "\n", body + f'    return {{"step": {jit}.lower(params, x, y)}}\n')
+    lower = ".lower(*with_shardings(params, x, y))" if "with_shardings" in code else ".lower(params, x, y)"
+    return SCRIPT.replace(CALL + "\n", body + f'    return {{"step": {jit}{lower}}}\n')
 
 
 def _code_block(markdown: str) -> str:
@@ -69,6 +71,7 @@ def test_printed_python_pastes_into_a_script_of_sharded_abstract_inputs_and_keep
     code = _code_block(markdown.out)
     assert "donate_argnames=('params',)" in code and "x.sharding" not in code
 
+    assert "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(" in code
     # As it was printed before: one jit line on the inputs as written. jit refuses it.
     old = (f"jax.jit(step, {target['in_shardings_text']}, {target['out_shardings_text']}, "
            f"{target['jit_options_text']})")

@@ -262,7 +262,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     if keywords and placement is not None:
         text_in = None
     # Abstract inputs that carry a sharding (the README's convention) must carry the new one too.
-    rewrap = abstract_inputs_text(t.lowered, t.sig.inputs) if text_in and placement is None else None
+    rewrap = abstract_inputs_text(t.lowered) if text_in and placement is None else None
     if rewrap is not None and check_abstract_inputs(rewrap, text_in, t.lowered, t.sig.inputs,
                                                     [c.suggested for c in args]) is not None:
         rewrap = None

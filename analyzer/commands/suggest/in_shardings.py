@@ -88,9 +88,9 @@ def placement_text(lowered: Any, inputs: tuple[TensorInfo, ...], in_text: str) -
     return f"{target} = jax.device_put(({target}), {shardings})"
 
 
-REWRAP = ("jax.tree.map(lambda sh, sub: jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, "
-          "sharding=a.sharding if sh is None else sh), sub), in_shardings, {args}, "
-          "is_leaf=lambda sh: sh is None or isinstance(sh, NamedSharding))")
+ABSTRACT_INPUTS = ("with_shardings = lambda *args: jax.tree.map(lambda sh, sub: jax.tree.map(lambda a: "
+                   "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding if sh is None else sh), sub), "
+                   "in_shardings, args, is_leaf=lambda sh: sh is None or isinstance(sh, NamedSharding))")
 
 
 def _positional_names(lowered: Any, inputs: tuple[TensorInfo, ...]) -> list[str] | None:
@@ -103,17 +103,15 @@ def _positional_names(lowered: Any, inputs: tuple[TensorInfo, ...]) -> list[str]
     return [names[i] for i in range(count)]
 
 
-def abstract_inputs_text(lowered: Any, inputs: tuple[TensorInfo, ...]) -> str | None:
-    """The line that gives abstract inputs (``jax.ShapeDtypeStruct`` with a sharding, the README's
-    convention) the suggested shardings: jit refuses an ``in_shardings=`` that differs from the
-    sharding an argument carries ("Sharding passed to jit does not match the sharding on the
-    respective arg"). It maps over ``in_shardings`` as jit reads it, a pytree prefix whose
-    ``None`` keeps the argument's own sharding. None where an argument has no name."""
-    names = _positional_names(lowered, inputs)
-    if names is None:
-        return None
-    target = ", ".join(names) + ("," if len(names) == 1 else "")
-    return f"{target} = {REWRAP.format(args='(' + target + ')')}"
+def abstract_inputs_text(lowered: Any) -> str | None:
+    """The helper that gives abstract inputs (``jax.ShapeDtypeStruct`` with a sharding, the README's
+    convention) the suggested shardings, for ``.lower(*with_shardings(params, x))``: jit refuses an
+    ``in_shardings=`` that differs from the sharding an argument carries ("Sharding passed to jit does
+    not match the sharding on the respective arg"). It maps over ``in_shardings`` as jit reads it, a
+    pytree prefix whose ``None`` keeps the argument's own sharding, and names none of the user's
+    variables (a script may lower ``step(params, tok, tgt)`` with ``(params, tok, tok)``). None for
+    keyword arguments, which it does not take."""
+    return None if jax_adapter.has_keyword_arguments(lowered) else ABSTRACT_INPUTS
 
 
 def jit_options_text(lowered: Any, inputs: tuple[TensorInfo, ...]) -> str | None:
@@ -138,8 +136,8 @@ def _leaves(arg: Any) -> list:
 
 def check_abstract_inputs(text: str, in_text: str, lowered: Any, inputs: tuple[TensorInfo, ...],
                           intended: list) -> str | None:
-    """None when the re-wrapping line, run on abstract inputs that carry the written shardings, gives
-    every leaf jit keeps its intended sharding; else what goes wrong."""
+    """None when the helper, applied to abstract inputs that carry the written shardings, gives every
+    leaf jit keeps its intended sharding; else what goes wrong."""
     import jax
 
     namespace = paste_namespace(lowered, inputs)
@@ -147,8 +145,8 @@ def check_abstract_inputs(text: str, in_text: str, lowered: Any, inputs: tuple[T
         return namespace
     try:
         namespace["in_shardings"] = eval(in_text.removeprefix("in_shardings="), namespace)
-        target, expr = text.split(" = ", 1)
-        value = eval(expr, namespace)  # our own text, built above
+        exec(text, namespace)  # our own text, built above
+        value = namespace["with_shardings"](*namespace["_arguments"])
     except Exception as e:  # the text does not run: JAX's own message says why
         return f"{type(e).__name__}: {e}".splitlines()[0]
     kept = jax_adapter.kept_argument_leaves(lowered)
