@@ -214,7 +214,8 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...],
         for leaf in jax.tree_util.tree_leaves(args)
     ]
     bound = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), flat_inputs)
-    namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh}
+    # "_arguments": every argument, named or not, for a check that calls a pasted helper on them all.
+    namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh, "_arguments": bound}
     for i, name in _arg_names(inputs, args_tree, args).items():
         namespace[name] = bound[i]
     return namespace

@@ -133,6 +133,14 @@ class SuggestReport(Model):
         "in_shardings its inputs do not have, and for a target lowered with keyword arguments (jit takes no "
         "in_shardings with them; in_shardings_text is then null): checked Python that places the inputs on the "
         "suggested shardings (jax.device_put with the in_shardings tuple).")
+    abstract_inputs_text: str | None = Field(
+        default=None, description="Checked Python defining with_shardings, which gives abstract inputs "
+        "(jax.ShapeDtypeStruct carrying a sharding) the suggested shardings, for .lower(*with_shardings(...)); it "
+        "maps over a variable in_shardings bound to in_shardings_text. jit refuses in_shardings that differ from "
+        "the sharding an argument carries.")
+    jit_options_text: str | None = Field(
+        default=None, description="The program's own jit options to keep in the pasted jax.jit "
+        "(donate_argnames=... for the arguments it donates).")
     logical_rules: LogicalRuleAdvice | None = Field(
         default=None, description="Where the script names its logical axes (shard_lint_logical_axes): the rules "
         "to change.")

@@ -14,8 +14,10 @@ from ..common.tensor_text import shape_text
 from .summary import (
     PLAN_HEAD,
     VERSION_HEAD,
+    jit_code,
     logical_rule_lines,
     model_note,
+    placement_jit,
     placement_why,
     plan_rows,
     solver_line,
@@ -49,11 +51,11 @@ def render_suggest_html(run: SuggestRun) -> str:
         if r.placement_text:
             text = (f'<p>{e(placement_why(r))}</p>'
                     f'<pre class="fixtext">{e(r.placement_text)}'
-                    f'{chr(10) + "jax.jit(step, " + e(r.out_shardings_text) + ")" if r.out_shardings_text else ""}'
+                    f'{chr(10) + e(placement_jit(r) or "") if placement_jit(r) else ""}'
                     '</pre>')
-        elif r.in_shardings_text:
-            text = (f'<pre class="fixtext">jax.jit(step, {e(r.in_shardings_text)}'
-                    f'{", " + e(r.out_shardings_text) if r.out_shardings_text else ""})</pre>')
+        elif jit_code(r):
+            text = f'<pre class="fixtext">{e(jit_code(r) or "")}</pre>'
+
         elif r.text_problem:
             text = f'<p class="muted">no Python text: {e(r.text_problem)}</p>'
         if r.logical_rules is not None:

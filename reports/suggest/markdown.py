@@ -10,7 +10,9 @@ from .summary import (
     PLAN_HEAD,
     VERSION_HEAD,
     changed_arguments,
+    jit_code,
     logical_rule_lines,
+    placement_jit,
     placement_why,
     plan_rows,
     solver_line,
@@ -37,11 +39,10 @@ def render_suggest_markdown(run: SuggestRun) -> str:
             lines += [f"| {cell(a.path)} | {cell(pspec_text(a.current))} | {cell(pspec_text(a.suggested))} |"
                       for a in changed[:MAX_ROWS]]
         if r.placement_text:
-            code = r.placement_text + (f"\njax.jit(step, {r.out_shardings_text})" if r.out_shardings_text else "")
+            code = r.placement_text + (f"\n{placement_jit(r)}" if placement_jit(r) else "")
             lines += ["", placement_why(r) + ".", "", *code_block(code)]
-        elif r.in_shardings_text:
-            text = r.in_shardings_text + (", " + r.out_shardings_text if r.out_shardings_text else "")
-            lines += ["", *code_block(f"jax.jit(step, {text})")]
+        elif jit_code(r):
+            lines += ["", *code_block(jit_code(r) or "")]
         if r.logical_rules is not None:
             lines += ["", *(cell(x) for x in logical_rule_lines(r)), "", *code_block(r.logical_rules.rules_text)]
         lines.append("")

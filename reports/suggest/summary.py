@@ -126,3 +126,24 @@ def placement_why(r: SuggestReport) -> str:
         return "keyword arguments: jit takes no in_shardings with them; place the inputs on these and jit keeps " \
                "their shardings"
     return "Explicit axes: place the inputs on these (jit refuses in_shardings they do not have)"
+
+
+def jit_code(r: SuggestReport) -> str | None:
+    """The Python to paste for the in_shardings/out_shardings case: the in_shardings bound to a name,
+    the line that gives abstract inputs carrying a sharding the new ones (where it checked), then the
+    jit with the program's own options (its donation) kept. None where the text places the inputs."""
+    if r.placement_text or not r.in_shardings_text:
+        return None
+    options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
+    if r.abstract_inputs_text is None:
+        return "jax.jit(step, " + ", ".join([r.in_shardings_text, *options]) + ")"
+    return "\n".join([r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
+                      "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(<arguments>))",
+                      r.abstract_inputs_text,
+                      "jax.jit(step, " + ", ".join(["in_shardings=in_shardings", *options]) + ")"])
+
+
+def placement_jit(r: SuggestReport) -> str | None:
+    """The jit after the placement text: out_shardings and the program's own options (its donation)."""
+    options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
+    return "jax.jit(step, " + ", ".join(options) + ")" if options else None

@@ -16,8 +16,10 @@ from .summary import (
     MAX_ROWS,
     VERSION_HEAD,
     changed_arguments,
+    jit_code,
     logical_rule_lines,
     model_note,
+    placement_jit,
     placement_why,
     solver_line,
     version_cells,
@@ -63,12 +65,12 @@ def render_suggest_terminal(run: SuggestRun, console: Console) -> None:
         if code.placement_text:
             console.print(Text.assemble((f"Python ({placement_why(code)}): ", "bold green"),
                                         code_text(code.placement_text)))
-            if code.out_shardings_text:
-                console.print(Text.assemble(("then: ", "bold green"),
-                                            code_text(f"jax.jit(step, {code.out_shardings_text})")))
-        elif code.in_shardings_text:
-            text = code.in_shardings_text + (", " + code.out_shardings_text if code.out_shardings_text else "")
-            console.print(Text.assemble(("Python: ", "bold green"), code_text(f"jax.jit(step, {text})")))
+            if placement_jit(code):
+                console.print(Text.assemble(("then: ", "bold green"), code_text(placement_jit(code) or "")))
+        elif jit_code(code):
+            console.print(Text("Python:", style="bold green"))
+            for line in (jit_code(code) or "").splitlines():  # code_text shows a newline as \x0a
+                console.print(Text(code_text(line)), soft_wrap=True)  # not folded: a folded comment would run
         if code.logical_rules is not None:
             for line in logical_rule_lines(r):
                 console.print(line)

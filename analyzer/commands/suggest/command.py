@@ -40,6 +40,7 @@ from ...executors.checked_in_tasks import Spread
 from ...platforms.performance import device_spec
 from ...supervision import isolation
 from .fixed import declared_fixed
+from .in_shardings import abstract_inputs_text, check_abstract_inputs, jit_options_text
 from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
@@ -260,6 +261,11 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         keywords or _explicit_axes(t.lowered)) else None
     if keywords and placement is not None:
         text_in = None
+    # Abstract inputs that carry a sharding (the README's convention) must carry the new one too.
+    rewrap = abstract_inputs_text(t.lowered) if text_in and placement is None else None
+    if rewrap is not None and check_abstract_inputs(rewrap, text_in, t.lowered, t.sig.inputs,
+                                                    [c.suggested for c in args]) is not None:
+        rewrap = None
     advice = rule_advice(args, *logical) if logical is not None else None
     if solution.method == "local search":
         notes.append(f"{problem.size:,} variables: above the ILP's limit, a local search chose (no bound)")
@@ -275,6 +281,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         arguments=args, results=results,
         solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, checks),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
+        abstract_inputs_text=rewrap, jit_options_text=jit_options_text(t.lowered, t.sig.inputs),
         logical_rules=advice, text_problem=text_problem,
         verdict=verdict(versions, best, budget), notes=notes,
     )

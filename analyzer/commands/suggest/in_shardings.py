@@ -88,6 +88,76 @@ def placement_text(lowered: Any, inputs: tuple[TensorInfo, ...], in_text: str) -
     return f"{target} = jax.device_put(({target}), {shardings})"
 
 
+ABSTRACT_INPUTS = ("with_shardings = lambda *args: jax.tree.map(lambda sh, sub: jax.tree.map(lambda a: "
+                   "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding if sh is None else sh), sub), "
+                   "in_shardings, args, is_leaf=lambda sh: sh is None or isinstance(sh, NamedSharding))")
+
+
+def _positional_names(lowered: Any, inputs: tuple[TensorInfo, ...]) -> list[str] | None:
+    args = jax_adapter.call_arguments(lowered)
+    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
+    names = _arg_names(inputs, tree, args)
+    count = len(list(tree.children(args)))
+    if count == 0 or any(i not in names for i in range(count)):
+        return None
+    return [names[i] for i in range(count)]
+
+
+def abstract_inputs_text(lowered: Any) -> str | None:
+    """The helper that gives abstract inputs (``jax.ShapeDtypeStruct`` with a sharding, the README's
+    convention) the suggested shardings, for ``.lower(*with_shardings(params, x))``: jit refuses an
+    ``in_shardings=`` that differs from the sharding an argument carries ("Sharding passed to jit does
+    not match the sharding on the respective arg"). It maps over ``in_shardings`` as jit reads it, a
+    pytree prefix whose ``None`` keeps the argument's own sharding, and names none of the user's
+    variables (a script may lower ``step(params, tok, tgt)`` with ``(params, tok, tok)``). None for
+    keyword arguments, which it does not take."""
+    return None if jax_adapter.has_keyword_arguments(lowered) else ABSTRACT_INPUTS
+
+
+def jit_options_text(lowered: Any, inputs: tuple[TensorInfo, ...]) -> str | None:
+    """The user's donation, kept in the pasted ``jax.jit``: ``donate_argnames=`` by the arguments'
+    own names, which jit resolves through the signature (so static arguments, which the lowered
+    program does not hold, do not shift it). None where nothing is donated or a name is missing."""
+    args = jax_adapter.call_arguments(lowered)
+    names = _positional_names(lowered, inputs)
+    donated = [all(getattr(leaf, "donated", False) for leaf in _leaves(arg)) and bool(_leaves(arg))
+               for arg in args]
+    if not any(donated) or names is None or jax_adapter.has_keyword_arguments(lowered):
+        return None
+    chosen = [n for n, d in zip(names, donated) if d]
+    return "donate_argnames=(" + ", ".join(repr(n) for n in chosen) + ("," if len(chosen) == 1 else "") + ")"
+
+
+def _leaves(arg: Any) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(arg)
+
+
+def check_abstract_inputs(text: str, in_text: str, lowered: Any, inputs: tuple[TensorInfo, ...],
+                          intended: list) -> str | None:
+    """None when the helper, applied to abstract inputs that carry the written shardings, gives every
+    leaf jit keeps its intended sharding; else what goes wrong."""
+    import jax
+
+    namespace = paste_namespace(lowered, inputs)
+    if isinstance(namespace, str):
+        return namespace
+    try:
+        namespace["in_shardings"] = eval(in_text.removeprefix("in_shardings="), namespace)
+        exec(text, namespace)  # our own text, built above
+        value = namespace["with_shardings"](*namespace["_arguments"])
+    except Exception as e:  # the text does not run: JAX's own message says why
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    kept = jax_adapter.kept_argument_leaves(lowered)
+    flat = [s for k, s in enumerate(jax.tree_util.tree_leaves(value)) if kept is None or k in kept]
+    for i, (got, want) in enumerate(zip(flat, intended)):
+        axes = None if got.sharding is None else jax_adapter.sharding_axes(got.sharding, len(inputs[i].shape))
+        if normalized(axes, len(inputs[i].shape)) != normalized(want, len(inputs[i].shape)):
+            return f"{inputs[i].path} would carry {axes}, not {want}"
+    return None
+
+
 def check_text(text: str, lowered: Any, inputs: tuple[TensorInfo, ...], intended: list) -> str | None:
     """None when pasting ``text`` into ``jax.jit`` gives every argument its intended
     sharding; else what goes wrong."""

@@ -234,6 +234,7 @@ def test_equinox_optax_step_text_checks(cli):
     assert r["text_problem"] is None, r["text_problem"]
     # optax's ScaleByAdamState has no literal spelling: it is written as a map over key paths.
     assert "jax.tree_util.tree_map_with_path" in r["in_shardings_text"]
+    assert r["abstract_inputs_text"], "the with_shardings helper checked on an optax state and an Equinox module"
     assert _version(r, r["chosen"])["estimated_seconds"] <= _version(r, "written")["estimated_seconds"]
 
 
@@ -300,6 +301,7 @@ def test_a_leaf_jit_prunes_keeps_its_place_in_the_pasted_text(cli):
     [r] = _suggest(cli, MAXTEXT, *SMALL_MAXTEXT)
     assert r["text_problem"] is None, r["text_problem"]
     assert not any("targets_position" in a["path"] for a in r["arguments"])  # pruned: not a module argument
+    assert r["abstract_inputs_text"], "the with_shardings helper checked with a pruned leaf"
     assert r["in_shardings_text"].startswith("in_shardings=(")
 
 
