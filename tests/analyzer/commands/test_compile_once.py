@@ -68,7 +68,10 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     # SL203's second choice and the solver fixes' move 0: both announced, one compile between them.
     second = "params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P('fsdp')"
     assert second in result.err and "-> P('fsdp') (returned in that layout) (move 0)" in result.err
-    assert len(compiled) == 6
+    # Six sharding candidates, and the two SL202 donations (params, opt_state) compiled as candidates of their own.
+    assert "compiled jax.jit(..., donate_argnums=(0,))" in result.err
+    assert "compiled jax.jit(..., donate_argnums=(1,))" in result.err
+    assert len(compiled) == 6 + 2
     [target] = json.loads(result.out)["targets"]
     checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
     assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
