@@ -15,6 +15,7 @@ parameter, as ``collective_origin.entry_parameter`` does.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -116,27 +117,37 @@ def _gathered_contracting(module: HloModule, gather: HloInstruction, t: TensorIn
     gather rebuilds the whole parameter (its global shape) and one matmul reads it; None otherwise."""
     if _dims_of(gather.shape) != tuple(t.shape):
         return None
-    todo, seen = [gather], {gather.name}
+    # Only through ops that keep the dimensions' order: a transposed operand's contracted dimension is
+    # another of the parameter's (a square weight would not tell them apart).
+    keeps_order = lambda user: user.opcode in _KEEPS_ORDER or (  # noqa: E731
+        user.opcode == "fusion" and len(user.operands) == 1
+        and {i.opcode for i in _fusion_body(module, user)} <= _KEEPS_ORDER | {"parameter"})
+    for current, user in _users_breadth_first(gather, users, keeps_order):
+        fusion = user if user.opcode == "fusion" else None
+        for dot in _matmuls_in(module, user):
+            for position, operand in enumerate(dot.operands[:2]):
+                operand_ins = module.instruction(operand)
+                dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
+                contracting = _contracting(dot, position)
+                if _outer_operand(module, fusion, operand) == current.name and dims and contracting:
+                    return _weight_dims(t, tuple(t.shape), dims, contracting)
+    return None
+
+
+def _users_breadth_first(start: HloInstruction, users: dict[str, list[HloInstruction]],
+                         through: Callable[[HloInstruction], bool]) -> Iterator[tuple[HloInstruction, HloInstruction]]:
+    """(the instruction reached from, a user of it), breadth first from ``start``, each user once, going on
+    through the users ``through`` accepts (after the caller has looked at them), within _MAX_VISITS."""
+    todo, seen = [start], {start.name}
     while todo and len(seen) < _MAX_VISITS:
         current = todo.pop(0)
         for user in users.get(current.name, ()):
             if user.name in seen:
                 continue
             seen.add(user.name)
-            fusion = user if user.opcode == "fusion" else None
-            for dot in _matmuls_in(module, user):
-                for position, operand in enumerate(dot.operands[:2]):
-                    operand_ins = module.instruction(operand)
-                    dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
-                    contracting = _contracting(dot, position)
-                    if _outer_operand(module, fusion, operand) == current.name and dims and contracting:
-                        return _weight_dims(t, tuple(t.shape), dims, contracting)
-            # Only ops that keep the dimensions' order: a transposed operand's contracted dimension is
-            # another of the parameter's (a square weight would not tell them apart).
-            if user.opcode in _KEEPS_ORDER or (user.opcode == "fusion" and len(user.operands) == 1 and {
-                    i.opcode for i in _fusion_body(module, user)} <= _KEEPS_ORDER | {"parameter"}):
+            yield current, user
+            if through(user):
                 todo.append(user)
-    return None
 
 
 def _weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
@@ -243,19 +254,13 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
             producer = module.instruction(producer.operands[0])
     # The matmul the collective's result feeds (forward pass first: a backward matmul by the
     # same weight names it too).
-    todo, seen = [ins], {ins.name}
-    while todo and len(seen) < _MAX_VISITS:
-        current = todo.pop(0)
-        for user in users.get(current.name, ()):
-            if user.name in seen:
-                continue
-            seen.add(user.name)
-            if _matmuls_in(module, user):
-                found = _weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)
-                if found is not None:
-                    return found
-            elif user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1):
-                todo.append(user)
+    passes_on = lambda user: not _matmuls_in(module, user) and (  # noqa: E731
+        user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1))
+    for current, user in _users_breadth_first(ins, users, passes_on):
+        if _matmuls_in(module, user):
+            found = _weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)
+            if found is not None:
+                return found
     return None
 
 
