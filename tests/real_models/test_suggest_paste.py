@@ -26,6 +26,18 @@ def _spec(axes: list[list[str]]) -> P:
 
 
 @pytest.mark.slow
+def assert_compiled_shardings_are_suggested(compiled, target: dict, mesh) -> None:
+    """XLA's input and output shardings of ``compiled`` are the ones suggest's report ``target`` suggests."""
+    for got, arg in zip(jax.tree.leaves(compiled.input_shardings[0]), target["arguments"]):
+        want = NamedSharding(mesh, _spec(arg["suggested"]))
+        assert got.is_equivalent_to(want, len(arg["shape"])), (arg["path"], got, want)
+    outputs = jax.tree.leaves(compiled.output_shardings)
+    assert len(outputs) == len(target["results"])
+    for got, res in zip(outputs, target["results"]):
+        want = NamedSharding(mesh, _spec(res["suggested"]))
+        assert got.is_equivalent_to(want, len(res["shape"])), (res["path"], got, want)
+
+
 def test_suggested_in_and_out_shardings_paste_lower_and_compile_on_unsharded_inputs(cli):
     require("optax", "optax is not installed (the [test] extra)")
     result = cli("suggest", SCRIPT, "--set", "batch=16", "--set", "seq=64", "--format", "json", "-q", "--no-cache")
@@ -44,11 +56,4 @@ def test_suggested_in_and_out_shardings_paste_lower_and_compile_on_unsharded_inp
     out_shardings = eval(text_out.removeprefix("out_shardings="), namespace)
     compiled = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, **options).lower(*bare).compile()
 
-    for got, arg in zip(jax.tree.leaves(compiled.input_shardings[0]), target["arguments"]):
-        want = NamedSharding(mesh, _spec(arg["suggested"]))
-        assert got.is_equivalent_to(want, len(arg["shape"])), (arg["path"], got, want)
-    outputs = jax.tree.leaves(compiled.output_shardings)
-    assert len(outputs) == len(target["results"])
-    for got, res in zip(outputs, target["results"]):
-        want = NamedSharding(mesh, _spec(res["suggested"]))
-        assert got.is_equivalent_to(want, len(res["shape"])), (res["path"], got, want)
+    assert_compiled_shardings_are_suggested(compiled, target, mesh)

@@ -13,8 +13,7 @@ import json
 
 import jax
 import pytest
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from test_suggest_paste import assert_compiled_shardings_are_suggested
 
 SCRIPT = '''
 import jax, jax.numpy as jnp
@@ -38,10 +37,6 @@ def shard_lint_targets(mesh_devices=None):
     return {"step": jax.jit(step, donate_argnums=(0,)).lower(params, x, y)}
 '''
 CALL = '    return {"step": jax.jit(step, donate_argnums=(0,)).lower(params, x, y)}'
-
-
-def _spec(axes: list[list[str]]) -> P:
-    return P(*[None if not a else a[0] if len(a) == 1 else tuple(a) for a in axes])
 
 
 def _pasted(code: str) -> str:
@@ -90,14 +85,7 @@ def test_printed_python_pastes_into_a_script_of_sharded_abstract_inputs_and_keep
     assert donated == [True, True, False, False]  # params' two leaves, as the script donates them
     compiled = lowered.compile()
     mesh = jax.tree.leaves(compiled.input_shardings[0])[0].mesh
-    for got, arg in zip(jax.tree.leaves(compiled.input_shardings[0]), target["arguments"]):
-        want = NamedSharding(mesh, _spec(arg["suggested"]))
-        assert got.is_equivalent_to(want, len(arg["shape"])), (arg["path"], got, want)
-    outputs = jax.tree.leaves(compiled.output_shardings)
-    assert len(outputs) == len(target["results"])
-    for got, res in zip(outputs, target["results"]):
-        want = NamedSharding(mesh, _spec(res["suggested"]))
-        assert got.is_equivalent_to(want, len(res["shape"])), (res["path"], got, want)
+    assert_compiled_shardings_are_suggested(compiled, target, mesh)
     memory = compiled.memory_analysis()
     chosen = next(v for v in target["versions"] if v["name"] == target["chosen"])
     assert memory.alias_size_in_bytes > 0  # the donated params' buffers are reused for the new params
