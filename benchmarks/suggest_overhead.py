@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from lint_overhead import _tool_path  # the same layout of a checkout to import from (a benchmark beside it)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["examples/models/optax_adamw_mlp.py", "examples/models/equinox_mlp.py", "examples/models/penzai_llama.py"]
 
@@ -54,13 +56,6 @@ def _measure(kind: str, script: str, params: dict[str, str], devices: int) -> di
             raise SystemExit(f"suggest exited {code}")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"seconds": time.perf_counter() - t0, "cpu": usage.ru_utime + usage.ru_stime}
-
-
-def _tool_path(root: str, folder: str) -> str:
-    link = os.path.join(folder, "jax_shard_lint")
-    if not os.path.lexists(link):
-        os.symlink(os.path.abspath(root), link)
-    return folder
 
 
 def _run_once(kind: str, script: str, params: dict[str, str], devices: int, root: str,
