@@ -1,0 +1,142 @@
+"""collective_parameter: which argument a compiled collective belongs to (the input it moves, the weight of
+the matmul whose partial sums it adds, or of the matmul its result feeds) and the weight's dimensions that
+matmul contracts. Read on XLA's stored compiled texts (no compile); the oracle is the text itself, read
+with the regular expressions of tests/stored_hlo.py: the argument's number is the ``parameter(N)`` JAX's
+metadata names, the contracted dimensions the dot's own ``lhs_/rhs_contracting_dims``."""
+
+import re
+
+import pytest
+from stored_hlo import (
+    DATA_MODEL,
+    computations,
+    dims,
+    instructions,
+    meaning_inputs,
+    meaning_text,
+    parameter_number,
+    releases,
+)
+
+from jax_shard_lint.passes.hlo.collective_parameter import (
+    ParameterRole,
+    axis_size,
+    collective_parameters,
+    local_dims,
+)
+from jax_shard_lint.passes.hlo.collectives import find_collectives
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+
+RELEASES = releases()
+
+
+def _parameters(release, name):
+    text = meaning_text(release, name)
+    module = parse_hlo_module(text)
+    collectives = find_collectives(module, DATA_MODEL).collectives
+    found = collective_parameters(module, collectives, meaning_inputs(release, name), DATA_MODEL)
+    return text, {c.kind: (c, found.get(c.hlo_name)) for c in collectives}
+
+
+def _dot_reading(text, value):
+    """(operand position, contracting dims) of the dot that reads ``value`` of the entry: a dot of the
+    entry, or one inside the fusion it is an operand of (through the body's parameter(k))."""
+    comps = computations(text)
+    for _, opcode, operands, rest in instructions(comps["ENTRY"]).values():
+        if value not in operands:
+            continue
+        if opcode == "dot":
+            reader, body_name = rest, value
+            position = operands.index(value)
+        elif opcode == "fusion":
+            k = operands.index(value)
+            body = instructions(comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+            [param] = [m.group(1) for line in comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)]
+                       if (m := re.match(rf"^\s*%([\w.\-]+) = .* parameter\({k}\)", line))]
+            dots = [(ops, r) for _, op, ops, r in body.values() if op == "dot" and param in ops]
+            if not dots:
+                continue
+            [(ops, reader)] = dots
+            position, body_name = ops.index(param), param
+        else:
+            continue
+        side = "lhs" if position == 0 else "rhs"
+        contracting = tuple(int(d) for d in re.search(rf"{side}_contracting_dims=\{{([\d,]*)\}}", reader).group(1)
+                            .split(","))
+        return position, contracting, body_name
+    return None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("program, position", [("weight_on_the_right", 1), ("weight_on_the_left", 0)])
+def test_a_weight_gathered_whole_names_the_dimension_its_matmul_contracts(release, program, position):
+    """w P('data', None) gathered whole (f32[256,128], its global shape) and read by one dot, as its rhs
+    (x @ w) or its lhs (dot_general(w, x) contracting w's first dimension): the parameter is w, the
+    gather's operand, and its contracted dimension the dot's, on either side."""
+    text, found = _parameters(release, program)
+    c, p = found["all-gather"]
+    entry = instructions(computations(text)["ENTRY"])
+    [gather] = [n for n, (_, op, _, _) in entry.items() if op == "all-gather"]
+    assert dims(entry[gather][0]) == (256, 128) and entry[gather][2] == [
+        n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="w"' in r]
+    read_at, contracting, _ = _dot_reading(text, gather)
+    assert read_at == position  # the program reads w on that side of its dot
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "w"), ParameterRole.operand, contracting)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gathered_input_that_no_matmul_reads_as_it_is_has_no_contracted_dimension(release):
+    """x P('data', None) gathered whole and put through tanh before its dot: the gather moves x (its
+    operand is x's parameter), and no dot reads the gathered x itself, so no dimension is named."""
+    text, found = _parameters(release, "gathered_activation")
+    c, p = found["all-gather"]
+    assert _dot_reading(text, c.hlo_name) is None
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "x"), ParameterRole.operand, None)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_partial_sums_name_the_weight_of_their_matmul_and_its_contracted_dimension(release):
+    """x P(None, 'model') @ w P('model', None): each device multiplies its halves and XLA all-reduces the
+    partial sums over model. They are w's (the larger operand of the dot that makes them), and w's
+    per-device shape is the dot's operand as it is, so the contracted dimension is the dot's own."""
+    text, found = _parameters(release, "row_parallel")
+    c, p = found["all-reduce"]
+    entry = instructions(computations(text)["ENTRY"])
+    [producer] = entry[c.hlo_name][2]
+    w = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="w"' in r][0]
+    position, contracting, _ = _dot_reading(text, w)
+    assert producer in [n for n, (_, _, ops, _) in entry.items() if w in ops]  # the dot's fusion is summed
+    assert dims(entry[w][0]) == (128, 64) and position == 1
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "w"), ParameterRole.partial_sums,
+                                                contracting)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gather_from_a_sharded_table_names_the_table_and_the_dimension_it_indexes(release):
+    """table[ids] with table P('data', None): XLA gathers from each device's rows, masks and all-reduces.
+    The reduction reads the table (its number in the text) along dimension 0, the gather's
+    start_index_map and the table's sharded dimension."""
+    text, found = _parameters(release, "looks_up_rows")
+    c, p = found["all-reduce"]
+    maps = {m for body in computations(text).values() for line in body
+            for m in re.findall(r" gather\(.*start_index_map=\{([\d,]*)\}", line)}
+    assert maps == {"0"}
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "table"), ParameterRole.read, (0,))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_fsdp_train_steps_gather_is_its_weights(release):
+    """The FSDP train step: w's gather is w's, with the dimension its forward dot contracts."""
+    text, found = _parameters(release, "fsdp_train_step")
+    c, p = found["all-gather"]
+    assert (p.index, p.role) == (parameter_number(text, "w"), ParameterRole.operand)
+
+
+def test_local_dims_divide_by_every_axis_a_dimension_is_on():
+    from jax_shard_lint.passes.models.report import TensorInfo
+
+    t = TensorInfo(index=0, path="w", shape=[10, 64, 7], dtype="f32", sharding=[["data", "model"], ["model"]],
+                   bytes=0, per_device_bytes=0)
+    # ceil(10 / 8), 64 / 2, 7 unsharded (the spec is shorter than the rank)
+    assert local_dims(t, {"data": 4, "model": 2}) == (2, 32, 7)
+    assert axis_size("data:(2)2", {"data": 4}) == 2 and axis_size("model", {"data": 4}) == 1

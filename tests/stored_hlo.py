@@ -1,0 +1,112 @@
+"""XLA's compiled texts stored in fixtures, read as text (no compile), and the facts the collective-meaning
+tests take from them with regular expressions of their own (never the tool's parser): an instruction's
+line, its operands and users, the entry parameters with the paths JAX's metadata gives them.
+
+fixtures/hlo/meaning/jax-X.Y/ holds small CPU programs on a (data 4, model 2) mesh
+(fixtures/generate_meaning_texts.py); fixtures/compiled/jax-X.Y/ the TPU and GPU steps
+(fixtures/generate_compiled_texts.py). Every stored release is read on every JAX the suite runs on."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import re
+from math import prod
+
+from conftest import FIXTURES
+
+from jax_shard_lint.passes.common.device_groups import MeshInfo
+from jax_shard_lint.passes.models.report import TensorInfo
+
+MEANING = os.path.join(FIXTURES, "hlo", "meaning")
+COMPILED = os.path.join(FIXTURES, "compiled")
+DATA_MODEL = MeshInfo((("data", 4), ("model", 2)))
+_WIDTH = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "f16": 2, "pred": 1}
+LINE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?(?:\{[^}]*\})?) ([\w\-]+)\((.*?)\)(.*)$")
+_PARAMETER = re.compile(r"^\s*%[\w.\-]+ = (\w+)\[([\d,]*)\]\S* parameter\((\d+)\).*?op_name=\"((?:[^\"\\]|\\.)*)\"")
+
+
+def releases(folder: str = MEANING) -> list[str]:
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "jax-*")))
+
+
+def meaning_text(release: str, name: str) -> str:
+    with open(os.path.join(MEANING, release, f"{name}.hlo"), encoding="utf-8") as f:
+        return f.read()
+
+
+def compiled_text(release: str, name: str) -> str:
+    with gzip.open(os.path.join(COMPILED, release, f"{name}.hlo.gz"), "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+def computations(text: str) -> dict[str, list[str]]:
+    """computation name -> its instruction lines; the entry's is also under 'ENTRY'."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY )?%([\w.\-]+) .*\{\s*$", line)
+        if m:
+            current = out.setdefault(m.group(2), [])
+            if m.group(1):
+                out["ENTRY"] = current
+        elif current is not None and LINE.match(line):
+            current.append(line)
+    return out
+
+
+def instructions(lines: list[str]) -> dict[str, tuple[str, str, list[str], str]]:
+    """name -> (shape, opcode, operand names, the rest of the line)."""
+    out = {}
+    for line in lines:
+        name, shape, opcode, operands, rest = LINE.match(line).groups()
+        out[name] = (shape, opcode, re.findall(r"%([\w.\-]+)", operands), rest)
+    return out
+
+
+def dims(shape: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in re.match(r"\w+\[([\d,]*)\]", shape).group(1).split(",") if d)
+
+
+def entry_inputs(text: str, mesh: MeshInfo, specs: dict[str, tuple[tuple[str, ...], ...]]) -> tuple[TensorInfo, ...]:
+    """The entry parameters as the analysis gets them: number, path (JAX's op_name), global shape (the
+    per-device shape the text prints times the mesh axes of the PartitionSpec the program states,
+    ``specs`` by path; an unstated one is replicated)."""
+    sizes = dict(mesh.axes)
+    out = []
+    for line in computations(text)["ENTRY"]:
+        m = _PARAMETER.match(line)
+        if not m:
+            continue
+        dtype, local, number, path = m.groups()
+        path = path.replace("\\'", "'")
+        local_dims = [int(d) for d in local.split(",") if d]
+        spec = list(specs.get(path, ())) + [()] * (len(local_dims) - len(specs.get(path, ())))
+        shape = [n * prod(sizes[a] for a in axes) for n, axes in zip(local_dims, spec)]
+        out.append(TensorInfo(index=int(number), path=path, shape=shape, dtype=dtype,
+                              sharding=[list(a) for a in spec], bytes=prod(shape) * _WIDTH[dtype],
+                              per_device_bytes=prod(local_dims) * _WIDTH[dtype]))
+    return tuple(sorted(out, key=lambda t: t.index))
+
+
+# The PartitionSpecs fixtures/generate_meaning_texts.py gives each program's arguments.
+MEANING_SPECS = {
+    "weight_on_the_right": {"w": (("data",), ()), "x": (("data",), ())},
+    "weight_on_the_left": {"w": (("data",), ()), "x": (("data",), ())},
+    "row_parallel": {"w": (("model",), ()), "x": ((), ("model",))},
+    "gathered_activation": {"w": ((), ("model",)), "x": (("data",), ())},
+    "looks_up_rows": {"table": (("data",), ())},
+    "fsdp_train_step": {"w": (("data",), ()), "x": (("data",), ())},
+}
+
+
+def meaning_inputs(release: str, name: str) -> tuple[TensorInfo, ...]:
+    return entry_inputs(meaning_text(release, name), DATA_MODEL, MEANING_SPECS[name])
+
+
+def parameter_number(text: str, path: str) -> int:
+    """The entry parameter JAX's metadata names ``path``."""
+    [number] = [int(m.group(3)) for line in computations(text)["ENTRY"] if (m := _PARAMETER.match(line))
+                and m.group(4).replace("\\'", "'") == path]
+    return number
