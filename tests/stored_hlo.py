@@ -23,7 +23,7 @@ MEANING = os.path.join(FIXTURES, "hlo", "meaning")
 COMPILED = os.path.join(FIXTURES, "compiled")
 DATA_MODEL = MeshInfo((("data", 4), ("model", 2)))
 _WIDTH = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "f16": 2, "pred": 1}
-LINE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?(?:\{[^}]*\})?) ([\w\-]+)\((.*?)\)(.*)$")
+LINE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\(.*?\)|\S+) ([\w\-]+)\((.*?)\)(.*)$")
 _PARAMETER = re.compile(r"^\s*%[\w.\-]+ = (\w+)\[([\d,]*)\]\S* parameter\((\d+)\).*?op_name=\"((?:[^\"\\]|\\.)*)\"")
 
 
@@ -98,6 +98,10 @@ MEANING_SPECS = {
     "gathered_activation": {"w": ((), ("model",)), "x": (("data",), ())},
     "looks_up_rows": {"table": (("data",), ())},
     "fsdp_train_step": {"w": (("data",), ()), "x": (("data",), ())},
+    "gathers_for_one_output": {"w": (("data",), ())},
+    "returns_a_gathered_weight": {"w": (("data",), ())},
+    "reshards_a_weight": {"w": (("data",), ())},
+    "scans_over_layers": {"ws": ((), ("data",), ())},
 }
 
 
@@ -110,3 +114,24 @@ def parameter_number(text: str, path: str) -> int:
     [number] = [int(m.group(3)) for line in computations(text)["ENTRY"] if (m := _PARAMETER.match(line))
                 and m.group(4).replace("\\'", "'") == path]
     return number
+
+
+# The meshes and PartitionSpecs (by the leaf's key) the examples give the stored steps' arguments.
+FSDP_TP = MeshInfo((("fsdp", 4), ("tp", 2)))
+FSDP = MeshInfo((("fsdp", 8),))
+_STEP_SPECS = {
+    "fsdp-tp": (FSDP_TP, {"embed": (), "mix": ((), ("fsdp",), ("tp",)), "up": ((), ("fsdp",), ("tp",)),
+                          "down": ((), ("tp",), ("fsdp",)), "tokens": (("fsdp",),)}),
+    "llama": (FSDP, {"token_embedder": ((), ("fsdp",)), "out": ((), (), (), ("fsdp",)), "final_norm": (),
+                     "pre_norm": (), "post_norm": (), "*": (("fsdp",),)}),
+    "maxtext-like-scan": (FSDP, {"embedding": ((), ("fsdp",)), "*": (("fsdp",),)}),
+}
+
+
+def step_inputs(text: str, name: str) -> tuple[MeshInfo, tuple[TensorInfo, ...]]:
+    """A stored step's mesh and arguments (``name`` is PROGRAM.PLATFORM, as in its MANIFEST)."""
+    mesh, by_leaf = _STEP_SPECS[name.split(".")[0].split("-")[0] if name.startswith("llama") else name.split(".")[0]]
+    paths = [m.group(4).replace("\\'", "'") for line in computations(text)["ENTRY"] if (m := _PARAMETER.match(line))]
+    specs = {p: by_leaf.get(re.findall(r"\['([^']+)'\]", p)[-1] if "[" in p else p, by_leaf.get("*", ()))
+             for p in paths}
+    return mesh, entry_inputs(text, mesh, specs)

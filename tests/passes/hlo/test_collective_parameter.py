@@ -132,6 +132,23 @@ def test_the_fsdp_train_steps_gather_is_its_weights(release):
     assert (p.index, p.role) == (parameter_number(text, "w"), ParameterRole.operand)
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_partial_sums_in_a_layer_scan_name_the_stack_and_the_stack_dimension_contracted(release):
+    """scans_over_layers: ws f32[4,256,256] P(None, 'data', None), h @ ws[i] in a scan. XLA sums each layer's
+    partial products over data inside the loop's body (the all-reduce's operand is a fusion holding the
+    dot), reading the layer as a dynamic-slice of the carried stack. The partial sums are ws's; the dot
+    contracts the layer's first dimension, the stack's second (dimension 1, the one on data)."""
+    text, found = _parameters(release, "scans_over_layers")
+    c, p = found["all-reduce"]
+    comps = computations(text)
+    [body] = [b for b in comps.values() if any(f"%{c.hlo_name} = " in line for line in b)]
+    body_ins = instructions(body)
+    [producer] = body_ins[c.hlo_name][2]
+    fused = comps[re.search(r"calls=%([\w.\-]+)", body_ins[producer][3]).group(1)]
+    assert any(" dot(" in line for line in fused)
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "ws"), ParameterRole.partial_sums, (1,))
+
+
 def test_local_dims_divide_by_every_axis_a_dimension_is_on():
     from jax_shard_lint.passes.models.report import TensorInfo
 
