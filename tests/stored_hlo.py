@@ -102,6 +102,9 @@ MEANING_SPECS = {
     "returns_a_gathered_weight": {"w": (("data",), ())},
     "reshards_a_weight": {"w": (("data",), ())},
     "scans_over_layers": {"ws": ((), ("data",), ())},
+    "scans_over_square_layers": {"ws": ((), (), ("data",))},
+    "returns_tanh_of_a_gather": {"w": (("data",), ())},
+    "gathers_in_a_branch": {"w": (("data",), ()), "x": (("data",), ())},
 }
 
 

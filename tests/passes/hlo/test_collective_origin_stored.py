@@ -6,7 +6,15 @@ the path JAX's metadata gives it), the gather's ``start_index_map``, the ROOT tu
 import re
 
 import pytest
-from stored_hlo import DATA_MODEL, computations, instructions, meaning_inputs, meaning_text, releases
+from stored_hlo import (
+    DATA_MODEL,
+    computations,
+    instructions,
+    meaning_inputs,
+    meaning_text,
+    parameter_number,
+    releases,
+)
 
 from jax_shard_lint.passes.hlo.collective_origin import (
     collective_origins,
@@ -175,3 +183,35 @@ def test_a_stack_read_in_a_loop_body_is_the_entry_parameter_the_loop_started_fro
     [counter] = [name for name, (shape, op, _, rest) in body.items()
                  if op == "get-tuple-element" and re.search(r"index=0\b", rest)]
     assert entry_parameter(module, counter, origin_index(module)) is None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_output_computed_from_a_gather_by_a_fusion_of_it_alone_is_not_its_result(release):
+    """tanh(w gathered whole): the ROOT is a fusion whose one operand is the gather and whose body computes
+    (a tanh, not a copy or bitcast): the output depends on the gather, but is not its value moved."""
+    text, module, found = _origins(release, "returns_tanh_of_a_gather")
+    c = found["all-gather"]
+    comps, entry = computations(text), _entry(text)
+    [root] = [line for line in comps["ENTRY"] if line.lstrip().startswith("ROOT ")]
+    name = re.match(r"^\s*ROOT %([\w.\-]+)", root).group(1)
+    _, opcode, operands, rest = entry[name]
+    assert opcode == "fusion" and operands == [c.hlo_name]
+    assert any(" tanh(" in line for line in comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+    assert outputs_returning(module, [c.hlo_name]) == {}
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gather_inside_a_conditionals_branch_is_read_without_failing(release):
+    """lax.cond: XLA gathers w inside one branch, from a get-tuple-element of the branch's parameter (a
+    conditional's, not a loop's). Whichever input the pass names, it is w or none, and it does not fail."""
+    text, module, found = _origins(release, "gathers_in_a_branch")
+    c = found["all-gather"]
+    comps = computations(text)
+    [branch] = [b for b in comps.values() if any(f"%{c.hlo_name} = " in line for line in b)]
+    ins = instructions(branch)
+    [operand] = ins[c.hlo_name][2]
+    assert ins[operand][1] == "get-tuple-element" and ins[ins[operand][2][0]][1] == "parameter"
+    assert any(" conditional(" in line for line in comps["ENTRY"])
+    assert c.input_path in (None, "w")
+    assert entry_parameter(module, operand, origin_index(module)) in (None, parameter_number(text, "w"))

@@ -8,7 +8,9 @@ import re
 
 import pytest
 from stored_hlo import (
+    COMPILED,
     DATA_MODEL,
+    compiled_text,
     computations,
     dims,
     instructions,
@@ -16,6 +18,7 @@ from stored_hlo import (
     meaning_text,
     parameter_number,
     releases,
+    step_inputs,
 )
 
 from jax_shard_lint.passes.hlo.collective_parameter import (
@@ -147,6 +150,59 @@ def test_partial_sums_in_a_layer_scan_name_the_stack_and_the_stack_dimension_con
     fused = comps[re.search(r"calls=%([\w.\-]+)", body_ins[producer][3]).group(1)]
     assert any(" dot(" in line for line in fused)
     assert (p.index, p.role, p.contracting) == (parameter_number(text, "ws"), ParameterRole.partial_sums, (1,))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gathered_activation_names_the_weight_it_is_multiplied_by(release):
+    """scans_over_square_layers: ws f32[4,256,256] P(None, None, 'data'). Each layer's product comes out
+    sharded on data and XLA gathers it back (the scan's carry is replicated) in the loop's body; the
+    next layer multiplies it, after a fusion of one operand (a copy), by a dynamic slice of the carried
+    stack: the gather's parameter is ws, which its result is multiplied by. The dot contracts 256 elements,
+    which ws's second and third dimensions both have: the size alone cannot tell which, so none is named."""
+    text, found = _parameters(release, "scans_over_square_layers")
+    c, p = found["all-gather"]
+    comps = computations(text)
+    [body] = [b for b in comps.values() if any(f"%{c.hlo_name} = " in line for line in b)]
+    ins = instructions(body)
+    [(copy, copy_rest)] = [(n, r) for n, (_, op, ops, r) in ins.items() if ops == [c.hlo_name]]
+    assert ins[copy][1] == "fusion"  # one operand, the gather
+    [(dot_fusion, operands, rest)] = [(n, ops, r) for n, (_, op, ops, r) in ins.items() if copy in ops]
+    assert any(" dot(" in line for line in comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+    [layer] = [o for o in operands if o != copy]
+    assert "dynamic-slice" in "".join(comps[re.search(r"calls=%([\w.\-]+)", ins[layer][3]).group(1)])
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "ws"), ParameterRole.feeds, None)
+
+
+@pytest.mark.parametrize("release", releases(COMPILED))
+def test_a_gathered_activation_in_a_stored_gpu_step_names_the_weight_it_is_multiplied_by(release):
+    """The FSDP x TP step compiled for H100: XLA gathers the final hidden state over the batch axes and a
+    cuBLAS gemm fusion multiplies it, through a bitcast, by params['embed'] (an entry parameter). Read in
+    the text: the gather's done, the bitcasts after it, the fusion holding a dot that reads them, and the
+    fusion's other operand, an entry parameter(N); the gather's parameter is N, the weight it feeds."""
+    text = compiled_text(release, "fsdp-tp.h100")
+    mesh, inputs = step_inputs(text, "fsdp-tp.h100")
+    module = parse_hlo_module(text)
+    found = collective_parameters(module, find_collectives(module, mesh).collectives, inputs, mesh)
+    comps = computations(text)
+    entry = instructions(comps["ENTRY"])
+    numbers = {n: int(re.search(r"parameter\((\d+)\)", line).group(1)) for line in comps["ENTRY"]
+               if " parameter(" in line for n in [line.split(" = ")[0].strip().lstrip("%")]}
+    expected = {}
+    for start, (_, opcode, operands, _) in entry.items():
+        if opcode != "all-gather-start" or operands[0] in numbers:
+            continue
+        values = [n for n, (_, op, ops, _) in entry.items() if op == "all-gather-done" and ops == [start]]
+        values += [n for n, (_, op, ops, _) in entry.items() if op == "bitcast" and set(ops) & set(values)]
+        for _, op, ops, rest in entry.values():
+            called = re.search(r"calls=%([\w.\-]+)", rest)
+            if op == "fusion" and set(ops) & set(values) and any(" dot(" in line for line in comps[called.group(1)]):
+                weights = [numbers[o] for o in ops if o in numbers]
+                if weights:
+                    [expected[start]] = weights
+    assert expected
+    for start, number in expected.items():
+        assert (found[start].index, found[start].role) == (number, ParameterRole.feeds)
+        assert inputs[number].path == "params['embed']"
 
 
 def test_local_dims_divide_by_every_axis_a_dimension_is_on():
