@@ -104,6 +104,7 @@ MEANING_SPECS = {
     "scans_over_layers": {"ws": ((), ("data",), ())},
     "scans_over_square_layers": {"ws": ((), (), ("data",))},
     "returns_tanh_of_a_gather": {"w": (("data",), ())},
+    "casts_a_gathered_weight": {"w": (("data",), ()), "x": (("data",), ())},
     "gathers_in_a_branch": {"w": (("data",), ()), "x": (("data",), ())},
 }
 

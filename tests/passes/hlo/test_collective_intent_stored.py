@@ -4,7 +4,9 @@ expressions of tests/stored_hlo.py: a collective's result shape and op_name (JAX
 ``transpose(jvp(...))``), the parameters' per-device shapes, what the collective's operand and users are."""
 
 import functools
+import itertools
 import re
+from math import prod
 
 import pytest
 from stored_hlo import (
@@ -134,7 +136,12 @@ def _squeezed(shape):
 
 
 STEPS = [pytest.param(r, n, id=f"{r}-{n}") for r in releases(COMPILED)
-         for n in ("maxtext-like-scan.tpu-v5e", "llama-512.h100", "llama-1024.tpu-v5p")]
+         for n in ("maxtext-like-scan.tpu-v5e", "llama-512.h100", "llama-1024.tpu-v5p", "fsdp-tp.h100")]
+
+
+def _layers(shape, sharding):
+    """One layer of a stack of three or more dimensions: the shape without one unsharded axis."""
+    return {_squeezed(shape[:i] + shape[i + 1:]) for i in range(len(shape)) if len(shape) >= 3 and not sharding[i]}
 
 
 @pytest.mark.parametrize("release, name", STEPS)
@@ -143,34 +150,47 @@ def test_gathers_of_a_whole_parameter_or_layer_and_reductions_to_a_shard_are_fsd
     PartitionSpecs): an all-gather whose result is a parameter whole, or one layer of a stack (a stack of
     three or more dimensions without one unsharded axis: MaxText's (embed, layers, mlp) loses its second),
     is a parameter gather; a reduce-scatter or all-reduce whose result is a parameter's shard, whole or
-    layer is its gradient's reduction. Unit dimensions are dropped (XLA keeps or drops them)."""
+    layer is its gradient's reduction; an all-gather whose result is no parameter's shard with any of its
+    axes gathered (nor a layer of one) gathers an activation, whatever its size. Unit dimensions are
+    dropped (XLA keeps or drops them)."""
     text, inputs, collectives = _step(release, name)
+    mesh, _ = step_inputs(text, name)
+    sizes = dict(mesh.axes)
     floats = [t for t in inputs if t.dtype.startswith(("f", "bf"))]
     whole = {_squeezed(t.shape) for t in floats}
-    layers = {_squeezed(t.shape[:i] + t.shape[i + 1:]) for t in floats if len(t.shape) >= 3
-              for i in range(len(t.shape)) if not t.sharding[i]}
+    layers = {s for t in floats for s in _layers(t.shape, t.sharding)}
     shards = {_squeezed(dims(line.split(" = ")[1])) for line in computations(text)["ENTRY"]
               if " parameter(" in line and line.split(" = ")[1].startswith(("f32", "bf16"))}
+    partly = set()  # each parameter's shard with any set of its mesh axes gathered, and its layers
+    for t in floats:
+        for kept in itertools.product(*[[a, ()] for a in sizes]):
+            split = [-(-n // prod(sizes[a] for a in axes if a in kept)) for n, axes in zip(t.shape, t.sharding)]
+            partly |= {_squeezed(split)} | _layers(split, t.sharding)
     gathers = [c for c in collectives if c.kind == "all-gather" and _squeezed(c.shape) in whole | layers]
     reductions = [c for c in collectives if c.kind in ("all-reduce", "reduce-scatter")
                   and _squeezed(c.shape) in whole | layers | shards]
-    assert len(gathers) >= 2 and reductions
+    activations = [c for c in collectives if c.kind == "all-gather" and _squeezed(c.shape) not in partly]
     assert [c.intent for c in gathers] == ["parameter-gather"] * len(gathers)
     assert [c.intent for c in reductions] == ["gradient-reduction"] * len(reductions)
+    assert activations and "parameter-gather" not in {c.intent for c in activations}
     if name.startswith("maxtext"):  # the stacks' layers, off their second axis, gathered in the scan
         assert [c for c in gathers if _squeezed(c.shape) in layers - whole and c.count > 1]
+    if not name.startswith("fsdp-tp"):  # (its gathers leave tp sharded: neither whole nor a layer)
+        assert len(gathers) >= 2 and reductions
 
 
 def _ring_steps(text):
     """collective-permute start -> (in the backward pass, what its done's value reaches through bitcasts and
     copies: 'matmul' (a dot or convolution, or a fusion holding one), 'add' (an add, or a fusion that adds
-    and calls no fusion), 'loop' (the tuple a while body returns: the next step of the ring))."""
+    and calls no fusion), 'loop' (the tuple a while body returns: the ring's next step, in the next iteration),
+    'start' (the tuple a while loop starts from: the ring's next step, in the loop's first iteration))."""
     comps = computations(text)
     bodies = set(re.findall(r"body=%([\w.\-]+)", text))
     out = {}
     for name, lines in comps.items():
         ins = instructions(lines)
         roots = {re.match(r"^\s*ROOT %([\w.\-]+)", line).group(1) for line in lines if "ROOT %" in line}
+        loop_starts = {ops[0] for _, op, ops, _ in ins.values() if op == "while"}
         users: dict[str, list[str]] = {}
         for n, (_, _, ops, _) in ins.items():
             for o in ops:
@@ -195,6 +215,8 @@ def _ring_steps(text):
                         reached.add("add")
                     elif op == "tuple" and user in roots and name in bodies:
                         reached.add("loop")
+                    elif op == "tuple" and user in loop_starts:
+                        reached.add("start")
                     elif op in ("bitcast", "copy"):
                         todo.append(user)
             out[start] = (backward, frozenset(reached))
@@ -205,10 +227,10 @@ def _ring_steps(text):
 @pytest.mark.parametrize("name", ["llama-512.tpu-v5e", "fsdp-tp.tpu-v5e"])
 def test_a_tpu_collective_matmuls_ring_steps_are_its_gather_and_its_gradients_reduction(release, name):
     """libtpu splits an FSDP gather (and its gradient's reduce-scatter) into a ring of collective-permutes,
-    one step per matmul. Read in the text: a step whose value a matmul reads, or that the loop's body
-    passes on to its next iteration, is the parameter's gather; a step of the backward pass whose value is
-    added to (the partial sum that arrived plus this device's part) is the gradient's reduction; a forward
-    step that is added to is neither."""
+    one step per matmul. Read in the text: a step whose value a matmul reads, or that goes into a loop's
+    carried tuple (the next step, in the loop's first or next iteration), is the parameter's gather; a step
+    of the backward pass whose value is added to (the partial sum that arrived plus this device's part) is
+    the gradient's reduction; a forward step that is added to is neither."""
     text, _, collectives = _step(release, name)
     ring = _ring_steps(text)
     permutes = [c for c in collectives if c.kind == "collective-permute"]
@@ -217,7 +239,7 @@ def test_a_tpu_collective_matmuls_ring_steps_are_its_gather_and_its_gradients_re
         backward, reached = ring[c.hlo_name]
         if reached == {"add"}:
             expected = "gradient-reduction" if backward else "reshard"
-        elif reached in ({"matmul"}, {"loop"}):
+        elif reached in ({"matmul"}, {"loop"}, {"start"}):
             expected = "parameter-gather"
         else:
             continue
@@ -226,3 +248,4 @@ def test_a_tpu_collective_matmuls_ring_steps_are_its_gather_and_its_gradients_re
     assert (True, frozenset({"add"})) in seen and (True, frozenset({"matmul"})) in seen
     if name.startswith("llama"):
         assert {(False, frozenset({"loop"})), (False, frozenset({"matmul"}))} <= seen
+        assert (False, frozenset({"start"})) in seen  # ring steps before a loop, into the tuple it starts from

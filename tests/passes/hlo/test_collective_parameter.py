@@ -88,6 +88,23 @@ def test_a_weight_gathered_whole_names_the_dimension_its_matmul_contracts(releas
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_a_weight_gathered_whole_then_cast_names_the_dimension_its_matmul_contracts(release):
+    """x.astype(bf16) @ w.astype(bf16), w f32 P('data', None): XLA gathers w whole and casts it in a fusion
+    of that one operand (its body only converts), which the dot reads as its rhs. A cast keeps the
+    dimensions' order, so the contracted dimension is the dot's own."""
+    text, found = _parameters(release, "casts_a_gathered_weight")
+    c, p = found["all-gather"]
+    comps = computations(text)
+    entry = instructions(comps["ENTRY"])
+    [(cast, rest)] = [(n, r) for n, (_, op, ops, r) in entry.items() if ops == [c.hlo_name]]
+    body = instructions(comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+    assert entry[cast][1] == "fusion" and {op for _, op, _, _ in body.values()} == {"parameter", "convert"}
+    position, contracting, _ = _dot_reading(text, cast)
+    assert position == 1
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "w"), ParameterRole.operand, contracting)
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_a_gathered_input_that_no_matmul_reads_as_it_is_has_no_contracted_dimension(release):
     """x P('data', None) gathered whole and put through tanh before its dot: the gather moves x (its
     operand is x's parameter), and no dot reads the gathered x itself, so no dimension is named."""
