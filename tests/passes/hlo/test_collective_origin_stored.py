@@ -1,0 +1,217 @@
+"""collective_origin on XLA's stored compiled texts (no compile): which input a collective's operand is, why
+a collective runs, and which outputs depend on it or are its result. The oracle is the text, read with the
+regular expressions of tests/stored_hlo.py: the collective's operand line (an entry ``parameter(N)`` and
+the path JAX's metadata gives it), the gather's ``start_index_map``, the ROOT tuple's operands."""
+
+import re
+
+import pytest
+from stored_hlo import (
+    DATA_MODEL,
+    computations,
+    instructions,
+    meaning_inputs,
+    meaning_text,
+    parameter_number,
+    releases,
+)
+
+from jax_shard_lint.passes.hlo.collective_origin import (
+    collective_origins,
+    entry_parameter,
+    origin_index,
+    outputs_depending_on,
+    outputs_returning,
+)
+from jax_shard_lint.passes.hlo.collectives import find_collectives
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
+
+RELEASES = releases()
+
+
+def _origins(release, name):
+    text = meaning_text(release, name)
+    module = parse_hlo_module(text)
+    collectives = find_collectives(module, DATA_MODEL).collectives
+    found = collective_origins(module, collectives, meaning_inputs(release, name), DEFAULT_OWNERSHIP)
+    return text, module, {c.kind: c for c in found}
+
+
+def _entry(text):
+    return instructions(computations(text)["ENTRY"])
+
+
+def _root_operands(text):
+    [root] = [line for line in computations(text)["ENTRY"] if line.lstrip().startswith("ROOT ")]
+    return re.findall(r"%([\w.\-]+)", root.split("tuple(", 1)[1])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("program, path", [("weight_on_the_right", "w"), ("gathered_activation", "x")])
+def test_an_all_gather_of_an_input_names_it_and_says_it_is_gathered_whole(release, program, path):
+    """The gather's operand is the entry parameter JAX's metadata names ``path``, sharded on data."""
+    text, module, found = _origins(release, program)
+    c = found["all-gather"]
+    entry = _entry(text)
+    [operand] = entry[c.hlo_name][2]
+    assert entry[operand][1] == "parameter" and f'op_name="{path}"' in entry[operand][3]
+    assert c.input_path == path
+    assert c.why == (f"XLA all-gathers the whole of {path} P('data') over data onto every device: "
+                     f"{c.dtype}{list(c.shape)} ({'128.0 KiB' if path == 'w' else '64.0 KiB'}) per device")
+    number = int(re.search(r"parameter\((\d+)\)", next(line for line in computations(text)["ENTRY"]
+                                                         if f"%{operand} = " in line)).group(1))
+    assert entry_parameter(module, c.hlo_name, origin_index(module)) is None  # a gather is not its operand
+    assert entry_parameter(module, operand, origin_index(module)) == number
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_masked_gather_from_a_sharded_table_is_explained(release):
+    """table[ids]: the all-reduce sums the masked reads of a gather whose start_index_map is {0}, the
+    dimension the table is sharded on; its operand is no input."""
+    text, _, found = _origins(release, "looks_up_rows")
+    c = found["all-reduce"]
+    assert {m for body in computations(text).values() for line in body
+            for m in re.findall(r" gather\(.*start_index_map=\{([\d,]*)\}", line)} == {"0"}
+    assert c.input_path is None
+    assert re.fullmatch(
+        r"the gather( at \S+)? reads table P\('data'\) along dimension 0, which is sharded on data: each device "
+        r"reads only its own shard, and the all-reduce over data sums the masked partial results, so every "
+        r"device holds the whole f32\[8, 16\] \(512 B\)", c.why), c.why
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_partial_sums_of_a_matmul_have_no_input_and_no_why(release):
+    """row_parallel: the all-reduce's operand is the dot's fusion (no input), and nothing reads along a
+    sharded dimension: the pass says nothing."""
+    text, _, found = _origins(release, "row_parallel")
+    c = found["all-reduce"]
+    [operand] = _entry(text)[c.hlo_name][2]
+    assert _entry(text)[operand][1] == "fusion"
+    assert (c.input_path, c.why) == (None, None)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_only_the_output_computed_from_a_gather_depends_on_it(release):
+    """(x @ w, x * 2): the ROOT tuple's first operand is the dot's fusion, whose operand is the gather;
+    the second is computed from x alone."""
+    text, module, found = _origins(release, "gathers_for_one_output")
+    c = found["all-gather"]
+    entry = _entry(text)
+    first, second = _root_operands(text)
+    assert c.hlo_name in entry[first][2] and c.hlo_name not in entry[second][2]
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+    assert outputs_returning(module, [c.hlo_name]) == {}  # the output is the matmul's, not the gather's
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_output_that_is_a_gather_is_returned_by_it(release):
+    """(w gathered whole, x + 1): the ROOT tuple's first operand is the all-gather itself."""
+    text, module, found = _origins(release, "returns_a_gathered_weight")
+    c = found["all-gather"]
+    first, second = _root_operands(text)
+    assert first == c.hlo_name and second != c.hlo_name
+    assert outputs_returning(module, [c.hlo_name]) == {0: [c.hlo_name]}
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+    assert outputs_returning(module, []) == {} and outputs_depending_on(module, []) == {}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_output_computed_from_a_gather_is_not_returned_by_it(release):
+    """weight_on_the_left returns tanh(dot(gathered w, x)): the ROOT is a tanh fusion of the dot, whose
+    first operand is the gather; the output depends on the gather but is not its result moved."""
+    text, module, found = _origins(release, "weight_on_the_left")
+    c = found["all-gather"]
+    entry = _entry(text)
+    [root] = [n for n, (_, op, ops, rest) in entry.items() if op == "fusion" and "ROOT" in next(
+        line for line in computations(text)["ENTRY"] if f"%{n} = " in line)]
+    [dot] = entry[root][2]
+    assert entry[dot][1] == "dot" and entry[dot][2][0] == c.hlo_name
+    assert outputs_returning(module, [c.hlo_name]) == {}
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_exchange_of_an_inputs_shards_names_it_and_is_no_gather(release):
+    """w from P('data', None) to P(None, 'data'): XLA's all-to-all takes fusions that only slice and bitcast
+    w's shard (its operand in the text), so it moves w; it gathers nothing, and reads along nothing."""
+    text, _, found = _origins(release, "reshards_a_weight")
+    c = found["all-to-all"]
+    comps, entry = computations(text), _entry(text)
+    for operand in entry[c.hlo_name][2]:
+        _, opcode, [source], rest = entry[operand]
+        body = instructions(comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+        assert opcode == "fusion" and {op for _, op, _, _ in body.values()} <= {"parameter", "slice", "bitcast"}
+        assert entry[source][1] == "parameter" and 'op_name="w"' in entry[source][3]
+    assert (c.input_path, c.why) == ("w", None)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_collective_inside_a_loop_reaches_the_output_the_loop_returns(release):
+    """scans_over_layers returns (the scan's carry, x * 2). XLA sums each layer's partial products in the
+    loop's body (the all-reduce is in the while's body computation); the ROOT tuple's first operand is a
+    get-tuple-element of the while, its second computed from x alone."""
+    text, module, found = _origins(release, "scans_over_layers")
+    c = found["all-reduce"]
+    comps, entry = computations(text), _entry(text)
+    [loop] = [rest for _, op, _, rest in entry.values() if op == "while"]
+    body = re.search(r"body=%([\w.\-]+)", loop).group(1)
+    assert any(f"%{c.hlo_name} = " in line for line in comps[body])
+    first, second = _root_operands(text)
+    assert entry[first][1] == "get-tuple-element" and entry[entry[first][2][0]][1] == "while"
+    assert entry[second][1] != "get-tuple-element"
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_stack_read_in_a_loop_body_is_the_entry_parameter_the_loop_started_from(release):
+    """In the scan's body, the stack is an element of the loop's carried tuple (a get-tuple-element of the
+    body's parameter, f32[4,64,256]: ws's per-device shape); the while starts from a tuple whose element
+    at that index is ws's entry parameter."""
+    text, module, _ = _origins(release, "scans_over_layers")
+    comps, entry = computations(text), _entry(text)
+    [(init, loop)] = [(ops[0], rest) for _, op, ops, rest in entry.values() if op == "while"]
+    body = instructions(comps[re.search(r"body=%([\w.\-]+)", loop).group(1)])
+    [(stack, k)] = [(name, int(re.search(r"index=(\d+)", rest).group(1))) for name, (shape, op, _, rest)
+                    in body.items() if op == "get-tuple-element" and shape.startswith("f32[4,64,256]")]
+    started = entry[entry[init][2][k]]
+    assert started[1] == "parameter" and 'op_name="ws"' in started[3]
+    number = int(re.search(r"parameter\((\d+)\)", next(line for line in comps["ENTRY"]
+                                                         if 'op_name="ws"' in line)).group(1))
+    assert entry_parameter(module, stack, origin_index(module)) == number
+    # The loop's counter, element 0, started from a constant: no entry parameter.
+    [counter] = [name for name, (shape, op, _, rest) in body.items()
+                 if op == "get-tuple-element" and re.search(r"index=0\b", rest)]
+    assert entry_parameter(module, counter, origin_index(module)) is None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_an_output_computed_from_a_gather_by_a_fusion_of_it_alone_is_not_its_result(release):
+    """tanh(w gathered whole): the ROOT is a fusion whose one operand is the gather and whose body computes
+    (a tanh, not a copy or bitcast): the output depends on the gather, but is not its value moved."""
+    text, module, found = _origins(release, "returns_tanh_of_a_gather")
+    c = found["all-gather"]
+    comps, entry = computations(text), _entry(text)
+    [root] = [line for line in comps["ENTRY"] if line.lstrip().startswith("ROOT ")]
+    name = re.match(r"^\s*ROOT %([\w.\-]+)", root).group(1)
+    _, opcode, operands, rest = entry[name]
+    assert opcode == "fusion" and operands == [c.hlo_name]
+    assert any(" tanh(" in line for line in comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
+    assert outputs_returning(module, [c.hlo_name]) == {}
+    assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gather_inside_a_conditionals_branch_is_read_without_failing(release):
+    """lax.cond: XLA gathers w inside one branch, from a get-tuple-element of the branch's parameter (a
+    conditional's, not a loop's). Whichever input the pass names, it is w or none, and it does not fail."""
+    text, module, found = _origins(release, "gathers_in_a_branch")
+    c = found["all-gather"]
+    comps = computations(text)
+    [branch] = [b for b in comps.values() if any(f"%{c.hlo_name} = " in line for line in b)]
+    ins = instructions(branch)
+    [operand] = ins[c.hlo_name][2]
+    assert ins[operand][1] == "get-tuple-element" and ins[ins[operand][2][0]][1] == "parameter"
+    assert any(" conditional(" in line for line in comps["ENTRY"])
+    assert c.input_path in (None, "w")
+    assert entry_parameter(module, operand, origin_index(module)) in (None, parameter_number(text, "w"))
