@@ -8,8 +8,10 @@ does not guess. The question is then ``suggest``'s, restricted: the same shardin
 (``suggest.target.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
 layers and optimizer state that move with it, and the arguments holding the same mesh axes), every
 other argument and every result the program states held as written, solved and checked against
-propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice and the first
-``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``) are compiled
+propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice, the first
+``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``), and the finding's
+arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
+recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
 side by side, the one ``suggest``'s own rule prefers (``suggest.verdict.best_version``) is measured
 through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
