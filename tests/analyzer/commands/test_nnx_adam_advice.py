@@ -12,6 +12,7 @@ P('data', 'model'), and suggest's single move printed the kernel-alone figure fo
 import json
 import os
 
+import jax
 import pytest
 from hlo_oracle import step_traffic, xla_peak
 from jax.sharding import PartitionSpec as P
@@ -92,3 +93,24 @@ def test_a_fix_names_the_moments_its_check_moved(cli, checking, module):
     assert (check["peak_bytes_after"], check["traffic_bytes_after"]) == fixed != alone
     for path in moved:
         assert path in f["fix"] and path in check["change"]
+
+
+def test_each_parameters_moments_are_one_sl201_without_a_shared_why(cli, module):
+    """emb's and fc2's moments (their parameters come back as written, so have no SL201 of their own) are one
+    finding each, as fc1's are; each names outputs XLA's compile returns on another sharding than their input's.
+    A collective every SL201's output depends on (the gradient's) is not repeated as a why line on each."""
+    lint = _run(cli, "lint", SCRIPT, "--fail-on", "never")
+    sl201 = [f for f in lint["findings"] if f["rule"] == "SL201"]
+    fn, args = module.jitted()
+    compiled = fn.lower(*args).compile()
+    moments = {f"[0].{m}{key}" for m in ("mu", "nu") for key in (EMBEDDING, KERNEL, "['fc2']['kernel'].value")}
+    flat = jax.tree_util.tree_flatten_with_path(args[1])[0]
+    outs = jax.tree.leaves(compiled.output_shardings[1])
+    moved = {jax.tree_util.keystr(p) for (p, x), out in zip(flat, outs)
+             if not out.is_equivalent_to(x.sharding, len(x.shape))}
+    assert moments <= moved
+    for key in (EMBEDDING, KERNEL, "['fc2']['kernel'].value"):
+        [f] = [f for f in sl201 if f["parameter"] == f"opt_state[0].mu{key}"]
+        assert f["ops"] == [f"result[1][0].mu{key}", f"result[1][0].nu{key}"] and f["count"] == 2
+    shared = set.intersection(*(set(f["provenance"]) for f in sl201))
+    assert not any(line.startswith("it depends on") for line in shared)
