@@ -39,7 +39,7 @@ from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
 from .fix_verdicts import _cost_text, _not_offered, _verdict
-from .parameter_moves import matcher, single_move
+from .parameter_moves import matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
 
@@ -323,24 +323,8 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     return out
 
 
-# The optimizer state a fix text names by path (each layer's moments of a [*] pattern would be dozens).
-_NAMED = 4
-
-
 def _moving(c: _Candidate) -> str:
-    """What a parameter fix moves besides the parameters it names (their optimizer state, compiled with
-    them: parameter_moves.single_move), and what it does to the state it moves."""
-    named = list(c.mirrored[:_NAMED]) + ([f"{len(c.mirrored) - _NAMED} more"] if len(c.mirrored) > _NAMED else [])
-    state = f", with its optimizer state {_listed(named)} on the same layout" if c.mirrored else ""
-    return state + _returning(c)
-
-
-def _returning(c: _Candidate) -> str:
-    """What a parameter fix does to the state it moves (it was compiled that way): it comes back in the new
-    layout, so the next step does not reshard it."""
-    if not c.results:
-        return ""
-    return f", and return {'it' if len(c.results) == 1 else 'them'} in that layout (out_shardings=)"
+    return moved_text(c.mirrored, len(c.results))
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:

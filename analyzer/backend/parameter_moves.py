@@ -55,3 +55,19 @@ def single_move(inputs: Sequence, returned: Mapping[int, int], edits: Mapping[in
                 arguments.setdefault(j, [list(a) for a in s])
     results = {o: arguments[i] for o, i in sorted(returned.items()) if i in arguments}
     return arguments, results
+
+
+# The optimizer state a fix text names by path (each layer's moments of a [*] pattern would be dozens).
+_NAMED = 4
+
+
+def moved_text(state: Sequence[str], returned: int) -> str:
+    """What a move does besides the parameters a fix names, as its text says it (it was compiled that way):
+    the optimizer state it moves with them (``state``: their paths), and the ``returned`` results of the moved
+    state coming back in the new layout, so the next step does not reshard them."""
+    named = list(state[:_NAMED]) + ([f"{len(state) - _NAMED} more"] if len(state) > _NAMED else [])
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1] if named else ""
+    text = f", with its optimizer state {listed} on the same layout" if state else ""
+    if returned:
+        text += f", and return {'it' if returned == 1 else 'them'} in that layout (out_shardings=)"
+    return text
