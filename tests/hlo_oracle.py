@@ -125,3 +125,19 @@ def xla_peak(compiled) -> int:
     temporaries, less the donated (aliased) bytes counted twice."""
     m = compiled.memory_analysis()
     return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+
+
+def step_traffic(compiled, state) -> int:
+    """Per-device bytes a step moves as the tests count it from XLA: every collective instruction's result
+    in the compiled text, and each state output (``state``: the state arguments, leading the arguments and
+    returned as the leading results, ShapeDtypeStructs) that the compiled program returns on another
+    sharding than its input's, which the next step reshards on entry (its per-device bytes)."""
+    import jax
+
+    # The group size does not enter the bytes (0: unused); a collective in a loop counts once per trip.
+    total = sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
+    outputs = jax.tree.leaves(compiled.output_shardings[:len(state)])
+    for x, out in zip(jax.tree.leaves(state), outputs):
+        if not out.is_equivalent_to(x.sharding, len(x.shape)):
+            total += x.dtype.itemsize * int(np.prod(out.shard_shape(x.shape), dtype=np.int64))
+    return total

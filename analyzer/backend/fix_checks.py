@@ -39,7 +39,7 @@ from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
 from .fix_verdicts import _cost_text, _not_offered, _verdict
-from .parameter_moves import matcher, single_move
+from .parameter_moves import matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
 
@@ -63,6 +63,8 @@ class _Candidate:
     # Arguments the user donated that jit left out of the module (no output matched): donated again, so a
     # pinned output can reuse the buffer, as it would in the user's program with out_shardings= written.
     donors: frozenset[int] = frozenset()
+    # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
+    mirrored: tuple[str, ...] = ()
 
 
 def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
@@ -94,7 +96,11 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
         return None
     arguments, results = single_move(inputs, returned, edits)
     named_text = ", ".join(f.parameters or [f.parameter])
-    return _Candidate(f"{named_text} -> {pspec_text(f.suggested_sharding)}", arguments, results)
+    by_index = {t.index: t.path for t in inputs}
+    mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
+    with_state = f" with {_listed(list(mirrored))}" if mirrored else ""
+    return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
+                      mirrored=mirrored)
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -223,13 +229,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 alternative := _parameter_candidate(other, list(report.inputs), returned)) is not None:
             second = run(alternative)
             if second.verdict is FixVerdict.better:
-                findings[k] = _with_check(other, second, (other.fix or "") + _returning(alternative))
+                findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
                 continue
             other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
-            findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
+            findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
             continue
-        findings[k] = _with_check(f, check, (f.fix or "") + _returning(candidate))
+        findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
         findings = _state_advice(findings, pinned, run(take), moved)
@@ -245,7 +251,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 continue
             check = run(candidate)
             if check.verdict is FixVerdict.better:
-                findings[k] = _with_check(own, check, (own.fix or "") + _returning(candidate))
+                findings[k] = _with_check(own, check, (own.fix or "") + _moving(candidate))
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
@@ -317,12 +323,8 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     return out
 
 
-def _returning(c: _Candidate) -> str:
-    """What a parameter fix does to the state it moves (it was compiled that way): it comes back in the new
-    layout, so the next step does not reshard it."""
-    if not c.results:
-        return ""
-    return f", and return {'it' if len(c.results) == 1 else 'them'} in that layout (out_shardings=)"
+def _moving(c: _Candidate) -> str:
+    return moved_text(c.mirrored, len(c.results))
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:

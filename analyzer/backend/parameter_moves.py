@@ -5,8 +5,10 @@ and measured the same by each.
 
 A move gives a parameter a new sharding, and with it the optimizer state that
 mirrors it (the same key path under another argument: ``opt_state[0].mu['w']`` for
-``params['w']``, the same shape and the same written layout), as a person moving a
-parameter moves its moments; and the state that comes back (the step's updated
+``params['w']``, and the same shape), as a person moving a parameter moves its moments,
+whatever layout they were written in (moments left replicated beside a sharded parameter
+are the same value's state: an Adam step moved without them compiles to another program
+than the one a person writes); and the state that comes back (the step's updated
 parameter and moments) is returned in the new layout (its out_shardings pinned), so
 the next step takes it as it is and does not reshard it. Every other argument and
 result stays as the program writes it.
@@ -16,8 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-
-from ...passes.common.sharding_text import normalized
 
 Sharding = list[list[str]]
 
@@ -32,35 +32,42 @@ def key_path(path: str) -> str:
     return path[path.find("["):] if "[" in path else path
 
 
-def _layout(sharding: Sequence[Sequence[str]] | None, rank: int) -> str:
-    return repr(normalized([list(a) for a in sharding or []], rank))
-
-
-def mirrors(inputs: Sequence, index: int, written: Mapping[int, Sharding | None] | None = None) -> list[int]:
+def mirrors(inputs: Sequence, index: int) -> list[int]:
     """The arguments that mirror argument ``index`` (its optimizer state): the same key path under
-    another argument, the same shape and the same written layout. ``written``: each argument's
-    sharding (its ``sharding`` where not given)."""
-    def layout(t) -> str:
-        return _layout(written.get(t.index) if written is not None else t.sharding, len(t.shape))
-
+    another argument and the same shape, whatever their written layout."""
     leader = next(t for t in inputs if t.index == index)
     if "[" not in leader.path:
         return []
     mirror = matcher(key_path(leader.path))
     return [t.index for t in inputs if t.index != index and mirror.search(t.path)
-            and tuple(t.shape) == tuple(leader.shape) and layout(t) == layout(leader)]
+            and tuple(t.shape) == tuple(leader.shape)]
 
 
 def single_move(inputs: Sequence, returned: Mapping[int, int], edits: Mapping[int, Sharding],
-                written: Mapping[int, Sharding | None] | None = None, held: frozenset[int] = frozenset(),
-                ) -> tuple[dict[int, Sharding], dict[int, Sharding]]:
+                held: frozenset[int] = frozenset()) -> tuple[dict[int, Sharding], dict[int, Sharding]]:
     """(argument shardings, result shardings) of the move ``edits`` (argument -> its new sharding):
     each edited argument's mirrors moved with it (but ``held`` ones, kept as written), and each moved
     argument that comes back as a result (``returned``: result -> argument) returned in its new layout."""
     arguments = {i: [list(a) for a in s] for i, s in edits.items()}
     for i, s in edits.items():
-        for j in mirrors(inputs, i, written):
+        for j in mirrors(inputs, i):
             if j not in held:
                 arguments.setdefault(j, [list(a) for a in s])
     results = {o: arguments[i] for o, i in sorted(returned.items()) if i in arguments}
     return arguments, results
+
+
+# The optimizer state a fix text names by path (each layer's moments of a [*] pattern would be dozens).
+_NAMED = 4
+
+
+def moved_text(state: Sequence[str], returned: int) -> str:
+    """What a move does besides the parameters a fix names, as its text says it (it was compiled that way):
+    the optimizer state it moves with them (``state``: their paths), and the ``returned`` results of the moved
+    state coming back in the new layout, so the next step does not reshard them."""
+    named = list(state[:_NAMED]) + ([f"{len(state) - _NAMED} more"] if len(state) > _NAMED else [])
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1] if named else ""
+    text = f", with its optimizer state {listed} on the same layout" if state else ""
+    if returned:
+        text += f", and return {'it' if returned == 1 else 'them'} in that layout (out_shardings=)"
+    return text

@@ -8,8 +8,10 @@ does not guess. The question is then ``suggest``'s, restricted: the same shardin
 (``suggest.target.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
 layers and optimizer state that move with it, and the arguments holding the same mesh axes), every
 other argument and every result the program states held as written, solved and checked against
-propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice and the first
-``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``) are compiled
+propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice, the first
+``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``), and the finding's
+arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
+recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
 side by side, the one ``suggest``'s own rule prefers (``suggest.verdict.best_version``) is measured
 through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
@@ -35,6 +37,7 @@ from ...passes.pipelines.suggest import entry_signature as read_entry_signature
 from ...passes.pipelines.suggest import pins as plan_pins
 from ..adapter import jax_adapter
 from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..backend.parameter_moves import mirrors
 from ..backend.sharding_edits import with_entry_shardings
 from ..backend.side_by_side import CompileCounter, outcome
 from ..context.config import Settings
@@ -58,24 +61,22 @@ TIME_LIMIT = 10.0
 _LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL201.code, SL203.code)
 
 Sharding = list[list[str]]
+# The candidate that gives the finding's arguments the layout the compiled step returns them in.
+RETURNED = "the layout the step returns them in"
 
 
 def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
     """The arguments a finding names, each with what moves with it (one unit, its first the one the
-    finding names): every layer of a ``[*]`` pattern, and the optimizer state that mirrors it (the
-    same key path under another argument, the same shape and layout), as the rule's own fix moves them."""
+    finding names): every layer of a ``[*]`` pattern, and the optimizer state that mirrors each
+    (parameter_moves.mirrors), as the rule's own fix moves them."""
     units: list[list[int]] = []
     for parameter in f.parameters or ([f.parameter] if f.parameter else []):
         whole = _matcher(parameter)
-        named = [t for t in inputs if whole.match(t.path)]
+        named = [t.index for t in inputs if whole.match(t.path)]
         if not named:
             continue
-        keys = parameter[parameter.find("["):] if "[" in parameter else parameter
-        mirror, shapes = _matcher(keys), {tuple(t.shape) for t in named}
-        layouts = {repr(normalized(t.sharding, len(t.shape))) for t in named}
-        units.append(sorted({t.index for t in inputs if whole.match(t.path) or (
-            "[" in parameter and mirror.search(t.path) and tuple(t.shape) in shapes
-            and repr(normalized(t.sharding, len(t.shape))) in layouts)}, key=lambda i: (i != named[0].index, i)))
+        moved = {j for i in named for j in (i, *mirrors(inputs, i))}
+        units.append(sorted(moved, key=lambda i: (i != named[0], i)))
     return units
 
 
@@ -169,13 +170,14 @@ def _and(names: list[str]) -> str:
 
 
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
-            returned: dict[int, int]) -> Finding:
+            returned: dict[int, int], name: str) -> Finding:
     specs = {repr(s) for s in edits.values()}
+    them = "it" if len(edits) == 1 else "them"
+    whose = (f"the layout the step returns {them} in" if name == RETURNED else f"suggest's layout for {them}")
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
-        "fix": (f"{_fix_text(edits, inputs, returned)}: suggest's layout for {'it' if len(edits) == 1 else 'them'} "
-                f"with every other argument as written, where the rule's own fix measured no better (checked: "
-                f"{_cost_text(check)})")})
+        "fix": (f"{_fix_text(edits, inputs, returned)}: {whose} with every other argument as written, where the "
+                f"rule's own fix measured no better (checked: {_cost_text(check)})")})
 
 
 def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, Sharding]:
@@ -207,15 +209,37 @@ def _key(edits: dict[int, Sharding]) -> str:
     return repr(sorted(edits.items()))
 
 
+def returned_layout(target, units: list[list[int]], report: TargetReport) -> dict[int, Sharding]:
+    """The layout the compiled step returns each unit's state in, given to the unit's arguments (the
+    parameter and its optimizer state, as one move): the change SL201 derives for a value that comes back
+    on another layout, asked here of one value alone. Empty where no unit comes back on another layout."""
+    inputs, outputs = list(report.inputs), {t.index: t for t in report.outputs}
+    back = {rt.input.index: outputs[rt.output.index] for rt in target.state if rt.output.index in outputs}
+    edits: dict[int, Sharding] = {}
+    for unit in units:
+        out = back.get(unit[0])
+        if out is None:
+            continue
+        layout = [list(a) for a in _written(out.sharding, len(out.shape))]
+        edits.update({i: layout for i in unit if tuple(inputs[i].shape) == tuple(out.shape)})
+    return _changed(edits, inputs)
+
+
 def _candidates(target, units: list[list[int]], report: TargetReport, spec,
-                moves: list[tuple[str, dict[int, Sharding]]]) -> list[tuple[str, dict[int, Sharding]]]:
-    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, and the
-    ``moves`` that differ from it; each (name, the arguments it changes)."""
+                moves: list[tuple[str, dict[int, Sharding]]], named: list[list[int]],
+                ) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, the
+    ``moves`` that differ from it, and the finding's own arguments (``named``) given the layout the step
+    returns them in; each (name, the arguments it changes), no two alike."""
     inputs = list(report.inputs)
     free = sorted(i for unit in units for i in unit)
     choice = _choice(target, free, report, spec)
     solver = _changed(choice, inputs) if choice is not None else {}
-    return ([("solver", solver)] if solver else []) + [(name, e) for name, e in moves if e != solver]
+    out = ([("solver", solver)] if solver else []) + [(name, e) for name, e in moves if e != solver]
+    returned = returned_layout(target, named, report)
+    if returned and all(returned != e for _, e in out):
+        out.append((RETURNED, returned))
+    return out
 
 
 def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -244,19 +268,20 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     answers: dict[tuple[tuple[int, ...], ...], tuple] = {}
     for k in wanted:
         f = findings[k]
-        units = _with_axis_holders(named_units(f, inputs), inputs)
+        named = named_units(f, inputs)
+        units = _with_axis_holders(named, inputs)
         key = tuple(map(tuple, units))
         if key not in answers:
             if len(answers) >= MAX_SOLVER_FIXES:
                 continue
-            answers[key] = _advice(target, units, report, module, sig, settings, where, devices, counter, spec,
+            answers[key] = _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec,
                                    as_written, base)
         findings[k] = _advised(f, sorted(i for unit in units for i in unit), inputs, target, *answers[key])
     return report.model_copy(update={"findings": findings})
 
 
-def _advice(target, units, report, module, sig, settings, where, devices, counter, spec, as_written, base):
-    """(the chosen candidate's arguments, its label, its check), or Nones where suggest keeps them.
+def _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec, as_written, base):
+    """(the chosen candidate's arguments, its label, its check, its name), or Nones where suggest keeps them.
 
     The single moves do not depend on the solve: they compile side by side while this thread solves (XLA
     releases the GIL while it compiles), and the solver's choice compiles once solved, unless it is one of
@@ -284,7 +309,7 @@ def _advice(target, units, report, module, sig, settings, where, devices, counte
 
         if workers > 1:  # one core: the moves compile after the solve, as before
             start(moves, "to check suggest's single moves")
-        candidates = _candidates(target, units, report, spec, moves)
+        candidates = _candidates(target, units, report, spec, moves, named)
         start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
         compiled = [pending[_key(e)].result() for _, e in candidates]
     labels = [label(name, e) for name, e in candidates]
@@ -294,17 +319,18 @@ def _advice(target, units, report, module, sig, settings, where, devices, counte
         for (name, _), r in zip(candidates, compiled)]
     best = best_version(versions)
     if best is None or best.name == "written":
-        return None, None, None
+        return None, None, None, None
     at = [name for name, _ in candidates].index(best.name)
-    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig)
+    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig), best.name
 
 
-def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check) -> Finding:
+def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check, name,
+             ) -> Finding:
     if check is None:
         return f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, keeps "
                                            f"{_listed(inputs, free)} as written"})
     if check.verdict is FixVerdict.better:
-        return _better(f, check, edits, inputs, _returned(target, edits))
+        return _better(f, check, edits, inputs, _returned(target, edits), name)
     return f.model_copy(update={
         "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
 

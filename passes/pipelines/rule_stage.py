@@ -40,7 +40,7 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
             continue
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
-        findings.extend(group_by_cause(emitter.findings))
+        findings.extend(group_by_cause(emitter.findings, ctx.inputs))
     return sort_findings(merge_lost_donations(findings))
 
 

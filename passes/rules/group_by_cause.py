@@ -20,8 +20,9 @@ cause, one SL201 and one SL203, whichever lines built them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from ..models.report import Finding
+from ..models.report import Finding, TensorInfo
 
 _LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
 
@@ -95,19 +96,24 @@ def _paths(f: Finding) -> list[str]:
     return [p for p in (f.subject, f.parameter) if p]
 
 
-def _mirror_keys(findings: list[Finding]) -> dict[int, tuple[object, ...]]:
-    """Each state finding's cause: the shortest key path among its rule's findings that its own path
-    ends with (the parameter the optimizer state mirrors), and its texts with the paths left out."""
-    anchors: dict[str, set[str]] = {}
+def _mirror_keys(findings: list[Finding], arguments: Sequence[TensorInfo]) -> dict[int, tuple[object, ...]]:
+    """Each state finding's cause: the shortest key path that its own path ends with, among its rule's
+    findings and the ``arguments`` of its shape (the parameter the optimizer state mirrors, with or without a
+    finding of its own: two moments of a parameter that comes back as written are one cause), and its texts
+    with the paths left out."""
+    shapes = {t.path: tuple(t.shape) for t in arguments}
+    anchors: dict[str, set[tuple[str, tuple[int, ...] | None]]] = {}
     for f in findings:
         if f.rule in _STATE_RULES and f.parameter:
-            anchors.setdefault(f.rule, set()).add(_key_path(f.parameter))
+            anchors.setdefault(f.rule, set()).add((_key_path(f.parameter), shapes.get(f.parameter)))
+            anchors[f.rule].update((_key_path(t.path), tuple(t.shape)) for t in arguments)
     out: dict[int, tuple[object, ...]] = {}
     for k, f in enumerate(findings):
         if f.rule not in _STATE_RULES or not f.parameter or not _key_path(f.parameter):
             continue
-        own = _key_path(f.parameter)
-        anchor = min((a for a in anchors[f.rule] if a and own.endswith(a)), key=len, default=own)
+        own, shape = _key_path(f.parameter), shapes.get(f.parameter)
+        anchor = min((a for a, s in anchors[f.rule] if a and own.endswith(a) and s in (shape, None)),
+                     key=len, default=own)
         message, fix = f.message, f.fix or ""
         for p in sorted(_paths(f), key=len, reverse=True):
             message, fix = message.replace(p, "*"), fix.replace(p, "*")
@@ -115,28 +121,31 @@ def _mirror_keys(findings: list[Finding]) -> dict[int, tuple[object, ...]]:
     return out
 
 
-def _merged_mirrors(group: list[Finding]) -> Finding:
-    """The parameter's finding (the shortest key path) stands for its optimizer state's."""
+def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
+    """The parameter's finding (the shortest key path) stands for its optimizer state's; where the parameter
+    has none, its first moment's stands for the others."""
     first = min(group, key=lambda f: (len(_key_path(f.parameter or "")), f.parameter or ""))
     if len(group) == 1:
         return first
+    whose = "its optimizer state" if _key_path(first.parameter or "") == anchor else "the same parameter's state"
     others = [f.parameter for f in group if f is not first and f.parameter]
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
     ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
     return first.model_copy(update={
         "count": sum(f.count for f in group), "bytes": total, "ops": ops,
         "parameters": [first.parameter, *others],
-        "message": first.message + f"; the same holds for {_listed(others)}, its optimizer state (the same key "
-                                   "path, shape and layout)"})
+        "message": first.message + f"; the same holds for {_listed(others)}, {whose} (the same key path, shape "
+                                   "and layout)"})
 
 
-def group_by_cause(findings: list[Finding]) -> list[Finding]:
-    """The findings with each cause once, in the order of each cause's first finding (linear)."""
-    mirrors = _mirror_keys(findings)
+def group_by_cause(findings: list[Finding], arguments: Sequence[TensorInfo] = ()) -> list[Finding]:
+    """The findings with each cause once, in the order of each cause's first finding (linear).
+    ``arguments``: the target's, whose key paths name the parameter a state value mirrors."""
+    mirrors = _mirror_keys(findings, arguments)
     groups: dict[tuple[object, ...], list[Finding]] = {}
     for k, f in enumerate(findings):
         if k in mirrors:
             groups.setdefault(("mirror", *mirrors[k]), []).append(f)
         else:
             groups.setdefault(_key(f), []).append(f)
-    return [_merged_mirrors(g) if key[0] == "mirror" else _merged(g) for key, g in groups.items()]
+    return [_merged_mirrors(g, key[3]) if key[0] == "mirror" else _merged(g) for key, g in groups.items()]

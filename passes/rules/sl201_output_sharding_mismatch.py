@@ -97,17 +97,23 @@ def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tup
     """This rule's findings with the resharding collectives their output depends on in the compiled
     program, and why each runs, as the first lines of their ``why`` (the pipeline's step after the rules:
     the other rules' findings pass through)."""
+    findings = list(findings)
     with_why = {c.hlo_name: c for c in collectives if c.why and c.intent in (None, "reshard")}
     if not with_why:
-        return list(findings)
+        return findings
     by_path = {t.path: t.index for t in outputs}
     if not any(f.rule == SL201.code for f in findings):
         return list(findings)
     depends = outputs_depending_on(module, sorted(with_why))
+    # A collective every one of several findings' outputs depends on (the whole gradient computation's)
+    # tells none of them apart: its line would repeat on each; it stays in the report's collectives.
+    named = [set(depends.get(by_path[f.subject], []))
+             for f in findings if f.rule == SL201.code and f.subject is not None and f.subject in by_path]
+    everyone = set.intersection(*named) if len(named) > 1 else set()
     out = []
     for f in findings:
         index = by_path.get(f.subject or "") if f.rule == SL201.code else None
-        names = depends.get(index, []) if index is not None else []
+        names = [n for n in depends.get(index, []) if n not in everyone] if index is not None else []
         lines = [f"it depends on the {with_why[n].kind} over {', '.join(with_why[n].mesh_axes)}: {with_why[n].why}"
                  for n in names[:2]]
         out.append(f.model_copy(update={"provenance": lines + list(f.provenance)}) if lines else f)

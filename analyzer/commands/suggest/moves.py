@@ -67,13 +67,13 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
     largest: list = []
     for x in sorted(movable, key=lambda x: (-array_bytes(x.dtype, list(x.shape)), x.index)):
         # An argument's optimizer state moves with it: one of them stands for all.
-        if len(largest) < LARGEST_ARGUMENTS and not any(x.index in mirrors(inputs, y.index, base) for y in largest):
+        if len(largest) < LARGEST_ARGUMENTS and not any(x.index in mirrors(inputs, y.index) for y in largest):
             largest.append(x)
     seen = {_key(base)}
     moves: list[Move] = []
 
     def add(description: str, edits: Pins) -> None:
-        moved, results = single_move(inputs, returned or {}, edits, base, held)
+        moved, results = single_move(inputs, returned or {}, edits, held)
         pins = {**base, **moved}
         k = _key(pins)
         if k not in seen and all(_divides(x.shape, pins[x.index], sizes) for x in inputs):
@@ -89,7 +89,7 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                     own[dim].sort(key=list(sizes).index)  # in mesh order, as a PartitionSpec tuple is read
                 change = f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}"
                 add(change, {x.index: own})
-                with_x = {x.index, *mirrors(inputs, x.index, base)}
+                with_x = {x.index, *mirrors(inputs, x.index)}
                 others = [y for y in movable if y.index not in with_x and any(axis in a for a in base[y.index])]
                 if dim is not None and others:
                     across = {x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
