@@ -224,7 +224,7 @@ def _config_as_run(settings: Settings) -> PassConfig:
     """The rules' configuration for programs the script compiled: no target is resolved for them (run
     selects no devices), so the step time's device model is the platform's they were compiled for."""
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return replace(settings.pass_config(), device_spec=spec_for_platform(settings.platform, kind))
+    return replace(settings.pass_config, device_spec=spec_for_platform(settings.platform, kind))
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
