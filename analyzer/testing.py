@@ -58,7 +58,7 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     settings = without_device_selection(Settings(budget_bytes=parse_bytes(budget) if budget is not None else None))
     module = jax_adapter.stablehlo_module(lowered)
     facts = compiled_facts(lowered, platform_label(settings))
-    return analyze_target(name, module, facts, settings.pass_config())
+    return analyze_target(name, module, facts, settings.pass_config)
 
 
 def assert_no_collectives(

@@ -17,7 +17,7 @@ from ...passes.models.report import TargetReport
 from .. import __version__
 from ..adapter import jax_adapter
 from ..cache.analysis_cache import AnalysisCache, Stored
-from ..cache.cache_key import cache_key, file_digest, text_digest, tool_source_digest
+from ..cache.cache_key import cache_key, text_digest, tool_source_digest
 from ..context.config import Settings
 from ..inputs.files import tool_folders
 
@@ -38,13 +38,15 @@ def analysis_cache(settings: Settings) -> AnalysisCache | None:
 
 
 def settings_parts(settings: Settings) -> dict[str, Any]:
-    """Every setting a report depends on: what it compiles for (the target resolved with the devices; a
-    library caller's settings without one are told apart by the fields it is resolved from), what the
-    rules are told, and whose code a frame is."""
-    label = settings.target.label if settings.target is not None else None
+    """Every setting a report depends on: what it compiles for (the target resolved with the devices, and
+    the contents of its config file, read when it was resolved; settings without one, a library caller's,
+    are told apart by the fields it is resolved from: every command resolves it before it analyses), what
+    the rules are told, and whose code a frame is."""
+    target = settings.target
     return {
-        "platform": settings.platform, "platform_label": label, "devices": settings.devices,
-        "topology": settings.topology, "hosts": settings.hosts, "target_config": file_digest(settings.target_config),
+        "platform": settings.platform, "platform_label": target.label if target is not None else None,
+        "devices": settings.devices, "topology": settings.topology, "hosts": settings.hosts,
+        "target_config": target.config_digest if target is not None else None,
         "budget_bytes": settings.budget_bytes, "ignore": sorted(settings.ignore),
         "options": {k: repr(v) for k, v in sorted(settings.options.items())},
         "severities": {k: str(v.value) for k, v in sorted(settings.severities.items())},

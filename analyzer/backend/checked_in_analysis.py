@@ -81,7 +81,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
     if donated_inputs is not None:
         facts = dataclasses.replace(facts, donated_inputs=donated_inputs)
-    return analyze_target(name, module, facts, settings.pass_config(), with_rules=with_rules), program, module
+    return analyze_target(name, module, facts, settings.pass_config, with_rules=with_rules), program, module
 
 
 def _beside_path(hlo_path: str, report: str) -> str:
@@ -106,7 +106,7 @@ def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> 
         report = analyze_hlo_only(
             name or dump_module_name(path), text, platform="as dumped (compiled HLO)",
             buffer_assignment_text=buffers, live_range_text=_beside(path, "live-range"),
-            config=settings.pass_config(),
+            config=settings.pass_config,
         )
         if buffers and ":T(" in text.split("\n", 1)[0]:  # TPU layouts are tiled: f32[512,4096]{1,0:T(8,128)}
             report = report.model_copy(update={"warnings": [*report.warnings, NOT_LISTED]})

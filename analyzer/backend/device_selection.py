@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ...passes.common.byte_sizes import format_bytes
 from ..adapter import jax_adapter
+from ..cache.cache_key import file_digest
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..platforms import devices as run_devices
@@ -35,13 +36,15 @@ def without_device_selection(settings: Settings) -> Settings:
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
     spec = ResolvedTarget(settings.platform, settings.devices, settings.topology, settings.hosts,
                           settings.target_config, tpu=tpu)
-    return replace(settings, target=with_devices(spec, settings.devices, settings.topology, kind))
+    target = with_devices(spec, settings.devices, settings.topology, kind)
+    return replace(settings, target=replace(target, config_digest=file_digest(settings.target_config)))
 
 
 def select_run_devices(settings: Settings) -> tuple[Settings, list]:
     """Configure JAX and choose the devices this run compiles for; the settings come back
     resolved: their ``target`` (the GPU spec, the TPU slice with its device count and topology, the
-    label, a device's memory) made here once, and an accelerator's own budget where none was given."""
+    label, a device's memory, the digest of a target config file) made here once, and an accelerator's
+    own budget where none was given."""
     try:
         jax_adapter.configure_devices(settings.platform, settings.devices)
     except RuntimeError as e:
@@ -66,6 +69,7 @@ def select_run_devices(settings: Settings) -> tuple[Settings, list]:
         return settings, run_devices.selected()
     device_kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
     target = with_devices(spec, settings.devices, settings.topology, device_kind)
+    target = replace(target, config_digest=file_digest(settings.target_config))
     return replace(settings, target=target), run_devices.selected()
 
 

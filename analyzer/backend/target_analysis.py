@@ -101,7 +101,7 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> Targe
 
 def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
-    label, config = platform_label(settings), settings.pass_config()
+    label, config = platform_label(settings), settings.pass_config
     ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
     background = _Background(_stablehlo_entry, text, ownership)
     try:

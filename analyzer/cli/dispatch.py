@@ -38,7 +38,7 @@ def _say_cache_use(args, settings) -> None:
 
 
 def cmd_run(args) -> int:
-    from ..commands.run import RunRequest, run
+    from ..commands.run.command import RunRequest, run
 
     if args.max_programs < 1:
         raise ShardLintInputError("--max-programs", "must be at least 1")
@@ -46,7 +46,7 @@ def cmd_run(args) -> int:
     request = RunRequest(args.script, tuple(args.args), args.max_programs, args.only, args.all, args.devices,
                          args.timeout, args.from_dump)
     if args.processes is not None:
-        from ..commands.run_processes import run_processes
+        from ..commands.run.processes import run_processes
 
         report = run_processes(request, args.processes, settings)
     else:

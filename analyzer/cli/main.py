@@ -9,7 +9,7 @@ import traceback
 
 from ...reports.registry import TERMINAL, format_help, formats
 from .. import __version__
-from ..commands.process_counts import process_counts
+from ..commands.run.process_counts import process_counts
 from ..errors import ShardLintInputError
 from ..exit_codes import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL
 from ..platforms.gpu_targets import PLATFORMS

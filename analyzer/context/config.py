@@ -84,7 +84,12 @@ class Settings:
         root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
         return _ownership(self.first_party, self.third_party, root, self.user_roots)
 
+    @functools.cached_property
     def pass_config(self) -> PassConfig:
+        """What the passes are told (options, severities, the budget, whose code a frame is, the target's
+        device model): made once per settings, the first time a pass is run with them, and read by
+        every target, checked-in module and fix check after (settings are frozen; a copy made with
+        ``dataclasses.replace`` makes its own)."""
         return PassConfig(
             options=dict(self.options), severities=dict(self.severities),
             disabled=self.ignore, budget_bytes=self.budget_bytes, ownership=self.ownership(),

@@ -32,6 +32,9 @@ class ResolvedTarget:
     device_kind: str | None = None
     # The device model behind the step-time estimate (None for GPUs it does not know).
     device_spec: DeviceSpec | None = None
+    # The content digest of the target_config file, read where the target was resolved (the analysis
+    # cache's key names it: the same path with other contents compiles for another GPU).
+    config_digest: str | None = None
 
     def describes(self, platform: str, devices: int, topology: str | None, hosts: int,
                   target_config: str | None) -> bool:

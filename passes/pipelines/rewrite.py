@@ -1,6 +1,6 @@
 """The rewrite pipeline: ``REWRITE``'s stages, from a target's StableHLO and its report to what pinning
 its outputs' shardings changed. The analyzer edits the module (the entry function's result shardings)
-and compiles both versions (analyzer/commands/rewrite.py); the analyses around those steps are these:
+and compiles both versions (analyzer/commands/rewrite/command.py); the analyses around those steps are these:
 the entry signature, the state round trips (an output returning an input's state: what ``rewrite``
 pins when no sharding is given, and where a donation can be lost), each program's figures, the
 collectives that changed, the costs left, and the verdict. suggest's versions are measured by the

@@ -4,7 +4,7 @@ and the script's ``shard_lint_fixed()``."""
 from __future__ import annotations
 
 from ...errors import ShardLintInputError
-from ..rewrite import _call_entry, parse_spec
+from ..rewrite.command import _call_entry, parse_spec
 
 FIXED_ENTRY = "shard_lint_fixed"
 

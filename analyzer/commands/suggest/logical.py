@@ -22,7 +22,7 @@ from typing import Any
 from ....passes.common.sharding_text import normalized, pspec_text
 from ....passes.models.suggest import ChosenSharding, LogicalRuleAdvice, LogicalRuleChange
 from ...errors import ShardLintInputError
-from ..rewrite import _call_entry
+from ..rewrite.command import _call_entry
 
 LOGICAL_ENTRY = "shard_lint_logical_axes"
 

@@ -7,7 +7,7 @@ import os
 import pytest
 from scripts import script_module
 
-from jax_shard_lint.analyzer.commands.rewrite import parse_spec
+from jax_shard_lint.analyzer.commands.rewrite.command import parse_spec
 from jax_shard_lint.analyzer.errors import ShardLintInputError
 
 SL201 = os.path.join("fixtures", "scripts", "sl201_output_sharding_mismatch.py")

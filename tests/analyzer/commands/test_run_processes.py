@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 
-from jax_shard_lint.analyzer.commands.process_counts import process_counts
+from jax_shard_lint.analyzer.commands.run.process_counts import process_counts
 
 RUN = os.path.join(FIXTURES, "multihost", "run")
 # The host array both scripts place: np.ones((4096, 4096), np.float32).

@@ -20,23 +20,23 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ...passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
-from ...passes.models.report import LintReport, ScriptRun, TargetReport
-from ...passes.pipelines.check import analyze_hlo_only
-from ...passes.pipelines.inputs import CompiledFacts, PassConfig
-from ...passes.pipelines.lint import analyze_target, program_call_site
-from ...passes.pipelines.rule_stage import report_rules
-from .. import __version__
-from ..adapter import jax_adapter
-from ..backend.tpu_dump_memory import NOT_LISTED, dump_memory
-from ..context.config import Settings
-from ..context.display_paths import relativize
-from ..context.program_files import apply_run_suppressions, program_files, program_findings
-from ..errors import ShardLintInputError
-from ..inputs.files import read_text_if_present as _read
-from ..platforms.performance import spec_for_platform
-from ..platforms.target_memory import target_memory
-from ..supervision import isolation
+from ....passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
+from ....passes.models.report import LintReport, ScriptRun, TargetReport
+from ....passes.pipelines.check import analyze_hlo_only
+from ....passes.pipelines.inputs import CompiledFacts, PassConfig
+from ....passes.pipelines.lint import analyze_target, program_call_site
+from ....passes.pipelines.rule_stage import report_rules
+from ... import __version__
+from ...adapter import jax_adapter
+from ...backend.tpu_dump_memory import NOT_LISTED, dump_memory
+from ...context.config import Settings
+from ...context.display_paths import relativize
+from ...context.program_files import apply_run_suppressions, program_files, program_findings
+from ...errors import ShardLintInputError
+from ...inputs.files import read_text_if_present as _read
+from ...platforms.performance import spec_for_platform
+from ...platforms.target_memory import target_memory
+from ...supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
 _JAX_MODULE = re.compile(r"jax_ir(\d+)_(.+)_compile\.mlir$")
@@ -224,7 +224,7 @@ def _config_as_run(settings: Settings) -> PassConfig:
     """The rules' configuration for programs the script compiled: no target is resolved for them (run
     selects no devices), so the step time's device model is the platform's they were compiled for."""
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return replace(settings.pass_config(), device_spec=spec_for_platform(settings.platform, kind))
+    return replace(settings.pass_config, device_spec=spec_for_platform(settings.platform, kind))
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,

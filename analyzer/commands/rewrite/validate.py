@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...passes.common.byte_sizes import format_bytes
-from ...passes.models.rewrite import Validation
-from ...passes.pipelines.rewrite import EntrySignature
-from ..adapter import jax_adapter
-from ..context.config import Settings
+from ....passes.common.byte_sizes import format_bytes
+from ....passes.models.rewrite import Validation
+from ....passes.pipelines.rewrite import EntrySignature
+from ...adapter import jax_adapter
+from ...context.config import Settings
 
 # Relative and absolute tolerance per element type; integers and booleans must match exactly.
 TOLERANCE = {"f64": (1e-9, 1e-9), "f32": (1e-4, 1e-5), "f16": (1e-2, 1e-3), "bf16": (2e-2, 1e-2)}
@@ -170,7 +170,7 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
     for index, want in expected.items():
         got = jax_adapter.sharding_axes(
             jax_adapter.named_sharding(after, index), len(sig.outputs[index].shape)) if after.output_shardings else None
-        from ...passes.common.sharding_text import normalized
+        from ....passes.common.sharding_text import normalized
 
         if got is None or normalized(got, len(sig.outputs[index].shape)) != want:
             shardings_ok = False

@@ -20,23 +20,24 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ...passes.common.byte_sizes import format_bytes
-from ...passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
-from ...passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
-from ...passes.models.rule_codes import SL401, SL402
-from ...passes.pipelines.rule_stage import report_rules
-from ...passes.pipelines.run_wide import process_rule_findings
-from .. import __version__
-from ..adapter import jax_adapter
-from ..context.config import Settings
-from ..context.display_paths import relativize
-from ..context.program_files import apply_run_suppressions, program_analysis, program_files, shown_notes
-from ..errors import ShardLintInputError
-from ..supervision import isolation
+from ....passes.common.byte_sizes import format_bytes
+from ....passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
+from ....passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
+from ....passes.models.rule_codes import SL401, SL402
+from ....passes.pipelines.rule_stage import report_rules
+from ....passes.pipelines.run_wide import process_rule_findings
+from ... import __version__
+from ...adapter import jax_adapter
+from ...context.config import Settings
+from ...context.display_paths import relativize
+from ...context.program_files import apply_run_suppressions, program_analysis, program_files, shown_notes
+from ...errors import ShardLintInputError
+from ...supervision import isolation
+from .command import RunRequest, child_env, dumped_programs, dumped_reports, last_error_line, only_pattern
 from .process_counts import process_counts
-from .run import RunRequest, child_env, dumped_programs, dumped_reports, last_error_line, only_pattern
 
-_BOOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "adapter", "local_cluster_boot.py")
+_ANALYZER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # analyzer/commands/run/
+_BOOT = os.path.join(_ANALYZER, "adapter", "local_cluster_boot.py")
 # After one process fails, the others get this long to fail too (a peer gone, a collective that cannot
 # finish) before the group is killed: JAX's own heartbeat timeout is 100 s. On a loaded machine a peer
 # can take many seconds to reach its own error.

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from jaxlib.mlir import ir
 
-from ...passes.common.byte_sizes import format_bytes
-from ...passes.common.pytree_paths import path_keys
-from ...passes.common.sharding_text import normalized, out_shardings_text, pspec_text
-from ...passes.models.report import TargetReport
-from ...passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ...passes.pipelines.rewrite import (
+from ....passes.common.byte_sizes import format_bytes
+from ....passes.common.pytree_paths import path_keys
+from ....passes.common.sharding_text import normalized, out_shardings_text, pspec_text
+from ....passes.models.report import TargetReport
+from ....passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
+from ....passes.pipelines.rewrite import (
     changed_collectives,
     changed_round_trips,
     costs_left,
@@ -35,19 +35,19 @@ from ...passes.pipelines.rewrite import (
     rewrite_verdict,
     round_trips,
 )
-from .. import __version__
-from ..adapter import jax_adapter
-from ..backend.checked_in_analysis import analyze_text, read_mlir
-from ..backend.device_selection import select_run_devices
-from ..backend.out_shardings import suggest_for
-from ..backend.script_targets import load_script_targets
-from ..backend.sharding_edits import with_entry_shardings
-from ..context.config import Settings
-from ..context.display_paths import display_source, relativize
-from ..errors import ShardLintInputError, one_line
-from ..inputs.limits import check_device_count
-from ..platforms.gpu_targets import ACCELERATOR_TARGETS
-from ..supervision import isolation
+from ... import __version__
+from ...adapter import jax_adapter
+from ...backend.checked_in_analysis import analyze_text, read_mlir
+from ...backend.device_selection import select_run_devices
+from ...backend.out_shardings import suggest_for
+from ...backend.script_targets import load_script_targets
+from ...backend.sharding_edits import with_entry_shardings
+from ...context.config import Settings
+from ...context.display_paths import display_source, relativize
+from ...errors import ShardLintInputError, one_line
+from ...inputs.limits import check_device_count
+from ...platforms.gpu_targets import ACCELERATOR_TARGETS
+from ...supervision import isolation
 
 DECLARED_ENTRY = "shard_lint_out_shardings"
 INPUTS_ENTRY = "shard_lint_inputs"
@@ -261,7 +261,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
                                 "run it on here; validate where the accelerator is (--platform gpu where GPUs are "
                                 "present)")
     elif request.validate:
-        from .rewrite_validate import validate
+        from .validate import validate
 
         expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
         host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
