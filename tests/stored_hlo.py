@@ -97,6 +97,7 @@ MEANING_SPECS = {
     "row_parallel": {"w": (("model",), ()), "x": ((), ("model",))},
     "gathered_activation": {"w": ((), ("model",)), "x": (("data",), ())},
     "looks_up_rows": {"table": (("data",), ())},
+    "looks_up_columns": {"table": ((), ("data",))},
     "fsdp_train_step": {"w": (("data",), ()), "x": (("data",), ())},
     "gathers_for_one_output": {"w": (("data",), ())},
     "returns_a_gathered_weight": {"w": (("data",), ())},

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from math import prod
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
@@ -70,16 +71,26 @@ def _parameter_number(ins: HloInstruction) -> int | None:
 def entry_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
     """The entry parameter a value is, through ops that keep its elements, one
     layer of a stack, layout fusions' operands and a while loop's carried tuple."""
+    found = parameter_dims(module, name, index, ())
+    return found[0] if found is not None else None
+
+
+def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple[int | None, ...],
+                   ) -> tuple[int, tuple[int | None, ...]] | None:
+    """(the entry parameter a value is, as ``entry_parameter`` finds it; the value's ``dims`` as that
+    parameter's dimensions): a transpose, or a copy and bitcast that transpose by layout, on the way
+    makes the value's dimension i another of the parameter's; None for a dimension a reshape merges or
+    splits."""
     ins = module.by_name.get(name)
     for _ in range(_MAX_STEPS):
         if ins is None:
             return None
         if ins.opcode == "parameter":
             comp = index.computation_of.get(ins.name)
-            if comp == module.entry:
-                return _parameter_number(ins)
-            callers = index.fusions_of.get(comp or "", [])
             k = _parameter_number(ins)
+            if comp == module.entry:
+                return (k, dims) if k is not None else None
+            callers = index.fusions_of.get(comp or "", [])
             if len(callers) != 1 or k is None or k >= len(callers[0].operands):
                 return None
             ins = module.by_name.get(callers[0].operands[k])
@@ -97,11 +108,74 @@ def entry_parameter(module: HloModule, name: str, index: OriginIndex) -> int | N
                 return None
             ins = module.by_name.get(carried.operands[k])
         elif ins.opcode in _SAME_DATA and ins.operands:
+            dims = _operand_dims(module, ins, dims)
             ins = module.by_name.get(ins.operands[0])
         elif ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins):
+            dims = _fused_operand_dims(module, ins, dims)
             ins = module.by_name.get(ins.operands[0])  # a copy or transpose XLA wrapped in a fusion
         else:
             return None
+    return None
+
+
+def _operand_dims(module: HloModule, ins: HloInstruction, dims: tuple[int | None, ...]) -> tuple[int | None, ...]:
+    """``dims`` of ``ins``'s result as its first operand's dimensions."""
+    if not dims:
+        return dims
+    operand = module.by_name.get(ins.operands[0]) if ins.operands else None
+    if ins.opcode == "transpose":  # result dimension i is the operand's dimension permutation[i]
+        permutation = [int(d) for d in _DIMS.findall(ins.attrs.get("dimensions", ""))]
+        return tuple(permutation[d] if d is not None and d < len(permutation) else None for d in dims)
+    if ins.opcode in ("reshape", "bitcast", "bitcast-convert") and operand is not None:
+        after, before = _shape_and_order(ins.shape), _shape_and_order(operand.shape)
+        if after is None or before is None:
+            return tuple(None for _ in dims)
+        if ins.opcode == "reshape":  # over the logical, row-major order
+            after, before = (after[0], tuple(range(len(after[0])))), (before[0], tuple(range(len(before[0]))))
+        return tuple(_same_dimension(after, before, d) if d is not None else None for d in dims)
+    return dims  # copies, converts and slices keep every dimension where it is
+
+
+def _fused_operand_dims(module: HloModule, fusion: HloInstruction,
+                        dims: tuple[int | None, ...]) -> tuple[int | None, ...]:
+    """``dims`` of a data-moving fusion's result as its operand's: back from the body's root to its parameter."""
+    comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
+    ins = next((i for i in comp.instructions if i.is_root), None) if comp is not None else None
+    for _ in range(_MAX_STEPS):
+        if ins is None or ins.opcode not in _SAME_DATA or not ins.operands:
+            break
+        dims = _operand_dims(module, ins, dims)
+        ins = module.by_name.get(ins.operands[0])
+    return dims if ins is not None and ins.opcode == "parameter" else tuple(None for _ in dims)
+
+
+_SHAPE = re.compile(r"^\w+\[([\d,]*)\](?:\{([\d,]*))?")
+
+
+def _shape_and_order(shape: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(an array's dimensions, their order in memory, major first: its layout's minor_to_major reversed)."""
+    m = _SHAPE.match(shape)
+    if m is None:
+        return None
+    sizes = tuple(int(d) for d in m.group(1).split(",") if d)
+    minor_to_major = tuple(int(d) for d in m.group(2).split(",") if d) if m.group(2) else ()
+    order = tuple(reversed(minor_to_major)) if len(minor_to_major) == len(sizes) else tuple(range(len(sizes)))
+    return sizes, order
+
+
+def _same_dimension(after: tuple[tuple[int, ...], tuple[int, ...]], before: tuple[tuple[int, ...], tuple[int, ...]],
+                    d: int) -> int | None:
+    """The dimension of ``before`` that ``after``'s dimension d is, when the elements are the same in the
+    given orders (a reshape in logical order, a bitcast in memory order): the one of d's size with as many
+    elements in front of it; None where d merges or splits dimensions."""
+    (after_sizes, after_order), (before_sizes, before_order) = after, before
+    if d >= len(after_sizes) or after_sizes[d] == 1:
+        return None
+    position = after_order.index(d)
+    in_front = prod(after_sizes[k] for k in after_order[:position])
+    for p, k in enumerate(before_order):
+        if before_sizes[k] == after_sizes[d] and prod(before_sizes[j] for j in before_order[:p]) == in_front:
+            return k
     return None
 
 
@@ -119,8 +193,9 @@ def _sharded_dims(t: TensorInfo) -> dict[int, list[str]]:
 
 def reads_in(module: HloModule, producer: HloInstruction, index: OriginIndex,
               ) -> list[tuple[HloInstruction, int, tuple[int, ...]]]:
-    """(read op, input number, dims it indexes) for the gathers and dynamic slices
-    that produce a value: the op itself, or inside the fusion that computes it."""
+    """(read op, input number, dims it indexes, numbered as the input's) for the gathers and
+    dynamic slices that produce a value: the op itself, or inside the fusion that computes it.
+    A dimension a reshape merges or splits on the way from the input is left out."""
     found: list[tuple[HloInstruction, int, tuple[int, ...]]] = []
     if producer.opcode in _READS:
         candidates = [(producer, producer.operands[0] if producer.operands else None)]
@@ -133,15 +208,16 @@ def reads_in(module: HloModule, producer: HloInstruction, index: OriginIndex,
     for op, operand in candidates:
         if operand is None:
             continue
-        k = entry_parameter(module, operand, index)
-        if k is None:
-            continue
         if op.opcode == "gather":
             dims = tuple(int(d) for d in _DIMS.findall(op.attrs.get("start_index_map", "")))
         else:  # dynamic-slice: the dimensions whose start is not a constant
             dims = tuple(d for d, start in enumerate(op.operands[1:])
                          if (s := module.by_name.get(start)) is None or s.opcode != "constant")
-        found.append((op, k, dims))
+        walked = parameter_dims(module, operand, index, dims)
+        if walked is None:
+            continue
+        # The input's own dimensions: the read's operand may be a transposed copy of it.
+        found.append((op, walked[0], tuple(d for d in walked[1] if d is not None)))
     return found
 
 

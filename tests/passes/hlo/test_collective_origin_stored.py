@@ -7,13 +7,17 @@ import re
 
 import pytest
 from stored_hlo import (
+    COMPILED,
     DATA_MODEL,
+    compiled_text,
     computations,
+    dims,
     instructions,
     meaning_inputs,
     meaning_text,
     parameter_number,
     releases,
+    step_inputs,
 )
 
 from jax_shard_lint.passes.hlo.collective_origin import (
@@ -22,6 +26,7 @@ from jax_shard_lint.passes.hlo.collective_origin import (
     origin_index,
     outputs_depending_on,
     outputs_returning,
+    reads_in,
 )
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
@@ -215,3 +220,73 @@ def test_a_gather_inside_a_conditionals_branch_is_read_without_failing(release):
     assert any(" conditional(" in line for line in comps["ENTRY"])
     assert c.input_path in (None, "w")
     assert entry_parameter(module, operand, origin_index(module)) in (None, parameter_number(text, "w"))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_gather_from_a_transposed_copy_names_the_inputs_own_sharded_dimension(release):
+    """table.T[ids], table f32[16,1024] P(None, 'data'): the gather reads a transposed copy of the table
+    (transpose dimensions={1,0}) along its dimension 0 (start_index_map={0}): the table's dimension
+    perm[0], the one on data. The all-reduce of the masked reads is explained by that dimension."""
+    text, module, found = _origins(release, "looks_up_columns")
+    c = found["all-reduce"]
+    lines = [line for body in computations(text).values() for line in body]
+    [perm] = [[int(d) for d in m.group(1).split(",")] for line in lines
+              if (m := re.search(r" transpose\(.*dimensions=\{([\d,]*)\}", line))]
+    [read] = [int(m.group(1)) for line in lines if (m := re.search(r" gather\(.*start_index_map=\{(\d+)\}", line))]
+    dimension = perm[read]
+    assert dimension == 1  # table's own numbering: P(None, 'data') shards dimension 1
+    assert re.fullmatch(
+        rf"the gather( at \S+)? reads table P\(None, 'data'\) along dimension {dimension}, which is sharded on "
+        r"data: each device reads only its own shard, and the all-reduce over data sums the masked partial "
+        r"results, so every device holds the whole f32\[8, 16\] \(512 B\)", c.why), c.why
+    [operand] = _entry(text)[c.hlo_name][2]
+    [(_, number, read_dims)] = reads_in(module, module.by_name[operand], origin_index(module))
+    assert (number, read_dims) == (parameter_number(text, "table"), (dimension,))
+
+
+@pytest.mark.parametrize("release", releases(COMPILED))
+def test_a_layer_gathered_from_a_stack_transposed_by_layout_is_not_read_along_its_sharded_dimension(release):
+    """The llama step on TPU v5p: params['decoder']['wo'] is bf16[352,2,1024] a device (P('fsdp'): dimension
+    0 sharded, dimension 1 the layers). XLA copies it with the layers major (layout {2,0,1}) and bitcasts
+    that to bf16[2,352,1024]; the scan's body dynamic-slices one layer along that copy's dimension 0, and
+    all-gathers the layer. The slice reads wo's dimension of the sliced size (the layers, dimension 1, not
+    sharded): nothing says the gather runs because a read is along a sharded dimension. (The backward
+    loop's gathers read the stack the forward loop returns: no entry parameter, left out.)"""
+    name = "llama-1024.tpu-v5p"
+    text = compiled_text(release, name)
+    mesh, inputs = step_inputs(text, name)
+    module = parse_hlo_module(text)
+    found = {c.hlo_name: c for c in collective_origins(module, find_collectives(module, mesh).collectives,
+                                                         inputs, DEFAULT_OWNERSHIP)}
+    number = parameter_number(text, "params['decoder']['wo']")
+    [wo_shape] = [m.group(1) for line in computations(text)["ENTRY"]
+                  if (m := re.match(rf"^\s*%[\w.\-]+ = (\w+\[[\d,]*\])\S* parameter\({number}\)", line))]
+    wo = dims(wo_shape)
+    assert wo == (352, 2, 1024)
+    # XLA's copy of wo with dimension 1 (the layers) major: minor_to_major {2,0,1}.
+    assert re.search(r"= bf16\[352,2,1024\]\{2,0,1[:}]\S* copy\(", text)
+    comps = computations(text)
+    checked = 0
+    for body in comps.values():
+        for line in body:
+            m = re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = \S+ all-gather(?:-start)?\(%([\w.\-]+)\)", line)
+            operand_line = m and next((op for op in body if op.lstrip().startswith(f"%{m.group(2)} = ")), None)
+            called = operand_line and re.search(r" fusion\(.*calls=%([\w.\-]+)", operand_line)
+            if not called or "/transpose(jvp())/" in operand_line:
+                continue  # the backward loop reads the stack the forward loop returns, no entry parameter
+            fused = instructions(comps[called.group(1)])
+            slices = [(ops, shape) for shape, op, ops, _ in fused.values() if op == "dynamic-slice"]
+            if len(slices) != 1:
+                continue
+            [(ops, _)] = slices
+            source = dims(fused[ops[0]][0])
+            if sorted(source) != sorted(wo) or source == wo:
+                continue  # not a transposed copy of wo's shard
+            [sliced] = [d for d, start in enumerate(ops[1:]) if fused[start][1] != "constant"]
+            [in_wo] = [d for d, n in enumerate(wo) if n == source[sliced]]  # the size says which: 2, the layers
+            assert (sliced, in_wo) == (0, 1)
+            [(_, k, read_dims)] = reads_in(module, module.by_name[m.group(2)], origin_index(module))
+            assert (k, read_dims) == (number, (in_wo,))
+            assert found[m.group(1)].why is None
+            checked += 1
+    assert checked == 1  # the forward loop's gather of one layer of wo

@@ -145,6 +145,36 @@ def test_a_gather_from_a_sharded_table_names_the_table_and_the_dimension_it_inde
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_a_gather_from_a_transposed_table_names_the_tables_own_dimension(release):
+    """table.T[ids], table P(None, 'data'): the gather reads the transposed copy along start_index_map={0},
+    which is the table's dimension perm[0] (the transpose's dimensions={1,0}): 1, the one on data."""
+    text, found = _parameters(release, "looks_up_columns")
+    c, p = found["all-reduce"]
+    lines = [line for body in computations(text).values() for line in body]
+    [perm] = [[int(d) for d in m.group(1).split(",")] for line in lines
+              if (m := re.search(r" transpose\(.*dimensions=\{([\d,]*)\}", line))]
+    [read] = [int(m.group(1)) for line in lines if (m := re.search(r" gather\(.*start_index_map=\{(\d+)\}", line))]
+    assert (p.index, p.role, p.contracting) == (parameter_number(text, "table"), ParameterRole.read, (perm[read],))
+    assert perm[read] == 1
+
+
+@pytest.mark.parametrize("release", releases(COMPILED))
+def test_a_layer_sliced_from_a_stack_transposed_by_layout_is_no_read_of_its_sharded_dimension(release):
+    """The llama step on TPU v5p: one layer of params['decoder']['wo'] (bf16[352,2,1024] a device, P('fsdp'))
+    is dynamic-sliced out of a copy with the layers major (bf16[2,352,1024]) and gathered: the slice reads
+    wo's layer dimension, not the fsdp one, so no gather is wo's "read" along a sharded dimension."""
+    name = "llama-1024.tpu-v5p"
+    text = compiled_text(release, name)
+    mesh, inputs = step_inputs(text, name)
+    module = parse_hlo_module(text)
+    found = collective_parameters(module, find_collectives(module, mesh).collectives, inputs, mesh)
+    number = parameter_number(text, "params['decoder']['wo']")
+    [line] = [line for line in computations(text)["ENTRY"] if re.search(rf" parameter\({number}\)", line)]
+    assert re.search(r"= bf16\[352,2,1024\]", line)  # dimension 0 (352 = 2816 / 8) on fsdp, 1 the layers
+    assert not [p for p in found.values() if p.role == ParameterRole.read and p.index == number]
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_the_fsdp_train_steps_gather_is_its_weights(release):
     """The FSDP train step: w's gather is w's, with the dimension its forward dot contracts."""
     text, found = _parameters(release, "fsdp_train_step")
