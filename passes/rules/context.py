@@ -45,6 +45,9 @@ class RuleContext:
     partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # A collective's HLO name -> the parameter it moves or serves (hlo/collective_parameter.py).
     collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
+    # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
+    # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
+    sliced_partial_sums: frozenset[str] = frozenset()
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
     # Values XLA's partitioner could reshard only by replicating them, each at its line.
