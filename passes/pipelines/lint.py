@@ -205,6 +205,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),
+        constraints=read_constraints(module, config.ownership),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),

@@ -11,7 +11,7 @@ from ..hlo.involuntary_remat import LocatedRemat
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..propagation.propagated_padding import PropagatedPadding
 from ..stablehlo.module import EntrySignature
-from ..stablehlo.sharding_constraints import PaddedValue
+from ..stablehlo.sharding_constraints import PaddedValue, StatedConstraint
 from ..stablehlo.state_roundtrip import RoundTrip
 from .registry import RuleOption
 
@@ -54,6 +54,8 @@ class RuleContext:
     involuntary_remats: tuple[LocatedRemat, ...] = ()
     # Values the user constrained on axes that do not divide them, which the compiled program holds padded.
     padded_values: tuple[PaddedValue, ...] = ()
+    # The user's with_sharding_constraint ops, as the StableHLO states them.
+    constraints: tuple[StatedConstraint, ...] = ()
     # Values Shardy's propagation cuts unevenly (no constraint stated it), which the compiled program holds padded.
     propagated_padding: tuple[PropagatedPadding, ...] = ()
     # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:
