@@ -104,10 +104,12 @@ def test_up_kernels_sharded_alone_on_their_contracted_dim_are_named(cli, checkin
 @pytest.mark.parametrize("example", ["remat_layer_stack.py", "fsdp_tp_train_step.py"])
 def test_megatron_row_parallel_partial_sums_stay_unflagged(cli, example):
     """A row-parallel projection after a column-parallel one (Megatron) all-reduces its partial sums by
-    design: its input arrives split, nothing slices it, and no SL103 names the weight."""
+    design: its input arrives split, nothing slices it, and no SL103 says the weight alone asks for the sum.
+    (On jax 0.12 remat_layer_stack's down projection reaches SL103's 8x expansion ratio, its other case.)"""
     targets = lint_targets(cli, os.path.join(EXAMPLES, example))
     assert any(c["intent"] == "activation" for t in targets for c in t["collectives"])
-    assert not [f for t in targets for f in t["findings"] if f["rule"] == "SL103"]
+    assert not [f for t in targets for f in t["findings"] if f["rule"] == "SL103"
+                and "each device slices its part" in f["message"]]
 
 
 def test_a_loop_reshard_caused_by_the_bodys_constraint_names_it(cli):
