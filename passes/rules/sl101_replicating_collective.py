@@ -8,6 +8,7 @@ from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
+from .constraint_cause import constraint_of
 from .context import RuleContext
 from .parameter_advice import idle_axes, idle_axis_advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -78,11 +79,16 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     for c in replicating(ctx):
         idle = c.intent in INTENDED  # a parameter's gather replicating it beside an idle mesh axis
         parameter, served, suggested = (idle_axis_advice if idle else sharding_advice)(ctx, c)
+        # No argument behind it: the user's constraint whose sharding it undoes, if one is (constraint_cause.py).
+        constraint = constraint_of(ctx, c) if parameter is None else None
+        undone = (f": it gathers back what the with_sharding_constraint at line {constraint.source.line} "
+                  f"{pspec_text(constraint.sharding)} shards" if constraint is not None and constraint.source else "")
         out.emit(
-            message(ctx, c, peak, parameter, served) + (_idle_text(ctx, c, suggested) if idle else ""), c.source,
+            message(ctx, c, peak, parameter, served) + undone + (_idle_text(ctx, c, suggested) if idle else ""),
+            c.source,
             via=c.via, fix=_idle_fix(ctx, parameter, suggested) if idle else fix(parameter, served, suggested),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
-            total_bytes=c.bytes * c.count,
+            total_bytes=c.bytes * c.count, constraint=constraint if undone else None,
         )
 
 
