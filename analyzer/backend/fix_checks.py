@@ -369,11 +369,11 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
         members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
         layouts = {str(m.output.sharding) for m in members if m is not None}
         if best is take and rt is not None and None not in members and len(layouts) == 1:
-            names = [m.input.path for m in members if m is not None]
-            what = (f"shard {_listed(sorted(set(names), key=len))} as {pspec_text(rt.output.sharding)}, the layout "
+            names = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
+            what = (f"shard {_listed(names)} as {pspec_text(rt.output.sharding)}, the layout "
                     f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
-            named = sorted({m.input.path for m in members if m is not None}, key=len)
+            named = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
             what = (f"give {_listed(named) if named else 'the state inputs'} the layouts the step returns them in "
                     "(in_shardings=, or place them there with jax.device_put)")
         else:

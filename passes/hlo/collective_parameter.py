@@ -264,6 +264,51 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
     return None
 
 
+def sliced_partial_sums(module: HloModule | None, collectives: tuple[Collective, ...]) -> frozenset[str]:
+    """The forward all-reduces of a matmul's partial sums whose other operand each device cut from a value
+    it holds whole (the op that makes it reads ``partition-id``: a slice at the device's own offset). The
+    contracted dimension is split there because the weight alone is sharded on it: in a tensor-parallel
+    pair (Megatron's row-parallel projection) that operand arrives split, as the column-parallel matmul
+    before it produced it, and nothing slices it."""
+    if module is None:
+        return frozenset()
+    index = origin_index(module)
+    out = set()
+    for c in collectives:
+        ins = module.instruction(c.hlo_name)
+        if c.kind != "all-reduce" or c.intent != "activation" or ins is None or not ins.operands:
+            continue
+        producer = module.instruction(ins.operands[0])
+        for _ in range(4):  # through the layout ops between the matmul and its all-reduce
+            if producer is None or _matmuls_in(module, producer) or producer.opcode not in _KEEPS_ORDER | {
+                    "bitcast", "reshape"} or not producer.operands:
+                break
+            producer = module.instruction(producer.operands[0])
+        if producer is None or "transpose(" in (producer.op_name or ""):
+            continue
+        fusion = producer if producer.opcode == "fusion" else None
+        for dot in _matmuls_in(module, producer):
+            outer = [module.instruction(_outer_operand(module, fusion, o)) for o in dot.operands[:2]]
+            weights = [o is not None and _weight_parameter(module, o.name, index) is not None for o in outer]
+            if sum(weights) == 1 and any(_cut_per_device(module, o) for o, w in zip(outer, weights) if not w):
+                out.add(c.hlo_name)
+    return frozenset(out)
+
+
+def _cut_per_device(module: HloModule, ins: HloInstruction | None) -> bool:
+    """Whether the value is a slice at this device's own offset: made by an op (or a fusion) that reads
+    ``partition-id``, behind layout ops."""
+    for _ in range(4):
+        if ins is None:
+            return False
+        if any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands):
+            return True
+        if ins.opcode not in _KEEPS_ORDER | {"bitcast", "reshape"} or not ins.operands:
+            return False
+        ins = module.instruction(ins.operands[0])
+    return False
+
+
 def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],
                           inputs: tuple[TensorInfo, ...], mesh: MeshInfo) -> dict[str, CollectiveParameter]:
     """HLO name -> the parameter of each collective, where the compiled program shows one."""

@@ -210,6 +210,13 @@ class StepTime(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+class ConstraintCause(Model):
+    """A ``with_sharding_constraint`` in the user's code whose sharding a collective undoes."""
+
+    source: SourceLocation | None = Field(description="The user's line that states the constraint.")
+    sharding: list[list[str]] = Field(description="The sharding it states, axes per dimension.")
+
+
 class Finding(Model):
     rule: str = Field(description="Stable rule code, e.g. SL101.")
     name: str = Field(description="Kebab-case rule name.")
@@ -239,6 +246,9 @@ class Finding(Model):
     fix_check: FixCheck | None = Field(
         default=None, description="The fix applied and compiled: what it does to the peak and the traffic; null "
         "where it was not checked.")
+    constraint: ConstraintCause | None = Field(
+        default=None, description="The with_sharding_constraint whose sharding causes it, where no argument's "
+        "does (a loop body's own constraint the next op reads along); null otherwise.")
 
 
 class TargetReport(Model):

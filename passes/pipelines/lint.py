@@ -21,7 +21,7 @@ from jaxlib.mlir import ir
 from ..common.device_groups import MeshInfo, axis_scopes
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
 from ..hlo.collective_origin import collective_origins
-from ..hlo.collective_parameter import collective_parameters
+from ..hlo.collective_parameter import collective_parameters, sliced_partial_sums
 from ..hlo.collectives import find_collectives
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
 from ..hlo.cost import program_cost, xla_cost_figures
@@ -201,9 +201,11 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         collectives=collectives, memory=memory, roundtrips=roundtrips,
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
+        sliced_partial_sums=sliced_partial_sums(hlo, collectives),
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),
+        constraints=read_constraints(module, config.ownership),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),

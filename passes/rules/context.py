@@ -11,7 +11,7 @@ from ..hlo.involuntary_remat import LocatedRemat
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..propagation.propagated_padding import PropagatedPadding
 from ..stablehlo.module import EntrySignature
-from ..stablehlo.sharding_constraints import PaddedValue
+from ..stablehlo.sharding_constraints import PaddedValue, StatedConstraint
 from ..stablehlo.state_roundtrip import RoundTrip
 from .registry import RuleOption
 
@@ -45,12 +45,17 @@ class RuleContext:
     partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # A collective's HLO name -> the parameter it moves or serves (hlo/collective_parameter.py).
     collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
+    # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
+    # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
+    sliced_partial_sums: frozenset[str] = frozenset()
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
     # Values XLA's partitioner could reshard only by replicating them, each at its line.
     involuntary_remats: tuple[LocatedRemat, ...] = ()
     # Values the user constrained on axes that do not divide them, which the compiled program holds padded.
     padded_values: tuple[PaddedValue, ...] = ()
+    # The user's with_sharding_constraint ops, as the StableHLO states them.
+    constraints: tuple[StatedConstraint, ...] = ()
     # Values Shardy's propagation cuts unevenly (no constraint stated it), which the compiled program holds padded.
     propagated_padding: tuple[PropagatedPadding, ...] = ()
     # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:

@@ -105,19 +105,38 @@ def idle_axes(ctx: RuleContext) -> list[str]:
     return [name for name, size in ctx.signature.mesh.axes if size > 1 and name not in used]
 
 
+def spare_axes(ctx: RuleContext, parameter: TensorInfo, c: Collective) -> list[str]:
+    """The mesh axes a weight gathered whole for its matmul could be sharded on instead: the idle ones
+    (they shard no argument); where none is idle and the gathered axes shard the batch too (an argument
+    that is not state: the matmul then splits the batch's rows on them and needs the weight whole), the
+    axes of more than one device that neither the gather nor the weight uses."""
+    idle = idle_axes(ctx)
+    if idle:
+        return idle
+    gathered = {a.split(":")[0] for a in c.mesh_axes}
+    state = {rt.input.index for rt in ctx.roundtrips}
+    batch = {a.split(":")[0] for t in ctx.inputs if t.index not in state and t.index != parameter.index
+             for dim in (t.sharding or []) for a in dim}
+    if not gathered or not gathered <= batch:
+        return []
+    own = {a.split(":")[0] for dim in (parameter.sharding or []) for a in dim}
+    return [name for name, size in ctx.signature.mesh.axes if size > 1 and name not in gathered | own]
+
+
 def idle_axis_advice(ctx: RuleContext, c: Collective) -> Advice:
     """An all-gather that rebuilds a whole parameter on every device (FSDP-style, intended by its
-    sharding) on a mesh with an idle axis: the parameter, and the sharding that puts it on the idle axes
-    instead of the gathered ones, on the largest dimension its matmul does not contract that they divide
-    (the matmul then multiplies it in place, as tensor parallelism does, and nothing gathers it). The
-    sharding is None where the matmul's contracted dimensions are unknown or no dimension is left."""
+    sharding) for a matmul, where another mesh axis could hold it (``spare_axes``): the parameter, and
+    the sharding that puts it on those axes instead of the gathered ones, on the largest dimension its
+    matmul does not contract that they divide (the matmul then multiplies it in place, as tensor
+    parallelism does, and nothing gathers it). The sharding is None where the matmul's contracted
+    dimensions are unknown or no dimension is left."""
     parameter, served = parameter_of(ctx, c)
     if (c.kind != "all-gather" or parameter is None or served is None or served.role is not ParameterRole.operand
             or served.contracting is None or not any(parameter.sharding or [])
             or squeezed(tuple(c.shape)) != squeezed(tuple(parameter.shape))):
         return parameter, served, None
-    idle, sizes = idle_axes(ctx), dict(ctx.signature.mesh.axes)
-    # All the idle axes on one dimension where they divide it, else the largest one alone.
+    idle, sizes = spare_axes(ctx, parameter, c), dict(ctx.signature.mesh.axes)
+    # All the spare axes on one dimension where they divide it, else the largest one alone.
     for axes in [idle] + [[a] for a in sorted(idle, key=lambda a: -sizes[a])][:1 if len(idle) > 1 else 0]:
         parts = 1
         for a in axes:

@@ -8,6 +8,7 @@ from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
+from .constraint_cause import constraint_of
 from .context import RuleContext
 from .parameter_advice import idle_axes, idle_axis_advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -45,7 +46,9 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     rebuilds a whole parameter for a matmul (FSDP's gather) on a mesh with an
     axis that shards no argument. The devices along that axis repeat each
     other's work, and the weight could stay sharded there, on the dimension
-    the matmul does not contract, with nothing gathered.
+    the matmul does not contract, with nothing gathered. The same holds
+    where no axis is idle but the gathered axes shard the batch too and
+    another axis does not shard this weight: it could hold it there.
 
     Why is this bad
     ---------------
@@ -76,11 +79,16 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     for c in replicating(ctx):
         idle = c.intent in INTENDED  # a parameter's gather replicating it beside an idle mesh axis
         parameter, served, suggested = (idle_axis_advice if idle else sharding_advice)(ctx, c)
+        # No argument behind it: the user's constraint whose sharding it undoes, if one is (constraint_cause.py).
+        constraint = constraint_of(ctx, c) if parameter is None else None
+        undone = (f": it gathers back what the with_sharding_constraint at line {constraint.source.line} "
+                  f"{pspec_text(constraint.sharding)} shards" if constraint is not None and constraint.source else "")
         out.emit(
-            message(ctx, c, peak, parameter, served) + (_idle_text(ctx, suggested) if idle else ""), c.source,
-            via=c.via, fix=_idle_fix(parameter, suggested) if idle else fix(parameter, served, suggested),
+            message(ctx, c, peak, parameter, served) + undone + (_idle_text(ctx, c, suggested) if idle else ""),
+            c.source,
+            via=c.via, fix=_idle_fix(ctx, parameter, suggested) if idle else fix(parameter, served, suggested),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
-            total_bytes=c.bytes * c.count,
+            total_bytes=c.bytes * c.count, constraint=constraint if undone else None,
         )
 
 
@@ -133,20 +141,27 @@ def replicating(ctx: RuleContext) -> list[Collective]:
     return out
 
 
-def _idle_text(ctx: RuleContext, suggested: list[list[str]] | None) -> str:
+def _idle_text(ctx: RuleContext, c: Collective, suggested: list[list[str]] | None) -> str:
     axes = [a for dim in (suggested or []) for a in dim]
     idle = [a for a in idle_axes(ctx) if a in axes]
-    names = ", ".join(idle)
+    names = ", ".join(idle or axes)
+    if not idle:  # spare_axes: the gathered axes shard the batch as well
+        gathered = ", ".join(c.mesh_axes)
+        return (f"; the batch is sharded on {gathered} too, so the matmul needs the weight whole on every "
+                f"device, while {names}, which this weight does not use, could hold it on the dimension the "
+                "matmul keeps")
     return (f"; the mesh axis {names} shards no argument (its devices repeat each other's work), so the "
             "weight could stay sharded on it instead" if len(idle) == 1 else
             f"; the mesh axes {names} shard no argument (their devices repeat each other's work), so the "
             "weight could stay sharded on them instead")
 
 
-def _idle_fix(parameter: TensorInfo | None, suggested: list[list[str]] | None) -> str:
+def _idle_fix(ctx: RuleContext, parameter: TensorInfo | None, suggested: list[list[str]] | None) -> str:
     assert parameter is not None and suggested is not None  # replicating() reports no other
+    axes = [a for dim in suggested for a in dim]
+    where = "the idle axis" if any(a in idle_axes(ctx) for a in axes) else "an axis the batch does not use"
     return (f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)} "
-            "(on the idle axis, the dimension the matmul keeps: it multiplies the shards in place and "
+            f"(on {where}, the dimension the matmul keeps: it multiplies the shards in place and "
             "nothing gathers the weight)")
 
 

@@ -6,8 +6,9 @@ from ..common.axes import axes_in_words
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
-from ..models.report import Collective, Severity, TensorInfo
+from ..models.report import Collective, ConstraintCause, Severity, TensorInfo
 from ..models.rule_codes import SL102
+from .constraint_cause import constraint_of
 from .context import RuleContext
 from .parameter_advice import sharding_advice
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -32,7 +33,8 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     counted but not reported, and a collective SL101 reports (it builds a
     large array on every device) is SL101's finding, not a second one. The
     finding lists its collectives (`ops`) and names the argument behind most
-    of their bytes where one is found.
+    of their bytes where one is found, or else the `with_sharding_constraint`
+    whose sharding they undo (its line and spec, `constraint`).
 
     Why is this bad
     ---------------
@@ -67,7 +69,13 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
                              dict(ctx.signature.mesh.axes)) or "all devices"
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
         parameter = _cause(ctx, group)
+        constraint = None if parameter else _constraint(ctx, group)
         cause = f": they come from {parameter.path} {pspec_text(parameter.sharding)}" if parameter else ""
+        if constraint is not None:
+            # The constraint is in the collective's own file (constraint_of): its line says where.
+            where = f" at line {constraint.source.line}" if constraint.source else ""
+            cause = (f": they gather back what the with_sharding_constraint{where} "
+                     f"{pspec_text(constraint.sharding)} shards, which the body then reads whole")
         out.emit(
             f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device{cause}",
             group[0].source, via=group[0].via, parameter=parameter, total_bytes=total,
@@ -75,6 +83,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
             fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
             "body does not read along), or gather a loop-invariant value once before the loop",
             subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
+            constraint=constraint,
         )
 
 
@@ -87,6 +96,15 @@ def _cause(ctx: RuleContext, group: list[Collective]) -> TensorInfo | None:
             before = moved.get(parameter.path, (0, parameter))[0]
             moved[parameter.path] = (before + c.bytes * c.count, parameter)
     return max(moved.values(), key=lambda m: (m[0], m[1].path))[1] if moved else None
+
+
+def _constraint(ctx: RuleContext, group: list[Collective]) -> ConstraintCause | None:
+    """The constraint behind the group's largest collective whose cause is one (constraint_cause.py)."""
+    for c in sorted(group, key=lambda c: (-c.bytes * c.count, c.hlo_name)):
+        found = constraint_of(ctx, c)
+        if found is not None:
+            return found
+    return None
 
 
 def loop_groups(ctx: RuleContext) -> list[list[Collective]]:

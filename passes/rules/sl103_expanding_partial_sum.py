@@ -26,7 +26,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     Reports an all-reduce of a matmul's partial sums (tensor-parallel traffic,
     otherwise not warned about) whose per-device bytes reach
     `partial-sum-expansion` times the gathered size of the matmul's smaller
-    operand, and at least `partial-sum-min-bytes`.
+    operand, and at least `partial-sum-min-bytes`. Also, at that size, one
+    whose matmul's other operand each device cut from a value it holds whole
+    (the weight alone is sharded on the dimension the matmul contracts, not
+    as the second half of a tensor-parallel pair, whose input arrives split).
 
     Why is this bad
     ---------------
@@ -66,7 +69,8 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         if weight is None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
-        if c.bytes < ratio * gathered:
+        sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
+        if c.bytes < ratio * gathered and not sliced:
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
         suggested = None
@@ -78,7 +82,9 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             + (f", {c.count}x per step" if c.count > 1 else "")
             + f"): {c.bytes / gathered:.0f}x its smaller operand gathered ({format_bytes(gathered)}), because "
             + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
-               if weight is not None and weight.sharding else "the dimension it contracts is sharded"),
+               if weight is not None and weight.sharding else "the dimension it contracts is sharded")
+            + (" and its other operand is not (each device slices its part of a value it holds whole): the "
+               "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
             c.source, via=c.via,
             fix=(f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
                  f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested

@@ -1,7 +1,8 @@
 """Every collective no stated sharding asked for (intent ``reshard``) of 16 MiB or more per step is
 explained by exactly one finding, which names the argument whose sharding causes it (its path and
-PartitionSpec). A finding stands for a collective by its ``subject`` (the HLO op) or its ``ops``; the
-collectives and their bytes are XLA's compiled program's, as the report lists them."""
+PartitionSpec), or the with_sharding_constraint that does (its line and spec). A finding stands for a
+collective by its ``subject`` (the HLO op) or its ``ops``; the collectives and their bytes are XLA's
+compiled program's, as the report lists them."""
 
 import glob
 import os
@@ -18,13 +19,7 @@ THRESHOLD = 16 * 1024**2  # unexplained-reshard-bytes' default
 FIXTURE_SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py"))) + [
     os.path.join(FIXTURES, "scripts", "unusable_donation_resharded.py")]
 # Known gaps, each with what is unexplained (measured on jax 0.10.2, CPU, 8 devices).
-GAPS = {
-    "sl102_collective_in_loop.py": "SL102 reports the 256 MiB all-gather of the loop's running sums and names "
-                                   "no argument: no argument's sharding causes it (x, the carry's start, is "
-                                   "P('data', None), which the cumsum does not read along); the body's own "
-                                   "with_sharding_constraint P('data', 'model') does, and no finding names a "
-                                   "constraint as its cause yet",
-}
+GAPS: dict[str, str] = {}
 EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
     "value_function_step.py", "lcm_grid_search_kernel.py", "maxtext_like_step.py", "llama_style_step.py",
     "shard_map_tp_step.py", "remat_layer_stack.py")]
@@ -44,7 +39,9 @@ def unexplained(targets) -> list[str]:
             if c["intent"] != "reshard" or c["bytes"] * c["count"] < THRESHOLD:
                 continue
             by = [f for f in t["findings"] if f["subject"] == c["hlo_name"] or c["hlo_name"] in f["ops"]]
-            named = [f for f in by if f["parameter"] and f["parameter_sharding"] is not None]
+            # The argument whose sharding causes it, or the user's with_sharding_constraint (its line and spec).
+            named = [f for f in by if (f["parameter"] and f["parameter_sharding"] is not None)
+                     or (f["constraint"] and f["constraint"]["source"] and f["constraint"]["sharding"])]
             if len(by) != 1 or len(named) != 1:
                 out.append(f"{t['name']}: {c['kind']} {c['hlo_name']} ({c['bytes'] * c['count']} B): "
                            f"{[(f['rule'], f['parameter']) for f in by] or 'no finding'}")
