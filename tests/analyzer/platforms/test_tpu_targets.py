@@ -25,6 +25,10 @@ VALUE = os.path.join("examples", "value_function_step.py")
 MAXTEXT = os.path.join("examples", "maxtext_like_step.py")
 TRAIN_COMPILE = os.path.join("fixtures", "scripts", "train_compile_tpu.py")
 OVER_HBM = ("--set", "d_model=8192", "--set", "d_ff=32768", "--set", "layers=32")  # 19.1 GiB of temporaries
+# The MaxText-like step as fixtures/scripts/train_compile_tpu.py compiles it: smaller than the example's
+# default (a third of the TPU compile's time), with the same program: the splash-attention kernel (seq 512, its
+# block), FSDP gathers in pieces of one channel, the stacked layers' gathers counted per layer.
+MAXTEXT_SMALL = {"layers": 2, "d_model": 512, "d_ff": 1024, "vocab": 2048}
 
 
 @pytest.mark.parametrize("platform, devices, topology", [
@@ -64,6 +68,10 @@ def _distinct_collectives(hlo):
     lines = _collective_lines(hlo)
     channels = {m.group(1) for line in lines for m in [re.search(r"channel_id=(\d+)", line)] if m}
     return len(channels) + sum(1 for line in lines if "channel_id=" not in line)
+
+
+def _sets(params):
+    return [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
 
 
 # FSDP runs on both JAX releases in CI: libtpu 0.0.50 (JAX 0.12) offloads its embedding gather to the SparseCores.
@@ -114,8 +122,8 @@ def test_fit_takes_its_budget_from_the_platform(cli):
 def test_maxtext_like_step_with_its_pallas_attention(cli):
     """The TPU compile has a Pallas splash-attention custom call printed over three lines, and FSDP gathers
     split into pieces of one channel: figures against the compiler's own, once per channel."""
-    [t] = lint_targets(cli, MAXTEXT, "--platform", "tpu-v5e")
-    compiled = _direct_compile(MAXTEXT, "tpu-v5e")["train_step"]
+    [t] = lint_targets(cli, MAXTEXT, "--platform", "tpu-v5e", *_sets(MAXTEXT_SMALL))
+    compiled = _direct_compile(MAXTEXT, "tpu-v5e", **MAXTEXT_SMALL)["train_step"]
     hlo = compiled.as_text()
     assert "tpu_custom_call" in hlo and re.search(r'^"xprof_metadata"', hlo, re.M)
     m = compiled.memory_analysis()
@@ -188,7 +196,7 @@ def test_run_reports_a_train_compile_script_with_tpu_figures(cli):
     assert t["platform"] == "as run (tpu-v5e)" and t["num_devices"] == 8
     assert t["memory"]["budget_bytes"] == 16 * 2**30
     assert t["collectives"] and all(c["source"] for c in t["collectives"])
-    m = _direct_compile(MAXTEXT, "tpu-v5e")["train_step"].memory_analysis()
+    m = _direct_compile(MAXTEXT, "tpu-v5e", **MAXTEXT_SMALL)["train_step"].memory_analysis()
     assert (t["memory"]["temp_bytes"], t["memory"]["peak_bytes"]) == (
         m.temp_size_in_bytes,
         m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
