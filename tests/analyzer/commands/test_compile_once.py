@@ -50,7 +50,7 @@ def test_once_computes_a_key_once_inside_the_scope_and_every_time_outside():
     assert calls["b"] == 2  # the scope is over
 
 
-@pytest.mark.slow  # over 30 s on 2 cores: lint's compile and six fix candidates
+@pytest.mark.slow  # over 30 s on 2 cores: lint's compile and nine fix candidates
 def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
     compiled = Counter()
@@ -68,10 +68,12 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     # SL203's second choice and the solver fixes' move 0: both announced, one compile between them.
     second = "params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P('fsdp')"
     assert second in result.err and "-> P('fsdp') (returned in that layout) (move 0)" in result.err
-    # Six sharding candidates, and the two SL202 donations (params, opt_state) compiled as candidates of their own.
+    # Seven sharding candidates (the solver fixes' last: the finding's values in the layout the step returns them
+    # in), and the two SL202 donations (params, opt_state) compiled as candidates of their own.
     assert "compiled jax.jit(..., donate_argnums=(0,))" in result.err
     assert "compiled jax.jit(..., donate_argnums=(1,))" in result.err
-    assert len(compiled) == 6 + 2
+    assert "(the layout the step returns them in)" in result.err
+    assert len(compiled) == 7 + 2
     [target] = json.loads(result.out)["targets"]
     checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
     assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
