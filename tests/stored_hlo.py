@@ -65,6 +65,11 @@ def instructions(lines: list[str]) -> dict[str, tuple[str, str, list[str], str]]
     return out
 
 
+def entry_instructions(text: str) -> dict[str, tuple[str, str, list[str], str]]:
+    """``instructions`` of the ENTRY computation."""
+    return instructions(computations(text)["ENTRY"])
+
+
 def dims(shape: str) -> tuple[int, ...]:
     return tuple(int(d) for d in re.match(r"\w+\[([\d,]*)\]", shape).group(1).split(",") if d)
 

@@ -15,6 +15,7 @@ from stored_hlo import (
     compiled_text,
     computations,
     dims,
+    entry_instructions,
     instructions,
     meaning_inputs,
     meaning_text,
@@ -52,10 +53,6 @@ def _is_dot(text, opcode, rest):
                                and any(" dot(" in line for line in computations(text)[body.group(1)]))
 
 
-def _entry(text):
-    return instructions(computations(text)["ENTRY"])
-
-
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("program", ["weight_on_the_right", "weight_on_the_left", "fsdp_train_step"])
 def test_a_weight_gathered_for_its_matmul_is_a_parameter_gather(release, program):
@@ -63,7 +60,7 @@ def test_a_weight_gathered_for_its_matmul_is_a_parameter_gather(release, program
     takes the gather holds one, or the gather is the dot's operand)."""
     text, _, _, found = _classified(release, program)
     c = found["all-gather"]
-    entry = _entry(text)
+    entry = entry_instructions(text)
     assert dims(entry[c.hlo_name][0]) == (256, 128)
     assert any(_is_dot(text, op, r) for _, op, ops, r in entry.values() if c.hlo_name in ops)
     assert c.intent == "parameter-gather"
@@ -75,7 +72,7 @@ def test_an_input_gathered_for_an_elementwise_op_is_a_reshard(release):
     fusion without a dot), so no sharding of a parameter asked for it."""
     text, _, _, found = _classified(release, "gathered_activation")
     c = found["all-gather"]
-    users = [(op, r) for _, op, ops, r in _entry(text).values() if c.hlo_name in ops]
+    users = [(op, r) for _, op, ops, r in entry_instructions(text).values() if c.hlo_name in ops]
     assert users and not any(_is_dot(text, op, r) for op, r in users)
     assert c.intent == "reshard"
 
@@ -89,7 +86,7 @@ def test_partial_sums_of_a_forward_matmul_are_an_activation_and_name_its_operand
     c = found["all-reduce"]
     assert "transpose(" not in text and not has_backward_pass(module)
     assert c.intent == "activation"
-    entry = _entry(text)
+    entry = entry_instructions(text)
     [producer] = entry[c.hlo_name][2]
     operand_bytes = sorted(4 * dims(entry[o][0])[0] * dims(entry[o][0])[1] for o in entry[producer][2])
     assert operand_bytes == [32 * 128 * 4, 128 * 64 * 4]
@@ -106,7 +103,7 @@ def test_a_weights_gradient_summed_transposed_is_a_gradient_reduction(release):
     c = found["all-reduce"]
     line = next(line for line in computations(text)["ENTRY"] if f"%{c.hlo_name} = " in line)
     assert "transpose(" in re.search(r'op_name="([^"]*)"', line).group(1)
-    assert dims(_entry(text)[c.hlo_name][0]) == (128, 256)
+    assert dims(entry_instructions(text)[c.hlo_name][0]) == (128, 256)
     assert c.intent == "gradient-reduction"
     assert intent_of(c, module, parameters(inputs, ()), DATA_MODEL, module.users()) == "gradient-reduction"
 
@@ -117,7 +114,7 @@ def test_a_masked_gather_from_a_sharded_table_is_a_reshard(release):
     rows, f32[8,16], no parameter's shape): resharding no stated sharding asked for."""
     text, _, _, found = _classified(release, "looks_up_rows")
     c = found["all-reduce"]
-    assert dims(_entry(text)[c.hlo_name][0]) == (8, 16)
+    assert dims(entry_instructions(text)[c.hlo_name][0]) == (8, 16)
     assert c.intent == "reshard"
 
 

@@ -12,6 +12,7 @@ from stored_hlo import (
     compiled_text,
     computations,
     dims,
+    entry_instructions,
     instructions,
     meaning_inputs,
     meaning_text,
@@ -43,10 +44,6 @@ def _origins(release, name):
     return text, module, {c.kind: c for c in found}
 
 
-def _entry(text):
-    return instructions(computations(text)["ENTRY"])
-
-
 def _root_operands(text):
     [root] = [line for line in computations(text)["ENTRY"] if line.lstrip().startswith("ROOT ")]
     return re.findall(r"%([\w.\-]+)", root.split("tuple(", 1)[1])
@@ -58,7 +55,7 @@ def test_an_all_gather_of_an_input_names_it_and_says_it_is_gathered_whole(releas
     """The gather's operand is the entry parameter JAX's metadata names ``path``, sharded on data."""
     text, module, found = _origins(release, program)
     c = found["all-gather"]
-    entry = _entry(text)
+    entry = entry_instructions(text)
     [operand] = entry[c.hlo_name][2]
     assert entry[operand][1] == "parameter" and f'op_name="{path}"' in entry[operand][3]
     assert c.input_path == path
@@ -91,8 +88,8 @@ def test_partial_sums_of_a_matmul_have_no_input_and_no_why(release):
     sharded dimension: the pass says nothing."""
     text, _, found = _origins(release, "row_parallel")
     c = found["all-reduce"]
-    [operand] = _entry(text)[c.hlo_name][2]
-    assert _entry(text)[operand][1] == "fusion"
+    [operand] = entry_instructions(text)[c.hlo_name][2]
+    assert entry_instructions(text)[operand][1] == "fusion"
     assert (c.input_path, c.why) == (None, None)
 
 
@@ -102,7 +99,7 @@ def test_only_the_output_computed_from_a_gather_depends_on_it(release):
     the second is computed from x alone."""
     text, module, found = _origins(release, "gathers_for_one_output")
     c = found["all-gather"]
-    entry = _entry(text)
+    entry = entry_instructions(text)
     first, second = _root_operands(text)
     assert c.hlo_name in entry[first][2] and c.hlo_name not in entry[second][2]
     assert outputs_depending_on(module, [c.hlo_name]) == {0: [c.hlo_name]}
@@ -127,7 +124,7 @@ def test_an_output_computed_from_a_gather_is_not_returned_by_it(release):
     first operand is the gather; the output depends on the gather but is not its result moved."""
     text, module, found = _origins(release, "weight_on_the_left")
     c = found["all-gather"]
-    entry = _entry(text)
+    entry = entry_instructions(text)
     [root] = [n for n, (_, op, ops, rest) in entry.items() if op == "fusion" and "ROOT" in next(
         line for line in computations(text)["ENTRY"] if f"%{n} = " in line)]
     [dot] = entry[root][2]
@@ -142,7 +139,7 @@ def test_an_exchange_of_an_inputs_shards_names_it_and_is_no_gather(release):
     w's shard (its operand in the text), so it moves w; it gathers nothing, and reads along nothing."""
     text, _, found = _origins(release, "reshards_a_weight")
     c = found["all-to-all"]
-    comps, entry = computations(text), _entry(text)
+    comps, entry = computations(text), entry_instructions(text)
     for operand in entry[c.hlo_name][2]:
         _, opcode, [source], rest = entry[operand]
         body = instructions(comps[re.search(r"calls=%([\w.\-]+)", rest).group(1)])
@@ -158,7 +155,7 @@ def test_a_collective_inside_a_loop_reaches_the_output_the_loop_returns(release)
     get-tuple-element of the while, its second computed from x alone."""
     text, module, found = _origins(release, "scans_over_layers")
     c = found["all-reduce"]
-    comps, entry = computations(text), _entry(text)
+    comps, entry = computations(text), entry_instructions(text)
     [loop] = [rest for _, op, _, rest in entry.values() if op == "while"]
     body = re.search(r"body=%([\w.\-]+)", loop).group(1)
     assert any(f"%{c.hlo_name} = " in line for line in comps[body])
@@ -174,7 +171,7 @@ def test_a_stack_read_in_a_loop_body_is_the_entry_parameter_the_loop_started_fro
     body's parameter, f32[4,64,256]: ws's per-device shape); the while starts from a tuple whose element
     at that index is ws's entry parameter."""
     text, module, _ = _origins(release, "scans_over_layers")
-    comps, entry = computations(text), _entry(text)
+    comps, entry = computations(text), entry_instructions(text)
     [(init, loop)] = [(ops[0], rest) for _, op, ops, rest in entry.values() if op == "while"]
     body = instructions(comps[re.search(r"body=%([\w.\-]+)", loop).group(1)])
     [(stack, k)] = [(name, int(re.search(r"index=(\d+)", rest).group(1))) for name, (shape, op, _, rest)
@@ -196,7 +193,7 @@ def test_an_output_computed_from_a_gather_by_a_fusion_of_it_alone_is_not_its_res
     (a tanh, not a copy or bitcast): the output depends on the gather, but is not its value moved."""
     text, module, found = _origins(release, "returns_tanh_of_a_gather")
     c = found["all-gather"]
-    comps, entry = computations(text), _entry(text)
+    comps, entry = computations(text), entry_instructions(text)
     [root] = [line for line in comps["ENTRY"] if line.lstrip().startswith("ROOT ")]
     name = re.match(r"^\s*ROOT %([\w.\-]+)", root).group(1)
     _, opcode, operands, rest = entry[name]
@@ -239,7 +236,7 @@ def test_a_gather_from_a_transposed_copy_names_the_inputs_own_sharded_dimension(
         rf"the gather( at \S+)? reads table P\(None, 'data'\) along dimension {dimension}, which is sharded on "
         r"data: each device reads only its own shard, and the all-reduce over data sums the masked partial "
         r"results, so every device holds the whole f32\[8, 16\] \(512 B\)", c.why), c.why
-    [operand] = _entry(text)[c.hlo_name][2]
+    [operand] = entry_instructions(text)[c.hlo_name][2]
     [(_, number, read_dims)] = reads_in(module, module.by_name[operand], origin_index(module))
     assert (number, read_dims) == (parameter_number(text, "table"), (dimension,))
 
