@@ -39,13 +39,9 @@ from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, key_parts, placed
 from .checked_in_analysis import analyze_text
 from .fix_verdicts import _cost_text, _not_offered, _verdict
-from .parameter_moves import matcher, moved_text, single_move
+from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
-
-
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -98,7 +94,7 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     named_text = ", ".join(f.parameters or [f.parameter])
     by_index = {t.index: t.path for t in inputs}
     mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
-    with_state = f" with {_listed(list(mirrored))}" if mirrored else ""
+    with_state = f" with {listed(list(mirrored))}" if mirrored else ""
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
                       mirrored=mirrored)
 
@@ -370,11 +366,11 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
         layouts = {str(m.output.sharding) for m in members if m is not None}
         if best is take and rt is not None and None not in members and len(layouts) == 1:
             names = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
-            what = (f"shard {_listed(names)} as {pspec_text(rt.output.sharding)}, the layout "
+            what = (f"shard {listed(names)} as {pspec_text(rt.output.sharding)}, the layout "
                     f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
             named = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
-            what = (f"give {_listed(named) if named else 'the state inputs'} the layouts the step returns them in "
+            what = (f"give {listed(named) if named else 'the state inputs'} the layouts the step returns them in "
                     "(in_shardings=, or place them there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"

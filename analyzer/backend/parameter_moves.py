@@ -57,6 +57,11 @@ def single_move(inputs: Sequence, returned: Mapping[int, int], edits: Mapping[in
     return arguments, results
 
 
+def listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: names as a fix text lists them."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 # The optimizer state a fix text names by path (each layer's moments of a [*] pattern would be dozens).
 _NAMED = 4
 
@@ -66,8 +71,7 @@ def moved_text(state: Sequence[str], returned: int) -> str:
     the optimizer state it moves with them (``state``: their paths), and the ``returned`` results of the moved
     state coming back in the new layout, so the next step does not reshard them."""
     named = list(state[:_NAMED]) + ([f"{len(state) - _NAMED} more"] if len(state) > _NAMED else [])
-    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1] if named else ""
-    text = f", with its optimizer state {listed} on the same layout" if state else ""
+    text = f", with its optimizer state {listed(named)} on the same layout" if state else ""
     if returned:
         text += f", and return {'it' if returned == 1 else 'them'} in that layout (out_shardings=)"
     return text

@@ -37,7 +37,7 @@ from ...passes.pipelines.suggest import entry_signature as read_entry_signature
 from ...passes.pipelines.suggest import pins as plan_pins
 from ..adapter import jax_adapter
 from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
-from ..backend.parameter_moves import mirrors
+from ..backend.parameter_moves import listed, mirrors
 from ..backend.sharding_edits import with_entry_shardings
 from ..backend.side_by_side import CompileCounter, outcome
 from ..context.config import Settings
@@ -158,15 +158,11 @@ def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: di
     by_change: dict[tuple[str, str], list[str]] = {}
     for i, s in sorted(edits.items()):
         by_change.setdefault((pspec_text(s), pspec_text(inputs[i].sharding or [])), []).append(inputs[i].path)
-    parts = [f"{_and(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
+    parts = [f"{listed(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
     # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
     back = (f", and return {'it' if len(returned) == 1 else 'them'} in that layout (out_shardings=)"
             if returned else "")
     return "shard " + "; ".join(parts) + back
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
