@@ -65,7 +65,10 @@ def test_make_array_from_callback_moves_nothing_across_processes(cli):
     assert report["growing"] == [] and report["findings"] == []
     assert all(p["collective_bytes"] == 0 for r in report["process_runs"] for p in r["per_process"])
     hosts = [max(p["peak_host_bytes"] for p in r["per_process"]) for r in report["process_runs"]]
-    assert hosts[-1] <= hosts[0]  # each process holds fewer devices' copies, nothing gathered
+    # Nothing gathered: a process's peak does not grow by a table's copy (a gather of 4 processes adds 4 of
+    # them). It need not shrink: CPU device buffers may alias the callback's host array, and the peaks of
+    # the 1- and 4-process runs differed by 131,072 B either way across CI runs (allocator noise).
+    assert hosts[-1] < hosts[0] + TABLE_BYTES
 
 
 @pytest.mark.slow
