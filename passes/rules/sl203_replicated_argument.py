@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import is_replicated, pspec_text
@@ -17,7 +18,7 @@ REPLICATED_ARGUMENT_BYTES = RuleOption(
     "size at which a fully replicated argument is reported")
 
 
-def _spread(shape: tuple[int, ...], axes: list[tuple[str, int]]) -> list[list[str]] | None:
+def _spread(shape: Sequence[int], axes: list[tuple[str, int]]) -> list[list[str]] | None:
     """The layout that spreads the argument over the most devices: the mesh axes (in the mesh's order) whose
     product divides a dimension, the largest such product first, on the first dimension it divides. A
     replicated table gathered along its rows measures best on both axes of its columns (fix_checks tries
