@@ -177,20 +177,20 @@ def _fixture(name):
 
 def test_sl203_fix_is_compiled_and_printed_only_when_measured_better(cli, checking):
     """SL203's suggestion is compiled like every other fix. The replicated 128 MiB table that a lookup
-    gathers rows from: P('data') on the rows is a trade-off (peak down, traffic up by more than the
-    tolerance) and is not offered; the same axis on the columns is tried next and printed, with the
-    peak and the traffic XLA compiles that layout to."""
+    gathers rows from: both mesh axes on the rows (P(('data', 'model')), the most devices a dimension
+    allows) is a trade-off (peak down, traffic up by more than the tolerance) and is not offered; the same
+    axes on the columns are tried next and printed, with the peak and the traffic XLA compiles that layout to."""
     script, module = _fixture("sl203_replicated_argument")
     report = _lint(cli, script, "--target", "replicated")
     [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL203"]
     check = f["fix_check"]
     assert check is not None and check["verdict"] == "better", f
-    assert f["fix"].startswith("shard table as P(None, 'data') (checked:"), f["fix"]
+    assert f["fix"].startswith("shard table as P(None, ('data', 'model')) (checked:"), f["fix"]
 
     table, ids = _abstract(module.shard_lint_targets()["replicated"])
     as_written = jax.jit(module.lookup).lower(table, ids).compile()
     fixed_table = jax.ShapeDtypeStruct(table.shape, table.dtype,
-                                       sharding=NamedSharding(ids.sharding.mesh, P(None, "data")))
+                                       sharding=NamedSharding(ids.sharding.mesh, P(None, ("data", "model"))))
     fixed = jax.jit(module.lookup).lower(fixed_table, ids).compile()
     assert check["peak_bytes_before"] == xla_peak(as_written)
     assert check["peak_bytes_after"] == xla_peak(fixed) < xla_peak(as_written)

@@ -8,7 +8,8 @@ the code is the start of the finding's message and ``# Fix: TEXT`` the start of 
 prefixes (whitespace as written; a prefix stops before figures that differ between JAX releases).
 The fix is the rule's own text as this test's run prints it: fixes are not compiled and measured here
 (tests/conftest.py sets JAX_SHARD_LINT_NO_FIX_CHECK; test_fix_checks.py turns them on), so no "(checked: ...)" tail,
-and a fix the check would replace (SL203's P('data') where the measured one is P(None, 'data')) is
+and a fix the check would replace (SL203's P(('data', 'model')) where the measured one is
+P(None, ('data', 'model'))) is
 the rule's proposal.
 Messages are opt-in per fixture: once one expectation of a fixture carries a message, every one
 of that fixture's must carry a message and a fix, so a fixture is checked either on (line, code)
