@@ -20,6 +20,7 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
+from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
 from ...passes.stablehlo.state_roundtrip import correspond
@@ -101,7 +102,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                        progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
     fix (with its figures), else the finding says what was tried and what it cost."""
-    if not any(f.rule in (SL204.code, SL205.code) for f in report.findings):
+    if not any(f.rule in STATED_LAYOUT_FIXES for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module)

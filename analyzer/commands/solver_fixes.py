@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL101, SL102, SL103, SL104, SL105, SL201, SL203
+from ...passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
 from ...passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups
 from ...passes.pipelines.suggest import entry_signature as read_entry_signature
 from ...passes.pipelines.suggest import pins as plan_pins
@@ -57,8 +57,8 @@ MAX_SOLVER_FIXES = 2
 MAX_MOVES = 3
 # Seconds one restricted solve may take (the problem has only the finding's arguments free).
 TIME_LIMIT = 10.0
-# The rules whose findings are about the layout of the arguments they name.
-_LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL201.code, SL203.code)
+# The rules whose findings are about the layout of the arguments they name (their traits say so).
+_LAYOUT_RULES = ARGUMENT_LAYOUT_RULES
 
 Sharding = list[list[str]]
 # The candidate that gives the finding's arguments the layout the compiled step returns them in.
