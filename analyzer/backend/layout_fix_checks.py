@@ -11,7 +11,6 @@ the module, having found no output to match), so XLA can write the output into t
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +25,8 @@ from ...passes.stablehlo.sharding_constraints import even_alternatives, read_con
 from ...passes.stablehlo.state_roundtrip import correspond
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
-from .fix_checks import _compiled, _cost_text, _not_offered, check_fixes, measured_check, traffic_bytes
+from .fix_checks import _compiled, _cost_text, _not_offered, measured_check, traffic_bytes
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
@@ -148,16 +146,3 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                                            "fix": f"no layout change found that helps: {tried}"})
     return report.model_copy(update={"findings": findings})
 
-
-def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
-                           ) -> list[TargetReport]:
-    """check's reports of a StableHLO program (a snapshot's .mlir, a jax.export) with their fixes
-    compiled as lint compiles them (no Python run), so lint and check give one recommendation for a
-    value; a compiled HLO's fixes cannot be applied and stay unchecked."""
-    kind = kind_of(path) if os.path.isfile(path) else "dump"
-    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
-        return reports
-    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
-    return [check_layout_fixes(check_fixes(reports[0], text, settings, path, devices[:n]), text, settings, path,
-                               devices[:n])]
