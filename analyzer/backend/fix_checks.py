@@ -31,7 +31,7 @@ from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL201, SL202, SL203
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_RULES
 from ...passes.pipelines.lint import EntrySignature, entry_signature
-from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError

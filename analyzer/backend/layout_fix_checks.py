@@ -21,8 +21,7 @@ from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
-from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
-from ...passes.stablehlo.state_roundtrip import correspond
+from ...passes.pipelines.stablehlo_edits import correspond, even_alternatives, read_constraints
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from ...passes.compare.gate import compare, compiler_change, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
+from ...passes.pipelines.gate import compare, compiler_change, summarize
 from ...passes.pipelines.lint import entry_signature
 from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
