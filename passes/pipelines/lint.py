@@ -82,9 +82,10 @@ LINT = Pipeline("lint", (
     "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "output-reshards", "out-shardings",
     "provenance",
 ))
+LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
+
 # The rules that read Shardy's propagation of the module (their traits say so): it runs when one is on.
 _READ_SHARDY_PROPAGATION = codes_where(lambda t: t.reads_shardy_propagation)
-LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
 
 
 def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
