@@ -140,3 +140,38 @@ def test_every_pass_module_is_in_the_catalogue():
             if f"`{rel}`" not in catalogue:
                 missing.append(rel)
     assert missing == []
+
+
+def _code_lists(tree: ast.AST) -> list[str]:
+    """A rule code written as a string (``"SL206"``) outside a docstring, or a tuple, list or set naming two
+    or more rule codes (``(SL201.code, SL203.code)``): what a trait declared in the rule's file replaces."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    code = re.compile(r"SL\d{3}")
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                and code.fullmatch(node.value)):
+            found.append(f"line {node.lineno}: {node.value!r}")
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            named = [e for e in node.elts if code.fullmatch(ast.unparse(e).removesuffix(".code"))]
+            if len(named) >= 2:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_rule_codes_are_listed_only_by_the_rules():
+    """Which rules a stage acts on is a trait in each rule's file (``RuleTraits``), read from the table
+    (``table.codes_where``): outside the rule files, the table and the code names, a rule is named by its
+    constant, one at a time (``f.rule == SL202.code``), never in a list of codes or as a string."""
+    allowed = re.compile(r"passes/(rules/(sl\d{3}_\w+|table)|models/rule_codes)\.py$")
+    found = {}
+    for path, _ in _modules().values():
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if not allowed.search(rel):
+            with open(path, encoding="utf-8") as f:
+                if lists := _code_lists(ast.parse(f.read())):
+                    found[rel] = lists
+    assert found == {}

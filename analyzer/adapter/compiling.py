@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from ...passes.hlo.involuntary_remat import is_partitioner_warning
+from ...passes.pipelines.xla_reports import is_partitioner_warning
 from .compiler_releases import COMPILER_PLUGINS, installed_releases
 from .native_stderr import capture_native_stderr, quiet_native_stderr
 
@@ -161,7 +161,7 @@ def compile_lowered(lowered: Any, with_reports: bool = True, optimize_machine_co
 def _name_for_xla(module: ir.Module) -> None:
     """XLA's import wants a named module whose entry is ``@main``: a module written
     by hand (or by another tool) may have neither, which is no reason to refuse it."""
-    from ...passes.stablehlo.module import entry_function, functions
+    from ...passes.pipelines.stablehlo_edits import entry_function, functions
 
     attrs = module.operation.attributes
     with module.context:

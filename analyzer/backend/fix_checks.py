@@ -29,9 +29,9 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL201, SL202, SL203
+from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_RULES
 from ...passes.pipelines.lint import EntrySignature, entry_signature
-from ...passes.rules import RULES, FixKind
-from ...passes.stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
@@ -48,7 +48,7 @@ MAX_CHECKS = 4
 # The rules whose fix is a parameter's new sharding: their traits, declared in their files. SL203's own
 # suggestion (shard the replicated argument) is one where the argument is not state that comes back on
 # another layout (_state_advice decides those).
-_PARAMETER_FIXES = frozenset(code for code, r in RULES.items() if r.traits.fix is FixKind.parameter)
+_PARAMETER_FIXES = PARAMETER_FIXES
 
 
 @dataclass(frozen=True)
@@ -154,12 +154,11 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     pin, take = _state_candidates(report, sig)
     returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
-    state_rules = {SL201.code, SL203.code}
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
     donations = {f.subject: c for f in report.findings if f.rule == SL202.code
                  for c in [_donation_candidate(f, report.inputs)] if c is not None}
     if not wanted and not donations and not report.suggested_out_shardings and not any(
-            f.rule in state_rules for f in report.findings):
+            f.rule in STATE_RULES for f in report.findings):
         return report
     if not wanted and not donations and pin is None:
         return report
@@ -335,7 +334,7 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
 
 def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
                   ) -> list[Finding]:
-    """One recommendation for the state values SL201 and SL203 are about."""
+    """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
     rank = {FixVerdict.better: 0, FixVerdict.no_change: 1, FixVerdict.trade_off: 2, FixVerdict.worse: 3,
             FixVerdict.failed: 4}
 
@@ -350,7 +349,7 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
     first: str | None = None
     out = []
     for f in findings:
-        if f.rule not in (SL201.code, SL203.code):
+        if f.rule not in STATE_RULES:
             out.append(f)
             continue
         rt = moved.get(f.subject or "")

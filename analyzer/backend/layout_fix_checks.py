@@ -11,7 +11,6 @@ the module, having found no output to match), so XLA can write the output into t
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,14 +19,13 @@ from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205
+from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
-from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
-from ...passes.stablehlo.state_roundtrip import correspond
+from ...passes.pipelines.stablehlo_edits import correspond, even_alternatives, read_constraints
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..supervision import isolation
-from .fix_checks import _compiled, _cost_text, _not_offered, check_fixes, measured_check, traffic_bytes
+from .fix_checks import _compiled, _cost_text, _not_offered, measured_check, traffic_bytes
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
@@ -101,7 +99,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                        progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
     fix (with its figures), else the finding says what was tried and what it cost."""
-    if not any(f.rule in (SL204.code, SL205.code) for f in report.findings):
+    if not any(f.rule in STATED_LAYOUT_FIXES for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module)
@@ -147,16 +145,3 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                                            "fix": f"no layout change found that helps: {tried}"})
     return report.model_copy(update={"findings": findings})
 
-
-def check_checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
-                           ) -> list[TargetReport]:
-    """check's reports of a StableHLO program (a snapshot's .mlir, a jax.export) with their fixes
-    compiled as lint compiles them (no Python run), so lint and check give one recommendation for a
-    value; a compiled HLO's fixes cannot be applied and stay unchecked."""
-    kind = kind_of(path) if os.path.isfile(path) else "dump"
-    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
-        return reports
-    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
-    return [check_layout_fixes(check_fixes(reports[0], text, settings, path, devices[:n]), text, settings, path,
-                               devices[:n])]

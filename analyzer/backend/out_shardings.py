@@ -28,7 +28,7 @@ from typing import Any
 from ...passes.common.pytree_paths import path_keys
 from ...passes.common.sharding_text import named_sharding_text, normalized
 from ...passes.models.report import TensorInfo
-from ...passes.stablehlo.state_roundtrip import RoundTrip, mismatched
+from ...passes.pipelines.stablehlo_edits import RoundTrip, mismatched
 from ..adapter import jax_adapter
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")

@@ -11,8 +11,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...passes.stablehlo.module import entry_function
-from ...passes.stablehlo.sharding_constraints import constraint_ops
+from ...passes.pipelines.stablehlo_edits import constraint_ops, entry_function
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -32,7 +31,7 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
     pinned to these shardings; ``constraints``: sharding constraints (numbered in
     the module's walk order) given new shardings; ``donors``: arguments donated
     (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match)."""
-    from ...passes.propagation.shardy_reference import clone
+    from ...passes.pipelines.stablehlo_edits import clone
 
     edited = clone(module)
     if constraints:

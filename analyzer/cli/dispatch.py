@@ -135,10 +135,10 @@ def run_exit_code(report, fail_on: str) -> int:
 def cmd_rules(args) -> int:
     from rich.table import Table
 
-    from ...passes.rules import RULES
+    from ...passes.pipelines.catalogue import RULES
 
     if getattr(args, "format", "terminal") == "markdown":
-        from ...passes.rules.table import rule_docs
+        from ...passes.pipelines.catalogue import rule_docs
         from ...reports.common.rules_table import rules_markdown
 
         sys.stdout.write(rules_markdown(rule_docs()))
@@ -154,7 +154,7 @@ def cmd_rules(args) -> int:
 
 
 def cmd_rule(args) -> int:
-    from ...passes.rules import RULES, find_rule
+    from ...passes.pipelines.catalogue import RULES, find_rule
 
     r = find_rule(args.code)
     if r is None:
@@ -170,7 +170,7 @@ def cmd_rule(args) -> int:
 
 def _option_text(option) -> str:
     """A default as the config and --threshold take it: 536870912 bytes is ``512MiB``."""
-    from ...passes.rules import OptionKind
+    from ...passes.pipelines.catalogue import OptionKind
 
     if option.kind is OptionKind.bytes and isinstance(option.default, int) and option.default > 0:
         for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -12,26 +12,26 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from ...passes.compare.gate import compare, compiler_change, summarize
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
+from ...passes.pipelines.gate import compare, compiler_change, summarize
+from ...passes.pipelines.lint import entry_signature
 from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
-from ..backend.layout_fix_checks import check_checked_in_fixes
 from ..backend.script_targets import load_script_targets
 from ..backend.side_by_side import one_compile_per_program
 from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..executors.checked_in_tasks import Spread, check_paths
+from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
-from .lint import LintRequest, lint
-from .solver_fixes import checked_in_solver_fixes
+from .lint import LintRequest, checked_fixes, lint
 
 BASELINE_FILE = "baseline.json"
 
@@ -125,9 +125,6 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
-            from ...passes.pipelines.lint import entry_signature
-            from ..inputs.checked_in import read_mlir
-
             n = entry_signature(read_mlir(p)[0]).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
@@ -136,9 +133,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
         reports = []
         for p in paths:
             with one_compile_per_program():  # a program two checks arrive at is compiled once
-                reports += checked_in_solver_fixes(
-                    p, check_checked_in_fixes(p, check_path(p, settings, devices), settings, devices), settings,
-                    devices)
+                reports += checked_in_fixes(p, check_path(p, settings, devices), settings, devices)
     else:
         reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]
@@ -148,6 +143,19 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
                         rules=report_rules(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
+
+
+def checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
+                     ) -> list[TargetReport]:
+    """check's report of a StableHLO program (a snapshot's .mlir, a jax.export) with its fixes compiled as
+    lint compiles them (the same fix-check pipeline, no Python run), so lint and check give one
+    recommendation for a value; a compiled HLO's fixes cannot be applied and stay unchecked."""
+    kind = kind_of(path) if os.path.isfile(path) else "dump"
+    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
+        return reports
+    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
+    n = entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    return [checked_fixes(reports[0], text, settings, path, devices[:n])]
 
 
 def _check_spread(paths: list[str], settings: Settings, spread: Spread) -> list[TargetReport]:

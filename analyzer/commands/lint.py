@@ -7,7 +7,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.models.report import LintReport
+from ...passes.models.report import LintReport, TargetReport
+from ...passes.pipelines import fix_checks as fix_check_pipeline
 from ...passes.pipelines.rule_stage import report_rules
 from .. import __version__
 from ..adapter import jax_adapter
@@ -22,7 +23,7 @@ from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..supervision import isolation
-from .solver_fixes import with_solver_fixes
+from .suggest.solver_fixes import with_solver_fixes
 
 Progress = Callable[[str], None]
 
@@ -32,6 +33,18 @@ class LintRequest:
     script: str
     targets: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
+
+
+def checked_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
+                  progress: Progress | None = None) -> TargetReport:
+    """The report with its fixes compiled and measured: the fix-check pipeline
+    (``passes/pipelines/fix_checks.py``: its stages and their order, lint's and check's), each stage's
+    compiles the analyzer's."""
+    return fix_check_pipeline.check_fixes(
+        report,
+        lambda r: check_fixes(r, text, settings, where, devices, progress),
+        lambda r: with_solver_fixes(r, text, settings, where, devices, progress),
+        lambda r: check_layout_fixes(r, text, settings, where, devices, progress))
 
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
@@ -51,9 +64,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
                 say(f"compiling the fixes {name}'s findings suggest, to check them")
                 text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
                 with one_compile_per_program():  # a program two checks arrive at is compiled once
-                    report = check_fixes(report, text, settings, where, devices, progress)
-                    report = with_solver_fixes(report, text, settings, where, devices, progress)
-                    report = check_layout_fixes(report, text, settings, where, devices, progress)
+                    report = checked_fixes(report, text, settings, where, devices, progress)
         reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
     program = program_files(where, settings) if os.path.exists(where) else None
     from_source, source_notes = program_findings(program, settings) if program else ([], [])

@@ -64,12 +64,19 @@ def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[
     compiled, not_compiled = _compile_mlir(request, settings, module, text) if request.compile else (None, None)
     name = os.path.splitext(os.path.basename(request.path))[0]
     isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
-    try:
-        report, propagated = build_report(name, module, compiled, ownership=settings.ownership(),
-                                          max_values=None if request.all_values else MAX_VALUES)
-    except ShardyRejected as e:
-        raise ShardLintInputError(request.path, f"Shardy rejects the module: {e}") from e
+    report, propagated = _report(name, module, compiled, request, settings, request.path, "")
     return [(report.model_copy(update={"not_compiled": not_compiled}), propagated)]
+
+
+def _report(name: str, module, compiled, request: PropagateRequest, settings: Settings, where: str,
+            whose: str) -> tuple[PropagationReport, Propagated]:
+    """The propagate pipeline over one module; a module Shardy's passes refuse is the user's input, one
+    line naming it (``whose``: the target's, for a script's)."""
+    try:
+        return build_report(name, module, compiled, ownership=settings.ownership(),
+                            max_values=None if request.all_values else MAX_VALUES)
+    except ShardyRejected as e:
+        raise ShardLintInputError(where, f"{whose}Shardy rejects the module: {e}") from e
 
 
 def propagate_script(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
@@ -79,8 +86,7 @@ def propagate_script(request: PropagateRequest, settings: Settings) -> list[tupl
     for name, lowered in targets.items():
         module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
         compiled = _compiled_collectives(name, lowered, module, settings, where) if request.compile else None
-        out.append(build_report(name, module, compiled, ownership=settings.ownership(),
-                                max_values=None if request.all_values else MAX_VALUES))
+        out.append(_report(name, module, compiled, request, settings, where, f"target {name!r}: "))
     return out
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
-from ...passes.compare.sweep import candidate_from_report, failed_candidate, params_label, rank
 from ...passes.models.sweep import CandidateRun, SweepCandidate, SweepExecution, SweepRun
+from ...passes.pipelines.sweep import candidate_from_report, failed_candidate, params_label, rank
 from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings

@@ -28,9 +28,8 @@ from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
 from ...passes.models.report import Severity
+from ...passes.pipelines.catalogue import RULES, OptionKind, all_options
 from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
-from ...passes.rules import OptionKind
-from ...passes.rules.table import RULES, all_options
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.presets import PRESETS, find_preset
@@ -162,7 +161,7 @@ def rule_codes(values: Any, where: str) -> set[str]:
     if not isinstance(values, list):
         raise ShardLintInputError(where, "ignore must be a list of rule codes")
     out = set()
-    from ...passes.rules.table import find_rule
+    from ...passes.pipelines.catalogue import find_rule
 
     for v in values:
         rule = find_rule(str(v))

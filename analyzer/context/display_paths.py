@@ -10,7 +10,7 @@ import typing
 from pydantic import BaseModel
 
 from ...passes.models.report import SourceLocation
-from ...passes.source.frames import library_relative
+from ...passes.pipelines.inputs import library_relative
 
 
 def same_file(a: str, b: str) -> bool:

@@ -9,7 +9,7 @@ import glob
 import os
 import re
 
-from ...passes.stablehlo.module import missing_entry
+from ...passes.pipelines.stablehlo_edits import missing_entry
 from ..adapter import jax_adapter
 from ..errors import ShardLintInputError, one_line
 from ..supervision import isolation

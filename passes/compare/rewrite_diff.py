@@ -8,9 +8,11 @@ from collections.abc import Callable
 from typing import Literal
 
 from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
 from ..models.report import Collective, SourceLocation, TargetReport
-from ..models.rewrite import CollectiveChange, ProgramFacts
+from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
 from ..models.rule_codes import SL201
+from ..stablehlo.state_roundtrip import RoundTrip
 
 
 def program_facts(report: TargetReport) -> ProgramFacts:
@@ -113,4 +115,25 @@ def remaining_costs(after: TargetReport, display: Callable[[SourceLocation], str
     for f in after.findings:
         if f.rule == SL201.code:
             out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")
+    return out
+
+
+def lost_donations(before: TargetReport, after: TargetReport, applied: list[AppliedSharding],
+                   roundtrips: tuple[RoundTrip, ...]) -> list[str]:
+    """A pinned output whose per-device size no longer matches its donated input: XLA cannot write
+    it into the donated buffer and drops the alias (it does not fail); the report says so. ``roundtrips``:
+    the program as written's, with its compiled shardings."""
+    if not applied or not before.memory or not after.memory or after.memory.alias_bytes >= before.memory.alias_bytes:
+        return []
+    input_of = {rt.output.index: rt.input for rt in roundtrips}
+    out = []
+    for a in applied:
+        given, made = input_of.get(a.index), after.outputs[a.index]
+        if given is not None and given.donated and given.per_device_bytes != made.per_device_bytes:
+            out.append(f"donation: {given.path} is donated, but {a.path} on {pspec_text(a.after)} is "
+                       f"{format_bytes(made.per_device_bytes)} per device where {given.path} is "
+                       f"{format_bytes(given.per_device_bytes)}, so XLA cannot write it into the donated buffer "
+                       f"(aliased {format_bytes(before.memory.alias_bytes)} -> "
+                       f"{format_bytes(after.memory.alias_bytes)}); give the input the output's sharding to "
+                       "keep the donation")
     return out

@@ -12,10 +12,12 @@ from ..hlo.memory import MemoryStats
 from ..hlo.step_time import DeviceSpec
 from ..models.report import Severity, where_text
 from ..rules.table import all_options
-from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership, library_relative
 
-# The types of CompiledFacts' and PassConfig's fields, exported with them (the analyzer builds both).
-__all__ = ["DEFAULT_OWNERSHIP", "CodeOwnership", "CompiledFacts", "DeviceSpec", "MemoryStats", "PassConfig"]
+# The types of CompiledFacts' and PassConfig's fields, exported with them (the analyzer builds both), and
+# whose code a path is (the analyzer shows a library's file by its package path, as the passes tell frames).
+__all__ = ["DEFAULT_OWNERSHIP", "CodeOwnership", "CompiledFacts", "DeviceSpec", "MemoryStats", "PassConfig",
+           "library_relative"]
 
 @dataclass(frozen=True)
 class CompiledFacts:

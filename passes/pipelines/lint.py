@@ -39,6 +39,7 @@ from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
 from ..rules.output_reshards import claim_output_reshards
 from ..rules.sl201_output_sharding_mismatch import explain_outputs
+from ..rules.table import codes_where
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
     EntrySignature,
@@ -82,6 +83,9 @@ LINT = Pipeline("lint", (
     "provenance",
 ))
 LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
+
+# The rules that read Shardy's propagation of the module (their traits say so): it runs when one is on.
+_READ_SHARDY_PROPAGATION = codes_where(lambda t: t.reads_shardy_propagation)
 
 
 def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
@@ -266,8 +270,8 @@ def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
 def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule,
                         config: PassConfig) -> tuple[PropagatedPadding, ...]:
     """The values Shardy's propagation cuts unevenly that the compiled program holds padded (SL206's;
-    Shardy's propagation is run only when the rule is on)."""
-    if "SL206" in config.disabled:
+    Shardy's propagation is run only when a rule that reads it is on)."""
+    if _READ_SHARDY_PROPAGATION <= config.disabled:
         return ()
     stated = read_constraints(module, config.ownership)
     return propagated_padded_values(module, sig.mesh, compiled_shapes(hlo), stated, config.ownership)

@@ -1,6 +1,8 @@
 """The suggest pipeline: ``SUGGEST``'s stages, from a target's StableHLO to the
 plans the analyzer compiles: Shardy's sharding rules on the flattened call graph,
-the sharding graph, the ILP problem, then solve and refine.
+the sharding graph, the ILP problem (``problem``, stages 1 to 4, the analyzer's checks of
+the request its callbacks), then solve and refine (``refine``, stages 5 and 6, the analyzer's edit of
+the module its callback), and each plan's cost model (stage 7).
 
 Solve, then check the plan against propagation, and solve again without the
 argument shardings that propagation carried where the plan did not want them
@@ -44,8 +46,10 @@ from ..stablehlo.module import EntrySignature, read_entry_signature
 from ..stablehlo.state_roundtrip import RoundTrip, correspond
 from .pass_manager import Pipeline
 
-# What the analyzer catches: Shardy refusing the module, no sharding within the budget.
-__all__ = ["NoFeasibleSharding", "ShardyRejected", "ShardingProblem", "ShardingGraph", "Assignment", "restrict_groups"]
+# What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
+# the budget), and the problem and graph it holds (the solver fixes cut the problem to a finding's arguments).
+__all__ = ["NoFeasibleSharding", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "ShardyRejected",
+           "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (
     "entry-signature", "sharding-rules", "sharding-graph", "sharding-problem", "solve", "propagation-check",
@@ -78,6 +82,43 @@ class Refined:
 # (argument pins, result pins) -> module.
 Repinned = Callable[[dict[int, list[list[str]]], dict[int, list[list[str]]]], ir.Module]
 Pins = dict[int, list[list[str]]]
+
+
+class ResultNotATensor(ValueError):
+    """A result of the entry function that is not a tensor value: the problem has no group for it."""
+
+    def __init__(self, index: int):
+        super().__init__(f"result {index} is not a tensor value")
+        self.index = index
+
+
+@dataclass(frozen=True)
+class SuggestProblem:
+    """A target's sharding problem, with what it was built from (the refine loop reads the graph's ids)."""
+
+    signature: EntrySignature
+    problem: ShardingProblem
+    fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why it is pinned)
+    state: tuple[RoundTrip, ...]  # the outputs that are inputs coming back
+    graph: ShardingGraph
+
+
+def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Callable[[EntrySignature], tuple[str, ...]],
+            fixed: Callable[[EntrySignature], dict[str, tuple[list[list[str]], str]]], spec: DeviceSpec,
+            budget: int | None) -> SuggestProblem:
+    """Stages 1 to 4 in order. The analyzer's callbacks read the request against the signature: the axes
+    to shard over (the mesh and the asked axes checked), and the arguments held as written (after the graph,
+    as ``--fix`` names them). Raises ``ShardyRejected`` (stage 2) and ``ResultNotATensor`` (stage 3)."""
+    sig = entry_signature(module)
+    free = free_axes(sig)
+    ruled = sharding_rules(module)
+    g, args, results = sharding_graph(ruled, ownership)
+    if None in results:
+        raise ResultNotATensor(results.index(None))
+    pinned = fixed(sig)
+    built, pairs = sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None), free, pinned,
+                                    spec, budget)
+    return SuggestProblem(sig, built, pinned, pairs, g)
 
 
 def entry_signature(module: ir.Module) -> EntrySignature:

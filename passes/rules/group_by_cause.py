@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from ..models.report import Finding, TensorInfo
+from .table import codes_where
 
 _LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
 
@@ -81,9 +82,10 @@ def _natural(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
-# Rules about a step's arguments and state: a parameter and the optimizer state that mirrors it
-# (the same key path under another argument, the same shape and layout) are one cause.
-_STATE_RULES = frozenset({"SL201", "SL203"})
+# Rules about a step's arguments and state (their traits say ``about_state``): a parameter and the
+# optimizer state that mirrors it (the same key path under another argument, the same shape and layout)
+# are one cause.
+_STATE_RULES = codes_where(lambda t: t.about_state)
 _ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
 
 

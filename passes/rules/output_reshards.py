@@ -4,9 +4,10 @@ are the SL201 finding's, not a second finding's.
 An output pinned (or propagated) to another sharding than the one the program
 computes it in is moved at the program's end by a collective with no source
 line (XLA adds it at the boundary): an all-gather of the state onto fewer axes,
-say. SL101 or SL105 would report that collective as a finding of its own with
-no line and no argument, beside the SL201 finding that names the output, its
-input and the fix. The SL201 finding stands for it (in its ``ops``); the
+say. SL101 or SL105 (the rules whose traits say ``boundary_collectives``)
+would report that collective as a finding of its own with no line and no
+argument, beside the SL201 finding that names the output, its input and the
+fix. The SL201 finding stands for it (in its ``ops``); the
 collective is not reported twice. An SL201 finding that stands for several
 outputs (a parameter and its optimizer moments, every layer's weight) claims the
 collectives of each; an SL101 group of boundary collectives of which only some
@@ -20,9 +21,11 @@ from collections.abc import Iterable
 from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, TensorInfo
-from ..models.rule_codes import SL101, SL105, SL201
+from ..models.rule_codes import SL201
+from .table import codes_where
 
-_CLAIMABLE = frozenset({SL101.code, SL105.code})
+# The rules whose findings can stand for such a collective: their traits, declared in their files.
+_CLAIMABLE = codes_where(lambda t: t.boundary_collectives)
 
 
 def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
@@ -65,8 +68,8 @@ def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: t
 
 
 def _without_claimed(f: Finding, kept: list[str], reshards: dict[str, Collective]) -> Finding:
-    """An SL101 or SL105 group that keeps only the collectives no SL201 finding claimed: its count,
-    bytes and ops theirs; its subject the largest of them."""
+    """A group of a rule with ``boundary_collectives`` (SL101, SL105) that keeps only the collectives no
+    SL201 finding claimed: its count, bytes and ops theirs; its subject the largest of them."""
     sizes = {n: reshards[n].bytes * reshards[n].count for n in kept if n in reshards}
     subject = f.subject if f.subject in kept else max(kept, key=lambda n: (sizes.get(n, 0), n))
     total = sum(sizes.values()) if len(sizes) == len(kept) else f.bytes

@@ -63,10 +63,13 @@ class Provenance(Enum):
 class FixKind(Enum):
     """What the fix checks (analyzer/backend/fix_checks.py) compile for a finding's fix."""
 
-    # The fix is text (or another check's: SL201/SL203's state, SL204/SL205's layout fix checks).
+    # The fix is text (or another check's: the state fix checks of the rules ``about_state``).
     text = "text"
     # A new PartitionSpec for the argument the finding names (its suggested_sharding), compiled and measured.
     parameter = "parameter"
+    # A layout the program states, edited in its StableHLO (a constraint's axes moved to a dimension they
+    # divide, an output pinned to its input's sharding), compiled and measured (layout_fix_checks.py).
+    stated_layout = "stated-layout"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,19 @@ class RuleTraits:
 
     provenance: Provenance = Provenance.none
     fix: FixKind = FixKind.text
+    # Its findings are about the layout of the arguments they name: where its own fix was compiled and not
+    # measured better, suggest's layout for those arguments is tried (the solver fixes).
+    argument_layout: bool = False
+    # Its findings are about a step's state (an argument and the output it comes back as): a parameter and
+    # the optimizer state mirroring it are one cause (group_by_cause.py), and the state fix checks (pin the
+    # outputs, or take the layout they come back in) give its findings one recommendation (fix_checks.py).
+    about_state: bool = False
+    # Its findings can stand for the collectives XLA adds where an output leaves the program on another
+    # layout; an output-sharding-mismatch finding about that output claims them (output_reshards.py).
+    boundary_collectives: bool = False
+    # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
+    # runs only when a rule on reads it.
+    reads_shardy_propagation: bool = False
 
 
 @dataclass(frozen=True)

@@ -179,4 +179,5 @@ def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
 RULE = define_rule(SL101, Severity.warning, replicating_collective,
                    options=(REPLICATING_COLLECTIVE_BYTES, WHOLE_ARRAY_GATHER_MIN_BYTES,
                             REPLICATING_COLLECTIVE_PEAK_FRACTION, REPLICATING_COLLECTIVE_MIN_BYTES),
-                   traits=RuleTraits(provenance=Provenance.predicted_collective, fix=FixKind.parameter))
+                   traits=RuleTraits(provenance=Provenance.predicted_collective, fix=FixKind.parameter,
+                                     argument_layout=True, boundary_collectives=True))

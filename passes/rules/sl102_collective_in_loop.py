@@ -123,4 +123,4 @@ def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
 
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,
                    options=(LOOP_COLLECTIVE_BYTES,),
-                   traits=RuleTraits(provenance=Provenance.predicted_collective))
+                   traits=RuleTraits(provenance=Provenance.predicted_collective, argument_layout=True))

@@ -96,4 +96,4 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
 
 RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
                    options=(PARTIAL_SUM_EXPANSION, PARTIAL_SUM_MIN_BYTES),
-                   traits=RuleTraits(fix=FixKind.parameter))
+                   traits=RuleTraits(fix=FixKind.parameter, argument_layout=True))

@@ -8,7 +8,7 @@ from ..common.sharding_text import pspec_text
 from ..models.report import Severity
 from ..models.rule_codes import SL104
 from .context import RuleContext
-from .registry import Emitter, define_rule
+from .registry import Emitter, RuleTraits, define_rule
 
 
 def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
@@ -101,4 +101,5 @@ def _value_name(ctx: RuleContext, op_name: str | None, instruction: str) -> str:
     return ""
 
 
-RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization)
+RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization,
+                   traits=RuleTraits(argument_layout=True))

@@ -99,4 +99,5 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
 
 RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
                    options=(UNEXPLAINED_RESHARD_BYTES,),
-                   traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter))
+                   traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter,
+                                     argument_layout=True, boundary_collectives=True))

@@ -122,4 +122,4 @@ def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tup
 
 RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
                    options=(OUTPUT_MISMATCH_MIN_BYTES,),
-                   traits=RuleTraits(provenance=Provenance.output_layout))
+                   traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True))

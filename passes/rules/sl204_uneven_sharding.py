@@ -8,7 +8,7 @@ from ..models.report import Severity
 from ..models.rule_codes import SL204
 from ..stablehlo.sharding_constraints import even_alternatives
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
 
 PADDING_MIN_BYTES = RuleOption(
     "padding-min-bytes", 0, OptionKind.bytes,
@@ -84,4 +84,5 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL204, Severity.warning, uneven_sharding,
-                   options=(PADDING_MIN_BYTES,))
+                   options=(PADDING_MIN_BYTES,),
+                   traits=RuleTraits(fix=FixKind.stated_layout))

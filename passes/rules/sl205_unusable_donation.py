@@ -7,7 +7,7 @@ from ..common.sharding_text import normalized, pspec_text
 from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL205
 from .context import RuleContext
-from .registry import Emitter, define_rule
+from .registry import Emitter, FixKind, RuleTraits, define_rule
 from .sl202_missing_donation import DONATION_MIN_BYTES  # one threshold for both donation rules
 
 
@@ -88,4 +88,4 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-RULE = define_rule(SL205, Severity.warning, unusable_donation)
+RULE = define_rule(SL205, Severity.warning, unusable_donation, traits=RuleTraits(fix=FixKind.stated_layout))

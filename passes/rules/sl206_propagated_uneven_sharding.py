@@ -8,7 +8,7 @@ from ..models.report import Severity
 from ..models.rule_codes import SL206
 from ..stablehlo.sharding_constraints import even_alternatives
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, OptionKind, RuleOption, RuleTraits, define_rule
 
 PROPAGATED_PADDING_MIN_BYTES = RuleOption(
     "propagated-padding-min-bytes", 0, OptionKind.bytes,
@@ -74,4 +74,5 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-RULE = define_rule(SL206, Severity.warning, propagated_uneven_sharding, options=(PROPAGATED_PADDING_MIN_BYTES,))
+RULE = define_rule(SL206, Severity.warning, propagated_uneven_sharding, options=(PROPAGATED_PADDING_MIN_BYTES,),
+                   traits=RuleTraits(reads_shardy_propagation=True))

@@ -3,6 +3,7 @@ registration by import side effect). Adding a rule: its code in models/rule_code
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..models.report import RuleDoc, Severity
@@ -26,7 +27,7 @@ from . import (
     sl403_feedback_loop_without_out_shardings,
     sl404_host_transfer_in_loop,
 )
-from .registry import Rule, RuleOption
+from .registry import Rule, RuleOption, RuleTraits
 
 _LISTED = (
     sl001_unused_suppression.RULE,
@@ -60,6 +61,12 @@ def all_options() -> dict[str, RuleOption[Any]]:
         for opt in r.options:
             out[opt.name] = opt
     return out
+
+
+def codes_where(has: Callable[[RuleTraits], object]) -> frozenset[str]:
+    """The codes of the rules whose traits say so (``codes_where(lambda t: t.about_state)``): the stages that
+    act on a trait read it here, never a list of codes of their own."""
+    return frozenset(code for code, r in RULES.items() if has(r.traits))
 
 
 def find_rule(code_or_name: str) -> Rule | None:

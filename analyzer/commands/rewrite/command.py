@@ -11,7 +11,6 @@ so their figures compare like for like.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import inspect
 import os
 import re
@@ -19,22 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from jaxlib.mlir import ir
 
-from ....passes.common.byte_sizes import format_bytes
 from ....passes.common.pytree_paths import path_keys
-from ....passes.common.sharding_text import normalized, out_shardings_text, pspec_text
+from ....passes.common.sharding_text import normalized, out_shardings_text
 from ....passes.models.report import TargetReport
 from ....passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
-from ....passes.pipelines.rewrite import (
-    changed_collectives,
-    changed_round_trips,
-    costs_left,
-    entry_signature,
-    program_figures,
-    rewrite_verdict,
-    round_trips,
-)
+from ....passes.pipelines import rewrite as pipeline
+from ....passes.pipelines.rewrite import EntrySignature, RoundTrip, entry_signature
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_in_analysis import analyze_text, read_mlir
@@ -167,14 +157,15 @@ def _match_output(key: str, report: TargetReport, where: str) -> int:
     )
 
 
-def plan(report: TargetReport, module: ir.Module, request: RewriteRequest, declared: dict) -> list[AppliedSharding]:
-    """Which outputs get which sharding, and why."""
-    sig = entry_signature(module)
+def plan(report: TargetReport, sig: EntrySignature, changed: tuple[RoundTrip, ...], request: RewriteRequest,
+         declared: dict) -> list[AppliedSharding]:
+    """Which outputs get which sharding, and why (``changed``: the round trips whose output leaves on
+    another layout than its input came in, the rewrite pipeline's)."""
     mesh = dict(sig.mesh.axes)
     chosen: dict[int, AppliedSharding] = {}
     explicit = bool(request.outs or declared)
     if request.from_inputs or not explicit:
-        for rt in changed_round_trips(_compiled_signature(sig, report)):
+        for rt in changed:
             chosen[rt.output.index] = AppliedSharding(
                 path=rt.output.path, index=rt.output.index, before=rt.output.sharding, after=rt.input.sharding,
                 why=f"the input it corresponds to, {rt.input.path}",
@@ -202,59 +193,35 @@ def _spec_repr(spec) -> str:
     return "P(" + ", ".join(repr(e) for e in entries) + ")"
 
 
-def _compiled_signature(sig, report: TargetReport):
-    """The entry signature with the compiled shardings the report holds."""
-    return dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-
-
-def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict, sig) -> str | None:
+def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict,
+                roundtrips: tuple[RoundTrip, ...]) -> str | None:
     """The checked out_shardings= text for the pinned shardings: from the real pytrees
     when the program came from a script, else from the result paths where those
     spell the containers (dicts and tuples only)."""
     intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
     if lowered is None:
         return out_shardings_text([o.path for o in after.outputs], intended)
-    pair_of = {rt.output.index: rt.input.index for rt in round_trips(_compiled_signature(sig, before))}
+    pair_of = {rt.output.index: rt.input.index for rt in roundtrips}
     return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
-
-
-def _lost_donations(before: TargetReport, after: TargetReport, applied: list[AppliedSharding], sig) -> list[str]:
-    """A pinned output whose per-device size no longer matches its donated input: XLA cannot write
-    it into the donated buffer and drops the alias (it does not fail); the report says so."""
-    if not applied or not before.memory or not after.memory or after.memory.alias_bytes >= before.memory.alias_bytes:
-        return []
-    input_of = {rt.output.index: rt.input for rt in round_trips(_compiled_signature(sig, before))}
-    out = []
-    for a in applied:
-        given, made = input_of.get(a.index), after.outputs[a.index]
-        if given is not None and given.donated and given.per_device_bytes != made.per_device_bytes:
-            out.append(f"donation: {given.path} is donated, but {a.path} on {pspec_text(a.after)} is "
-                       f"{format_bytes(made.per_device_bytes)} per device where {given.path} is "
-                       f"{format_bytes(given.per_device_bytes)}, so XLA cannot write it into the donated buffer "
-                       f"(aliased {format_bytes(before.memory.alias_bytes)} -> "
-                       f"{format_bytes(after.memory.alias_bytes)}); give the input the output's sharding to "
-                       "keep the donation")
-    return out
 
 
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
                    declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
+    """The rewrite pipeline (``passes/pipelines/rewrite.py``) over one target, the analyzer's steps its
+    callbacks: the program as written compiled, the pins chosen, the program with them compiled."""
     before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
-    applied = plan(before, module, request, declared)
-    sig = entry_signature(module)
-    if applied:
-        text_after = with_entry_shardings(module, {a.index: a.after for a in applied}, sig.mesh_name or "mesh")
-        after, program_after, _ = analyze_text(name, text_after, settings, where, devices=devices)
-    else:
-        after, program_after = before, program_before
-    facts_before, facts_after = program_figures(before), program_figures(after)
-    remaining = costs_left(after, display_source) + _lost_donations(before, after, applied, sig)
+    programs = {"after": program_before}
+
+    def compile_pinned(sig: EntrySignature, pins: dict[int, list[list[str]]]) -> TargetReport:
+        text_after = with_entry_shardings(module, pins, sig.mesh_name or "mesh")
+        after, programs["after"], _ = analyze_text(name, text_after, settings, where, devices=devices)
+        return after
+
+    done = pipeline.rewrite(module, before, lambda sig, changed: plan(before, sig, changed, request, declared),
+                            compile_pinned, display_source)
+    applied, after, sig = done.applied, done.after, done.signature
     pinned = {a.index: a.after for a in applied}
-    python_fix = _python_fix(lowered, before, after, pinned, sig) if applied else None
-    if applied:
-        summary = rewrite_verdict(facts_before, facts_after, remaining)
-    else:
-        summary = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
+    python_fix = _python_fix(lowered, before, after, pinned, done.roundtrips) if applied else None
     validation = None
     if request.validate and settings.platform in ACCELERATOR_TARGETS:
         validation = Validation(ran=False, reason=f"compiled for {settings.platform} without one: there is nothing to "
@@ -266,12 +233,12 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
         expected = {a.index: normalized(a.after, len(after.outputs[a.index].shape)) for a in applied}
         host = flat_inputs(inputs, sig, name, where) if inputs is not None else None
         isolation.phase(where, "running both versions on the devices (--validate)")
-        validation = validate(program_before, program_after, sig, expected, settings, request.repeats,
-                              facts_before.peak_bytes, facts_after.peak_bytes, host, say=request.say)
+        validation = validate(program_before, programs["after"], sig, expected, settings, request.repeats,
+                              done.figures_before.peak_bytes, done.figures_after.peak_bytes, host, say=request.say)
     return RewriteReport(
-        name=name, platform=before.platform, out_shardings=applied, before=facts_before, after=facts_after,
-        collective_changes=changed_collectives(before.collectives, after.collectives), python_fix=python_fix,
-        verdict=summary, remaining=remaining, validation=validation,
+        name=name, platform=before.platform, out_shardings=applied, before=done.figures_before,
+        after=done.figures_after, collective_changes=done.collective_changes, python_fix=python_fix,
+        verdict=done.verdict, remaining=done.remaining, validation=validation,
     )
 
 

@@ -20,12 +20,12 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ....passes.hlo.memory import MemoryStats, stats_from_buffer_assignment
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
 from ....passes.pipelines.inputs import CompiledFacts, PassConfig
 from ....passes.pipelines.lint import analyze_target, program_call_site
 from ....passes.pipelines.rule_stage import report_rules
+from ....passes.pipelines.xla_reports import MemoryStats, stats_from_buffer_assignment
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.tpu_dump_memory import NOT_LISTED, dump_memory

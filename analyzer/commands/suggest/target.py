@@ -1,7 +1,8 @@
-"""A target's sharding problem as ``suggest`` builds it: the lowered program read (its StableHLO, the
-mesh checked, the free axes and the fixed arguments from the request), then the suggest pipeline's stages
-(``passes/pipelines/suggest.py``: rules, graph, problem); and the pipeline's solve-and-refine loop with the
-StableHLO edits it needs, which only the analyzer makes."""
+"""A target's sharding problem as ``suggest`` builds it: the suggest pipeline's stages
+(``passes/pipelines/suggest.py``: signature, rules, graph, problem) over the lowered program's StableHLO,
+the request read against the signature their callbacks (the mesh checked, the free axes, the fixed
+arguments); and the pipeline's solve-and-refine loop with the StableHLO edits it needs, which only the
+analyzer makes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, cast
 
 from ....passes.pipelines import suggest as pipeline
 from ....passes.pipelines.inputs import DeviceSpec
-from ....passes.pipelines.suggest import Refined, ShardingGraph, ShardingProblem, ShardyRejected
+from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, ShardyRejected
 from ...adapter import jax_adapter
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
@@ -60,28 +61,30 @@ def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Set
     """The target's sharding problem from its StableHLO text (``lowered``: the jitted program it came from,
     for suggest's Python text; None where only the text is known: check's snapshot, lint's fix checks)."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = pipeline.entry_signature(module)
-    sizes = dict(sig.mesh.axes)
-    if sig.mesh.size <= 1 or not sig.mesh_name:
-        raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give its "
-                                  "inputs NamedShardings on a jax.make_mesh mesh)")
-    free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
-    for a in free:
-        if a not in sizes:
-            raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
-    isolation.phase(where, f"building the sharding problem of target {name!r}")
+
+    def free_axes(sig) -> tuple[str, ...]:
+        sizes = dict(sig.mesh.axes)
+        if sig.mesh.size <= 1 or not sig.mesh_name:
+            raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give "
+                                      "its inputs NamedShardings on a jax.make_mesh mesh)")
+        free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
+        for a in free:
+            if a not in sizes:
+                raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
+        isolation.phase(where, f"building the sharding problem of target {name!r}")
+        return free
+
+    spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
     try:
-        ruled = pipeline.sharding_rules(module)
+        built = pipeline.suggest_problem(module, settings.ownership(), free_axes,
+                                         lambda sig: fixed_shardings(request.fixes, declared, sig, where), spec,
+                                         settings.budget_bytes)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
-    g, args, results = pipeline.sharding_graph(ruled, settings.ownership())
-    if None in results:
-        raise ShardLintInputError(where, f"target {name!r}: result {results.index(None)} is not a tensor value")
-    fixed = fixed_shardings(request.fixes, declared, sig, where)
-    spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
-    problem, pairs = pipeline.sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None),
-                                               free, fixed, spec, settings.budget_bytes)
-    return SuggestTarget(name, lowered, text, module, sig, problem, fixed, pairs, g, settings.ownership())
+    except ResultNotATensor as e:
+        raise ShardLintInputError(where, f"target {name!r}: result {e.index} is not a tensor value") from e
+    return SuggestTarget(name, lowered, text, module, built.signature, built.problem, built.fixed, built.state,
+                         built.graph, settings.ownership())
 
 
 def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec) -> Refined:

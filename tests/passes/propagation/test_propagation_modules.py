@@ -97,3 +97,25 @@ def test_nothing_compared_reports_no_fraction():
                         not_compared={"Shardy replaced the op": 3}, disagreements=[])
     assert agreement_text(a) == ("agreement with Shardy: no value compared; 0 of 3 reported values compared "
                                  "(3 not: Shardy replaced the op)")
+
+
+def test_a_script_target_shardy_rejects_is_one_line(cli, monkeypatch):
+    """A script's target whose module Shardy's passes refuse is the user's input, as a .mlir module's is:
+    one line naming the script and the target, exit 2 (it was an internal error, exit 3). No program JAX
+    lowers was found that Shardy refuses (custom_partitioning, shard_map in a scan, callbacks, conflicting
+    shard_alike groups, GSPMD lowering), so the propagation raises here what it raises for the hand-written
+    module above."""
+    from jax_shard_lint.analyzer.commands import propagate as command
+    from jax_shard_lint.passes.pipelines.propagate import ShardyRejected
+
+    said = ("line 6: 'sdy.data_flow_edge' op expected input of sdy.data_flow_edge to not be defined by an "
+            "SdyDialect op (other than an sdy.named_computation).")
+
+    def rejected(*_args, **_kwargs):
+        raise ShardyRejected(said)
+
+    monkeypatch.setattr(command, "build_report", rejected)
+    path = os.path.join("fixtures", "scripts", "sl204_uneven_sharding.py")
+    result = cli("propagate", path, "--target", "uneven", "--no-compile")
+    assert result.code == 2, result.err
+    assert result.err.strip() == f"jax-shard-lint: error: {path}: target 'uneven': Shardy rejects the module: {said}"

@@ -28,27 +28,26 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ...passes.common.sharding_text import normalized, pspec_text
-from ...passes.models.fix_check import FixCheck, FixVerdict
-from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL101, SL102, SL103, SL104, SL105, SL201, SL203
-from ...passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups
-from ...passes.pipelines.suggest import entry_signature as read_entry_signature
-from ...passes.pipelines.suggest import pins as plan_pins
-from ..adapter import jax_adapter
-from ..backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
-from ..backend.parameter_moves import listed, mirrors
-from ..backend.sharding_edits import with_entry_shardings
-from ..backend.side_by_side import CompileCounter, outcome
-from ..context.config import Settings
-from ..errors import ShardLintInputError
-from ..inputs.checked_in import kind_of, read_export, read_mlir
-from ..platforms.performance import device_spec
-from ..supervision import isolation
-from .suggest.moves import single_moves
-from .suggest.target import SuggestRequest, problem_of_text, refine
-from .suggest.verdict import best_version
-from .suggest.versions import VersionText, _measured
+from ....passes.common.sharding_text import normalized, pspec_text
+from ....passes.models.fix_check import FixCheck, FixVerdict
+from ....passes.models.report import Finding, TargetReport, TensorInfo
+from ....passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
+from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups
+from ....passes.pipelines.suggest import entry_signature as read_entry_signature
+from ....passes.pipelines.suggest import pins as plan_pins
+from ...adapter import jax_adapter
+from ...backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ...backend.parameter_moves import listed, mirrors
+from ...backend.sharding_edits import with_entry_shardings
+from ...backend.side_by_side import CompileCounter, outcome
+from ...context.config import Settings
+from ...errors import ShardLintInputError
+from ...platforms.performance import device_spec
+from ...supervision import isolation
+from .moves import single_moves
+from .target import SuggestRequest, problem_of_text, refine
+from .verdict import best_version
+from .versions import VersionText, _measured
 
 # Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
 # solver's and at most suggest.moves.MAX_MOVES single moves), side by side.
@@ -57,8 +56,8 @@ MAX_SOLVER_FIXES = 2
 MAX_MOVES = 3
 # Seconds one restricted solve may take (the problem has only the finding's arguments free).
 TIME_LIMIT = 10.0
-# The rules whose findings are about the layout of the arguments they name.
-_LAYOUT_RULES = (SL101.code, SL102.code, SL103.code, SL104.code, SL105.code, SL201.code, SL203.code)
+# The rules whose findings are about the layout of the arguments they name (their traits say so).
+_LAYOUT_RULES = ARGUMENT_LAYOUT_RULES
 
 Sharding = list[list[str]]
 # The candidate that gives the finding's arguments the layout the compiled step returns them in.
@@ -334,14 +333,3 @@ def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edit
 def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:
     return ", ".join(inputs[i].path for i in indices)
 
-
-def checked_in_solver_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list
-                            ) -> list[TargetReport]:
-    """check's report of a StableHLO program (a snapshot's .mlir, a jax.export) given the same solver
-    fixes lint gives, so lint and check give one recommendation for a value."""
-    kind = kind_of(path) if os.path.isfile(path) else "dump"
-    if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
-        return reports
-    text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = read_entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
-    return [with_solver_fixes(reports[0], text, settings, path, devices[:n])]

@@ -1,0 +1,22 @@
+"""The rule catalogue as the analyzer reads it: the rules (``rule`` and ``rules`` print them, the
+configuration and the arguments name them and their options), and the codes whose traits, declared in
+each rule's file, ask a stage of the analyzer to act (the fix checks compile a parameter's new sharding
+or a stated layout edited; the solver fixes try suggest's layout; the state fix checks give one advice).
+No stage keeps a list of codes of its own."""
+
+from __future__ import annotations
+
+from ..rules.registry import FixKind, OptionKind, Rule
+from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
+
+__all__ = ["RULES", "OptionKind", "Rule", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
+           "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES"]
+
+# Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
+PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
+# Findings whose fix edits a layout the program states (a constraint, an output pin), compiled and measured.
+STATED_LAYOUT_FIXES = codes_where(lambda t: t.fix is FixKind.stated_layout)
+# Findings about a step's state: one recommendation for the values they share (pin, or take the layout).
+STATE_RULES = codes_where(lambda t: t.about_state)
+# Findings about the layout of the arguments they name: suggest's layout is tried where their own fix fails.
+ARGUMENT_LAYOUT_RULES = codes_where(lambda t: t.argument_layout)

@@ -1,0 +1,32 @@
+"""The fix-check pipeline: ``FIX_CHECKS``'s stages, in the one order lint and check run them over a
+target's report (each fix compiled and measured before it is printed). The analyzer compiles; each stage is
+its callback, the report in and the report with that stage's fixes checked out:
+
+1. parameter-fixes: each finding's own fix, a parameter's new sharding (the rules with
+   ``FixKind.parameter``), a missing donation, and the state fixes of the rules ``about_state``;
+2. solver-fixes: suggest's layout for the arguments of a finding whose own fix was not measured better
+   (the rules with ``argument_layout``);
+3. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``).
+
+Each stage reads and rewrites only the findings of its rules, so the order is the one the
+reports are written in, never a choice of the command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..models.report import TargetReport
+from .pass_manager import Pipeline
+
+FIX_CHECKS = Pipeline("fix-checks", ("parameter-fixes", "solver-fixes", "stated-layout-fixes"))
+
+# A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
+FixStage = Callable[[TargetReport], TargetReport]
+
+
+def check_fixes(report: TargetReport, parameter_fixes: FixStage, solver_fixes: FixStage,
+                stated_layout_fixes: FixStage) -> TargetReport:
+    """The report with every stage's fixes checked, in ``FIX_CHECKS``'s order."""
+    report = FIX_CHECKS.run("parameter-fixes", parameter_fixes, report)
+    report = FIX_CHECKS.run("solver-fixes", solver_fixes, report)
+    return FIX_CHECKS.run("stated-layout-fixes", stated_layout_fixes, report)
