@@ -51,7 +51,7 @@ def low_headroom(ctx: RuleContext, out: Emitter) -> None:
             f"({100 * free / mem.budget_bytes:.1f}%) of the {format_bytes(mem.budget_bytes)} budget "
             f"({mem.platform} figures){peak_detail(ctx)}",
             top.source if top else ctx.entry_source, via=top.via if top else None,
-            fix="keep at least 10% free: a smaller batch, or shard the buffers live at the peak",
+            fix=f"keep at least {100 * fraction:.0f}% free: a smaller batch, or shard the buffers live at the peak",
             subject="peak",
         )
 
