@@ -1,9 +1,12 @@
-"""The fixes of SL204 (a constraint on axes that do not divide the value) and SL205 (a donation no output
-reuses), compiled and measured as fix_checks.py measures a parameter's: the program as written and each
-candidate compiled side by side, a candidate printed as the fix only when measured better.
+"""The fixes of SL204 (a constraint on axes that do not divide the value), SL206 (a value propagation cuts
+unevenly) and SL205 (a donation no output reuses), compiled and measured as fix_checks.py measures a
+parameter's: the program as written and each candidate compiled side by side, a candidate printed as the fix
+only when measured better.
 
 SL204's candidates edit the constraint itself (its ``sdy.sharding_constraint`` op in the StableHLO): the
-uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL205's pins the output
+uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL206's insert one
+(an ``sdy.sharding_constraint`` on the value, what ``with_sharding_constraint`` lowers to) with the same
+candidates, where no sharding was stated. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
 """
@@ -19,8 +22,8 @@ from dataclasses import dataclass, field
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL204, SL205
-from ...passes.pipelines.lint import entry_signature
+from ...passes.models.rule_codes import SL204, SL205, SL206
+from ...passes.pipelines.lint import entry_signature, propagated_value
 from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
 from ...passes.stablehlo.state_roundtrip import correspond
 from ..adapter import jax_adapter
@@ -32,6 +35,7 @@ from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
+_PROPAGATED = re.compile(r"^propagated_value\[(\d+)\]\[(\d+)\]$")
 _PINNED = re.compile(r"^pin (\S+) with out_shardings ")
 # Candidates compiled per target (each a compile of the whole step).
 MAX_CHECKS = 4
@@ -44,6 +48,7 @@ class _Edit:
     results: dict[int, list[list[str]]] = field(default_factory=dict)
     constraints: dict[int, list[list[str]]] = field(default_factory=dict)
     donors: frozenset[int] = frozenset()
+    inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
 
 
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
@@ -60,6 +65,16 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       f"constrain it as {pspec_text(choices[min(choices)][i])}",
                       constraints={k: alternatives[i] for k, alternatives in choices.items()})
                 for i in range(count)]
+    if f.rule == SL206.code:
+        values = [(int(m.group(1)), int(m.group(2))) for name in f.ops if (m := _PROPAGATED.match(name))]
+        found = propagated_value(module, *values[0]) if len(values) == 1 else None
+        if found is None:
+            return []
+        # Propagation's sharding stands where SL204's stated one does: the same alternatives.
+        return [_Edit(f"{f.subject} -> {pspec_text(spec)}",
+                      f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(spec)}",
+                      inserted={values[0]: spec})
+                for spec in even_alternatives(*found, entry_signature(module).mesh)]
     if f.rule == SL205.code and f.suggested_sharding is not None:
         # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
         # comes out: the output that is that input coming back (its pytree path), not any of its shape.
@@ -101,7 +116,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                        progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
     fix (with its figures), else the finding says what was tried and what it cost."""
-    if not any(f.rule in (SL204.code, SL205.code) for f in report.findings):
+    if not any(f.rule in (SL204.code, SL205.code, SL206.code) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module)
@@ -120,7 +135,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
     texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
-                                               e.donors) for e in ordered]
+                                               e.donors, e.inserted) for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
@@ -138,7 +153,8 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         f = findings[k]
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
-            spec = e.constraints[min(e.constraints)] if e.constraints else f.suggested_sharding
+            spec = (e.constraints[min(e.constraints)] if e.constraints
+                    else next(iter(e.inserted.values())) if e.inserted else f.suggested_sharding)
             findings[k] = f.model_copy(update={
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue
