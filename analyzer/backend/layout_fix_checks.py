@@ -6,7 +6,9 @@ only when measured better.
 SL204's candidates edit the constraint itself (its ``sdy.sharding_constraint`` op in the StableHLO): the
 uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL206's insert one
 (an ``sdy.sharding_constraint`` on the value, what ``with_sharding_constraint`` lowers to) with the same
-candidates, where no sharding was stated. SL205's pins the output
+candidates, where no sharding was stated. An SL101 or SL102 whose cause is the user's constraint (a gather
+of what it shards, no argument behind it) edits that constraint: the gathered axes moved to another
+dimension they divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
 """
@@ -19,12 +21,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL204, SL205, SL206
+from ...passes.models.rule_codes import SL101, SL102, SL204, SL205, SL206
 from ...passes.pipelines.lint import entry_signature, propagated_value
-from ...passes.stablehlo.sharding_constraints import even_alternatives, read_constraints
+from ...passes.stablehlo.sharding_constraints import axes_off, even_alternatives, read_constraints
 from ...passes.stablehlo.state_roundtrip import correspond
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -51,7 +53,35 @@ class _Edit:
     inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
 
 
+def _undoes_constraint(f: Finding) -> bool:
+    """A collective finding caused by no argument but by the user's constraint it gathers back."""
+    return f.rule in (SL101.code, SL102.code) and f.constraint is not None and f.parameter is None
+
+
+def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """The constraint a gather undoes, with the gathered axes kept off the dimension the op reads along
+    (moved to another dimension they divide, or dropped): every constraint at its line stating its sharding."""
+    cause = f.constraint
+    if cause is None or cause.source is None:
+        return []
+    names = set(f.ops or [f.subject or ""])
+    gathered = sorted({a.split(":")[0] for c in report.collectives if c.hlo_name in names and c.kind == "all-gather"
+                       for a in c.mesh_axes})
+    stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
+              and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
+              and k.sharding == cause.sharding]
+    if not gathered or not stated or len({k.shape for k in stated}) != 1:
+        return []
+    line = cause.source.line
+    return [_Edit(f"the with_sharding_constraint at line {line} -> {pspec_text(spec)}",
+                  constraint_change_text(line, spec, cause.sharding, gathered),
+                  constraints={k.ordinal: spec for k in stated})
+            for spec in axes_off(stated[0].shape, cause.sharding, set(gathered), entry_signature(module).mesh)]
+
+
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    if _undoes_constraint(f):
+        return _constraint_edits(f, report, module)
     if f.rule == SL204.code:
         # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
         ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
@@ -114,23 +144,25 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
 
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                        progress: Callable[[str], None] | None = None) -> TargetReport:
-    """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
-    fix (with its figures), else the finding says what was tried and what it cost."""
-    if not any(f.rule in (SL204.code, SL205.code, SL206.code) for f in report.findings):
+    """The report with SL204's, SL205's, SL206's and the constraint causes' fixes compiled: the best candidate
+    measured better printed as the fix (with its figures), else the finding says what was tried and what it
+    cost."""
+    if not any(f.rule in (SL204.code, SL205.code, SL206.code) or _undoes_constraint(f) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module)
     planned: dict[int, list[_Edit]] = {}
-    budget = MAX_CHECKS
+    # Each distinct change compiled once: two findings of one constraint (the gather in its loop and the one
+    # after it) share its candidates.
+    unique: dict[str, _Edit] = {}
     for k, f in enumerate(report.findings):
-        edits = _edits_of(f, report, module)[:budget]
+        edits = [e for e in _edits_of(f, report, module) if e.change in unique or len(unique) < MAX_CHECKS]
         if edits:
-            planned[k] = edits
-            budget -= len(edits)
+            planned[k] = [unique.setdefault(e.change, e) for e in edits]
     if not planned:
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
-    ordered = [e for edits in planned.values() for e in edits]
+    ordered = list(unique.values())
     # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
@@ -144,11 +176,11 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
-    results = dict(zip((id(e) for e in ordered), compiled))
+    results = dict(zip((e.change for e in ordered), compiled))
 
     findings = list(report.findings)
     for k, edits in planned.items():
-        checks = [(e, measured_check(e.change, results[id(e)], base, sig)) for e in edits]
+        checks = [(e, measured_check(e.change, results[e.change], base, sig)) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
         if better:
