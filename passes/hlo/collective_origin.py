@@ -25,6 +25,7 @@ from .value_origin import (  # re-exported: where the collective passes have alw
     _SAME_DATA,
     OriginIndex,
     entry_parameter,
+    moved_parameter,
     moves_data_only,
     origin_index,
     parameter_dims,
@@ -84,7 +85,12 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
     by_number = {t.index: t for t in inputs}
     k = entry_parameter(module, ins.operands[0], index)
     owner = by_number.get(k) if k is not None else None
+    if owner is None and (moved := moved_parameter(module, ins.operands[0], index)) is not None:
+        # One layer of a stacked input (an FSDP gather in a scan's body), or the shard a collective matmul's
+        # ring passes on: that input is named, not said to be rebuilt whole.
+        return (by_number[moved].path if moved in by_number else None), None
     whole = f"{c.dtype}{list(c.shape)} ({format_bytes(c.bytes)})"
+
     if c.kind == "all-gather" and owner is not None and _sharded_dims(owner):
         return owner.path, (f"XLA all-gathers the whole of {owner.path} {pspec_text(owner.sharding)} over "
                             f"{', '.join(c.mesh_axes)} onto every device: {whole} per device")

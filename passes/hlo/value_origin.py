@@ -13,7 +13,15 @@ from .module import HloInstruction, HloModule
 
 # Ops that pass a value through with its elements (layout, type, one layer of a stack).
 _SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",
-                        "all-gather-done", "copy-done", "copy-start", "bitcast-convert"})
+                        "all-gather-done", "copy-done", "copy-start", "bitcast-convert", "slice-start", "slice-done"})
+# Ops that keep a value's elements in their order (a weight on its way from its gather to a matmul).
+KEEPS_ORDER = frozenset({"bitcast", "copy", "convert", "all-gather-done", "copy-start", "copy-done"})
+_GATHERS = frozenset({"all-gather", "all-gather-done"})
+# A collective matmul's ring: each step passes on the weight's shard the step before it received.
+_RING = frozenset({"collective-permute-start", "collective-permute-done"})
+# What a fusion that slices one layer out of a stack holds: the slice, its index arithmetic, layout ops.
+_SLICING = frozenset({"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "constant", "compare", "select",
+                      "add", "subtract", "convert", "broadcast", "clamp", "tuple"})
 _MAX_STEPS = 64
 _DIMS = re.compile(r"\d+")
 
@@ -84,6 +92,11 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
                 k = int(ins.attrs.get("index", ""))
             except ValueError:
                 return None
+            if source is not None and source.opcode == "while":
+                # A loop's result that its body returns unchanged (a weight the forward scan carries, read
+                # again by the backward one): the loop's own operand.
+                ins = _passed_through(module, source, k)
+                continue
             if source is None or source.opcode != "parameter":
                 return None
             loops = index.loops_of_body.get(index.computation_of.get(source.name, ""), [])
@@ -91,6 +104,9 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
             if carried is None or carried.opcode != "tuple" or k >= len(carried.operands):
                 return None
             ins = module.by_name.get(carried.operands[k])
+        elif ins.opcode == "custom-call" and ins.attrs.get("custom_call_target") == '"ConcatBitcast"' and len(
+                {entry_parameter(module, o, index) for o in ins.operands} - {None}) == 1:
+            ins = module.by_name.get(ins.operands[0])  # one value's pieces (TPU slices it to move it) put back
         elif ins.opcode in _SAME_DATA and ins.operands:
             dims = _operand_dims(module, ins, dims)
             ins = module.by_name.get(ins.operands[0])
@@ -100,6 +116,73 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
         else:
             return None
     return None
+
+
+def _passed_through(module: HloModule, loop: HloInstruction, k: int) -> HloInstruction | None:
+    """The element ``k`` of a while loop's initial tuple, where the body returns its element k unchanged
+    (the root tuple's operand k is the body parameter's element k); None otherwise."""
+    body = module.computations.get(next((c for a, c in loop.called() if a == "body"), ""))
+    root = next((i for i in body.instructions if i.is_root), None) if body is not None else None
+    element = module.by_name.get(root.operands[k]) if root is not None and root.opcode == "tuple" and k < len(
+        root.operands) else None
+    start = module.by_name.get(loop.operands[0]) if loop.operands else None
+    if (element is None or element.opcode != "get-tuple-element" or element.attrs.get("index") != str(k)
+            or start is None or start.opcode != "tuple" or k >= len(start.operands)):
+        return None
+    holder = module.by_name.get(element.operands[0]) if element.operands else None
+    if body is None or holder is None or holder.opcode != "parameter" or holder not in body.instructions:
+        return None
+    return module.by_name.get(start.operands[k])
+
+
+def weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
+    """The entry parameter a matmul's operand is: through ops that keep its elements (a loop's carried
+    tuple too: ``entry_parameter``), one layer a fusion slices out of a stacked argument in a scan's body,
+    and an all-gather of either behind the copies XLA wraps it in (a weight gathered FSDP-style)."""
+    for _ in range(_MAX_STEPS):
+        k = _layer_parameter(module, name, index)
+        ins = module.by_name.get(name)
+        if k is not None or ins is None or not ins.operands:
+            return k
+        if not (ins.opcode in _GATHERS or ins.opcode in KEEPS_ORDER
+                or (ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins))):
+            return None
+        name = ins.operands[0]
+    return None
+
+
+def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
+    """The entry parameter a gathered weight's shard is: itself, or one layer of a stacked argument that
+    a fusion slices out (its data operand first, the layer's index after it)."""
+    k = entry_parameter(module, name, index)
+    ins = module.by_name.get(name)
+    for _ in range(4):  # a fusion's parameter (a collective XLA fused, TPU's async start) is the fusion's operand
+        callers = index.fusions_of.get(index.computation_of.get(name, ""), []) if ins is not None else []
+        if k is not None or ins is None or ins.opcode != "parameter" or len(callers) != 1 or not ins.operands \
+                or not ins.operands[0].isdigit() or int(ins.operands[0]) >= len(callers[0].operands):
+            break
+        name = callers[0].operands[int(ins.operands[0])]
+        ins = module.by_name.get(name)
+    if k is not None or ins is None or ins.opcode != "fusion" or not ins.operands:
+        return k
+    body = _fusion_opcodes(module, ins)
+    return entry_parameter(module, ins.operands[0], index) if "dynamic-slice" in body and body <= _SLICING else None
+
+
+def moved_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
+    """The input a collective's operand is, whole or one layer of a stack (``weight_parameter``), also where
+    it is a step of a collective matmul's ring, which passes on the shard the step before it received."""
+    for _ in range(_MAX_STEPS):
+        ring = module.by_name.get(name)
+        if ring is None or ring.opcode not in _RING or not ring.operands:
+            break
+        name = ring.operands[0]
+    return weight_parameter(module, name, index)
+
+
+def _fusion_opcodes(module: HloModule, fusion: HloInstruction) -> set[str]:
+    comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
+    return {i.opcode for i in comp.instructions} if comp is not None else set()
 
 
 def _operand_dims(module: HloModule, ins: HloInstruction, dims: tuple[int | None, ...]) -> tuple[int | None, ...]:
