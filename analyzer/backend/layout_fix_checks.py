@@ -1,9 +1,14 @@
-"""The fixes of SL204 (a constraint on axes that do not divide the value) and SL205 (a donation no output
-reuses), compiled and measured as fix_checks.py measures a parameter's: the program as written and each
-candidate compiled side by side, a candidate printed as the fix only when measured better.
+"""The fixes of SL204 (a constraint on axes that do not divide the value), SL206 (a value propagation cuts
+unevenly) and SL205 (a donation no output reuses), compiled and measured as fix_checks.py measures a
+parameter's: the program as written and each candidate compiled side by side, a candidate printed as the fix
+only when measured better.
 
 SL204's candidates edit the constraint itself (its ``sdy.sharding_constraint`` op in the StableHLO): the
-uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL205's pins the output
+uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL206's insert one
+(an ``sdy.sharding_constraint`` on the value, what ``with_sharding_constraint`` lowers to) with the same
+candidates, where no sharding was stated. An SL101 or SL102 whose cause is the user's constraint (a gather
+of what it shards, no argument behind it) edits that constraint: the gathered axes moved to another
+dimension they divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
 """
@@ -11,17 +16,18 @@ the module, having found no output to match), so XLA can write the output into t
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL204, SL205
+from ...passes.models.rule_codes import SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
-from ...passes.pipelines.lint import entry_signature
-from ...passes.pipelines.stablehlo_edits import correspond, even_alternatives, read_constraints
+from ...passes.pipelines.lint import entry_signature, propagated_value
+from ...passes.pipelines.stablehlo_edits import axes_off, correspond, even_alternatives, read_constraints
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
@@ -30,6 +36,7 @@ from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
+_PROPAGATED = re.compile(r"^propagated_value\[(\d+)\]\[(\d+)\]$")
 _PINNED = re.compile(r"^pin (\S+) with out_shardings ")
 # Candidates compiled per target (each a compile of the whole step).
 MAX_CHECKS = 4
@@ -42,9 +49,39 @@ class _Edit:
     results: dict[int, list[list[str]]] = field(default_factory=dict)
     constraints: dict[int, list[list[str]]] = field(default_factory=dict)
     donors: frozenset[int] = frozenset()
+    inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
+
+
+def _undoes_constraint(f: Finding) -> bool:
+    """A collective finding caused by no argument but by the user's constraint it gathers back (the rules
+    that name a constraint, SL101's and SL102's, set ``constraint`` only then)."""
+    return f.constraint is not None and f.parameter is None
+
+
+def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """The constraint a gather undoes, with the gathered axes kept off the dimension the op reads along
+    (moved to another dimension they divide, or dropped): every constraint at its line stating its sharding."""
+    cause = f.constraint
+    if cause is None or cause.source is None:
+        return []
+    names = set(f.ops or [f.subject or ""])
+    gathered = sorted({a.split(":")[0] for c in report.collectives if c.hlo_name in names and c.kind == "all-gather"
+                       for a in c.mesh_axes})
+    stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
+              and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
+              and k.sharding == cause.sharding]
+    if not gathered or not stated or len({k.shape for k in stated}) != 1:
+        return []
+    line = cause.source.line
+    return [_Edit(f"the with_sharding_constraint at line {line} -> {pspec_text(spec)}",
+                  constraint_change_text(line, spec, cause.sharding, gathered),
+                  constraints={k.ordinal: spec for k in stated})
+            for spec in axes_off(stated[0].shape, cause.sharding, set(gathered), entry_signature(module).mesh)]
 
 
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    if _undoes_constraint(f):
+        return _constraint_edits(f, report, module)
     if f.rule == SL204.code:
         # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
         ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
@@ -58,6 +95,16 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       f"constrain it as {pspec_text(choices[min(choices)][i])}",
                       constraints={k: alternatives[i] for k, alternatives in choices.items()})
                 for i in range(count)]
+    if f.rule == SL206.code:
+        values = [(int(m.group(1)), int(m.group(2))) for name in f.ops if (m := _PROPAGATED.match(name))]
+        found = propagated_value(module, *values[0]) if len(values) == 1 else None
+        if found is None:
+            return []
+        # Propagation's sharding stands where SL204's stated one does: the same alternatives.
+        return [_Edit(f"{f.subject} -> {pspec_text(spec)}",
+                      f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(spec)}",
+                      inserted={values[0]: spec})
+                for spec in even_alternatives(*found, entry_signature(module).mesh)]
     if f.rule == SL205.code and f.suggested_sharding is not None:
         # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
         # comes out: the output that is that input coming back (its pytree path), not any of its shape.
@@ -97,28 +144,30 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
 
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                        progress: Callable[[str], None] | None = None) -> TargetReport:
-    """The report with SL204's and SL205's fixes compiled: the best candidate measured better printed as the
-    fix (with its figures), else the finding says what was tried and what it cost."""
-    if not any(f.rule in STATED_LAYOUT_FIXES for f in report.findings):
+    """The report with SL204's, SL205's, SL206's and the constraint causes' fixes compiled: the best candidate
+    measured better printed as the fix (with its figures), else the finding says what was tried and what it
+    cost."""
+    if not any(f.rule in STATED_LAYOUT_FIXES or _undoes_constraint(f) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module)
     planned: dict[int, list[_Edit]] = {}
-    budget = MAX_CHECKS
+    # Each distinct change compiled once: two findings of one constraint (the gather in its loop and the one
+    # after it) share its candidates.
+    unique: dict[str, _Edit] = {}
     for k, f in enumerate(report.findings):
-        edits = _edits_of(f, report, module)[:budget]
+        edits = [e for e in _edits_of(f, report, module) if e.change in unique or len(unique) < MAX_CHECKS]
         if edits:
-            planned[k] = edits
-            budget -= len(edits)
+            planned[k] = [unique.setdefault(e.change, e) for e in edits]
     if not planned:
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
-    ordered = [e for edits in planned.values() for e in edits]
+    ordered = list(unique.values())
     # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
     texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
-                                               e.donors) for e in ordered]
+                                               e.donors, e.inserted) for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
@@ -127,16 +176,17 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
-    results = dict(zip((id(e) for e in ordered), compiled))
+    results = dict(zip((e.change for e in ordered), compiled))
 
     findings = list(report.findings)
     for k, edits in planned.items():
-        checks = [(e, measured_check(e.change, results[id(e)], base, sig)) for e in edits]
+        checks = [(e, measured_check(e.change, results[e.change], base, sig)) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
-            spec = e.constraints[min(e.constraints)] if e.constraints else f.suggested_sharding
+            spec = (e.constraints[min(e.constraints)] if e.constraints
+                    else next(iter(e.inserted.values())) if e.inserted else f.suggested_sharding)
             findings[k] = f.model_copy(update={
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue

@@ -11,7 +11,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...passes.pipelines.stablehlo_edits import constraint_ops, entry_function
+from ...passes.pipelines.stablehlo_edits import constraint_ops, entry_function, functions
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -23,14 +23,34 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
     return f"#sdy.sharding<@{mesh_name}, [{dims}]>"
 
 
+def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[list[str]]], mesh_name: str) -> None:
+    """An ``sdy.sharding_constraint`` after each named op's result, at the op's source location, read by
+    every op that read the result."""
+    from ...passes.propagation.shardy_reference import walk_ops
+
+    ops = [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
+    with module.context:
+        for (index, result), sharding in sorted(inserted.items()):
+            op = ops[index].operation
+            value = op.results[result]
+            with ir.InsertionPoint.after(op), op.location:
+                constraint = ir.Operation.create(
+                    "sdy.sharding_constraint", results=[value.type], operands=[value],
+                    attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))})
+            value.replace_all_uses_except(constraint.result, constraint)
+
+
 def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
                           arguments: dict[int, list[list[str]]] | None = None,
                           constraints: dict[int, list[list[str]]] | None = None,
-                          donors: frozenset[int] = frozenset()) -> str:
+                          donors: frozenset[int] = frozenset(),
+                          inserted: dict[tuple[int, int], list[list[str]]] | None = None) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings; ``constraints``: sharding constraints (numbered in
     the module's walk order) given new shardings; ``donors``: arguments donated
-    (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match)."""
+    (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match);
+    ``inserted``: (an op's index in ``walk_ops`` over the functions, one of its results) -> the sharding
+    a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to)."""
     from ...passes.pipelines.stablehlo_edits import clone
 
     edited = clone(module)
@@ -39,6 +59,8 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
             for k, op in enumerate(constraint_ops(edited)):
                 if k in constraints:
                     op.attributes["sharding"] = ir.Attribute.parse(_sdy_text(constraints[k], mesh_name))
+    if inserted:
+        _insert_constraints(edited, inserted, mesh_name)
     fn = entry_function(edited)
     ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
     with edited.context:

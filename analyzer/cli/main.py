@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("--solver", choices=("auto", "ilp", "local"), default="auto",
                     help="ilp (HiGHS), local (a local search), or auto: the ILP up to 300,000 variables")
     sg.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
-                    help="the ILP's time limit per solve (default 60); the gap says how close it got")
+                    help="stops nothing (kept for old scripts): a node count, not a clock, bounds each solve")
 
     snap = sub.add_parser("snapshot", parents=[debug_and_timeout],
                           help="write each target's StableHLO, metadata and a baseline into a directory")

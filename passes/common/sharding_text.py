@@ -81,3 +81,11 @@ def out_shardings_text(
         return "{" + ", ".join(f"{k!r}: {render(node[k])}" for k in keys) + "}"
 
     return f"out_shardings={render(tree)}"
+
+
+def constraint_change_text(line: int | None, new: list[list[str]], old: list[list[str]], axes: list[str]) -> str:
+    """The fix of a collective that gathers back what a ``with_sharding_constraint`` shards: that constraint
+    with ``axes`` kept off the dimension the op reads along (the rule's text, and the fix check's)."""
+    where = f" at line {line}" if line is not None else ""
+    return (f"state {pspec_text(new)} in the with_sharding_constraint{where} instead of {pspec_text(old)} "
+            f"({', '.join(axes)} off the dimension the op reads along)")

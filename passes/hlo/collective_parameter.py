@@ -21,19 +21,17 @@ from enum import Enum
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
-from .collective_origin import OriginIndex, entry_parameter, moves_data_only, origin_index, reads_in
+from .collective_origin import OriginIndex, origin_index, reads_in
 from .module import HloInstruction, HloModule
+from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
+from .value_origin import moved_parameter, moves_data_only
+from .value_origin import weight_parameter as _weight_parameter
 
 _MATMUL = frozenset({"dot", "convolution"})
 # Ops a gathered value passes through on its way to the matmul that reads it.
 _PASS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element",
                            "all-gather-done", "copy-start", "copy-done", "broadcast", "dynamic-slice", "slice"})
 _MAX_VISITS = 64
-_KEEPS_ORDER = frozenset({"bitcast", "copy", "convert", "all-gather-done", "copy-start", "copy-done"})
-_GATHERS = frozenset({"all-gather", "all-gather-done"})
-# What a fusion that slices one layer out of a stack holds: the slice, its index arithmetic, layout ops.
-_SLICING = frozenset({"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "constant", "compare", "select",
-                      "add", "subtract", "convert", "broadcast", "clamp", "tuple"})
 _DIMS = re.compile(r"\d+")
 
 
@@ -150,33 +148,6 @@ def _users_breadth_first(start: HloInstruction, users: dict[str, list[HloInstruc
                 todo.append(user)
 
 
-def _weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
-    """The entry parameter a matmul's operand is: through ops that keep its elements (a loop's carried
-    tuple too: ``entry_parameter``), one layer a fusion slices out of a stacked argument in a scan's body,
-    and an all-gather of either behind the copies XLA wraps it in (a weight gathered FSDP-style)."""
-    for _ in range(_MAX_VISITS):
-        k = _layer_parameter(module, name, index)
-        ins = module.instruction(name)
-        if k is not None or ins is None or not ins.operands:
-            return k
-        if not (ins.opcode in _GATHERS or ins.opcode in _KEEPS_ORDER
-                or (ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins))):
-            return None
-        name = ins.operands[0]
-    return None
-
-
-def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
-    """The entry parameter a gathered weight's shard is: itself, or one layer of a stacked argument that
-    a fusion slices out (its data operand first, the layer's index after it)."""
-    k = entry_parameter(module, name, index)
-    ins = module.instruction(name)
-    if k is not None or ins is None or ins.opcode != "fusion" or not ins.operands:
-        return k
-    body = {i.opcode for i in _fusion_body(module, ins)}
-    return entry_parameter(module, ins.operands[0], index) if "dynamic-slice" in body and body <= _SLICING else None
-
-
 def _weight_dims(t: TensorInfo, local: tuple[int, ...], operand: tuple[int, ...],
                  contracting: tuple[int, ...]) -> tuple[int, ...] | None:
     """The parameter's dimensions that the matmul operand's ``contracting`` dimensions are: by position
@@ -225,7 +196,11 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
     ins = module.instruction(c.hlo_name)
     if ins is None or not ins.operands:
         return None
-    k = entry_parameter(module, ins.operands[0], index)
+    # The input itself, or one layer a scan's body slices out of a stacked input (through the copy and
+    # bitcast that transpose it by layout, a fusion XLA wrapped the collective in, a loop that returns the
+    # weight unchanged): an FSDP gather of a layer's weight, or a collective matmul's ring passing its shard,
+    # moves that weight.
+    k = moved_parameter(module, ins.operands[0], index)
     if k is not None and k in inputs:
         contracting = _gathered_contracting(module, ins, inputs[k], users) if c.kind == "all-gather" else None
         return CollectiveParameter(k, ParameterRole.operand, contracting)

@@ -27,7 +27,7 @@ from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import axis_label_size, functions, sharding_axes, source_of_location
 from ..stablehlo.sharding_constraints import StatedConstraint
-from .shardy_reference import ShardyRejected, result_shardings, shardy_propagated, walk_ops
+from .shardy_reference import OP_ID, ShardyRejected, result_shardings, shardy_propagated, tagged_clone, walk_ops
 
 # Ops whose result sharding is stated, not propagated (SL204's, a reshard, a shard_map), or stands for
 # a callee's (the callee's own ops are read).
@@ -40,6 +40,10 @@ class PropagatedPadding:
     """A value Shardy's propagation shards unevenly and the compiled program holds padded."""
 
     op: str  # the StableHLO op that makes it (stablehlo.pad, stablehlo.concatenate)
+    # That op's index in the module's walk (shardy_reference.walk_ops over its functions) and which of its
+    # results the value is: where SL206's fix check inserts the constraint it compiles.
+    op_index: int
+    result: int
     shape: tuple[int, ...]
     dtype: str  # HLO spelling
     sharding: list[list[str]]
@@ -71,7 +75,7 @@ def propagated_padded_values(
     if not mesh.axes or mesh.size <= 1:
         return ()
     try:
-        propagated = shardy_propagated(module)
+        propagated = shardy_propagated(tagged_clone(module))
     except ShardyRejected:
         return ()
     stated_cuts = {(c.shape[d], tuple(c.sharding[d])) for c in stated for d in c.uneven_dims(mesh)}
@@ -80,7 +84,8 @@ def propagated_padded_values(
     for fn in functions(propagated).values():
         for op in walk_ops(fn.regions[0].blocks[0]):
             name = op.operation.name
-            for value, attr in zip(op.results, result_shardings(op)):
+            index = ir.IntegerAttr(op.attributes[OP_ID]).value if OP_ID in op.attributes else None
+            for result, (value, attr) in enumerate(zip(op.results, result_shardings(op))):
                 if not isinstance(value.type, ir.RankedTensorType):
                     continue
                 ty = ir.RankedTensorType(value.type)
@@ -100,13 +105,36 @@ def propagated_padded_values(
                     continue  # the same cut, inherited: the op that began it is reported
                 local = tuple(-(-n // k) for n, k in zip(shape, ways))
                 dtype = mlir_dtype_to_hlo(str(ty.element_type))
-                if (dtype, local) not in compiled:
-                    continue  # fused away or kept whole: nothing padded to show
+                if (dtype, local) not in compiled or index is None:
+                    continue  # fused away or kept whole: nothing padded to show (or an op Shardy made)
                 source = source_of_location(op.location, ownership)
-                value_found = PropagatedPadding(name, shape, dtype, sharding, local, tuple(ways), uneven, source)
+                value_found = PropagatedPadding(name, index, result, shape, dtype, sharding, local, tuple(ways),
+                                                uneven, source)
                 key = (source.file, source.line) if source else None
                 if key not in found or found[key].padding_bytes < value_found.padding_bytes:
                     found[key] = value_found
     if None in found and len(found) > 1:  # a library op's (jnp.pad's body): the user's line stands for it
         del found[None]
     return tuple(found.values())
+
+
+def value_of_op(module: ir.Module, op_index: int, result: int, mesh: MeshInfo
+                ) -> tuple[tuple[int, ...], list[list[str]]] | None:
+    """The shape and the sharding Shardy's propagation gives result ``result`` of the op at ``op_index``
+    (PropagatedPadding's numbering): what SL206's fix check starts its candidates from; None where Shardy
+    refuses the module or the op is not in its output."""
+    try:
+        propagated = shardy_propagated(tagged_clone(module))
+    except ShardyRejected:
+        return None
+    for fn in functions(propagated).values():
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            if OP_ID not in op.attributes or ir.IntegerAttr(op.attributes[OP_ID]).value != op_index:
+                continue
+            shardings = result_shardings(op)
+            if result >= min(len(op.results), len(shardings)):
+                return None
+            shape = tuple(int(n) for n in ir.RankedTensorType(op.results[result].type).shape)
+            sharding = sharding_axes(sdy.TensorShardingAttr(shardings[result]))
+            return shape, sharding + [[]] * (len(shape) - len(sharding))
+    return None

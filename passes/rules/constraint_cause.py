@@ -14,10 +14,11 @@ from __future__ import annotations
 from math import prod
 
 from ..common.shapes import mlir_dtype_to_hlo
+from ..common.sharding_text import constraint_change_text
 from ..hlo.collective_intent import squeezed
 from ..hlo.collective_parameter import axis_size
 from ..models.report import Collective, ConstraintCause
-from ..stablehlo.sharding_constraints import StatedConstraint
+from ..stablehlo.sharding_constraints import StatedConstraint, axes_off
 from .context import RuleContext
 
 
@@ -30,6 +31,24 @@ def _undone(k: StatedConstraint, names: set[str], sizes: dict[str, int]) -> tupl
 
 def constraint_of(ctx: RuleContext, c: Collective) -> ConstraintCause | None:
     """The constraint whose sharding the all-gather ``c`` undoes, if exactly one does."""
+    k = stated_constraint_of(ctx, c)
+    return ConstraintCause(source=k.source, sharding=[list(a) for a in k.sharding]) if k is not None else None
+
+
+def constraint_fix(ctx: RuleContext, c: Collective) -> str | None:
+    """The constraint ``c`` undoes with the gathered axes kept off the dimension the op reads along (moved to
+    another dimension they divide, else dropped): a candidate the fix check compiles with the others."""
+    k = stated_constraint_of(ctx, c)
+    if k is None:
+        return None
+    gathered = sorted({a.split(":")[0] for a in c.mesh_axes})
+    choices = axes_off(k.shape, k.sharding, set(gathered), ctx.signature.mesh)
+    return (constraint_change_text(k.source.line if k.source else None, choices[0], k.sharding, gathered)
+            if choices else None)
+
+
+def stated_constraint_of(ctx: RuleContext, c: Collective) -> StatedConstraint | None:
+    """The stated constraint whose sharding the all-gather ``c`` undoes, if exactly one does."""
     if c.kind != "all-gather" or not c.mesh_axes or c.mesh_axes[0].startswith("<"):
         return None
     names = {a.split(":")[0] for a in c.mesh_axes}
@@ -47,4 +66,4 @@ def constraint_of(ctx: RuleContext, c: Collective) -> ConstraintCause | None:
     if len(found) != 1:
         return None
     (k,) = found.values()
-    return ConstraintCause(source=k.source, sharding=[list(a) for a in k.sharding])
+    return k

@@ -8,7 +8,7 @@ from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
-from .constraint_cause import constraint_of
+from .constraint_cause import constraint_fix, constraint_of
 from .context import RuleContext
 from .parameter_advice import idle_axes, idle_axis_advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -73,7 +73,12 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     `jax.lax.with_sharding_constraint` so the op runs where the shards are.
     A weight gathered beside an idle axis (`w` on `P("data", None)` with
     the batch on `data` and `model` idle, `x @ w`) goes on the idle axis,
-    on the dimension the matmul keeps: `P(None, "model")`.
+    on the dimension the matmul keeps: `P(None, "model")`. A gather of what
+    the user's own `with_sharding_constraint` shards (no argument causes it)
+    is at that constraint's line where XLA gives the gather none, and its fix
+    is the constraint with the gathered axes off the dimension the op reads
+    along (moved to another dimension, or dropped): compiled and printed only
+    when measured better, as every fix is.
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     for c in replicating(ctx):
@@ -83,10 +88,14 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
         constraint = constraint_of(ctx, c) if parameter is None else None
         undone = (f": it gathers back what the with_sharding_constraint at line {constraint.source.line} "
                   f"{pspec_text(constraint.sharding)} shards" if constraint is not None and constraint.source else "")
+        # A gather XLA gave no line (the carry gathered back after its loop) is at the constraint's.
+        source = c.source or (constraint.source if undone and constraint is not None else None)
+        changed = constraint_fix(ctx, c) if undone else None
         out.emit(
             message(ctx, c, peak, parameter, served) + undone + (_idle_text(ctx, c, suggested) if idle else ""),
-            c.source,
-            via=c.via, fix=_idle_fix(ctx, parameter, suggested) if idle else fix(parameter, served, suggested),
+            source,
+            via=c.via if c.source else None,
+            fix=(_idle_fix(ctx, parameter, suggested) if idle else changed or fix(parameter, served, suggested)),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count, constraint=constraint if undone else None,
         )

@@ -8,7 +8,7 @@ from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
 from ..models.report import Collective, ConstraintCause, Severity, TensorInfo
 from ..models.rule_codes import SL102
-from .constraint_cause import constraint_of
+from .constraint_cause import constraint_fix, constraint_of
 from .context import RuleContext
 from .parameter_advice import sharding_advice
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -56,7 +56,10 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     ---
     Keep the loop's values in the layout the body reads them in (constrain the
     carry to a sharding the body does not read along), or hoist a gather of a
-    loop-invariant value out of the loop.
+    loop-invariant value out of the loop. Where the body's own
+    `with_sharding_constraint` is the cause, the fix is that constraint with
+    the gathered axes off the dimension the body reads along, compiled and
+    printed only when measured better.
     """
     for group in loop_groups(ctx):
         total = sum(c.bytes * c.count for c in group)
@@ -76,12 +79,14 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
             where = f" at line {constraint.source.line}" if constraint.source else ""
             cause = (f": they gather back what the with_sharding_constraint{where} "
                      f"{pspec_text(constraint.sharding)} shards, which the body then reads whole")
+        changed = _constraint_fix(ctx, group) if constraint is not None else None
         out.emit(
             f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device{cause}",
             group[0].source, via=group[0].via, parameter=parameter, total_bytes=total,
             ops=[c.hlo_name for c in group] if len(group) > 1 else None,
-            fix="keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
-            "body does not read along), or gather a loop-invariant value once before the loop",
+            fix=(f"keep the loop's values in the layout the body reads them in: {changed}" if changed else
+                 "keep the loop's values in the layout the body reads them in (a carry sharded on an axis the "
+                 "body does not read along), or gather a loop-invariant value once before the loop"),
             subject=group[0].hlo_name, why=sorted({c.why for c in group if c.why}) or None,
             constraint=constraint,
         )
@@ -104,6 +109,14 @@ def _constraint(ctx: RuleContext, group: list[Collective]) -> ConstraintCause | 
         found = constraint_of(ctx, c)
         if found is not None:
             return found
+    return None
+
+
+def _constraint_fix(ctx: RuleContext, group: list[Collective]) -> str | None:
+    """The constraint's change for the group's largest collective whose cause it is (constraint_cause.py)."""
+    for c in sorted(group, key=lambda c: (-c.bytes * c.count, c.hlo_name)):
+        if constraint_of(ctx, c) is not None:
+            return constraint_fix(ctx, c)
     return None
 
 

@@ -34,7 +34,8 @@ TIE_ABOVE = MAX_ILP_VARIABLES
 INTEGRAL = 1e-6  # an LP value this close to 0 or 1 is integral
 MIP_GAP = 1e-6  # relative: a plan this close to the bound is optimal
 # Branch-and-bound nodes the MILP may explore: a count, not a clock, so the plan it returns is the same on a
-# loaded machine as on an idle one (HiGHS is deterministic for a given program); the time limit stays a guard.
+# loaded machine as on an idle one (HiGHS is deterministic for a given program). No HiGHS call gets a time
+# limit: one that stops on the clock returns whatever it had by then, another plan on a slower machine.
 MIP_NODES = 2_000
 FACE = 1e-9  # a reduced cost below this fraction of the largest cost is zero: its column stays on the optimal face
 TIME_SCALE = 1e6  # seconds -> microseconds: HiGHS's tolerances are absolute
@@ -73,7 +74,9 @@ class Solution:
 def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0,
           tie: bool | None = None) -> Solution:
     """``tie``: solve with repeated layers tied (``repeats.py``); None: where the
-    problem is above ``TIE_ABOVE`` variables."""
+    problem is above ``TIE_ABOVE`` variables. ``time_limit`` stops nothing: the MILP is bounded by
+    ``MIP_NODES`` branch-and-bound nodes, never a clock, so a problem gets the same plan on every machine
+    (the argument stays for the callers, which report it)."""
     start = time.perf_counter()
     untied_size = problem.size
     tied = tie_repeats(problem) if (untied_size > TIE_ABOVE if tie is None else tie) else None
@@ -86,7 +89,7 @@ def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60
     if method == "local" or (method == "auto" and size > MAX_ILP_VARIABLES):
         a, bound, how, variables = local_search(solved), None, "local search", size
     else:
-        a, bound, lp_bound, how, variables = _ilp(solved, time_limit)
+        a, bound, lp_bound, how, variables = _ilp(solved)
     if tied is not None:
         a = tied.expand(a)
     seconds, memory = evaluate(problem, a)
@@ -126,7 +129,7 @@ class _Program:
         self.upper.append(hi)
 
 
-def _ilp(problem: ShardingProblem, time_limit: float):
+def _ilp(problem: ShardingProblem):
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_array
 
@@ -187,10 +190,9 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     upper[lp.fixed_zero] = 0.0
     cost, bounds = np.array(lp.cost), Bounds(0, upper)
     constraints = LinearConstraint(matrix, lp.lower, lp.upper)
-    started = time.perf_counter()
     # The LP relaxation first: integral on most of this problem class, and its optimum bounds every plan.
     integer = np.array(lp.integer, dtype=bool)
-    relaxed = _on_the_optimal_face(cost, integer, bounds, matrix, lp, time_limit)
+    relaxed = _on_the_optimal_face(cost, integer, bounds, matrix, lp)
     lp_bound, rounded = None, None
     if relaxed is not None:
         lp_bound = relaxed[0] / TIME_SCALE
@@ -200,15 +202,15 @@ def _ilp(problem: ShardingProblem, time_limit: float):
         rounded = _rounded(problem, values, z)
         if rounded is not None and rounded[1] <= lp_bound + abs(lp_bound) * MIP_GAP:
             return rounded[0], lp_bound, lp_bound, "lp (rounded)", n
-    left = max(1.0, time_limit - (time.perf_counter() - started))
     result = milp(cost, integrality=np.array(lp.integer), bounds=bounds, constraints=constraints,
-                  options={"time_limit": left, "mip_rel_gap": MIP_GAP, "presolve": True, "node_limit": MIP_NODES})
+                  options={"mip_rel_gap": MIP_GAP, "presolve": True, "node_limit": MIP_NODES})
     if result.x is None:
         if rounded is not None:
             return rounded[0], lp_bound, lp_bound, "lp (rounded, time limit)", n
         if result.status == 2:
             raise NoFeasibleSharding("no choice of candidates fits the arguments and results in the budget")
-        raise NoFeasibleSharding(f"the solver found no assignment within {time_limit:g} s ({result.message})")
+        raise NoFeasibleSharding(f"the solver found no assignment within {MIP_NODES:,} branch-and-bound nodes "
+                                 f"({result.message})")
     a = _argmax(problem, result.x, z, x)
     dual = getattr(result, "mip_dual_bound", None)
     dual = None if dual is None or not np.isfinite(dual) else float(dual) / TIME_SCALE
@@ -218,7 +220,7 @@ def _ilp(problem: ShardingProblem, time_limit: float):
     return a, bound, lp_bound, _stopped(result), n
 
 
-def _on_the_optimal_face(cost, integer, bounds, matrix, lp: _Program, time_limit: float):
+def _on_the_optimal_face(cost, integer, bounds, matrix, lp: _Program):
     """(the LP's optimum, of its optimal solutions the one least in a fixed pseudo-random price of the
     choice columns), or None where the LP did not solve to optimality. Plans tie often (symmetric mesh
     axes, layers alike) and HiGHS does not always reach the same optimal vertex: measured, one problem (the
@@ -234,7 +236,7 @@ def _on_the_optimal_face(cost, integer, bounds, matrix, lp: _Program, time_limit
     box = np.c_[np.zeros(len(cost)), bounds.ub * np.ones(len(cost))]
     a_ub, b_ub = (matrix[rows], upper[rows]) if len(rows) else (None, None)
     first = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=matrix[np.flatnonzero(eq)], b_eq=lower[eq], bounds=box,
-                    method="highs", options={"time_limit": time_limit, "presolve": True})
+                    method="highs", options={"presolve": True})
     if first.status != 0 or first.x is None:
         return None
     scale = max(1.0, float(np.abs(cost).max()))
@@ -248,10 +250,10 @@ def _on_the_optimal_face(cost, integer, bounds, matrix, lp: _Program, time_limit
     price = np.random.default_rng(0).random(len(cost)) * integer
     if b_low is not None:
         second = linprog(price, A_eq=matrix[np.r_[np.flatnonzero(eq), rows]], b_eq=np.r_[lower[eq], b_low],
-                         bounds=face, method="highs", options={"time_limit": time_limit, "presolve": True})
+                         bounds=face, method="highs", options={"presolve": True})
     else:
         second = linprog(price, A_ub=a_ub, b_ub=b_ub, A_eq=matrix[np.flatnonzero(eq)], b_eq=lower[eq],
-                         bounds=face, method="highs", options={"time_limit": time_limit, "presolve": True})
+                         bounds=face, method="highs", options={"presolve": True})
     return float(first.fun), (second.x if second.status == 0 and second.x is not None else first.x)
 
 

@@ -94,6 +94,29 @@ def even_alternatives(shape: tuple[int, ...], sharding: list[list[str]], mesh: M
     return out
 
 
+def axes_off(shape: tuple[int, ...], sharding: list[list[str]], axes: set[str], mesh: MeshInfo
+             ) -> list[list[list[str]]]:
+    """Specs of a constrained value that keep the mesh axes ``axes`` (names, sub-axes by their axis) off the
+    dimensions they shard in ``sharding`` (those an op reads along, which a collective gathers back): first
+    moved to the last other dimension they divide (the value stays as sharded), then dropped."""
+    dims = [list(d) for d in sharding] + [[] for _ in range(len(shape) - len(sharding))]
+    read = [d for d, held in enumerate(dims) if any(a.split(":")[0] in axes for a in held)]
+    dropped = [[a for a in held if a.split(":")[0] not in axes] for held in dims]
+    moved = [list(held) for held in dropped]
+    for d in read:
+        leaving = [a for a in dims[d] if a.split(":")[0] in axes]
+        k = prod(axis_label_size(a, mesh) for a in leaving)
+        ways = [prod(axis_label_size(a, mesh) for a in held) for held in moved]
+        fits = [e for e in range(len(shape)) if e not in read and shape[e] % (ways[e] * k) == 0]
+        if not fits:
+            moved = []
+            break
+        moved[fits[-1]] = moved[fits[-1]] + leaving
+    if not read:
+        return []
+    return [moved, dropped] if moved and moved != dropped else [dropped]
+
+
 @dataclass(frozen=True)
 class PaddedValue:
     """A constrained value the compiled program holds padded."""

@@ -174,8 +174,7 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
     while True:
         rounds += 1
         isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({t.problem.size:,} variables)")
-        say(f"{t.name}: solving the sharding problem ({t.problem.size:,} variables, at most "
-            f"{request.time_limit:g} s per solve)")
+        say(f"{t.name}: solving the sharding problem ({t.problem.size:,} variables)")
         try:
             refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
                              request.time_limit, spec)

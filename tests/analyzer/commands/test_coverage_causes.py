@@ -8,6 +8,7 @@ kernels sharded alone on the dimension their matmul contracts, its ``head`` kern
 
 import os
 import re
+from math import prod
 
 import jax
 import pytest
@@ -101,11 +102,35 @@ def test_up_kernels_sharded_alone_on_their_contracted_dim_are_named(cli, checkin
     assert check["verdict"] != "better" and f["fix"].startswith("no sharding change found that helps")
 
 
+def test_a_row_parallel_sum_counts_elements_whatever_precision_xla_multiplies_in(cli):
+    """remat_layer_stack's down projection: XLA sums its partial products as f32 on both releases, but jax
+    0.10's CPU compile multiplies the bf16 operands as f32 and 0.12's as bf16, so a ratio of bytes was 4x on one
+    and 8x (SL103) on the other. In elements, read here from XLA's text (the forward all-reduce and the dot
+    its operand comes from), the output is 4x the weight's shard gathered over the 2 model devices: no SL103
+    on either release."""
+    text = script_module(os.path.join(EXAMPLES, "remat_layer_stack.py")).shard_lint_targets()["train_step"] \
+        .compile().as_text()
+    forward = [line for line in text.splitlines() if " all-reduce(" in line and "transpose(" not in line
+               and re.search(r"= f32\[16,2048,2048\]", line)]
+    shape = "16,2048,2048"
+    assert forward  # the forward down projection's sum, f32 on both releases
+    # The forward dot of that output (32768 x 2048 elements), in the computation that holds it: its operands.
+    blocks = re.split(r"\n(?=\S)", text)
+    [block] = [b for b in blocks if re.search(r"\[32768,2048\]\S* dot\(", b) and "transpose(jvp" not in
+               re.search(r"\[32768,2048\]\S* dot\(.*", b).group(0)]
+    dot = re.search(r"\[32768,2048\]\S* dot\(%([\w.\-]+), %([\w.\-]+)\)", block)
+    elements = sorted(prod(int(d) for d in re.search(rf"%{re.escape(o)} = \w+\[([\d,]+)\]", block).group(1)
+                           .split(",")) for o in dot.groups())
+    expansion = prod(int(d) for d in shape.split(",")) / (elements[0] * 2)
+    assert expansion < 8
+    targets = lint_targets(cli, os.path.join(EXAMPLES, "remat_layer_stack.py"))
+    assert [f["rule"] for t in targets for f in t["findings"] if f["rule"] == "SL103"] == []
+
+
 @pytest.mark.parametrize("example", ["remat_layer_stack.py", "fsdp_tp_train_step.py"])
 def test_megatron_row_parallel_partial_sums_stay_unflagged(cli, example):
     """A row-parallel projection after a column-parallel one (Megatron) all-reduces its partial sums by
-    design: its input arrives split, nothing slices it, and no SL103 says the weight alone asks for the sum.
-    (On jax 0.12 remat_layer_stack's down projection reaches SL103's 8x expansion ratio, its other case.)"""
+    design: its input arrives split, nothing slices it, and no SL103 says the weight alone asks for the sum."""
     targets = lint_targets(cli, os.path.join(EXAMPLES, example))
     assert any(c["intent"] == "activation" for t in targets for c in t["collectives"])
     assert not [f for t in targets for f in t["findings"] if f["rule"] == "SL103"
@@ -131,3 +156,44 @@ def test_a_loop_reshard_caused_by_the_bodys_constraint_names_it(cli):
     assert f["constraint"]["source"]["line"] == constraint_line
     assert f["constraint"]["sharding"] == [["data"], ["model"]]
     assert f"with_sharding_constraint at line {constraint_line} P('data', 'model')" in f["message"]
+
+
+def test_a_gather_of_the_bodys_constraint_is_at_its_line_and_its_fix_is_the_constraint_measured(cli, checking):
+    """With the default thresholds the running sums give two SL101: the carry's all-gather in each of the 32
+    iterations (at the cumsum's line) and the one after the loop that returns it P('data', None), which XLA
+    gives no source line (read from its text here): that one is at the constraint's own line. Neither names an
+    argument, and each fix is the constraint itself, edited and compiled: the oracle is the same step written
+    with the printed spec in Python, compiled here (its XLA peak and the bytes of its collectives)."""
+    lines = open(LOOP).read().splitlines()
+    constraint_line = next(i for i, line in enumerate(lines, 1) if "with_sharding_constraint" in line
+                           and i > next(k for k, s in enumerate(lines, 1) if "def make_running_sums" in s))
+    module = script_module(LOOP)
+    as_written = module.shard_lint_targets()["running_sums"].compile()
+    text = as_written.as_text()
+    gathers = {n: c for n, c in collectives_per_step(text, 8).items() if c[0] == "all-gather"}
+    unplaced = [n for n in gathers if not re.search(rf"%{re.escape(n)} = [^\n]*metadata=", text)]
+    assert unplaced and all(gathers[n][3] == 1 for n in unplaced)  # after the loop, no line of its own
+
+    (t,) = lint_targets(cli, LOOP, "--target", "running_sums", "--no-cache")
+    findings = [f for f in t["findings"] if f["rule"] == "SL101"]
+    by_op = {op: f for f in findings for op in (f["ops"] or [f["subject"]])}
+    assert all(f["source"] is not None and f["parameter"] is None for f in findings)
+    assert by_op[unplaced[0]]["source"]["line"] == constraint_line
+    assert by_op[unplaced[0]]["source"]["file"].endswith("sl102_collective_in_loop.py")
+
+    m = module.mesh()
+    x = module.spec(m, (2048, 4096), P("data", None))
+    before = (xla_peak(as_written), sum(b * runs for _, b, _, runs in gathers.values()))
+    for f in findings:
+        check = f["fix_check"]
+        assert check["verdict"] == "better", f["fix"]
+        printed = re.match(rf"state (P\(.*?\)) in the with_sharding_constraint at line {constraint_line} instead of "
+                           r"P\('data', 'model'\) \(model off the dimension the op reads along\) \(checked: ", f["fix"])
+        assert printed, f["fix"]
+        spec = eval(printed.group(1), {"P": P})  # the PartitionSpec as the user pastes it
+        fixed = jax.jit(module.make_running_sums(NamedSharding(m, spec)), out_shardings=x.sharding,
+                        donate_argnums=(0,)).lower(x).compile()
+        after = (xla_peak(fixed), sum(b * runs for _, b, _, runs in collectives_per_step(fixed.as_text(), 8).values()))
+        assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == before
+        assert (check["peak_bytes_after"], check["traffic_bytes_after"]) == after
+        assert after[0] < before[0] and after[1] < before[1]

@@ -10,8 +10,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 from conftest import FIXTURES
+from hlo_oracle import collectives_per_step, xla_peak
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+from scripts import script_module
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes
 
@@ -83,3 +85,49 @@ def test_sl206_leaves_a_stated_constraint_to_sl204(cli):
                  "--fail-on", "never")
     findings = [f["rule"] for t in json.loads(result.out)["targets"] for f in t["findings"]]
     assert findings == ["SL204"]
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def test_sl206_fix_is_a_constraint_compiled_and_printed_only_when_measured_better(cli, checking):
+    """SL206's fix is checked as every printed fix is: the constraint it names, inserted on the value it
+    reports, compiled and measured. The oracle is the fixture's step written with that constraint in Python
+    (on the padded rows, or on the tanh of them that Shardy's export cuts first), compiled here: its XLA peak
+    and the bytes of its collectives are the fix check's figures, and both are below the program's as
+    written. The size that would divide (24 rows) changes the program and is named, never offered as a fix."""
+    path = os.path.join(FIXTURES, "scripts", "sl206_propagated_uneven_sharding.py")
+    mod = script_module(path)
+    mesh = mod.mesh()
+    x = mod.spec(mesh, (16, 8192), P(("data", "model")))
+    columns = NamedSharding(mesh, P(None, ("data", "model")))
+
+    def constrained(on_tanh):
+        def step(x):
+            y = jnp.pad(x, ((0, 4), (0, 0)))
+            if not on_tanh:
+                y = jax.lax.with_sharding_constraint(y, columns)
+            y = jnp.tanh(y)
+            return (jax.lax.with_sharding_constraint(y, columns) if on_tanh else y).sum(axis=-1)
+        return jax.jit(step).lower(x).compile()
+
+    def traffic(compiled):  # no state: the bytes of its collectives
+        return sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
+
+    as_written = jax.jit(mod.padded).lower(x).compile()
+    figures = {(xla_peak(c), traffic(c)) for c in (constrained(False), constrained(True))}
+    before = (xla_peak(as_written), traffic(as_written))
+    assert all(peak < before[0] and traffic < before[1] for peak, traffic in figures)
+
+    result = cli("lint", path, "--format", "json", "-q", "--fail-on", "never", "--no-cache")
+    assert result.code == 0, result.err[-2000:]
+    (finding,) = {t["name"]: t for t in json.loads(result.out)["targets"]}["padded"]["findings"]
+    check = finding["fix_check"]
+    assert check["verdict"] == "better"
+    assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == before
+    assert (check["peak_bytes_after"], check["traffic_bytes_after"]) in figures
+    assert finding["fix"].startswith(
+        "constrain it with jax.lax.with_sharding_constraint to P(None, ('data', 'model')) (checked: peak -")
+    assert "multiple" not in finding["fix"] and "(dimension 0 of 24) would need no padding" in finding["message"]

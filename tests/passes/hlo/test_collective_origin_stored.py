@@ -287,3 +287,52 @@ def test_a_layer_gathered_from_a_stack_transposed_by_layout_is_not_read_along_it
             assert found[m.group(1)].why is None
             checked += 1
     assert checked == 1  # the forward loop's gather of one layer of wo
+
+
+# A layer of the fsdp-tp example's stacked weights (8 layers, d_model 1024, d_ff 4096, fsdp 4 x tp 2) as each
+# device holds it and as an FSDP gather over fsdp rebuilds it: the shapes tell the three weights apart.
+_LAYER_SHAPES = {"up": ((256, 2048), (1024, 2048)), "mix": ((256, 512), (1024, 512)),
+                 "down": ((2048, 256), (2048, 1024))}
+
+
+@pytest.mark.parametrize("release", releases(COMPILED))
+@pytest.mark.parametrize("platform", ["tpu-v5e", "tpu-v5p"])
+def test_a_layer_gather_of_a_stacked_weight_names_the_weight(release, platform):
+    """In the scan's body each layer's weight reaches its all-gather through a slicing fusion, a layout copy
+    and bitcast (``down`` is transposed by layout), on TPU also a fused async start and pieces put back
+    (``ConcatBitcast``), and the backward loop reads what the forward loop carried unchanged; a TPU collective
+    matmul passes the shard around a ring of collective-permutes. Each names the weight whose layer it moves:
+    the oracle is the instruction's shape in the stored text (leading 1s dropped), one weight's each (named
+    before this change: none of them)."""
+    name = f"fsdp-tp.{platform}"
+    try:
+        text = compiled_text(release, name)
+    except FileNotFoundError:
+        pytest.skip(f"no stored {name} for {release}")
+    mesh, inputs = step_inputs(text, name)
+    module = parse_hlo_module(text)
+    found = {c.hlo_name: c for c in collective_origins(module, find_collectives(module, mesh).collectives, inputs,
+                                                        DEFAULT_OWNERSHIP)}
+    expected = {}
+    for body in computations(text).values():
+        for ins, (shape, opcode, _, _) in instructions(body).items():
+            if opcode not in ("all-gather", "collective-permute-start"):
+                continue
+            first = re.search(r"\w+\[[\d,]*\]", shape)  # a tuple's first array: an async start's operand
+            squeezed = tuple(d for d in dims(first.group(0)) if d != 1) if first else ()
+            if opcode == "all-gather":
+                weight = next((w for w, (_, whole) in _LAYER_SHAPES.items() if squeezed == whole), None)
+            elif opcode == "collective-permute-start":
+                weight = next((w for w, (local, _) in _LAYER_SHAPES.items()
+                               if re.match(rf"\(\w+\[1?,?{local[0]},{local[1]}\]", shape)), None)
+            else:
+                continue
+            if weight is not None and ins in found:
+                expected[ins] = f"params['layers']['{weight}']"
+    gathers = {n: p for n, p in expected.items() if found[n].kind == "all-gather"}
+    assert gathers and {n: found[n].input_path for n in gathers} == gathers
+    # A ring of that shape may pass a gradient's partial sums instead (backward, f32, from no input): never
+    # another weight, and the weights' own rings on TPU are named.
+    rings = {n: p for n, p in expected.items() if n not in gathers}
+    assert all(found[n].input_path in (None, p) for n, p in rings.items())
+    assert platform != "tpu-v5e" or {found[n].input_path for n in rings} - {None}  # v5e rings its weights

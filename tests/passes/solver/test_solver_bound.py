@@ -22,7 +22,7 @@ from jax_shard_lint.passes.solver.sharding_problem import (
     ValueGroup,
     evaluate,
 )
-from jax_shard_lint.passes.solver.solve import solve
+from jax_shard_lint.passes.solver.solve import MIP_NODES, solve
 
 TOL = 1e-9
 
@@ -150,3 +150,28 @@ def test_every_format_shows_the_lp_bound_and_the_certified_gap(cli):
     render_suggest_terminal(run, Console(file=out, width=400))
     for text in (out.getvalue(), render_suggest_markdown(run), render_suggest_html(run)):
         assert "LP bound" in text and "certified gap" in text
+
+
+def test_no_highs_call_is_stopped_by_a_clock(monkeypatch):
+    """Every HiGHS call the solve makes (the LP, the optimal face, the MILP) runs without a time limit, the
+    MILP bounded by its node count: a solve stopped by the clock returns what it had by then, another plan on
+    a slower machine. The calls are HiGHS's own (scipy's), recorded on the way; the plan is the brute-force
+    optimum."""
+    import scipy.optimize
+
+    seen = []
+
+    def recorded(real):
+        def call(*args, **kwargs):
+            seen.append((real.__name__, dict(kwargs.get("options") or {})))
+            return real(*args, **kwargs)
+        return call
+
+    for name in ("milp", "linprog"):
+        monkeypatch.setattr(scipy.optimize, name, recorded(getattr(scipy.optimize, name)))
+    problem = _frustrated_triangle()
+    solution = solve(problem, "ilp", time_limit=1e-9)
+    assert solution.seconds == pytest.approx(brute_force(problem))
+    assert {name for name, _ in seen} == {"milp", "linprog"}
+    assert all("time_limit" not in options for _, options in seen)
+    assert [options["node_limit"] for name, options in seen if name == "milp"] == [MIP_NODES]
