@@ -145,12 +145,9 @@ MISTAKES = {
         held=("consumption", "discount_factor", "interest_rate", "pref_type", "risk_aversion"),
         moved={"wealth": P()}),
 }
-# Measured on jax 0.10.2 and 0.12.0.1, CPU, 8 devices (per-device figures): test -> mistake -> reason.
-GAPS = {"suggest": {
-    "replicated_embedding": "suggest --fix ids chooses P(None, 'model') for the table (estimated 159 us per step): "
-                            "67.6 MB peak and 8 B of traffic, where lint's P(None, ('data', 'model')) compiles to "
-                            "17.3 MB and 5 KB; suggest ranks by estimated time, lint's verdict by traffic and peak",
-}}
+# Known gaps, xfailed strictly: test -> mistake -> reason, measured on jax 0.10.2 and 0.12.0.1, CPU, 8 devices
+# (per-device figures). None at present.
+GAPS: dict[str, dict[str, str]] = {}
 
 
 def _json(cli, *args):
