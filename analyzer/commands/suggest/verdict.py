@@ -77,15 +77,16 @@ def verdict(versions: list[Version], best: Version, budget: int | None, resoluti
     fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
     if not keep and fastest is not best:
         text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
-                 f"this time ({_within(fastest.estimated_seconds, resolution_s)}) with a peak {(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
+                 f"this time ({_within(fastest.estimated_seconds, resolution_s)}) with a peak "
+                 f"{(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
     if best.name != "solver" and fastest.name != "solver":
         tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
                 and solver.estimated_seconds <= best.estimated_seconds
-                 + same_time_within(best.estimated_seconds, resolution_s))
+                + same_time_within(best.estimated_seconds, resolution_s))
         if tied:
-            text += (f"; the solver's own choice is {_within(best.estimated_seconds, resolution_s)} ({format_seconds(solver.estimated_seconds)}, peak "
-                     f"{format_bytes(solver.peak_bytes or 0)})")
+            text += (f"; the solver's own choice is {_within(best.estimated_seconds, resolution_s)} "
+                     f"({format_seconds(solver.estimated_seconds)}, peak {format_bytes(solver.peak_bytes or 0)})")
         else:
             detail = solver.error or f"{format_seconds(solver.estimated_seconds)}" + (
                 ", over the budget" if solver.fits is False else "")
