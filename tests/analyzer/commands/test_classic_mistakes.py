@@ -321,6 +321,9 @@ def test_a_donation_no_output_can_reuse_is_named_and_the_printed_dtype_fix_is_me
     f = _lint_one(cli, script, "recast", "SL205")
     assert f["parameter"] == "params['w']" and pspec_text(f["parameter_sharding"]) == "P('data', 'model')"
     assert f["fix"].startswith("return params['w'] as f32 for XLA to write into it")
+    # Printed as advice: lint compiles no dtype change, so the finding says it measured nothing.
+    assert f["fix"].endswith("(advice, not checked: lint compiles layout fixes, not dtype changes)")
+    assert f["fix_check"] is None
     module = script_module(script, "_classic_recast")
     m = module.mesh()
     state = {"w": module.spec(m, (4096, 4096), P("data", "model"))}
