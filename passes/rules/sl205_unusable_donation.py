@@ -70,8 +70,10 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
             shaped = next((o for o in ctx.outputs if o.shape == inp.shape), None)
             why = (f"no output is {_text(inp)}: {shaped.path} has its shape as {shaped.dtype}" if shaped
                    else f"no output is {_text(inp)}")
+            # A dtype change is advice lint does not compile (its fix checks change layouts): said so, as
+            # every fix printed without "(checked: ...)" is one lint did not measure.
             fix = (f"return {inp.path} as {inp.dtype} for XLA to write into it, or drop it from donate_argnums: "
-                   "no output can reuse it")
+                   "no output can reuse it (advice, not checked: lint compiles layout fixes, not dtype changes)")
         elif len(other) == len(same):
             o = other[0]
             why = (f"{o.path} has its shape and dtype but comes out as {pspec_text(o.sharding)} "

@@ -48,7 +48,7 @@ from .logical import declared_logical, rule_advice
 from .moves import NAME as NAME_MOVE
 from .moves import best_move, single_moves
 from .target import SuggestRequest, SuggestTarget, refine, target_problem
-from .verdict import best_version, verdict
+from .verdict import best_version, time_resolution, verdict
 from .versions import VersionText, compile_versions
 
 MAX_ROUNDS = 3
@@ -211,6 +211,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
+    resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig.num_partitions)
     refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
     solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
     arg_pins, res_pins = kept.arg_pins, kept.res_pins
@@ -235,14 +236,15 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     if moves:
         say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
         wanted_moves = [(NAME_MOVE, m.description, m.moved, m.results) for m in moves]
-        moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread))
+        moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread),
+                          resolution)
         if moved is not None:
             move, version, report = moved
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
                                       reports["written"])
             versions.append(_with_model(version, move.pins, problem, request))
             pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, move.results), report
-    best = best_version(versions)
+    best = best_version(versions, resolution)
     notes = []
     if best is None:
         tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)
@@ -282,7 +284,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
         abstract_inputs_text=rewrap, jit_options_text=jit_options_text(t.lowered, t.sig.inputs),
         logical_rules=advice, text_problem=text_problem,
-        verdict=verdict(versions, best, budget), notes=notes,
+        verdict=verdict(versions, best, budget, resolution), notes=notes,
     )
 
 

@@ -2,7 +2,10 @@
 
 A move takes one free mesh axis off where an argument has it and puts it on another
 of that argument's dimensions (or nowhere: replicated over it); moved *between
-arguments*, the axis also leaves every other argument it was on. This is the local
+arguments*, the axis also leaves every other argument it was on. An argument that
+carries none of the free axes also gets all of them on each one dimension (the layout
+that spreads it over the most devices, which lint's SL203 fix compiles for a replicated
+argument), so suggest compiles the fix lint would print. This is the local
 search a person does by hand (the value array sharded on the wealth axis its
 interpolation reads, moved to its preference-type axis), and ``suggest`` compiles
 the moves and keeps the best as one of its versions, so what it suggests is never
@@ -95,6 +98,13 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                     across = {x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
                     off = f"{axis!r} off {', '.join(y.path for y in others)}"
                     add(f"{change}, {off}" if own != base[x.index] else f"{off} (kept on {x.path})", across)
+        # An argument replicated over two free axes or more: all of them on one dimension, the layout
+        # that spreads it over the most devices, as lint's SL203 fix tries it on each dimension.
+        if len(free_axes) > 1 and not any(axis in axes for axes in base[x.index] for axis in free_axes):
+            for dim in range(len(x.shape)):
+                own = [list(axes) for axes in base[x.index]]
+                own[dim] = sorted([*own[dim], *free_axes], key=list(sizes).index)
+                add(f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}", {x.index: own})
     return moves[:MAX_MOVES]
 
 
@@ -102,7 +112,7 @@ def _key(pins: Pins) -> tuple:
     return tuple(sorted((i, tuple(tuple(a) for a in s)) for i, s in pins.items()))
 
 
-def best_move(moves: list[Move], compiled: list) -> tuple[Move, object, object] | None:
+def best_move(moves: list[Move], compiled: list, resolution_s: float = 0.0) -> tuple[Move, object, object] | None:
     """(the move, its Version renamed ``single move``, its report) of the best compiled move, by
     ``best_version``'s measure; None when none compiled."""
     from .verdict import best_version
@@ -110,7 +120,7 @@ def best_move(moves: list[Move], compiled: list) -> tuple[Move, object, object] 
     by_name = {}
     for k, (move, (version, report)) in enumerate(zip(moves, compiled)):
         by_name[f"move {k}"] = (move, version.model_copy(update={"name": f"move {k}"}), report)
-    best = best_version([v for _, v, _ in by_name.values()])
+    best = best_version([v for _, v, _ in by_name.values()], resolution_s)
     if best is None:
         return None
     move, version, report = by_name[best.name]

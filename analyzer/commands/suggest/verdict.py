@@ -4,19 +4,37 @@ from __future__ import annotations
 
 from ....passes.common.byte_sizes import format_bytes
 from ....passes.common.durations import format_seconds
+from ....passes.hlo.step_time import DeviceSpec, collective_seconds
 from ....passes.models.suggest import Version
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
 SAME_TIME = 0.01
 LESS_MEMORY = 0.9
+SCALAR_BYTES = 4
 
 
-def best_version(versions: list[Version]) -> Version | None:
-    """The fastest compiled version that fits; but where one within 1% of its time
-    has a peak at least 10% lower, that one (the lowest such peak). The written
-    shardings compete too: when nothing beats them, the suggestion is to keep them
-    (and on a tie they win, a change being worth making only for a gain)."""
+def time_resolution(spec: DeviceSpec, num_devices: int) -> float:
+    """The smallest difference of estimated step time that ``suggest`` reads as a difference: the
+    latency the cost model charges one all-reduce of a scalar over the whole mesh (2(n-1) ring steps).
+    Two versions apart by less differ by about one small collective's latency, which XLA's combiners
+    and async scheduling add or remove at will and the model cannot tell apart (8 CPU devices: 140 us;
+    a step of 14 ms or more is compared at its 1% instead)."""
+    return collective_seconds("all-reduce", SCALAR_BYTES, num_devices, False, spec) if num_devices > 1 else 0.0
+
+
+def same_time_within(seconds: float, resolution_s: float) -> float:
+    """How much slower than ``seconds`` is still the same time: 1% of it, or the model's resolution."""
+    return max(seconds * SAME_TIME, resolution_s)
+
+
+def best_version(versions: list[Version], resolution_s: float = 0.0) -> Version | None:
+    """The fastest compiled version that fits; but where one the same time (within 1% of its time
+    or ``resolution_s``, ``time_resolution``) has a peak at least 10% lower, that one (the lowest
+    such peak): a replicated table spread over all 8 devices, 4x less memory for one more small
+    collective, is chosen as lint's SL203 fix chooses it. The written shardings compete too: when
+    nothing beats them, the suggestion is to keep them (and on a tie they win, a change being worth
+    making only for a gain)."""
     ok = [v for v in versions if not v.error and v.estimated_seconds is not None and v.fits is not False]
     if not ok:
         return None
@@ -25,13 +43,19 @@ def best_version(versions: list[Version]) -> Version | None:
         return v.name != "written", v.name != "solver"
 
     fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, *preference(v)))
-    leaner = [v for v in ok if v.estimated_seconds <= fastest.estimated_seconds * (1 + SAME_TIME)
+    tie = fastest.estimated_seconds + same_time_within(fastest.estimated_seconds, resolution_s)
+    leaner = [v for v in ok if v.estimated_seconds <= tie
               and (v.peak_bytes or 0) <= (fastest.peak_bytes or 0) * LESS_MEMORY]
     return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
 
 
 
-def verdict(versions: list[Version], best: Version, budget: int | None) -> str:
+def _within(seconds: float, resolution_s: float) -> str:
+    return "within 1%" if seconds * SAME_TIME >= resolution_s else \
+        f"within {format_seconds(resolution_s)}, the estimate's resolution"
+
+
+def verdict(versions: list[Version], best: Version, budget: int | None, resolution_s: float = 0.0) -> str:
     by = {v.name: v for v in versions}
     w, solver = by.get("written"), by["solver"]
     keep = best.name == "written"
@@ -53,14 +77,16 @@ def verdict(versions: list[Version], best: Version, budget: int | None) -> str:
     fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
     if not keep and fastest is not best:
         text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
-                 f"this time (within 1%) with a peak {(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
+                 f"this time ({_within(fastest.estimated_seconds, resolution_s)}) with a peak "
+                 f"{(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
     if best.name != "solver" and fastest.name != "solver":
         tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
-                and solver.estimated_seconds <= best.estimated_seconds * (1 + SAME_TIME))
+                and solver.estimated_seconds <= best.estimated_seconds
+                + same_time_within(best.estimated_seconds, resolution_s))
         if tied:
-            text += (f"; the solver's own choice is within 1% ({format_seconds(solver.estimated_seconds)}, peak "
-                     f"{format_bytes(solver.peak_bytes or 0)})")
+            text += (f"; the solver's own choice is {_within(best.estimated_seconds, resolution_s)} "
+                     f"({format_seconds(solver.estimated_seconds)}, peak {format_bytes(solver.peak_bytes or 0)})")
         else:
             detail = solver.error or f"{format_seconds(solver.estimated_seconds)}" + (
                 ", over the budget" if solver.fits is False else "")
