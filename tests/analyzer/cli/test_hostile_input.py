@@ -35,11 +35,12 @@ def _run_all(tmp_dir: str) -> dict[str, dict]:
         with open(out, encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
-                if record.get("started"):
+                if record.get("started"):  # an in-process case; the supervised ones' lines come between
                     started = record["id"]
                 else:
                     results[record["id"]] = record
-                    started = None
+                    if record["id"] == started:
+                        started = None
         if started is not None:  # the harness died inside this case
             results[started] = {"id": started, "exit": done.returncode, "stdout": "",
                                 "stderr": f"harness died ({done.returncode}): {done.stderr[-1500:]}"}

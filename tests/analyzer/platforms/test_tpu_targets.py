@@ -136,21 +136,22 @@ def test_maxtext_like_step_with_its_pallas_attention(cli):
     assert not [f for f in t["findings"] if f["rule"] == "SL102"]
 
 
-# MaxText's default model size, in small: large enough that TPU turns the FSDP gathers and the gradients'
-# reduce-scatters into collective matmuls (rings of async collective-permutes inside windowed-einsum loops).
-COLLECTIVE_MATMUL = ("--set", "d_model=2048", "--set", "d_ff=7168", "--set", "layers=4", "--set", "seq=2048",
-                     "--set", "batch=96", "--set", "vocab=32000")
+# A batch large enough that TPU turns the FSDP gathers and the gradients' reduce-scatters into collective
+# matmuls (rings of async collective-permutes inside windowed-einsum loops): 16 sequences of 512 at the small
+# model size (70 permutes, as MaxText's default size in small: d_model=2048 d_ff=7168 seq=2048 batch=96 gave;
+# batch 8 gives one), a third of that size's TPU compile.
+COLLECTIVE_MATMUL = {**MAXTEXT_SMALL, "batch": 16}
 
 
 @pytest.mark.slow
 def test_collective_matmul_rings_are_fsdp_traffic(cli):
-    """TPU's collective matmuls pass a layer's weight shard (in the layout the matmul reads: wq's (256, 2048)
-    layer as (16, 128, 1, 256)) round a ring of collective-permutes, through async done, VMEM copies and the
-    loop's carried tuple; the backward ring passes the gradient's partial sums, each device adding its part.
-    All 70 were 'reshard' and SL102 fired on 1.2 GiB of them; every permute XLA compiled is FSDP's now."""
-    [t] = lint_targets(cli, MAXTEXT, "--platform", "tpu-v5e", *COLLECTIVE_MATMUL)
-    hlo = _direct_compile(MAXTEXT, "tpu-v5e", d_model=2048, d_ff=7168, layers=4, seq=2048, batch=96,
-                          vocab=32000)["train_step"].as_text()
+    """TPU's collective matmuls pass a layer's weight shard (in the layout the matmul reads: at d_model=2048,
+    wq's (256, 2048) layer as (16, 128, 1, 256)) round a ring of collective-permutes, through async done, VMEM
+    copies and the loop's carried tuple; the backward ring passes the gradient's partial sums, each device adding
+    its part. All 70 were 'reshard' and SL102 fired on 1.2 GiB of them at that size; every permute XLA compiled
+    is FSDP's now."""
+    [t] = lint_targets(cli, MAXTEXT, "--platform", "tpu-v5e", *_sets(COLLECTIVE_MATMUL))
+    hlo = _direct_compile(MAXTEXT, "tpu-v5e", **COLLECTIVE_MATMUL)["train_step"].as_text()
     permutes = {m.group(1) for line in _collective_lines(hlo) if " collective-permute" in line
                 for m in [re.search(r"channel_id=(\d+)", line)] if m}
     found = [c for c in t["collectives"] if c["kind"] == "collective-permute"]
