@@ -26,7 +26,7 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
 def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[list[str]]], mesh_name: str) -> None:
     """An ``sdy.sharding_constraint`` after each named op's result, at the op's source location, read by
     every op that read the result."""
-    from ...passes.propagation.shardy_reference import walk_ops
+    from ...passes.pipelines.stablehlo_edits import walk_ops
 
     ops = [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
     with module.context:

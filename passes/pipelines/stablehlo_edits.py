@@ -7,10 +7,10 @@ clone of a module to edit."""
 
 from __future__ import annotations
 
-from ..propagation.shardy_reference import clone
+from ..propagation.shardy_reference import clone, walk_ops
 from ..stablehlo.module import entry_function, functions, missing_entry
 from ..stablehlo.sharding_constraints import axes_off, constraint_ops, even_alternatives, read_constraints
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
 
 __all__ = ["RoundTrip", "axes_off", "clone", "constraint_ops", "correspond", "entry_function", "even_alternatives",
-           "functions", "mismatched", "missing_entry", "read_constraints"]
+           "functions", "mismatched", "missing_entry", "read_constraints", "walk_ops"]

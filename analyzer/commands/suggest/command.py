@@ -25,7 +25,7 @@ from typing import Any
 from ....passes.common.byte_sizes import format_bytes
 from ....passes.models.suggest import ChosenSharding, PlanCheck, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem
+from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem, time_resolution
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.device_selection import platform_label
@@ -48,7 +48,7 @@ from .logical import declared_logical, rule_advice
 from .moves import NAME as NAME_MOVE
 from .moves import best_move, single_moves
 from .target import SuggestRequest, SuggestTarget, refine, target_problem
-from .verdict import best_version, time_resolution, verdict
+from .verdict import best_version, verdict
 from .versions import VersionText, compile_versions
 
 MAX_ROUNDS = 3

@@ -32,7 +32,7 @@ from ....passes.common.sharding_text import normalized, pspec_text
 from ....passes.models.fix_check import FixCheck, FixVerdict
 from ....passes.models.report import Finding, TargetReport, TensorInfo
 from ....passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
-from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups
+from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups, time_resolution
 from ....passes.pipelines.suggest import entry_signature as read_entry_signature
 from ....passes.pipelines.suggest import pins as plan_pins
 from ...adapter import jax_adapter
@@ -46,7 +46,7 @@ from ...platforms.performance import device_spec
 from ...supervision import isolation
 from .moves import single_moves
 from .target import SuggestRequest, problem_of_text, refine
-from .verdict import best_version, time_resolution
+from .verdict import best_version
 from .versions import VersionText, _measured
 
 # Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the

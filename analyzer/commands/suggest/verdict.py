@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from ....passes.common.byte_sizes import format_bytes
 from ....passes.common.durations import format_seconds
-from ....passes.hlo.step_time import DeviceSpec, collective_seconds
 from ....passes.models.suggest import Version
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
 SAME_TIME = 0.01
 LESS_MEMORY = 0.9
-SCALAR_BYTES = 4
-
-
-def time_resolution(spec: DeviceSpec, num_devices: int) -> float:
-    """The smallest difference of estimated step time that ``suggest`` reads as a difference: the
-    latency the cost model charges one all-reduce of a scalar over the whole mesh (2(n-1) ring steps).
-    Two versions apart by less differ by about one small collective's latency, which XLA's combiners
-    and async scheduling add or remove at will and the model cannot tell apart (8 CPU devices: 140 us;
-    a step of 14 ms or more is compared at its 1% instead)."""
-    return collective_seconds("all-reduce", SCALAR_BYTES, num_devices, False, spec) if num_devices > 1 else 0.0
 
 
 def same_time_within(seconds: float, resolution_s: float) -> float:
