@@ -30,7 +30,7 @@ from collections.abc import Callable
 from math import prod
 
 from ..common.device_groups import MeshInfo
-from ..common.shapes import parse_arrays, shape_bytes
+from ..common.shapes import shape_bytes
 from ..models.report import Collective, TensorInfo
 from .collective_origin import entry_parameter, origin_index
 from .collective_site import asked_by_program
@@ -305,16 +305,13 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
 
 
 def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule | None
-                         ) -> dict[str, tuple[int, int | None, int]]:
+                         ) -> dict[str, tuple[int, int | None]]:
     """For each all-reduce that adds a matmul's partial sums (``activation``): the
     per-device bytes of that matmul's smaller operand, the one gathering instead of
     summing would move (a logits projection contracts a small hidden state into a
     large output; a row-parallel projection contracts a large one into a small),
-    the entry parameter the larger operand is (the weight), when it is one, and the
-    smaller operand's element count (XLA may multiply bf16 operands as f32 on one
-    release and as bf16 on another, while the sum is f32 on both: the expansion is
-    counted in elements)."""
-    out: dict[str, tuple[int, int | None, int]] = {}
+    and the entry parameter the larger operand is (the weight), when it is one."""
+    out: dict[str, tuple[int, int | None]] = {}
     if module is None:
         return out
     index = None
@@ -329,10 +326,8 @@ def partial_sum_operands(collectives: tuple[Collective, ...], module: HloModule 
         sizes = [shape_bytes(o.shape) for o in operands if o is not None]
         if len(sizes) == 2 and min(sizes) > 0:
             index = index or origin_index(module)
-            smaller = 0 if sizes[0] < sizes[1] else 1
-            larger = dot.operands[1 - smaller]
-            elements = sum(prod(a.dims) for a in parse_arrays(operands[smaller].shape))  # type: ignore[union-attr]
-            out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index), elements)
+            larger = dot.operands[0] if sizes[0] >= sizes[1] else dot.operands[1]
+            out[c.hlo_name] = (min(sizes), entry_parameter(module, larger, index))
     return out
 
 

@@ -42,7 +42,7 @@ class RuleContext:
     sharded_global_shapes: frozenset[tuple[str, tuple[int, ...]]] = field(default_factory=frozenset)
     # A partial-sum all-reduce's HLO name -> (per-device bytes of its matmul's smaller
     # operand, the input index its larger operand is, if it is one).
-    partial_sum_operands: dict[str, tuple[int, int | None, int]] = field(default_factory=dict)
+    partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # A collective's HLO name -> the parameter it moves or serves (hlo/collective_parameter.py).
     collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
     # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:

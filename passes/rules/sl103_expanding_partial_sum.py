@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from math import prod
-
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..models.report import Severity
@@ -14,7 +12,7 @@ from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, defi
 
 PARTIAL_SUM_EXPANSION = RuleOption(
     "partial-sum-expansion", 8.0, OptionKind.ratio,
-    "all-reduced elements over the elements of the matmul operand that could be gathered instead")
+    "all-reduced bytes over the bytes of the matmul operand that could be gathered instead")
 PARTIAL_SUM_MIN_BYTES = RuleOption(
     "partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
     "smallest all-reduce of partial sums reported")
@@ -26,10 +24,9 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     What it does
     ------------
     Reports an all-reduce of a matmul's partial sums (tensor-parallel traffic,
-    otherwise not warned about) whose per-device elements reach
-    `partial-sum-expansion` times the gathered elements of the matmul's smaller
-    operand (elements, not bytes: the sum is often f32 where the operands are
-    bf16), and whose bytes reach at least `partial-sum-min-bytes`. Also, at that size, one
+    otherwise not warned about) whose per-device bytes reach
+    `partial-sum-expansion` times the gathered size of the matmul's smaller
+    operand, and at least `partial-sum-min-bytes`. Also, at that size, one
     whose matmul's other operand each device cut from a value it holds whole
     (the weight alone is sharded on the dimension the matmul contracts, not
     as the second half of a tensor-parallel pair, whose input arrives split).
@@ -67,15 +64,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         found = ctx.partial_sum_operands.get(c.hlo_name)
         if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights:
             continue
-        operand, weight_index, elements = found
+        operand, weight_index = found
         weight, served = parameter_of(ctx, c)
         if weight is None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
-        # In elements: the sum's precision (f32) is not the operands' (bf16 on one release, f32 on another).
-        expansion = prod(c.shape) / (elements * c.group_size)
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
-        if expansion < ratio and not sliced:
+        if c.bytes < ratio * gathered and not sliced:
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
         suggested = None
@@ -85,7 +80,7 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
             + (f", {c.count}x per step" if c.count > 1 else "")
-            + f"): {expansion:.0f}x the elements of its smaller operand gathered ({format_bytes(gathered)}), because "
+            + f"): {c.bytes / gathered:.0f}x its smaller operand gathered ({format_bytes(gathered)}), because "
             + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
                if weight is not None and weight.sharding else "the dimension it contracts is sharded")
             + (" and its other operand is not (each device slices its part of a value it holds whole): the "
