@@ -11,7 +11,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...passes.pipelines.stablehlo_edits import constraint_ops, entry_function, functions
+from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, entry_function, functions, walk_ops
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -26,8 +26,6 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
 def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[list[str]]], mesh_name: str) -> None:
     """An ``sdy.sharding_constraint`` after each named op's result, at the op's source location, read by
     every op that read the result."""
-    from ...passes.pipelines.stablehlo_edits import walk_ops
-
     ops = [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
     with module.context:
         for (index, result), sharding in sorted(inserted.items()):
@@ -51,8 +49,6 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
     (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match);
     ``inserted``: (an op's index in ``walk_ops`` over the functions, one of its results) -> the sharding
     a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to)."""
-    from ...passes.pipelines.stablehlo_edits import clone
-
     edited = clone(module)
     if constraints:
         with edited.context:
