@@ -57,19 +57,66 @@ def settings_parts(settings: Settings) -> dict[str, Any]:
 
 
 def _without_tool_frames(text: str) -> str:
-    """The program's text with the tool's own frames in its source locations made alike.
+    """The program's text with the tool's own frames in its source locations made alike, and the
+    frames that called the tool.
 
     A location carries the whole Python stack of the op, down through the command that
-    called the script (lint, gate, sweep, fit each reach it by their own lines). Those
-    frames are the tool's, never the user's or a library's a finding names, so they do
-    not change the report; made alike, every command reuses the others' entries."""
+    called the script (lint, gate, sweep, fit each reach it by their own lines) and whatever
+    called the tool (a console script, or a test of the user's through the pytest plugin:
+    each test is a line of its own). Those frames are the tool's or its caller's, never
+    the user's or a library's a finding names (a finding's source is the innermost user
+    frame, inside the tool's call of the script), so they do not change the report; made
+    alike, every command and every caller reuses the others' entries."""
     folders = tuple(os.path.join(f, "") for f in tool_folders())
-    return _FILE_LINE_COLUMN.sub(
-        lambda m: '"<jax-shard-lint>":0:0' if m.group(1).startswith(folders) else m.group(0), text)
+    alike = _FILE_LINE_COLUMN.sub(
+        lambda m: f'"{_TOOL_FILE}":0:0' if m.group(1).startswith(folders) else m.group(0), text)
+    return _without_callers(alike)
 
 
+_TOOL_FILE = "<jax-shard-lint>"
 # "/path/file.py":342:15, and its range: " to :43" or " to 343:12".
 _FILE_LINE_COLUMN = re.compile(r'"(/[^"\n]*\.py)":\d+:\d+(?: to \d*:\d+)?')
+# MLIR prints every location of a module with debug info as an alias at its end: a frame is a named
+# location of a file location ("fn"(#loc7)), a stack a chain of call sites (callsite(#loc81 at #loc90)).
+_LOCATION_ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)$", re.M)
+_FRAME = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
+_CALL_SITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
+
+
+def _without_callers(text: str) -> str:
+    """``text`` with every frame outside the tool's own outermost frame of a stack (the callers of
+    the tool) made alike: its function name and its file location."""
+    aliases = {m.group(1): m.group(2) for m in _LOCATION_ALIAS.finditer(text)}
+    file_of = {alias: m.group(1) for alias, body in aliases.items() if (m := _FRAME.match(body))}
+    tool_location = f'"{_TOOL_FILE}":0:0'
+    stacks: dict[str, list[str]] = {}
+
+    def frames(alias: str) -> list[str]:  # innermost first
+        if alias not in stacks:
+            site = _CALL_SITE.match(aliases.get(alias, ""))
+            stacks[alias] = frames(site.group(1)) + frames(site.group(2)) if site else (
+                [alias] if alias in file_of else [])
+        return stacks[alias]
+
+    callers: set[str] = set()
+    for alias, body in aliases.items():
+        if body.startswith("callsite("):
+            stack = frames(alias)
+            tool = [i for i, frame in enumerate(stack) if aliases.get(file_of[frame]) == tool_location]
+            if tool:
+                callers.update(stack[tool[-1] + 1:])
+    if not callers:
+        return text
+    caller_files = {file_of[f] for f in callers} - {file_of[f] for f in file_of if f not in callers}
+
+    def alike(m: re.Match) -> str:
+        if m.group(1) in callers:
+            return f'{m.group(1)} = loc("<caller>"({file_of[m.group(1)]}))'
+        if m.group(1) in caller_files:
+            return f'{m.group(1)} = loc("<caller>":0:0)'
+        return m.group(0)
+
+    return _LOCATION_ALIAS.sub(alike, text)
 
 
 def key_parts(kind: str, name: str, program_text: str, settings: Settings, devices: dict[str, Any]) -> dict[str, Any]:

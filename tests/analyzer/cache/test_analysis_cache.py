@@ -41,9 +41,7 @@ def _entries(folder):
 
 
 def _lints(cli, cache_dir, *steps):
-    """``lint`` once per step (its extra arguments, or a callable run before the next lint), every
-    lint from this one line: a program's source locations carry the whole Python stack, the
-    test's own frames included, so two lints from two lines of a test are two programs."""
+    """``lint`` once per step (its extra arguments, or a callable run before the next lint)."""
     outs = []
     extra = []
     for step in steps:
@@ -71,6 +69,17 @@ def test_a_hit_is_the_same_report_without_a_compile(cli, cache_dir, compiles):
     assert counts == [1, 1, 2], "the second lint compiled again"
     assert second == first and uncached == first and len(_entries(cache_dir)) == 1
     assert compiles["n"] == 2 and sarif.startswith("{")  # the SARIF of the report cached by the JSON run
+
+
+def test_two_callers_of_the_tool_share_an_entry(cli, cache_dir, compiles):
+    """A program's source locations carry the whole Python stack, the frames that called the tool
+    included (here this test's two lines; a user's tests through the pytest plugin): those are not
+    the program, so the second lint, called from another line, is a hit with the same report."""
+    args = ("lint", STEP, "--format", "json", "--fail-on", "never", "-q", "--cache-dir", cache_dir)
+    first = cli(*args)
+    second = cli(*args)
+    assert first.code == second.code == 0, first.err + second.err
+    assert second.out == first.out and compiles["n"] == 1 and len(_entries(cache_dir)) == 1
 
 
 @pytest.mark.parametrize("change", [

@@ -1,6 +1,8 @@
 """Progress a user sees while a long phase runs: counted steps on stderr with the seconds since the
 command began, as plain lines where stderr is a log or a pipe (CI), nothing with -q; stdout keeps
-the report alone. Run through the installed console script, as a CI job runs it."""
+the report alone. Run through the installed console script, as a CI job runs it, with --no-cache: what
+is shown is what happens while compiling, and the run's analysis cache may hold any program another
+test linted (a hit compiles nothing and shows nothing)."""
 
 import json
 import os
@@ -18,7 +20,7 @@ def _run(*args: str, checking_fixes: bool = False) -> subprocess.CompletedProces
     env = dict(os.environ)
     if checking_fixes:
         env.pop("JAX_SHARD_LINT_NO_FIX_CHECK", None)
-    done = subprocess.run([console_script(), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    done = subprocess.run([console_script(), *args, "--no-cache"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return done
@@ -68,8 +70,8 @@ def test_a_long_phase_is_named_in_a_log_and_a_refusal_stays_one_line():
     """A phase without a counter (lint's compile of a target) is named on a log's stderr once it has run
     JAX_SHARD_LINT_PHASE_NOTICE_S (3 s unless set); an input refused at once is still the one line."""
     env = dict(os.environ, JAX_SHARD_LINT_PHASE_NOTICE_S="0.2")
-    shown = subprocess.run([console_script(), "lint", REMAT, "--format", "json", "--fail-on", "never"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=600)
+    shown = subprocess.run([console_script(), "lint", REMAT, "--format", "json", "--fail-on", "never", "--no-cache"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert re.search(r"^jax-shard-lint: analysing train_step \(\d+\.\d s\)$", shown.stderr, re.M), shown.stderr
     assert json.loads(shown.stdout)["targets"]
