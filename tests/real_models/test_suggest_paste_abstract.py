@@ -53,7 +53,6 @@ def _code_block(markdown: str) -> str:
     return block.strip("\n")
 
 
-@pytest.mark.slow
 def test_printed_python_pastes_into_a_script_of_sharded_abstract_inputs_and_keeps_its_donation(cli, tmp_path):
     script = tmp_path / "step.py"
     script.write_text(SCRIPT)

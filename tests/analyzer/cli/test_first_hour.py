@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from conftest import ROOT
 
 REFUSED_BEFORE_JAX = """
@@ -53,7 +52,6 @@ def _console(*argv, columns):
     return subprocess.run([console_script(), *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_path):
     """No name broken across lines at 80 columns, no padding in a file written with -o, the
     SL102 axes in words, and at 130 columns the ops that made the live buffers named as the
@@ -78,7 +76,6 @@ def test_the_main_example_in_80_and_130_columns_reads_in_the_users_terms(tmp_pat
     assert not [p for p in produced if p.startswith("...")]
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_propagate_and_run_name_values_as_the_user_wrote_them():
     """propagate's values were SSA names (%arg0, @_interp:%72), run's live buffers XLA's (copy.57, tuple.64)."""
     import re
@@ -119,7 +116,6 @@ def test_the_readme_commands_leave_the_checkout_clean_and_the_examples_say_what_
     assert kind == "all-reduce" and "all-reduce" in doc and "all-gather" not in doc
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_sweep_without_a_budget_claims_no_fit_and_puts_the_cpu_caveat_first():
     done = _console("sweep", os.path.join("examples", "value_function_step.py"), "-q", columns=100)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -131,7 +127,6 @@ def test_sweep_without_a_budget_claims_no_fit_and_puts_the_cpu_caveat_first():
     assert said.index("Nominal CPU figures") < said.index("Fastest")
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_fit_against_a_device_says_its_peaks_are_a_cpu_compiles():
     done = _console("fit", os.path.join("examples", "remat_layer_stack.py"), "--param", "batch", "--device", "h100",
                     "--multiple-of", "4", "-q", columns=130)
@@ -152,7 +147,6 @@ document.body.setAttribute('data-layout', [m.offsetWidth, t.offsetWidth, svg.get
 </script>"""
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_the_html_memory_section_at_1400_pixels(tmp_path):
     """The plot's marked point is the curve's own highest point, with its value; XLA's live-range
     figure is labelled as XLA's; the table of live buffers takes the page's width below a larger plot,
@@ -188,7 +182,6 @@ def test_the_html_memory_section_at_1400_pixels(tmp_path):
     assert cell_height < 2 * line, (cell_height, line)  # '512.0 MiB' on one line
 
 
-@pytest.mark.slow  # over 30 s: the console script compiles the example
 def test_suggest_says_when_its_cost_model_cannot_tell_the_versions_apart(tmp_path):
     """value_function's five versions all read 'cost model 1.22 s' while XLA's compiles estimate 946 ms to 8.16 s."""
     import json

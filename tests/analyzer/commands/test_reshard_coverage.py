@@ -22,8 +22,7 @@ FIXTURE_SCRIPTS = sorted(glob.glob(os.path.join(FIXTURES, "scripts", "sl*.py")))
 GAPS: dict[str, str] = {}
 EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
     "value_function_step.py", "lcm_grid_search_kernel.py", "maxtext_like_step.py", "llama_style_step.py",
-    "shard_map_tp_step.py", "remat_layer_stack.py")]
-SLOW_EXAMPLES = [os.path.join(EXAMPLES, "fsdp_tp_train_step.py")]
+    "shard_map_tp_step.py", "remat_layer_stack.py", "fsdp_tp_train_step.py")]
 # Steps written with model libraries (tests/real_models lints them too): none reshards 16 MiB or more today
 # (measured), so each is a guard that a reshard appearing there comes with its finding.
 MODEL_SCRIPTS = {"optax_adamw_mlp": ("optax",), "equinox_mlp": ("equinox", "optax"),
@@ -56,7 +55,6 @@ def _param(path, *marks):
 
 
 @pytest.mark.parametrize("script", [_param(p) for p in FIXTURE_SCRIPTS + EXAMPLE_SCRIPTS]
-                         + [_param(p, pytest.mark.slow) for p in SLOW_EXAMPLES]
                          + [_param(os.path.join(EXAMPLES, "models", f"{name}.py"),
                                    *(needs(lib, f"{lib} is not installed (the [test] extra)") for lib in libs))
                             for name, libs in MODEL_SCRIPTS.items()])

@@ -111,6 +111,7 @@ def _suggest(cli, *args):
     return report
 
 
+@pytest.mark.slow  # 31 s: where the versions compile, not what; the same JAX here and there
 def test_suggest_versions_side_by_side_are_the_versions_here(cli):
     here = _suggest(cli, *SUGGEST)
     assert len(here["targets"][0]["versions"]) >= 4
@@ -263,10 +264,12 @@ def test_check_on_ray_is_check_here(cli, ray_cluster, snapshots):
     assert _check(cli, *paths, "--executor", "ray", "--ray-address", ray_cluster) == _check(cli, *paths)
 
 
+@pytest.mark.slow  # 44 s: where the versions compile, not what; the same JAX here and there
 def test_suggest_versions_on_ray_are_the_versions_here(cli, ray_cluster):
     assert _suggest(cli, *SUGGEST, "--executor", "ray", "--ray-address", ray_cluster) == _suggest(cli, *SUGGEST)
 
 
+@pytest.mark.slow  # 41 s, most of it starting Ray: where the versions compile, not what; the same JAX here and there
 def test_ray_runtime_started_for_the_run(cli):
     require("ray", "Ray is not installed (pip install 'jax-shard-lint[ray]')")
     import ray
