@@ -40,6 +40,11 @@ def _quiet_logger(name: str) -> Iterator[None]:
 def configure_devices(platform: str, num_cpu_devices: int) -> None:
     """Select the platform and the number of virtual CPU devices before JAX
     initialises its backends. Raises RuntimeError when that is too late."""
+    # JAX's persistent compilation cache stays off (the analysis cache keeps reports instead): a hit writes
+    # no XLA dump (compile_lowered reads its reports from one); on a CPU a hit's as_text() lists a compacted
+    # stack-frame table (other stack_frame_ids than a fresh compile's, measured on jax 0.10.2 and 0.12); and
+    # a compile-only TPU or GPU target's entry is written but never read back ("PjRtCompiler must be
+    # constructed with a Client to call DeserializeLoadedExecutable", both releases).
     jax.config.update("jax_enable_compilation_cache", False)
     if backends_initialized():
         if platform == "cpu" and len(jax.devices("cpu")) != num_cpu_devices:
