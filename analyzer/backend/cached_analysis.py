@@ -109,7 +109,7 @@ def _without_callers(text: str) -> str:
         return text
     caller_files = {file_of[f] for f in callers} - {file_of[f] for f in file_of if f not in callers}
 
-    def alike(m: re.Match) -> str:
+    def alike(m: re.Match[str]) -> str:
         if m.group(1) in callers:
             return f'{m.group(1)} = loc("<caller>"({file_of[m.group(1)]}))'
         if m.group(1) in caller_files:
