@@ -55,6 +55,7 @@ class _Edit:
     donors: frozenset[int] = frozenset()
     inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
     arguments: dict[int, list[list[str]]] = field(default_factory=dict)
+    casts: dict[int, int] = field(default_factory=dict)  # result -> the argument whose dtype it is returned in
 
 
 def _undoes_constraint(f: Finding) -> bool:
@@ -105,6 +106,8 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
         # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
         # each compiled; Shardy's propagation is not run again.
         return [e for c in f.candidates if (e := _propagated_edit(c, report, module)) is not None]
+    if f.rule == SL205.code and f.suggested_sharding is None:
+        return _recast_edits(f, report)
     if f.rule == SL205.code and f.suggested_sharding is not None:
         # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
         # comes out: the output that is that input coming back (its pytree path), not any of its shape.
@@ -151,6 +154,34 @@ def _propagated_edit(c: FixCandidate, report: TargetReport, module) -> _Edit | N
                  + moved_text(mirrored, len(results)), results=results, arguments=arguments)
 
 
+def _recast_edits(f: Finding, report: TargetReport) -> list[_Edit]:
+    """SL205 where no output has the donated input's dtype: each output of its shape returned in the input's
+    dtype (a cast at the program's end, as ``.astype`` in the step), on the input's sharding, the donation
+    restored (jit left it out of the module), so XLA can write the output into the donated buffer."""
+    by_path = {t.path: t for t in report.inputs}
+    casts: dict[int, int] = {}
+    pins: dict[int, list[list[str]]] = {}
+    outs: list[str] = []
+    for name in f.ops or [f.subject or ""]:
+        given = by_path.get(name)
+        if given is None or any(o.shape == given.shape and o.dtype == given.dtype for o in report.outputs):
+            return []  # an output of its dtype: a layout or a taken buffer, not a dtype, keeps the donation
+        out = next((o for o in report.outputs if o.shape == given.shape and o.index not in casts), None)
+        if out is None:
+            return []
+        casts[out.index] = given.index
+        if normalized(out.sharding, len(out.shape)) != normalized(given.sharding, len(given.shape)):
+            pins[out.index] = given.sharding or []
+        outs.append(out.path)
+    donated = f.parameter or f.subject
+    dtype = by_path[f.subject].dtype if f.subject in by_path else "the donated dtype"
+    shown = listed(outs) if len(outs) <= 2 else f"{outs[0]} and {len(outs) - 1} more"
+    return [_Edit(f"{shown} returned as {dtype}, {donated} donated",
+                  f"return {donated} as {dtype} for XLA to write into it ({shown} cast to {dtype} where the step "
+                  "returns it, or computed in it)",
+                  results=pins, donors=frozenset(by_path[n].index for n in f.ops or [f.subject or ""]), casts=casts)]
+
+
 def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report: TargetReport
                       ) -> TensorInfo | None:
     """The output to pin for a donated input: its round trip's, else the first of its shape and dtype on
@@ -186,7 +217,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
     texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
-                                               e.constraints, e.donors, e.inserted) for e in ordered]
+                                               e.constraints, e.donors, e.inserted, e.casts) for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
@@ -212,7 +243,9 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue
         tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks)
-        findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None,
-                                           "fix": f"no layout change found that helps: {tried}"})
+        recast = any(e.casts for e in edits)
+        text = (f"returning it in its dtype does not help: {tried}; drop it from donate_argnums instead" if recast
+                else f"no layout change found that helps: {tried}")
+        findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None, "fix": text})
     return report.model_copy(update={"findings": findings})
 
