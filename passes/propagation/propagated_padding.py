@@ -15,7 +15,7 @@ constraint's own uneven cut (its axes on a dimension of that size) is SL204's.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
@@ -91,6 +91,7 @@ def propagated_padded_values(
     stated_cuts = {(c.shape[d], tuple(c.sharding[d])) for c in stated for d in c.uneven_dims(mesh)}
     uneven_values: set[ir.Value[Any]] = set()
     found: dict[tuple[str, int] | None, PropagatedPadding] = {}
+    ops: dict[int, ir.OpView] = {}  # each found value's op, by its index: walked back once it is kept
     for fn in functions(propagated).values():
         for op in walk_ops(fn.regions[0].blocks[0]):
             name = op.operation.name
@@ -119,29 +120,40 @@ def propagated_padded_values(
                     continue  # fused away or kept whole: nothing padded to show (or an op Shardy made)
                 source = source_of_location(op.location, ownership)
                 value_found = PropagatedPadding(name, index, result, shape, dtype, sharding, local, tuple(ways),
-                                                uneven, source, _arguments_of(op, propagated))
+                                                uneven, source)
                 key = (source.file, source.line) if source else None
                 if key not in found or found[key].padding_bytes < value_found.padding_bytes:
-                    found[key] = value_found
+                    found[key], ops[index] = value_found, op
     if None in found and len(found) > 1:  # a library op's (jnp.pad's body): the user's line stands for it
         del found[None]
-    return tuple(found.values())
+    if not found:
+        return ()
+    callers = _callers(propagated)
+    return tuple(replace(p, arguments=_arguments_of(ops[p.op_index], propagated, callers)) for p in found.values())
 
 
+# Ops whose result's sharding is stated: propagation carries no argument's sharding through them.
+_STATES_SHARDING = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
 # Values walked back from a padded value to the arguments it is computed from: a bound on a large program.
 _MAX_WALK = 20_000
 
 
-def _arguments_of(op: ir.OpView, module: ir.Module) -> tuple[int, ...]:
-    """The entry function's arguments ``op``'s operands are computed from, nearest first: each value back
-    through the op that makes it, a callee's argument through its calls' operands, a region's (a loop
-    body's carry) through its op's operands."""
-    entry = entry_function(module)
+def _callers(module: ir.Module) -> dict[str, list[ir.OpView]]:
+    """Each function's ``func.call`` ops, by the callee's name."""
     callers: dict[str, list[ir.OpView]] = {}
     for fn in functions(module).values():
         for o in walk_ops(fn.regions[0].blocks[0]):
             if o.operation.name == "func.call":
                 callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
+    return callers
+
+
+def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.OpView]]) -> tuple[int, ...]:
+    """The entry function's arguments ``op``'s operands are computed from, nearest first: each value back
+    through the op that makes it (not through a stated sharding, a constraint or a reshard, whose result's
+    sharding is the constraint's), a callee's argument through its calls' operands, a region's (a loop
+    body's carry) through its op's operands."""
+    entry = entry_function(module)
     found: list[int] = []
     seen: set[ir.Value[Any]] = set()
     queue: deque[ir.Value[Any]] = deque(op.operands)
@@ -161,6 +173,6 @@ def _arguments_of(op: ir.OpView, module: ir.Module) -> tuple[int, ...]:
                 queue.extend(c.operands[number] for c in callers.get(callee, []) if number < len(c.operands))
             else:
                 queue.extend(parent.operands)
-        else:
+        elif value.owner.name not in _STATES_SHARDING:
             queue.extend(value.owner.operands)
     return tuple(found)

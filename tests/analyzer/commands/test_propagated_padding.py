@@ -136,3 +136,59 @@ def test_sl206_fix_is_the_best_candidate_compiled_and_printed_only_when_measured
         "shard x as P(None, ('data', 'model')) instead of P(('data', 'model')) (checked: peak -")
     assert {c["value"].split("[")[0] for c in finding["candidates"]} == {"x", "propagated_value"}
     assert "multiple" not in finding["fix"] and "(dimension 0 of 24) would need no padding" in finding["message"]
+
+
+CONSTRAINED = """
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def mesh():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def step(x):
+    y = jax.lax.with_sharding_constraint(x, NamedSharding(mesh(), P(("data", "model"))))
+    return jnp.tanh(jnp.pad(y, ((0, 4), (0, 0)))).sum(-1)
+
+
+def shard_lint_targets():
+    x = jax.ShapeDtypeStruct((16, 8192), jnp.float32, sharding=NamedSharding(mesh(), P(None, ("data", "model"))))
+    return {"constrained": jax.jit(step).lower(x)}
+"""
+
+
+def test_sl206_names_no_argument_behind_a_stated_constraint(cli, checking, tmp_path):
+    """The padded rows take their cut from the user's constraint, not from x (which holds the same axes on its
+    other dimension): propagation carries no argument's sharding through a constraint, so none is named and
+    no move of x is a candidate. The printed fix, if any, is an inserted constraint whose figures are XLA's for
+    the step written with it, compiled here."""
+    script = tmp_path / "constrained_then_padded.py"
+    script.write_text(CONSTRAINED)
+    result = cli("lint", str(script), "--format", "json", "-q", "--fail-on", "never", "--no-cache")
+    assert result.code == 0, result.err[-2000:]
+    [t] = json.loads(result.out)["targets"]
+    (finding,) = [f for f in t["findings"] if f["rule"] == "SL206"]
+    assert finding["parameter"] is None and "inherits" not in finding["message"]
+    assert finding["candidates"] and all(c["value"].startswith("propagated_value[") for c in finding["candidates"])
+    mod = script_module(str(script), "_constrained_then_padded")
+    mesh = mod.mesh()
+    x = jax.ShapeDtypeStruct((16, 8192), jnp.float32, sharding=NamedSharding(mesh, P(None, ("data", "model"))))
+
+    def figures(spec):
+        def step(x):
+            y = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(("data", "model"))))
+            y = jnp.pad(y, ((0, 4), (0, 0)))
+            if spec is not None:
+                y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, spec))
+            return jnp.tanh(y).sum(-1)
+        compiled = jax.jit(step).lower(x).compile()
+        return (xla_peak(compiled),
+                sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values()))
+
+    check = finding["fix_check"]
+    assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == figures(None)
+    if check["verdict"] == "better":
+        assert finding["fix"].startswith("constrain it with jax.lax.with_sharding_constraint to ")
+        assert (check["peak_bytes_after"], check["traffic_bytes_after"]) in {
+            figures(P(None, ("data", "model"))), figures(P("data"))}
