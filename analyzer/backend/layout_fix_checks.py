@@ -4,11 +4,14 @@ parameter's: the program as written and each candidate compiled side by side, a 
 only when measured better.
 
 SL204's candidates edit the constraint itself (its ``sdy.sharding_constraint`` op in the StableHLO): the
-uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL206's insert one
-(an ``sdy.sharding_constraint`` on the value, what ``with_sharding_constraint`` lowers to) with the same
-candidates, where no sharding was stated. An SL101 or SL102 whose cause is the user's constraint (a gather
-of what it shards, no argument behind it) edits that constraint: the gathered axes moved to another
-dimension they divide, or dropped. SL205's pins the output
+uneven axes moved to a dimension they divide, or only the axes that divide it kept. SL206's are the ones its
+finding carries (``Finding.candidates``, derived by the rule from Shardy's propagation, which is not run
+again here): the argument the value inherits its cut from moved as a parameter's fix moves it (with its
+optimizer state, returned in that layout), and a constraint inserted on the value (an
+``sdy.sharding_constraint``, what ``with_sharding_constraint`` lowers to) with SL204's alternatives; the
+best measured better is printed. An SL101 or SL102 whose cause is the user's constraint (a gather of what it
+shards, no argument behind it) edits that constraint: the gathered axes moved to another dimension they
+divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
 """
@@ -23,15 +26,16 @@ from dataclasses import dataclass, field
 
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
-from ...passes.models.report import Finding, TargetReport, TensorInfo
+from ...passes.models.report import Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
-from ...passes.pipelines.lint import entry_signature, propagated_value
+from ...passes.pipelines.lint import entry_signature
 from ...passes.pipelines.stablehlo_edits import axes_off, correspond, even_alternatives, read_constraints
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
 from .fix_checks import _compiled, _cost_text, _not_offered, measured_check, traffic_bytes
+from .parameter_moves import listed, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
@@ -50,6 +54,8 @@ class _Edit:
     constraints: dict[int, list[list[str]]] = field(default_factory=dict)
     donors: frozenset[int] = frozenset()
     inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
+    arguments: dict[int, list[list[str]]] = field(default_factory=dict)
+    casts: dict[int, int] = field(default_factory=dict)  # result -> the argument whose dtype it is returned in
 
 
 def _undoes_constraint(f: Finding) -> bool:
@@ -96,15 +102,12 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       constraints={k: alternatives[i] for k, alternatives in choices.items()})
                 for i in range(count)]
     if f.rule == SL206.code:
-        values = [(int(m.group(1)), int(m.group(2))) for name in f.ops if (m := _PROPAGATED.match(name))]
-        found = propagated_value(module, *values[0]) if len(values) == 1 else None
-        if found is None:
-            return []
-        # Propagation's sharding stands where SL204's stated one does: the same alternatives.
-        return [_Edit(f"{f.subject} -> {pspec_text(spec)}",
-                      f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(spec)}",
-                      inserted={values[0]: spec})
-                for spec in even_alternatives(*found, entry_signature(module).mesh)]
+        # The candidates the rule derived (the argument the value inherits its cut from, moved as a parameter's
+        # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
+        # each compiled; Shardy's propagation is not run again.
+        return [e for c in f.candidates if (e := _propagated_edit(c, report, module)) is not None]
+    if f.rule == SL205.code and f.suggested_sharding is None:
+        return _recast_edits(f, report)
     if f.rule == SL205.code and f.suggested_sharding is not None:
         # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
         # comes out: the output that is that input coming back (its pytree path), not any of its shape.
@@ -130,6 +133,53 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       "so XLA writes it into the donated buffer",
                       results=pins, donors=frozenset(donors))]
     return []
+
+
+def _propagated_edit(c: FixCandidate, report: TargetReport, module) -> _Edit | None:
+    """One of SL206's candidates as an edit: a constraint inserted on the padded value, or the argument moved."""
+    spec = pspec_text(c.sharding)
+    if (m := _PROPAGATED.match(c.value)) is not None:
+        return _Edit(f"{c.value} -> {spec}", f"constrain it with jax.lax.with_sharding_constraint to {spec}",
+                     inserted={(int(m.group(1)), int(m.group(2))): c.sharding})
+    given = next((t for t in report.inputs if t.path == c.value), None)
+    if given is None:
+        return None
+    returned = {rt.output.index: rt.input.index for rt in correspond(entry_signature(module))}
+    arguments, results = single_move(report.inputs, returned, {given.index: c.sharding})
+    by_index = {t.index: t.path for t in report.inputs}
+    mirrored = [by_index[i] for i in sorted(arguments) if i != given.index]
+    with_state = f" with {listed(mirrored)}" if mirrored else ""
+    return _Edit(f"{c.value}{with_state} -> {spec}",
+                 f"shard {c.value} as {spec} instead of {pspec_text(given.sharding or [])}"
+                 + moved_text(mirrored, len(results)), results=results, arguments=arguments)
+
+
+def _recast_edits(f: Finding, report: TargetReport) -> list[_Edit]:
+    """SL205 where no output has the donated input's dtype: each output of its shape returned in the input's
+    dtype (a cast at the program's end, as ``.astype`` in the step), on the input's sharding, the donation
+    restored (jit left it out of the module), so XLA can write the output into the donated buffer."""
+    by_path = {t.path: t for t in report.inputs}
+    casts: dict[int, int] = {}
+    pins: dict[int, list[list[str]]] = {}
+    outs: list[str] = []
+    for name in f.ops or [f.subject or ""]:
+        given = by_path.get(name)
+        if given is None or any(o.shape == given.shape and o.dtype == given.dtype for o in report.outputs):
+            return []  # an output of its dtype: a layout or a taken buffer, not a dtype, keeps the donation
+        out = next((o for o in report.outputs if o.shape == given.shape and o.index not in casts), None)
+        if out is None:
+            return []
+        casts[out.index] = given.index
+        if normalized(out.sharding, len(out.shape)) != normalized(given.sharding, len(given.shape)):
+            pins[out.index] = given.sharding or []
+        outs.append(out.path)
+    donated = f.parameter or f.subject
+    dtype = by_path[f.subject].dtype if f.subject in by_path else "the donated dtype"
+    shown = listed(outs) if len(outs) <= 2 else f"{outs[0]} and {len(outs) - 1} more"
+    return [_Edit(f"{shown} returned as {dtype}, {donated} donated",
+                  f"return {donated} as {dtype} for XLA to write into it ({shown} cast to {dtype} where the step "
+                  "returns it, or computed in it)",
+                  results=pins, donors=frozenset(by_path[n].index for n in f.ops or [f.subject or ""]), casts=casts)]
 
 
 def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report: TargetReport
@@ -166,8 +216,8 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
-    texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", None, e.constraints,
-                                               e.donors, e.inserted) for e in ordered]
+    texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
+                                               e.constraints, e.donors, e.inserted, e.casts) for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
@@ -185,13 +235,17 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         f = findings[k]
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
+            # The spec the fix gives the argument the finding names: none where it constrains a value instead.
             spec = (e.constraints[min(e.constraints)] if e.constraints
-                    else next(iter(e.inserted.values())) if e.inserted else f.suggested_sharding)
+                    else (None if f.parameter else next(iter(e.inserted.values()))) if e.inserted
+                    else e.arguments[min(e.arguments)] if e.arguments else f.suggested_sharding)
             findings[k] = f.model_copy(update={
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue
         tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks)
-        findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None,
-                                           "fix": f"no layout change found that helps: {tried}"})
+        recast = any(e.casts for e in edits)
+        text = (f"returning it in its dtype does not help: {tried}; drop it from donate_argnums instead" if recast
+                else f"no layout change found that helps: {tried}")
+        findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None, "fix": text})
     return report.model_copy(update={"findings": findings})
 

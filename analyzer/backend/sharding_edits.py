@@ -1,8 +1,10 @@
 """Edits of a program's stated shardings, made on its StableHLO through jaxlib's
 MLIR bindings: the entry function's argument and result ``sdy.sharding``
-attributes. Python is not traced again and source locations are kept, so the
-edited program's findings point at the same user lines; ``rewrite`` pins outputs
-this way, and lint's fix checks compile a finding's fix this way.
+attributes (and, for a donation no output can reuse for its dtype, a result cast
+back to the donated argument's dtype). Python is not traced again and source
+locations are kept, so the edited program's findings point at the same user lines;
+``rewrite`` pins outputs this way, and lint's fix checks compile a finding's fix
+this way.
 """
 
 from __future__ import annotations
@@ -38,17 +40,36 @@ def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[
             value.replace_all_uses_except(constraint.result, constraint)
 
 
+def _cast_results(fn, casts: dict[int, int]) -> None:
+    """Each result ``r`` of the entry function converted (``stablehlo.convert``, what ``.astype`` lowers to)
+    to the element type of argument ``casts[r]`` before it is returned, and the function's type with it."""
+    ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
+    results = list(ftype.results)
+    ret = list(fn.regions[0].blocks[0].operations)[-1]
+    for r, a in sorted(casts.items()):
+        value = ret.operands[r]
+        with ir.InsertionPoint(ret), ret.location:
+            to = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
+                                         ir.RankedTensorType(ftype.inputs[a]).element_type)
+            cast = ir.Operation.create("stablehlo.convert", results=[to], operands=[value])
+        ret.operands[r] = cast.result
+        results[r] = to
+    fn.operation.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs), results))
+
+
 def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]], mesh_name: str,
                           arguments: dict[int, list[list[str]]] | None = None,
                           constraints: dict[int, list[list[str]]] | None = None,
                           donors: frozenset[int] = frozenset(),
-                          inserted: dict[tuple[int, int], list[list[str]]] | None = None) -> str:
+                          inserted: dict[tuple[int, int], list[list[str]]] | None = None,
+                          casts: dict[int, int] | None = None) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings; ``constraints``: sharding constraints (numbered in
     the module's walk order) given new shardings; ``donors``: arguments donated
     (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match);
     ``inserted``: (an op's index in ``walk_ops`` over the functions, one of its results) -> the sharding
-    a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to)."""
+    a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to);
+    ``casts``: result -> the argument whose dtype it is returned in (a donation XLA can then reuse)."""
     edited = clone(module)
     if constraints:
         with edited.context:
@@ -58,6 +79,9 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
     if inserted:
         _insert_constraints(edited, inserted, mesh_name)
     fn = entry_function(edited)
+    if casts:
+        with edited.context:
+            _cast_results(fn, casts)
     ftype = ir.FunctionType(ir.TypeAttr(fn.operation.attributes["function_type"]).value)
     with edited.context:
         for key, count, pins in (("res_attrs", len(ftype.results), shardings),

@@ -217,16 +217,17 @@ def cmd_suggest(args) -> int:
     from ..commands.suggest import SuggestRequest, suggest
     from ..executors.checked_in_tasks import Spread
 
-    if not (args.time_limit > 0 and args.time_limit < float("inf")):
-        raise ShardLintInputError("--time-limit", f"must be a positive number of seconds, got {args.time_limit:g}")
+    if args.time_limit is not None:  # deprecated: the solver has no clock limit
+        print("jax-shard-lint: warning: --time-limit is deprecated and does nothing: a node count, not a clock, "
+              "bounds each solve", file=sys.stderr)
     axes = tuple(a.strip() for a in args.axes.split(",") if a.strip()) if args.axes is not None else ()
     if args.axes is not None and not axes:
         raise ShardLintInputError("--axes", "names no mesh axis")
     executor = executor_choice(args)
     settings = settings_from_args(args)
+    spread = Spread(executor, tuple(_forwarded_args(args)), progress_printer(args))
     run = suggest(SuggestRequest(args.script, tuple(args.target), tuple(args.params), axes, tuple(args.fix),
-                                 args.solver, args.time_limit,
-                                 Spread(executor, tuple(_forwarded_args(args)), progress_printer(args))), settings)
+                                 args.solver, spread=spread), settings)
     emit_report(args, "suggest", run)
     return EXIT_OK
 

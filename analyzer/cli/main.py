@@ -214,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "--fix tokens or --fix \"params['embed']=P(None, 'tp')\" (repeatable)")
     sg.add_argument("--solver", choices=("auto", "ilp", "local"), default="auto",
                     help="ilp (HiGHS), local (a local search), or auto: the ILP up to 300,000 variables")
-    sg.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
-                    help="stops nothing (kept for old scripts): a node count, not a clock, bounds each solve")
+    sg.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                    help="deprecated, does nothing (warns): a node count, not a clock, bounds each solve")
 
     snap = sub.add_parser("snapshot", parents=[debug_and_timeout],
                           help="write each target's StableHLO, metadata and a baseline into a directory")

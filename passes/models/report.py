@@ -217,6 +217,15 @@ class ConstraintCause(Model):
     sharding: list[list[str]] = Field(description="The sharding it states, axes per dimension.")
 
 
+class FixCandidate(Model):
+    """One layout a finding's fix check compiles, as the rule derived it."""
+
+    value: str = Field(description="What takes the layout: an argument's path (the argument moved, with the "
+                       "optimizer state that mirrors it, and returned in that layout), or the value the finding names "
+                       "(propagated_value[op][result]: a with_sharding_constraint inserted on it).")
+    sharding: list[list[str]] = Field(description="The layout, axes per dimension.")
+
+
 class Finding(Model):
     rule: str = Field(description="Stable rule code, e.g. SL101.")
     name: str = Field(description="Kebab-case rule name.")
@@ -249,6 +258,10 @@ class Finding(Model):
     constraint: ConstraintCause | None = Field(
         default=None, description="The with_sharding_constraint whose sharding causes it, where no argument's "
         "does (a loop body's own constraint the next op reads along); null otherwise.")
+    candidates: list[FixCandidate] = Field(
+        default_factory=list, description="The layouts the fix check compiles, in the rule's order (SL206's: the "
+        "constraints on the padded value, and the moves of the argument it inherits its sharding from); empty "
+        "where the check derives its own.")
 
 
 class TargetReport(Model):

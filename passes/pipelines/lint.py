@@ -33,7 +33,7 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
-from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values, value_of_op
+from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
@@ -102,13 +102,6 @@ def entry_signature(module: ir.Module) -> EntrySignature:
     """Stage 1's signature alone, for the analyzer's own use of a module before or around its analysis (a
     checked-in module's device count, the arguments a fix check moves)."""
     return LINT.run("entry-signature", read_entry_signature, module)
-
-
-def propagated_value(module: ir.Module, op_index: int, result: int
-                     ) -> tuple[tuple[int, ...], list[list[str]]] | None:
-    """The shape and propagated sharding of the value an SL206 finding names (its op's index in the module's
-    walk, its result), for the fix check that constrains it."""
-    return value_of_op(module, op_index, result, entry_signature(module).mesh)
 
 
 def program_call_site(module: ir.Module, program_name: str, ownership: CodeOwnership) -> SourceLocation | None:

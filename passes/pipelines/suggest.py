@@ -357,10 +357,12 @@ def solver_stats(problem: ShardingProblem, refined: Refined, kept: Plan, rounds:
 SCALAR_BYTES = 4
 
 
-def time_resolution(spec: DeviceSpec, num_devices: int) -> float:
+def time_resolution(spec: DeviceSpec, sig: EntrySignature) -> float:
     """The smallest difference of estimated step time that ``suggest`` reads as a difference: the
-    latency the cost model charges one all-reduce of a scalar over the whole mesh (2(n-1) ring steps).
-    Two versions apart by less differ by about one small collective's latency, which XLA's combiners
-    and async scheduling add or remove at will and the model cannot tell apart (8 CPU devices: 140 us;
-    a step of 14 ms or more is compared at its 1% instead)."""
-    return collective_seconds("all-reduce", SCALAR_BYTES, num_devices, False, spec) if num_devices > 1 else 0.0
+    latency the cost model charges one all-reduce of a scalar over the program's whole mesh (2(n-1) ring
+    steps; its devices where no mesh is named). Two versions apart by less differ by about one small
+    collective's latency, which XLA's combiners and async scheduling add or remove at will and the model
+    cannot tell apart (8 CPU devices: 140 us; a step of 14 ms or more is compared at its 1% instead).
+    suggest and lint's solver fixes both take it from here, so they compare versions alike."""
+    devices = sig.mesh.size if sig.mesh.axes else sig.num_partitions
+    return collective_seconds("all-reduce", SCALAR_BYTES, devices, False, spec) if devices > 1 else 0.0

@@ -14,7 +14,8 @@ constraint's own uneven cut (its axes on a dimension of that size) is SL204's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, mlir_dtype_to_hlo
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from ..stablehlo.module import axis_label_size, functions, sharding_axes, source_of_location
+from ..stablehlo.module import axis_label_size, entry_function, functions, sharding_axes, source_of_location
 from ..stablehlo.sharding_constraints import StatedConstraint
 from .shardy_reference import OP_ID, ShardyRejected, result_shardings, shardy_propagated, tagged_clone, walk_ops
 
@@ -51,6 +52,15 @@ class PropagatedPadding:
     ways: tuple[int, ...]  # how many shards each dimension is cut into
     uneven_dims: tuple[int, ...]
     source: SourceLocation | None
+    # The entry function's arguments the value is computed from, nearest first (a breadth-first walk back
+    # through its operands, calls and loop carries): the one holding the uneven axes is the one whose
+    # sharding propagation gave it (SL206 names it).
+    arguments: tuple[int, ...] = ()
+
+    @property
+    def uneven_axes(self) -> frozenset[str]:
+        """The mesh axes that cut a dimension unevenly (sub-axes by their axis)."""
+        return frozenset(a.split(":")[0] for d in self.uneven_dims for a in self.sharding[d])
 
     @property
     def local_bytes(self) -> int:
@@ -81,6 +91,7 @@ def propagated_padded_values(
     stated_cuts = {(c.shape[d], tuple(c.sharding[d])) for c in stated for d in c.uneven_dims(mesh)}
     uneven_values: set[ir.Value[Any]] = set()
     found: dict[tuple[str, int] | None, PropagatedPadding] = {}
+    ops: dict[int, ir.OpView] = {}  # each found value's op, by its index: walked back once it is kept
     for fn in functions(propagated).values():
         for op in walk_ops(fn.regions[0].blocks[0]):
             name = op.operation.name
@@ -112,29 +123,56 @@ def propagated_padded_values(
                                                 uneven, source)
                 key = (source.file, source.line) if source else None
                 if key not in found or found[key].padding_bytes < value_found.padding_bytes:
-                    found[key] = value_found
+                    found[key], ops[index] = value_found, op
     if None in found and len(found) > 1:  # a library op's (jnp.pad's body): the user's line stands for it
         del found[None]
-    return tuple(found.values())
+    if not found:
+        return ()
+    callers = _callers(propagated)
+    return tuple(replace(p, arguments=_arguments_of(ops[p.op_index], propagated, callers)) for p in found.values())
 
 
-def value_of_op(module: ir.Module, op_index: int, result: int, mesh: MeshInfo
-                ) -> tuple[tuple[int, ...], list[list[str]]] | None:
-    """The shape and the sharding Shardy's propagation gives result ``result`` of the op at ``op_index``
-    (PropagatedPadding's numbering): what SL206's fix check starts its candidates from; None where Shardy
-    refuses the module or the op is not in its output."""
-    try:
-        propagated = shardy_propagated(tagged_clone(module))
-    except ShardyRejected:
-        return None
-    for fn in functions(propagated).values():
-        for op in walk_ops(fn.regions[0].blocks[0]):
-            if OP_ID not in op.attributes or ir.IntegerAttr(op.attributes[OP_ID]).value != op_index:
-                continue
-            shardings = result_shardings(op)
-            if result >= min(len(op.results), len(shardings)):
-                return None
-            shape = tuple(int(n) for n in ir.RankedTensorType(op.results[result].type).shape)
-            sharding = sharding_axes(sdy.TensorShardingAttr(shardings[result]))
-            return shape, sharding + [[]] * (len(shape) - len(sharding))
-    return None
+# Ops whose result's sharding is stated: propagation carries no argument's sharding through them.
+_STATES_SHARDING = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
+# Values walked back from a padded value to the arguments it is computed from: a bound on a large program.
+_MAX_WALK = 20_000
+
+
+def _callers(module: ir.Module) -> dict[str, list[ir.OpView]]:
+    """Each function's ``func.call`` ops, by the callee's name."""
+    callers: dict[str, list[ir.OpView]] = {}
+    for fn in functions(module).values():
+        for o in walk_ops(fn.regions[0].blocks[0]):
+            if o.operation.name == "func.call":
+                callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
+    return callers
+
+
+def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.OpView]]) -> tuple[int, ...]:
+    """The entry function's arguments ``op``'s operands are computed from, nearest first: each value back
+    through the op that makes it (not through a stated sharding, a constraint or a reshard, whose result's
+    sharding is the constraint's), a callee's argument through its calls' operands, a region's (a loop
+    body's carry) through its op's operands."""
+    entry = entry_function(module)
+    found: list[int] = []
+    seen: set[ir.Value[Any]] = set()
+    queue: deque[ir.Value[Any]] = deque(op.operands)
+    while queue and len(seen) < _MAX_WALK:
+        value = queue.popleft()
+        if value in seen:
+            continue
+        seen.add(value)
+        if isinstance(value.owner, ir.Block):
+            number = ir.BlockArgument(value).arg_number
+            parent = value.owner.owner
+            if parent == entry.operation:
+                if number not in found:
+                    found.append(number)
+            elif parent.name == "func.func":
+                callee = ir.StringAttr(parent.attributes["sym_name"]).value
+                queue.extend(c.operands[number] for c in callers.get(callee, []) if number < len(c.operands))
+            else:
+                queue.extend(parent.operands)
+        elif value.owner.name not in _STATES_SHARDING:
+            queue.extend(value.owner.operands)
+    return tuple(found)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from ..models.report import ConstraintCause, Finding, Severity, SourceLocation, TensorInfo
+from ..models.report import ConstraintCause, Finding, FixCandidate, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Code, Scope
 
 DOC_SECTIONS = ("What it does", "Why is this bad", "Example", "Fix")
@@ -136,15 +136,17 @@ class Emitter:
         via: SourceLocation | None = None, why: list[str] | None = None, parameter: TensorInfo | None = None,
         suggested: list[list[str]] | None = None, total_bytes: int | None = None, count: int = 1,
         ops: list[str] | None = None, constraint: ConstraintCause | None = None,
+        candidates: list[FixCandidate] | None = None,
     ) -> None:
         """``parameter``: the argument the finding comes from, ``suggested`` the sharding its fix gives
         it; ``total_bytes``: the per-device bytes per step the finding is about (grouping adds them);
-        ``ops``: the HLO ops it stands for, when more than the subject."""
+        ``ops``: the HLO ops it stands for, when more than the subject; ``candidates``: the layouts its fix
+        check compiles, where the rule derives them."""
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
             message=message, source=source, via=via, fix=fix, subject=subject, provenance=list(why or []),
             parameter=parameter.path if parameter is not None else None,
             parameter_sharding=parameter.sharding if parameter is not None else None,
             suggested_sharding=suggested, bytes=total_bytes, count=count, ops=list(ops or []),
-            constraint=constraint,
+            constraint=constraint, candidates=list(candidates or []),
         ))

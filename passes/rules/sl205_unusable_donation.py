@@ -46,8 +46,9 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
     Fix
     ---
     Return the new value on the donated input's sharding (`out_shardings=`
-    matching its in_shardings; compiled and printed only when measured
-    better), keep its dtype, or stop donating it.
+    matching its in_shardings), or in its dtype (the output cast back where
+    the step returns it, with the donation kept); each is compiled and printed
+    only when measured better. Otherwise, stop donating it.
     """
     if ctx.aliased_inputs is None:
         return
@@ -70,10 +71,9 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
             shaped = next((o for o in ctx.outputs if o.shape == inp.shape), None)
             why = (f"no output is {_text(inp)}: {shaped.path} has its shape as {shaped.dtype}" if shaped
                    else f"no output is {_text(inp)}")
-            # A dtype change is advice lint does not compile (its fix checks change layouts): said so, as
-            # every fix printed without "(checked: ...)" is one lint did not measure.
+            # The fix check compiles it (the output cast back to the input's dtype where the step returns it).
             fix = (f"return {inp.path} as {inp.dtype} for XLA to write into it, or drop it from donate_argnums: "
-                   "no output can reuse it (advice, not checked: lint compiles layout fixes, not dtype changes)")
+                   "no output can reuse it")
         elif len(other) == len(same):
             o = other[0]
             why = (f"{o.path} has its shape and dtype but comes out as {pspec_text(o.sharding)} "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Severity
+from ..models.report import FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL206
-from ..stablehlo.sharding_constraints import even_alternatives
+from ..propagation.propagated_padding import PropagatedPadding
+from ..stablehlo.sharding_constraints import axes_off, even_alternatives
 from .context import RuleContext
 from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
 
@@ -21,6 +22,17 @@ def propagated_value_path(op_index: int, result: int) -> str:
     return f"propagated_value[{op_index}][{result}]"
 
 
+def source_argument(p: PropagatedPadding, inputs: tuple[TensorInfo, ...]) -> TensorInfo | None:
+    """The argument whose sharding propagation carried onto the uneven dimension: the nearest one the value
+    is computed from that holds one of its uneven axes (None: an axis no argument holds, a constraint's)."""
+    by_index = {t.index: t for t in inputs}
+    for i in p.arguments:
+        t = by_index.get(i)
+        if t is not None and p.uneven_axes & {a.split(":")[0] for dim in (t.sharding or []) for a in dim}:
+            return t
+    return None
+
+
 def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     """A value no sharding was stated for is sharded on a dimension its axes do not divide, and XLA pads it.
 
@@ -33,7 +45,10 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     are the same cause), no `with_sharding_constraint` stated that cut (that
     is SL204), the compiled program holds the value at the padded per-device
     shape ceil(n/k), and the padding each device holds beyond an even split is
-    at least `propagated-padding-min-bytes` (0: any). One finding per user line.
+    at least `propagated-padding-min-bytes` (0: any). One finding per user line,
+    naming the argument whose sharding propagation carried onto that dimension
+    (the nearest argument the value is computed from that holds its uneven
+    axes), with its PartitionSpec.
 
     Why is this bad
     ---------------
@@ -52,10 +67,14 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
 
     Fix
     ---
-    State a sharding whose axes divide it (`with_sharding_constraint` on the
-    value, the uneven axes moved to a dimension they divide, or only the axes
-    that divide it kept): each is inserted on the value in the program,
-    compiled and printed only when measured better, as SL204's. Making the
+    Keep the uneven axes off that dimension of the argument it inherits them
+    from (moved to another dimension they divide, or dropped; its optimizer
+    state with it), or state a sharding whose axes divide the value
+    (`with_sharding_constraint` on it, the uneven axes moved to a dimension
+    they divide, or only the axes that divide it kept). Each is applied to the
+    program (the argument's sharding, or a constraint inserted on the value),
+    compiled, and the one measured best is printed, only when measured better
+    (the candidates are the finding's `candidates`). Making the
     dimension a multiple of its shards (pad to 24 rows, not 20) also ends the
     padding, but it changes the program's values, so the message names the
     size and nothing compiles it as a fix.
@@ -71,16 +90,26 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
         sizes = ", ".join(f"dimension {d} of {-(-p.shape[d] // p.ways[d]) * p.ways[d]}" for d in p.uneven_dims)
         choices = even_alternatives(p.shape, p.sharding, mesh)
         share = p.padding_bytes / p.local_bytes
+        value = propagated_value_path(p.op_index, p.result)
+        argument = source_argument(p, ctx.inputs)
+        moves = (axes_off(tuple(argument.shape), argument.sharding or [], set(p.uneven_axes), mesh)
+                 if argument is not None else [])
         # A size the axes divide changes the program's values: named in the message, never compiled as a fix.
-        fix = (f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(choices[0])}, whose axes "
+        fix = (f"shard {argument.path} as {pspec_text(moves[0])} instead of {pspec_text(argument.sharding or [])}"
+               if argument is not None and moves else
+               f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(choices[0])}, whose axes "
                "divide every dimension" if choices else None)
+        inherited = (f"; it inherits the sharding of argument {argument.path} {pspec_text(argument.sharding or [])}"
+                     if argument is not None else "")
         out.emit(
-            f"{shape} is {pspec_text(p.sharding)} by propagation (no sharding was stated for it), "
+            f"{shape} is {pspec_text(p.sharding)} by propagation (no sharding was stated for it{inherited}), "
             f"which cuts {dims} uneven shards: XLA pads it and each device holds {local} "
             f"({format_bytes(p.local_bytes)}), {format_bytes(p.padding_bytes)} ({share:.0%}) of it padding beyond "
             f"an even split; a size its axes divide ({sizes}) would need no padding, but it changes what the "
             "program computes, so it is not compiled as a fix", p.source or ctx.entry_source, fix=fix, subject=shape,
-            suggested=choices[0] if choices else None, ops=[propagated_value_path(p.op_index, p.result)],
+            parameter=argument, suggested=moves[0] if moves else choices[0] if choices else None, ops=[value],
+            candidates=[FixCandidate(value=argument.path, sharding=m) for m in moves if argument is not None]
+            + [FixCandidate(value=value, sharding=c) for c in choices],
         )
 
 

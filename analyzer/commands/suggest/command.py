@@ -211,7 +211,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
-    resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig.num_partitions)
+    resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig)
     refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
     solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
     arg_pins, res_pins = kept.arg_pins, kept.res_pins

@@ -312,7 +312,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
                   str(r) if isinstance(r, BaseException) else None, settings)[0]
         for (name, _), r in zip(candidates, compiled)]
-    best = best_version(versions, time_resolution(spec, sig.mesh.size))  # suggest's rule, its resolution too
+    best = best_version(versions, time_resolution(spec, sig))  # suggest's rule, its resolution too
     if best is None or best.name == "written":
         return None, None, None, None
     at = [name for name, _ in candidates].index(best.name)

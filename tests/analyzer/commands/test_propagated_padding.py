@@ -92,12 +92,14 @@ def checking(monkeypatch):
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
 
 
-def test_sl206_fix_is_a_constraint_compiled_and_printed_only_when_measured_better(cli, checking):
-    """SL206's fix is checked as every printed fix is: the constraint it names, inserted on the value it
-    reports, compiled and measured. The oracle is the fixture's step written with that constraint in Python
-    (on the padded rows, or on the tanh of them that Shardy's export cuts first), compiled here: its XLA peak
-    and the bytes of its collectives are the fix check's figures, and both are below the program's as
-    written. The size that would divide (24 rows) changes the program and is named, never offered as a fix."""
+def test_sl206_fix_is_the_best_candidate_compiled_and_printed_only_when_measured_better(cli, checking):
+    """SL206's fix is checked as every printed fix is: each candidate the finding carries (the argument x the
+    padded rows inherit their cut from, moved; the constraint it names, inserted on the value it reports) is
+    compiled and measured, and the best one measured better is printed. The oracle is the fixture's step
+    written with each in Python (x placed on P(None, ('data', 'model')); the constraint on the padded rows, or
+    on the tanh of them that Shardy's export cuts first), compiled here: the printed fix's figures are x's
+    move's, below the program's as written and the constraints'. The size that would divide (24 rows) changes
+    the program and is named, never offered as a fix."""
     path = os.path.join(FIXTURES, "scripts", "sl206_propagated_uneven_sharding.py")
     mod = script_module(path)
     mesh = mod.mesh()
@@ -117,9 +119,11 @@ def test_sl206_fix_is_a_constraint_compiled_and_printed_only_when_measured_bette
         return sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
 
     as_written = jax.jit(mod.padded).lower(x).compile()
+    moved = jax.jit(mod.padded).lower(mod.spec(mesh, (16, 8192), P(None, ("data", "model")))).compile()
     figures = {(xla_peak(c), traffic(c)) for c in (constrained(False), constrained(True))}
-    before = (xla_peak(as_written), traffic(as_written))
+    before, after = (xla_peak(as_written), traffic(as_written)), (xla_peak(moved), traffic(moved))
     assert all(peak < before[0] and traffic < before[1] for peak, traffic in figures)
+    assert all(after[0] < peak and after[1] < traffic for peak, traffic in figures)
 
     result = cli("lint", path, "--format", "json", "-q", "--fail-on", "never", "--no-cache")
     assert result.code == 0, result.err[-2000:]
@@ -127,7 +131,64 @@ def test_sl206_fix_is_a_constraint_compiled_and_printed_only_when_measured_bette
     check = finding["fix_check"]
     assert check["verdict"] == "better"
     assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == before
-    assert (check["peak_bytes_after"], check["traffic_bytes_after"]) in figures
+    assert (check["peak_bytes_after"], check["traffic_bytes_after"]) == after
     assert finding["fix"].startswith(
-        "constrain it with jax.lax.with_sharding_constraint to P(None, ('data', 'model')) (checked: peak -")
+        "shard x as P(None, ('data', 'model')) instead of P(('data', 'model')) (checked: peak -")
+    assert {c["value"].split("[")[0] for c in finding["candidates"]} == {"x", "propagated_value"}
     assert "multiple" not in finding["fix"] and "(dimension 0 of 24) would need no padding" in finding["message"]
+
+
+CONSTRAINED = """
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def mesh():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def step(x):
+    y = jax.lax.with_sharding_constraint(x, NamedSharding(mesh(), P(("data", "model"))))
+    return jnp.tanh(jnp.pad(y, ((0, 4), (0, 0)))).sum(-1)
+
+
+def shard_lint_targets():
+    x = jax.ShapeDtypeStruct((16, 8192), jnp.float32, sharding=NamedSharding(mesh(), P(None, ("data", "model"))))
+    return {"constrained": jax.jit(step).lower(x)}
+"""
+
+
+def test_sl206_names_no_argument_behind_a_stated_constraint(cli, checking, tmp_path):
+    """The padded rows take their cut from the user's constraint, not from x (which holds the same axes on its
+    other dimension): propagation carries no argument's sharding through a constraint, so none is named and
+    no move of x is a candidate. The printed fix, if any, is an inserted constraint whose figures are XLA's for
+    the step written with it, compiled here."""
+    script = tmp_path / "constrained_then_padded.py"
+    script.write_text(CONSTRAINED)
+    result = cli("lint", str(script), "--format", "json", "-q", "--fail-on", "never", "--no-cache")
+    assert result.code == 0, result.err[-2000:]
+    [t] = json.loads(result.out)["targets"]
+    (finding,) = [f for f in t["findings"] if f["rule"] == "SL206"]
+    assert finding["parameter"] is None and "inherits" not in finding["message"]
+    assert finding["candidates"] and all(c["value"].startswith("propagated_value[") for c in finding["candidates"])
+    mod = script_module(str(script), "_constrained_then_padded")
+    mesh = mod.mesh()
+    x = jax.ShapeDtypeStruct((16, 8192), jnp.float32, sharding=NamedSharding(mesh, P(None, ("data", "model"))))
+
+    def figures(spec):
+        def step(x):
+            y = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(("data", "model"))))
+            y = jnp.pad(y, ((0, 4), (0, 0)))
+            if spec is not None:
+                y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, spec))
+            return jnp.tanh(y).sum(-1)
+        compiled = jax.jit(step).lower(x).compile()
+        return (xla_peak(compiled),
+                sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values()))
+
+    check = finding["fix_check"]
+    assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == figures(None)
+    if check["verdict"] == "better":
+        assert finding["fix"].startswith("constrain it with jax.lax.with_sharding_constraint to ")
+        assert (check["peak_bytes_after"], check["traffic_bytes_after"]) in {
+            figures(P(None, ("data", "model"))), figures(P("data"))}

@@ -249,7 +249,6 @@ def test_fix_keeps_an_argument_as_written(cli):
     (["--fix", "nope"], "--fix: no argument 'nope' (arguments: v_next, grid, income, choices)"),
     (["--fix", "v_next=P('y')"], "--fix: P('y'): no mesh axis 'y' (mesh: x)"),
     (["--axes", "y"], "--axes: no mesh axis 'y' (mesh: x)"),
-    (["--time-limit", "0"], "--time-limit: must be a positive number of seconds, got 0"),
     (["--budget", "1KiB"], f"{VALUE}: target 'sharded_on_grid': no choice of candidates fits the arguments and "
                            "results in the budget (1.0 KiB for arguments and results)"),
 ])
@@ -257,6 +256,16 @@ def test_bad_suggest_options(cli, argv, message):
     result = cli("suggest", VALUE, "--target", "sharded_on_grid", *argv)
     assert result.code == 2 and result.out == ""
     assert result.err.strip().splitlines() == [f"jax-shard-lint: error: {message}"]
+
+
+def test_time_limit_is_deprecated_with_one_line_and_changes_nothing(cli):
+    """--time-limit stops nothing (a node count bounds each solve): accepted, with one warning line on stderr."""
+    result = cli("suggest", VALUE, "--target", "sharded_on_grid", "--time-limit", "0", "--fix", "nope")
+    assert result.code == 2 and result.out == ""
+    assert result.err.strip().splitlines() == [
+        "jax-shard-lint: warning: --time-limit is deprecated and does nothing: a node count, not a clock, bounds "
+        "each solve",
+        "jax-shard-lint: error: --fix: no argument 'nope' (arguments: v_next, grid, income, choices)"]
 
 
 def test_a_target_without_a_mesh_is_named(cli, tmp_path):
