@@ -49,6 +49,8 @@ class SuggestTarget:
     ownership: Any
     # StableHLO text -> (Version, report) of each program compiled for this target so far.
     compiled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # In this process on several cores: the versions compiled side by side (versions.SideBySide), else None.
+    side_by_side: Any = None
 
 
 def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
