@@ -60,7 +60,8 @@ def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[l
                                               dict[int, list[list[str]]]]],
                  settings: Settings, devices, where: str, spread: Spread) -> list[tuple[Version, Any]]:
     """Each (name, description, argument pins or None for the written program, result pins)
-    version of the target compiled and measured: one after another here, or side by side."""
+    version of the target compiled and measured: side by side in this process (one after another on one
+    core), or by the executor."""
     texts = _version_texts(t, wanted)
     if t.side_by_side is not None:  # in this process, on several cores: each text compiled once, side by side
         measured = t.side_by_side.measured(texts)

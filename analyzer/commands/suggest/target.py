@@ -31,7 +31,7 @@ class SuggestRequest:
     fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
     solver: str = "auto"
     time_limit: float = 60.0
-    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
+    # Where the versions compile: in this process (side by side on several cores), or in children (--jobs, --executor).
     spread: Spread = Spread()
 
 
