@@ -14,12 +14,14 @@ import os
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from ...passes.models.report import TargetReport
 
+T = TypeVar("T")  # what a job returns: a candidate's report, or suggest's (version, report)
 
-def compile_side_by_side(jobs: list[Callable[[], TargetReport]],
-                         done: list[Callable[[], None]]) -> list[TargetReport | BaseException]:
+
+def compile_side_by_side(jobs: list[Callable[[], T]], done: list[Callable[[], None]]) -> list[T | BaseException]:
     """Each job's report, or what it raised, in the jobs' order; up to one compile per core at a time.
     ``done[k]`` is called when job k finishes."""
     if len(jobs) < 2 or (os.cpu_count() or 1) < 2:
@@ -28,7 +30,7 @@ def compile_side_by_side(jobs: list[Callable[[], TargetReport]],
         return list(pool.map(outcome, jobs, done))
 
 
-def outcome(job: Callable[[], TargetReport], done: Callable[[], None]) -> TargetReport | BaseException:
+def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException:
     try:
         return job()
     except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,7 @@ from .moves import NAME as NAME_MOVE
 from .moves import best_move, single_moves
 from .target import SuggestRequest, SuggestTarget, refine, target_problem
 from .verdict import best_version, verdict
-from .versions import VersionText, compile_versions
+from .versions import SideBySide, VersionText, compile_versions
 
 MAX_ROUNDS = 3
 SOLVERS = ("auto", "ilp", "local")
@@ -59,19 +60,29 @@ def _compile_all(t: SuggestTarget, wanted: list[tuple[str, str, dict[int, list[l
                                               dict[int, list[list[str]]]]],
                  settings: Settings, devices, where: str, spread: Spread) -> list[tuple[Version, Any]]:
     """Each (name, description, argument pins or None for the written program, result pins)
-    version of the target compiled and measured: one after another here, or side by side."""
-    texts = [VersionText(name, description,
-                         t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
-             for name, description, args, results in wanted]
-    # A program this target already compiled (a single move that is a baseline) is not compiled again.
-    todo = [v for v in texts if v.text not in t.compiled]
-    for v, m in zip(todo, compile_versions(t.name, t.sig.num_partitions, todo, settings, devices, where, spread)):
-        t.compiled.setdefault(v.text, m)
-    measured = [(t.compiled[v.text][0].model_copy(update={"name": v.name, "description": v.description}),
-                 t.compiled[v.text][1]) for v in texts]
+    version of the target compiled and measured: side by side in this process (one after another on one
+    core), or by the executor."""
+    texts = _version_texts(t, wanted)
+    if t.side_by_side is not None:  # in this process, on several cores: each text compiled once, side by side
+        measured = t.side_by_side.measured(texts)
+    else:
+        # A program this target already compiled (a single move that is a baseline) is not compiled again.
+        todo = [v for v in texts if v.text not in t.compiled]
+        for v, m in zip(todo, compile_versions(t.name, t.sig.num_partitions, todo, settings, devices, where,
+                                               spread)):
+            t.compiled.setdefault(v.text, m)
+        measured = [(t.compiled[v.text][0].model_copy(update={"name": v.name, "description": v.description}),
+                     t.compiled[v.text][1]) for v in texts]
     # The traffic lint's fix checks measure: the collectives, and the state the next step reshards on entry.
     return [(v if r is None else v.model_copy(update={"traffic_bytes": traffic_bytes(r, t.sig)}), r)
             for v, r in measured]
+
+
+def _version_texts(t: SuggestTarget, wanted: list) -> list[VersionText]:
+    """Each (name, description, argument pins or None for the written program, result pins) as its text."""
+    return [VersionText(name, description,
+                        t.text if args is None else with_entry_shardings(t.module, results, t.sig.mesh_name, args))
+            for name, description, args, results in wanted]
 
 
 def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any) -> Version:
@@ -208,16 +219,24 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
 def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
                    devices, where: str, logical: tuple | None = None) -> SuggestReport:
     t = target_problem(name, lowered, request, settings, declared, where)
+    workers = os.cpu_count() or 1
+    if not request.spread.executor.in_process or workers < 2:
+        return _suggest_target(t, request, settings, devices, where, logical)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="suggest-version") as pool:
+        t.side_by_side = SideBySide(pool, name, t.sig.num_partitions, settings, devices, where, request.spread.say)
+        try:
+            return _suggest_target(t, request, settings, devices, where, logical)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # a solve that raised: what was started is not wanted
+
+
+def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Settings, devices, where: str,
+                    logical: tuple | None) -> SuggestReport:
+    name = t.name
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
     resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig)
-    refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
-    solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
-    arg_pins, res_pins = kept.arg_pins, kept.res_pins
-    versions = [solver_version]
-    pins_of = {"solver": (arg_pins, res_pins)}
-    reports = {"solver": solver_report}
     state = {rt.output.index: rt.input.index for rt in t.state}
     written = {x.index: x.sharding for x in t.sig.inputs if x.sharding is not None}
     wanted = []
@@ -225,17 +244,27 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         if pins is not None:
             pins = {**pins, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
         wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
+    as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
+    moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
+    wanted_moves = [(NAME_MOVE, m.description, m.moved, m.results) for m in moves]
+    if t.side_by_side is not None:
+        # The written program, the baselines and the single moves do not depend on the solve: they compile
+        # while it runs.
+        t.side_by_side.start(_version_texts(t, wanted + wanted_moves), "to compare while the solver runs")
+    refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
+    solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
+    arg_pins, res_pins = kept.arg_pins, kept.res_pins
+    versions = [solver_version]
+    pins_of = {"solver": (arg_pins, res_pins)}
+    reports = {"solver": solver_report}
     say = request.spread.say or (lambda _msg: None)
     say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         versions.append(_with_model(version, pins if pins is not None else written, problem, request))
         pins_of[vname], reports[vname] = (pins, outs), report
-    as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
-    moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
     if moves:
         say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
-        wanted_moves = [(NAME_MOVE, m.description, m.moved, m.results) for m in moves]
         moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread),
                           resolution)
         if moved is not None:

@@ -304,6 +304,11 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 
         if workers > 1:  # one core: the moves compile after the solve, as before
             start(moves, "to check suggest's single moves")
+            # The layout the step returns the named arguments in does not depend on the solve either: it
+            # compiles beside the moves (a layout the solver then chooses is this compile, not another).
+            returned = returned_layout(target, named, report)
+            if returned and all(returned != e for _, e in moves):
+                start([(RETURNED, returned)], "to check the layout the step returns them in")
         candidates = _candidates(target, units, report, spec, moves, named)
         start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
         compiled = [pending[_key(e)].result() for _, e in candidates]

@@ -31,7 +31,7 @@ class SuggestRequest:
     fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
     solver: str = "auto"
     time_limit: float = 60.0
-    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
+    # Where the versions compile: in this process (side by side on several cores), or in children (--jobs, --executor).
     spread: Spread = Spread()
 
 
@@ -49,6 +49,8 @@ class SuggestTarget:
     ownership: Any
     # StableHLO text -> (Version, report) of each program compiled for this target so far.
     compiled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # In this process on several cores: the versions compiled side by side (versions.SideBySide), else None.
+    side_by_side: Any = None
 
 
 def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,

@@ -7,9 +7,11 @@ each goes through the analysis cache."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ....passes.models.report import TargetReport
@@ -18,6 +20,7 @@ from ....passes.pipelines.rewrite import program_figures
 from ...adapter import jax_adapter
 from ...backend.cached_analysis import analysis_cache, cached_report, key_parts, placed
 from ...backend.checked_in_analysis import analyze_text
+from ...backend.side_by_side import CompileCounter, outcome
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread, check_paths
@@ -107,3 +110,39 @@ def _measured(v: VersionText, report: TargetReport | None, error: str | None,
         collective_count=sum(c.count for c in facts.collectives),
         estimated_seconds=facts.time.seconds if facts.time else None,
     ), report
+
+
+class SideBySide:
+    """Versions of one target compiled in this process, side by side (a thread per core: XLA releases the
+    GIL while it compiles), each text once. Started before they are read: the written program, the
+    baselines and the single moves do not depend on the solve, so they compile while the solver runs."""
+
+    def __init__(self, pool: ThreadPoolExecutor, target: str, num_partitions: int, settings: Settings, devices,
+                 where: str, say):
+        self.pool, self.target, self.num_partitions = pool, target, num_partitions
+        self.settings, self.devices, self.where = settings, devices, where
+        self.counter = CompileCounter(say, target)
+        self.futures: dict[str, Future] = {}
+
+    def start(self, versions: list[VersionText], what: str) -> None:
+        new: dict[str, VersionText] = {}
+        for v in versions:
+            if v.text not in self.futures:
+                new.setdefault(v.text, v)
+        done = self.counter.announce([f"the {v.name} version" for v in new.values()], what)
+        for (text, v), then in zip(new.items(), done):
+            job = functools.partial(_compile_here, self.target, self.num_partitions, v, self.settings, self.devices,
+                                    self.where)
+            self.futures[text] = self.pool.submit(outcome, job, then)
+
+    def measured(self, versions: list[VersionText]) -> list[tuple[Version, TargetReport | None]]:
+        """Each version's figures (started here if it was not), in the order given, named as given."""
+        self.start(versions, "to compare")
+        out = []
+        for v in versions:
+            got = self.futures[v.text].result()
+            if isinstance(got, BaseException):
+                raise got
+            version, report = got
+            out.append((version.model_copy(update={"name": v.name, "description": v.description}), report))
+        return out
