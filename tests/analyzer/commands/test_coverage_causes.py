@@ -174,11 +174,12 @@ def test_a_loop_reshard_caused_by_the_bodys_constraint_names_it(cli):
 
 
 def test_a_gather_of_the_bodys_constraint_is_at_its_line_and_its_fix_is_the_constraint_measured(cli, checking):
-    """With the default thresholds the running sums give two SL101: the carry's all-gather in each of the 32
+    """With the default thresholds the running sums gather twice: the carry's all-gather in each of the 32
     iterations (at the cumsum's line) and the one after the loop that returns it P('data', None), which XLA
-    gives no source line (read from its text here): that one is at the constraint's own line. Neither names an
-    argument, and each fix is the constraint itself, edited and compiled: the oracle is the same step written
-    with the printed spec in Python, compiled here (its XLA peak and the bytes of its collectives)."""
+    gives no source line (read from its text here): that one is at the constraint's own line. One cause (the
+    constraint), one SL101 counting both, naming no argument; its fix is the constraint itself, edited and
+    compiled, and its check covers both gathers: the oracle is the same step written with the printed spec in
+    Python, compiled here (its XLA peak and the bytes of its collectives)."""
     lines = open(LOOP).read().splitlines()
     constraint_line = next(i for i, line in enumerate(lines, 1) if "with_sharding_constraint" in line
                            and i > next(k for k, s in enumerate(lines, 1) if "def make_running_sums" in s))
@@ -191,10 +192,11 @@ def test_a_gather_of_the_bodys_constraint_is_at_its_line_and_its_fix_is_the_cons
 
     (t,) = lint_targets(cli, LOOP, "--target", "running_sums", "--no-cache")
     findings = [f for f in t["findings"] if f["rule"] == "SL101"]
-    by_op = {op: f for f in findings for op in (f["ops"] or [f["subject"]])}
-    assert all(f["source"] is not None and f["parameter"] is None for f in findings)
-    assert by_op[unplaced[0]]["source"]["line"] == constraint_line
-    assert by_op[unplaced[0]]["source"]["file"].endswith("sl102_collective_in_loop.py")
+    [group] = findings
+    assert sorted(group["ops"]) == sorted(gathers) and group["count"] == len(gathers) == 2
+    assert group["bytes"] == sum(b * runs for _, b, _, runs in gathers.values())
+    assert group["source"] is not None and group["parameter"] is None
+    assert f"{unplaced[0]} at line {constraint_line}" in group["message"]
 
     m = module.mesh()
     x = module.spec(m, (2048, 4096), P("data", None))
