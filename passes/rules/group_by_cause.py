@@ -144,7 +144,9 @@ def _mirror_keys(findings: list[Finding], arguments: Sequence[TensorInfo]) -> di
 def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
     """The parameter's finding (the shortest key path) stands for its optimizer state's; where the parameter
     has none, its first moment's stands for the others."""
-    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")), f.parameter or ""))
+    # The parameter before its optimizer state where both key paths are as short (params['a'], opt_state['a']).
+    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")),
+                                      (f.parameter or "").split("[")[0].lower().startswith("opt"), f.parameter or ""))
     if len(group) == 1:
         return first
     whose = "its optimizer state" if _key_path(first.parameter or "") == anchor else "the same parameter's state"
@@ -153,12 +155,17 @@ def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
     ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
     inputs = {pspec_text(f.parameter_sharding) for f in group if f is not first and f.parameter_sharding is not None}
     same = first.parameter_sharding is None or inputs <= {pspec_text(first.parameter_sharding)}
-    how = "the same key path, shape and layout" if same else (
-        f"the same key path and shape, given {_listed(sorted(inputs))}")
+    if same:
+        named, how = _listed(others), "the same key path, shape and layout"
+    else:  # given other layouts: each with its own output and layout
+        named, how = _listed([f"{f.parameter} (" + ", ".join(
+            ([f.subject] if f.subject and f.subject != f.parameter else [])
+            + ([f"given {pspec_text(f.parameter_sharding)}"] if f.parameter_sharding is not None else [])) + ")"
+            for f in group if f is not first and f.parameter]), "the same key path and shape"
     return first.model_copy(update={
         "count": sum(f.count for f in group), "bytes": total, "ops": ops,
         "parameters": [first.parameter, *others],
-        "message": first.message + f"; the same holds for {_listed(others)}, {whose} ({how})"})
+        "message": first.message + f"; the same holds for {named}, {whose} ({how})"})
 
 
 def group_by_cause(findings: list[Finding], arguments: Sequence[TensorInfo] = ()) -> list[Finding]:
