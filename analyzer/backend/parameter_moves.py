@@ -27,8 +27,18 @@ def matcher(pattern: str) -> re.Pattern[str]:
     return re.compile(re.escape(pattern).replace(re.escape("[*]"), r"\[(?:'\d+'|\"\d+\"|\d+)\]") + "$")
 
 
+# An argument's name and the tuple indices before its first dict key: nnx.split's (model, optimizer) state
+# is one argument, ``state[0]['embed']`` and its moments ``state[1]['opt_state'][0]['mu']['embed']``.
+_TUPLE_ROOT = re.compile(r"[^\[]*(?:\[\d+\])*(?=\[['\"])")
+
+
 def key_path(path: str) -> str:
-    """The part of an argument's path under its argument (``['w']`` of ``params['w']``)."""
+    """The part of an argument's path under its argument (``['w']`` of ``params['w']``, and of
+    ``state[0]['w']``: a tuple's index before a dict key is the argument's; a list's index with no key
+    after it, penzai's ``params[7].value``, is the parameter's own)."""
+    root = _TUPLE_ROOT.match(path)
+    if root is not None:
+        return path[root.end():]
     return path[path.find("["):] if "[" in path else path
 
 

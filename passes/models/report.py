@@ -120,7 +120,8 @@ class Collective(Model):
         default=None, description="The input the collective's operand is (traced through layout ops, one layer "
         "of a stack and loop carries in the compiled HLO), when it is one.")
     why: str | None = Field(default=None, description="Why a resharding collective runs: the op that reads "
-                            "along a sharded dimension, and what XLA does about it.")
+                            "along a sharded dimension, and what XLA does about it; for a tensor-parallel partial "
+                            "sum that closes a column/row pair, why it is the designed reduction (both weights).")
     called_from: SourceLocation | None = Field(
         default=None, description="When collectives of several call paths share this source line (a helper every "
         "projection calls): the first user frame further out where their paths part (the attention or the MLP "

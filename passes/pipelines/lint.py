@@ -31,6 +31,7 @@ from ..hlo.memory import summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
+from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
@@ -148,6 +149,8 @@ def analyze_target(
     collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
+    collectives = LINT.run("collective-origin", mark_row_parallel_sums, hlo, collectives,
+                          parameters(inputs, roundtrips))
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
     if not with_rules:
@@ -206,6 +209,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
         collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
         sliced_partial_sums=sliced_partial_sums(hlo, collectives),
+        row_parallel_sums=row_parallel_sums(hlo, collectives, parameters(inputs, roundtrips)),
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),

@@ -48,6 +48,9 @@ class RuleContext:
     # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
     # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
     sliced_partial_sums: frozenset[str] = frozenset()
+    # Partial-sum all-reduces that close a column/row tensor-parallel pair (Megatron's row-parallel
+    # reduction, by design): HLO name -> why (hlo/tensor_parallel_pairs.py).
+    row_parallel_sums: dict[str, str] = field(default_factory=dict)
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
     # Values XLA's partitioner could reshard only by replicating them, each at its line.

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..common.byte_sizes import format_bytes
+from ..common.sharding_text import pspec_text
 from ..models.report import Finding, TensorInfo
 from .table import codes_where
 
@@ -47,6 +49,12 @@ def _key(f: Finding) -> tuple[object, ...]:
     # dimension they contract, penzai's query, key and value); without a parameter, the fix text
     # tells causes apart (a gather of an input vs. an activation).
     change = (str(f.parameter_sharding), str(f.suggested_sharding)) if f.parameter else None
+    if f.parameter is None and f.constraint is not None and f.constraint.source is not None:
+        # Collectives a with_sharding_constraint causes are one cause wherever XLA placed them (a loop body's
+        # gather at the op that reads along the constrained axis, the one after the loop at the constraint's
+        # own line), when its fix is one edit of that constraint.
+        at = (f.constraint.source.file, f.constraint.source.line, str(f.constraint.sharding))
+        return (f.rule, f.severity, "constraint", at, f.fix)
     return (f.rule, f.severity, src, via, change, f.fix if f.parameter is None else None)
 
 
@@ -66,6 +74,11 @@ def _merged(group: list[Finding]) -> Finding:
         # The outputs the texts name are every layer's too (SL205's result[0].blocks[1] for blocks[*]).
         message, fix = _RESULT.sub(_pattern_of, message), fix and _RESULT.sub(_pattern_of, fix)
     others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=_natural)
+    if not parameter and first.constraint is not None:  # one constraint's collectives: the others named
+        rest = sorted((f for f in group if f is not first), key=lambda f: (-(f.bytes or 0), f.subject or ""))
+        message += "; the same constraint causes " + _listed([
+            f"{f.subject}" + (f" at line {f.source.line}" if f.source else "")
+            + (f" ({format_bytes(f.bytes)} per step)" if f.bytes else "") for f in rest])
     if parameter and others:  # several weights, one change: the finding names each
         update["parameters"] = [parameter, *others]
         message += f"; the same holds for {_listed(others)}"
@@ -119,25 +132,40 @@ def _mirror_keys(findings: list[Finding], arguments: Sequence[TensorInfo]) -> di
         message, fix = f.message, f.fix or ""
         for p in sorted(_paths(f), key=len, reverse=True):
             message, fix = message.replace(p, "*"), fix.replace(p, "*")
-        out[k] = (f.rule, f.severity, anchor, message, fix, str(f.parameter_sharding), str(f.suggested_sharding))
+        # Nor the layout each went in on: a parameter and its moments that come back on one layout are one
+        # cause whatever layouts they were given (fc1's kernel P('data'), its Adam moments P()).
+        if f.parameter_sharding is not None:
+            spec = pspec_text(f.parameter_sharding)
+            message, fix = message.replace(spec, "<input layout>"), fix.replace(spec, "<input layout>")
+        out[k] = (f.rule, f.severity, anchor, message, fix, str(f.suggested_sharding))
     return out
 
 
 def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
     """The parameter's finding (the shortest key path) stands for its optimizer state's; where the parameter
     has none, its first moment's stands for the others."""
-    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")), f.parameter or ""))
+    # The parameter before its optimizer state where both key paths are as short (params['a'], opt_state['a']).
+    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")),
+                                      (f.parameter or "").split("[")[0].lower().startswith("opt"), f.parameter or ""))
     if len(group) == 1:
         return first
     whose = "its optimizer state" if _key_path(first.parameter or "") == anchor else "the same parameter's state"
     others = [f.parameter for f in group if f is not first and f.parameter]
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
     ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
+    inputs = {pspec_text(f.parameter_sharding) for f in group if f is not first and f.parameter_sharding is not None}
+    same = first.parameter_sharding is None or inputs <= {pspec_text(first.parameter_sharding)}
+    if same:
+        named, how = _listed(others), "the same key path, shape and layout"
+    else:  # given other layouts: each with its own output and layout
+        named, how = _listed([f"{f.parameter} (" + ", ".join(
+            ([f.subject] if f.subject and f.subject != f.parameter else [])
+            + ([f"given {pspec_text(f.parameter_sharding)}"] if f.parameter_sharding is not None else [])) + ")"
+            for f in group if f is not first and f.parameter]), "the same key path and shape"
     return first.model_copy(update={
         "count": sum(f.count for f in group), "bytes": total, "ops": ops,
         "parameters": [first.parameter, *others],
-        "message": first.message + f"; the same holds for {_listed(others)}, {whose} (the same key path, shape "
-                                   "and layout)"})
+        "message": first.message + f"; the same holds for {named}, {whose} ({how})"})
 
 
 def group_by_cause(findings: list[Finding], arguments: Sequence[TensorInfo] = ()) -> list[Finding]:

@@ -30,6 +30,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     whose matmul's other operand each device cut from a value it holds whole
     (the weight alone is sharded on the dimension the matmul contracts, not
     as the second half of a tensor-parallel pair, whose input arrives split).
+    Never the row-parallel half of a column/row pair (its input comes, through
+    elementwise ops, from a matmul whose sharded weight produced the contracted
+    dimension, and the sum returns to the pair's input width): Megatron's
+    designed reduction, whatever its size; its collective says so in `why`.
 
     Why is this bad
     ---------------
@@ -62,7 +66,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     sizes = dict(ctx.signature.mesh.axes)
     for c in ctx.collectives:
         found = ctx.partial_sum_operands.get(c.hlo_name)
-        if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights:
+        # The row-parallel half of a column/row pair (Megatron's) sums by design, whatever its size: its
+        # collective carries why (hlo/tensor_parallel_pairs.py).
+        if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights \
+                or c.hlo_name in ctx.row_parallel_sums:
             continue
         operand, weight_index = found
         weight, served = parameter_of(ctx, c)
