@@ -5,11 +5,12 @@ of that argument's dimensions (or nowhere: replicated over it); moved *between
 arguments*, the axis also leaves every other argument it was on. An argument that
 carries none of the free axes also gets all of them on each one dimension (the layout
 that spreads it over the most devices, which lint's SL203 fix compiles for a replicated
-argument), so suggest compiles the fix lint would print. This is the local
-search a person does by hand (the value array sharded on the wealth axis its
-interpolation reads, moved to its preference-type axis), and ``suggest`` compiles
-the moves and keeps the best as one of its versions, so what it suggests is never
-worse than the best single move it tried.
+argument), and a dimension's group of two free axes or more also moves whole to another
+dimension or off (the move lint's SL206 fix compiles for an unevenly split dimension), so suggest
+compiles the fix lint would print. This is the local search a person does by hand (the
+value array sharded on the wealth axis its interpolation reads, moved to its preference-type
+axis), and ``suggest`` compiles the moves and keeps the best as one of its versions, so
+what it suggests is never worse than the best single move it tried.
 
 Each move is a single move as lint's fix checks compile one (backend/parameter_moves.py): the
 argument with the optimizer state that mirrors it, and the state that comes back returned in the
@@ -98,6 +99,18 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                     across = {x.index: own, **{y.index: _without(base[y.index], axis) for y in others}}
                     off = f"{axis!r} off {', '.join(y.path for y in others)}"
                     add(f"{change}, {off}" if own != base[x.index] else f"{off} (kept on {x.path})", across)
+        # A dimension written with two free axes or more: the group moved whole to another dimension it
+        # divides, or dropped (lint's SL206 fix moves P(('data', 'model')) to P(None, ('data', 'model'))),
+        # which moving one axis at a time never reaches.
+        for dim, axes in enumerate(base[x.index]):
+            group = [a for a in axes if a in free_axes]
+            if len(group) < 2:
+                continue
+            for to in [None, *(d for d in range(len(x.shape)) if d != dim)]:
+                own = [[a for a in on if a not in group] for on in base[x.index]]
+                if to is not None:
+                    own[to] = [*own[to], *group]  # the group as written: its order is the devices' order
+                add(f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}", {x.index: own})
         # An argument replicated over two free axes or more: all of them on one dimension, the layout
         # that spreads it over the most devices, as lint's SL203 fix tries it on each dimension.
         if len(free_axes) > 1 and not any(axis in axes for axes in base[x.index] for axis in free_axes):

@@ -3,6 +3,8 @@
 with its Adam moments and returned in that layout. Both report the figures XLA compiles that layout
 to here, with jax.jit: memory_analysis()'s peak, and the collectives of the compiled text plus the
 state the next step reshards on entry (an output whose compiled sharding is not its input's).
+And a dimension's group of mesh axes moved whole (SL206's fix, P(('data', 'model')) -> P(None, ('data',
+'model'))): suggest's single moves reach it, so suggest chooses lint's fix, with XLA's figures.
 """
 
 import json
@@ -11,12 +13,13 @@ import re
 
 import jax
 import pytest
-from hlo_oracle import xla_peak
+from hlo_oracle import collectives_per_step, xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
 SCRIPT = os.path.join("fixtures", "scripts", "single_move_adam.py")
+UNEVEN = os.path.join("fixtures", "scripts", "sl206_propagated_uneven_sharding.py")
 # The all-reduce of x @ w1's partial sums is 1 MiB per device: under SL103's default minimum.
 SMALL = ("--threshold", "partial-sum-min-bytes=512KiB")
 
@@ -33,7 +36,6 @@ def checking(monkeypatch):
 
 def _module():
     return script_module(SCRIPT, "_single_move_adam")
-
 
 
 def _bytes(shape, dtype) -> int:
@@ -103,3 +105,21 @@ def test_lint_fix_and_suggest_single_move_are_one_program_with_xlas_figures(cli,
     # And suggest's row prints lint's check of it, word for word.
     cost = f["fix"].split("(checked: ", 1)[1].rstrip(")")
     assert f"(as lint checks it: {cost})" in move["description"]
+
+
+def test_suggest_moves_a_group_of_axes_whole_to_lints_sl206_fix_with_xlas_figures(cli, checking):
+    lint = _run(cli, "lint", UNEVEN, "--target", "padded", "--fail-on", "never")
+    [f] = [f for f in lint["findings"] if f["rule"] == "SL206"]
+    assert f["fix"].startswith("shard x as P(None, ('data', 'model')) instead of P(('data', 'model'))"), f["fix"]
+    suggest = _run(cli, "suggest", UNEVEN, "--target", "padded")
+    assert [(a["path"], a["suggested"]) for a in suggest["arguments"]] == [("x", [[], ["data", "model"]])]
+    chosen = next(v for v in suggest["versions"] if v["name"] == suggest["chosen"])
+    module = script_module(UNEVEN, "_single_move_uneven")
+    m = module.mesh()
+    compiled = jax.jit(module.padded).lower(module.spec(m, (16, 8192), P(None, ("data", "model")))).compile()
+    collectives = sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
+    assert chosen["peak_bytes"] == xla_peak(compiled) == f["fix_check"]["peak_bytes_after"]
+    assert chosen["collective_bytes"] == chosen["traffic_bytes"] == collectives == f["fix_check"]["traffic_bytes_after"]
+    # Better than the program as written on both figures.
+    written = next(v for v in suggest["versions"] if v["name"] == "written")
+    assert chosen["peak_bytes"] < written["peak_bytes"] and chosen["traffic_bytes"] < written["traffic_bytes"]

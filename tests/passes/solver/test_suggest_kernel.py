@@ -139,3 +139,21 @@ def test_single_moves_move_one_axis_within_an_argument_and_between_arguments():
     # A fixed argument never moves; a dimension the axis does not divide is never offered.
     fixed = single_moves(inputs, {0: [[], ["d"]], 1: [["d"]]}, ("d",), {"d": 16}, {"V"})
     assert all(m.pins[0] == [[], ["d"]] for m in fixed)
+
+
+def test_single_moves_move_a_dimensions_group_of_axes_whole():
+    # x P(('data', 'model')): moving one axis at a time never reaches P(None, ('data', 'model')), lint's SL206 fix.
+    inputs = (_info(0, "x", (16, 8192), [["data", "model"], []]),)
+    sizes = {"data": 4, "model": 2}
+    moves = single_moves(inputs, {0: [["data", "model"], []]}, ("data", "model"), sizes, set())
+    pins = [m.pins[0] for m in moves]
+    assert [[], ["data", "model"]] in pins  # the group whole, in its written order
+    assert [[], []] in pins  # the group dropped
+    assert "x: P(('data', 'model')) -> P(None, ('data', 'model'))" in [m.description for m in moves]
+    # A dimension the group does not divide is never offered; a fixed axis stays where it is written.
+    assert all(p != [["data", "model"], []] for p in pins)
+    narrow = single_moves((_info(0, "x", (16, 6), [["data", "model"], []]),), {0: [["data", "model"], []]},
+                          ("data", "model"), sizes, set())
+    assert [[], ["data", "model"]] not in [m.pins[0] for m in narrow]
+    held = single_moves(inputs, {0: [["data", "model"], []]}, ("data",), sizes, set())
+    assert all("model" in p[0] for p in (m.pins[0] for m in held))
