@@ -1,11 +1,12 @@
-"""A target's sharding problem as ``suggest`` builds it: the suggest pipeline's stages
-(``passes/pipelines/suggest.py``: signature, rules, graph, problem) over the lowered program's StableHLO,
-the request read against the signature their callbacks (the mesh checked, the free axes, the fixed
-arguments); and the pipeline's solve-and-refine loop with the StableHLO edits it needs, which only the
-analyzer makes."""
+"""A target's sharding problem as ``suggest`` builds it, and lint's and check's solver fixes too: the
+suggest pipeline's stages (``passes/pipelines/suggest.py``: signature, rules, graph, problem) over the
+program's StableHLO, the free axes and the fixed arguments read against the signature their callbacks
+(the mesh checked); and the pipeline's solve-and-refine loop with the StableHLO edits it needs, which only
+the analyzer makes. suggest's request is read into these in ``commands/suggest/target.py``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -13,26 +14,11 @@ from ....passes.pipelines import suggest as pipeline
 from ....passes.pipelines.inputs import DeviceSpec
 from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, ShardyRejected
 from ...adapter import jax_adapter
-from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
 from ...errors import ShardLintInputError
-from ...executors.checked_in_tasks import Spread
 from ...platforms.performance import device_spec
 from ...supervision import isolation
-from .fixed import fixed_shardings
-
-
-@dataclass(frozen=True)
-class SuggestRequest:
-    path: str
-    targets: tuple[str, ...] = ()
-    params: tuple[str, ...] = ()
-    axes: tuple[str, ...] = ()
-    fixes: tuple[str, ...] = ()  # PATH (as written) or PATH=SPEC
-    solver: str = "auto"
-    time_limit: float = 60.0
-    # Where the versions compile: one after another here, or side by side (--jobs, --executor).
-    spread: Spread = Spread()
+from ..sharding_edits import with_entry_shardings
 
 
 @dataclass
@@ -51,15 +37,16 @@ class SuggestTarget:
     compiled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
-def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
-                   where: str) -> SuggestTarget:
-    return problem_of_text(name, jax_adapter.stablehlo_text(lowered), request, settings, declared, where, lowered)
+# Input path -> (sharding, why) of the arguments held as they are, read against the entry's signature.
+FixedShardings = Callable[[Any], dict[str, tuple[list[list[str]], str]]]
 
 
-def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Settings, declared: dict, where: str,
-                    lowered: Any = None) -> SuggestTarget:
-    """The target's sharding problem from its StableHLO text (``lowered``: the jitted program it came from,
-    for suggest's Python text; None where only the text is known: check's snapshot, lint's fix checks)."""
+def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Settings, fixed: FixedShardings,
+                    where: str, lowered: Any = None) -> SuggestTarget:
+    """The target's sharding problem from its StableHLO text over the mesh axes ``axes`` (all with more
+    than one device where empty), ``fixed`` the arguments held (``lowered``: the jitted program it came
+    from, for suggest's Python text; None where only the text is known: check's snapshot, lint's fix
+    checks)."""
     module = jax_adapter.parse_stablehlo(text)
 
     def free_axes(sig) -> tuple[str, ...]:
@@ -67,7 +54,7 @@ def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Set
         if sig.mesh.size <= 1 or not sig.mesh_name:
             raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give "
                                       "its inputs NamedShardings on a jax.make_mesh mesh)")
-        free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
+        free = tuple(axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
         for a in free:
             if a not in sizes:
                 raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
@@ -76,9 +63,7 @@ def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Set
 
     spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
     try:
-        built = pipeline.suggest_problem(module, settings.ownership(), free_axes,
-                                         lambda sig: fixed_shardings(request.fixes, declared, sig, where), spec,
-                                         settings.budget_bytes)
+        built = pipeline.suggest_problem(module, settings.ownership(), free_axes, fixed, spec, settings.budget_bytes)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
     except ResultNotATensor as e:

@@ -28,6 +28,10 @@ from ....passes.pipelines import suggest as pipeline
 from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem, time_resolution
 from ... import __version__
 from ...adapter import jax_adapter
+from ...backend.advice.moves import NAME as NAME_MOVE
+from ...backend.advice.moves import best_move, single_moves
+from ...backend.advice.problem import SuggestTarget, refine
+from ...backend.advice.verdict import VersionText, best_version, verdict
 from ...backend.device_selection import platform_label
 from ...backend.fix_checks import _cost_text, measured_check, traffic_bytes
 from ...backend.out_shardings import suggest_for
@@ -45,11 +49,8 @@ from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
 from .logical import declared_logical, rule_advice
-from .moves import NAME as NAME_MOVE
-from .moves import best_move, single_moves
-from .target import SuggestRequest, SuggestTarget, refine, target_problem
-from .verdict import best_version, verdict
-from .versions import VersionText, compile_versions
+from .target import SuggestRequest, target_problem
+from .versions import compile_versions
 
 MAX_ROUNDS = 3
 SOLVERS = ("auto", "ilp", "local")
