@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.inputs import DeviceSpec
 from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, ShardyRejected
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
-from ...platforms.performance import device_spec
 from ...supervision import isolation
 from ..sharding_edits import with_entry_shardings
 
@@ -61,7 +59,7 @@ def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Setti
         isolation.phase(where, f"building the sharding problem of target {name!r}")
         return free
 
-    spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
+    spec = settings.solver_device_spec()
     try:
         built = pipeline.suggest_problem(module, settings.ownership(), free_axes, fixed, spec, settings.budget_bytes)
     except ShardyRejected as e:

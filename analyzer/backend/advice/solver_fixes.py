@@ -38,7 +38,6 @@ from ....passes.pipelines.suggest import pins as plan_pins
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
-from ...platforms.performance import device_spec
 from ...supervision import isolation
 from ..fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
 from ..parameter_moves import listed, mirrors
@@ -253,7 +252,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
         target = problem_of_text(report.name, text, (), settings, lambda _sig: {}, where)
     except ShardLintInputError:
         return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
-    spec = settings.device_spec() or device_spec("cpu")
+    spec = settings.solver_device_spec()
     base = (report.memory.peak_bytes, traffic_bytes(report, sig))
     counter = CompileCounter(progress, report.name)
     findings = list(report.findings)

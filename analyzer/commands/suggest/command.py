@@ -41,7 +41,6 @@ from ...context.config import Settings
 from ...context.display_paths import relativize
 from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread
-from ...platforms.performance import device_spec
 from ...supervision import isolation
 from .fixed import declared_fixed
 from .in_shardings import abstract_inputs_text, check_abstract_inputs, jit_options_text
@@ -169,7 +168,7 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
     compiled; the fastest that fits is the solver's version. When none fits, the
     arguments' budget is lowered by the smallest excess and the loop run again."""
     budget = settings.budget_bytes
-    spec = settings.device_spec() or device_spec("cpu")
+    spec = settings.solver_device_spec()
     arg_budget, rounds = budget, 0
     say = request.spread.say or (lambda _msg: None)
     while True:
@@ -212,7 +211,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
-    resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig.num_partitions)
+    resolution = time_resolution(settings.solver_device_spec(), t.sig.num_partitions)
     refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
     solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
     arg_pins, res_pins = kept.arg_pins, kept.res_pins
@@ -278,7 +277,7 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first "
                      "step does not reshard it")
     return SuggestReport(
-        name=name, platform=platform_label(settings), device=(settings.device_spec() or device_spec("cpu")).name,
+        name=name, platform=platform_label(settings), device=settings.solver_device_spec().name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
         arguments=args, results=results,
         solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, checks),
