@@ -31,19 +31,14 @@ def without_device_selection(settings: Settings) -> Settings:
     caller's, lowered as they are): resolved as select_run_devices resolves it (a TPU slice from the
     settings' count), with no devices configured."""
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return _with_target(settings, _spec(settings), kind)
+    target = replace(with_devices(_spec(settings), settings.devices, settings.topology, kind),
+                     config_digest=file_digest(settings.target_config))
+    return replace(settings, target=target)
 
 
 def _spec(settings: Settings) -> ResolvedTarget:
     return resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
                         settings.target_config)
-
-
-def _with_target(settings: Settings, spec: ResolvedTarget, device_kind: str | None) -> Settings:
-    """The settings carrying their target, made once: the spec with its devices (the label, the device
-    model) and the digest of its config file."""
-    target = with_devices(spec, settings.devices, settings.topology, device_kind)
-    return replace(settings, target=replace(target, config_digest=file_digest(settings.target_config)))
 
 
 def select_run_devices(settings: Settings) -> tuple[Settings, list]:
@@ -73,7 +68,9 @@ def select_run_devices(settings: Settings) -> tuple[Settings, list]:
     if settings.platform == "gpu" and not chosen:  # no GPU: said by check_gpu_platform, nothing to resolve
         return settings, run_devices.selected()
     device_kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return _with_target(settings, spec, device_kind), run_devices.selected()
+    target = replace(with_devices(spec, settings.devices, settings.topology, device_kind),
+                     config_digest=file_digest(settings.target_config))
+    return replace(settings, target=target), run_devices.selected()
 
 
 # A device preset that is no compile target, and the target that compiles for it.
