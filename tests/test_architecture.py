@@ -129,17 +129,29 @@ def test_modules_stay_under_400_lines():
 
 
 def test_every_pass_module_is_in_the_catalogue():
-    """docs/passes.md is the one catalogue of passes: a module missing from it is a failure."""
+    """docs/passes.md is the one catalogue of passes: a module missing from it is a failure. A rule file
+    is named by its path, or by its code in a span (``SL201-206``) of a row that names rule files: a new
+    rule file outside every span fails, as does a span naming a rule that has no file."""
     with open(os.path.join(ROOT, "docs", "passes.md"), encoding="utf-8") as f:
         catalogue = f.read()
-    rule_file = re.compile(r"sl\d{3}_\w+\.py$")  # listed as the ranges SL101 ... SL302 and SL401 ... SL404
-    missing = []
+    rule_file = re.compile(r"sl(\d{3})_\w+\.py$")
+    missing, rule_codes = [], {}
     for path, is_package in _modules().values():
         rel = os.path.relpath(path, os.path.join(ROOT, "passes")).replace(os.sep, "/")
-        if path.startswith(os.path.join(ROOT, "passes")) and not is_package and not rule_file.search(rel):
-            if f"`{rel}`" not in catalogue:
-                missing.append(rel)
+        if not path.startswith(os.path.join(ROOT, "passes")) or is_package:
+            continue
+        if m := rule_file.search(rel):
+            rule_codes[int(m.group(1))] = rel
+        elif f"`{rel}`" not in catalogue:
+            missing.append(rel)
     assert missing == []
+    named = {code for code, rel in rule_codes.items() if f"`{rel}`" in catalogue}
+    for row in catalogue.splitlines():
+        if re.match(r"\| `rules/sl\d{3}_\w+\.py` \.\.\. ", row):
+            for first, last in re.findall(r"SL(\d{3})-(\d{3})", row):
+                named |= set(range(int(first), int(last) + 1))
+    assert sorted(set(rule_codes) - named) == [], "rule files docs/passes.md does not name (add them to a span)"
+    assert sorted(named - set(rule_codes)) == [], "codes docs/passes.md names that have no rule file"
 
 
 def _code_lists(tree: ast.AST) -> list[str]:

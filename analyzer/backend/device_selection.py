@@ -15,7 +15,7 @@ from ..platforms import devices as run_devices
 from ..platforms.gpu_targets import ACCELERATOR_TARGETS, TPU_TARGETS, target_devices
 from ..platforms.presets import find_preset
 from ..platforms.resolved_target import ResolvedTarget, resolve_spec, with_devices
-from ..platforms.tpu_targets import resolve_target, tpu_devices
+from ..platforms.tpu_targets import tpu_devices
 
 
 def platform_label(settings: Settings) -> str:
@@ -27,17 +27,18 @@ def platform_label(settings: Settings) -> str:
 
 
 def without_device_selection(settings: Settings) -> Settings:
-    """The settings with a target resolved for programs whose devices the tool does not select (``run``'s,
-    compiled by the script; a library caller's, lowered as they are): its label and its step time's
-    device model, made here once as select_run_devices makes them (a TPU slice from the settings' count)."""
-    tpu = None
-    if settings.platform in TPU_TARGETS:
-        tpu = resolve_target(settings.platform, settings.devices, settings.topology)
+    """The settings with a target resolved for programs whose devices the tool does not select (a library
+    caller's, lowered as they are): resolved as select_run_devices resolves it (a TPU slice from the
+    settings' count), with no devices configured."""
     kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    spec = ResolvedTarget(settings.platform, settings.devices, settings.topology, settings.hosts,
-                          settings.target_config, tpu=tpu)
-    target = with_devices(spec, settings.devices, settings.topology, kind)
-    return replace(settings, target=replace(target, config_digest=file_digest(settings.target_config)))
+    target = replace(with_devices(_spec(settings), settings.devices, settings.topology, kind),
+                     config_digest=file_digest(settings.target_config))
+    return replace(settings, target=target)
+
+
+def _spec(settings: Settings) -> ResolvedTarget:
+    return resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
+                        settings.target_config)
 
 
 def select_run_devices(settings: Settings) -> tuple[Settings, list]:
@@ -49,8 +50,7 @@ def select_run_devices(settings: Settings) -> tuple[Settings, list]:
         jax_adapter.configure_devices(settings.platform, settings.devices)
     except RuntimeError as e:
         raise ShardLintInputError("--devices", str(e)) from None
-    spec = resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
-                        settings.target_config)
+    spec = _spec(settings)
     if spec.gpu is not None:
         chosen = target_devices(spec.gpu, settings.devices, settings.hosts)
     elif spec.tpu is not None:
@@ -68,8 +68,8 @@ def select_run_devices(settings: Settings) -> tuple[Settings, list]:
     if settings.platform == "gpu" and not chosen:  # no GPU: said by check_gpu_platform, nothing to resolve
         return settings, run_devices.selected()
     device_kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    target = with_devices(spec, settings.devices, settings.topology, device_kind)
-    target = replace(target, config_digest=file_digest(settings.target_config))
+    target = replace(with_devices(spec, settings.devices, settings.topology, device_kind),
+                     config_digest=file_digest(settings.target_config))
     return replace(settings, target=target), run_devices.selected()
 
 

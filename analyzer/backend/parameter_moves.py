@@ -1,6 +1,6 @@
 """One definition of "a single move of a parameter", shared by lint's fix checks
-(fix_checks.py), suggest's single moves (commands/suggest/moves.py) and the solver
-fixes (commands/suggest/solver_fixes.py), so the same change is compiled as the same program
+(fix_checks.py), suggest's single moves (advice/moves.py) and the solver
+fixes (advice/solver_fixes.py), so the same change is compiled as the same program
 and measured the same by each.
 
 A move gives a parameter a new sharding, and with it the optimizer state that

@@ -20,6 +20,7 @@ from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.checked_fixes import checked_fixes
 from ..backend.checked_in_analysis import check_path
 from ..backend.device_selection import select_run_devices
 from ..backend.script_targets import load_script_targets
@@ -31,7 +32,7 @@ from ..executors.checked_in_tasks import Spread, check_paths
 from ..inputs.checked_in import kind_of, read_export, read_mlir
 from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
-from .lint import LintRequest, checked_fixes, lint
+from .lint import LintRequest, lint
 
 BASELINE_FILE = "baseline.json"
 

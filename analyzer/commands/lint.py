@@ -7,15 +7,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.models.report import LintReport, TargetReport
-from ...passes.pipelines import fix_checks as fix_check_pipeline
+from ...passes.models.report import LintReport
 from ...passes.pipelines.rule_stage import report_rules
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend.checked_fixes import checked_fixes
 from ..backend.device_selection import check_lowered_for, run_warnings
-from ..backend.fix_checks import check_fixes
 from ..backend.heap import paused_collector
-from ..backend.layout_fix_checks import check_layout_fixes
 from ..backend.script_targets import load_script
 from ..backend.side_by_side import one_compile_per_program
 from ..backend.target_analysis import analyze_lowered
@@ -23,7 +21,6 @@ from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..context.program_files import apply_run_suppressions, program_files, program_findings
 from ..supervision import isolation
-from .suggest.solver_fixes import with_solver_fixes
 
 Progress = Callable[[str], None]
 
@@ -33,18 +30,6 @@ class LintRequest:
     script: str
     targets: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
-
-
-def checked_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
-                  progress: Progress | None = None) -> TargetReport:
-    """The report with its fixes compiled and measured: the fix-check pipeline
-    (``passes/pipelines/fix_checks.py``: its stages and their order, lint's and check's), each stage's
-    compiles the analyzer's."""
-    return fix_check_pipeline.check_fixes(
-        report,
-        lambda r: check_fixes(r, text, settings, where, devices, progress),
-        lambda r: with_solver_fixes(r, text, settings, where, devices, progress),
-        lambda r: check_layout_fixes(r, text, settings, where, devices, progress))
 
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:

@@ -29,9 +29,10 @@ from typing import Any
 from ...passes.common.byte_sizes import parse_bytes
 from ...passes.models.report import Severity
 from ...passes.pipelines.catalogue import RULES, OptionKind, all_options
-from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
+from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, DeviceSpec, PassConfig
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
+from ..platforms.performance import cpu_device_spec
 from ..platforms.presets import PRESETS, find_preset
 from ..platforms.resolved_target import ResolvedTarget
 
@@ -99,6 +100,12 @@ class Settings:
         """The device model behind the step-time estimate, the resolved target's (None for GPUs it does not
         know, and for settings whose target was never resolved)."""
         return self.target.device_spec if self.target is not None else None
+
+    def solver_device_spec(self) -> DeviceSpec:
+        """The device model suggest's solver prices with (and lint's solver fixes): the resolved
+        target's, or the CPU's where it has none (a GPU the table does not know, settings whose target
+        was never resolved), so the solver always has one."""
+        return self.device_spec() or cpu_device_spec()
 
 
 @functools.lru_cache(maxsize=16)

@@ -37,6 +37,14 @@ def device_spec(name: str) -> DeviceSpec | None:
     )
 
 
+def cpu_device_spec() -> DeviceSpec:
+    """The CPU's device model (the table always has it): suggest's solver's where a target has none."""
+    spec = device_spec("cpu")
+    if spec is None:
+        raise RuntimeError("the device table has no cpu entry")
+    return spec
+
+
 # What a real GPU's device_kind says, for --platform gpu.
 _KIND_TO_SPEC = (("H200", "h200"), ("H100", "h100"), ("B200", "b200"), ("A100-SXM4-40GB", "a100-40g"),
                  ("A100 40GB", "a100-40g"), ("A100", "a100-80g"))

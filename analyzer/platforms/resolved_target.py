@@ -10,7 +10,8 @@ from ...passes.pipelines.inputs import DeviceSpec
 from .devices import selected
 from .gpu_targets import GPU_TARGETS, GpuTarget, load_target
 from .performance import spec_for_platform
-from .tpu_targets import TPU_TARGETS, TpuTarget, resolve_target
+from .presets import PRESETS
+from .tpu_targets import TPU_GENERATIONS, TPU_TARGETS, TpuTarget, resolve_target
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def resolve_spec(platform: str, devices: int, topology: str | None, hosts: int,
     chosen (and with it the device count), the memory of one device."""
     if platform in GPU_TARGETS:
         gpu = load_target(platform, target_config)
-        bundled = load_target(platform).memory_bytes if target_config else gpu.memory_bytes
+        # The bundled spec's memory is its preset's (presets.py read it from the spec once).
+        bundled = PRESETS[platform].memory_bytes if target_config else gpu.memory_bytes
         return ResolvedTarget(platform, devices, topology, hosts, target_config, gpu=gpu,
                               memory_bytes=gpu.memory_bytes, bundled_memory_bytes=bundled)
     if platform in TPU_TARGETS:
@@ -58,6 +60,19 @@ def resolve_spec(platform: str, devices: int, topology: str | None, hosts: int,
         return ResolvedTarget(platform, devices, topology, hosts, target_config, tpu=tpu, memory_bytes=memory,
                               bundled_memory_bytes=memory)
     return ResolvedTarget(platform, devices, topology, hosts, target_config)
+
+
+def program_target(platform: str, devices: int, topology: str | None, hosts: int, target_config: str | None,
+                   device_kind: str | None) -> ResolvedTarget:
+    """The target of programs a script compiled itself (``run``): no devices are selected and no TPU slice
+    is chosen (the program was compiled for the devices the script had), so it is the platform's alone:
+    the memory of one device (a GPU target's from its config, a TPU generation's) and the step time's
+    device model (for --platform gpu, that of the GPUs JAX sees)."""
+    gpu = load_target(platform, target_config) if platform in GPU_TARGETS else None
+    memory = gpu.memory_bytes if gpu is not None else (
+        TPU_GENERATIONS[platform].memory_bytes if platform in TPU_TARGETS else None)
+    return ResolvedTarget(platform, devices, topology, hosts, target_config, gpu=gpu, memory_bytes=memory,
+                          device_kind=device_kind, device_spec=spec_for_platform(platform, device_kind))
 
 
 def with_devices(spec: ResolvedTarget, devices: int, topology: str | None, device_kind: str | None) -> ResolvedTarget:

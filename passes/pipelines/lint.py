@@ -38,8 +38,7 @@ from ..propagation.propagated_padding import PropagatedPadding, propagated_padde
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
-from ..rules.output_reshards import claim_output_reshards
-from ..rules.sl201_output_sharding_mismatch import explain_outputs
+from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
 from ..rules.table import codes_where
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
@@ -87,6 +86,8 @@ LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-ro
 
 # The rules that read Shardy's propagation of the module (their traits say so): it runs when one is on.
 _READ_SHARDY_PROPAGATION = codes_where(lambda t: t.reads_shardy_propagation)
+# The rules whose findings can stand for a collective XLA adds at an output (SL201 claims it): their traits.
+_BOUNDARY_COLLECTIVES = codes_where(lambda t: t.boundary_collectives)
 
 
 def read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySignature, EntrySources]:
@@ -167,7 +168,8 @@ def analyze_target(
                    collectives, memory, roundtrips)
     findings = LINT.run("explain-outputs", explain_outputs, hlo, LINT.run("rules", run_rules, ctx, config),
                         outputs, collectives)
-    findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives)
+    findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives,
+                        _BOUNDARY_COLLECTIVES)
     warnings: list[str] = []
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)

@@ -10,8 +10,8 @@ from ..models.report import Finding, RuleDoc, Severity, SourceLocation, TensorIn
 from ..models.rule_codes import Scope
 from ..rules.context import RuleContext
 from ..rules.group_by_cause import group_by_cause
-from ..rules.lost_donation import merge_lost_donations
 from ..rules.registry import Emitter
+from ..rules.sl201_output_sharding_mismatch import merge_lost_donations
 from ..rules.table import RULES, rule_docs
 from ..stablehlo.module import EntrySignature, EntrySources
 from .inputs import PassConfig

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..common.byte_sizes import format_bytes
+from ..models.process_runs import GrowingTransfer
 from ..models.report import Finding, Severity, SourceLocation, TargetReport
-from ..models.rule_codes import SL001, Code
+from ..models.rule_codes import SL001, SL401, SL402, Code
+from ..rules import sl401_replicated_device_put_multihost as sl401
+from ..rules import sl402_reduction_outside_jit as sl402
 from ..rules.registry import Emitter
 from ..rules.source_check import ProgramFindings, check_program
 from ..rules.source_parse import Parsed, parse_source
@@ -46,6 +50,34 @@ def process_rule_findings(code: Code, severities: dict[str, Severity], message: 
         return emitter.findings
 
     return RUN_WIDE.run("process-rules", emitted)
+
+
+def growing_transfer_findings(growing: list[GrowingTransfer], is_equality_check: Callable[[str], bool],
+                               severities: dict[str, Severity], disabled: frozenset[str]) -> list[Finding]:
+    """Stage 3 over the programs whose collectives grow with the process count: SL401 for JAX's check that
+    every process passed the same value (``is_equality_check`` of the program's name: which program that is,
+    the analyzer knows), SL402 for any other, each message and fix its rule file's."""
+    findings: list[Finding] = []
+    for g in growing:
+        sizes = ", ".join(f"{n} process{'es' if n > 1 else ''}: {format_bytes(b) if b else 'none'}"
+                          for n, b in g.bytes_by_processes)
+        if is_equality_check(g.program):
+            code, (message, fix) = SL401, sl401.measured_equality_check(g.kind, sizes)
+        else:
+            code, (message, fix) = SL402, sl402.measured_growth(g.program, g.kind, sizes)
+        if code.code in disabled:
+            continue
+        findings += process_rule_findings(code, severities, message, g.source, fix=fix, subject=g.program,
+                                          total_bytes=g.bytes_by_processes[-1][1])
+    return findings
+
+
+def failed_fetch_findings(processes: int, error: str, where: SourceLocation,
+                          severities: dict[str, Severity]) -> list[Finding]:
+    """Stage 3 for a script that runs as one process and fails as several fetching an array that spans
+    other processes' devices: SL402 at the user's line, its message and fix its rule file's."""
+    message, fix = sl402.measured_fetch(processes, error)
+    return process_rule_findings(SL402, severities, message, where, fix=fix)
 
 
 def suppressions_in(file: str, text: str) -> list[Suppression]:

@@ -86,7 +86,8 @@ class RuleTraits:
     # outputs, or take the layout they come back in) give its findings one recommendation (fix_checks.py).
     about_state: bool = False
     # Its findings can stand for the collectives XLA adds where an output leaves the program on another
-    # layout; an output-sharding-mismatch finding about that output claims them (output_reshards.py).
+    # layout; an output-sharding-mismatch finding about that output claims them
+    # (sl201_output_sharding_mismatch.claim_output_reshards).
     boundary_collectives: bool = False
     # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
     # runs only when a rule on reads it.

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import named_sharding_text, pspec_text
-from ..hlo.collective_origin import outputs_depending_on
+from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
-from ..models.rule_codes import SL201
+from ..models.rule_codes import SL201, SL205
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -123,3 +123,131 @@ def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tup
 RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
                    options=(OUTPUT_MISMATCH_MIN_BYTES,),
                    traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True))
+
+
+# SL201's steps after the rules (the lint pipeline runs them).
+#
+# The collectives XLA adds where an output leaves the program on another layout
+# are the SL201 finding's, not a second finding's.
+#
+# An output pinned (or propagated) to another sharding than the one the program
+# computes it in is moved at the program's end by a collective with no source
+# line (XLA adds it at the boundary): an all-gather of the state onto fewer axes,
+# say. SL101 or SL105 (the rules whose traits say ``boundary_collectives``)
+# would report that collective as a finding of its own with no line and no
+# argument, beside the SL201 finding that names the output, its input and the
+# fix. The SL201 finding stands for it (in its ``ops``); the
+# collective is not reported twice. An SL201 finding that stands for several
+# outputs (a parameter and its optimizer moments, every layer's weight) claims the
+# collectives of each; an SL101 group of boundary collectives of which only some
+# are claimed keeps the others.
+
+
+def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
+                          collectives: Iterable[Collective], claimable: frozenset[str]) -> list[Finding]:
+    """The findings with the collectives XLA adds where an output leaves on another layout claimed by the
+    SL201 finding about that output (``claimable``: the codes whose traits say ``boundary_collectives``,
+    read from the table by the lint pipeline)."""
+    index = {t.path: t.index for t in outputs}
+    state = [f for f in findings if f.rule == SL201.code and f.subject]
+    reshards = {c.hlo_name: c for c in collectives if c.intent == "reshard"}
+    at_boundary = sorted(n for n, c in reshards.items() if c.source is None)
+    if not state or not reshards:
+        return findings
+    # A collective with no line that an output depends on; or one whose result is an output, moved by
+    # copies only, whatever line its metadata names (newer XLA gives the boundary gather its operand's).
+    depends = outputs_depending_on(module, at_boundary) if at_boundary else {}
+    for k, names in outputs_returning(module, reshards).items():
+        depends[k] = sorted({*depends.get(k, []), *names})
+    claimed: dict[str, Finding] = {}
+    for f in state:
+        # A merged finding lists its outputs' paths in its ops; a single one names its output as subject.
+        for path in [f.subject or "", *(op for op in f.ops if op in index)]:
+            for name in depends.get(index.get(path, -1), []):
+                claimed.setdefault(name, f)
+    if not claimed:
+        return findings
+    ops: dict[int, list[str]] = {}
+    for name, f in claimed.items():
+        ops.setdefault(id(f), []).append(name)
+    out = []
+    for f in findings:
+        if f.rule in claimable:
+            members = f.ops or [f.subject or ""]
+            kept = [n for n in members if n not in claimed]
+            if not kept:
+                continue
+            if len(kept) < len(members):
+                f = _without_claimed(f, kept, reshards)
+        if id(f) in ops:
+            f = f.model_copy(update={"ops": sorted({*f.ops, *ops[id(f)]})})
+        out.append(f)
+    return out
+
+
+def _without_claimed(f: Finding, kept: list[str], reshards: dict[str, Collective]) -> Finding:
+    """A group of a rule with ``boundary_collectives`` (SL101, SL105) that keeps only the collectives no
+    SL201 finding claimed: its count, bytes and ops theirs; its subject the largest of them."""
+    sizes = {n: reshards[n].bytes * reshards[n].count for n in kept if n in reshards}
+    subject = f.subject if f.subject in kept else max(kept, key=lambda n: (sizes.get(n, 0), n))
+    total = sum(sizes.values()) if len(sizes) == len(kept) else f.bytes
+    return f.model_copy(update={"ops": kept if len(kept) > 1 else [], "count": len(kept), "bytes": total,
+                                "subject": subject})
+
+
+# One finding for a donated state value that comes back on another sharding.
+#
+# jit drops the donation of an input whose output comes back on another sharding
+# (its per-device buffer differs), so such a value is both an output that comes
+# back on another layout (SL201) and a donation no output reuses (SL205). It is
+# one cause with one fix, pinning the output to the input's layout, which also
+# gives XLA the donated buffer back: the SL201 finding says both, and the SL205
+# finding of that parameter is not printed a second time. With SL201 ignored,
+# SL205 stands alone.
+
+
+def lost_donation_clause(folded: list[Finding]) -> str:
+    """SL205's why, as a clause of the SL201 finding about the same values (one, or a parameter with its
+    optimizer state: one clause naming each)."""
+    # "params['w'] is donated, but no output reuses its 8.0 MiB per device"
+    lost = [f.message.split(":", 1)[0] for f in folded]
+    if len(lost) == 1:
+        said = lost[0]
+    else:
+        names = [f.parameter or "" for f in folded]
+        said = f"{', '.join(names[:-1])} and {names[-1]} are donated, but no output reuses them"
+    return (f"; {said} (SL205: jit drops the donation of an input whose output comes back on another sharding), "
+            "so the step holds both buffers")
+
+
+def _covered(f: Finding) -> list[str]:
+    return list(f.parameters) or ([f.parameter] if f.parameter else [])
+
+
+def merge_lost_donations(findings: list[Finding]) -> list[Finding]:
+    """The findings with each SL205 about a resharded output (the one whose fix pins the output to the
+    input's sharding) folded into the SL201 finding about the same parameter (or the SL201 finding that
+    stands for it with its optimizer state or its layers)."""
+    resharded = {f.parameter: f for f in findings
+                 if f.rule == SL205.code and f.suggested_sharding is not None and f.parameter}
+    owner: dict[str, int] = {}  # parameter -> the SL201 finding (its index) that covers it
+    for i, f in enumerate(findings):
+        if f.rule == SL201.code:
+            for p in _covered(f):
+                owner.setdefault(p, i)
+    folded = {p: f for p, f in resharded.items() if p in owner}
+    if not folded:
+        return findings
+    into: dict[int, list[Finding]] = {}
+    for p, f in folded.items():
+        into.setdefault(owner[p], []).append(f)
+    out = []
+    for i, f in enumerate(findings):
+        if f.rule == SL205.code and f.parameter in folded and folded[f.parameter] is f:
+            continue
+        if i in into:
+            order = {p: k for k, p in enumerate(_covered(f))}
+            merged = sorted(into[i], key=lambda g: order.get(g.parameter or "", len(order)))
+            f = f.model_copy(update={"message": f.message + lost_donation_clause(merged)})
+        out.append(f)
+    return out

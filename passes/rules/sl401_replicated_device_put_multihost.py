@@ -84,4 +84,14 @@ def _literal_replicated(sharding: ast.AST) -> bool:
         and len(sharding.args) >= 2 and is_replicated_spec(sharding.args[1])
 
 
+def measured_equality_check(kind: str, sizes: str) -> tuple[str, str]:
+    """SL401 measured by ``run --processes N`` (the run-wide pipeline's process rules): the message and fix
+    for JAX's check that every process passed the same host value, a program whose ``kind`` collectives
+    move ``sizes`` per device at each process count."""
+    return (f"device_put of a host value: JAX checks that every process passed the same value "
+            f"(multihost_utils.assert_equal, a tiled process_allgather), whose {kind} grows with the "
+            f"process count, per device: {sizes}",
+            "jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])")
+
+
 RULE = define_rule(SL401, Severity.warning, replicated_device_put)

@@ -71,4 +71,21 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
             )
 
 
+def measured_growth(program: str, kind: str, sizes: str) -> tuple[str, str]:
+    """SL402 measured by ``run --processes N`` (the run-wide pipeline's process rules): the message and fix
+    for a program compiled at the user's line whose ``kind`` collectives move more per device with more
+    processes (``sizes``: per device at each process count)."""
+    return (f"{program} compiled here moves more per device with more processes ({kind}): {sizes}",
+            "keep the value sharded: reduce it inside a jitted function and move only the result")
+
+
+def measured_fetch(processes: int, error: str) -> tuple[str, str]:
+    """SL402 measured by ``run --processes N``: the message and fix for a script that runs as one process
+    and fails as ``processes`` with ``error``, fetching an array that spans other processes' devices."""
+    return (f"fetches a sharded array that spans other processes' devices: the script fails with {processes} "
+            f"processes and runs with 1 ({error})",
+            "reduce it on the devices with a module-level jitted helper and fetch only the small result, "
+            "or gather it on purpose (multihost_utils.process_allgather)")
+
+
 RULE = define_rule(SL402, Severity.warning, reduction_outside_jit)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 
 from rich.console import Console
@@ -35,9 +36,28 @@ def step_time(seconds: float, device: str = "h100") -> StepTime:
                     sources=["vendor sheet"])
 
 
+# Where each render is written down as "COMMAND FORMAT" (set by test_renderer_coverage.py, which runs the
+# content tests and reads back the pairs they rendered).
+RENDERED_LOG = "JAX_SHARD_LINT_RENDERED_LOG"
+
+
+def _rendered(command: str, fmt: str) -> None:
+    if log := os.environ.get(RENDERED_LOG):
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{command} {fmt}\n")
+
+
+def render_cli(cli, command: str, fmt: str, *args: str):
+    """What ``jax-shard-lint COMMAND --format FMT ARGS`` prints, for the formats the command line writes
+    itself (``rules``): the cli fixture's result."""
+    _rendered(command, fmt)
+    return cli(command, "--format", fmt, *args)
+
+
 def render_text(command: str, fmt: str, model) -> str:
     """A text format (html, json, sarif, markdown) as the command line writes it."""
     assert fmt in RENDERERS[command], f"{command} has no {fmt} renderer"
+    _rendered(command, fmt)
     return renderer(command, fmt)(model)
 
 
@@ -45,6 +65,7 @@ def render_terminal(command: str, model, width: int = 250, **extra) -> str:
     """The terminal report, drawn without colour on a console wide enough that no name wraps."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, no_color=True, force_terminal=False, highlight=False)
+    _rendered(command, "terminal")
     renderer(command, "terminal")(model, console, **extra)
     return buffer.getvalue()
 

@@ -38,7 +38,6 @@ from jax_shard_lint.passes.models.report import (
 )
 
 COMMANDS = ("lint", "run", "check")
-COVERS = {(c, f) for c in COMMANDS for f in ("terminal", "json", "html", "sarif", "markdown")}
 TARGET = f"step {HOSTILE}"
 
 

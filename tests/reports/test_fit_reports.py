@@ -12,8 +12,6 @@ from report_samples import (
 
 from jax_shard_lint.analyzer.commands.fit import FitResult, Probe
 
-COVERS = {("fit", "terminal"), ("fit", "json")}
-
 
 def result(value: int | None = 8) -> FitResult:
     probes = [Probe(value=4, peak_bytes=3 * MiB, fits=True), Probe(value=16, peak_bytes=9 * MiB, fits=False),

@@ -15,7 +15,6 @@ from report_samples import (
 
 from jax_shard_lint.passes.models.gate import GateResult, GateRow, GateThresholds
 
-COVERS = {("gate", f) for f in ("terminal", "markdown", "json")}
 TARGET = f"step {HOSTILE}"
 
 

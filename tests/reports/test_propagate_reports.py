@@ -27,7 +27,6 @@ from jax_shard_lint.passes.models.propagation import (
     ShardyAgreement,
 )
 
-COVERS = {("propagate", f) for f in ("terminal", "json", "html", "markdown")}
 TARGET = f"step {HOSTILE}"
 
 

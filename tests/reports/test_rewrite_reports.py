@@ -28,7 +28,6 @@ from jax_shard_lint.passes.models.rewrite import (
     Validation,
 )
 
-COVERS = {("rewrite", f) for f in ("terminal", "json", "html", "markdown")}
 TARGET = f"step {HOSTILE}"
 
 

@@ -5,10 +5,11 @@ import os
 import re
 
 from conftest import ROOT
+from report_samples import render_cli
 
 
 def test_docs_rule_table_is_the_generated_one(cli):
-    result = cli("rules", "--format", "markdown")
+    result = render_cli(cli, "rules", "markdown")
     assert result.code == 0
     with open(os.path.join(ROOT, "docs", "rules.md"), encoding="utf-8") as f:
         docs = f.read()
@@ -16,6 +17,17 @@ def test_docs_rule_table_is_the_generated_one(cli):
                   docs, re.S)
     assert m, "docs/rules.md has no generated rule table"
     assert m.group(1) == result.out, "docs/rules.md's table is stale: run python3 docs/generate_rules_table.py"
+
+
+def test_the_terminal_list_names_every_rule_with_its_severity(cli, monkeypatch):
+    from jax_shard_lint.passes.rules.table import rule_docs
+
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that no name wraps
+    result = render_cli(cli, "rules", "terminal")
+    assert result.code == 0 and "jax-shard-lint rules" in result.out
+    rows = {line.split("│")[1].strip(): line for line in result.out.splitlines() if re.match(r"│ SL\d{3} ", line)}
+    for d in rule_docs():
+        assert d.name in rows[d.code] and f" {d.severity.value} " in rows[d.code], d.code
 
 
 def test_every_rule_is_a_row_once():

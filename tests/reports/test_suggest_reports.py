@@ -28,7 +28,6 @@ from jax_shard_lint.passes.models.suggest import (
     Version,
 )
 
-COVERS = {("suggest", f) for f in ("terminal", "json", "html", "markdown")}
 TARGET = f"step {HOSTILE}"
 
 

@@ -21,7 +21,6 @@ from report_samples import (
 from jax_shard_lint.passes.models.report import Collective
 from jax_shard_lint.passes.models.sweep import CandidateRun, SweepCandidate, SweepExecution, SweepRun
 
-COVERS = {("sweep", f) for f in ("terminal", "json", "html", "markdown")}
 FAST = f"mesh_shape=(4, 2) / {HOSTILE}"
 OVER = "mesh_shape=(8, 1) / step"
 

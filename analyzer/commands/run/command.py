@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
-from ....passes.pipelines.inputs import CompiledFacts, PassConfig
+from ....passes.pipelines.inputs import CompiledFacts
 from ....passes.pipelines.lint import analyze_target, program_call_site
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.xla_reports import MemoryStats, stats_from_buffer_assignment
@@ -34,8 +34,7 @@ from ...context.display_paths import relativize
 from ...context.program_files import apply_run_suppressions, program_files, program_findings
 from ...errors import ShardLintInputError
 from ...inputs.files import read_text_if_present as _read
-from ...platforms.performance import spec_for_platform
-from ...platforms.target_memory import target_memory
+from ...platforms.resolved_target import program_target
 from ...supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
@@ -143,11 +142,11 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     platform = f"as run ({compiled_for})"
     if compiled_for.startswith("tpu") and settings.platform != compiled_for:
         # The step time and the budget are the chip's the program was compiled for, not the host's.
-        settings = with_own_budget(replace(
+        settings = as_run(replace(
             settings, platform=compiled_for,
             budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes))
     memory, warnings = _memory(hlo_path, hlo_text or "", compiled_for, buffers, request)
-    config = _config_as_run(settings)
+    config = settings.pass_config
     report = None
     if mlir_path:
         try:
@@ -211,28 +210,26 @@ def only_pattern(request: RunRequest) -> re.Pattern | None:
         raise ShardLintInputError("--only", f"not a regular expression: {e}") from None
 
 
-def with_own_budget(settings: Settings) -> Settings:
-    """Without --budget or --device, the memory of one device of the platform: run selects no devices and
-    resolves no compile target (the script compiled its programs), so its budget is made here."""
+def as_run(settings: Settings) -> Settings:
+    """The settings with the target of programs the script compiled (resolved_target.program_target: run
+    selects no devices), made once: the step time's device model, and without --budget or --device, the
+    memory of one device of the platform as the budget."""
+    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
+    target = program_target(settings.platform, settings.devices, settings.topology, settings.hosts,
+                            settings.target_config, kind)
+    settings = replace(settings, target=target)
     if settings.budget_bytes is not None:
         return settings
-    budget = target_memory(settings.platform, settings.target_config)
-    return replace(settings, budget_bytes=budget, budget_source=settings.platform if budget is not None else None)
-
-
-def _config_as_run(settings: Settings) -> PassConfig:
-    """The rules' configuration for programs the script compiled: no target is resolved for them (run
-    selects no devices), so the step time's device model is the platform's they were compiled for."""
-    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    return replace(settings.pass_config, device_spec=spec_for_platform(settings.platform, kind))
+    return replace(settings, budget_bytes=target.memory_bytes,
+                   budget_source=settings.platform if target.memory_bytes is not None else None)
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
                    request: RunRequest) -> tuple[list[TargetReport], list[str]]:
     """The dumped programs' reports (one per program and call site, recompilations counted), named
     uniquely, and the programs left out with why."""
-    settings = with_own_budget(settings)
     jax_adapter.configure_devices(settings.platform, settings.devices)
+    settings = as_run(settings)  # after the devices are configured: a GPU's kind is asked of JAX
     skipped, reports = [], []
     by_key: dict[tuple, TargetReport] = {}
     for name, hlo_path, mlir_path in programs:

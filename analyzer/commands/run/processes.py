@@ -20,12 +20,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ....passes.common.byte_sizes import format_bytes
 from ....passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
 from ....passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
-from ....passes.models.rule_codes import SL401, SL402
+from ....passes.models.rule_codes import SL402
 from ....passes.pipelines.rule_stage import report_rules
-from ....passes.pipelines.run_wide import process_rule_findings
+from ....passes.pipelines.run_wide import failed_fetch_findings, growing_transfer_findings
 from ... import __version__
 from ...adapter import jax_adapter
 from ...context.config import Settings
@@ -156,11 +155,7 @@ def _fetch_findings(runs: list[ProcessCountRun], failed_at: dict[int, SourceLoca
     for run in runs[1:]:
         where = failed_at.get(run.processes)
         if run.error and _NON_ADDRESSABLE in run.error and where is not None:
-            return process_rule_findings(
-                SL402, settings.severities, f"fetches a sharded array that spans other processes' devices: the "
-                f"script fails with {run.processes} processes and runs with 1 ({run.error})", where,
-                fix="reduce it on the devices with a module-level jitted helper and fetch only the small result, "
-                "or gather it on purpose (multihost_utils.process_allgather)")
+            return failed_fetch_findings(run.processes, run.error, where, settings.severities)
     return []
 
 
@@ -181,28 +176,6 @@ def _growing(sizes: dict[tuple[str, str], dict[int, int]], counts: list[int], si
             out.append(GrowingTransfer(source=report.call_site, program=key[1], kind=", ".join(kinds),
                                        bytes_by_processes=series))
     return out
-
-
-def _growth_findings(growing: list[GrowingTransfer], settings: Settings) -> list[Finding]:
-    findings = []
-    for g in growing:
-        sizes = ", ".join(f"{n} process{'es' if n > 1 else ''}: {format_bytes(b) if b else 'none'}"
-                          for n, b in g.bytes_by_processes)
-        if g.program.endswith(_ALLGATHER_PROGRAM):
-            code = SL401
-            message = (f"device_put of a host value: JAX checks that every process passed the same value "
-                       f"(multihost_utils.assert_equal, a tiled process_allgather), whose {g.kind} grows with the "
-                       f"process count, per device: {sizes}")
-            fix = "jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])"
-        else:
-            code = SL402
-            message = f"{g.program} compiled here moves more per device with more processes ({g.kind}): {sizes}"
-            fix = "keep the value sharded: reduce it inside a jitted function and move only the result"
-        if code.code in settings.ignore:
-            continue
-        findings += process_rule_findings(code, settings.severities, message, g.source, fix=fix, subject=g.program,
-                                          total_bytes=g.bytes_by_processes[-1][1])
-    return findings
 
 
 def _same_place(a: Finding, b: Finding) -> bool:
@@ -255,7 +228,9 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
         runs.append(ProcessCountRun(processes=n, devices_per_process=total // n, exit_code=code, error=error,
                                     timed_out=timed_out, wall_seconds=round(wall, 2), per_process=figures))
     growing = _growing(sizes, counts, sites)
-    measured = _growth_findings(growing, settings) + _fetch_findings(runs, failed_at, settings)
+    measured = growing_transfer_findings(growing, lambda program: program.endswith(_ALLGATHER_PROGRAM),
+                                         settings.severities, settings.ignore)
+    measured += _fetch_findings(runs, failed_at, settings)
     static = [f for f in analysis.findings if not any(_same_place(f, m) for m in measured)]
     targets, run_findings = apply_run_suppressions(targets, list(program.files), settings, report_unused=False,
                                                    extra=static + measured)

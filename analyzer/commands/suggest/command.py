@@ -29,6 +29,10 @@ from ....passes.pipelines import suggest as pipeline
 from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem, time_resolution
 from ... import __version__
 from ...adapter import jax_adapter
+from ...backend.advice.moves import NAME as NAME_MOVE
+from ...backend.advice.moves import best_move, single_moves
+from ...backend.advice.problem import SuggestTarget, refine
+from ...backend.advice.verdict import VersionText, best_version, verdict
 from ...backend.device_selection import platform_label
 from ...backend.fix_checks import _cost_text, measured_check, traffic_bytes
 from ...backend.out_shardings import suggest_for
@@ -38,7 +42,6 @@ from ...context.config import Settings
 from ...context.display_paths import relativize
 from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread
-from ...platforms.performance import device_spec
 from ...supervision import isolation
 from .fixed import declared_fixed
 from .in_shardings import abstract_inputs_text, check_abstract_inputs, jit_options_text
@@ -46,11 +49,8 @@ from .in_shardings import build_text as in_text
 from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
 from .logical import declared_logical, rule_advice
-from .moves import NAME as NAME_MOVE
-from .moves import best_move, single_moves
-from .target import SuggestRequest, SuggestTarget, refine, target_problem
-from .verdict import best_version, verdict
-from .versions import SideBySide, VersionText, compile_versions
+from .target import SuggestRequest, target_problem
+from .versions import SideBySide, compile_versions
 
 MAX_ROUNDS = 3
 SOLVERS = ("auto", "ilp", "local")
@@ -179,7 +179,7 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
     compiled; the fastest that fits is the solver's version. When none fits, the
     arguments' budget is lowered by the smallest excess and the loop run again."""
     budget = settings.budget_bytes
-    spec = settings.device_spec() or device_spec("cpu")
+    spec = settings.solver_device_spec()
     arg_budget, rounds = budget, 0
     say = request.spread.say or (lambda _msg: None)
     while True:
@@ -236,7 +236,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
-    resolution = time_resolution(settings.device_spec() or device_spec("cpu"), t.sig)
+    resolution = time_resolution(settings.solver_device_spec(), t.sig)
     state = {rt.output.index: rt.input.index for rt in t.state}
     written = {x.index: x.sharding for x in t.sig.inputs if x.sharding is not None}
     wanted = []
@@ -306,7 +306,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first "
                      "step does not reshard it")
     return SuggestReport(
-        name=name, platform=platform_label(settings), device=(settings.device_spec() or device_spec("cpu")).name,
+        name=name, platform=platform_label(settings), device=settings.solver_device_spec().name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
         arguments=args, results=results,
         solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, checks),

@@ -1,24 +1,15 @@
-"""A target's sharding problem as ``suggest`` builds it: the suggest pipeline's stages
-(``passes/pipelines/suggest.py``: signature, rules, graph, problem) over the lowered program's StableHLO,
-the request read against the signature their callbacks (the mesh checked, the free axes, the fixed
-arguments); and the pipeline's solve-and-refine loop with the StableHLO edits it needs, which only the
-analyzer makes."""
+"""suggest's request (the script, its targets, the mesh axes, the arguments held) and a target's sharding
+problem read from it: the problem itself is ``backend/advice/problem.py``'s, which lint's and check's
+solver fixes build too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
 
-from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.inputs import DeviceSpec
-from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, ShardyRejected
 from ...adapter import jax_adapter
-from ...backend.sharding_edits import with_entry_shardings
+from ...backend.advice.problem import SuggestTarget, problem_of_text
 from ...context.config import Settings
-from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread
-from ...platforms.performance import device_spec
-from ...supervision import isolation
 from .fixed import fixed_shardings
 
 
@@ -35,66 +26,9 @@ class SuggestRequest:
     spread: Spread = Spread()
 
 
-@dataclass
-class SuggestTarget:
-    name: str
-    lowered: Any
-    text: str
-    module: Any
-    sig: Any
-    problem: ShardingProblem
-    fixed: dict[str, tuple[list[list[str]], str]]  # argument path -> (sharding, why)
-    state: tuple  # RoundTrips: the outputs that are inputs coming back
-    graph: ShardingGraph  # the graph the problem was built from (its tensor ids are the refine loop's)
-    ownership: Any
-    # StableHLO text -> (Version, report) of each program compiled for this target so far.
-    compiled: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    # In this process on several cores: the versions compiled side by side (versions.SideBySide), else None.
-    side_by_side: Any = None
-
-
 def target_problem(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
                    where: str) -> SuggestTarget:
-    return problem_of_text(name, jax_adapter.stablehlo_text(lowered), request, settings, declared, where, lowered)
-
-
-def problem_of_text(name: str, text: str, request: SuggestRequest, settings: Settings, declared: dict, where: str,
-                    lowered: Any = None) -> SuggestTarget:
-    """The target's sharding problem from its StableHLO text (``lowered``: the jitted program it came from,
-    for suggest's Python text; None where only the text is known: check's snapshot, lint's fix checks)."""
-    module = jax_adapter.parse_stablehlo(text)
-
-    def free_axes(sig) -> tuple[str, ...]:
-        sizes = dict(sig.mesh.axes)
-        if sig.mesh.size <= 1 or not sig.mesh_name:
-            raise ShardLintInputError(where, f"target {name!r} has no mesh of several devices to shard over (give "
-                                      "its inputs NamedShardings on a jax.make_mesh mesh)")
-        free = tuple(request.axes) or tuple(a for a, n in sig.mesh.axes if n > 1)
-        for a in free:
-            if a not in sizes:
-                raise ShardLintInputError("--axes", f"no mesh axis {a!r} (mesh: {', '.join(sizes)})")
-        isolation.phase(where, f"building the sharding problem of target {name!r}")
-        return free
-
-    spec = cast(DeviceSpec, settings.device_spec() or device_spec("cpu"))  # the cpu entry is in the table
-    try:
-        built = pipeline.suggest_problem(module, settings.ownership(), free_axes,
-                                         lambda sig: fixed_shardings(request.fixes, declared, sig, where), spec,
-                                         settings.budget_bytes)
-    except ShardyRejected as e:
-        raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
-    except ResultNotATensor as e:
-        raise ShardLintInputError(where, f"target {name!r}: result {e.index} is not a tensor value") from e
-    return SuggestTarget(name, lowered, text, module, built.signature, built.problem, built.fixed, built.state,
-                         built.graph, settings.ownership())
-
-
-def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec) -> Refined:
-    """The suggest pipeline's solve-and-refine loop over the target: each plan checked by propagating its
-    shardings over the module with them pinned (the entry's attributes edited, the text parsed again)."""
-
-    def repinned(arguments: dict[int, list[list[str]]], results: dict[int, list[list[str]]]):
-        return jax_adapter.parse_stablehlo(with_entry_shardings(t.module, results, t.sig.mesh_name, arguments))
-
-    return pipeline.refine(problem, t.graph, repinned, t.ownership, method, time_limit, spec)
-
+    """The problem of a lowered target over the request's axes, its --fix arguments and the script's
+    ``shard_lint_fixed()`` held."""
+    return problem_of_text(name, jax_adapter.stablehlo_text(lowered), request.axes, settings,
+                           lambda sig: fixed_shardings(request.fixes, declared, sig, where), where, lowered)

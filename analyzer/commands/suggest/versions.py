@@ -12,12 +12,11 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
-from ....passes.pipelines.rewrite import program_figures
 from ...adapter import jax_adapter
+from ...backend.advice.verdict import VersionText, measured_version
 from ...backend.cached_analysis import analysis_cache, cached_report, key_parts, placed
 from ...backend.checked_in_analysis import analyze_text
 from ...backend.side_by_side import CompileCounter, outcome
@@ -26,13 +25,6 @@ from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread, check_paths
 from ...inputs.files import is_plain_file_name
 from ...supervision import isolation
-
-
-@dataclass(frozen=True)
-class VersionText:
-    name: str
-    description: str
-    text: str
 
 
 def compile_versions(target: str, num_partitions: int, versions: list[VersionText], settings: Settings, devices,
@@ -74,7 +66,8 @@ def _compile_unique(target: str, num_partitions: int, versions: list[VersionText
         results = check_paths(paths, settings, spread, what="compiled")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return [_measured(v, r.reports[0] if r.reports else None, r.error, settings) for v, r in zip(versions, results)]
+    return [measured_version(v, r.reports[0] if r.reports else None, r.error, settings)
+            for v, r in zip(versions, results)]
 
 
 def _compile_here(target: str, num_partitions: int, v: VersionText, settings: Settings, devices,
@@ -93,23 +86,8 @@ def _compile_here(target: str, num_partitions: int, v: VersionText, settings: Se
                                                     with_reports=False, optimize_machine_code=False,
                                                     with_rules=False)[0])
     except ShardLintInputError as e:
-        return _measured(v, None, e.problem, settings)
-    return _measured(v, report, None, settings)
-
-
-def _measured(v: VersionText, report: TargetReport | None, error: str | None,
-              settings: Settings) -> tuple[Version, TargetReport | None]:
-    if report is None:
-        return Version(name=v.name, description=v.description, peak_bytes=None, fits=None, collective_bytes=None,
-                       collective_count=None, estimated_seconds=None, error=error or "no report"), None
-    facts = program_figures(report)
-    budget = settings.budget_bytes
-    return Version(
-        name=v.name, description=v.description, peak_bytes=facts.peak_bytes,
-        fits=None if budget is None else facts.peak_bytes <= budget, collective_bytes=facts.collective_bytes,
-        collective_count=sum(c.count for c in facts.collectives),
-        estimated_seconds=facts.time.seconds if facts.time else None,
-    ), report
+        return measured_version(v, None, e.problem, settings)
+    return measured_version(v, report, None, settings)
 
 
 class SideBySide:

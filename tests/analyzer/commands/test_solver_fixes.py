@@ -1,5 +1,5 @@
 """A finding whose own fix measures no better gets suggest's layout for its arguments
-(analyzer/commands/suggest/solver_fixes.py), and lint, check and suggest give one recommendation.
+(analyzer/backend/advice/solver_fixes.py), and lint, check and suggest give one recommendation.
 
 Two classic mistakes, each a value sharded on the axis an op reads along:
 - pylcm's grid-search kernel with its value array V on the wealth axis its interpolation reads

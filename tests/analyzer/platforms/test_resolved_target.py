@@ -54,3 +54,32 @@ def test_settings_for_other_devices_hold_no_stale_target():
     assert resolved.target is target
     assert dataclasses.replace(resolved, devices=16).target is None
     assert dataclasses.replace(resolved, budget_bytes=1).target is target  # the budget is no part of the target
+
+
+def test_a_target_config_is_read_once_and_the_bundled_memory_is_the_presets(monkeypatch, tmp_path):
+    calls = []
+
+    def counted(name, config_file=None):
+        calls.append((name, config_file))
+        return gpu_targets.load_target(name, config_file)
+
+    bundled = gpu_targets.load_target("h100")
+    config = tmp_path / "smaller.txtpb"
+    config.write_text(bundled.spec_text.replace(f"device_memory_size: {bundled.memory_bytes}",
+                                                "device_memory_size: 1000000"), encoding="utf-8")
+    monkeypatch.setattr(resolved_target, "load_target", counted)
+    spec = resolve_spec("h100", 8, None, 1, str(config))
+    assert calls == [("h100", str(config))]
+    assert spec.memory_bytes == 1000000 and spec.bundled_memory_bytes == bundled.memory_bytes
+
+
+def test_runs_target_is_the_platforms_memory_and_device_model():
+    # run selects no devices: its programs' target is the platform's memory and step-time model, no slice.
+    tpu = resolved_target.program_target("tpu-v5p", 6, None, 1, None, None)
+    assert tpu.tpu is None and tpu.memory_bytes == 95 * 1024**3
+    assert tpu.device_spec == spec_for_platform("tpu-v5p")
+    h100 = resolved_target.program_target("h100", 8, None, 1, None, None)
+    assert h100.memory_bytes == PRESETS["h100"].memory_bytes and h100.device_spec == spec_for_platform("h100")
+    cpu = resolved_target.program_target("cpu", 8, None, 1, None, None)
+    assert cpu.memory_bytes is None and cpu.device_spec == spec_for_platform("cpu")
+    assert Settings(devices=8).solver_device_spec() == spec_for_platform("cpu")

@@ -317,7 +317,7 @@ def test_a_leaf_jit_prunes_keeps_its_place_in_the_pasted_text(cli):
 def test_the_verdict_compares_the_solver_with_the_chosen_version():
     """Written 16.1 ms, replicated 23.8, solver 23.9: the solver is within 1% of the replicated
     version, not of the chosen one, so it compiled slower (it once read "within 1%")."""
-    from jax_shard_lint.analyzer.commands.suggest.verdict import best_version, verdict
+    from jax_shard_lint.analyzer.backend.advice.verdict import best_version, verdict
     from jax_shard_lint.passes.models.suggest import Version
 
     def v(name, seconds, peak):

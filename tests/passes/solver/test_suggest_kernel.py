@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
-from jax_shard_lint.analyzer.commands.suggest.moves import single_moves
+from jax_shard_lint.analyzer.backend.advice.moves import single_moves
 from jax_shard_lint.passes.models.report import TensorInfo
 
 KERNEL = os.path.join("examples", "lcm_grid_search_kernel.py")

@@ -11,9 +11,10 @@ from ci_deps import require
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
+from jax_shard_lint.analyzer.backend.advice.problem import refine
 from jax_shard_lint.analyzer.backend.script_targets import load_script_targets
 from jax_shard_lint.analyzer.backend.sharding_edits import with_entry_shardings
-from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, refine, target_problem
+from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, target_problem
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms.performance import device_spec
 from jax_shard_lint.passes.pipelines.propagate import build_report

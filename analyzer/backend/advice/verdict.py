@@ -1,15 +1,44 @@
-"""Which compiled version ``suggest`` suggests, and the one line that says why."""
+"""A compiled version's figures, which version ``suggest`` suggests (lint's and check's solver fixes
+choose by the same rule), and the one line that says why."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ....passes.common.byte_sizes import format_bytes
 from ....passes.common.durations import format_seconds
+from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
+from ....passes.pipelines.rewrite import program_figures
+from ...context.config import Settings
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
 SAME_TIME = 0.01
 LESS_MEMORY = 0.9
+
+
+@dataclass(frozen=True)
+class VersionText:
+    name: str
+    description: str
+    text: str
+
+
+def measured_version(v: VersionText, report: TargetReport | None, error: str | None,
+                     settings: Settings) -> tuple[Version, TargetReport | None]:
+    """The version's figures from its compiled report (its error where none came back)."""
+    if report is None:
+        return Version(name=v.name, description=v.description, peak_bytes=None, fits=None, collective_bytes=None,
+                       collective_count=None, estimated_seconds=None, error=error or "no report"), None
+    facts = program_figures(report)
+    budget = settings.budget_bytes
+    return Version(
+        name=v.name, description=v.description, peak_bytes=facts.peak_bytes,
+        fits=None if budget is None else facts.peak_bytes <= budget, collective_bytes=facts.collective_bytes,
+        collective_count=sum(c.count for c in facts.collectives),
+        estimated_seconds=facts.time.seconds if facts.time else None,
+    ), report
 
 
 def same_time_within(seconds: float, resolution_s: float) -> float:

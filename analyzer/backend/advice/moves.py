@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from math import prod
 
 from ....passes.common.shapes import array_bytes
-from ...backend.parameter_moves import mirrors, single_move
+from ..parameter_moves import mirrors, single_move
 
 MAX_MOVES = 8
 LARGEST_ARGUMENTS = 4

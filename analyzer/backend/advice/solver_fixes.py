@@ -5,14 +5,14 @@ A rule's candidate is one guess (move the named argument's axis to another dimen
 measures no change or worse, the answer is often another layout of the same arguments, or the axis
 moved off another argument that holds it (a value array and the grid it is read at), which the rule
 does not guess. The question is then ``suggest``'s, restricted: the same sharding problem
-(``suggest.target.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
+(``advice.problem.problem_of_text``, ``passes/solver``) with the finding's arguments free (each with the
 layers and optimizer state that move with it, and the arguments holding the same mesh axes), every
 other argument and every result the program states held as written, solved and checked against
-propagation as ``suggest`` does (``suggest.target.refine``). The solver's choice, the first
-``MAX_MOVES`` single moves of a mesh axis among those arguments (``suggest.moves``), and the finding's
+propagation as ``suggest`` does (``advice.problem.refine``). The solver's choice, the first
+``MAX_MOVES`` single moves of a mesh axis among those arguments (``advice.moves``), and the finding's
 arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
 recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
-side by side, the one ``suggest``'s own rule prefers (``suggest.verdict.best_version``) is measured
+side by side, the one ``suggest``'s own rule prefers (``advice.verdict.best_version``) is measured
 through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
 written. State that comes back is returned in its new layout, as ``suggest`` pins it.
@@ -36,23 +36,21 @@ from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, re
 from ....passes.pipelines.suggest import entry_signature as read_entry_signature
 from ....passes.pipelines.suggest import pins as plan_pins
 from ...adapter import jax_adapter
-from ...backend.fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
-from ...backend.parameter_moves import listed, mirrors
-from ...backend.sharding_edits import with_entry_shardings
-from ...backend.side_by_side import CompileCounter, outcome
 from ...context.config import Settings
 from ...errors import ShardLintInputError
-from ...platforms.performance import device_spec
 from ...supervision import isolation
+from ..fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..parameter_moves import listed, mirrors
+from ..sharding_edits import with_entry_shardings
+from ..side_by_side import CompileCounter, outcome
 from .moves import single_moves
-from .target import SuggestRequest, problem_of_text, refine
-from .verdict import best_version
-from .versions import VersionText, _measured
+from .problem import problem_of_text, refine
+from .verdict import VersionText, best_version, measured_version
 
 # Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
-# solver's and at most suggest.moves.MAX_MOVES single moves), side by side.
+# solver's and at most advice.moves.MAX_MOVES single moves), side by side.
 MAX_SOLVER_FIXES = 2
-# Single moves compiled per argument set (suggest compiles up to suggest.moves.MAX_MOVES over all arguments).
+# Single moves compiled per argument set (suggest compiles up to advice.moves.MAX_MOVES over all arguments).
 MAX_MOVES = 3
 # Seconds one restricted solve may take (the problem has only the finding's arguments free).
 TIME_LIMIT = 10.0
@@ -181,7 +179,7 @@ def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, S
 
 
 def _moves(target, units: list[list[int]], report: TargetReport) -> list[tuple[str, dict[int, Sharding]]]:
-    """The single moves of a mesh axis among the units' arguments (``suggest.moves``, each unit moved as one:
+    """The single moves of a mesh axis among the units' arguments (``advice.moves``, each unit moved as one:
     its first argument's move given to the others), the rest as written; each (name, the arguments it
     changes), no two alike. At most ``MAX_MOVES``. They do not depend on the solve."""
     inputs = list(report.inputs)
@@ -251,14 +249,14 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     if sig.mesh.size <= 1 or not sig.mesh_name:
         return report
     try:
-        target = problem_of_text(report.name, text, SuggestRequest(path=where), settings, {}, where)
+        target = problem_of_text(report.name, text, (), settings, lambda _sig: {}, where)
     except ShardLintInputError:
         return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
-    spec = settings.device_spec() or device_spec("cpu")
+    spec = settings.solver_device_spec()
     base = (report.memory.peak_bytes, traffic_bytes(report, sig))
     counter = CompileCounter(progress, report.name)
     findings = list(report.findings)
-    as_written, _ = _measured(VersionText("written", "", ""), report, None, settings)
+    as_written, _ = measured_version(VersionText("written", "", ""), report, None, settings)
     # Findings about the same arguments (SL201 and SL203 on one state value) get one answer, solved once.
     answers: dict[tuple[tuple[int, ...], ...], tuple] = {}
     for k in wanted:
@@ -314,7 +312,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         compiled = [pending[_key(e)].result() for _, e in candidates]
     labels = [label(name, e) for name, e in candidates]
     versions = [as_written] + [
-        _measured(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
+        measured_version(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
                   str(r) if isinstance(r, BaseException) else None, settings)[0]
         for (name, _), r in zip(candidates, compiled)]
     best = best_version(versions, time_resolution(spec, sig))  # suggest's rule, its resolution too
