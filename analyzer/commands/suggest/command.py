@@ -192,6 +192,8 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
+        if t.side_by_side is not None and t.side_by_side.progress is not None:
+            t.side_by_side.progress.release()  # the solve has a plan: the compiles beside it are shown
         # The solve's wall time goes to stderr, not the report: the JSON is byte-identical run to run.
         say(f"{t.name}: solved in {refined.solve_seconds:.2f} s ({len(refined.plans)} plan(s))")
         pins = [(pipeline.pins(p.problem, p.solution.assignment, p.problem.arguments),
@@ -226,6 +228,10 @@ def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settin
         t.side_by_side = SideBySide(pool, name, t.sig.num_partitions, settings, devices, where, request.spread.say)
         try:
             return _suggest_target(t, request, settings, devices, where, logical)
+        except BaseException:
+            if t.side_by_side.progress is not None:
+                t.side_by_side.progress.drop()  # the error is the line to read, not the compiles given up
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # a solve that raised: what was started is not wanted
 

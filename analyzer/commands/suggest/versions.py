@@ -11,6 +11,8 @@ import functools
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ....passes.models.report import TargetReport
@@ -99,7 +101,8 @@ class SideBySide:
                  where: str, say):
         self.pool, self.target, self.num_partitions = pool, target, num_partitions
         self.settings, self.devices, self.where = settings, devices, where
-        self.counter = CompileCounter(say, target)
+        self.progress = HeldProgress(say) if say is not None else None
+        self.counter = CompileCounter(self.progress, target)
         self.futures: dict[str, Future] = {}
 
     def start(self, versions: list[VersionText], what: str) -> None:
@@ -124,3 +127,34 @@ class SideBySide:
             version, report = got
             out.append((version.model_copy(update={"name": v.name, "description": v.description}), report))
         return out
+
+
+class HeldProgress:
+    """The progress lines of the compiles started beside the solve, held until the solve has a plan
+    (``release``): a budget or an option the solve refuses is still the one line a failing command
+    writes, not the counter of compiles it abandons (``drop``)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say: Callable[[str], None] | None = say
+        self.held: list[str] | None = []  # None once released
+        self.lock = threading.Lock()
+
+    def __call__(self, msg: str) -> None:
+        with self.lock:
+            if self.held is not None:
+                self.held.append(msg)
+                return
+            say = self.say
+        if say is not None:
+            say(msg)
+
+    def release(self) -> None:
+        with self.lock:
+            held, self.held, say = self.held or [], None, self.say
+        for msg in held:
+            if say is not None:
+                say(msg)
+
+    def drop(self) -> None:
+        with self.lock:
+            self.held, self.say = None, None
