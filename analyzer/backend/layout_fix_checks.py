@@ -15,8 +15,8 @@ divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
 SL104's (a layout change XLA makes by replicating the whole value) inserts a constraint for each of the rule's
-staged layouts, in order, before the constraint that asks for the value's layout; where no such constraint is
-stated, the staged layouts are said to be advice, not compiled.
+staged layouts, in order, before the constraint (or the pinned result) that asks for the value's layout; where
+the program states that layout nowhere, the staged layouts are said to be advice, not compiled.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class _Edit:
     arguments: dict[int, list[list[str]]] = field(default_factory=dict)
     casts: dict[int, int] = field(default_factory=dict)  # result -> the argument whose dtype it is returned in
     staged: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # constraint -> layouts before it
+    staged_results: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # result -> layouts before it
 
 
 def _undoes_constraint(f: Finding) -> bool:
@@ -142,9 +143,10 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
 
 
 def _staged_edits(f: Finding, module) -> list[_Edit]:
-    """SL104's staged layouts as an edit: before the constraint that asks for the value's last layout (at the
-    finding's line, else the only one stating it), a constraint for each layout on the way, in order (what
-    ``with_sharding_constraint`` one axis at a time lowers to). None where no such constraint is stated."""
+    """SL104's staged layouts as an edit: before what asks for the value's last layout (the constraints at the
+    finding's line stating it, else the only constraint or, failing that, the only result pinned to it), a
+    constraint for each layout on the way, in order (what ``with_sharding_constraint`` one axis at a time
+    lowers to). None where nothing in the program states that layout."""
     if len(f.candidates) < 2:
         return []
     target = f.candidates[-1].sharding
@@ -155,12 +157,16 @@ def _staged_edits(f: Finding, module) -> list[_Edit]:
                and k.source.line == f.source.line
                and os.path.basename(k.source.file) == os.path.basename(f.source.file)]
     chosen = at_line or (stating if len(stating) == 1 else [])
-    if not chosen:
-        return []
+    pinned = [o.index for o in entry_signature(module).outputs
+              if len(o.shape) == rank and normalized(o.sharding, rank) == normalized(target, rank)]
     steps = [c.sharding for c in f.candidates[:-1]]
-    shown = " then ".join(pspec_text(c.sharding) for c in f.candidates)
-    return [_Edit(f"{f.subject} resharded one axis at a time: {shown}", f.fix or "",
-                  staged={k.ordinal: steps for k in chosen})]
+    change = f"{f.subject} resharded one axis at a time: " + " then ".join(pspec_text(c.sharding)
+                                                                          for c in f.candidates)
+    if chosen:
+        return [_Edit(change, f.fix or "", staged={k.ordinal: steps for k in chosen})]
+    if len(pinned) == 1 and not stating:
+        return [_Edit(change, f.fix or "", staged_results={pinned[0]: steps})]
+    return []
 
 
 def _propagated_edit(c: FixCandidate, report: TargetReport, module) -> _Edit | None:
@@ -223,8 +229,8 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
 def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]]) -> TargetReport:
     """SL104's staged layouts that could not be compiled (no constraint in the StableHLO asks for the value's
     layout, or the checks' budget is spent) said to be advice, not a checked fix."""
-    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: no constraint stating the value's "
-                                            "layout was found in the program to stage it before)"})
+    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: neither a constraint nor a "
+                                            "result stating the value's layout was found to stage it before)"})
                 if f.rule == SL104.code and len(f.candidates) > 1 and k not in planned else f
                 for k, f in enumerate(report.findings)]
     return report.model_copy(update={"findings": findings}) if findings != report.findings else report
@@ -256,7 +262,8 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
     texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
-                                               e.constraints, e.donors, e.inserted, e.casts, e.staged)
+                                               e.constraints, e.donors, e.inserted, e.casts, e.staged,
+                                               e.staged_results)
                                   for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(

@@ -62,7 +62,7 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
                + " then ".join(f"jax.sharding.reshard(..., {pspec_text([list(d) for d in stage])})"
                                for stage in stages)
                + " (or with_sharding_constraint on an Auto mesh)"
-               if staged else "no fix compiled: no layout one collective reaches was found for this change "
+               if staged else "no fix compiled: the change has no intermediate layout to make it through "
                "(advice, not checked: give the value's producer and its reader one layout)")
         candidates = [FixCandidate(value=f"staged_layout[{i}]", sharding=[list(d) for d in stage])
                       for i, stage in enumerate(stages)] if staged else None
