@@ -43,8 +43,12 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
     Change one axis at a time, each step one that a single collective makes
     (here first `P("y", "x", None)`: x moves to dimension 1, an all-to-all; then
     `P(None, ("x", "y"), None)`: y joins it, another all-to-all), with
-    `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`; or give the
-    producer and the consumer the same layout.
+    `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`. lint
+    compiles those steps (a constraint for each, before the constraint or the
+    out_shardings that asks for the layout) and shows them only when it
+    measures less traffic or a lower peak. Where the change has no layout on
+    the way, giving the producer and the consumer the same layout is advice
+    lint does not compile.
     """
     for located in ctx.involuntary_remats:
         r = located.remat
