@@ -14,6 +14,9 @@ shards, no argument behind it) edits that constraint: the gathered axes moved to
 divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
 the module, having found no output to match), so XLA can write the output into the donated buffer.
+SL104's (a layout change XLA makes by replicating the whole value) inserts a constraint for each of the rule's
+staged layouts, in order, before the constraint (or the pinned result) that asks for the value's layout; where
+the program states that layout nowhere, the staged layouts are said to be advice, not compiled.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, FixCandidate, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL204, SL205, SL206
+from ...passes.models.rule_codes import SL104, SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
 from ...passes.pipelines.stablehlo_edits import axes_off, correspond, even_alternatives, read_constraints
@@ -56,6 +59,8 @@ class _Edit:
     inserted: dict[tuple[int, int], list[list[str]]] = field(default_factory=dict)
     arguments: dict[int, list[list[str]]] = field(default_factory=dict)
     casts: dict[int, int] = field(default_factory=dict)  # result -> the argument whose dtype it is returned in
+    staged: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # constraint -> layouts before it
+    staged_results: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # result -> layouts before it
 
 
 def _undoes_constraint(f: Finding) -> bool:
@@ -106,6 +111,8 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
         # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
         # each compiled; Shardy's propagation is not run again.
         return [e for c in f.candidates if (e := _propagated_edit(c, report, module)) is not None]
+    if f.rule == SL104.code:
+        return _staged_edits(f, module)
     if f.rule == SL205.code and f.suggested_sharding is None:
         return _recast_edits(f, report)
     if f.rule == SL205.code and f.suggested_sharding is not None:
@@ -132,6 +139,33 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
                       f"pin {shown} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
                       "so XLA writes it into the donated buffer",
                       results=pins, donors=frozenset(donors))]
+    return []
+
+
+def _staged_edits(f: Finding, module) -> list[_Edit]:
+    """SL104's staged layouts as an edit: before what asks for the value's last layout (the constraints at the
+    finding's line stating it, else the only constraint or, failing that, the only result pinned to it), a
+    constraint for each layout on the way, in order (what ``with_sharding_constraint`` one axis at a time
+    lowers to). None where nothing in the program states that layout."""
+    if len(f.candidates) < 2:
+        return []
+    target = f.candidates[-1].sharding
+    rank = len(target)
+    stating = [k for k in read_constraints(module)
+               if len(k.shape) == rank and normalized(k.sharding, rank) == normalized(target, rank)]
+    at_line = [k for k in stating if f.source is not None and k.source is not None
+               and k.source.line == f.source.line
+               and os.path.basename(k.source.file) == os.path.basename(f.source.file)]
+    chosen = at_line or (stating if len(stating) == 1 else [])
+    pinned = [o.index for o in entry_signature(module).outputs
+              if len(o.shape) == rank and normalized(o.sharding, rank) == normalized(target, rank)]
+    steps = [c.sharding for c in f.candidates[:-1]]
+    change = f"{f.subject} resharded one axis at a time: " + " then ".join(pspec_text(c.sharding)
+                                                                          for c in f.candidates)
+    if chosen:
+        return [_Edit(change, f.fix or "", staged={k.ordinal: steps for k in chosen})]
+    if len(pinned) == 1 and not stating:
+        return [_Edit(change, f.fix or "", staged_results={pinned[0]: steps})]
     return []
 
 
@@ -192,6 +226,16 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
                  and normalized(o.sharding, len(o.shape)) != layout), None)
 
 
+def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]]) -> TargetReport:
+    """SL104's staged layouts that could not be compiled (no constraint in the StableHLO asks for the value's
+    layout, or the checks' budget is spent) said to be advice, not a checked fix."""
+    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: neither a constraint nor a "
+                                            "result stating the value's layout was found to stage it before)"})
+                if f.rule == SL104.code and len(f.candidates) > 1 and k not in planned else f
+                for k, f in enumerate(report.findings)]
+    return report.model_copy(update={"findings": findings}) if findings != report.findings else report
+
+
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                        progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with SL204's, SL205's, SL206's and the constraint causes' fixes compiled: the best candidate
@@ -209,6 +253,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         edits = [e for e in _edits_of(f, report, module) if e.change in unique or len(unique) < MAX_CHECKS]
         if edits:
             planned[k] = [unique.setdefault(e.change, e) for e in edits]
+    report = _uncompiled_staging(report, planned)
     if not planned:
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
@@ -217,7 +262,9 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
     texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
-                                               e.constraints, e.donors, e.inserted, e.casts) for e in ordered]
+                                               e.constraints, e.donors, e.inserted, e.casts, e.staged,
+                                               e.staged_results)
+                                  for e in ordered]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],

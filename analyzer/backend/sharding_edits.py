@@ -40,6 +40,20 @@ def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[
             value.replace_all_uses_except(constraint.result, constraint)
 
 
+def _staged_chain(module: ir.Module, op: ir.Operation, operand: int, layouts: list[list[list[str]]],
+                  mesh_name: str) -> None:
+    """A chain of new ``sdy.sharding_constraint`` ops on ``op``'s operand, before it, in order, at its source
+    location: the layout ``op`` asks for reached one layout at a time."""
+    value = op.operands[operand]
+    with module.context:
+        for sharding in layouts:
+            with ir.InsertionPoint(op), op.location:
+                value = ir.Operation.create(
+                    "sdy.sharding_constraint", results=[value.type], operands=[value],
+                    attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))}).result
+    op.operands[operand] = value
+
+
 def _cast_results(fn, casts: dict[int, int]) -> None:
     """Each result ``r`` of the entry function converted (``stablehlo.convert``, what ``.astype`` lowers to)
     to the element type of argument ``casts[r]`` before it is returned, and the function's type with it."""
@@ -62,23 +76,31 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                           constraints: dict[int, list[list[str]]] | None = None,
                           donors: frozenset[int] = frozenset(),
                           inserted: dict[tuple[int, int], list[list[str]]] | None = None,
-                          casts: dict[int, int] | None = None) -> str:
+                          casts: dict[int, int] | None = None,
+                          staged: dict[int, list[list[list[str]]]] | None = None,
+                          staged_results: dict[int, list[list[list[str]]]] | None = None) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings; ``constraints``: sharding constraints (numbered in
     the module's walk order) given new shardings; ``donors``: arguments donated
     (``jax.buffer_donor``, as jit writes a donation it leaves to XLA to match);
     ``inserted``: (an op's index in ``walk_ops`` over the functions, one of its results) -> the sharding
     a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to);
-    ``casts``: result -> the argument whose dtype it is returned in (a donation XLA can then reuse)."""
+    ``casts``: result -> the argument whose dtype it is returned in (a donation XLA can then reuse);
+    ``staged``: sharding constraint (walk order) -> the layouts new constraints state before it, in order;
+    ``staged_results``: result -> the same, before the entry function returns it."""
     edited = clone(module)
     if constraints:
         with edited.context:
             for k, op in enumerate(constraint_ops(edited)):
                 if k in constraints:
                     op.attributes["sharding"] = ir.Attribute.parse(_sdy_text(constraints[k], mesh_name))
+    for k, op in enumerate(list(constraint_ops(edited)) if staged else []):
+        _staged_chain(edited, op, 0, (staged or {}).get(k, []), mesh_name)
     if inserted:
         _insert_constraints(edited, inserted, mesh_name)
     fn = entry_function(edited)
+    for r, layouts in sorted((staged_results or {}).items()):
+        _staged_chain(edited, list(fn.regions[0].blocks[0].operations)[-1].operation, r, layouts, mesh_name)
     if casts:
         with edited.context:
             _cast_results(fn, casts)

@@ -223,7 +223,8 @@ class FixCandidate(Model):
 
     value: str = Field(description="What takes the layout: an argument's path (the argument moved, with the "
                        "optimizer state that mirrors it, and returned in that layout), or the value the finding names "
-                       "(propagated_value[op][result]: a with_sharding_constraint inserted on it).")
+                       "(propagated_value[op][result]: a with_sharding_constraint inserted on it), or one of SL104's "
+                       "staged layouts (staged_layout[i]: the value's layouts in order, the last the one asked for).")
     sharding: list[list[str]] = Field(description="The layout, axes per dimension.")
 
 

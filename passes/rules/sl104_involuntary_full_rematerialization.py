@@ -5,10 +5,10 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Severity
+from ..models.report import FixCandidate, Severity
 from ..models.rule_codes import SL104
 from .context import RuleContext
-from .registry import Emitter, RuleTraits, define_rule
+from .registry import Emitter, FixKind, RuleTraits, define_rule
 
 
 def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
@@ -43,8 +43,12 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
     Change one axis at a time, each step one that a single collective makes
     (here first `P("y", "x", None)`: x moves to dimension 1, an all-to-all; then
     `P(None, ("x", "y"), None)`: y joins it, another all-to-all), with
-    `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`; or give the
-    producer and the consumer the same layout.
+    `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`. lint
+    compiles those steps (a constraint for each, before the constraint or the
+    out_shardings that asks for the layout) and shows them only when it
+    measures less traffic or a lower peak. Where the change has no layout on
+    the way, giving the producer and the consumer the same layout is advice
+    lint does not compile.
     """
     for located in ctx.involuntary_remats:
         r = located.remat
@@ -55,18 +59,24 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
                    if r.source_sharding is not None and r.target_sharding is not None else "")
         stages = (staged_layouts(r.source_sharding, r.target_sharding)
                   if r.source_sharding is not None and r.target_sharding is not None else [])
+        # The staged layouts are a fix the fix checks compile (layout_fix_checks.py: the intermediate
+        # constraints inserted, in order, before the reader's); printed as the fix only when measured better.
+        staged = len(stages) > 1
         fix = ("reshard it one axis at a time, each step one all-to-all or slice: "
                + " then ".join(f"jax.sharding.reshard(..., {pspec_text([list(d) for d in stage])})"
                                for stage in stages)
-               + " (or with_sharding_constraint on an Auto mesh); or give its producer and reader one layout"
-               if len(stages) > 1 else "give the value's producer and its reader one layout")
+               + " (or with_sharding_constraint on an Auto mesh)"
+               if staged else "no fix compiled: the change has no intermediate layout to make it through "
+               "(advice, not checked: give the value's producer and its reader one layout)")
+        candidates = [FixCandidate(value=f"staged_layout[{i}]", sharding=[list(d) for d in stage])
+                      for i, stage in enumerate(stages)] if staged else None
         shape = f"{r.dtype}[{','.join(map(str, r.global_shape))}]"
         out.emit(
             f"XLA cannot reshard {shape}{value} {layouts}with a collective: it replicates "
             f"the whole value on every device ({format_bytes(whole)} each) and slices it again "
             "(\"Involuntary full rematerialization\")",
             located.source, via=located.via, fix=fix, subject=located.collective or r.instruction,
-            total_bytes=whole,
+            total_bytes=whole, candidates=candidates,
         )
 
 
@@ -102,4 +112,4 @@ def _value_name(ctx: RuleContext, op_name: str | None, instruction: str) -> str:
 
 
 RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization,
-                   traits=RuleTraits(argument_layout=True))
+                   traits=RuleTraits(fix=FixKind.stated_layout, argument_layout=True))
