@@ -310,7 +310,6 @@ def test_sl104_staged_layouts_are_compiled_and_printed_with_what_xla_measures(cl
     assert check["traffic_bytes_before"] == _collective_bytes(as_written) + entry
     assert check["traffic_bytes_after"] == _collective_bytes(fixed) + entry
     assert _collective_bytes(fixed) < _collective_bytes(as_written)
-    print("ENTRY", entry, _collectives(as_written), _collectives(fixed))
     assert check["traffic_bytes_after"] - entry == _collective_bytes(fixed) < _collective_bytes(as_written)
     assert any(kind == "all-to-all" for _, kind, _ in _collectives(fixed))
     assert not any(kind == "all-gather" for _, kind, _ in _collectives(fixed))
