@@ -149,11 +149,12 @@ class HeldProgress:
             say(msg)
 
     def release(self) -> None:
+        # Under the lock: a compile finishing meanwhile waits, so its line follows the held ones.
         with self.lock:
-            held, self.held, say = self.held or [], None, self.say
-        for msg in held:
-            if say is not None:
-                say(msg)
+            held, self.held = self.held or [], None
+            for msg in held:
+                if self.say is not None:
+                    self.say(msg)
 
     def drop(self) -> None:
         with self.lock:
