@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 
 from conftest import ROOT
 
@@ -126,6 +127,18 @@ def test_modules_stay_under_400_lines():
                 over.add(os.path.relpath(path, ROOT))
     assert over <= OVER_THE_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_THE_LIMIT)}"
     assert OVER_THE_LIMIT <= over, f"under the limit now, drop from the list: {sorted(OVER_THE_LIMIT - over)}"
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """setuptools installs the packages pyproject.toml lists, no others: a subpackage missing from the list
+    imports in the checkout (an editable install maps the folders) and fails in the wheel (it did once,
+    ``analyzer.backend.advice``, caught only by CI's wheel run)."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    folders = {"jax_shard_lint." + dotted
+               for dotted, (_, is_package) in _modules().items() if is_package}
+    assert folders - listed == set(), "missing from [tool.setuptools] packages"
+    assert listed - folders == set(), "listed in [tool.setuptools] packages, not a package folder"
 
 
 def test_every_pass_module_is_in_the_catalogue():

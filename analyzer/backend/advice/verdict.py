@@ -41,6 +41,12 @@ def measured_version(v: VersionText, report: TargetReport | None, error: str | N
     ), report
 
 
+def _seconds(v: Version) -> float:
+    """A compiled version's estimated time (only versions with one are compared)."""
+    assert v.estimated_seconds is not None, v.name
+    return v.estimated_seconds
+
+
 def same_time_within(seconds: float, resolution_s: float) -> float:
     """How much slower than ``seconds`` is still the same time: 1% of it, or the model's resolution."""
     return max(seconds * SAME_TIME, resolution_s)
@@ -60,9 +66,9 @@ def best_version(versions: list[Version], resolution_s: float = 0.0) -> Version 
     def preference(v: Version) -> tuple[bool, bool]:
         return v.name != "written", v.name != "solver"
 
-    fastest = min(ok, key=lambda v: (v.estimated_seconds, v.peak_bytes or 0, *preference(v)))
-    tie = fastest.estimated_seconds + same_time_within(fastest.estimated_seconds, resolution_s)
-    leaner = [v for v in ok if v.estimated_seconds <= tie
+    fastest = min(ok, key=lambda v: (_seconds(v), v.peak_bytes or 0, *preference(v)))
+    tie = _seconds(fastest) + same_time_within(_seconds(fastest), resolution_s)
+    leaner = [v for v in ok if _seconds(v) <= tie
               and (v.peak_bytes or 0) <= (fastest.peak_bytes or 0) * LESS_MEMORY]
     return min(leaner, key=lambda v: (v.peak_bytes or 0, *preference(v))) if leaner else fastest
 
@@ -81,32 +87,33 @@ def verdict(versions: list[Version], best: Version, budget: int | None, resoluti
         + f", peak {format_bytes(best.peak_bytes or 0)}"
     if budget is not None:
         text += f" (fits {format_bytes(budget)})"
-    text += f", estimated {format_seconds(best.estimated_seconds)} per step"
+    text += f", estimated {format_seconds(_seconds(best))} per step"
     others = [v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
               and v.fits is not False]
     if keep:
-        runner = min(others, key=lambda v: v.estimated_seconds, default=None)
+        runner = min(others, key=_seconds, default=None)
         text += ": nothing compiled faster" + (
-            f" (the closest, {runner.name}, {runner.estimated_seconds / best.estimated_seconds:.2f}x this time)"
+            f" (the closest, {runner.name}, {_seconds(runner) / _seconds(best):.2f}x this time)"
             if runner is not None else "")
     elif w is not None and not w.error and w.estimated_seconds:
-        ratio = best.estimated_seconds / w.estimated_seconds
+        ratio = _seconds(best) / _seconds(w)
         text += f", {ratio:.2f}x the written shardings' {format_seconds(w.estimated_seconds)}"
-    fastest = min(others, key=lambda v: v.estimated_seconds, default=best)
+    fastest = min(others, key=_seconds, default=best)
     if not keep and fastest is not best:
-        text += (f"; the {fastest.name} version is {fastest.estimated_seconds / best.estimated_seconds:.3f}x "
-                 f"this time ({_within(fastest.estimated_seconds, resolution_s)}) with a peak "
+        text += (f"; the {fastest.name} version is {_seconds(fastest) / _seconds(best):.3f}x "
+                 f"this time ({_within(_seconds(fastest), resolution_s)}) with a peak "
                  f"{(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
     if best.name != "solver" and fastest.name != "solver":
         tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
-                and solver.estimated_seconds <= best.estimated_seconds
-                + same_time_within(best.estimated_seconds, resolution_s))
+                and solver.estimated_seconds <= _seconds(best)
+                + same_time_within(_seconds(best), resolution_s))
         if tied:
-            text += (f"; the solver's own choice is {_within(best.estimated_seconds, resolution_s)} "
-                     f"({format_seconds(solver.estimated_seconds)}, peak {format_bytes(solver.peak_bytes or 0)})")
+            text += (f"; the solver's own choice is {_within(_seconds(best), resolution_s)} "
+                     f"({format_seconds(_seconds(solver))}, peak {format_bytes(solver.peak_bytes or 0)})")
         else:
-            detail = solver.error or f"{format_seconds(solver.estimated_seconds)}" + (
+            detail = solver.error or (format_seconds(solver.estimated_seconds)
+                                      if solver.estimated_seconds is not None else "no time estimate") + (
                 ", over the budget" if solver.fits is False else "")
             text += f"; the solver's own choice compiled slower ({detail})"
     return text
