@@ -9,7 +9,9 @@
   argument's per-device shape (or one layer's): a gradient summed back to its
   parameter's sharding; or, reducing a matmul's result, the argument's shard in
   any order of its dimensions, or with some of its own axes undone (the gradient
-  of a weight the step read gathered or transposed, summed over the batch); or,
+  of a weight the step read gathered or transposed, summed over the batch), or
+  cut further by axes the reduction does not run over (the layout XLA returns the
+  weight in: a replicated embedding's gradient made tp's half); or,
   in the backward pass, a collective-permute passing such a partial sum on to
   be added to (the reduce-scatter half of a TPU collective matmul).
 - ``activation``: the sum of partial results that a matmul or a reduction
@@ -226,6 +228,8 @@ class _ParameterShapes:
         self.held = {t.index: frozenset(_axis_name(a) for dim in (t.sharding or []) for a in dim) for t in params}
         self._cache: dict[tuple[int, frozenset[str]], set[tuple[int, ...]]] = {}
         self._reachable: dict[frozenset[str], set[tuple[int, ...]]] = {}
+        self._more: dict[frozenset[str], set[tuple[int, ...]]] = {}
+        self.params = [t for t in params if len(t.shape) >= 1]
         # Any parameter's shard (or one layer of it), for the common "no" answer.
         self.any_shard = set().union(*(self.shapes(t, frozenset()) for t in params if len(t.shape) >= 1)) \
             if params else set()
@@ -249,6 +253,23 @@ class _ParameterShapes:
                 undone = axes & self.held[t.index]
                 if undone:
                     hit |= self.shapes(t, undone)
+        return hit
+
+    def more_sharded(self, axes: frozenset[str]) -> set[tuple[int, ...]]:
+        """A parameter's shard cut further on one dimension by mesh axes that neither hold it nor take part
+        in the collective over ``axes`` (sorted, any order of its dimensions): its gradient in the layout
+        XLA returns the parameter in (an embedding P() coming back P(None, 'tp') has its gradient made
+        and summed over the batch axes as tp's half), one set per set of axes."""
+        hit = self._more.get(axes)
+        if hit is None:
+            hit = self._more[axes] = set()
+            free = [a for a in sorted(self.sizes) if a not in axes and self.sizes[a] > 1]
+            for t in self.params:
+                local = _local(t, self.sizes, frozenset())
+                for sub in _subsets(frozenset(a for a in free if a not in self.held[t.index])):
+                    k = prod(self.sizes[a] for a in sub)
+                    hit |= {tuple(sorted(squeezed(local[:d] + (n // k,) + local[d + 1:])))
+                            for d, n in enumerate(local) if sub and n % k == 0}
         return hit
 
     def shapes(self, t: TensorInfo, undone: frozenset[str]) -> set[tuple[int, ...]]:
@@ -292,7 +313,8 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
         # A weight's gradient made by a matmul in another layout than the weight (w1 P('model', None),
         # contracted, gets its gradient transposed) or less sharded, summed over the batch axes.
         if ins is not None and ins.operands and _is_matmul(module.instruction(ins.operands[0]), module) \
-                and tuple(sorted(result)) in shapes.less_sharded:
+                and (tuple(sorted(result)) in shapes.less_sharded
+                     or tuple(sorted(result)) in shapes.more_sharded(axes)):
             return "gradient-reduction"
     # A shard_map's psum, all_gather or ppermute is the program's own, whatever it sums (a psum of a
     # local reduction is not partial sums XLA chose to leave).

@@ -12,10 +12,12 @@ weight's shard), so it is recognised by its structure, operand identity only:
 
 - the all-reduce's operand is a matmul (behind layout ops) with one weight operand, an entry
   parameter, sharded;
-- that matmul's other operand comes, through single-input elementwise ops, from another matmul
-  with one sharded weight operand (the column-parallel half), not from a slice at the device's
-  offset nor from a value another collective reduced;
-- the all-reduced output has as many elements as the first matmul's activation input: the pair
+- that matmul's other operand is an elementwise function of one or more other matmuls, each with
+  one sharded weight operand (the column-parallel halves): an activation of one up projection, or a
+  gated MLP's product of two (SwiGLU: silu of the gate projection times the up projection, LLaMA's
+  MLP), never through a slice at the device's offset nor a value another collective reduced, and
+  computed from nothing else but constants;
+- the all-reduced output has as many elements as each column matmul's activation input: the pair
   returns to its input's width (a residual stream's), where an expanding projection (logits,
   an MLP's up projection) does not.
 """
@@ -35,7 +37,13 @@ from .value_origin import KEEPS_ORDER, moves_data_only, weight_parameter
 _LAYOUT = KEEPS_ORDER | {"bitcast", "reshape"}
 # Single-input elementwise ops an activation passes through between the two halves.
 _ELEMENTWISE = _LAYOUT | {"tanh", "logistic", "exponential", "negate", "abs", "sqrt", "rsqrt", "sine", "cosine"}
-_MAX_STEPS = 8
+# Two-operand elementwise ops, as in a gated MLP's product of its two projections.
+_BINARY = frozenset({"multiply", "add", "subtract", "divide", "maximum", "minimum"})
+# Ops a fused activation never holds: a slice at the device's offset, a reduction, a collective.
+_NOT_ELEMENTWISE = frozenset({"partition-id", "dynamic-slice", "reduce", "all-reduce", "all-gather", "dot",
+                              "convolution"})
+_MAX_VALUES = 32
+_GATHER_OPS = frozenset({"all-gather", "all-gather-start"})
 
 
 def _elements(ins: HloInstruction | None) -> int | None:
@@ -67,32 +75,71 @@ def _weight_and_other(module: HloModule, holder: HloInstruction, inputs: dict[in
     return (weight, outer[1 - position]) if weight is not None else None
 
 
-def _carries_one_value(module: HloModule, ins: HloInstruction) -> bool:
-    """An op that passes one value on, elementwise: a layout or unary op, or a fusion of one operand
-    (XLA's loop fusion of an activation function), never a slice at the device's offset."""
+def _is_constant(module: HloModule, ins: HloInstruction) -> bool:
+    """A constant, or a broadcast of one (a scale XLA left unfused)."""
+    while ins.opcode == "broadcast" and len(ins.operands) == 1:
+        nxt = module.instruction(ins.operands[0])
+        if nxt is None:
+            return False
+        ins = nxt
+    return ins.opcode == "constant"
+
+
+def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] | None:
+    """The operands an elementwise op (a layout or unary op, a binary one of same-sized values, or XLA's
+    loop fusion of an activation and a gating product) carries on element by element, never through a
+    slice at the device's offset or a reduction; None for any other op. A fusion's smaller operands (a
+    scalar, a bias it broadcasts) are not followed."""
+    out = _elements(ins)
     if ins.opcode in _ELEMENTWISE and len(ins.operands) == 1:
-        return True
-    if ins.opcode != "fusion" or len(ins.operands) != 1 or _matmuls_in(module, ins):
-        return False
+        return list(ins.operands)
+    if ins.opcode in _BINARY and len(ins.operands) == 2:
+        return [o for o in ins.operands if not _is_constant(module, module.instruction(o) or ins)]
+    if ins.opcode != "fusion" or not ins.operands or _matmuls_in(module, ins):
+        return None
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
-    return comp is not None and not any(i.opcode in ("partition-id", "dynamic-slice", "reduce", "all-reduce")
-                                        for i in comp.instructions)
+    if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions):
+        return None
+    return [o for o in ins.operands if out is not None and _elements(module.instruction(o)) == out]
 
 
-def _column_half(module: HloModule, name: str, inputs: dict[int, TensorInfo], index: OriginIndex,
-                 axes: frozenset[str]) -> tuple[TensorInfo, str] | None:
-    """The column-parallel matmul the activation ``name`` comes from (its weight, its input), through
-    single-input elementwise ops."""
-    ins = module.instruction(name)
-    for _ in range(_MAX_STEPS):
-        if ins is None:
+def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], index: OriginIndex,
+                   axes: frozenset[str], gathers: dict[str, frozenset[str]], crossed: list[str]
+                   ) -> list[tuple[TensorInfo, str]] | None:
+    """The column-parallel matmuls the activation ``name`` is an elementwise function of (each one's
+    weight and input): one (an activation function of an up projection) or several (SwiGLU's silu of the
+    gate projection times the up projection). None where any value it is computed from, other than
+    constants, is not such a matmul's result. An all-gather over other mesh axes than the pair's
+    (``gathers``: each gather's axes) leaves the pair's split as it was: it is crossed, and named in
+    ``crossed``."""
+    halves: list[tuple[TensorInfo, str]] = []
+    todo, seen = [name], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        ins = module.instruction(current)
+        if ins is None or len(seen) > _MAX_VALUES:
             return None
         if _matmuls_in(module, ins):
-            return _weight_and_other(module, ins, inputs, index, axes)
-        if not _carries_one_value(module, ins):
+            half = _weight_and_other(module, ins, inputs, index, axes)
+            if half is None:
+                return None
+            halves.append(half)
+            continue
+        if ins.opcode == "all-gather-done" and len(ins.operands) == 1:
+            todo.append(ins.operands[0])
+            continue
+        if ins.opcode in _GATHER_OPS and ins.operands and gathers.get(current) and not gathers[current] & axes:
+            crossed.append(current)
+            todo.append(ins.operands[0])
+            continue
+        operands = _elementwise_operands(module, ins)
+        if not operands:
             return None
-        ins = module.instruction(ins.operands[0])
-    return None
+        todo.extend(reversed(operands))
+    return halves or None
 
 
 def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, ...],
@@ -103,6 +150,7 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         return {}
     index = origin_index(module)
     by_number = {t.index: t for t in params}
+    gathers = {c.hlo_name: frozenset(c.mesh_axes) for c in collectives if c.kind == "all-gather"}
     out: dict[str, str] = {}
     for c in collectives:
         ins = module.instruction(c.hlo_name)
@@ -118,18 +166,28 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
             producer = module.instruction(producer.operands[0])
         axes = frozenset(c.mesh_axes)
         row = _weight_and_other(module, producer, by_number, index, axes) if producer is not None else None
-        column = _column_half(module, row[1], by_number, index, axes) if row is not None else None
-        if row is None or column is None:
+        crossed: list[str] = []
+        columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed) if row is not None \
+            else None
+        if row is None or columns is None or any(_elements(module.instruction(pair_input)) != prod(c.shape)
+                                                 for _, pair_input in columns):
             continue
-        (down, _), (up, pair_input) = row, column
-        if _elements(module.instruction(pair_input)) != prod(c.shape):
-            continue
+        down = row[0]
+        ups = sorted({t.path: t for t, _ in columns}.values(), key=lambda t: t.path)
+        before = (f"the matmul before it by {ups[0].path} {pspec_text(ups[0].sharding)} produced sharded"
+                  if len(ups) == 1 else
+                  "the matmuls before it by " + " and ".join(f"{t.path} {pspec_text(t.sharding)}" for t in ups)
+                  + " produced sharded and an elementwise product combined (a gated MLP's, SwiGLU's)")
+        if crossed:
+            before += (" (" + ", ".join(sorted(set(crossed))) + " gathered it over "
+                       + ", ".join(sorted({a for g in crossed for a in gathers[g]}))
+                       + " on the way, another axis than the pair's, which leaves its split on "
+                       + ", ".join(c.mesh_axes) + " as it was)")
         out[c.hlo_name] = (
             f"the row-parallel half of a tensor-parallel pair (Megatron's): {down.path} {pspec_text(down.sharding)} "
-            f"is sharded on the dimension this matmul contracts, which the matmul before it by {up.path} "
-            f"{pspec_text(up.sharding)} produced sharded, and the sum returns the activation to the pair's input "
-            f"width ({c.dtype}{c.shape}): the designed reduction, which no layout of {down.path} avoids short of "
-            "giving up the pair")
+            f"is sharded on the dimension this matmul contracts, which {before}, and the sum returns the "
+            f"activation to the pair's input width ({c.dtype}{c.shape}): the designed reduction, which no layout "
+            f"of {down.path} avoids short of giving up the pair")
     return out
 
 

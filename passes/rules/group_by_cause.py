@@ -141,7 +141,7 @@ def _mirror_keys(findings: list[Finding], arguments: Sequence[TensorInfo]) -> di
     return out
 
 
-def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
+def _merged_mirrors(group: list[Finding], anchor: object, arguments: Sequence[TensorInfo]) -> Finding:
     """The parameter's finding (the shortest key path) stands for its optimizer state's; where the parameter
     has none, its first moment's stands for the others."""
     # The parameter before its optimizer state where both key paths are as short (params['a'], opt_state['a']).
@@ -162,10 +162,32 @@ def _merged_mirrors(group: list[Finding], anchor: object) -> Finding:
             ([f.subject] if f.subject and f.subject != f.parameter else [])
             + ([f"given {pspec_text(f.parameter_sharding)}"] if f.parameter_sharding is not None else [])) + ")"
             for f in group if f is not first and f.parameter]), "the same key path and shape"
+    rest = [f for f in group if f is not first and f.parameter]
     return first.model_copy(update={
         "count": sum(f.count for f in group), "bytes": total, "ops": ops,
         "parameters": [first.parameter, *others],
-        "message": first.message + f"; the same holds for {named}, {whose} ({how})"})
+        "message": first.message + f"; the same holds for {named}, {whose} ({how})"
+        + _together(first, rest, whose, arguments)})
+
+
+def _together(first: Finding, rest: list[Finding], whose: str, arguments: Sequence[TensorInfo]) -> str:
+    """The group's bytes, where each member's finding gives its own (the first's message gives only its
+    own): the total per device (and global, from the arguments' sizes) and what it is made of."""
+    if first.bytes is None or any(f.bytes is None for f in rest):
+        return ""
+    sizes = [f.bytes or 0 for f in rest]
+    total = (first.bytes or 0) + sum(sizes)
+    by_path = {t.path: t.bytes for t in arguments}
+    whole = [by_path.get(f.parameter or "") for f in (first, *rest)]
+    overall = f" ({format_bytes(sum(b or 0 for b in whole))} global)" if None not in whole else ""
+    made = (f"{len(sizes)} values of {format_bytes(sizes[0])} each" if len(set(sizes)) == 1
+            else _listed([format_bytes(b) for b in sizes]))
+    if whose == "its optimizer state":
+        return (f"; together {format_bytes(total)} per device{overall}: {first.parameter}'s "
+                f"{format_bytes(first.bytes or 0)} and its optimizer state's {format_bytes(sum(sizes))} ({made})")
+    count = f"{len(sizes) + 1} values of {format_bytes(total // (len(sizes) + 1))} each" \
+        if set(sizes) == {first.bytes} else _listed([format_bytes(first.bytes or 0), *map(format_bytes, sizes)])
+    return f"; together {format_bytes(total)} per device{overall}: {count}"
 
 
 def group_by_cause(findings: list[Finding], arguments: Sequence[TensorInfo] = ()) -> list[Finding]:
@@ -178,4 +200,4 @@ def group_by_cause(findings: list[Finding], arguments: Sequence[TensorInfo] = ()
             groups.setdefault(("mirror", *mirrors[k]), []).append(f)
         else:
             groups.setdefault(_key(f), []).append(f)
-    return [_merged_mirrors(g, key[3]) if key[0] == "mirror" else _merged(g) for key, g in groups.items()]
+    return [_merged_mirrors(g, key[3], arguments) if key[0] == "mirror" else _merged(g) for key, g in groups.items()]

@@ -30,9 +30,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     whose matmul's other operand each device cut from a value it holds whole
     (the weight alone is sharded on the dimension the matmul contracts, not
     as the second half of a tensor-parallel pair, whose input arrives split).
-    Never the row-parallel half of a column/row pair (its input comes, through
-    elementwise ops, from a matmul whose sharded weight produced the contracted
-    dimension, and the sum returns to the pair's input width): Megatron's
+    Never the row-parallel half of a column/row pair (its input is an elementwise
+    function of matmuls whose sharded weights produced the contracted dimension:
+    an activation of one, or SwiGLU's gated product of two; and the sum returns to
+    the pair's input width): Megatron's
     designed reduction, whatever its size; its collective says so in `why`.
 
     Why is this bad

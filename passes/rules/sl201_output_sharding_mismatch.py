@@ -69,7 +69,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
             ctx.call_site if stated else ctx.output_source(rt.output.index),
             fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
             "(the target's suggested out_shardings= pins every state output)",
-            subject=rt.output.path, parameter=rt.input,
+            subject=rt.output.path, parameter=rt.input, total_bytes=rt.output.per_device_bytes,
         )
     if small:
         # Many small outputs (norm scales, biases and their optimizer moments) are one

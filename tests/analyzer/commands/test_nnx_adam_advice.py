@@ -126,3 +126,33 @@ def test_each_parameters_moments_are_one_sl201_without_a_shared_why(cli, module)
                       if not out.is_equivalent_to(x.sharding, len(x.shape))}
     shared = set.intersection(*(set(f["provenance"]) for f in sl201))
     assert not any(line.startswith("it depends on") for line in shared)
+
+
+def test_the_kernel_and_moments_sl201_gives_the_groups_total_and_what_it_is_made_of(cli, module):
+    """The merged SL201 of fc1's kernel and its two Adam moments gave the kernel's bytes only. Its figures are
+    the three outputs XLA returns on another layout than their inputs: each one's per-device bytes from its
+    compiled output sharding's shard shape (the next step reshards them on entry), their global bytes from
+    the arguments' shapes, both computed here."""
+    import numpy as np
+
+    lint = _run(cli, "lint", SCRIPT, "--fail-on", "never")
+    [f] = [f for f in lint["findings"] if f["rule"] == "SL201" and KERNEL in f["message"]]
+    fn, args = module.jitted()
+    compiled = fn.lower(*args).compile()
+
+    def per_device(tree_index, key):
+        flat = jax.tree_util.tree_flatten_with_path(args[tree_index])[0]
+        outs = jax.tree.leaves(compiled.output_shardings[tree_index])
+        [(x, out)] = [(x, out) for (p, x), out in zip(flat, outs) if jax.tree_util.keystr(p) == key]
+        assert not out.is_equivalent_to(x.sharding, len(x.shape))  # it comes back on another layout
+        return int(np.prod(out.shard_shape(x.shape))) * x.dtype.itemsize, int(np.prod(x.shape)) * x.dtype.itemsize
+
+    kernel = per_device(0, KERNEL)
+    moments = [per_device(1, f"[0].{m}{KERNEL}") for m in ("mu", "nu")]
+    total = kernel[0] + sum(b for b, _ in moments)
+    assert f["bytes"] == total and f["count"] == 3
+    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+    together = (f"together {mib(total)} per device ({mib(kernel[1] + sum(g for _, g in moments))} global): "
+                f"state{KERNEL}'s {mib(kernel[0])} and its optimizer state's {mib(sum(b for b, _ in moments))} "
+                f"(2 values of {mib(moments[0][0])} each)")
+    assert together in f["message"], f["message"]

@@ -26,6 +26,33 @@ def test_fsdp_gathers_are_parameter_gathers(cli):
     assert not [f for f in t["findings"] if f["rule"] in ("SL101", "SL102") and f["subject"] in intended]
 
 
+def test_a_replicated_embeddings_gradient_reduced_in_its_returned_layout_is_a_gradient_reduction(cli):
+    """fsdp_tp_train_step's embedding is P() but XLA returns it P(None, 'tp') (its compiled output
+    sharding, read here): the logits' backward dot makes its gradient as tp's half and XLA sums it over
+    fsdp, the batch axis (the all-reduce whose op_name is the logits' transpose(jvp(...)), from XLA's text;
+    its first result is the embedding's shape with one dimension cut by tp). Data-parallel gradient
+    traffic: a gradient-reduction, not a forward matmul's partial sums (activation)."""
+    import re
+
+    from hlo_oracle import array_bytes, collectives_per_step
+
+    lowered = script_module(os.path.join(EXAMPLES, "fsdp_tp_train_step.py")).shard_lint_targets()["train_step"]
+    compiled = lowered.compile()
+    embed = lowered.args_info[0][0]["embed"]
+    mesh = compiled.output_shardings[0]["embed"].mesh
+    assert tuple(compiled.output_shardings[0]["embed"].spec) in ((None, "tp"), (None, ("tp",)))
+    text = compiled.as_text()
+    [(name, shape)] = re.findall(r"^\s*%([\w.\-]+) = \((f32\[[\d,]+\])[^\n]* all-reduce\([^\n]*"
+                                 r"op_name=\"[^\"]*transpose\(jvp\(bsd,vd->bsv\)\)", text, re.M)
+    kind, nbytes, group, runs = collectives_per_step(text, 8)[name]
+    assert (kind, group, runs) == ("all-reduce", mesh.shape["fsdp"], 1)
+    assert array_bytes(shape) * mesh.shape["tp"] == embed.shape[0] * embed.shape[1] * 4
+
+    t = targets(cli, os.path.join(EXAMPLES, "fsdp_tp_train_step.py"))["train_step"]
+    [c] = [c for c in t["collectives"] if c["hlo_name"] == name]
+    assert (c["bytes"], c["mesh_axes"], c["intent"]) == (nbytes, ["fsdp"], "gradient-reduction")
+
+
 def test_interpolation_gather_is_resharding_and_warned(cli):
     t = targets(cli, os.path.join(FIXTURES, "scripts", "sl101_relative_to_peak.py"))["sharded_on_wealth"]
     [c] = t["collectives"]
