@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
-from ...passes.models.report import Finding, FixCandidate, TargetReport, TensorInfo
+from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL104, SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
@@ -67,8 +67,9 @@ class _Edit:
 
 def _undoes_constraint(f: Finding) -> bool:
     """A collective finding caused by no argument but by the user's constraint it gathers back (the rules
-    that name a constraint, SL101's and SL102's, set ``constraint`` only then)."""
-    return f.constraint is not None and f.parameter is None
+    that name a constraint, SL101's and SL102's, set ``constraint`` only then; a stated layout's finding, SL206's,
+    names it as the cause its own candidates edit)."""
+    return f.constraint is not None and f.parameter is None and f.rule not in STATED_LAYOUT_FIXES
 
 
 def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
@@ -112,7 +113,7 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
         # The candidates the rule derived (the argument the value inherits its cut from, moved as a parameter's
         # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
         # each compiled; Shardy's propagation is not run again.
-        return [e for c in f.candidates if (e := _propagated_edit(c, report, module)) is not None]
+        return [e for c in f.candidates if (e := _propagated_edit(c, f, report, module)) is not None]
     if f.rule == SL104.code:
         return _staged_edits(f, module)
     if f.rule == SL205.code:
@@ -191,9 +192,21 @@ def _staged_edits(f: Finding, module) -> list[_Edit]:
     return []
 
 
-def _propagated_edit(c: FixCandidate, report: TargetReport, module) -> _Edit | None:
-    """One of SL206's candidates as an edit: a constraint inserted on the padded value, or the argument moved."""
+def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) -> _Edit | None:
+    """One of SL206's candidates as an edit: a constraint inserted on the padded value, the argument moved, or
+    the user's constraint the value inherits its cut from restated (every constraint at its line stating it)."""
     spec = pspec_text(c.sharding)
+    if c.value == STATED_CONSTRAINT:
+        cause = f.constraint
+        if cause is None or cause.source is None:
+            return None
+        stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
+                  and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
+                  and k.sharding == cause.sharding]
+        if not stated or len({k.shape for k in stated}) != 1:
+            return None
+        return _Edit(f"the with_sharding_constraint at line {cause.source.line} -> {spec}", f.fix or "",
+                     constraints={k.ordinal: c.sharding for k in stated})
     if (m := _PROPAGATED.match(c.value)) is not None:
         return _Edit(f"{c.value} -> {spec}", f"constrain it with jax.lax.with_sharding_constraint to {spec}",
                      inserted={(int(m.group(1)), int(m.group(2))): c.sharding})
