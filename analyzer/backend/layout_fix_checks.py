@@ -261,11 +261,23 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
                  and normalized(o.sharding, len(o.shape)) != layout), None)
 
 
-def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]]) -> TargetReport:
-    """SL104's staged layouts that could not be compiled (no constraint in the StableHLO asks for the value's
-    layout, or the checks' budget is spent) said to be advice, not a checked fix."""
-    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: neither a constraint nor a "
-                                            "result stating the value's layout was found to stage it before)"})
+def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]], module) -> TargetReport:
+    """SL104's staged layouts that could not be compiled said to be advice, with the reason: the checks' budget
+    was spent, or nothing in the program states the value's layout (no constraint, no pinned result: the
+    layout is propagation's, from an argument's sharding where one has it), so no op exists to stage it before."""
+    def reason(f: Finding) -> str:
+        if _staged_edits(f, module):
+            return f"the checks' budget of {MAX_CHECKS} compiles a target is spent"
+        target = f.candidates[-1].sharding
+        rank = len(target)
+        named = [t.path for t in report.inputs
+                 if len(t.shape) == rank and normalized(t.sharding, rank) == normalized(target, rank)]
+        stated = (f"; only {listed(named)}'s sharding states it: propagation gives the value that layout"
+                  if named else "; propagation gives the value that layout")
+        return (f"no with_sharding_constraint or out_shardings in the program states {pspec_text(target)}, so there "
+                f"is no op to stage it before{stated}")
+
+    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: {reason(f)})"})
                 if f.rule == SL104.code and len(f.candidates) > 1 and k not in planned else f
                 for k, f in enumerate(report.findings)]
     return report.model_copy(update={"findings": findings}) if findings != report.findings else report
@@ -314,7 +326,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                      and (e.change in unique or len(unique) < MAX_CHECKS)]
             if edits:
                 planned[k] = planned.get(k, []) + [unique.setdefault(e.change, e) for e in edits]
-    report = _uncompiled_staging(report, planned)
+    report = _uncompiled_staging(report, planned, module)
     if not planned:
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
