@@ -13,10 +13,12 @@ best measured better is printed. An SL101 or SL102 whose cause is the user's con
 shards, no argument behind it) edits that constraint: the gathered axes moved to another dimension they
 divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
-the module, having found no output to match), so XLA can write the output into the donated buffer.
+the module, having found no output to match), so XLA can write the output into the donated buffer; failing that, the program without the donation (its
+``jax.buffer_donor`` or ``tf.aliasing_output`` taken off) is compiled too, and what it measured is said.
 SL104's (a layout change XLA makes by replicating the whole value) inserts a constraint for each of the rule's
 staged layouts, in order, before the constraint (or the pinned result) that asks for the value's layout; where
-the program states that layout nowhere, the staged layouts are said to be advice, not compiled.
+the program states that layout nowhere, the staged layouts are said to be advice, not compiled, and why. An
+SL206 whose cut comes from the user's constraint (no argument holds its axes) restates that constraint.
 """
 
 from __future__ import annotations
