@@ -124,7 +124,7 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
             f"({format_bytes(p.local_bytes)}), {format_bytes(p.padding_bytes)} ({share:.0%}) of it padding beyond "
             f"an even split; a size its axes divide ({sizes}) would need no padding, but it changes what the "
             "program computes, so it is not compiled as a fix", p.source or ctx.entry_source, fix=fix, subject=shape,
-            parameter=argument, suggested=(moves or restated or choices or [None])[0], ops=[value],
+            parameter=argument, suggested=next(iter(moves or restated or choices), None), ops=[value],
             constraint=ConstraintCause(source=stated.source, sharding=stated.sharding) if stated is not None else None,
             candidates=[FixCandidate(value=argument.path, sharding=m) for m in moves if argument is not None]
             + [FixCandidate(value=STATED_CONSTRAINT, sharding=m) for m in restated]
