@@ -13,10 +13,12 @@ best measured better is printed. An SL101 or SL102 whose cause is the user's con
 shards, no argument behind it) edits that constraint: the gathered axes moved to another dimension they
 divide, or dropped. SL205's pins the output
 of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
-the module, having found no output to match), so XLA can write the output into the donated buffer.
+the module, having found no output to match), so XLA can write the output into the donated buffer; failing that, the program without the donation (its
+``jax.buffer_donor`` or ``tf.aliasing_output`` taken off) is compiled too, and what it measured is said.
 SL104's (a layout change XLA makes by replicating the whole value) inserts a constraint for each of the rule's
 staged layouts, in order, before the constraint (or the pinned result) that asks for the value's layout; where
-the program states that layout nowhere, the staged layouts are said to be advice, not compiled.
+the program states that layout nowhere, the staged layouts are said to be advice, not compiled, and why. An
+SL206 whose cut comes from the user's constraint (no argument holds its axes) restates that constraint.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict
-from ...passes.models.report import Finding, FixCandidate, TargetReport, TensorInfo
+from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.models.rule_codes import SL104, SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
@@ -61,12 +64,14 @@ class _Edit:
     casts: dict[int, int] = field(default_factory=dict)  # result -> the argument whose dtype it is returned in
     staged: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # constraint -> layouts before it
     staged_results: dict[int, list[list[list[str]]]] = field(default_factory=dict)  # result -> layouts before it
+    undonated: frozenset[int] = frozenset()  # arguments whose donation is dropped (SL205's last resort)
 
 
 def _undoes_constraint(f: Finding) -> bool:
     """A collective finding caused by no argument but by the user's constraint it gathers back (the rules
-    that name a constraint, SL101's and SL102's, set ``constraint`` only then)."""
-    return f.constraint is not None and f.parameter is None
+    that name a constraint, SL101's and SL102's, set ``constraint`` only then; a stated layout's finding, SL206's,
+    names it as the cause its own candidates edit)."""
+    return f.constraint is not None and f.parameter is None and f.rule not in STATED_LAYOUT_FIXES
 
 
 def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
@@ -110,36 +115,56 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
         # The candidates the rule derived (the argument the value inherits its cut from, moved as a parameter's
         # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
         # each compiled; Shardy's propagation is not run again.
-        return [e for c in f.candidates if (e := _propagated_edit(c, report, module)) is not None]
+        return [e for c in f.candidates if (e := _propagated_edit(c, f, report, module)) is not None]
     if f.rule == SL104.code:
         return _staged_edits(f, module)
-    if f.rule == SL205.code and f.suggested_sharding is None:
-        return _recast_edits(f, report)
-    if f.rule == SL205.code and f.suggested_sharding is not None:
-        # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
-        # comes out: the output that is that input coming back (its pytree path), not any of its shape.
-        returned = {rt.input.index: rt.output for rt in correspond(entry_signature(module))}
-        by_path = {t.path: t for t in report.inputs}
-        pins: dict[int, list[list[str]]] = {}
-        donors: set[int] = set()
-        outs: list[str] = []
-        for name in f.ops or [f.subject or ""]:
-            given = by_path.get(name)
-            out = _resharded_output(given, returned, report) if given is not None else None
-            if given is None or out is None:
-                return []
-            pins[out.index], donors = given.sharding or [], donors | {given.index}
-            outs.append(out.path)
-        spec = f.suggested_sharding
-        # Several layers' outputs are named as the rule's fix names them (result[0].blocks[*]).
-        named = _PINNED.match(f.fix or "")
-        shown = outs[0] if len(outs) == 1 or named is None else named.group(1)
-        donated = f.parameter or f.subject
-        return [_Edit(f"out_shardings pinning {shown} to {pspec_text(spec)}, {donated} donated",
-                      f"pin {shown} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
-                      "so XLA writes it into the donated buffer",
-                      results=pins, donors=frozenset(donors))]
+    if f.rule == SL205.code:
+        # Dropping the donation is compiled too: printed as the fix only where measured better, and otherwise
+        # what it was measured to change is said beside the other candidates' figures.
+        return _donation_edits(f, report, module) + [e for e in [_drop_edit(f, report)] if e is not None]
     return []
+
+
+def _drop_edit(f: Finding, report: TargetReport) -> _Edit | None:
+    """SL205's donation dropped: each donated argument the finding stands for lowered without it (its
+    ``jax.buffer_donor`` or ``tf.aliasing_output`` removed, as jit lowers it without ``donate_argnums``)."""
+    by_path = {t.path: t for t in report.inputs}
+    names = f.ops or [f.subject or ""]
+    if not all(n in by_path for n in names):
+        return None
+    donated = f.parameter or f.subject
+    return _Edit(f"{donated} dropped from donate_argnums", f"drop {donated} from donate_argnums",
+                 undonated=frozenset(by_path[n].index for n in names))
+
+
+def _donation_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """SL205's own fix: the output returned in the donated input's dtype, or pinned to its sharding."""
+    if f.suggested_sharding is None:
+        return _recast_edits(f, report)
+    # Otherwise the output pinned to the donated input's sharding.
+    # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
+    # comes out: the output that is that input coming back (its pytree path), not any of its shape.
+    returned = {rt.input.index: rt.output for rt in correspond(entry_signature(module))}
+    by_path = {t.path: t for t in report.inputs}
+    pins: dict[int, list[list[str]]] = {}
+    donors: set[int] = set()
+    outs: list[str] = []
+    for name in f.ops or [f.subject or ""]:
+        given = by_path.get(name)
+        out = _resharded_output(given, returned, report) if given is not None else None
+        if given is None or out is None:
+            return []
+        pins[out.index], donors = given.sharding or [], donors | {given.index}
+        outs.append(out.path)
+    spec = f.suggested_sharding
+    # Several layers' outputs are named as the rule's fix names them (result[0].blocks[*]).
+    named = _PINNED.match(f.fix or "")
+    shown = outs[0] if len(outs) == 1 or named is None else named.group(1)
+    donated = f.parameter or f.subject
+    return [_Edit(f"out_shardings pinning {shown} to {pspec_text(spec)}, {donated} donated",
+                  f"pin {shown} with out_shardings to {pspec_text(spec)}, the donated input's sharding, "
+                  "so XLA writes it into the donated buffer",
+                  results=pins, donors=frozenset(donors))]
 
 
 def _staged_edits(f: Finding, module) -> list[_Edit]:
@@ -169,9 +194,21 @@ def _staged_edits(f: Finding, module) -> list[_Edit]:
     return []
 
 
-def _propagated_edit(c: FixCandidate, report: TargetReport, module) -> _Edit | None:
-    """One of SL206's candidates as an edit: a constraint inserted on the padded value, or the argument moved."""
+def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) -> _Edit | None:
+    """One of SL206's candidates as an edit: a constraint inserted on the padded value, the argument moved, or
+    the user's constraint the value inherits its cut from restated (every constraint at its line stating it)."""
     spec = pspec_text(c.sharding)
+    if c.value == STATED_CONSTRAINT:
+        cause = f.constraint
+        if cause is None or cause.source is None:
+            return None
+        stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
+                  and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
+                  and k.sharding == cause.sharding]
+        if not stated or len({k.shape for k in stated}) != 1:
+            return None
+        return _Edit(f"the with_sharding_constraint at line {cause.source.line} -> {spec}", f.fix or "",
+                     constraints={k.ordinal: c.sharding for k in stated})
     if (m := _PROPAGATED.match(c.value)) is not None:
         return _Edit(f"{c.value} -> {spec}", f"constrain it with jax.lax.with_sharding_constraint to {spec}",
                      inserted={(int(m.group(1)), int(m.group(2))): c.sharding})
@@ -226,14 +263,48 @@ def _resharded_output(given: TensorInfo, returned: dict[int, TensorInfo], report
                  and normalized(o.sharding, len(o.shape)) != layout), None)
 
 
-def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]]) -> TargetReport:
-    """SL104's staged layouts that could not be compiled (no constraint in the StableHLO asks for the value's
-    layout, or the checks' budget is spent) said to be advice, not a checked fix."""
-    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: neither a constraint nor a "
-                                            "result stating the value's layout was found to stage it before)"})
+def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]], module) -> TargetReport:
+    """SL104's staged layouts that could not be compiled said to be advice, with the reason: the checks' budget
+    was spent, or nothing in the program states the value's layout (no constraint, no pinned result: the
+    layout is propagation's, from an argument's sharding where one has it), so no op exists to stage it before."""
+    def reason(f: Finding) -> str:
+        if _staged_edits(f, module):
+            return f"the checks' budget of {MAX_CHECKS} compiles a target is spent"
+        target = f.candidates[-1].sharding
+        rank = len(target)
+        named = [t.path for t in report.inputs
+                 if len(t.shape) == rank and normalized(t.sharding, rank) == normalized(target, rank)]
+        stated = (f"; only {listed(named)}'s sharding states it: propagation gives the value that layout"
+                  if named else "; propagation gives the value that layout")
+        return (f"no with_sharding_constraint or out_shardings in the program states {pspec_text(target)}, so there "
+                f"is no op to stage it before{stated}")
+
+    findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: {reason(f)})"})
                 if f.rule == SL104.code and len(f.candidates) > 1 and k not in planned else f
                 for k, f in enumerate(report.findings)]
     return report.model_copy(update={"findings": findings}) if findings != report.findings else report
+
+
+def _donation_not_helped(checks: list, tried: str, already: set[str]) -> str:
+    """SL205's fix where no candidate measured better: what returning the value in the donated layout or dtype
+    was measured to do, and what dropping the donation was measured to change."""
+    kept = ("returning it in its dtype does not help: " if any(e.casts for e, _ in checks)
+            else "pinning the output to its layout does not help: ") + tried if tried else ""
+    drop = next(((e, c) for e, c in checks if e.undonated), None)
+    if drop is None:
+        return f"{kept}; drop it from donate_argnums (not compiled: the checks' budget is spent)"
+    e, c = drop
+    if e.change in already:
+        dropped = (f"{e.change}: jit already left the donation out of the module it lowered (no output matches "
+                   f"it), so the step as compiled is the one without it, and dropping it measures no change "
+                   f"(peak {format_bytes(c.peak_bytes_before)}, traffic {format_bytes(c.traffic_bytes_before)} "
+                   "per step per device); it only keeps JAX from deleting the caller's array")
+    elif c.verdict is FixVerdict.no_change:
+        dropped = (f"{e.change} was tried, compiled and {_not_offered(c)}: the donation buys the step nothing, "
+                   "so dropping it changes only that JAX no longer deletes the caller's array")
+    else:
+        dropped = f"{e.change} was tried, compiled and {_not_offered(c)}"
+    return f"{kept}; {dropped}" if kept else f"no fix measured better: {dropped}"
 
 
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -249,11 +320,15 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # Each distinct change compiled once: two findings of one constraint (the gather in its loop and the one
     # after it) share its candidates.
     unique: dict[str, _Edit] = {}
-    for k, f in enumerate(report.findings):
-        edits = [e for e in _edits_of(f, report, module) if e.change in unique or len(unique) < MAX_CHECKS]
-        if edits:
-            planned[k] = [unique.setdefault(e.change, e) for e in edits]
-    report = _uncompiled_staging(report, planned)
+    # The findings' own candidates first; SL205's dropped donations (the last resort, printed only where
+    # measured better) with the budget they leave.
+    for last_resort in (False, True):
+        for k, f in enumerate(report.findings):
+            edits = [e for e in _edits_of(f, report, module) if bool(e.undonated) == last_resort
+                     and (e.change in unique or len(unique) < MAX_CHECKS)]
+            if edits:
+                planned[k] = planned.get(k, []) + [unique.setdefault(e.change, e) for e in edits]
+    report = _uncompiled_staging(report, planned, module)
     if not planned:
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
@@ -261,11 +336,16 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
     # refused it there (no figures).
     as_written = [] if report.memory is not None else [text]
-    texts = as_written + [with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
-                                               e.constraints, e.donors, e.inserted, e.casts, e.staged,
-                                               e.staged_results)
-                                  for e in ordered]
-    labels = ["the program as written"] * len(as_written) + [e.change for e in ordered]
+    edited = {e.change: with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
+                                             e.constraints, e.donors, e.inserted, e.casts, e.staged,
+                                             e.staged_results, e.undonated) for e in ordered}
+    # A donation jit already left out of the module (no output matched its sharding): the program without it
+    # is the program as written, whose figures are the report's; it is not compiled again.
+    plain = with_entry_shardings(module, {}, sig.mesh_name or "mesh") if any(e.undonated for e in ordered) else None
+    already = {e.change for e in ordered if e.undonated and edited[e.change] == plain}
+    ordered_compiled = [e for e in ordered if e.change not in already]
+    texts = as_written + [edited[e.change] for e in ordered_compiled]
+    labels = ["the program as written"] * len(as_written) + [e.change for e in ordered_compiled]
     compiled = compile_side_by_side(
         [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
         CompileCounter(progress, report.name).announce(labels))
@@ -273,7 +353,8 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
-    results = dict(zip((e.change for e in ordered), compiled))
+    results: dict[str, TargetReport | BaseException] = dict(zip((e.change for e in ordered_compiled), compiled))
+    results.update({change: before for change in already})
 
     findings = list(report.findings)
     for k, edits in planned.items():
@@ -283,16 +364,18 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
             # The spec the fix gives the argument the finding names: none where it constrains a value instead.
-            spec = (e.constraints[min(e.constraints)] if e.constraints
+            spec = (None if e.undonated else e.constraints[min(e.constraints)] if e.constraints
                     else (None if f.parameter else next(iter(e.inserted.values()))) if e.inserted
                     else e.arguments[min(e.arguments)] if e.arguments else f.suggested_sharding)
             findings[k] = f.model_copy(update={
                 "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
             continue
-        tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks)
-        recast = any(e.casts for e in edits)
-        text = (f"returning it in its dtype does not help: {tried}; drop it from donate_argnums instead" if recast
-                else f"no layout change found that helps: {tried}")
+        tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks
+                          if not e.undonated)
+        if f.rule == SL205.code:
+            text = _donation_not_helped(checks, tried, already)
+        else:
+            text = f"no layout change found that helps: {tried}"
         findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None, "fix": text})
     return report.model_copy(update={"findings": findings})
 

@@ -78,7 +78,8 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                           inserted: dict[tuple[int, int], list[list[str]]] | None = None,
                           casts: dict[int, int] | None = None,
                           staged: dict[int, list[list[list[str]]]] | None = None,
-                          staged_results: dict[int, list[list[list[str]]]] | None = None) -> str:
+                          staged_results: dict[int, list[list[list[str]]]] | None = None,
+                          undonated: frozenset[int] = frozenset()) -> str:
     """The module's text with the entry function's results (and ``arguments``)
     pinned to these shardings; ``constraints``: sharding constraints (numbered in
     the module's walk order) given new shardings; ``donors``: arguments donated
@@ -87,7 +88,9 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
     a new constraint states on that value (what ``with_sharding_constraint`` on it would lower to);
     ``casts``: result -> the argument whose dtype it is returned in (a donation XLA can then reuse);
     ``staged``: sharding constraint (walk order) -> the layouts new constraints state before it, in order;
-    ``staged_results``: result -> the same, before the entry function returns it."""
+    ``staged_results``: result -> the same, before the entry function returns it; ``undonated``: arguments
+    whose donation is taken away (``jax.buffer_donor`` or ``tf.aliasing_output`` removed: the program
+    jit lowers without them in ``donate_argnums``)."""
     edited = clone(module)
     if constraints:
         with edited.context:
@@ -108,7 +111,7 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
     with edited.context:
         for key, count, pins in (("res_attrs", len(ftype.results), shardings),
                                  ("arg_attrs", len(ftype.inputs), arguments or {})):
-            if not pins and not (key == "arg_attrs" and donors):
+            if not pins and not (key == "arg_attrs" and (donors or undonated)):
                 continue
             old = list(ir.ArrayAttr(fn.operation.attributes[key])) if key in fn.operation.attributes \
                 else [ir.DictAttr.get({})] * count
@@ -120,6 +123,9 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                     entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
                 if key == "arg_attrs" and i in donors and "tf.aliasing_output" not in entries:
                     entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
+                if key == "arg_attrs" and i in undonated:
+                    entries.pop("jax.buffer_donor", None)
+                    entries.pop("tf.aliasing_output", None)
                 new.append(ir.DictAttr.get(entries))
             fn.operation.attributes[key] = ir.ArrayAttr.get(new)
     return str(edited.operation.get_asm(enable_debug_info=True))

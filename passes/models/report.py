@@ -218,13 +218,18 @@ class ConstraintCause(Model):
     sharding: list[list[str]] = Field(description="The sharding it states, axes per dimension.")
 
 
+# How a FixCandidate names the with_sharding_constraint its finding's ``constraint`` is (restated in the layout).
+STATED_CONSTRAINT = "with_sharding_constraint"
+
+
 class FixCandidate(Model):
     """One layout a finding's fix check compiles, as the rule derived it."""
 
     value: str = Field(description="What takes the layout: an argument's path (the argument moved, with the "
                        "optimizer state that mirrors it, and returned in that layout), or the value the finding names "
                        "(propagated_value[op][result]: a with_sharding_constraint inserted on it), or one of SL104's "
-                       "staged layouts (staged_layout[i]: the value's layouts in order, the last the one asked for).")
+                       "staged layouts (staged_layout[i]: the value's layouts in order, the last the one asked for), "
+                       "or with_sharding_constraint: the finding's constraint stating this layout instead.")
     sharding: list[list[str]] = Field(description="The layout, axes per dimension.")
 
 

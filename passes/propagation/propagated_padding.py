@@ -37,6 +37,15 @@ _STATED = frozenset({"sdy.sharding_constraint", "sdy.reshard", "sdy.manual_compu
 
 
 @dataclass(frozen=True)
+class StatedCut:
+    """A ``with_sharding_constraint`` (or reshard) a padded value is computed from: its line and sharding."""
+
+    source: SourceLocation | None
+    sharding: list[list[str]]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class PropagatedPadding:
     """A value Shardy's propagation shards unevenly and the compiled program holds padded."""
 
@@ -56,6 +65,9 @@ class PropagatedPadding:
     # through its operands, calls and loop carries): the one holding the uneven axes is the one whose
     # sharding propagation gave it (SL206 names it).
     arguments: tuple[int, ...] = ()
+    # The user's sharding constraints the walk back stops at (whose result's sharding is stated), nearest
+    # first: where no argument holds the uneven axes, the one that does is the cause SL206 names.
+    constraints: tuple[StatedCut, ...] = ()
 
     @property
     def uneven_axes(self) -> frozenset[str]:
@@ -129,7 +141,8 @@ def propagated_padded_values(
     if not found:
         return ()
     callers = _callers(propagated)
-    return tuple(replace(p, arguments=_arguments_of(ops[p.op_index], propagated, callers)) for p in found.values())
+    return tuple(replace(p, arguments=arguments, constraints=constraints) for p in found.values()
+                 for arguments, constraints in [_arguments_of(ops[p.op_index], propagated, callers, ownership)])
 
 
 # Ops whose result's sharding is stated: propagation carries no argument's sharding through them.
@@ -148,13 +161,15 @@ def _callers(module: ir.Module) -> dict[str, list[ir.OpView]]:
     return callers
 
 
-def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.OpView]]) -> tuple[int, ...]:
+def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.OpView]],
+                  ownership: CodeOwnership) -> tuple[tuple[int, ...], tuple[StatedCut, ...]]:
     """The entry function's arguments ``op``'s operands are computed from, nearest first: each value back
     through the op that makes it (not through a stated sharding, a constraint or a reshard, whose result's
     sharding is the constraint's), a callee's argument through its calls' operands, a region's (a loop
-    body's carry) through its op's operands."""
+    body's carry) through its op's operands; and the constraints the walk stops at, nearest first."""
     entry = entry_function(module)
     found: list[int] = []
+    stated: list[StatedCut] = []
     seen: set[ir.Value[Any]] = set()
     queue: deque[ir.Value[Any]] = deque(op.operands)
     while queue and len(seen) < _MAX_WALK:
@@ -175,4 +190,9 @@ def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.O
                 queue.extend(parent.operands)
         elif value.owner.name not in _STATES_SHARDING:
             queue.extend(value.owner.operands)
-    return tuple(found)
+        elif "sharding" in value.owner.attributes and isinstance(value.type, ir.RankedTensorType):
+            shape = tuple(int(n) for n in ir.RankedTensorType(value.type).shape)
+            sharding = sharding_axes(sdy.TensorShardingAttr(value.owner.attributes["sharding"]))
+            stated.append(StatedCut(source_of_location(value.owner.location, ownership),
+                                    sharding + [[]] * (len(shape) - len(sharding)), shape))
+    return tuple(found), tuple(stated)

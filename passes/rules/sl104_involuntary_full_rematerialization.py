@@ -46,9 +46,12 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
     `jax.sharding.reshard` or `jax.lax.with_sharding_constraint`. lint
     compiles those steps (a constraint for each, before the constraint or the
     out_shardings that asks for the layout) and shows them only when it
-    measures less traffic or a lower peak. Where the change has no layout on
-    the way, giving the producer and the consumer the same layout is advice
-    lint does not compile.
+    measures less traffic or a lower peak. Where nothing in the program
+    states the layout asked for (no constraint, no out_shardings: another
+    argument's sharding carried by propagation), there is no op to stage it
+    before, and the staged layouts are printed as advice with that reason.
+    Where the change has no layout on the way, giving the producer and the
+    consumer the same layout is advice lint does not compile.
     """
     for located in ctx.involuntary_remats:
         r = located.remat

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import FixCandidate, Severity, TensorInfo
+from ..models.report import STATED_CONSTRAINT, ConstraintCause, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL206
-from ..propagation.propagated_padding import PropagatedPadding
+from ..propagation.propagated_padding import PropagatedPadding, StatedCut
 from ..stablehlo.sharding_constraints import axes_off, even_alternatives
 from .context import RuleContext
 from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
@@ -33,6 +33,13 @@ def source_argument(p: PropagatedPadding, inputs: tuple[TensorInfo, ...]) -> Ten
     return None
 
 
+def source_constraint(p: PropagatedPadding) -> StatedCut | None:
+    """Where no argument holds the uneven axes: the nearest constraint the value is computed from that states
+    one of them (the user's ``with_sharding_constraint``, whose cut propagation carried onto the value)."""
+    return next((k for k in p.constraints
+                 if p.uneven_axes & {a.split(":")[0] for dim in k.sharding for a in dim}), None)
+
+
 def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     """A value no sharding was stated for is sharded on a dimension its axes do not divide, and XLA pads it.
 
@@ -48,7 +55,9 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     at least `propagated-padding-min-bytes` (0: any). One finding per user line,
     naming the argument whose sharding propagation carried onto that dimension
     (the nearest argument the value is computed from that holds its uneven
-    axes), with its PartitionSpec.
+    axes), with its PartitionSpec; where no argument holds them, the
+    `with_sharding_constraint` that states them (its line and PartitionSpec,
+    in the finding's `constraint`).
 
     Why is this bad
     ---------------
@@ -69,8 +78,8 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     ---
     Keep the uneven axes off that dimension of the argument it inherits them
     from (moved to another dimension they divide, or dropped; its optimizer
-    state with it), or state a sharding whose axes divide the value
-    (`with_sharding_constraint` on it, the uneven axes moved to a dimension
+    state with it) or of the `with_sharding_constraint` that states them, or
+    state a sharding whose axes divide the value (`with_sharding_constraint` on it, the uneven axes moved to a dimension
     they divide, or only the axes that divide it kept). Each is applied to the
     program (the argument's sharding, or a constraint inserted on the value),
     compiled, and the one measured best is printed, only when measured better
@@ -94,21 +103,31 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
         argument = source_argument(p, ctx.inputs)
         moves = (axes_off(tuple(argument.shape), argument.sharding or [], set(p.uneven_axes), mesh)
                  if argument is not None else [])
+        stated = source_constraint(p) if argument is None else None
+        # The constraint that is the cause, with the uneven axes moved to another dimension they divide or dropped.
+        restated = axes_off(stated.shape, stated.sharding, set(p.uneven_axes), mesh) if stated is not None else []
+        line = f" at line {stated.source.line}" if stated is not None and stated.source is not None else ""
         # A size the axes divide changes the program's values: named in the message, never compiled as a fix.
         fix = (f"shard {argument.path} as {pspec_text(moves[0])} instead of {pspec_text(argument.sharding or [])}"
                if argument is not None and moves else
+               f"state {pspec_text(restated[0])} in the with_sharding_constraint{line} instead of "
+               f"{pspec_text(stated.sharding)}" if stated is not None and restated else
                f"constrain it with jax.lax.with_sharding_constraint to {pspec_text(choices[0])}, whose axes "
                "divide every dimension" if choices else None)
         inherited = (f"; it inherits the sharding of argument {argument.path} {pspec_text(argument.sharding or [])}"
-                     if argument is not None else "")
+                     if argument is not None else
+                     f"; it inherits the sharding of the with_sharding_constraint{line} "
+                     f"{pspec_text(stated.sharding)}" if stated is not None else "")
         out.emit(
             f"{shape} is {pspec_text(p.sharding)} by propagation (no sharding was stated for it{inherited}), "
             f"which cuts {dims} uneven shards: XLA pads it and each device holds {local} "
             f"({format_bytes(p.local_bytes)}), {format_bytes(p.padding_bytes)} ({share:.0%}) of it padding beyond "
             f"an even split; a size its axes divide ({sizes}) would need no padding, but it changes what the "
             "program computes, so it is not compiled as a fix", p.source or ctx.entry_source, fix=fix, subject=shape,
-            parameter=argument, suggested=moves[0] if moves else choices[0] if choices else None, ops=[value],
+            parameter=argument, suggested=next(iter(moves or restated or choices), None), ops=[value],
+            constraint=ConstraintCause(source=stated.source, sharding=stated.sharding) if stated is not None else None,
             candidates=[FixCandidate(value=argument.path, sharding=m) for m in moves if argument is not None]
+            + [FixCandidate(value=STATED_CONSTRAINT, sharding=m) for m in restated]
             + [FixCandidate(value=value, sharding=c) for c in choices],
         )
 

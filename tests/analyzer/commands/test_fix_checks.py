@@ -315,6 +315,34 @@ def test_sl104_staged_layouts_are_compiled_and_printed_with_what_xla_measures(cl
     assert not any(kind == "all-gather" for _, kind, _ in _collectives(fixed))
 
 
+def test_sl104_says_why_staging_is_not_compiled_where_nothing_states_the_layout(cli, checking):
+    """The layout asked for is another argument's (b: P(None, ('data', 'model'), None)), which the sum reads
+    beside a*2: no with_sharding_constraint and no out_shardings states it, so there is no op to insert the
+    staged constraints before. The fix is then printed as advice with that reason, never with figures. What it
+    says is read here from the program: XLA compiles the full rematerialization (an all-gather of the whole
+    value, its global shape on every device), and the lowered module states the layout only on argument b."""
+    script, module = _fixture("sl104_involuntary_full_rematerialization")
+    lowered = module.shard_lint_targets()["from_an_argument"]
+    text = lowered.as_text()
+    assert "sdy.sharding_constraint" not in text
+    signature = next(line for line in text.splitlines() if "func.func public @main" in line)
+    results = signature.split("->", 1)[1]
+    assert "sdy.sharding" not in results  # no out_shardings
+    assert signature.count('[{}, {"data", "model"}, {}]') == 1  # b's in_shardings, and nothing else
+    compiled = lowered.compile()
+    whole = 16 * 64 * 32 * 4
+    assert any(kind == "all-gather" and size == whole for _, kind, size in _collectives(compiled))
+
+    report = _lint(cli, script, "--target", "from_an_argument", "--ignore", "SL201")
+    [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL104"]
+    assert f["fix_check"] is None and "(checked:" not in f["fix"]
+    assert f["fix"].startswith("reshard it one axis at a time")
+    assert f["fix"].endswith(
+        "(advice, not compiled: no with_sharding_constraint or out_shardings in the program states "
+        "P(None, ('data', 'model')), so there is no op to stage it before; only b's sharding states it: "
+        "propagation gives the value that layout)"), f["fix"]
+
+
 _PINNED_OUTPUT = '''
 import sys
 sys.path.insert(0, {scripts!r})

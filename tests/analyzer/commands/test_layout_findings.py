@@ -12,7 +12,7 @@ import jax
 import pytest
 from ci_deps import needs as requires
 from conftest import FIXTURES
-from hlo_oracle import xla_peak
+from hlo_oracle import compiled_collectives, xla_peak
 from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
@@ -96,6 +96,35 @@ def test_sl205_a_dtype_change_leaves_the_donation_unused(cli):
     assert f"no output reuses its {format_bytes(donated)} per device" in finding["message"]
     assert "result['w'] has its shape as bf16" in finding["message"]
     assert targets["reused"]["findings"] == []
+
+
+def test_sl205_dropping_an_unusable_donation_is_compiled_and_said_to_change_nothing(cli, checking):
+    """Two arguments of one layout donated for one output: XLA writes it into one, the other's donation is
+    reused by nothing. Dropping that donation (the program jit lowers without it in donate_argnums) is
+    compiled here: XLA measures the same peak and the same collectives, so it is never printed as the fix,
+    and the finding says what it was measured to change, with XLA's figures."""
+    mod = _script("sl205_unusable_donation")
+    both = _targets("sl205_unusable_donation")["both_donated"].compile()
+    header = both.as_text().splitlines()[0]
+    assert "input_output_alias={ {}: (0, {}, may-alias) }" in header and "buffer_donor={ (1, {}) }" in header
+    m = mod.mesh()
+    params = {"w": mod.spec(m, (4096, 4096), P("data", "model"))}
+    grads = {"w": mod.spec(m, (4096, 4096), P("data", "model"))}
+    dropped = jax.jit(mod.step_both_donated, donate_argnums=(0,)).lower(params, grads).compile()
+    assert "buffer_donor" not in dropped.as_text().splitlines()[0]
+    assert xla_peak(dropped) == xla_peak(both)
+    assert compiled_collectives(dropped.as_text(), 8) == compiled_collectives(both.as_text(), 8) == {}
+    (finding,) = _lint(cli, "sl205_unusable_donation")["both_donated"]["findings"]
+    assert finding["rule"] == "SL205" and finding["subject"] == "grads['w']"
+    check = finding["fix_check"]
+    assert check["change"] == "grads['w'] dropped from donate_argnums"
+    assert check["verdict"] == "no-change"
+    assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (xla_peak(both), xla_peak(dropped))
+    assert finding["fix"].startswith("no fix measured better: grads['w'] dropped from donate_argnums was tried, "
+                                     "compiled and measured no change (peak ±0 B, traffic ±0 B")
+    assert finding["fix"].endswith("the donation buys the step nothing, so dropping it changes only that JAX no "
+                                   "longer deletes the caller's array")
+    assert finding["suggested_sharding"] is None
 
 
 def test_a_resharded_donated_output_is_one_finding_with_its_measured_fix(cli, checking):
