@@ -131,6 +131,20 @@ def key_parts(kind: str, name: str, program_text: str, settings: Settings, devic
     }
 
 
+def figures_key_parts(kind: str, name: str, program_text: str, settings: Settings,
+                      devices: dict[str, Any]) -> dict[str, Any]:
+    """The key of a report read for its figures only (a fix candidate's peak and traffic: no rule runs on it,
+    no source is shown): the program without its source locations, and none of the settings that say whose
+    code a frame is or where paths are shown from. lint's candidates, compiled from the script's lowered text,
+    and check's or gate's of its snapshot (the same program read from a file: its locations numbered apart,
+    its user roots unknown) are one entry; so are a command run from another folder's (the README's)."""
+    parts = key_parts(kind, name, jax_adapter.text_without_locations(program_text), settings, devices)
+    for whose in ("first_party", "third_party", "user_roots", "ownership_root"):
+        parts["settings"].pop(whose)
+    parts.pop("cwd")
+    return parts
+
+
 def placed(devices: list, count: int) -> dict[str, Any]:
     """The devices checked-in StableHLO compiles on (the first ``count`` of the run's), for the key."""
     return {"devices": jax_adapter.device_identity(devices[:count])}
