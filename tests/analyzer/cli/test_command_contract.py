@@ -337,10 +337,12 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 @needs_libtpu
 @pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
-    """libtpu's machine-wide lock is for processes that use a TPU; compile-only ones may share the machine."""
+    """libtpu's machine-wide lock is for processes that use a TPU; compile-only ones may share the machine.
+    Neither reads the run's analysis cache: an entry another test left would let both finish uncompiled."""
     example = os.path.join(EXAMPLES, "remat_layer_stack.py")
     procs = [subprocess.Popen([console_script(), "lint", example, "--platform", "tpu-v5p", "--format", "json", "-q",
-                               "--fail-on", "never", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT, env=user_env(),
+                               "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT,
+                              env=user_env(),
                               stderr=subprocess.PIPE, text=True) for k in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for code, err in results:
