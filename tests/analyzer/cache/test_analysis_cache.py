@@ -249,7 +249,8 @@ def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_d
                                                                      tmp_path):
     """A candidate's entry is keyed by its program without source locations: check on the snapshot of a
     script lint has checked (the same program read from a file, its locations numbered apart, no user roots)
-    compiles the snapshot's text and no candidate, and measures the same fix as lint did."""
+    compiles the snapshot's text and no candidate, and measures the same fix as lint did. The snapshot itself
+    is lint's entry: its command reaches the script by a longer call chain, which is not the program."""
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
     text_compiles = {"n": 0}
     real = jax_adapter.compile_stablehlo_text
@@ -261,9 +262,11 @@ def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_d
     monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counted)
     script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
     [linted] = _lints(cli, cache_dir, (script, "--target", "contracted"))
+    after_lint = compiles["n"]
     snap = cli("snapshot", script, "--target", "contracted", "-o", str(tmp_path / "snap"), "-q",
                "--cache-dir", cache_dir)
     assert snap.code == 0, snap.err
+    assert compiles["n"] == after_lint, "the snapshot compiled the program lint had compiled"
     before = text_compiles["n"]
     checked = cli("check", str(tmp_path / "snap" / "contracted.mlir"), "--format", "json", "--fail-on", "never",
                   "-q", "--cache-dir", cache_dir)
