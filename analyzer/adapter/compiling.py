@@ -53,6 +53,13 @@ def parse_stablehlo(text: str, context: ir.Context | None = None) -> ir.Module:
         return ir.Module.parse(text)
 
 
+def text_without_locations(text: str) -> str:
+    """StableHLO text printed again without its source locations: the program XLA compiles, whatever
+    Python stack (or snapshot file) it was lowered from."""
+    module = parse_stablehlo(text)
+    return module.operation.get_asm(enable_debug_info=False)
+
+
 def stablehlo_text(lowered: Any) -> str:
     """The lowered module with shardings and source locations."""
     return lowered.as_text(debug_info=True)

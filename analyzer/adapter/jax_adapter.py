@@ -25,6 +25,7 @@ from .compiling import (
     parse_stablehlo,
     stablehlo_module,
     stablehlo_text,
+    text_without_locations,
     versions,
 )
 from .devices import (
@@ -61,5 +62,5 @@ __all__ = [
     "keyword_argument_names",
     "lowered_identity", "lowered_mesh", "make_ir_context", "named_sharding", "parameter_shardings",
     "parse_stablehlo", "record_library_frames", "sharding_axes", "stablehlo_module", "stablehlo_text",
-    "tpu_target_devices", "versions",
+    "text_without_locations", "tpu_target_devices", "versions",
 ]

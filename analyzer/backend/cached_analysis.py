@@ -70,7 +70,7 @@ def _without_tool_frames(text: str) -> str:
     folders = tuple(os.path.join(f, "") for f in tool_folders())
     alike = _FILE_LINE_COLUMN.sub(
         lambda m: f'"{_TOOL_FILE}":0:0' if m.group(1).startswith(folders) else m.group(0), text)
-    return _without_callers(alike)
+    return _without_tool_chain(_without_callers(alike))
 
 
 _TOOL_FILE = "<jax-shard-lint>"
@@ -119,6 +119,51 @@ def _without_callers(text: str) -> str:
     return _LOCATION_ALIAS.sub(alike, text)
 
 
+_ALIAS_REFERENCE = re.compile(r"#loc\d*(?!\w)")
+_OUTSIDE = "#<tool>"
+
+
+def _without_tool_chain(text: str) -> str:
+    """``text`` (its tool and caller frames made alike) with each stack's part from the tool's innermost frame
+    outward as one token, and the location aliases numbered anew in the order they are first named.
+
+    Commands reach the script by call chains of their own lengths (snapshot calls it through lint's
+    function, one frame more; gate and sweep through theirs): frames made alike one by one still left the
+    chains, and so the aliases' numbers, apart, and snapshot compiled again what lint had just compiled."""
+    aliases = {m.group(1): m.group(2) for m in _LOCATION_ALIAS.finditer(text)}
+    file_of = {alias: m.group(1) for alias, body in aliases.items() if (m := _FRAME.match(body))}
+    outer_files = {alias for alias, body in aliases.items()
+                   if body in (f'"{_TOOL_FILE}":0:0', '"<caller>":0:0')}
+    stacks: dict[str, list[str]] = {}
+
+    def frames(alias: str) -> list[str]:  # innermost first
+        if alias not in stacks:
+            site = _CALL_SITE.match(aliases.get(alias, ""))
+            stacks[alias] = frames(site.group(1)) + frames(site.group(2)) if site else (
+                [alias] if alias in file_of else [])
+        return stacks[alias]
+
+    outside = {alias for alias in aliases if (stack := frames(alias)) and file_of[stack[0]] in outer_files}
+    outside |= outer_files
+    if not outside:
+        return text
+    bodies = {alias: body for alias, body in aliases.items() if alias not in outside}
+    renamed: dict[str, str] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        if m.group(0) in outside:
+            return _OUTSIDE
+        return renamed.setdefault(m.group(0), f"#loc{len(renamed)}")
+
+    program = _ALIAS_REFERENCE.sub(rename, _LOCATION_ALIAS.sub("", text)).rstrip("\n")
+    defined: dict[str, str] = {}
+    while pending := [alias for alias in renamed if alias in bodies and renamed[alias] not in defined]:
+        for alias in pending:  # a definition names aliases of its own: they are numbered as it is written
+            defined[renamed[alias]] = _ALIAS_REFERENCE.sub(rename, bodies[alias])
+    ordered = sorted(defined.items(), key=lambda item: int(item[0][len("#loc"):]))
+    return "\n".join([program, *(f"{alias} = loc({body})" for alias, body in ordered)]) + "\n"
+
+
 def key_parts(kind: str, name: str, program_text: str, settings: Settings, devices: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": kind, "target": name, "program": text_digest(_without_tool_frames(program_text)), "devices": devices,
@@ -129,6 +174,20 @@ def key_parts(kind: str, name: str, program_text: str, settings: Settings, devic
         "compilers": jax_adapter.compiler_versions(),
         "environment": {k: os.environ.get(k) for k in _COMPILER_ENV},
     }
+
+
+def figures_key_parts(kind: str, name: str, program_text: str, settings: Settings,
+                      devices: dict[str, Any]) -> dict[str, Any]:
+    """The key of a report read for its figures only (a fix candidate's peak and traffic: no rule runs on it,
+    no source is shown): the program without its source locations, and none of the settings that say whose
+    code a frame is or where paths are shown from. lint's candidates, compiled from the script's lowered text,
+    and check's or gate's of its snapshot (the same program read from a file: its locations numbered apart,
+    its user roots unknown) are one entry; so are a command run from another folder's (the README's)."""
+    parts = key_parts(kind, name, jax_adapter.text_without_locations(program_text), settings, devices)
+    for whose in ("first_party", "third_party", "user_roots", "ownership_root"):
+        parts["settings"].pop(whose)
+    parts.pop("cwd")
+    return parts
 
 
 def placed(devices: list, count: int) -> dict[str, Any]:

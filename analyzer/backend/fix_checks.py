@@ -36,7 +36,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..supervision import isolation
-from .cached_analysis import analysis_cache, cached_report, key_parts, placed
+from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
 from .fix_verdicts import _cost_text, _not_offered, _verdict
 from .parameter_moves import listed, matcher, moved_text, single_move
@@ -115,7 +115,8 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 
 def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
               devices: list) -> TargetReport:
-    """A candidate's report, compiled from its text through the analysis cache (keyed by the text). XLA
+    """A candidate's report, compiled from its text through the analysis cache (keyed by the program without
+    its source locations: only its figures are read). XLA
     writes no dump for it and, on CPU, does not optimize its machine code, and no rule runs on it: a check
     compares XLA's peak, the collectives and the step-time estimate, which need none of them (about half a CPU
     compile's time; the rules about 0.2 s a candidate on the main example). Inside
@@ -123,7 +124,8 @@ def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, whe
     is compiled once."""
     placement = tuple(devices[:sig.num_partitions])
     return once((name, text, placement, repr(settings), where), lambda: cached_report(analysis_cache(settings),
-                         lambda: key_parts("fix-candidate", name, text, settings, placed(devices, sig.num_partitions)),
+                         lambda: figures_key_parts("fix-candidate", name, text, settings,
+                                                   placed(devices, sig.num_partitions)),
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
                                               optimize_machine_code=False, with_rules=False)[0]))
 

@@ -243,3 +243,38 @@ def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(c
     assert [c["verdict"] for c in checked] == ["better"], checked
     assert counts == [(2, 1)], "lint's compile and the one candidate's, nothing else"
     assert compiles["n"] == 2 and second == first
+
+
+def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_dir, compiles, monkeypatch,
+                                                                     tmp_path):
+    """A candidate's entry is keyed by its program without source locations: check on the snapshot of a
+    script lint has checked (the same program read from a file, its locations numbered apart, no user roots)
+    compiles the snapshot's text and no candidate, and measures the same fix as lint did. The snapshot itself
+    is lint's entry: its command reaches the script by a longer call chain, which is not the program."""
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    text_compiles = {"n": 0}
+    real = jax_adapter.compile_stablehlo_text
+
+    def counted(*args, **kwargs):
+        text_compiles["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counted)
+    script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
+    [linted] = _lints(cli, cache_dir, (script, "--target", "contracted"))
+    after_lint = compiles["n"]
+    snap = cli("snapshot", script, "--target", "contracted", "-o", str(tmp_path / "snap"), "-q",
+               "--cache-dir", cache_dir)
+    assert snap.code == 0, snap.err
+    assert compiles["n"] == after_lint, "the snapshot compiled the program lint had compiled"
+    before = text_compiles["n"]
+    checked = cli("check", str(tmp_path / "snap" / "contracted.mlir"), "--format", "json", "--fail-on", "never",
+                  "-q", "--cache-dir", cache_dir)
+    assert checked.code == 0, checked.err
+    assert text_compiles["n"] - before == 1, "check compiled a candidate lint had compiled"
+
+    def checks(out):
+        return [(f["rule"], f["fix_check"]) for t in json.loads(out)["targets"] for f in t["findings"]
+                if f["fix_check"]]
+
+    assert checks(checked.out) == checks(linted) and [c["verdict"] for _, c in checks(linted)] == ["better"]

@@ -37,10 +37,23 @@ def _with_moments(key: str, spec) -> dict:
     return {f"state{key}": spec, f"opt_state[0].mu{key}": spec, f"opt_state[0].nu{key}": spec}
 
 
+_COMPILED: dict = {}
+
+
+def _compiled(module, layout="written", moved=None):
+    """The step as jax.jit compiles it here, and its arguments; ``moved`` values on their new layouts and
+    returned there. Compiled once per program for this module's tests (the written step and the kernel moved
+    with its moments are the oracle of two tests each)."""
+    key = (layout, tuple(sorted((path, str(spec)) for path, spec in (moved or {}).items())))
+    if key not in _COMPILED:
+        fn, args = module.jitted(layout, moved, returned=bool(moved))
+        _COMPILED[key] = fn.lower(*args).compile(), args
+    return _COMPILED[key]
+
+
 def _xla(module, layout="written", moved=None):
     """(peak, traffic) of the step compiled here; ``moved`` values on their new layouts and returned there."""
-    fn, args = module.jitted(layout, moved, returned=bool(moved))
-    compiled = fn.lower(*args).compile()
+    compiled, args = _compiled(module, layout, moved)
     return xla_peak(compiled), step_traffic(compiled, args[:2])
 
 
@@ -105,8 +118,7 @@ def test_each_parameters_moments_are_one_sl201_without_a_shared_why(cli, module)
     A collective every SL201's output depends on (the gradient's) is not repeated as a why line on each."""
     lint = _run(cli, "lint", SCRIPT, "--fail-on", "never")
     sl201 = [f for f in lint["findings"] if f["rule"] == "SL201"]
-    fn, args = module.jitted()
-    compiled = fn.lower(*args).compile()
+    compiled, args = _compiled(module)
     moments = {f"[0].{m}{key}" for m in ("mu", "nu") for key in (EMBEDDING, KERNEL, "['fc2']['kernel'].value")}
     flat = jax.tree_util.tree_flatten_with_path(args[1])[0]
     outs = jax.tree.leaves(compiled.output_shardings[1])
