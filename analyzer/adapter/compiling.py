@@ -57,7 +57,7 @@ def text_without_locations(text: str) -> str:
     """StableHLO text printed again without its source locations: the program XLA compiles, whatever
     Python stack (or snapshot file) it was lowered from."""
     module = parse_stablehlo(text)
-    return module.operation.get_asm(enable_debug_info=False)
+    return str(module.operation.get_asm(enable_debug_info=False))
 
 
 def stablehlo_text(lowered: Any) -> str:

@@ -11,9 +11,9 @@ optimizer state, returned in that layout), and a constraint inserted on the valu
 ``sdy.sharding_constraint``, what ``with_sharding_constraint`` lowers to) with SL204's alternatives; the
 best measured better is printed. An SL101 or SL102 whose cause is the user's constraint (a gather of what it
 shards, no argument behind it) edits that constraint: the gathered axes moved to another dimension they
-divide, or dropped. SL205's pins the output
-of the donated input's shape and dtype to the input's sharding and restores the donation (jit left it out of
-the module, having found no output to match), so XLA can write the output into the donated buffer; failing that, the program without the donation (its
+divide, or dropped. SL205's pins the output of the donated input's shape and dtype to the input's sharding
+and restores the donation (jit left it out of the module, having found no output to match), so XLA can write
+the output into the donated buffer; failing that, the program without the donation (its
 ``jax.buffer_donor`` or ``tf.aliasing_output`` taken off) is compiled too, and what it measured is said.
 SL104's (a layout change XLA makes by replicating the whole value) inserts a constraint for each of the rule's
 staged layouts, in order, before the constraint (or the pinned result) that asks for the value's layout; where
