@@ -50,7 +50,7 @@ from .in_shardings import check_text as check_in_text
 from .in_shardings import placement_text as place_text
 from .logical import declared_logical, rule_advice
 from .target import SuggestRequest, target_problem
-from .versions import SideBySide, compile_versions
+from .versions import SideBySide, SolveHeartbeat, compile_versions
 
 MAX_ROUNDS = 3
 SOLVERS = ("auto", "ilp", "local")
@@ -187,8 +187,9 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
         isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({t.problem.size:,} variables)")
         say(f"{t.name}: solving the sharding problem ({t.problem.size:,} variables)")
         try:
-            refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
-                             request.time_limit, spec)
+            with SolveHeartbeat(request.spread.say, t.name, t.side_by_side):
+                refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
+                                 request.time_limit, spec)
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
@@ -264,13 +265,15 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     pins_of = {"solver": (arg_pins, res_pins)}
     reports = {"solver": solver_report}
     say = request.spread.say or (lambda _msg: None)
-    say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
+    if t.side_by_side is None:  # else they were started beside the solve, and said so
+        say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         versions.append(_with_model(version, pins if pins is not None else written, problem, request))
         pins_of[vname], reports[vname] = (pins, outs), report
     if moves:
-        say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
+        if t.side_by_side is None:
+            say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
         moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread),
                           resolution)
         if moved is not None:

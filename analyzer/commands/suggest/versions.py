@@ -49,9 +49,10 @@ def _compile_unique(target: str, num_partitions: int, versions: list[VersionText
     # A target whose name cannot name a file is compiled in this process.
     if spread.executor.in_process or len(versions) < 2 or not is_plain_file_name(target):
         say = spread.say or (lambda _msg: None)
+        labels = version_labels(versions)
         measured = []
         for k, v in enumerate(versions):
-            say(f"[{k + 1}/{len(versions)}] {target}: compiling the {v.name} version")
+            say(f"[{k + 1}/{len(versions)}] {target}: compiling {labels[k]}")
             measured.append(_compile_here(target, num_partitions, v, settings, devices, where))
         return measured
     folder = tempfile.mkdtemp(prefix="jax-shard-lint-versions-")
@@ -110,11 +111,15 @@ class SideBySide:
         for v in versions:
             if v.text not in self.futures:
                 new.setdefault(v.text, v)
-        done = self.counter.announce([f"the {v.name} version" for v in new.values()], what)
+        done = self.counter.announce(version_labels(list(new.values())), what)
         for (text, v), then in zip(new.items(), done):
             job = functools.partial(_compile_here, self.target, self.num_partitions, v, self.settings, self.devices,
                                     self.where)
             self.futures[text] = self.pool.submit(outcome, job, then)
+
+    def finished(self) -> tuple[int, int]:
+        """(compiles done, compiles started)."""
+        return sum(f.done() for f in self.futures.values()), len(self.futures)
 
     def measured(self, versions: list[VersionText]) -> list[tuple[Version, TargetReport | None]]:
         """Each version's figures (started here if it was not), in the order given, named as given."""
@@ -127,6 +132,62 @@ class SideBySide:
             version, report = got
             out.append((version.model_copy(update={"name": v.name, "description": v.description}), report))
         return out
+
+
+def version_labels(versions: list[VersionText]) -> list[str]:
+    """Each version's name in a progress line; where several share a name (the single moves, the solver's
+    plans), what tells them apart: the move's own description, or the plan's number."""
+    names = [v.name for v in versions]
+    labels, seen = [], dict.fromkeys(names, 0)
+    for v in versions:
+        seen[v.name] += 1
+        if names.count(v.name) == 1:
+            labels.append(f"the {v.name} version")
+        elif v.description and [w.description for w in versions if w.name == v.name].count(v.description) == 1:
+            labels.append(f"the {v.name} version ({_shortened(v.description)})")
+        else:
+            labels.append(f"the {v.name} version ({seen[v.name]} of {names.count(v.name)})")
+    return labels
+
+
+def _shortened(description: str, width: int = 60) -> str:
+    # A move that takes an axis off ten arguments names them all; its first words tell it from the others.
+    return description if len(description) <= width else description[:width - 1].rstrip(", ") + "…"
+
+
+class SolveHeartbeat:
+    """While the solver runs (HiGHS reports nothing until it returns: minutes on a large problem), a line every
+    ``every`` seconds saying so, with the count of compiles done beside it. Printed at once, not held: it says
+    only that the solve is running, which is true whether or not it then refuses a budget."""
+
+    def __init__(self, say: Callable[[str], None] | None, name: str, side_by_side: SideBySide | None,
+                 every: float = 15.0):
+        self.say, self.name, self.side_by_side, self.every = say, name, side_by_side, every
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _beat(self) -> None:
+        waited = 0.0
+        while not self.stop.wait(self.every):
+            waited += self.every
+            line = f"{self.name}: still solving ({waited:.0f} s)"
+            if self.side_by_side is not None:
+                done, started = self.side_by_side.finished()
+                if started:
+                    line += f"; {done}/{started} compiles beside it done"
+            if self.say is not None:
+                self.say(line)
+
+    def __enter__(self) -> SolveHeartbeat:
+        if self.say is not None:
+            self.thread = threading.Thread(target=self._beat, name="suggest-solve-heartbeat", daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
 
 
 class HeldProgress:

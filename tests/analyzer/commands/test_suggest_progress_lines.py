@@ -1,0 +1,55 @@
+"""suggest's progress lines: the versions it compiles are told apart (the single moves by what they move, the
+solver's plans by number), and a solve that runs long says so while it runs (HiGHS reports nothing until it
+returns). No compile here: the lines are made from the versions' names and descriptions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from jax_shard_lint.analyzer.backend.advice.verdict import VersionText
+from jax_shard_lint.analyzer.commands.suggest.versions import SolveHeartbeat, version_labels
+
+
+def test_versions_that_share_a_name_are_told_apart():
+    long_move = "params['embed']: P() -> P('fsdp'), 'fsdp' off " + ", ".join(f"params['w{k}']" for k in range(10))
+    versions = [VersionText("written", "the shardings the program states", "a"),
+                VersionText("single move", "x: P() -> P('data')", "b"),
+                VersionText("single move", long_move, "c"),
+                VersionText("solver", "the solver's choice", "d"),
+                VersionText("solver", "the solver's choice", "e")]
+    labels = version_labels(versions)
+    assert labels[:2] == ["the written version", "the single move version (x: P() -> P('data'))"]
+    assert labels[2].startswith("the single move version (params['embed']: P() -> P('fsdp'), 'fsdp' off")
+    assert labels[2].endswith("…)") and len(labels[2]) < 100
+    assert labels[3:] == ["the solver version (1 of 2)", "the solver version (2 of 2)"]
+    assert len(set(labels)) == len(labels)
+
+
+class _Compiles:
+    def finished(self):
+        return 3, 12
+
+
+def test_a_long_solve_says_it_is_still_solving_with_the_compiles_beside_it():
+    lines: list[str] = []
+    lock = threading.Lock()
+
+    def say(msg):
+        with lock:
+            lines.append(msg)
+
+    with SolveHeartbeat(say, "train_step", _Compiles(), every=0.01):
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+    seen = len(lines)
+    time.sleep(0.05)
+    assert seen >= 1 and len(lines) == seen  # nothing after the solve returned
+    assert lines[0].startswith("train_step: still solving (") and lines[0].endswith("; 3/12 compiles beside it done")
+
+
+def test_no_heartbeat_without_progress_output():
+    with SolveHeartbeat(None, "train_step", None, every=0.01) as beat:
+        time.sleep(0.03)
+    assert beat.thread is None
