@@ -63,6 +63,27 @@ def _is_member(path: str, members: tuple[str, ...]) -> bool:
     return any(path.startswith(m + os.sep) or path == m + ".py" for m in members)
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run: not those under ``if TYPE_CHECKING:``, which name types only (a
+    lazily loaded package lists all its modules there: transformers' ``__init__`` reaches its 1983 files)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(reversed(node.orelse))
+        else:
+            todo.extend(reversed(list(ast.iter_child_nodes(node))))
+    return out
+
+
 def _candidates(name: str, base: str) -> list[str]:
     rel = os.path.join(base, *name.split("."))
     return [c for c in (rel + ".py", os.path.join(rel, "__init__.py")) if os.path.isfile(c)]
@@ -88,7 +109,7 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
         if tree is None:
             continue
         here = os.path.dirname(path)
-        for node in ast.walk(tree):
+        for node in _runtime_imports(tree):
             if isinstance(node, ast.Import):
                 names, bases = [a.name for a in node.names], roots
             elif isinstance(node, ast.ImportFrom):

@@ -164,3 +164,15 @@ def test_first_party_package_is_the_program_not_the_folder_holding_it(tmp_path, 
     assert [os.path.relpath(p, tmp_path) for p in sub.files] == [
         "app/blocks_only.py", "env/site-packages/layerlib/blocks/__init__.py",
         "env/site-packages/layerlib/blocks/block.py", "env/site-packages/layerlib/blocks/dense.py"]
+
+
+def test_imports_under_type_checking_are_not_followed(tmp_path):
+    """A lazily loaded package (transformers) imports all its modules under ``if TYPE_CHECKING:``, and
+    nothing there runs: the walk reads the ``else`` branch only."""
+    (tmp_path / "train.py").write_text(
+        "import typing\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import typed\n"
+        "else:\n    import lazy\nif typing.TYPE_CHECKING:\n    import typed_too\n\n\ndef f():\n    import inner\n")
+    for name in ("typed", "lazy", "typed_too", "inner"):
+        (tmp_path / f"{name}.py").write_text("")
+    program = program_files(str(tmp_path / "train.py"))
+    assert [os.path.basename(p) for p in program.files] == ["train.py", "inner.py", "lazy.py"]
