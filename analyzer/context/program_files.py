@@ -91,8 +91,8 @@ def _candidates(name: str, base: str) -> list[str]:
 
 def program_files(script: str, settings: Settings | None = None) -> ProgramFiles:
     script = os.path.abspath(script)
-    bases, member_folders = _first_party_roots(settings)
-    roots = tuple(dict.fromkeys([os.path.dirname(script)] + bases))
+    first_party_bases, member_folders = _first_party_roots(settings)
+    roots = tuple(dict.fromkeys([os.path.dirname(script)] + first_party_bases))
     members = tuple(dict.fromkeys([os.path.dirname(script)] + member_folders))
     texts: dict[str, str] = {}
     todo = [script]
