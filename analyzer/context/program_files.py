@@ -31,23 +31,56 @@ class ProgramFiles:
     texts: dict[str, str]
 
 
-def _first_party_roots(settings: Settings | None) -> list[str]:
-    """Folders of the configured first-party packages (``mypkg``: the folder holding it, found without
-    importing it) and first-party folders (``src/``, from the configuration's folder)."""
+def _first_party_roots(settings: Settings | None) -> tuple[list[str], list[str]]:
+    """The configured first-party code as (folders module names start from, what of them is the program).
+    A first-party folder (``src/``, from the configuration's folder) is both. A first-party package
+    (``mypkg``, found without importing it) is named from the folder holding it, but only the package is
+    the program: that folder is often site-packages, and reading all of it (every library the package
+    imports, transitively) made a ``first-party = ["transformers"]`` lint read thousands of files."""
     if settings is None:
-        return []
+        return [], []
     base = os.path.dirname(settings.config_file) if settings.config_file else os.getcwd()
-    out = []
+    bases, members = [], []
     for entry in settings.first_party:
         if entry.endswith("/") or os.sep in entry:
-            out.append(os.path.abspath(os.path.join(base, entry)))
+            folder = os.path.abspath(os.path.join(base, entry))
+            bases.append(folder)
+            members.append(folder)
             continue
         try:
             spec = importlib.util.find_spec(entry.split(".")[0])
         except (ImportError, ValueError):
             spec = None
         for location in (spec.submodule_search_locations or []) if spec else []:
-            out.append(os.path.dirname(os.path.abspath(location)))
+            parent = os.path.dirname(os.path.abspath(location))
+            bases.append(parent)
+            members.append(os.path.join(parent, *entry.split(".")))
+    return bases, members
+
+
+def _is_member(path: str, members: tuple[str, ...]) -> bool:
+    """A file of the program: inside a member folder, or a member module (``mypkg.mod`` is mypkg/mod.py)."""
+    return any(path.startswith(m + os.sep) or path == m + ".py" for m in members)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run: not those under ``if TYPE_CHECKING:``, which name types only (a
+    lazily loaded package lists all its modules there: transformers' ``__init__`` reaches its 1983 files)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(reversed(node.orelse))
+        else:
+            todo.extend(reversed(list(ast.iter_child_nodes(node))))
     return out
 
 
@@ -58,12 +91,14 @@ def _candidates(name: str, base: str) -> list[str]:
 
 def program_files(script: str, settings: Settings | None = None) -> ProgramFiles:
     script = os.path.abspath(script)
-    roots = tuple(dict.fromkeys([os.path.dirname(script)] + _first_party_roots(settings)))
+    first_party_bases, member_folders = _first_party_roots(settings)
+    roots = tuple(dict.fromkeys([os.path.dirname(script)] + first_party_bases))
+    members = tuple(dict.fromkeys([os.path.dirname(script)] + member_folders))
     texts: dict[str, str] = {}
     todo = [script]
     while todo:
         path = todo.pop()
-        if path in texts:
+        if path in texts or (path != script and not _is_member(path, members)):
             continue
         try:
             with open(path, encoding="utf-8") as f:
@@ -74,7 +109,7 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
         if tree is None:
             continue
         here = os.path.dirname(path)
-        for node in ast.walk(tree):
+        for node in _runtime_imports(tree):
             if isinstance(node, ast.Import):
                 names, bases = [a.name for a in node.names], roots
             elif isinstance(node, ast.ImportFrom):
@@ -95,7 +130,7 @@ def program_files(script: str, settings: Settings | None = None) -> ProgramFiles
                     # import a.b.c reaches a/__init__.py and a/b/__init__.py too
                     for k in range(1, len(parts) + 1):
                         todo.extend(os.path.abspath(c) for c in _candidates(".".join(parts[:k]), base))
-    files = sorted(p for p in texts if p != script and any(p.startswith(r + os.sep) for r in roots))
+    files = sorted(p for p in texts if p != script)
     return ProgramFiles((script, *files), roots, {p: texts[p] for p in (script, *files) if p in texts})
 
 
