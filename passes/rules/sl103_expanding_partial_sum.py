@@ -57,7 +57,11 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     ---
     Shard the weight on its output dimension instead (here the vocabulary:
     `P("model", None)`), so the output stays sharded and only small
-    statistics (a softmax's max and sum) are reduced.
+    statistics (a softmax's max and sum) are reduced. A weight on two mesh
+    axes (FSDP with tensor parallelism: `P("data", "model")`, the output
+    dimension already taken) has the summed axes moved beside the others
+    (`P(None, ("model", "data"))`), each alone, or dropped: the finding's
+    `candidates`, compiled in order, the first measured better printed.
     """
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
