@@ -103,7 +103,7 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
                "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
             c.source, via=c.via,
             fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
-                 if weight is not None and weight.sharding and moves else
+                 if weight is not None and weight.sharding and moves and suggested else
                  f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
                  f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
                  else f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
