@@ -8,14 +8,12 @@ program as written, and compared on two figures: the per-device peak, and the
 per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
-A fix is offered as the fix only when its compile measured it better: less
-traffic or a lower peak, the other not worse beyond the tolerance (fix_verdicts.py: _NOISE of
-itself, or _GROWTH of the peak as written). A fix
-measured no change, a trade-off or worse is never printed as the fix: the
-finding keeps what it found and says what was tried and what it cost. SL201 and SL203 are about the
-same values of a step's state (a replicated input that comes back sharded): they
-get one recommendation, the better of pinning the output back and giving the
-input the layout the step returns it in.
+A fix is offered as the fix only when its compile measured it better: less traffic or a lower peak, the other
+not worse beyond the tolerance (fix_verdicts.py: _NOISE of itself, or _GROWTH of the peak as written). A fix
+measured no change, a trade-off or worse is never printed as the fix: the finding keeps what it found and says
+what was tried and what it cost (each of the rule's candidates, in order, until one is better). SL201 and SL203
+are about the same values of a step's state (a replicated input that comes back sharded): they get one
+recommendation, the better of pinning the output back and giving the input the layout the step returns it in.
 """
 
 from __future__ import annotations
@@ -221,18 +219,21 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         if candidate is None or budget <= 0:
             continue
         check = run(candidate)
-        other = _other_dimension(f, list(report.inputs), report.mesh) if f.rule == SL203.code else None
-        if check.verdict is not FixVerdict.better and other is not None and budget > 0 and (
-                alternative := _parameter_candidate(other, list(report.inputs), returned)) is not None:
+        others = _other_candidates(f) if f.rule != SL203.code else [
+            o for o in [_other_dimension(f, list(report.inputs), report.mesh)] if o is not None]
+        tried: list[str] = []
+        for other in others if check.verdict is not FixVerdict.better else []:
+            alternative = _parameter_candidate(other, list(report.inputs), returned)
+            if alternative is None or budget <= 0:
+                continue
             second = run(alternative)
             if second.verdict is FixVerdict.better:
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
-                continue
-            other_text = f"; {second.change} was tried too, compiled and {_not_offered(second)}"
+                break
+            tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
+        else:
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
-            findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + other_text})
-            continue
-        findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
+            findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
         findings = _state_advice(findings, pinned, run(take), moved)
@@ -292,6 +293,16 @@ def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int])
     moved: list[list[str]] = [[] for _ in spec]
     moved[last] = spec[dim]
     return f.model_copy(update={"suggested_sharding": moved, "fix": f"shard {t.path} as {pspec_text(moved)}"})
+
+
+def _other_candidates(f: Finding) -> list[Finding]:
+    """The finding with each further candidate of its rule (SL103's contracted axes moved each way) as its fix."""
+    if f.parameter is None or f.suggested_sharding is None or f.fix is None or len(f.candidates) < 2:
+        return []
+    written = f"as {pspec_text(f.suggested_sharding)} instead"
+    return [f.model_copy(update={"suggested_sharding": c.sharding,
+                                 "fix": f.fix.replace(written, f"as {pspec_text(c.sharding)} instead", 1)})
+            for c in f.candidates[1:] if c.value == f.parameter and c.sharding != f.suggested_sharding]
 
 
 def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:

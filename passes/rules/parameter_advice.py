@@ -10,9 +10,11 @@ analyzer compiles the program with that sharding before the fix is shown
 
 from __future__ import annotations
 
+from ..common.device_groups import MeshInfo
 from ..hlo.collective_intent import squeezed
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole, axis_size
 from ..models.report import Collective, TensorInfo
+from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
 
 
@@ -42,6 +44,30 @@ def moved_off(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list
             sharding[d] = []
     sharding[target] = moving
     return sharding
+
+
+def contracted_axes_moves(t: TensorInfo, dims: set[int], summed: list[str], mesh: MeshInfo) -> list[list[list[str]]]:
+    """Where ``moved_off`` finds no unsharded dimension (a weight on two mesh axes, FSDP with tensor
+    parallelism: P('data', 'model')), the specs that keep the axes a partial sum adds over (``summed``, on the
+    contracted ``dims``) off the dimension the matmul contracts: all of them, then each alone, moved onto the
+    last other dimension they divide beside the axes already there, then dropped. Candidates for the fix check
+    to compile, nearest the written layout first."""
+    sharding = [list(a) for a in (t.sharding or [])] + [[] for _ in range(len(t.shape) - len(t.sharding or []))]
+    names = {a.split(":")[0] for a in summed}
+    on = [a.split(":")[0] for d in sorted(dims) if d < len(sharding) for a in sharding[d]
+          if a.split(":")[0] in names] or [a.split(":")[0] for d in sorted(dims) if d < len(sharding)
+                                           for a in sharding[d]]
+    groups = [set(on)] + ([{a} for a in on] if len(on) > 1 else [])
+    moved: list[list[list[str]]] = []
+    dropped: list[list[list[str]]] = []
+    for group in groups:
+        specs = axes_off(tuple(t.shape), sharding, group, mesh)
+        for spec in specs[:-1]:
+            if spec not in moved:
+                moved.append(spec)
+        if specs and specs[-1] not in dropped:
+            dropped.append(specs[-1])
+    return [s for s in moved + dropped if s != sharding]
 
 
 def moved_onto(t: TensorInfo, dims: set[int], axes: list[str], sizes: dict[str, int]) -> list[list[str]] | None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Severity
+from ..models.report import FixCandidate, Severity
 from ..models.rule_codes import SL103
 from .context import RuleContext
-from .parameter_advice import contracted_dims, moved_off, parameter_of
+from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, parameter_of
 from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
 
 PARTIAL_SUM_EXPANSION = RuleOption(
@@ -57,7 +57,11 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     ---
     Shard the weight on its output dimension instead (here the vocabulary:
     `P("model", None)`), so the output stays sharded and only small
-    statistics (a softmax's max and sum) are reduced.
+    statistics (a softmax's max and sum) are reduced. A weight on two mesh
+    axes (FSDP with tensor parallelism: `P("data", "model")`, the output
+    dimension already taken) has the summed axes moved beside the others
+    (`P(None, ("model", "data"))`), each alone, or dropped: the finding's
+    `candidates`, compiled in order, the first measured better printed.
     """
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
@@ -81,9 +85,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         if c.bytes < ratio * gathered and not sliced:
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
-        suggested = None
+        suggested, moves = None, []
         if weight is not None and weight.sharding:
             suggested = moved_off(weight, contracted_dims(weight, served), sizes)
+            if suggested is None:  # no unsharded dimension to take the axes: each way of moving them is compiled
+                moves = contracted_axes_moves(weight, contracted_dims(weight, served), list(c.mesh_axes),
+                                              ctx.signature.mesh)
+                suggested = moves[0] if moves else None
         out.emit(
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
@@ -94,13 +102,23 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             + (" and its other operand is not (each device slices its part of a value it holds whole): the "
                "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
             c.source, via=c.via,
-            fix=(f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
+            fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
+                 if weight is not None and weight.sharding and moves and suggested else
+                 f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
                  f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
                  else f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
                  "produces instead of the one it contracts, so the output stays sharded"),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
             total_bytes=c.bytes * c.count,
+            candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
         )
+
+
+def contracted_move_text(path: str, spec: list[list[str]], written: list[list[str]], summed: list[str]) -> str:
+    """The fix for one of ``contracted_axes_moves``' specs (the fix check words each candidate it compiles so)."""
+    axes = ", ".join(repr(a) for a in summed)
+    return (f"shard {path} as {pspec_text(spec)} instead of {pspec_text(written)}, keeping {axes} off the "
+            "dimension this matmul contracts, so the output stays sharded and its partial sums are not all-reduced")
 
 RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
                    options=(PARTIAL_SUM_EXPANSION, PARTIAL_SUM_MIN_BYTES),
