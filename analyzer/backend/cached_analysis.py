@@ -83,12 +83,11 @@ _FRAME = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
 _CALL_SITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
 
 
-def _without_callers(text: str) -> str:
-    """``text`` with every frame outside the tool's own outermost frame of a stack (the callers of
-    the tool) made alike: its function name and its file location."""
+def _location_stacks(text: str) -> tuple[dict[str, str], dict[str, str], Callable[[str], list[str]]]:
+    """The text's location aliases (alias -> its body), each frame alias's file alias, and the stack of frame
+    aliases a location stands for, innermost first (a call site's callee's, then its caller's; memoized)."""
     aliases = {m.group(1): m.group(2) for m in _LOCATION_ALIAS.finditer(text)}
     file_of = {alias: m.group(1) for alias, body in aliases.items() if (m := _FRAME.match(body))}
-    tool_location = f'"{_TOOL_FILE}":0:0'
     stacks: dict[str, list[str]] = {}
 
     def frames(alias: str) -> list[str]:  # innermost first
@@ -97,6 +96,15 @@ def _without_callers(text: str) -> str:
             stacks[alias] = frames(site.group(1)) + frames(site.group(2)) if site else (
                 [alias] if alias in file_of else [])
         return stacks[alias]
+
+    return aliases, file_of, frames
+
+
+def _without_callers(text: str) -> str:
+    """``text`` with every frame outside the tool's own outermost frame of a stack (the callers of
+    the tool) made alike: its function name and its file location."""
+    aliases, file_of, frames = _location_stacks(text)
+    tool_location = f'"{_TOOL_FILE}":0:0'
 
     callers: set[str] = set()
     for alias, body in aliases.items():
@@ -130,18 +138,9 @@ def _without_tool_chain(text: str) -> str:
     Commands reach the script by call chains of their own lengths (snapshot calls it through lint's
     function, one frame more; gate and sweep through theirs): frames made alike one by one still left the
     chains, and so the aliases' numbers, apart, and snapshot compiled again what lint had just compiled."""
-    aliases = {m.group(1): m.group(2) for m in _LOCATION_ALIAS.finditer(text)}
-    file_of = {alias: m.group(1) for alias, body in aliases.items() if (m := _FRAME.match(body))}
+    aliases, file_of, frames = _location_stacks(text)
     outer_files = {alias for alias, body in aliases.items()
                    if body in (f'"{_TOOL_FILE}":0:0', '"<caller>":0:0')}
-    stacks: dict[str, list[str]] = {}
-
-    def frames(alias: str) -> list[str]:  # innermost first
-        if alias not in stacks:
-            site = _CALL_SITE.match(aliases.get(alias, ""))
-            stacks[alias] = frames(site.group(1)) + frames(site.group(2)) if site else (
-                [alias] if alias in file_of else [])
-        return stacks[alias]
 
     outside = {alias for alias in aliases if (stack := frames(alias)) and file_of[stack[0]] in outer_files}
     outside |= outer_files
