@@ -220,12 +220,8 @@ def test_suggest_reuses_the_versions_it_compiled(cli, cache_dir, compiles):
     assert outs[0] == outs[1]
 
 
-def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(cli, cache_dir, compiles,
-                                                                                monkeypatch):
-    """lint's fix checks compare each candidate with lint's own compile of the program (the same module:
-    not compiled again from its text), and a candidate's compile is a cache entry keyed by its text: the
-    second lint of the SL105 fixture (one fix, P(None, 'model') on w1) compiles nothing."""
-    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+def _count_text_compiles(monkeypatch) -> dict[str, int]:
+    """A counter of the StableHLO texts compiled (fix candidates, snapshots) from here on."""
     text_compiles = {"n": 0}
     real = jax_adapter.compile_stablehlo_text
 
@@ -234,6 +230,16 @@ def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(c
         return real(*args, **kwargs)
 
     monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counted)
+    return text_compiles
+
+
+def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(cli, cache_dir, compiles,
+                                                                                monkeypatch):
+    """lint's fix checks compare each candidate with lint's own compile of the program (the same module:
+    not compiled again from its text), and a candidate's compile is a cache entry keyed by its text: the
+    second lint of the SL105 fixture (one fix, P(None, 'model') on w1) compiles nothing."""
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    text_compiles = _count_text_compiles(monkeypatch)
     script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
     counts = []
     first, second = _lints(cli, cache_dir, (script, "--target", "contracted"),
@@ -252,14 +258,7 @@ def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_d
     compiles the snapshot's text and no candidate, and measures the same fix as lint did. The snapshot itself
     is lint's entry: its command reaches the script by a longer call chain, which is not the program."""
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
-    text_compiles = {"n": 0}
-    real = jax_adapter.compile_stablehlo_text
-
-    def counted(*args, **kwargs):
-        text_compiles["n"] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counted)
+    text_compiles = _count_text_compiles(monkeypatch)
     script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
     [linted] = _lints(cli, cache_dir, (script, "--target", "contracted"))
     after_lint = compiles["n"]
