@@ -55,7 +55,7 @@ class CompileCounter:
             self.total += len(labels)
             if self.progress is not None and labels:
                 self.progress(f"[{self.finished}/{self.total}] {self.name}: compiling {len(labels)} "
-                              f"program{'s' if len(labels) > 1 else ''} {what}: " + "; ".join(labels))
+                              f"program{'s' if len(labels) > 1 else ''} {what}: " + announced(labels))
         return [self._done_callback(label) for label in labels]
 
     def _done_callback(self, label: str) -> Callable[[], None]:
@@ -66,6 +66,26 @@ class CompileCounter:
                     self.progress(f"[{self.finished}/{self.total}] {self.name}: compiled {label}")
 
         return done
+
+
+def announced(labels: list[str], width: int = 100) -> str:
+    """The labels of the compiles one announce line starts: all of them where they fit in ``width``; else
+    those that share a name before their parenthesis (suggest's 8 single moves, its 6 plans) as one entry
+    with their count, since each is named again in full on its own line when its compile is done."""
+    whole = "; ".join(labels)
+    if len(whole) <= width:
+        return whole
+    counts: dict[str, int] = {}
+    for label in labels:
+        name = label.split(" (", 1)[0]
+        counts[name] = counts.get(name, 0) + 1
+    return "; ".join(name if n == 1 else _counted(name, n) for name, n in counts.items())
+
+
+def _counted(name: str, n: int) -> str:
+    if name.startswith("the ") and name.endswith(" version"):
+        return f"{n} {name.removeprefix('the ')}s"  # "8 single move versions"
+    return f"{name} ({n} programs)"
 
 
 _programs_lock = threading.Lock()

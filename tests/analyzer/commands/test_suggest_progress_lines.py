@@ -8,6 +8,7 @@ import threading
 import time
 
 from jax_shard_lint.analyzer.backend.advice.verdict import VersionText
+from jax_shard_lint.analyzer.backend.side_by_side import announced
 from jax_shard_lint.analyzer.commands.suggest.versions import SolveHeartbeat, version_labels
 
 
@@ -53,3 +54,16 @@ def test_no_heartbeat_without_progress_output():
     with SolveHeartbeat(None, "train_step", None, every=0.01) as beat:
         time.sleep(0.03)
     assert beat.thread is None
+
+
+def test_a_long_announce_line_counts_the_versions_that_share_a_name():
+    """The announce line of 12 compiles named every single move in full (about 1,000 characters, 10 lines
+    at 100 columns); each is named again on its own line when done, so the announce counts them."""
+    moves = [f"the single move version (params['embed']: P() -> P('tp{k}'), 'tp{k}' off params['layers'])"
+             for k in range(8)]
+    labels = ["the written version", "the replicated version", "the data-parallel version", "the fsdp version"]
+    assert announced(labels + moves) == ("the written version; the replicated version; the data-parallel "
+                                         "version; the fsdp version; 8 single move versions")
+    assert announced([f"the solver version ({k} of 6)" for k in range(1, 7)]) == "6 solver versions"
+    short = ["params['w'] -> P(None, 'tp')", "pin out_shardings"]
+    assert announced(short) == "; ".join(short)
