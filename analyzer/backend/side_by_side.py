@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -55,7 +56,8 @@ class CompileCounter:
             self.total += len(labels)
             if self.progress is not None and labels:
                 self.progress(f"[{self.finished}/{self.total}] {self.name}: compiling {len(labels)} "
-                              f"program{'s' if len(labels) > 1 else ''} {what}: " + announced(labels))
+                              f"program{'s' if len(labels) > 1 else ''} {what}: "
+                              + announced([shortened(label) for label in labels]))
         return [self._done_callback(label) for label in labels]
 
     def _done_callback(self, label: str) -> Callable[[], None]:
@@ -63,7 +65,7 @@ class CompileCounter:
             with self.lock:
                 self.finished += 1
                 if self.progress is not None:
-                    self.progress(f"[{self.finished}/{self.total}] {self.name}: compiled {label}")
+                    self.progress(f"[{self.finished}/{self.total}] {self.name}: compiled {shortened(label)}")
 
         return done
 
@@ -71,21 +73,32 @@ class CompileCounter:
 def announced(labels: list[str], width: int = 100) -> str:
     """The labels of the compiles one announce line starts: all of them where they fit in ``width``; else
     those that share a name before their parenthesis (suggest's 8 single moves, its 6 plans) as one entry
-    with their count, since each is named again in full on its own line when its compile is done."""
+    with their count, up to twice ``width``; else none (the count is in the line already). Each is named
+    again on its own line when its compile is done."""
     whole = "; ".join(labels)
     if len(whole) <= width:
         return whole
     counts: dict[str, int] = {}
     for label in labels:
-        name = label.split(" (", 1)[0]
+        version = _VERSION.match(label)
+        name = version.group(1) if version else label
         counts[name] = counts.get(name, 0) + 1
-    return "; ".join(name if n == 1 else _counted(name, n) for name, n in counts.items())
+    grouped = "; ".join(name if n == 1 else f"{n} {name.removeprefix('the ')}s" if _VERSION.match(name)
+                        else f"{name} (x{n})" for name, n in counts.items())
+    return grouped if len(grouped) <= 2 * width else "each named below when it is compiled"
 
 
-def _counted(name: str, n: int) -> str:
-    if name.startswith("the ") and name.endswith(" version"):
-        return f"{n} {name.removeprefix('the ')}s"  # "8 single move versions"
-    return f"{name} ({n} programs)"
+# suggest's versions: "the single move version (params['embed']: P() -> P('tp'))", "the solver version (2 of 6)".
+_VERSION = re.compile(r"^(the [\w\- ]+ version)(?: \(.*\))?$")
+
+
+def shortened(label: str, width: int = 90) -> str:
+    """A label on a progress line: a move of an argument and its optimizer state names every path (a Llama's
+    46 run to thousands of characters); its head says what moves and its tail the layout it moves to."""
+    if len(label) <= width:
+        return label
+    tail = width // 3
+    return label[:width - tail - 3].rstrip() + " … " + label[-tail:].lstrip()
 
 
 _programs_lock = threading.Lock()

@@ -8,7 +8,7 @@ import threading
 import time
 
 from jax_shard_lint.analyzer.backend.advice.verdict import VersionText
-from jax_shard_lint.analyzer.backend.side_by_side import announced
+from jax_shard_lint.analyzer.backend.side_by_side import announced, shortened
 from jax_shard_lint.analyzer.commands.suggest.versions import SolveHeartbeat, version_labels
 
 
@@ -67,3 +67,16 @@ def test_a_long_announce_line_counts_the_versions_that_share_a_name():
     assert announced([f"the solver version ({k} of 6)" for k in range(1, 7)]) == "6 solver versions"
     short = ["params['w'] -> P(None, 'tp')", "pin out_shardings"]
     assert announced(short) == "; ".join(short)
+
+
+def test_a_move_of_many_paths_is_shortened_to_its_head_and_its_layout():
+    """A Llama's attention kernels with their optimizer state: the label named every path (thousands of
+    characters on one progress line); shortened, it keeps what moves and the layout it moves to."""
+    paths = ", ".join(f"opt_state[0].mu['model']['layers']['{k}']['self_attn']['o_proj']['kernel']" for k in range(4))
+    label = f"params['model']['layers'][*]['self_attn']['o_proj']['kernel'] with {paths} -> P(None, ('data', 'model'))"
+    short = shortened(label)
+    assert len(short) <= 90 and short.startswith("params['model']['layers'][*]['self_attn']")
+    assert short.endswith("-> P(None, ('data', 'model'))") and " … " in short
+    three = [short, short.replace("'model'))", "'data'))"), short.replace("('data', 'model')", "'data'")]
+    assert announced(three) == "each named below when it is compiled"
+    assert shortened("x -> P('tp')") == "x -> P('tp')"
