@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -99,6 +99,11 @@ class RuleTraits:
     # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
     # runs only when a rule on reads it.
     reads_shardy_propagation: bool = False
+    # The collectives its findings explain (their HLO names), from the target's RuleContext: what another rule
+    # then leaves out (SL105 reports only the resharding no rule claims). The rules stage gathers every rule's
+    # claims, the disabled rules' too (a collective one rule explains is not unexplained because its findings
+    # are not shown), into RuleContext.claimed_collectives before any rule runs (rule_stage.run_rules).
+    claims: Callable[[Any], Iterable[str]] | None = None
 
 
 @dataclass(frozen=True)
