@@ -246,3 +246,21 @@ def test_no_stage_compares_a_finding_with_a_rule_code():
                     found[rel] = comparisons
     assert set(found) <= RULE_COMPARISONS_LEFT, {k: v for k, v in found.items() if k not in RULE_COMPARISONS_LEFT}
     assert RULE_COMPARISONS_LEFT <= set(found), f"none left, drop from the list: {RULE_COMPARISONS_LEFT - set(found)}"
+
+
+# A rule file importing another's internals; this list only shrinks.
+RULE_IMPORTS_LEFT = {
+    # SL102 leaves to SL101 a loop's collective SL101 reports (claims would also leave it SL104's: a change).
+    ("passes.rules.sl102_collective_in_loop", "passes.rules.sl101_replicating_collective"),
+    # One threshold for both donation rules.
+    ("passes.rules.sl205_unusable_donation", "passes.rules.sl202_missing_donation"),
+}
+
+
+def test_a_rule_file_imports_no_other_rule_file():
+    """What other rules explain is their declared claims (RuleTraits.claims, RuleContext.claimed_collectives):
+    SL105 reads no other rule's internals, and a new rule's claimed collectives are left out with no edit there."""
+    rule = re.compile(r"passes\.rules\.sl\d{3}_\w+$")
+    found = {(m, t) for m, targets in import_graph().items() if rule.match(m) for t in targets if rule.match(t)}
+    assert found <= RULE_IMPORTS_LEFT, found - RULE_IMPORTS_LEFT
+    assert RULE_IMPORTS_LEFT <= found, f"gone, drop from the list: {RULE_IMPORTS_LEFT - found}"
