@@ -200,3 +200,67 @@ def test_rule_codes_are_listed_only_by_the_rules():
                 if lists := _code_lists(ast.parse(f.read())):
                     found[rel] = lists
     assert found == {}
+
+
+# Comparing a finding's rule with one code outside the rule files: what a trait replaces. This list only shrinks.
+RULE_COMPARISONS_LEFT = {
+    # The stated-layout fixes build each rule's edit by its code (SL104, SL204, SL205, SL206): not yet traits.
+    "analyzer/backend/layout_fix_checks.py",
+    # The rewrite diff reads SL201's findings as the outputs a rewrite fixed.
+    "passes/compare/rewrite_diff.py",
+}
+
+
+def _rule_comparisons(tree: ast.AST) -> list[str]:
+    """``f.rule == SL203.code`` (or ``!=``, ``in``, ``not in``): a stage keyed on one rule's code."""
+    def is_code(node: ast.expr) -> bool:
+        return re.fullmatch(r"SL\d{3}\.code", ast.unparse(node)) is not None
+
+    def is_rule(node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "rule"
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(is_code(s) for s in sides) and any(is_rule(s) for s in sides):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_comparison_finder_finds_one():
+    tree = ast.parse("if f.rule == SL203.code or SL202.code != g.rule: pass\nx = r.code == SL201.code\n")
+    assert _rule_comparisons(tree) == ["line 1: f.rule == SL203.code", "line 1: SL202.code != g.rule"]
+
+
+def test_no_stage_compares_a_finding_with_a_rule_code():
+    """What a stage does with a rule's findings is a trait in the rule's file, read through the catalogue
+    (passes/pipelines/catalogue.py): outside the rule files no stage compares ``f.rule == SL203.code``."""
+    rule_file = re.compile(r"passes/rules/sl\d{3}_\w+\.py$")
+    found = {}
+    for path, _ in _modules().values():
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel.split("/")[0] in ("analyzer", "passes") and not rule_file.search(rel):
+            with open(path, encoding="utf-8") as f:
+                if comparisons := _rule_comparisons(ast.parse(f.read())):
+                    found[rel] = comparisons
+    assert set(found) <= RULE_COMPARISONS_LEFT, {k: v for k, v in found.items() if k not in RULE_COMPARISONS_LEFT}
+    assert RULE_COMPARISONS_LEFT <= set(found), f"none left, drop from the list: {RULE_COMPARISONS_LEFT - set(found)}"
+
+
+# A rule file importing another's internals; this list only shrinks.
+RULE_IMPORTS_LEFT = {
+    # SL102 leaves to SL101 a loop's collective SL101 reports (claims would also leave it SL104's: a change).
+    ("passes.rules.sl102_collective_in_loop", "passes.rules.sl101_replicating_collective"),
+    # One threshold for both donation rules.
+    ("passes.rules.sl205_unusable_donation", "passes.rules.sl202_missing_donation"),
+}
+
+
+def test_a_rule_file_imports_no_other_rule_file():
+    """What other rules explain is their declared claims (RuleTraits.claims, RuleContext.claimed_collectives):
+    SL105 reads no other rule's internals, and a new rule's claimed collectives are left out with no edit there."""
+    rule = re.compile(r"passes\.rules\.sl\d{3}_\w+$")
+    found = {(m, t) for m, targets in import_graph().items() if rule.match(m) for t in targets if rule.match(t)}
+    assert found <= RULE_IMPORTS_LEFT, found - RULE_IMPORTS_LEFT
+    assert RULE_IMPORTS_LEFT <= found, f"gone, drop from the list: {RULE_IMPORTS_LEFT - found}"

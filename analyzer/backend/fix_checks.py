@@ -1,19 +1,17 @@
 """Every fix lint prints is compiled before it is shown.
 
-A finding's fix is a change of stated shardings: a parameter's new PartitionSpec
-(SL101, SL103), or the state outputs pinned to their inputs' layouts (SL201's
-out_shardings). Each is applied to the target's StableHLO (its argument or result
-``sdy.sharding`` attributes; sharding_edits.py), compiled the same way as the
-program as written, and compared on two figures: the per-device peak, and the
-per-device traffic of a step (its collectives, plus the state the next step
+A finding's fix is a change of stated shardings (a parameter's new PartitionSpec, the state outputs pinned to
+their inputs' layouts) or a donation, as its rule's traits say (passes/pipelines/catalogue.py). Each is applied to
+the target's StableHLO (sharding_edits.py), compiled the same way as the program as written, and compared on two
+figures: the per-device peak, and the per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
 A fix is offered as the fix only when its compile measured it better: less traffic or a lower peak, the other
 not worse beyond the tolerance (fix_verdicts.py: _NOISE of itself, or _GROWTH of the peak as written). A fix
 measured no change, a trade-off or worse is never printed as the fix: the finding keeps what it found and says
-what was tried and what it cost (each of the rule's candidates, in order, until one is better). SL201 and SL203
-are about the same values of a step's state (a replicated input that comes back sharded): they get one
-recommendation, the better of pinning the output back and giving the input the layout the step returns it in.
+what was tried and what it cost (each of the rule's candidates, in order, until one is better). The rules about
+state (SL201, SL203) name the same values (a replicated input that comes back sharded): one recommendation, the
+better of pinning the output back and giving the input the layout the step returns it in.
 """
 
 from __future__ import annotations
@@ -26,8 +24,13 @@ from dataclasses import dataclass
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL201, SL202, SL203
-from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_RULES
+from ...passes.pipelines.catalogue import (
+    DONATION_FIXES,
+    OTHER_DIMENSION_FIXES,
+    PARAMETER_FIXES,
+    STATE_ARGUMENT_FIXES,
+    STATE_RULES,
+)
 from ...passes.pipelines.lint import EntrySignature, entry_signature
 from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
@@ -43,9 +46,7 @@ from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
-# The rules whose fix is a parameter's new sharding: their traits, declared in their files. SL203's own
-# suggestion (shard the replicated argument) is one where the argument is not state that comes back on
-# another layout (_state_advice decides those).
+# The rules whose fix is a parameter's new sharding (traits in their files; STATE_ARGUMENT_FIXES: _state_advice's).
 _PARAMETER_FIXES = PARAMETER_FIXES
 
 
@@ -155,7 +156,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
-    donations = {f.subject: c for f in report.findings if f.rule == SL202.code
+    donations = {f.subject: c for f in report.findings if f.rule in DONATION_FIXES
                  for c in [_donation_candidate(f, report.inputs)] if c is not None}
     if not wanted and not donations and not report.suggested_out_shardings and not any(
             f.rule in STATE_RULES for f in report.findings):
@@ -169,7 +170,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
     moved = _moved_state(report, sig)
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
-               and not (f.rule == SL203.code and f.subject in moved)
+               and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
                for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
@@ -210,16 +211,16 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
     findings = list(report.findings)
     for k, f in enumerate(findings):
-        if f.rule == SL202.code and (donation := donations.get(f.subject)) is not None:
+        if f.rule in DONATION_FIXES and (donation := donations.get(f.subject)) is not None:
             findings[k] = _donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
             continue
-        if f.rule == SL203.code and f.subject in moved:
+        if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
             continue
         candidate = _parameter_candidate(f, list(report.inputs), returned) if f.rule in _PARAMETER_FIXES else None
         if candidate is None or budget <= 0:
             continue
         check = run(candidate)
-        others = _other_candidates(f) if f.rule != SL203.code else [
+        others = _other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
             o for o in [_other_dimension(f, list(report.inputs), report.mesh)] if o is not None]
         tried: list[str] = []
         for other in others if check.verdict is not FixVerdict.better else []:
@@ -241,7 +242,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         # argument and its optimizer state on a mesh axis) is the next one tried.
         for k, f in enumerate(findings):
             own = next((g for g in report.findings if g.rule == f.rule and g.subject == f.subject), None)
-            if (f.rule != SL203.code or f.subject not in moved or f.fix_check is None or own is None
+            if (f.rule not in STATE_ARGUMENT_FIXES or f.subject not in moved or f.fix_check is None or own is None
                     or f.fix_check.verdict is FixVerdict.better or budget <= 0):
                 continue
             candidate = _parameter_candidate(own, list(report.inputs), returned)
@@ -277,8 +278,7 @@ def _donation_checked(f: Finding, check: FixCheck) -> Finding:
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
-    """SL203's suggestion on the argument's last dimension its axis divides (a table gathered along
-    its rows keeps its columns sharded), where the rule suggested another."""
+    """The suggestion on the argument's last dimension its axes divide, where the rule suggested another."""
     spec = f.suggested_sharding
     t = next((t for t in inputs if t.path == f.parameter), None)
     if spec is None or t is None:
@@ -310,9 +310,10 @@ def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) 
     def inputs_of(f: Finding) -> frozenset[str]:
         return frozenset(rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None)
 
-    advice = {inputs_of(f): f for f in findings if f.rule == SL203.code and inputs_of(f)}
+    advice = {inputs_of(f): f for f in findings if f.rule in STATE_ARGUMENT_FIXES and inputs_of(f)}
     out = [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
-           if f.rule == SL201.code and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
+           if f.rule in STATE_RULES and f.rule not in STATE_ARGUMENT_FIXES
+           and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
     # A spec whose check was not measured better is not shown as the one to give (param: ... -> P(...)).
     return [f.model_copy(update={"suggested_sharding": None})
             if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
@@ -366,7 +367,7 @@ def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved:
             out.append(f)
             continue
         rt = moved.get(f.subject or "")
-        if f.rule == SL203.code and rt is None:
+        if f.rule in STATE_ARGUMENT_FIXES and rt is None:
             out.append(f)  # a replicated input that comes back as it went: SL203's own advice stands
             continue
         if best.verdict is not FixVerdict.better:

@@ -24,6 +24,12 @@ def parse_bytes(text: str | int) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def per_process_count(bytes_by_processes: list[tuple[int, int]]) -> str:
+    """Bytes at each process count: ``1 process: none, 2 processes: 128.0 MiB``."""
+    return ", ".join(f"{n} process{'es' if n > 1 else ''}: {format_bytes(b) if b else 'none'}"
+                     for n, b in bytes_by_processes)
+
+
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "-"

@@ -10,13 +10,21 @@ from ..rules.registry import FixKind, OptionKind, Rule
 from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
 __all__ = ["RULES", "OptionKind", "Rule", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
-           "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES"]
+           "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
+           "OTHER_DIMENSION_FIXES"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
 PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
 # Findings whose fix edits a layout the program states (a constraint, an output pin), compiled and measured.
 STATED_LAYOUT_FIXES = codes_where(lambda t: t.fix is FixKind.stated_layout)
+# Findings whose fix is the argument they name donated, compiled and measured.
+DONATION_FIXES = codes_where(lambda t: t.fix is FixKind.donation)
 # Findings about a step's state: one recommendation for the values they share (pin, or take the layout).
 STATE_RULES = codes_where(lambda t: t.about_state)
 # Findings about the layout of the arguments they name: suggest's layout is tried where their own fix fails.
 ARGUMENT_LAYOUT_RULES = codes_where(lambda t: t.argument_layout)
+# Findings about a step's state whose own fix is the argument's new sharding: the state fixes are tried first,
+# their own after; the other state findings about the same values take their advice.
+STATE_ARGUMENT_FIXES = codes_where(lambda t: t.about_state and t.fix is FixKind.parameter)
+# Findings whose second choice is their axes on the argument's last dimension they divide.
+OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)

@@ -4,6 +4,7 @@ grouped by cause and sorted; and the rules a report documents (report_rules)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..models.report import Finding, RuleDoc, Severity, SourceLocation, TensorInfo
@@ -32,7 +33,14 @@ def rule_context(
                        options=config.resolved_options(), **facts)
 
 
+def claimed_collectives(ctx: RuleContext) -> frozenset[str]:
+    """The collectives the rules' findings explain (each rule's ``RuleTraits.claims``), the disabled rules'
+    too: a collective one rule explains is not another's to report as unexplained."""
+    return frozenset(name for r in RULES.values() if r.traits.claims is not None for name in r.traits.claims(ctx))
+
+
 def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
+    ctx = dataclasses.replace(ctx, claimed_collectives=claimed_collectives(ctx))
     findings: list[Finding] = []
     for code in sorted(RULES):
         r = RULES[code]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..common.byte_sizes import format_bytes
 from ..models.process_runs import GrowingTransfer
 from ..models.report import Finding, Severity, SourceLocation, TargetReport
 from ..models.rule_codes import SL001, SL401, SL402, Code
@@ -59,12 +58,10 @@ def growing_transfer_findings(growing: list[GrowingTransfer], is_equality_check:
     the analyzer knows), SL402 for any other, each message and fix its rule file's."""
     findings: list[Finding] = []
     for g in growing:
-        sizes = ", ".join(f"{n} process{'es' if n > 1 else ''}: {format_bytes(b) if b else 'none'}"
-                          for n, b in g.bytes_by_processes)
         if is_equality_check(g.program):
-            code, (message, fix) = SL401, sl401.measured_equality_check(g.kind, sizes)
+            code, (message, fix) = SL401, sl401.measured_equality_check(g.kind, g.bytes_by_processes)
         else:
-            code, (message, fix) = SL402, sl402.measured_growth(g.program, g.kind, sizes)
+            code, (message, fix) = SL402, sl402.measured_growth(g.program, g.kind, g.bytes_by_processes)
         if code.code in disabled:
             continue
         findings += process_rule_findings(code, severities, message, g.source, fix=fix, subject=g.program,
@@ -73,9 +70,12 @@ def growing_transfer_findings(growing: list[GrowingTransfer], is_equality_check:
 
 
 def failed_fetch_findings(processes: int, error: str, where: SourceLocation,
-                          severities: dict[str, Severity]) -> list[Finding]:
+                          severities: dict[str, Severity], disabled: frozenset[str]) -> list[Finding]:
     """Stage 3 for a script that runs as one process and fails as several fetching an array that spans
-    other processes' devices: SL402 at the user's line, its message and fix its rule file's."""
+    other processes' devices: SL402 at the user's line (none where it is disabled), its message and fix its
+    rule file's."""
+    if SL402.code in disabled:
+        return []
     message, fix = sl402.measured_fetch(processes, error)
     return process_rule_findings(SL402, severities, message, where, fix=fix)
 

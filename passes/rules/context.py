@@ -66,6 +66,9 @@ class RuleContext:
     # and the inputs whose buffer a compiled output reuses (None: not compiled).
     donated_inputs: frozenset[int] = frozenset()
     aliased_inputs: frozenset[int] | None = None
+    # The collectives some rule's findings explain (RuleTraits.claims, every rule's), by HLO name: set by the
+    # rules stage before any rule runs.
+    claimed_collectives: frozenset[str] = frozenset()
 
     def option(self, option: RuleOption[T]) -> T:
         """The option's value as configured (its default where nothing set it: ``options`` is resolved)."""

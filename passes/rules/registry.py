@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -70,6 +70,9 @@ class FixKind(Enum):
     # A layout the program states, edited in its StableHLO (a constraint's axes moved to a dimension they
     # divide, an output pinned to its input's sharding), compiled and measured (layout_fix_checks.py).
     stated_layout = "stated-layout"
+    # The argument the finding names donated (jit's donate_argnums), compiled and measured, outside the sharding
+    # fixes' budget.
+    donation = "donation"
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,10 @@ class RuleTraits:
     # the optimizer state mirroring it are one cause (group_by_cause.py), and the state fix checks (pin the
     # outputs, or take the layout they come back in) give its findings one recommendation (fix_checks.py).
     about_state: bool = False
+    # Where its fix (FixKind.parameter) was compiled and not measured better, the same axes on the argument's last
+    # dimension they divide are tried next (a table gathered along its rows keeps its columns sharded), instead
+    # of the rule's further candidates.
+    other_dimension: bool = False
     # Its findings can stand for the collectives XLA adds where an output leaves the program on another
     # layout; an output-sharding-mismatch finding about that output claims them
     # (sl201_output_sharding_mismatch.claim_output_reshards).
@@ -92,6 +99,11 @@ class RuleTraits:
     # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
     # runs only when a rule on reads it.
     reads_shardy_propagation: bool = False
+    # The collectives its findings explain (their HLO names), from the target's RuleContext: what another rule
+    # then leaves out (SL105 reports only the resharding no rule claims). The rules stage gathers every rule's
+    # claims, the disabled rules' too (a collective one rule explains is not unexplained because its findings
+    # are not shown), into RuleContext.claimed_collectives before any rule runs (rule_stage.run_rules).
+    claims: Callable[[Any], Iterable[str]] | None = None
 
 
 @dataclass(frozen=True)

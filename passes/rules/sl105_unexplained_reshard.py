@@ -10,8 +10,6 @@ from ..models.rule_codes import SL105
 from .context import RuleContext
 from .parameter_advice import Advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
-from .sl101_replicating_collective import replicating
-from .sl102_collective_in_loop import loop_groups
 
 _ROLE = {
     ParameterRole.operand: "it moves that argument itself",
@@ -62,10 +60,9 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     when it measures less traffic or a lower peak.
     """
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
-    explained = {c.hlo_name for c in replicating(ctx)} | {c.hlo_name for g in loop_groups(ctx) for c in g}
-    explained |= {r.collective for r in ctx.involuntary_remats if r.collective}
-    reported = [c for c in ctx.collectives
-                if c.intent == "reshard" and c.hlo_name not in explained and c.bytes * c.count >= limit]
+    # What another rule's findings explain, each rule's claims (RuleTraits.claims): this rule imports none.
+    reported = [c for c in ctx.collectives if c.intent == "reshard" and c.hlo_name not in ctx.claimed_collectives
+                and c.bytes * c.count >= limit]
     advice = {c.hlo_name: sharding_advice(ctx, c) for c in reported}
     # A layout change XLA made in several collectives at one line over the same axes (the all-to-all
     # that moves a weight and the all-gather of the product it reads) is one cause: one named

@@ -7,7 +7,7 @@ from ..common.sharding_text import normalized
 from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL202
 from .context import RuleContext
-from .registry import Emitter, OptionKind, RuleOption, define_rule
+from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
 
 DONATION_MIN_BYTES = RuleOption(
     "donation-min-bytes", 1024**2, OptionKind.bytes,
@@ -83,4 +83,4 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL202, Severity.warning, missing_donation,
-                   options=(DONATION_MIN_BYTES,))
+                   options=(DONATION_MIN_BYTES,), traits=RuleTraits(fix=FixKind.donation))

@@ -81,4 +81,5 @@ def replicated_argument(ctx: RuleContext, out: Emitter) -> None:
 
 RULE = define_rule(SL203, Severity.warning, replicated_argument,
                    options=(REPLICATED_ARGUMENT_BYTES,),
-                   traits=RuleTraits(fix=FixKind.parameter, argument_layout=True, about_state=True))
+                   traits=RuleTraits(fix=FixKind.parameter, argument_layout=True, about_state=True,
+                                     other_dimension=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 
+from ..common.byte_sizes import per_process_count
 from ..models.report import Severity
 from ..models.rule_codes import SL401
 from .registry import Emitter, define_rule
@@ -84,13 +85,13 @@ def _literal_replicated(sharding: ast.AST) -> bool:
         and len(sharding.args) >= 2 and is_replicated_spec(sharding.args[1])
 
 
-def measured_equality_check(kind: str, sizes: str) -> tuple[str, str]:
+def measured_equality_check(kind: str, bytes_by_processes: list[tuple[int, int]]) -> tuple[str, str]:
     """SL401 measured by ``run --processes N`` (the run-wide pipeline's process rules): the message and fix
     for JAX's check that every process passed the same host value, a program whose ``kind`` collectives
-    move ``sizes`` per device at each process count."""
+    move ``bytes_by_processes`` per device at each process count."""
     return (f"device_put of a host value: JAX checks that every process passed the same value "
             f"(multihost_utils.assert_equal, a tiled process_allgather), whose {kind} grows with the "
-            f"process count, per device: {sizes}",
+            f"process count, per device: {per_process_count(bytes_by_processes)}",
             "jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from ..common.byte_sizes import per_process_count
 from ..models.report import Severity
 from ..models.rule_codes import SL402
 from .registry import Emitter, define_rule
@@ -71,11 +72,12 @@ def reduction_outside_jit(ctx: SourceContext, out: Emitter) -> None:
             )
 
 
-def measured_growth(program: str, kind: str, sizes: str) -> tuple[str, str]:
+def measured_growth(program: str, kind: str, bytes_by_processes: list[tuple[int, int]]) -> tuple[str, str]:
     """SL402 measured by ``run --processes N`` (the run-wide pipeline's process rules): the message and fix
     for a program compiled at the user's line whose ``kind`` collectives move more per device with more
-    processes (``sizes``: per device at each process count)."""
-    return (f"{program} compiled here moves more per device with more processes ({kind}): {sizes}",
+    processes (``bytes_by_processes``: per device at each process count)."""
+    return (f"{program} compiled here moves more per device with more processes ({kind}): "
+            f"{per_process_count(bytes_by_processes)}",
             "keep the value sharded: reduce it inside a jitted function and move only the result")
 
 

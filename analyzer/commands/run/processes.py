@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from ....passes.models.process_runs import GrowingTransfer, MultiProcessReport, ProcessCountRun, ProcessFigures
 from ....passes.models.report import Finding, ScriptRun, SourceLocation, TargetReport
-from ....passes.models.rule_codes import SL402
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.run_wide import failed_fetch_findings, growing_transfer_findings
 from ... import __version__
@@ -149,13 +148,14 @@ def _error(processes: list[_Process], files: tuple[str, ...]) -> tuple[int, str 
 def _fetch_findings(runs: list[ProcessCountRun], failed_at: dict[int, SourceLocation], settings: Settings
                     ) -> list[Finding]:
     """A script that runs as one process and fails as several because it fetched an array spanning other
-    processes' devices (np.asarray, float(), print of a global jax.Array): SL402 at the user's line."""
-    if not runs or runs[0].exit_code or SL402.code in settings.ignore:
+    processes' devices (np.asarray, float(), print of a global jax.Array): SL402 at the user's line (the run-wide
+    pipeline's process rules build it, and leave it out where it is disabled)."""
+    if not runs or runs[0].exit_code:
         return []
     for run in runs[1:]:
         where = failed_at.get(run.processes)
         if run.error and _NON_ADDRESSABLE in run.error and where is not None:
-            return failed_fetch_findings(run.processes, run.error, where, settings.severities)
+            return failed_fetch_findings(run.processes, run.error, where, settings.severities, settings.ignore)
     return []
 
 
