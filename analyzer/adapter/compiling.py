@@ -168,14 +168,14 @@ def compile_lowered(lowered: Any, with_reports: bool = True, optimize_machine_co
 def _name_for_xla(module: ir.Module) -> None:
     """XLA's import wants a named module whose entry is ``@main``: a module written
     by hand (or by another tool) may have neither, which is no reason to refuse it."""
-    from ...passes.pipelines.stablehlo_edits import entry_function, functions
+    from ...passes.pipelines.stablehlo_edits import entry_to_rename
 
     attrs = module.operation.attributes
     with module.context:
         if "sym_name" not in attrs:
             attrs["sym_name"] = ir.StringAttr.get("module")
-        if "main" not in functions(module):
-            entry = entry_function(module)
+        entry = entry_to_rename(module)
+        if entry is not None:
             old = ir.StringAttr(entry.operation.attributes["sym_name"]).value
             ir.SymbolTable.replace_all_symbol_uses(old, "main", module.operation)
             entry.operation.attributes["sym_name"] = ir.StringAttr.get("main")

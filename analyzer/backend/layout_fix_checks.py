@@ -24,7 +24,6 @@ SL206 whose cut comes from the user's constraint (no argument holds its axes) re
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +35,13 @@ from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, Ta
 from ...passes.models.rule_codes import SL104, SL204, SL205, SL206
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
 from ...passes.pipelines.lint import entry_signature
-from ...passes.pipelines.stablehlo_edits import axes_off, correspond, even_alternatives, read_constraints
+from ...passes.pipelines.stablehlo_edits import (
+    constraints_at,
+    constraints_stating,
+    correspond,
+    even_choices,
+    gathered_axes_off,
+)
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
@@ -83,16 +88,12 @@ def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     names = set(f.ops or [f.subject or ""])
     gathered = sorted({a.split(":")[0] for c in report.collectives if c.hlo_name in names and c.kind == "all-gather"
                        for a in c.mesh_axes})
-    stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
-              and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
-              and k.sharding == cause.sharding]
-    if not gathered or not stated or len({k.shape for k in stated}) != 1:
-        return []
+    stated, specs = gathered_axes_off(module, cause.source, cause.sharding, set(gathered))
     line = cause.source.line
     return [_Edit(f"the with_sharding_constraint at line {line} -> {pspec_text(spec)}",
                   constraint_change_text(line, spec, cause.sharding, gathered),
                   constraints={k.ordinal: spec for k in stated})
-            for spec in axes_off(stated[0].shape, cause.sharding, set(gathered), entry_signature(module).mesh)]
+            for spec in specs]
 
 
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
@@ -101,9 +102,7 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if f.rule == SL204.code:
         # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
         ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
-        mesh = entry_signature(module).mesh
-        choices = {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
-                   for c in read_constraints(module) if c.ordinal in ordinals}
+        choices = even_choices(module, ordinals)
         if not choices or any(not alternatives for alternatives in choices.values()):
             return []
         count = min(len(alternatives) for alternatives in choices.values())
@@ -176,11 +175,8 @@ def _staged_edits(f: Finding, module) -> list[_Edit]:
         return []
     target = f.candidates[-1].sharding
     rank = len(target)
-    stating = [k for k in read_constraints(module)
-               if len(k.shape) == rank and normalized(k.sharding, rank) == normalized(target, rank)]
-    at_line = [k for k in stating if f.source is not None and k.source is not None
-               and k.source.line == f.source.line
-               and os.path.basename(k.source.file) == os.path.basename(f.source.file)]
+    stating = constraints_stating(module, target)
+    at_line = [k for k in constraints_at(module, f.source) if k in stating] if f.source is not None else []
     chosen = at_line or (stating if len(stating) == 1 else [])
     pinned = [o.index for o in entry_signature(module).outputs
               if len(o.shape) == rank and normalized(o.sharding, rank) == normalized(target, rank)]
@@ -202,9 +198,7 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
         cause = f.constraint
         if cause is None or cause.source is None:
             return None
-        stated = [k for k in read_constraints(module) if k.source is not None and k.source.line == cause.source.line
-                  and os.path.basename(k.source.file) == os.path.basename(cause.source.file)
-                  and k.sharding == cause.sharding]
+        stated = constraints_at(module, cause.source, cause.sharding)
         if not stated or len({k.shape for k in stated}) != 1:
             return None
         return _Edit(f"the with_sharding_constraint at line {cause.source.line} -> {spec}", f.fix or "",

@@ -13,7 +13,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, entry_function, functions, walk_ops
+from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, entry_function, module_ops
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -28,7 +28,7 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
 def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[list[str]]], mesh_name: str) -> None:
     """An ``sdy.sharding_constraint`` after each named op's result, at the op's source location, read by
     every op that read the result."""
-    ops = [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
+    ops = module_ops(module)
     with module.context:
         for (index, result), sharding in sorted(inserted.items()):
             op = ops[index].operation

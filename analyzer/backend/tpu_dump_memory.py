@@ -20,7 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ...passes.pipelines.xla_reports import MemoryStats, stats_from_buffer_assignment
+from ...passes.pipelines.inputs import MemoryStats
+from ...passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ..adapter import jax_adapter
 from ..inputs.files import read_text_if_present as _read
 from ..platforms.tpu_targets import TPU_GENERATIONS, resolve_target, tpu_devices

@@ -6,10 +6,10 @@ No stage keeps a list of codes of its own."""
 
 from __future__ import annotations
 
-from ..rules.registry import FixKind, OptionKind, Rule
+from ..rules.registry import FixKind, OptionKind
 from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
-__all__ = ["RULES", "OptionKind", "Rule", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
+__all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
            "OTHER_DIMENSION_FIXES"]
 

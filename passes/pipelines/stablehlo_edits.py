@@ -1,16 +1,81 @@
 """What the analyzer reads of the StableHLO it edits and compiles itself (rewrite's pins, the fix checks'
-candidates, suggest's versions, checked-in modules), beside the pipelines that analyse it: a module's
-entry function and functions (XLA's import wants ``@main``), why a checked-in module has no entry, the
-state round trips (an output returning an input's state: the fix checks' candidates, the out_shardings
-text), the stated sharding constraints and the even alternatives to an uneven one (SL204's fix), and a
-clone of a module to edit."""
+candidates, suggest's versions, checked-in modules), beside the pipelines that analyse it.
+
+Computed here, from the module: the function XLA's import must take as ``@main``, the ops in the walk order
+that numbers a new constraint's place, the stated sharding constraints a fix check edits (those at a
+user's line, those stating a layout) and their candidate specs (the gathered axes kept off, the even
+alternatives to an uneven one). Read as they are: a module's entry function, why a checked-in module has
+no entry, the state round trips (an output returning an input's state), the constraint ops and a clone of
+a module to edit."""
 
 from __future__ import annotations
 
+import os
+
+from jaxlib.mlir import ir
+
+from ..common.sharding_text import normalized
+from ..models.report import SourceLocation
 from ..propagation.shardy_reference import clone, walk_ops
 from ..stablehlo.module import entry_function, functions, missing_entry
-from ..stablehlo.sharding_constraints import axes_off, constraint_ops, even_alternatives, read_constraints
+from ..stablehlo.sharding_constraints import (
+    StatedConstraint,
+    axes_off,
+    constraint_ops,
+    even_alternatives,
+    read_constraints,
+)
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from .lint import entry_signature
 
-__all__ = ["RoundTrip", "axes_off", "clone", "constraint_ops", "correspond", "entry_function", "even_alternatives",
-           "functions", "mismatched", "missing_entry", "read_constraints", "walk_ops"]
+__all__ = ["RoundTrip", "clone", "constraint_ops", "correspond", "entry_function", "mismatched", "missing_entry",
+           "entry_to_rename", "module_ops", "constraints_at", "constraints_stating", "gathered_axes_off",
+           "even_choices"]
+
+Spec = list[list[str]]
+
+
+def entry_to_rename(module: ir.Module) -> ir.OpView | None:
+    """The function XLA's import must take as ``@main`` (a module written by hand, or by another tool, may
+    name its entry otherwise), or None when the module has a ``@main``."""
+    return None if "main" in functions(module) else entry_function(module)
+
+
+def module_ops(module: ir.Module) -> list[ir.OpView]:
+    """Every op of every function, in the walk order that numbers an op (a new constraint's place)."""
+    return [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
+
+
+def constraints_at(module: ir.Module, source: SourceLocation, sharding: Spec | None = None) -> list[StatedConstraint]:
+    """The sharding constraints a user's line states (with this ``sharding``, when given): one line may
+    state several (a layer called in a loop). Files match by name, as the finding and the module spell
+    their paths differently."""
+    return [k for k in read_constraints(module) if k.source is not None and k.source.line == source.line
+            and os.path.basename(k.source.file) == os.path.basename(source.file)
+            and (sharding is None or k.sharding == sharding)]
+
+
+def constraints_stating(module: ir.Module, target: Spec) -> list[StatedConstraint]:
+    """The sharding constraints whose value has ``target``'s rank and states its layout."""
+    rank = len(target)
+    return [k for k in read_constraints(module)
+            if len(k.shape) == rank and normalized(k.sharding, rank) == normalized(target, rank)]
+
+
+def gathered_axes_off(module: ir.Module, source: SourceLocation, sharding: Spec, gathered: set[str]
+                      ) -> tuple[list[StatedConstraint], list[Spec]]:
+    """The constraints at a user's line stating ``sharding`` and the specs that keep the ``gathered`` mesh
+    axes off the dimensions they shard (moved to another dimension they divide, or dropped); none where no
+    axis is gathered, or the line's constraints are of several shapes."""
+    stated = constraints_at(module, source, sharding)
+    if not gathered or not stated or len({k.shape for k in stated}) != 1:
+        return [], []
+    return stated, axes_off(stated[0].shape, sharding, gathered, entry_signature(module).mesh)
+
+
+def even_choices(module: ir.Module, ordinals: set[int]) -> dict[int, list[Spec]]:
+    """Each of these constraints (their ordinals in walk order) -> the specs whose every dimension divides,
+    nearest its stated one first."""
+    mesh = entry_signature(module).mesh
+    return {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
+            for c in read_constraints(module) if c.ordinal in ordinals}

@@ -1,10 +1,11 @@
 """What the analyzer reads of XLA's own reports where it gets them, beside the pipelines that analyse the
 compiled program: the SPMD partitioner's warnings while it compiles (which lines to keep), and the memory
-figures of a dump's buffer-assignment report (a TPU dump, ``run``'s dumped programs)."""
+figures of a dump's buffer-assignment report (a TPU dump, ``run``'s dumped programs), a ``MemoryStats``
+(the model, from ``inputs``)."""
 
 from __future__ import annotations
 
 from ..hlo.involuntary_remat import is_partitioner_warning
-from ..hlo.memory import MemoryStats, stats_from_buffer_assignment
+from ..hlo.memory import stats_from_buffer_assignment
 
-__all__ = ["MemoryStats", "is_partitioner_warning", "stats_from_buffer_assignment"]
+__all__ = ["is_partitioner_warning", "stats_from_buffer_assignment"]

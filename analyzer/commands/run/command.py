@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
-from ....passes.pipelines.inputs import CompiledFacts
+from ....passes.pipelines.inputs import CompiledFacts, MemoryStats
 from ....passes.pipelines.lint import analyze_target, program_call_site
 from ....passes.pipelines.rule_stage import report_rules
-from ....passes.pipelines.xla_reports import MemoryStats, stats_from_buffer_assignment
+from ....passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.tpu_dump_memory import NOT_LISTED, dump_memory
