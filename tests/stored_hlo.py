@@ -112,6 +112,12 @@ MEANING_SPECS = {
     "returns_tanh_of_a_gather": {"w": (("data",), ())},
     "casts_a_gathered_weight": {"w": (("data",), ()), "x": (("data",), ())},
     "gathers_in_a_branch": {"w": (("data",), ()), "x": (("data",), ())},
+    "gated_pair": {"gate": ((), ("model",)), "up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "activation_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "gathered_between_pair": {"up": ((), ("model", "data")), "down": (("model",), ())},
+    "widening_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "head_on_both_axes": {"w": (("data",), ("model",))},
+    "contracts_both_axes": {"w": (("data", "model"), ())},
 }
 
 
