@@ -118,6 +118,9 @@ MEANING_SPECS = {
     "widening_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
     "head_on_both_axes": {"w": (("data",), ("model",))},
     "contracts_both_axes": {"w": (("data", "model"), ())},
+    "gathers_a_vector": {"v": (("data",),)},
+    "carries_a_gathered_weight": {"w": (("data",), ())},
+    "gathers_a_column_of_a_stack": {"ws": ((), (), ("data",))},
 }
 
 
