@@ -117,6 +117,8 @@ MEANING_SPECS = {
     "gathered_between_pair": {"up": ((), ("model", "data")), "down": (("model",), ())},
     "widening_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
     "head_on_both_axes": {"w": (("data",), ("model",))},
+    "narrowing_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "converted_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
     "contracts_both_axes": {"w": (("data", "model"), ())},
     "gathers_a_vector": {"v": (("data",),)},
     "carries_a_gathered_weight": {"w": (("data",), ())},

@@ -129,15 +129,37 @@ def test_a_row_parallel_sum_after_column_parallel_halves_is_the_pairs_designed_r
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_a_pair_whose_output_is_wider_than_its_input_is_no_row_parallel_sum(release):
-    """widening_pair: the same column/row structure as activation_pair (XLA's text), but the all-reduce sums
-    f32[16,512] per device where x's shard is f32[16,128]: an expanding projection, which SL103 weighs."""
-    text, module, params, collectives = _found(release, "widening_pair")
+@pytest.mark.parametrize("name, ratio", [("widening_pair", 4), ("narrowing_pair", 1 / 2)])
+def test_a_pair_whose_output_is_wider_or_narrower_than_its_input_is_no_row_parallel_sum(release, name, ratio):
+    """The same column/row structure as activation_pair (XLA's text), but the all-reduce sums another width
+    than x's shard: widening_pair f32[16,512] per device for x's f32[16,128] (an expanding projection, which
+    SL103 weighs), narrowing_pair f32[16,128] for x's f32[16,256]. Neither returns to the pair's input."""
+    text, module, params, collectives = _found(release, name)
     summed, down, (weights, inputs), elements = _pair(text)
     [x] = inputs
-    assert (down, weights) == ("down", {"up"}) and prod(dims(entry_instructions(text)[x][0])) * 4 == elements
+    assert (down, weights) == ("down", {"up"}) and prod(dims(entry_instructions(text)[x][0])) * ratio == elements
     assert row_parallel_sums(module, collectives, params) == {}
     assert mark_row_parallel_sums(module, collectives, params) == collectives
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_pair_whose_product_is_converted_before_its_sum_is_still_the_pair(release):
+    """converted_pair (bf16): jax 0.12's CPU compile converts the down dot's bf16 product to f32 in a fusion of
+    its own (one operand, a body of converts) and sums that; jax 0.10's sums the f32 dot itself. Either way the
+    sum, f32 as wide as x's shard, closes the pair of up and down."""
+    text, module, params, collectives = _found(release, "converted_pair")
+    entry = entry_instructions(text)
+    [summed] = [n for n, (_, op, _, _) in entry.items() if op == "all-reduce"]
+    [operand] = entry[summed][2]
+    _, opcode, ops, rest = entry[operand]
+    if not _is_dot(text, opcode, rest):
+        assert opcode == "fusion" and len(ops) == 1 and _is_dot(text, *[entry[ops[0]][i] for i in (1, 3)])
+        assert all(re.search(r" (parameter|convert)\(", line) for line in _body(text, rest))
+    [x] = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="x"' in r]
+    assert prod(dims(entry[x][0])) == prod(dims(entry[summed][0]))
+    found = row_parallel_sums(module, collectives, params)
+    assert list(found) == [summed]
+    assert "down P('model') is sharded" in found[summed] and "by up P(None, 'model') produced" in found[summed]
 
 
 @pytest.mark.parametrize("release", RELEASES)
