@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from stored_hlo import DATA_MODEL, computations, entry_instructions, meaning_inputs, meaning_text, releases
 
-from jax_shard_lint.passes.hlo.collective_parameter import collective_parameters
+from jax_shard_lint.passes.hlo.collective_parameter import CollectiveParameter, ParameterRole, collective_parameters
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.models.report import TensorInfo
@@ -151,3 +151,25 @@ def test_moves_need_a_dimension_the_axes_divide():
     assert moved_onto(_tensor((256, 128), [[], []]), {0}, [], sizes) is None
     assert moved_onto(_tensor((6, 256), [[], []]), {0, 1}, ["data", "model"], sizes) == [[], ["data", "model"]]
     assert moved_onto(_tensor((256, 8), [[], []]), {0, 1}, ["data", "model"], sizes) == [["data", "model"], []]
+
+
+def test_an_axis_with_no_other_dimension_to_go_to_is_only_dropped():
+    """Hand-worked: w (256, 6) P('data'): 6 does not divide by data's 4, so the one candidate drops data; with
+    model on dim 1 too, (256, 12) fits data beside it for neither (12 % 8), so again dropped only."""
+    assert contracted_axes_moves(_tensor((256, 6), [["data"], []]), {0}, ["data"], DATA_MODEL) == [[[], []]]
+    assert contracted_axes_moves(_tensor((256, 12), [["data"], ["model"]]), {0}, ["data"], DATA_MODEL) == [
+        [[], ["model"]]]
+
+
+def test_a_two_dimensional_weight_without_the_matmuls_dimensions_contracts_its_sharded_ones():
+    """Where the compiled matmul did not say (contracting None): a 2-D weight whose partial sums are added (or
+    that SL103 named by size alone, no parameter found) contracted its sharded dimensions; a weight of another
+    rank, or one a collective feeds, has none known. The matmul's own dimensions win when it gives them."""
+    head = _tensor((256, 512), [["data"], ["model"]])
+    assert contracted_dims(head, None) == {0, 1}
+    assert contracted_dims(head, CollectiveParameter(0, ParameterRole.partial_sums, None)) == {0, 1}
+    assert contracted_dims(_tensor((256, 512), [[], ["model"]]), None) == {1}
+    assert contracted_dims(head, CollectiveParameter(0, ParameterRole.feeds, None)) == set()
+    assert contracted_dims(_tensor((4, 256, 512), [[], ["data"], []]), None) == set()
+    assert contracted_dims(_tensor((256,), [["data"]]), None) == set()
+    assert contracted_dims(head, CollectiveParameter(0, ParameterRole.feeds, (1,))) == {1}
