@@ -120,6 +120,7 @@ MEANING_SPECS = {
     "narrowing_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
     "converted_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
     "contracts_both_axes": {"w": (("data", "model"), ())},
+    "sums_then_multiplies": {"w": ((), ("model",)), "x": ((), ("data",))},
     "gathers_a_vector": {"v": (("data",),)},
     "carries_a_gathered_weight": {"w": (("data",), ())},
     "gathers_a_column_of_a_stack": {"ws": ((), (), ("data",))},

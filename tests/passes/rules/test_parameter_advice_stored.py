@@ -131,6 +131,25 @@ def test_a_weight_gathered_for_its_matmul_is_kept_off_the_gathered_dimension(rel
     assert parameter == w and advice == [[], ["data"]]
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_sum_a_weight_multiplies_gets_no_move_where_its_contracted_dimension_holds_no_axis(release):
+    """sums_then_multiplies: XLA all-reduces over data a reduction of x (no matmul's partial sums), and an
+    entry dot reads the sum with w P(None, 'model') as its rhs, contracting w's dim 0, which holds no axis.
+    Only an all-gather's weight is sharded to multiply the shards in place; for this sum there is nothing
+    on the contracted dimension to move off."""
+    text, ctx, found = _context(release, "sums_then_multiplies")
+    c = found["all-reduce"]
+    entry = entry_instructions(text)
+    [w_name] = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="w"' in r]
+    [(ops, rest)] = [(ops, r) for _, op, ops, r in entry.values() if op == "dot"]
+    assert ops[1] == w_name and re.search(r"rhs_contracting_dims=\{0\}", rest)
+    assert not any(" dot(" in line for line in computations(text)[re.search(r"calls=%([\w.\-]+)",
+                                                                               entry[entry[c.hlo_name][2][0]][3]).group(1)])
+    w = next(t for t in ctx.inputs if t.path == "w")
+    parameter, served, advice = sharding_advice(ctx, c)
+    assert parameter == w and served.role is ParameterRole.feeds and advice is None
+
+
 def _tensor(shape, sharding):
     return TensorInfo(index=0, path="w", shape=list(shape), dtype="f32", sharding=sharding, bytes=0,
                       per_device_bytes=0)
