@@ -112,6 +112,18 @@ MEANING_SPECS = {
     "returns_tanh_of_a_gather": {"w": (("data",), ())},
     "casts_a_gathered_weight": {"w": (("data",), ()), "x": (("data",), ())},
     "gathers_in_a_branch": {"w": (("data",), ()), "x": (("data",), ())},
+    "gated_pair": {"gate": ((), ("model",)), "up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "activation_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "gathered_between_pair": {"up": ((), ("model", "data")), "down": (("model",), ())},
+    "widening_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "head_on_both_axes": {"w": (("data",), ("model",))},
+    "narrowing_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "converted_pair": {"up": ((), ("model",)), "down": (("model",), ()), "x": (("data",), ())},
+    "contracts_both_axes": {"w": (("data", "model"), ())},
+    "sums_then_multiplies": {"w": ((), ("model",)), "x": ((), ("data",))},
+    "gathers_a_vector": {"v": (("data",),)},
+    "carries_a_gathered_weight": {"w": (("data",), ())},
+    "gathers_a_column_of_a_stack": {"ws": ((), (), ("data",))},
 }
 
 

@@ -66,6 +66,75 @@ def test_a_weight_gathered_for_its_matmul_is_a_parameter_gather(release, program
     assert c.intent == "parameter-gather"
 
 
+def _read_by_dot(text, value):
+    """Whether a dot reads ``value`` of the entry, directly or through bitcasts and fusions that only copy or
+    re-lay out (their bodies hold parameters, copies, bitcasts, reshapes and transposes only)."""
+    entry = entry_instructions(text)
+    todo, seen = [value], set()
+    while todo:
+        name = todo.pop()
+        for user, (_, op, ops, rest) in entry.items():
+            if name not in ops or user in seen:
+                continue
+            seen.add(user)
+            if _is_dot(text, op, rest):
+                return True
+            body = re.search(r"calls=%([\w.\-]+)", rest)
+            if op == "bitcast" or (op == "fusion" and body and all(
+                    re.search(r" (parameter|copy|bitcast|reshape|transpose)\(", line)
+                    for line in computations(text)[body.group(1)])):
+                todo.append(user)
+    return False
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_one_dimensional_weight_gathered_for_its_matmul_is_a_parameter_gather(release):
+    """gathers_a_vector: v P('data') all-gathered over data to its global f32[256], the dot's operand: a
+    parameter of one dimension is gathered as any other."""
+    text, _, _, found = _classified(release, "gathers_a_vector")
+    c = found["all-gather"]
+    entry = entry_instructions(text)
+    assert dims(entry[c.hlo_name][0]) == (256,) and _read_by_dot(text, c.hlo_name)
+    assert c.intent == "parameter-gather"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_slice_of_a_stack_shaped_like_a_layer_off_its_second_axis_is_no_layer_outside_a_loop(release):
+    """gathers_a_column_of_a_stack: ws (4, 256, 256) P(None, None, 'data'); ws[:, 0, :] gathered over data is
+    f32[4,1,256] in the text, (4, 256) without its unit dimension: the shape of a layer taken off ws's second
+    axis, but the gather runs in the entry, in no loop body (no while in the text), so it is no layer a scan
+    gathers: a reshard, though a matmul reads it."""
+    text, _, _, found = _classified(release, "gathers_a_column_of_a_stack")
+    c = found["all-gather"]
+    entry = entry_instructions(text)
+    assert dims(entry[c.hlo_name][0]) == (4, 1, 256) and " while(" not in text and _read_by_dot(text, c.hlo_name)
+    assert c.intent == "reshard"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_weight_gathered_into_a_loop_that_multiplies_another_value_is_a_reshard(release):
+    """carries_a_gathered_weight: w gathered whole (f32[256,128]) goes into a while loop's tuple and nowhere
+    else; in the body its element (get-tuple-element index=2) is read by one fusion that multiplies it by a
+    scalar (no dot in it), while the dot reads another element through a tanh fusion. No matmul reads the
+    gathered w."""
+    text, _, _, found = _classified(release, "carries_a_gathered_weight")
+    c = found["all-gather"]
+    entry = entry_instructions(text)
+    assert dims(entry[c.hlo_name][0]) == (256, 128)
+    [(tuple_name, _)] = [(n, op) for n, (_, op, ops, _) in entry.items() if c.hlo_name in ops and op == "tuple"]
+    [body] = [re.search(r"body=%([\w.\-]+)", r).group(1) for _, op, ops, r in entry.values()
+              if op == "while" and ops == [tuple_name]]
+    ins = instructions(computations(text)[body])
+    index = entry[tuple_name][2].index(c.hlo_name)
+    [element] = [n for n, (_, op, _, r) in ins.items() if op == "get-tuple-element" and f"index={index}" in r]
+    readers = [(op, r) for _, op, ops, r in ins.values() if element in ops]
+    assert [op for op, _ in readers] == ["fusion"] and not _is_dot(text, *readers[0])
+    assert any(" multiply(" in line for line in computations(text)[re.search(r"calls=%([\w.\-]+)", readers[0][1])
+                                                                   .group(1)])
+    assert any(_is_dot(text, op, r) for _, op, _, r in ins.values())
+    assert c.intent == "reshard"
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_an_input_gathered_for_an_elementwise_op_is_a_reshard(release):
     """x gathered whole, then tanh: no matmul reads the gathered x as it is (the gather's one user is a

@@ -1,0 +1,188 @@
+"""tensor_parallel_pairs on XLA's stored compiled texts (no compile): which forward all-reduce closes a column/row
+pair of matmuls (Megatron's row-parallel sum, intended) and the reason it gives. The oracle is the text, read
+with the regular expressions of tests/stored_hlo.py: the all-reduce's operand is a dot (or a fusion holding one)
+by an entry parameter; walking back from the dot's other operand through elementwise fusions (no dot, no
+slice at the device's offset) and all-gathers reaches dots by x and one weight each; the all-reduce's result
+has as many elements as x's per-device shard (the pair returns to its input's width) or not."""
+
+import re
+from math import prod
+
+import pytest
+from stored_hlo import (
+    DATA_MODEL,
+    computations,
+    dims,
+    entry_instructions,
+    meaning_inputs,
+    meaning_text,
+    releases,
+)
+
+from jax_shard_lint.passes.hlo.collective_intent import classify, parameters
+from jax_shard_lint.passes.hlo.collectives import find_collectives
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
+
+RELEASES = releases()
+
+
+def _found(release, name):
+    text = meaning_text(release, name)
+    module = parse_hlo_module(text)
+    params = parameters(meaning_inputs(release, name), ())
+    collectives = classify(find_collectives(module, DATA_MODEL).collectives, module, params, DATA_MODEL)
+    return text, module, params, collectives
+
+
+def _body(text, rest):
+    called = re.search(r"calls=%([\w.\-]+)", rest)
+    return computations(text)[called.group(1)] if called else []
+
+
+def _is_dot(text, opcode, rest):
+    return opcode == "dot" or (opcode == "fusion" and any(" dot(" in line for line in _body(text, rest)))
+
+
+def _parameter_name(entry, name):
+    """The op_name JAX's metadata gives the entry parameter ``name``, or None for another value."""
+    shape, opcode, _, rest = entry[name]
+    return re.search(r'op_name="([^"]*)"', rest).group(1) if opcode == "parameter" else None
+
+
+def _halves(text, value):
+    """(the weights, the inputs) of the dots ``value`` is an elementwise function of, walking back through
+    loop fusions without a dot or a dynamic-slice and through all-gathers; None where it reaches anything
+    else (a parameter, a slice at the device's offset)."""
+    entry = entry_instructions(text)
+    weights, inputs, todo, seen = set(), set(), [value], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        _, opcode, ops, rest = entry[name]
+        if _is_dot(text, opcode, rest):
+            params = [_parameter_name(entry, o) for o in ops]
+            weights |= {p for p in params if p not in (None, "x")}
+            inputs |= {o for o, p in zip(ops, params) if p == "x"}
+        elif opcode == "all-gather" or (opcode == "fusion" and "kind=kLoop" in rest
+                                        and not any(re.search(r" (dot|dynamic-slice|partition-id)\(", line)
+                                                    for line in _body(text, rest))):
+            todo.extend(ops)
+        else:
+            return None
+    return weights, inputs
+
+
+def _pair(text):
+    """The forward all-reduce's (name, its dot's weight, the column halves' weights and inputs, its elements)."""
+    entry = entry_instructions(text)
+    [summed] = [n for n, (_, op, _, _) in entry.items() if op == "all-reduce"]
+    [dot] = entry[summed][2]
+    assert _is_dot(text, entry[dot][1], entry[dot][3])
+    [down] = [_parameter_name(entry, o) for o in entry[dot][2] if _parameter_name(entry, o)]
+    [activation] = [o for o in entry[dot][2] if not _parameter_name(entry, o)]
+    return summed, down, _halves(text, activation), prod(dims(entry[summed][0]))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name, ups, spec", [
+    ("gated_pair", ["gate", "up"], "P(None, 'model')"),
+    ("activation_pair", ["up"], "P(None, 'model')"),
+    ("gathered_between_pair", ["up"], "P(None, ('model', 'data'))"),
+])
+def test_a_row_parallel_sum_after_column_parallel_halves_is_the_pairs_designed_reduction(release, name, ups, spec):
+    """XLA's text: the all-reduce adds the partial sums of a dot by down; that dot's other operand is an
+    elementwise function (silu times a product for SwiGLU, tanh, through an all-gather over data between the
+    halves) of dots by x and each up weight; the sum has x's per-device elements. The tool: that all-reduce,
+    its why naming down and the up weights with their specs and the pair's input width, and no other."""
+    text, module, params, collectives = _found(release, name)
+    summed, down, (weights, inputs), elements = _pair(text)
+    entry = entry_instructions(text)
+    assert (down, sorted(weights)) == ("down", ups)
+    [x] = inputs
+    assert prod(dims(entry[x][0])) == elements
+    found = row_parallel_sums(module, collectives, params)
+    assert list(found) == [summed]
+    why = found[summed]
+    assert why.startswith("the row-parallel half of a tensor-parallel pair (Megatron's): down P('model') is "
+                          "sharded on the dimension this matmul contracts, which "), why
+    [c] = [c for c in collectives if c.hlo_name == summed]
+    assert why.endswith(f"the sum returns the activation to the pair's input width (f32{list(dims(entry[summed][0]))})"
+                        ": the designed reduction, which no layout of down avoids short of giving up the pair")
+    if len(ups) == 1:
+        assert f"which the matmul before it by up {spec} produced sharded" in why
+    else:
+        assert (f"which the matmuls before it by gate {spec} and up {spec} produced sharded and an elementwise "
+                "product combined (a gated MLP's, SwiGLU's)") in why
+    gathers = [n for n, (_, op, _, _) in entry.items() if op == "all-gather" and n != summed]
+    if name == "gathered_between_pair":
+        [gather] = [g for g in gathers if _halves(text, g)]  # the activation's, not a weight's
+        assert f"({gather} gathered it over data on the way, another axis than the pair's, which leaves its " \
+               "split on model as it was)" in why
+    else:
+        assert " gathered it over " not in why
+    marked = mark_row_parallel_sums(module, collectives, params)
+    assert [m.why for m in marked if m.hlo_name == summed] == [why]
+    assert [m for m in marked if m.hlo_name != summed] == [m for m in collectives if m.hlo_name != summed]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name, ratio", [("widening_pair", 4), ("narrowing_pair", 1 / 2)])
+def test_a_pair_whose_output_is_wider_or_narrower_than_its_input_is_no_row_parallel_sum(release, name, ratio):
+    """The same column/row structure as activation_pair (XLA's text), but the all-reduce sums another width
+    than x's shard: widening_pair f32[16,512] per device for x's f32[16,128] (an expanding projection, which
+    SL103 weighs), narrowing_pair f32[16,128] for x's f32[16,256]. Neither returns to the pair's input."""
+    text, module, params, collectives = _found(release, name)
+    summed, down, (weights, inputs), elements = _pair(text)
+    [x] = inputs
+    assert (down, weights) == ("down", {"up"}) and prod(dims(entry_instructions(text)[x][0])) * ratio == elements
+    assert row_parallel_sums(module, collectives, params) == {}
+    assert mark_row_parallel_sums(module, collectives, params) == collectives
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_pair_whose_product_is_converted_before_its_sum_is_still_the_pair(release):
+    """converted_pair (bf16): jax 0.12's CPU compile converts the down dot's bf16 product to f32 in a fusion of
+    its own (one operand, a body of converts) and sums that; jax 0.10's sums the f32 dot itself. Either way the
+    sum, f32 as wide as x's shard, closes the pair of up and down."""
+    text, module, params, collectives = _found(release, "converted_pair")
+    entry = entry_instructions(text)
+    [summed] = [n for n, (_, op, _, _) in entry.items() if op == "all-reduce"]
+    [operand] = entry[summed][2]
+    _, opcode, ops, rest = entry[operand]
+    if not _is_dot(text, opcode, rest):
+        assert opcode == "fusion" and len(ops) == 1 and _is_dot(text, *[entry[ops[0]][i] for i in (1, 3)])
+        assert all(re.search(r" (parameter|convert)\(", line) for line in _body(text, rest))
+    [x] = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="x"' in r]
+    assert prod(dims(entry[x][0])) == prod(dims(entry[summed][0]))
+    found = row_parallel_sums(module, collectives, params)
+    assert list(found) == [summed]
+    assert "down P('model') is sharded" in found[summed] and "by up P(None, 'model') produced" in found[summed]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name", ["row_parallel", "head_on_both_axes", "contracts_both_axes"])
+def test_partial_sums_of_a_matmul_by_an_argument_close_no_pair(release, name):
+    """The all-reduce sums a dot whose activation operand is an argument (x, or h sliced at the device's
+    offset: a dynamic-slice of a parameter in the text), no column-parallel matmul's result."""
+    text, module, params, collectives = _found(release, name)
+    entry = entry_instructions(text)
+    [summed] = [n for n, (_, op, _, _) in entry.items() if op == "all-reduce"]
+    assert [c.intent for c in collectives if c.hlo_name == summed] == ["activation"]
+    assert row_parallel_sums(module, collectives, params) == {}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_backward_sum_or_a_program_without_parameters_is_never_a_pair(release):
+    """fsdp_train_step's all-reduce is a gradient's (op_name transpose(...)); and with no parameters known, or
+    no module, nothing is read."""
+    text, module, params, collectives = _found(release, "fsdp_train_step")
+    assert row_parallel_sums(module, collectives, params) == {}
+    text, module, params, collectives = _found(release, "gated_pair")
+    assert row_parallel_sums(module, collectives, ()) == {} and row_parallel_sums(None, collectives, params) == {}
+    relabelled = tuple(c.model_copy(update={"intent": "reshard"}) for c in collectives)
+    assert row_parallel_sums(module, relabelled, params) == {}
+    explained = tuple(c.model_copy(update={"why": "said before"}) for c in collectives)
+    assert [c.why for c in mark_row_parallel_sums(module, explained, params)] == ["said before"] * len(collectives)
