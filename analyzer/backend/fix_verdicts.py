@@ -3,7 +3,7 @@ written, better only within the stated tolerance (fix_checks.py)."""
 
 from __future__ import annotations
 
-from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.byte_sizes import format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
@@ -40,10 +40,8 @@ def _cost_text(check: FixCheck) -> str:
     if check.verdict is FixVerdict.failed:
         return f"does not compile ({check.error})"
 
-    def signed(n: int) -> str:
-        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
-
-    return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
+    return (f"peak {format_signed_bytes(check.peak_delta)}, traffic {format_signed_bytes(check.traffic_delta)} "
+            "per step per device")
 
 
 def _not_offered(check: FixCheck) -> str:
