@@ -81,6 +81,14 @@ def other_part_lines(c: Collective, most: int = 3) -> str | None:
     return f"with {', '.join(named)}" + (f" +{rest}" if rest > 0 else "")
 
 
+def collective_shape_text(c: Collective) -> str:
+    """The collective's array, or for a combined one (a tuple all-reduce, several operands) how many it moves
+    and the largest: ``25 arrays (largest f32[512,256])``; its bytes are all of them (the sum of the operands)."""
+    if len(c.parts) < 2:
+        return shape_text(c.dtype, c.shape)
+    return f"{len(c.parts)} arrays (largest {shape_text(c.dtype, c.shape)})"
+
+
 def _depth_one_split(text: str, sep: str) -> list[str]:
     """``text`` split at ``sep`` outside parentheses (XLA's op names nest ``jvp(f)`` and combined ``(a:b)``)."""
     pieces, depth, start = [], 0, 0

@@ -22,6 +22,7 @@ from ...passes.models.report import (
 from ..common.tensor_text import (
     collective_lines,
     collective_op_text,
+    collective_shape_text,
     live_buffer_source,
     produced_by_text,
     shape_text,
@@ -106,7 +107,7 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
         # A combined collective lists its parts' lines (their shapes are in the JSON and HTML reports).
         Column("source", sources, path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),
-        Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
+        Column("shape", [collective_shape_text(c) for c in rows], essential=False),
         Column("via", [_src(c.via) for c in rows], essential=False, path=True),
     ]
     if all(c.via is None for c in rows):

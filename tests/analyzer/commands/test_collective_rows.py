@@ -1,13 +1,14 @@
 """The collectives table on a program whose every layer runs through one line (issue 46, GPT-J): rows
 sharing a source line are told apart by the module and op XLA names them by, and a combined (tuple)
-all-reduce says how many ops it joins."""
+all-reduce says how many arrays it moves, its bytes the sum of its operands in XLA's compiled HLO."""
 
+import json
 import os
 import re
 
 import pytest
 from conftest import FIXTURES
-from hlo_oracle import compiled_collectives
+from hlo_oracle import array_bytes, compiled_collectives
 from scripts import script_module
 
 SCRIPT = os.path.join(FIXTURES, "scripts", "layers_one_line.py")
@@ -61,3 +62,20 @@ def test_rows_from_one_line_are_told_apart_by_their_op(cli, monkeypatch, compile
             assert any(h.startswith("(") and h.count(":") + 1 == int(op.split()[0]) for h in hlo_ops), hlo_ops
         else:
             assert op in hlo_ops, (op, hlo_ops)
+
+
+def test_a_tuple_all_reduce_shows_all_its_arrays_with_xlas_bytes(cli, compiled_text):
+    [t] = json.loads(cli("lint", SCRIPT, "--no-fix-check", "--format", "json", "--fail-on", "never").out)["targets"]
+    tuples = {n: s for n, s in re.findall(r"^\s*(?:ROOT )?%([\w.\-]+) = (\([^=]*\)) all-reduce\(", compiled_text, re.M)}
+    assert tuples, "XLA combined no all-reduce"
+    for name, shape in tuples.items():
+        [c] = [c for c in t["collectives"] if c["hlo_name"] == name]
+        operands = re.findall(r"\b\w+\[[\d,]*\]", shape)
+        assert len(c["parts"]) == len(operands) > 1
+        assert c["bytes"] == array_bytes(shape) == sum(p["bytes"] for p in c["parts"])  # every operand, not the first
+    from jax_shard_lint.passes.models.report import Collective
+    from jax_shard_lint.reports.common.tensor_text import collective_op_text, collective_shape_text
+
+    [combined] = [Collective.model_validate(c) for c in t["collectives"] if c["hlo_name"] in tuples]
+    assert collective_shape_text(combined) == f"{len(combined.parts)} arrays (largest f32[256,128])"
+    assert collective_op_text(combined) == f"{len(combined.parts)} ops (backward)"
