@@ -3,8 +3,10 @@ written, better only within the stated tolerance (fix_checks.py)."""
 
 from __future__ import annotations
 
-from ...passes.common.byte_sizes import format_signed_bytes
+from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding
+from ...passes.models.rule_codes import SL201
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -53,3 +55,16 @@ def _not_offered(check: FixCheck) -> str:
     if check.verdict is FixVerdict.trade_off:
         return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
     return f"costs {_cost_text(check)}"
+
+
+def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, taken: FixCheck,
+                                    ) -> tuple[list[Finding], list[str]]:
+    """SL201's one finding for many small outputs (biases, norm scales, their moments) is dropped when neither
+    state fix measured better (nothing to act on), and said in a line with what both fixes measured."""
+    dropped = [f for f in findings if f.rule == SL201.code and f.count > 1 and f.ops
+               and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
+    notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
+             "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "
+             f"is measured better (pinning: {_cost_text(pinned)}; the returned layout: {_cost_text(taken)})"
+             for f in dropped]
+    return [f for f in findings if f not in dropped], notes

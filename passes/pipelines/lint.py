@@ -38,6 +38,7 @@ from ..propagation.propagated_padding import PropagatedPadding, propagated_padde
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
+from ..rules.sl105_unexplained_reshard import unreported_reshards_note
 from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
 from ..rules.table import codes_where
 from ..source.frames import CodeOwnership
@@ -171,6 +172,8 @@ def analyze_target(
     findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives,
                         _BOUNDARY_COLLECTIVES)
     warnings: list[str] = []
+    if "SL105" not in config.disabled and (note := unreported_reshards_note(ctx)):
+        warnings.append(note)
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
         if problem:
