@@ -68,3 +68,11 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
              f"is measured better (pinning: {_cost_text(pinned)}; the returned layout: {_cost_text(taken)})"
              for f in dropped]
     return [f for f in findings if f not in dropped], notes
+
+
+def pin_not_offered(pinned: FixCheck, notes: list[str], findings: list[Finding]) -> list[str]:
+    """The line saying the out_shardings= pin was compiled and is withheld, unless the small-outputs line
+    already gives its figures (no SL201 finding is left for the pin to be about)."""
+    if notes and not any(f.rule == SL201.code for f in findings):
+        return []
+    return [f"the out_shardings= pinning every state output was compiled and is not offered: {_not_offered(pinned)}"]

@@ -34,6 +34,8 @@ def test_small_outputs_with_no_better_fix_are_a_line_not_a_finding(cli, monkeypa
     [note] = [w for w in t["warnings"] if "small outputs" in w]
     assert note.startswith("3 small outputs come back on another layout than their inputs (1.5 KiB per device")
     assert "not reported, as neither pinning them nor giving the inputs the returned layout is measured better" in note
+    assert not [w for w in t["warnings"] if w.startswith("the out_shardings= pinning")]  # the line gives its figures
+    assert t["suggested_out_shardings"] is None
     module, lowered = linted_and_lowered
     written = lowered.compile()
     params, x = lowered.args_info[0]
