@@ -80,7 +80,7 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
         first_use = ctx.input_source(first_in.index)
         source = ctx.call_site or first_use
         used = ""
-        if first_use is not None and source is not first_use:
+        if first_use is not None and source is not None and source is not first_use:
             used = (f"; {base} is first used at line {first_use.line}" if first_use.file == source.file
                     else f"; {base} is first used at {first_use.file}:{first_use.line}")
         out.emit(
