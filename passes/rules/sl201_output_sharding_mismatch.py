@@ -19,6 +19,10 @@ OUTPUT_MISMATCH_MIN_BYTES = RuleOption(
     "per-device size from which each mismatched output is its own finding; smaller ones are "
     "reported together in one finding")
 
+# How the one finding for many small outputs starts (after their count): the fix check drops it, with a
+# line saying so, when no fix is measured better (nothing to act on).
+SMALL_OUTPUTS = "small outputs come"
+
 
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     """A step's state comes back on another layout than it went in.
@@ -81,7 +85,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         more = f" and {len(small) - 3} more" if len(small) > 3 else ""
         span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
                 else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
-        noun = "output comes" if len(small) == 1 else "small outputs come"
+        noun = "output comes" if len(small) == 1 else SMALL_OUTPUTS
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
             f"{format_bytes(floor)}): {shown}{more}",

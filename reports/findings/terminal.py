@@ -112,8 +112,9 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     ]
     if all(c.via is None for c in rows):
         columns.pop()
-    if len(set(sources)) < len(sources):
-        # Rows from one source line (every layer of a model runs through one call) are told apart by
+    looks = [(c.kind, c.is_async, c.bytes, c.count, tuple(c.mesh_axes), line) for c, line in zip(rows, sources)]
+    if len(set(looks)) < len(looks):
+        # Rows that read the same (every layer of a model runs through one call) are told apart by
         # the module and op XLA names them by: wrapped, not shortened (their tails and heads both differ).
         columns.insert(6, Column("op", [_op(c) for c in rows], fold=True))
     timed = any(c.seconds is not None for c in rows)
