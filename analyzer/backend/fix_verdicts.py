@@ -6,8 +6,7 @@ from __future__ import annotations
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding
-from ...passes.models.rule_codes import SL201
-from ...passes.rules.sl201_output_sharding_mismatch import SMALL_OUTPUTS
+from ...passes.models.rule_codes import SL201, SL201_SMALL_OUTPUTS
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -62,7 +61,7 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
                                     ) -> tuple[list[Finding], list[str]]:
     """SL201's one finding for many small outputs (biases, norm scales, their moments) is dropped when neither
     state fix measured better (nothing to act on), and said in a line with what both fixes measured."""
-    dropped = [f for f in findings if f.rule == SL201.code and f.message.startswith(f"{f.count} {SMALL_OUTPUTS}")
+    dropped = [f for f in findings if f.rule == SL201.code and f.message.startswith(f"{f.count} {SL201_SMALL_OUTPUTS}")
                and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
     notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
              "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "

@@ -9,7 +9,7 @@ from ..common.sharding_text import named_sharding_text, pspec_text
 from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
-from ..models.rule_codes import SL201, SL205
+from ..models.rule_codes import SL201, SL201_SMALL_OUTPUTS, SL205
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -18,10 +18,6 @@ OUTPUT_MISMATCH_MIN_BYTES = RuleOption(
     "output-mismatch-min-bytes", 1024**2, OptionKind.bytes,
     "per-device size from which each mismatched output is its own finding; smaller ones are "
     "reported together in one finding")
-
-# How the one finding for many small outputs starts (after their count): the fix check drops it, with a
-# line saying so, when no fix is measured better (nothing to act on).
-SMALL_OUTPUTS = "small outputs come"
 
 
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
@@ -85,7 +81,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         more = f" and {len(small) - 3} more" if len(small) > 3 else ""
         span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
                 else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
-        noun = "output comes" if len(small) == 1 else SMALL_OUTPUTS
+        noun = "output comes" if len(small) == 1 else SL201_SMALL_OUTPUTS
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
             f"{format_bytes(floor)}): {shown}{more}",
