@@ -13,6 +13,7 @@ from ...passes.pipelines.check import analyze_hlo_only
 from ...passes.pipelines.lint import analyze_target, entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
+from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
 from ..inputs.checked_in import (
     HLO_SUFFIX,
@@ -81,7 +82,12 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     facts = program_facts(program, platform_label(settings), [len(o.shape) for o in sig.outputs], None)
     if donated_inputs is not None:
         facts = dataclasses.replace(facts, donated_inputs=donated_inputs)
-    return analyze_target(name, module, facts, settings.pass_config, with_rules=with_rules), program, module
+    # A finding's "why" hops come from propagating over a copy of the module (in a context of its own), as
+    # lint's do: a snapshot's StableHLO keeps the locations they name, so check prints the same finding.
+    explain_with = jax_adapter.parse_stablehlo(text) if with_rules else None
+    report = analyze_target(name, module, facts, settings.pass_config, with_rules=with_rules,
+                            explain_with=explain_with, display=display_source)
+    return report, program, module
 
 
 def _beside_path(hlo_path: str, report: str) -> str:

@@ -39,7 +39,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
-from .fix_verdicts import _cost_text, _not_offered, _verdict
+from .fix_verdicts import _cost_text, _not_offered, _verdict, pin_not_offered, without_unfixable_small_outputs
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
@@ -236,8 +236,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if pin is not None and take is not None and budget >= 2:
-        pinned = run(pin)
-        findings = _state_advice(findings, pinned, run(take), moved)
+        pinned, taken = run(pin), run(take)
+        findings, notes = without_unfixable_small_outputs(_state_advice(findings, pinned, taken, moved), pinned, taken)
+        report = report.model_copy(update={"warnings": [*report.warnings, *notes]})
         # Neither state fix helps: SL203's own suggestion for those values (shard the replicated
         # argument and its optimizer state on a mesh axis) is the next one tried.
         for k, f in enumerate(findings):
@@ -258,8 +259,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
-                "warnings": [*report.warnings, "the out_shardings= pinning every state output was compiled and "
-                             f"is not offered: {_not_offered(pinned)}"]})
+                "warnings": [*report.warnings, *pin_not_offered(pinned, notes, findings)]})
     return report.model_copy(update={"findings": findings})
 
 

@@ -3,8 +3,10 @@ written, better only within the stated tolerance (fix_checks.py)."""
 
 from __future__ import annotations
 
-from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding
+from ...passes.models.rule_codes import SL201, SL201_SMALL_OUTPUTS
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -40,10 +42,8 @@ def _cost_text(check: FixCheck) -> str:
     if check.verdict is FixVerdict.failed:
         return f"does not compile ({check.error})"
 
-    def signed(n: int) -> str:
-        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
-
-    return f"peak {signed(check.peak_delta)}, traffic {signed(check.traffic_delta)} per step per device"
+    return (f"peak {format_signed_bytes(check.peak_delta)}, traffic {format_signed_bytes(check.traffic_delta)} "
+            "per step per device")
 
 
 def _not_offered(check: FixCheck) -> str:
@@ -55,3 +55,24 @@ def _not_offered(check: FixCheck) -> str:
     if check.verdict is FixVerdict.trade_off:
         return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
     return f"costs {_cost_text(check)}"
+
+
+def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, taken: FixCheck,
+                                    ) -> tuple[list[Finding], list[str]]:
+    """SL201's one finding for many small outputs (biases, norm scales, their moments) is dropped when neither
+    state fix measured better (nothing to act on), and said in a line with what both fixes measured."""
+    dropped = [f for f in findings if f.rule == SL201.code and f.message.startswith(f"{f.count} {SL201_SMALL_OUTPUTS}")
+               and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
+    notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
+             "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "
+             f"is measured better (pinning: {_cost_text(pinned)}; the returned layout: {_cost_text(taken)})"
+             for f in dropped]
+    return [f for f in findings if f not in dropped], notes
+
+
+def pin_not_offered(pinned: FixCheck, notes: list[str], findings: list[Finding]) -> list[str]:
+    """The line saying the out_shardings= pin was compiled and is withheld, unless the small-outputs line
+    already gives its figures (no SL201 finding is left for the pin to be about)."""
+    if notes and not any(f.rule == SL201.code for f in findings):
+        return []
+    return [f"the out_shardings= pinning every state output was compiled and is not offered: {_not_offered(pinned)}"]

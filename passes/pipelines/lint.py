@@ -33,11 +33,13 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
+from ..models.rule_codes import SL105
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
+from ..rules.sl105_unexplained_reshard import unreported_reshards_note
 from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
 from ..rules.table import codes_where
 from ..source.frames import CodeOwnership
@@ -171,6 +173,8 @@ def analyze_target(
     findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives,
                         _BOUNDARY_COLLECTIVES)
     warnings: list[str] = []
+    if SL105.code not in config.disabled and (note := unreported_reshards_note(ctx)):
+        warnings.append(note)
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
         if problem:

@@ -9,7 +9,7 @@ from ..common.sharding_text import named_sharding_text, pspec_text
 from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
-from ..models.rule_codes import SL201, SL205
+from ..models.rule_codes import SL201, SL201_SMALL_OUTPUTS, SL205
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -81,7 +81,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         more = f" and {len(small) - 3} more" if len(small) > 3 else ""
         span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
                 else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
-        noun = "output comes" if len(small) == 1 else "small outputs come"
+        noun = "output comes" if len(small) == 1 else SL201_SMALL_OUTPUTS
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
             f"{format_bytes(floor)}): {shown}{more}",

@@ -25,7 +25,8 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
     ------------
     Reports an input with the same shape, dtype and sharding as an output when
     the input is not donated and donating it would save at least
-    `donation-min-bytes` per device.
+    `donation-min-bytes` per device, at the line that lowers or calls the jitted
+    step (where `donate_argnums` is added), the argument's first use named in the message.
 
     Why is this bad
     ---------------
@@ -74,11 +75,19 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
         first_in, first_out = pairs[0]
         base = first_in.path.split("[")[0]
         leaves = f"{len(pairs)} of its arrays have" if len(pairs) > 1 else f"{first_in.path} has"
+        # The line the user edits is the jit or lower call (where donate_argnums goes); the argument's
+        # first use inside the step is context, said in the message.
+        first_use = ctx.input_source(first_in.index)
+        source = ctx.call_site or first_use
+        used = ""
+        if first_use is not None and source is not None and source is not first_use:
+            used = (f"; {base} is first used at line {first_use.line}" if first_use.file == source.file
+                    else f"; {base} is first used at {first_use.file}:{first_use.line}")
         out.emit(
             f"argument {arg} ({base}) is not donated, but {leaves} an output of the same shape, dtype and "
             f"sharding (e.g. {first_out.path}): donating it lets those outputs reuse up to "
-            f"{format_bytes(saved)} per device of its buffers",
-            ctx.input_source(first_in.index), fix=f"jax.jit(..., donate_argnums=({arg},))", subject=base,
+            f"{format_bytes(saved)} per device of its buffers{used}",
+            source, fix=f"jax.jit(..., donate_argnums=({arg},))", subject=base,
         )
 
 

@@ -81,6 +81,56 @@ def other_part_lines(c: Collective, most: int = 3) -> str | None:
     return f"with {', '.join(named)}" + (f" +{rest}" if rest > 0 else "")
 
 
+def collective_shape_text(c: Collective) -> str:
+    """The collective's array, or for a combined one (a tuple all-reduce, several operands) how many it moves
+    and the largest: ``25 arrays (largest f32[512,256])``; its bytes are all of them (the sum of the operands)."""
+    if len(c.parts) < 2:
+        return shape_text(c.dtype, c.shape)
+    return f"{len(c.parts)} arrays (largest {shape_text(c.dtype, c.shape)})"
+
+
+def _depth_one_split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside parentheses (XLA's op names nest ``jvp(f)`` and combined ``(a:b)``)."""
+    pieces, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == sep and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    return pieces + [text[start:]]
+
+
+def collective_op_text(c: Collective) -> str:
+    """What tells apart collectives from one source line (a model whose every layer runs through one call):
+    the module path and op from XLA's op name, JAX's wrappers and the top function taken off
+    (``transformer/h/1/mlp/fc_in/dot_general (backward)``); a combined collective's shared path and how many
+    ops it joins (``transformer/h/1: 4 ops``); without an op name, the library frame, else the HLO name."""
+    if not c.op_name:
+        return str(c.via) if c.via else c.hlo_name
+    scope: list[str] = []
+    backward = False
+    joined = 0
+    parts = _depth_one_split(c.op_name, "/")
+    if len(parts) > 1 and parts[0].startswith("jit("):
+        parts = parts[1:]  # the jitted step itself: every row shares it
+    for part in parts:
+        alternatives = _depth_one_split(part[1:-1], ":") if part.startswith("(") and part.endswith(")") else []
+        if len(alternatives) > 1:
+            joined = len(alternatives)
+            backward = backward or all("transpose(" in a for a in alternatives)
+            break
+        while (m := _WRAPPED.fullmatch(part)) is not None:
+            backward = backward or m.group(1) == "transpose"
+            part = m.group(2)
+        if part not in _NOT_A_FUNCTION:
+            scope.append(part)
+    if len(scope) > 2 or (joined and len(scope) > 1):
+        scope = scope[1:]  # the top module (or function) the step calls: rows of one model share it
+    if joined:
+        return (f"{'/'.join(scope)}: " if scope else "") + f"{joined} ops" + (" (backward)" if backward else "")
+    return "/".join(scope) + (" (backward)" if backward else "")
+
+
 def parts_text(c: Collective) -> str:
     """Each part of a combined collective: ``f32[2048,1024] 8.0 MiB train.py:5``, one per line."""
     return "\n".join(f"{shape_text(p.dtype, p.shape)} {format_bytes(p.bytes)} {where_text(p.source, p.via)}"

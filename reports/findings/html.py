@@ -19,7 +19,14 @@ from ...passes.models.report import (
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
 from ..common.html_table import cell, markup, table, target_section
-from ..common.tensor_text import live_buffer_source, other_part_lines, parts_text, produced_by_text, shape_text
+from ..common.tensor_text import (
+    collective_shape_text,
+    live_buffer_source,
+    other_part_lines,
+    parts_text,
+    produced_by_text,
+    shape_text,
+)
 from ..common.time_text import step_time_basis, step_time_line
 
 MAX_GRID_TENSORS = 12
@@ -173,7 +180,7 @@ def _collectives(t: TargetReport) -> str:
          cell(format_bytes(c.bytes), sort=c.bytes), cell(c.count, sort=c.count),
          cell(format_bytes(c.bytes * c.count), sort=c.bytes * c.count),
          cell(format_seconds(c.seconds), sort=c.seconds or 0), ", ".join(c.mesh_axes), c.intent or "-",
-         shape_text(c.dtype, c.shape),
+         collective_shape_text(c),
          markup(e(where_text(c.source, c.via))
                 + (f"<br><span class=muted>{e(others)}</span>" if (others := other_part_lines(c, most=8)) else "")
                 + (" <span class=muted>from " + e(str(c.called_from)) + "</span>" if c.called_from else "")),

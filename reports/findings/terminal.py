@@ -19,7 +19,14 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.tensor_text import collective_lines, live_buffer_source, produced_by_text, shape_text
+from ..common.tensor_text import (
+    collective_lines,
+    collective_op_text,
+    collective_shape_text,
+    live_buffer_source,
+    produced_by_text,
+    shape_text,
+)
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import as_written, safe_text, shown, terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
@@ -87,7 +94,7 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     if not t.collectives:
         return None
     rows = t.collectives[:MAX_ROWS]
-    # The op name is in the JSON and HTML reports; the terminal keeps the source line.
+    sources = [collective_lines(c) + (f" from {_src(c.called_from)}" if c.called_from else "") for c in rows]
     columns = [
         # A split collective's pieces are in the JSON and HTML reports: here they would wrap the kind.
         Column("kind", [c.kind + (" (async)" if c.is_async else "") + (" x-host" if c.cross_host else "")
@@ -98,20 +105,29 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
         Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
         Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
         # A combined collective lists its parts' lines (their shapes are in the JSON and HTML reports).
-        Column("source", [collective_lines(c) + (f" from {_src(c.called_from)}" if c.called_from else "")
-                          for c in rows], path=True),
+        Column("source", sources, path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),
-        Column("shape", [shape_text(c.dtype, c.shape) for c in rows], essential=False),
+        Column("shape", [collective_shape_text(c) for c in rows], essential=False),
         Column("via", [_src(c.via) for c in rows], essential=False, path=True),
     ]
     if all(c.via is None for c in rows):
         columns.pop()
+    looks = [(c.kind, c.is_async, c.bytes, c.count, tuple(c.mesh_axes), line) for c, line in zip(rows, sources)]
+    if len(set(looks)) < len(looks):
+        # Rows that read the same (every layer of a model runs through one call) are told apart by
+        # the module and op XLA names them by: wrapped, not shortened (their tails and heads both differ).
+        columns.insert(6, Column("op", [_op(c) for c in rows], fold=True))
     timed = any(c.seconds is not None for c in rows)
     if not timed:
         columns = [c for c in columns if c.header != "time"]
     caption = f"{len(t.collectives) - MAX_ROWS} more in --format json" if len(t.collectives) > MAX_ROWS else None
     title = "Collectives (by estimated time per step)" if timed else "Collectives (by bytes x count)"
     return fitted_table(title, columns, width, caption)
+
+
+def _op(c) -> str:
+    # collective_op_text cuts XLA's op name at its '/', as short_op_name does: on the name as written.
+    return safe_text(collective_op_text(c.model_copy(update={"op_name": as_written(c.op_name)}) if c.op_name else c))
 
 
 def _produced_by(b) -> str:

@@ -7,7 +7,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
@@ -27,7 +27,7 @@ def _side_by_side(r: RewriteReport) -> Table:
                         ("  outputs", "output_bytes"), ("  aliased", "alias_bytes"),
                         ("collectives / step", "collective_bytes")):
         b, a = getattr(r.before, attr), getattr(r.after, attr)
-        table.add_row(label, format_bytes(b), format_bytes(a), format_bytes(a - b) if a != b else "")
+        table.add_row(label, format_bytes(b), format_bytes(a), format_signed_bytes(a - b) if a != b else "")
     table.add_row("collective ops", str(len(r.before.collectives)), str(len(r.after.collectives)), "")
     if r.before.time is not None and r.after.time is not None:
         b, a = r.before.time.seconds, r.after.time.seconds

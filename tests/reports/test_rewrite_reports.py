@@ -100,3 +100,18 @@ def test_markdown_code_span_holds_the_fix_as_written():
     text = render_text("rewrite", "markdown", run().model_copy(update={"targets": [target]}))
     written = BREAKOUT.replace("\n", " ")
     assert f"````jax.jit(..., out_shardings={{'{written}': P()}})````" in text
+
+
+def test_terminal_change_column_is_signed_as_lints_fix_figures():
+    """The change column says which way each figure moved, written as lint's checked fixes write
+    theirs (``peak -127.0 KiB``): a fall with '-', a rise with '+' (issue 46: a rise printed unsigned)."""
+    before, after = facts(8 * MiB, 2 * MiB, 0.003), facts(6 * MiB, MiB // 2, 0.002)
+    after = after.model_copy(update={"argument_bytes": 3 * MiB // 2})
+    target = run().targets[0].model_copy(update={"before": before, "after": after})
+    text = render_terminal("rewrite", run().model_copy(update={"targets": [target]}))
+    rows = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in text.splitlines()
+            if line.count("│") >= 5}
+    assert rows["peak / device"] == "-2.0 MiB"
+    assert rows["arguments"] == "+512.0 KiB"
+    assert rows["collectives / step"] == "-1.5 MiB"
+    assert rows["outputs"] == ""  # unchanged: left blank

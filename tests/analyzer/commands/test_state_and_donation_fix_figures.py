@@ -80,3 +80,10 @@ def test_the_donation_fix_prints_what_donating_compiles_to(cli, checking, lowere
     assert 0 < saved < 4 * 2**20
     assert f["fix"] == f"jax.jit(..., donate_argnums=(0,)) (checked: peak -{saved / 2**20:.1f} MiB, traffic ±0 B " \
         "per step per device)"
+    # Its source is the line the user adds donate_argnums at (the jax.jit(step).lower(...) call), not
+    # where the step first reads params; that first use is named in the message (issue 46).
+    with open(SCRIPT) as fh:
+        lines = fh.read().splitlines()
+    assert "jax.jit(step)" in lines[f["source"]["line"] - 1]
+    first_use = int(f["message"].rsplit("params is first used at line ", 1)[1])
+    assert "params" in lines[first_use - 1] and "jax.jit" not in lines[first_use - 1]
