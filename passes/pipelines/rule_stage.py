@@ -39,8 +39,14 @@ def claimed_collectives(ctx: RuleContext) -> frozenset[str]:
     return frozenset(name for r in RULES.values() if r.traits.claims is not None for name in r.traits.claims(ctx))
 
 
+def with_claims(ctx: RuleContext) -> RuleContext:
+    """The context with every rule's claimed collectives, as the rules (and SL105's note of what it leaves
+    out) read it."""
+    return dataclasses.replace(ctx, claimed_collectives=claimed_collectives(ctx))
+
+
 def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
-    ctx = dataclasses.replace(ctx, claimed_collectives=claimed_collectives(ctx))
+    ctx = with_claims(ctx)
     findings: list[Finding] = []
     for code in sorted(RULES):
         r = RULES[code]

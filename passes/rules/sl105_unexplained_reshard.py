@@ -97,12 +97,11 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
 def unreported_reshards_note(ctx: RuleContext) -> str | None:
     """One line for the resharding collectives under `unexplained-reshard-bytes` that no rule reports:
     how many and their bytes in all, so that small reshards are said to be left out, not silently
-    missing (issue 46: GPT-J's embedding all-reduce and its gradient's all-gather)."""
+    missing (issue 46: GPT-J's embedding all-reduce and its gradient's all-gather). ``ctx`` carries the
+    rules' claimed collectives (rule_stage.with_claims)."""
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
-    explained = {c.hlo_name for c in replicating(ctx)} | {c.hlo_name for g in loop_groups(ctx) for c in g}
-    explained |= {r.collective for r in ctx.involuntary_remats if r.collective}
     small = [c for c in ctx.collectives
-             if c.intent == "reshard" and c.hlo_name not in explained and c.bytes * c.count < limit]
+             if c.intent == "reshard" and c.hlo_name not in ctx.claimed_collectives and c.bytes * c.count < limit]
     if not small:
         return None
     total = sum(c.bytes * c.count for c in small)
