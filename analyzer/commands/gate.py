@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
-from ...passes.pipelines.gate import compare, compiler_change, summarize
+from ...passes.pipelines.gate import baseline_of as pipeline_baseline_of
+from ...passes.pipelines.gate import gate_verdict
 from ...passes.pipelines.lint import entry_signature
 from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
@@ -43,8 +44,7 @@ def _versions() -> dict:
 
 
 def baseline_of(reports: list[TargetReport]) -> Baseline:
-    return Baseline(**_versions(), compilers=jax_adapter.compiler_versions(),
-                    targets={r.name: summarize(r) for r in sorted(reports, key=lambda r: r.name)})
+    return pipeline_baseline_of(reports, _versions(), jax_adapter.compiler_versions())
 
 
 def write_baseline(baseline: Baseline, path: str) -> None:
@@ -220,14 +220,6 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     else:
         current = check(paths, settings, request.spread)
     summary = baseline_of(current.targets)
-    if request.update:
-        write_baseline(summary, file)
-        return compare(summary, summary.targets, thresholds, file), current
-    result = compare(baseline, summary.targets, thresholds, file)
-    changed = compiler_change(baseline.compilers, summary.compilers, {t.platform for t in summary.targets.values()})
-    if changed is None:
-        return result, current
-    if request.rebaseline_on_compiler_change:
-        write_baseline(summary, file)
-        return result.model_copy(update={"compiler_change": changed, "rebaselined": True, "passed": True}), current
-    return result.model_copy(update={"compiler_change": changed}), current
+    result = gate_verdict(baseline, summary, thresholds, file, request.update,
+                          request.rebaseline_on_compiler_change, lambda b: write_baseline(b, file))
+    return result, current

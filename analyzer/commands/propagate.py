@@ -10,12 +10,13 @@ from dataclasses import dataclass, replace
 from ...passes.models.propagation import PropagateRun, PropagationReport
 from ...passes.pipelines.propagate import (
     MAX_VALUES,
+    CompiledProgram,
+    CompileModule,
+    EntrySignature,
     Propagated,
     ShardyRejected,
-    build_report,
-    compiled_collectives,
     devices_needed,
-    entry_signature,
+    propagate_module,
 )
 from .. import __version__
 from ..adapter import jax_adapter
@@ -38,43 +39,51 @@ class PropagateRequest:
     all_values: bool = False
 
 
-def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str):
-    """The compiled program's collectives, or None and why not: a module XLA cannot
+def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str) -> CompileModule:
+    """The module compiled for its collectives, or None and why not: a module XLA cannot
     compile (or too large to make devices for) still propagates."""
-    sig = entry_signature(module)
-    needed = devices_needed(module, sig)
-    if needed > MAX_DEVICES:
-        return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
-    try:
-        _, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
-    except ShardLintInputError as e:
-        return None, f"its {needed} devices could not be made: {e.problem}"
-    isolation.phase(request.path, "compiling the module with XLA")
-    try:
-        program = jax_adapter.compile_stablehlo_text(
-            text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices,
-            optimize_machine_code=False)  # read, never run
-    except Exception as e:
-        return None, f"XLA could not compile it: {one_line(e)}"
-    return compiled_collectives(program.hlo_text, sig.mesh), None
+
+    def compile_module(sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
+        needed = devices_needed(module, sig)
+        if needed > MAX_DEVICES:
+            return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
+        try:
+            _, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
+        except ShardLintInputError as e:
+            return None, f"its {needed} devices could not be made: {e.problem}"
+        isolation.phase(request.path, "compiling the module with XLA")
+        try:
+            program = jax_adapter.compile_stablehlo_text(
+                text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices,
+                optimize_machine_code=False)  # read, never run
+        except Exception as e:
+            return None, f"XLA could not compile it: {one_line(e)}"
+        return CompiledProgram(program.hlo_text), None
+
+    return compile_module
 
 
 def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
     module, text = read_mlir(request.path)
-    compiled, not_compiled = _compile_mlir(request, settings, module, text) if request.compile else (None, None)
     name = os.path.splitext(os.path.basename(request.path))[0]
-    isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
-    report, propagated = _report(name, module, compiled, request, settings, request.path, "")
+    compile_module = _compile_mlir(request, settings, module, text) if request.compile else None
+
+    def then_propagate(sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
+        compiled = compile_module(sig) if compile_module is not None else (None, None)
+        isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
+        return compiled
+
+    report, propagated, not_compiled = _report(name, module, then_propagate, request, settings, request.path, "")
     return [(report.model_copy(update={"not_compiled": not_compiled}), propagated)]
 
 
-def _report(name: str, module, compiled, request: PropagateRequest, settings: Settings, where: str,
-            whose: str) -> tuple[PropagationReport, Propagated]:
+def _report(name: str, module, compile_module: CompileModule | None, request: PropagateRequest,
+            settings: Settings, where: str, whose: str) -> tuple[PropagationReport, Propagated, str | None]:
     """The propagate pipeline over one module; a module Shardy's passes refuse is the user's input, one
     line naming it (``whose``: the target's, for a script's)."""
     try:
-        return build_report(name, module, compiled, ownership=settings.ownership(),
-                            max_values=None if request.all_values else MAX_VALUES)
+        return propagate_module(name, module, compile_module, ownership=settings.ownership(),
+                                max_values=None if request.all_values else MAX_VALUES)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"{whose}Shardy rejects the module: {e}") from e
 
@@ -85,21 +94,25 @@ def propagate_script(request: PropagateRequest, settings: Settings) -> list[tupl
     out = []
     for name, lowered in targets.items():
         module = jax_adapter.parse_stablehlo(jax_adapter.stablehlo_text(lowered))
-        compiled = _compiled_collectives(name, lowered, module, settings, where) if request.compile else None
-        out.append(_report(name, module, compiled, request, settings, where, f"target {name!r}: "))
+        compile_module = _compile_lowered(name, lowered, settings, where) if request.compile else None
+        report, propagated, _ = _report(name, module, compile_module, request, settings, where,
+                                        f"target {name!r}: ")
+        out.append((report, propagated))
     return out
 
 
-def _compiled_collectives(name: str, lowered, module, settings: Settings, where: str):
-    """The compiled program's collectives: one compile without XLA's memory
-    reports, and no lint passes (propagate needs only the collectives)."""
+def _compile_lowered(name: str, lowered, settings: Settings, where: str) -> CompileModule:
+    """One compile without XLA's memory reports, and no lint passes (propagate needs only the
+    collectives)."""
 
-    try:
-        program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
-    except Exception as e:  # XLA rejects the program: the user's input
-        raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-    return compiled_collectives(program.hlo_text, entry_signature(module).mesh, device_processes(lowered),
-                                settings.ownership())
+    def compile_module(_sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
+        try:
+            program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
+        except Exception as e:  # XLA rejects the program: the user's input
+            raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
+        return CompiledProgram(program.hlo_text, device_processes(lowered), settings.ownership()), None
+
+    return compile_module
 
 
 def propagate(request: PropagateRequest, settings: Settings) -> tuple[PropagateRun, list[Propagated]]:

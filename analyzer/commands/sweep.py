@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
-from ...passes.models.sweep import CandidateRun, SweepCandidate, SweepExecution, SweepRun
-from ...passes.pipelines.sweep import candidate_from_report, failed_candidate, params_label, rank
+from ...passes.models.sweep import CandidateRun, SweepExecution, SweepRun
+from ...passes.pipelines.sweep import CompiledSetting, params_label
+from ...passes.pipelines.sweep import sweep as pipeline_sweep
 from .. import __version__
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -108,14 +109,12 @@ def _in_process(request: SweepRequest, params: dict[str, Any], settings: Setting
     return lint(LintRequest(request.script, request.targets, tuple(merged)), settings)
 
 
-def _candidates_of(params: dict[str, Any], report_json: str | None, error: str | None,
-                   budget: int | None) -> list[SweepCandidate]:
+def _setting_of(params: dict[str, Any], report_json: str | None, error: str | None) -> CompiledSetting:
     from ...passes.models.report import LintReport
 
     if error is not None or report_json is None:
-        return [failed_candidate(params, error or "no report came back")]
-    report = LintReport.model_validate(json.loads(report_json))
-    return [candidate_from_report(params, t, budget) for t in report.targets]
+        return CompiledSetting(params, None, error)
+    return CompiledSetting(params, LintReport.model_validate(json.loads(report_json)).targets)
 
 
 def _run_of(label: str, params: dict[str, Any], outcome: CandidateOutcome) -> CandidateRun:
@@ -135,8 +134,8 @@ def _execution(executor: Executor, workers: int, wall: float, runs: list[Candida
 
 
 def _sweep_in_process(request: SweepRequest, combos: list[dict[str, Any]], settings: Settings,
-                      say) -> tuple[list[SweepCandidate], SweepExecution]:
-    found: list[SweepCandidate] = []
+                      say) -> tuple[list[CompiledSetting], SweepExecution]:
+    found: list[CompiledSetting] = []
     runs = []
     began = time.monotonic()
     for k, params in enumerate(combos):
@@ -145,16 +144,16 @@ def _sweep_in_process(request: SweepRequest, combos: list[dict[str, Any]], setti
         started = time.monotonic()
         try:
             report = _in_process(request, params, settings)
-            found += [candidate_from_report(params, t, settings.budget_bytes) for t in report.targets]
+            found.append(CompiledSetting(params, report.targets))
         except ShardLintInputError as e:
-            found.append(failed_candidate(params, str(e)))
+            found.append(CompiledSetting(params, None, str(e)))
         runs.append(CandidateRun(label=label, params=params, worker="this process",
                                  seconds=round(time.monotonic() - started, 3), overhead_seconds=0.0))
     return found, _execution("in-process", 1, time.monotonic() - began, runs)
 
 
 def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], settings: Settings,
-                       cli_args: list[str], say) -> tuple[list[SweepCandidate], SweepExecution]:
+                       cli_args: list[str], say) -> tuple[list[CompiledSetting], SweepExecution]:
     tasks = [CandidateTask(k, params_label(params) or "the targets",
                            lint_argv(request.script, request.targets,
                                      list(request.params) + [f"{n}={v!r}" for n, v in params.items()], cli_args))
@@ -176,8 +175,7 @@ def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], sett
 
     ran = run_tasks(request.executor, tasks, bundle, on_done)
     outcomes = ran.outcomes
-    found = [c for params, o in zip(combos, outcomes)
-             for c in _candidates_of(params, o.report_json, o.error, settings.budget_bytes)]
+    found = [_setting_of(params, o.report_json, o.error) for params, o in zip(combos, outcomes)]
     runs = [_run_of(t.label, params, o) for t, params, o in zip(tasks, combos, outcomes)]
     return found, _execution(request.executor.kind, ran.workers, ran.wall_seconds, runs, ran.startup_seconds)
 
@@ -190,12 +188,14 @@ def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None 
     settings, selected = select_run_devices(settings)
     combos = candidates(request, len(selected) if selected else settings.devices)
     if request.executor.in_process:
-        found, execution = _sweep_in_process(request, combos, settings, say)
+        ranked, execution = pipeline_sweep(lambda: _sweep_in_process(request, combos, settings, say),
+                                           settings.budget_bytes)
     else:
-        found, execution = _sweep_in_children(request, combos, settings, cli_args or [], say)
+        ranked, execution = pipeline_sweep(
+            lambda: _sweep_in_children(request, combos, settings, cli_args or [], say), settings.budget_bytes)
     jax_version, jaxlib_version = jax_adapter.versions()
     return SweepRun(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, script=request.script,
         platform=platform_label(settings), budget_bytes=settings.budget_bytes,
-        candidates=rank(found), execution=execution,
+        candidates=ranked, execution=execution,
     )

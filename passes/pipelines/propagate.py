@@ -3,11 +3,13 @@ the collectives its compiled program has, where it was compiled) to its
 ``propagate`` report: our propagation (flattened call graph, Shardy's rules, the
 graph, propagation), the values with their provenance, the communication the
 layout implies matched against the compiled collectives, agreement with Shardy's
-own propagation of the same module, and the values ``--explain`` names."""
+own propagation of the same module, and the values ``--explain`` names. ``propagate_module`` runs them
+in order around the analyzer's compile of the module (a callback: it makes devices and runs XLA)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from math import prod
 
 from jaxlib.mlir import ir
@@ -29,7 +31,7 @@ from ..stablehlo.module import EntrySignature, read_entry_signature, read_meshes
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module) and keeps (the propagated graph, for --explain).
-__all__ = ["MAX_VALUES", "Propagated", "ShardyRejected"]
+__all__ = ["MAX_VALUES", "EntrySignature", "Propagated", "ShardyRejected"]
 
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",
@@ -103,3 +105,31 @@ def explain_values(
     # The explained values carry their provenance in every format.
     return explained, [PROPAGATE.run("explain", with_values_provenance, r, p, ts) if ts else r
                        for r, p, ts in zip(reports, propagated, named)], None
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """What the analyzer's compile hands back: the optimized HLO, and how its collectives are read."""
+
+    hlo_text: str
+    processes: tuple[int, ...] | None = None
+    ownership: CodeOwnership = DEFAULT_OWNERSHIP
+
+
+# The analyzer's compile of the module with this entry signature: the program, or None and why not (None
+# and None: not compiled, nothing to say).
+CompileModule = Callable[[EntrySignature], tuple[CompiledProgram | None, str | None]]
+
+
+def propagate_module(name: str, module: ir.Module, compile_module: CompileModule | None,
+                     ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES
+                     ) -> tuple[PropagationReport, Propagated, str | None]:
+    """``PROPAGATE``'s stages 1 to 6 in order around the analyzer's compile (None: no compile): the report,
+    the propagated graph (for ``--explain``) and why the module was not compiled (None: it was, or was not
+    asked to be)."""
+    sig = entry_signature(module)  # 1
+    program, not_compiled = compile_module(sig) if compile_module is not None else (None, None)
+    compiled = None if program is None else compiled_collectives(  # 2
+        program.hlo_text, sig.mesh, program.processes, program.ownership)
+    report, propagated = build_report(name, module, compiled, ownership=ownership, max_values=max_values)  # 3-6
+    return report, propagated, not_compiled

@@ -2,7 +2,8 @@
 plans the analyzer compiles: Shardy's sharding rules on the flattened call graph,
 the sharding graph, the ILP problem (``problem``, stages 1 to 4, the analyzer's checks of
 the request its callbacks), then solve and refine (``refine``, stages 5 and 6, the analyzer's edit of
-the module its callback), and each plan's cost model (stage 7).
+the module its callback), and each plan's cost model (stage 7); the budget loop around the analyzer's
+compiles of the plans and the chosen shardings (stages 8 to 11, ``suggest_budget.py``).
 
 Solve, then check the plan against propagation, and solve again without the
 argument shardings that propagation carried where the plan did not want them
@@ -53,7 +54,7 @@ __all__ = ["NoFeasibleSharding", "ResultNotATensor", "ShardingGraph", "ShardingP
 
 SUGGEST = Pipeline("suggest", (
     "entry-signature", "sharding-rules", "sharding-graph", "sharding-problem", "solve", "propagation-check",
-    "model-cost",
+    "model-cost", "plan-pins", "plan-checks", "budget-round", "chosen-shardings",
 ))
 
 MAX_SOLVES = 6
@@ -310,7 +311,13 @@ def pinned_model_cost(problem: ShardingProblem, argument_pins: Pins, method: str
 
 def chosen_shardings(infos: tuple[TensorInfo, ...], chosen: Pins, problem: ShardingProblem,
                      why: dict[str, str]) -> list[ChosenSharding]:
-    """Each argument (or result) with its sharding as written and as chosen, and their per-device bytes."""
+    """Stage 11: each argument (or result) with its sharding as written and as chosen, and their per-device
+    bytes."""
+    return SUGGEST.run("chosen-shardings", _chosen_shardings, infos, chosen, problem, why)
+
+
+def _chosen_shardings(infos: tuple[TensorInfo, ...], chosen: Pins, problem: ShardingProblem,
+                      why: dict[str, str]) -> list[ChosenSharding]:
     out = []
     for x in infos:
         sharding = chosen.get(x.index) or [[] for _ in x.shape]

@@ -1,10 +1,13 @@
 """The sweep pipeline: ``SWEEP``'s stages, from the finished reports of each (parameter values, mesh)
 compile to the ranking ``sweep`` prints: each report a candidate (or a failed one), then the candidates
-ranked by estimated step time among those that fit the budget."""
+ranked by estimated step time among those that fit the budget. ``sweep`` runs the two in order after
+the analyzer's compiles of the candidates (a callback: in this process, in children or as Ray tasks)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..compare import sweep as ranking
 from ..compare.sweep import params_label
@@ -13,7 +16,7 @@ from ..models.sweep import SweepCandidate
 from .pass_manager import Pipeline
 
 # A candidate's parameter values as the report and the progress lines name them.
-__all__ = ["params_label", "candidate_from_report", "failed_candidate", "rank"]
+__all__ = ["params_label", "candidate_from_report", "failed_candidate", "rank", "CompiledSetting", "sweep"]
 
 SWEEP = Pipeline("sweep", ("candidates", "rank"))
 
@@ -31,3 +34,30 @@ def failed_candidate(params: dict[str, Any], error: str) -> SweepCandidate:
 def rank(candidates: list[SweepCandidate]) -> list[SweepCandidate]:
     """Stage 2: fitting candidates by time (ties by traffic), then those over the budget, then the failures."""
     return SWEEP.run("rank", ranking.rank, candidates)
+
+
+@dataclass(frozen=True)
+class CompiledSetting:
+    """One parameter setting as the analyzer's compile left it: its targets' reports, or why it failed."""
+
+    params: dict[str, Any]
+    reports: list[TargetReport] | None  # None: it failed
+    error: str | None = None
+
+
+_Run = TypeVar("_Run")
+
+# The analyzer's compiles of every setting, in order, with what it reports of how they ran.
+CompileSettings = Callable[[], tuple[list[CompiledSetting], _Run]]
+
+
+def sweep(compile_settings: CompileSettings[_Run], budget: int | None) -> tuple[list[SweepCandidate], _Run]:
+    """``SWEEP``'s stages around the analyzer's compiles: each setting's candidates, then the ranking."""
+    compiled, how = compile_settings()
+    found: list[SweepCandidate] = []
+    for c in compiled:
+        if c.reports is None:
+            found.append(failed_candidate(c.params, c.error or "no report came back"))  # 1
+        else:
+            found += [candidate_from_report(c.params, t, budget) for t in c.reports]  # 1
+    return rank(found), how  # 2

@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
-from ....passes.models.suggest import ChosenSharding, PlanCheck, SuggestReport, SuggestRun, Version
+from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import NoFeasibleSharding, Plan, ShardingProblem, time_resolution
+from ....passes.pipelines.suggest import NoFeasibleSharding, Pins, Refined, ShardingProblem, time_resolution
+from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.advice.moves import NAME as NAME_MOVE
@@ -160,30 +160,14 @@ def _explicit_axes(lowered: Any) -> bool:
     return mesh is not None and any(a == jax.sharding.AxisType.Explicit for a in getattr(mesh, "axis_types", ()))
 
 
-def _plan_check(t: SuggestTarget, c: _Compiled) -> PlanCheck:
-    v = c.version
-    return pipeline.plan_check(c.plan, [x.path for x in t.sig.inputs], v.estimated_seconds, v.peak_bytes, v.error)
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    plan: Plan
-    version: Version
-    report: Any
-    arg_pins: dict[int, list[list[str]]]
-    res_pins: dict[int, list[list[str]]]
-
-
-def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Settings, devices, where: str):
-    """The solver's plans (each checked against propagation, ``passes/pipelines/suggest.py``), each
-    compiled; the fastest that fits is the solver's version. When none fits, the
-    arguments' budget is lowered by the smallest excess and the loop run again."""
-    budget = settings.budget_bytes
+def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Settings, devices, where: str
+                         ) -> WithinBudget:
+    """The suggest pipeline's budget loop (``passes/pipelines/suggest_budget.py``) around this target's
+    solves (each plan checked against propagation) and the compiles of their plans."""
     spec = settings.solver_device_spec()
-    arg_budget, rounds = budget, 0
     say = request.spread.say or (lambda _msg: None)
-    while True:
-        rounds += 1
+
+    def solve_under(arg_budget: int | None) -> Refined:
         isolation.phase(where, f"solving the sharding problem of target {t.name!r} ({t.problem.size:,} variables)")
         say(f"{t.name}: solving the sharding problem ({t.problem.size:,} variables)")
         try:
@@ -197,26 +181,15 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
             t.side_by_side.progress.release()  # the solve has a plan: the compiles beside it are shown
         # The solve's wall time goes to stderr, not the report: the JSON is byte-identical run to run.
         say(f"{t.name}: solved in {refined.solve_seconds:.2f} s ({len(refined.plans)} plan(s))")
-        pins = [(pipeline.pins(p.problem, p.solution.assignment, p.problem.arguments),
-                 pipeline.pins(p.problem, p.solution.assignment, p.problem.results)) for p in refined.plans]
+        return refined
+
+    def compile_plans(pins: list[tuple[Pins, Pins]]) -> list[tuple[Version, Any]]:
         say(f"{t.name}: compiling the solver's {len(pins)} plan(s)")
-        measured = _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
-                                where, request.spread)
-        compiled = [_Compiled(plan, version.model_copy(update={"model": pipeline.model_cost(
-                                  plan.problem, plan.solution.assignment)}), report, a, r)
-                    for plan, (version, report), (a, r) in zip(refined.plans, measured, pins)]
-        checks = [_plan_check(t, c) for c in compiled]  # in solve order, as the plans are
-        ok = [c for c in compiled if not c.version.error and c.version.estimated_seconds is not None]
-        fitting = [c for c in ok if c.version.fits is not False]
-        if fitting or not ok or rounds >= MAX_ROUNDS:
-            kept = min(fitting or ok or compiled, key=lambda c: (
-                c.version.estimated_seconds or 0.0, c.version.peak_bytes or 0, c.plan.solve))
-            return refined, kept, checks, rounds
-        least = min(ok, key=lambda c: c.version.peak_bytes or 0)
-        over = (least.version.peak_bytes or 0) - budget
-        if least.plan.solution.memory_bytes - over <= 0:
-            return refined, least, checks, rounds
-        arg_budget = least.plan.solution.memory_bytes - over
+        return _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
+                            where, request.spread)
+
+    return within_budget(settings.budget_bytes, [x.path for x in t.sig.inputs], solve_under, compile_plans,
+                         MAX_ROUNDS)
 
 
 def suggest_target(name: str, lowered, request: SuggestRequest, settings: Settings, declared: dict,
@@ -258,7 +231,8 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         # The written program, the baselines and the single moves do not depend on the solve: they compile
         # while it runs.
         t.side_by_side.start(_version_texts(t, wanted + wanted_moves), "to compare while the solver runs")
-    refined, kept, checks, rounds = _solve_within_budget(t, request, settings, devices, where)
+    solved = _solve_within_budget(t, request, settings, devices, where)
+    refined, kept, rounds = solved.refined, solved.kept, solved.rounds
     solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
     arg_pins, res_pins = kept.arg_pins, kept.res_pins
     versions = [solver_version]
@@ -318,7 +292,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         name=name, platform=platform_label(settings), device=settings.solver_device_spec().name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
         arguments=args, results=results,
-        solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, checks),
+        solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, solved.checks),
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
         abstract_inputs_text=rewrap, jit_options_text=jit_options_text(t.lowered, t.sig.inputs),
         logical_rules=advice, text_problem=text_problem,

@@ -114,7 +114,7 @@ def test_a_script_target_shardy_rejects_is_one_line(cli, monkeypatch):
     def rejected(*_args, **_kwargs):
         raise ShardyRejected(said)
 
-    monkeypatch.setattr(command, "build_report", rejected)
+    monkeypatch.setattr(command, "propagate_module", rejected)
     path = os.path.join("fixtures", "scripts", "sl204_uneven_sharding.py")
     result = cli("propagate", path, "--target", "uneven", "--no-compile")
     assert result.code == 2, result.err
