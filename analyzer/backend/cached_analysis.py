@@ -23,6 +23,19 @@ from ..inputs.files import tool_folders
 
 # Environment variables that change what XLA compiles.
 _COMPILER_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE", "NVIDIA_TF32_OVERRIDE")
+# XLA flags that change no figure a report reads, left out of the key: LLVM's optimisation level of the machine
+# code (the collectives and the memory figures are XLA's before LLVM runs, and the tool compiles CPU programs at
+# -O0 itself: adapter/compiling.py, tests/analyzer/adapter/test_read_only_compile.py) and the number of virtual
+# CPU devices (the devices are in the key; a CPU run drops the flag: adapter/devices.py). A console script run
+# without the flags (a user's shell, a test's child) and one with them (the suite's process) share entries.
+_FLAGS_WITHOUT_FIGURES = ("--xla_backend_optimization_level", "--xla_force_host_platform_device_count")
+
+
+def _compiler_environment() -> dict[str, str | None]:
+    environment = {k: os.environ.get(k) for k in _COMPILER_ENV}
+    flags = [f for f in (environment["XLA_FLAGS"] or "").split() if f.split("=")[0] not in _FLAGS_WITHOUT_FIGURES]
+    environment["XLA_FLAGS"] = " ".join(flags) or None
+    return environment
 
 _open: dict[str, AnalysisCache] = {}
 
@@ -171,7 +184,7 @@ def key_parts(kind: str, name: str, program_text: str, settings: Settings, devic
         "cwd": os.getcwd(),
         "tool": {"version": __version__, "source": tool_source_digest()},
         "compilers": jax_adapter.compiler_versions(),
-        "environment": {k: os.environ.get(k) for k in _COMPILER_ENV},
+        "environment": _compiler_environment(),
     }
 
 

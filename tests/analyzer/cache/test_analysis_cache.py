@@ -103,6 +103,18 @@ def test_other_compilers_or_tool_source_miss(cli, cache_dir, compiles, monkeypat
     assert compiles["n"] == 4 and len(_entries(cache_dir)) == 4  # the last lint: a hit
 
 
+def test_xla_flags_that_change_no_figure_are_not_the_key(cli, cache_dir, compiles, monkeypatch):
+    """The suite's XLA_FLAGS (LLVM at -O0 for its oracles, tests/conftest.py) against a console script's
+    child without them, or a user's shell with a device count: the same figures (the tool compiles CPU
+    programs at -O0 itself), one entry. Before, each was an entry of its own, compiled again."""
+    first, without_flags, with_a_device_count = _lints(
+        cli, cache_dir, (), lambda: monkeypatch.delenv("XLA_FLAGS", raising=False), (),
+        lambda: monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
+                                                "--xla_backend_optimization_level=2"), ())
+    assert compiles["n"] == 1 and len(_entries(cache_dir)) == 1
+    assert without_flags == first == with_a_device_count
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not-json", "other-key", "other-report"])
 def test_a_corrupt_entry_is_ignored_and_rewritten(cli, cache_dir, compiles, damage):
     def corrupt():

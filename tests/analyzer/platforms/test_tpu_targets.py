@@ -107,13 +107,23 @@ def test_bad_topologies_are_one_line_input_errors(cli):
         resolve_target("tpu-v5e", 6, None)
 
 
+# The largest multiple of 64 of the remat example's batch under a v5p chip's 95 GiB on the pinned JAX: fit over
+# 64:4096 probes 64, 128, 1408 and 1472 to find it (searching is test_run_and_fit.py's, against brute force).
+FITS_ON_V5P = 1408
+
+
 @pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_fit_takes_its_budget_from_the_platform(cli):
+    """No --budget: a TPU target's is its chip's HBM. The range is the answer and the next multiple, so the
+    search's one decision (two TPU compiles, where 64:4096 took four) is the platform's budget's, and lint at
+    the answer, for the same platform, finds it fits."""
     result = cli("fit", REMAT, "--param", "batch", "--platform", "tpu-v5p", "--multiple-of", "64",
-                 "--range", "64:4096", "--format", "json", "-q")
+                 "--range", f"{FITS_ON_V5P}:{FITS_ON_V5P + 64}", "--format", "json", "-q")
     assert result.code == 0, result.err
     fit = json.loads(result.out)
     assert fit["budget_bytes"] == 95 * 2**30
+    assert (fit["value"], fit["next_value"]) == (FITS_ON_V5P, FITS_ON_V5P + 64)
+    assert fit["peak_bytes"] <= fit["budget_bytes"] < fit["next_peak_bytes"]
     [t] = lint_targets(cli, REMAT, "--platform", "tpu-v5p", "--set", f"batch={fit['value']}")
     assert t["memory"]["peak_bytes"] <= t["memory"]["budget_bytes"]
     assert not [f for f in t["findings"] if f["rule"] == "SL301"]
