@@ -126,7 +126,9 @@ def assert_fixes_measured(target, fn, options, args, state_count, constrained=No
     printed = set()
     for f in findings:
         check = f["fix_check"]
-        assert check is not None, f"{f['rule']}'s fix is printed unchecked: {f['fix']}"
+        if check is None:  # advice with no layout to compile (SL104's on jax 0.12's Equinox step) says so
+            assert re.search(r"^no fix compiled: .*not checked", f["fix"]), f"{f['rule']}'s fix is printed unchecked"
+            continue
         assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == as_written, f["rule"]
         after = None
         if check["peak_bytes_after"] is not None and rebuildable(check["change"], fn, options, constrained):
