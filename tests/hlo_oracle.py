@@ -137,7 +137,11 @@ def step_traffic(compiled, state) -> int:
     # The group size does not enter the bytes (0: unused); a collective in a loop counts once per trip.
     total = sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
     outputs = jax.tree.leaves(compiled.output_shardings[:len(state)])
-    for x, out in zip(jax.tree.leaves(state), outputs):
-        if not out.is_equivalent_to(x.sharding, len(x.shape)):
+    # A leaf given no sharding (None: penzai's sharding_util leaves an unnamed optimizer leaf so) enters on the
+    # layout XLA chose for it, its compiled input sharding.
+    leaves = jax.tree.leaves(state)
+    chosen = jax.tree.leaves(compiled.input_shardings[0][:len(state)])
+    for x, entered, out in zip(leaves, chosen, outputs, strict=True):
+        if not out.is_equivalent_to(x.sharding or entered, len(x.shape)):
             total += x.dtype.itemsize * int(np.prod(out.shard_shape(x.shape), dtype=np.int64))
     return total

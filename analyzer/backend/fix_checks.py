@@ -21,6 +21,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...passes.common.pytree_paths import argument_name
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
@@ -265,7 +266,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
 def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
     """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
-    donors = frozenset(t.index for t in inputs if not t.donated and t.path.split("[")[0] == f.subject)
+    donors = frozenset(t.index for t in inputs if not t.donated and argument_name(t.path) == f.subject)
     return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
 
 

@@ -18,3 +18,10 @@ def path_keys(path: str) -> tuple[str, tuple[str | int, ...]]:
         else:
             keys.append(next(g for g in km.groups()[1:] if g is not None))
     return base, tuple(keys)
+
+
+def argument_name(path: str) -> str:
+    """The jit argument a leaf's path starts with: ``params`` of ``params.embed.weight`` (an Equinox module's
+    attributes) as of ``params['w']``, ``args[1]`` of a positional argument's ``args[1][0]``."""
+    base, keys = path_keys(path)
+    return f"args[{keys[0]}]" if base == "args" and keys and isinstance(keys[0], int) else base

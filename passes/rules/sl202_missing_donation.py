@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
+from ..common.pytree_paths import argument_name
 from ..common.sharding_text import normalized
 from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL202
@@ -73,7 +74,7 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
         if saved < limit:
             continue
         first_in, first_out = pairs[0]
-        base = first_in.path.split("[")[0]
+        base = argument_name(first_in.path)
         leaves = f"{len(pairs)} of its arrays have" if len(pairs) > 1 else f"{first_in.path} has"
         # The line the user edits is the jit or lower call (where donate_argnums goes); the argument's
         # first use inside the step is context, said in the message.

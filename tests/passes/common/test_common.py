@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes, parse_bytes
 from jax_shard_lint.passes.common.durations import format_seconds
-from jax_shard_lint.passes.common.pytree_paths import path_keys
+from jax_shard_lint.passes.common.pytree_paths import argument_name, path_keys
 from jax_shard_lint.passes.common.shapes import array_bytes, parse_arrays, shape_bytes
 from jax_shard_lint.passes.common.sharding_text import normalized, out_shardings_text, pspec_text
 
@@ -78,6 +78,14 @@ def test_path_keys_are_jaxs_key_paths():
         keys = tuple(getattr(k, "key", getattr(k, "idx", getattr(k, "name", None))) for k in path)
         assert path_keys("state" + jax.tree_util.keystr(path)) == ("state", keys)
     assert path_keys("args[2].params['w']") == ("args", (2, "params", "w"))
+
+
+def test_argument_name_is_the_jit_argument_of_any_leaf():
+    """An Equinox module's leaves are attributes (``params.embed.weight``): their argument is ``params``, as
+    for a dict's (SL202 names it, and its fix check donates every array of it)."""
+    assert argument_name("params.embed.weight") == argument_name("params['w']") == "params"
+    assert argument_name("opt_state[0].mu.blocks[1].fc1.weight") == "opt_state"
+    assert argument_name("args[1][0]") == "args[1]"
 
 
 @pytest.mark.parametrize(("text", "expected"), [
