@@ -211,7 +211,8 @@ def test_run_reports_a_train_compile_script_with_tpu_figures(cli):
     assert (t["memory"]["temp_bytes"], t["memory"]["peak_bytes"]) == (
         m.temp_size_in_bytes,
         m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes)
-    assert not t["warnings"]
+    # The one line allowed: the reshards under SL105's threshold, counted (they are not findings).
+    assert not [w for w in t["warnings"] if "not reported as findings" not in w]
 
     dump_only = cli("run", TRAIN_COMPILE, "--from-dump", "--format", "json", "-q")
     [d] = json.loads(dump_only.out)["targets"]
