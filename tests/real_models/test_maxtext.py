@@ -133,7 +133,8 @@ def test_run_on_train_compile_unmodified(train_compile_v5e, tmp_path):
     targets = _tool("run", script, "--", *args, f"base_output_directory={tmp_path}", cwd=tmp_path)
     [t] = [t for t in targets if t["name"] == "jit_train_step"]
     assert t["platform"] == "as run (tpu-v5e)" and t["num_devices"] == 8
-    assert t["memory"]["peak_bytes"] == _peak(stats) and not [w for w in t["warnings"] if "not reported as findings" not in w]
+    assert t["memory"]["peak_bytes"] == _peak(stats)
+    assert not [w for w in t["warnings"] if "not reported as findings" not in w]  # SL105's count of small reshards
     _assert_collectives_are_the_compiled_ones(t, hlo)
     assert all(c["via"] and not c["source"] for c in t["collectives"])  # no line of it is the user's
 
