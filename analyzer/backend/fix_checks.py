@@ -36,6 +36,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
+from .donation_fixes import donation_checked, donors_of
 from .fix_verdicts import _cost_text, _not_offered, _verdict
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
@@ -211,7 +212,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     findings = list(report.findings)
     for k, f in enumerate(findings):
         if f.rule == SL202.code and (donation := donations.get(f.subject)) is not None:
-            findings[k] = _donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
             continue
         if f.rule == SL203.code and f.subject in moved:
             continue
@@ -264,16 +265,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
 def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
     """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
-    donors = frozenset(t.index for t in inputs if not t.donated and t.path.split("[")[0] == f.subject)
+    donors = donors_of(f, inputs)
     return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
-
-
-def _donation_checked(f: Finding, check: FixCheck) -> Finding:
-    """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
-    if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
-    return f.model_copy(update={"fix_check": check,
-                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
