@@ -36,7 +36,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
-from .donation_fixes import donation_checked, donors_of
+from .donation_fixes import donation_checked, donors_of, joint_donation, one_donation_advice
 from .fix_verdicts import _cost_text, _not_offered, _verdict
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
@@ -176,7 +176,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         planned += [pin, take]
     # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
     # sharding fixes' budget: one candidate per argument SL202 names.
-    planned += list(donations.values())
+    # Several arguments to donate: donating them all in one jit is compiled too (donation_fixes.py).
+    jointly = joint_donation([c.donors for c in donations.values()], sig.input_keys)
+    joint = _Candidate(jointly[0], {}, {}, jointly[1]) if jointly is not None else None
+    planned += list(donations.values()) + ([joint] if joint is not None else [])
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
@@ -235,6 +238,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         else:
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
+    if joint is not None:
+        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig))
     if pin is not None and take is not None and budget >= 2:
         pinned = run(pin)
         findings = _state_advice(findings, pinned, run(take), moved)
