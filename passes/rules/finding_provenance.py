@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ..common.sharding_text import normalized, pspec_text
 from ..models.propagation import PredictedCollective
 from ..models.report import Finding, SourceLocation, TargetReport
-from ..propagation.graph import Tensor
+from ..propagation.graph import Tensor, user_label
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 from .registry import Provenance
@@ -56,9 +56,13 @@ def attach_provenance(
             for pred in _predicted_at(predicted, f):
                 if axes is not None and tuple(pred.mesh_axes) not in axes:
                     continue
+                value = p.graph.tensors_by_name().get(pred.value)
+                # A chain that begins at another argument than the one the finding names explains another
+                # value's layout: the next prediction at the line is tried, else none is printed.
+                if f.parameter and (value is None or _began_at(p, value) != f"argument {f.parameter}"):
+                    continue
                 if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:
                     lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
-                    value = p.graph.tensors_by_name().get(pred.value)
                     if value is not None:
                         lines.extend(explain(p, value, display)[1:])
                     break
@@ -70,6 +74,12 @@ def attach_provenance(
         lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
         out.append(f.model_copy(update={"provenance": lines}) if lines else f)
     return report.model_copy(update={"findings": out})
+
+
+def _began_at(p: Propagated, t: Tensor) -> str:
+    """What the value's provenance chain begins at: ``argument <path>`` for an argument, else its type."""
+    first = p.graph.tensors_by_name().get(p.provenance(t)[-1].value)
+    return user_label(first) if first is not None else ""
 
 
 def _output_chain(report: TargetReport, p: Propagated, t: Tensor, subject: str,
