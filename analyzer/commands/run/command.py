@@ -20,12 +20,10 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ....passes.common.shapes import parse_arrays
-from ....passes.hlo.parser import parse_hlo_module
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
 from ....passes.pipelines.inputs import CompiledFacts
-from ....passes.pipelines.lint import analyze_target, entry_signature, program_call_site
+from ....passes.pipelines.lint import analyze_target, program_call_site, replicated_outputs
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.xla_reports import MemoryStats, stats_from_buffer_assignment
 from ... import __version__
@@ -167,21 +165,6 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     if report is None:
         report = analyze_hlo_only(name, hlo_text, platform, config, buffers, live, memory)
     return report.model_copy(update={"warnings": report.warnings + warnings}) if warnings else report
-
-
-def replicated_outputs(module, hlo_text: str) -> tuple[list[list[str]] | None, ...] | None:
-    """The outputs a jit without out_shardings left to XLA (no sharding in the module) that the compiled
-    program returns whole on every device: their per-device shape, the dumped HLO's, is the global one.
-    lint reads every output's sharding from the executable; a dump names none, so without this each was
-    unknown and SL202 matched no output to a replicated input (a Llama step jit'ed without donation had no
-    SL202 under run). An output XLA shards stays unknown: its per-device shape does not say over which axes."""
-    outputs = entry_signature(module).outputs
-    root = next((i for i in parse_hlo_module(hlo_text).entry_computation.instructions if i.is_root), None)
-    local = parse_arrays(root.shape) if root is not None else []
-    if len(local) != len(outputs):
-        return None
-    return tuple([[] for _ in t.shape] if t.sharding is None and list(a.dims) == list(t.shape) else None
-                 for t, a in zip(outputs, local))
 
 
 def _memory(hlo_path: str, hlo_text: str, compiled_for: str, buffers: str | None,
