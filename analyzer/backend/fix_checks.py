@@ -21,7 +21,6 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.common.pytree_paths import argument_name
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
@@ -40,6 +39,7 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
+from .donation_fixes import donation_checked, donors_of, joint_donation, one_donation_advice
 from .fix_verdicts import _cost_text, _not_offered, _verdict, pin_not_offered, without_unfixable_small_outputs
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
@@ -177,7 +177,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         planned += [pin, take]
     # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
     # sharding fixes' budget: one candidate per argument SL202 names.
-    planned += list(donations.values())
+    # Several arguments to donate: donating them all in one jit is compiled too (donation_fixes.py).
+    jointly = joint_donation([c.donors for c in donations.values()], sig.input_keys)
+    joint = _Candidate(jointly[0], {}, {}, jointly[1]) if jointly is not None else None
+    planned += list(donations.values()) + ([joint] if joint is not None else [])
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
@@ -213,7 +216,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     findings = list(report.findings)
     for k, f in enumerate(findings):
         if f.rule in DONATION_FIXES and (donation := donations.get(f.subject)) is not None:
-            findings[k] = _donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
             continue
         if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
             continue
@@ -236,6 +239,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         else:
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
+    if joint is not None:
+        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig))
     if pin is not None and take is not None and budget >= 2:
         pinned, taken = run(pin), run(take)
         findings, notes = without_unfixable_small_outputs(_state_advice(findings, pinned, taken, moved), pinned, taken)
@@ -266,16 +271,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
 
 def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
     """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
-    donors = frozenset(t.index for t in inputs if not t.donated and argument_name(t.path) == f.subject)
+    donors = donors_of(f, inputs)
     return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
-
-
-def _donation_checked(f: Finding, check: FixCheck) -> Finding:
-    """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
-    if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
-    return f.model_copy(update={"fix_check": check,
-                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
 
 
 def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding
-from ...passes.models.rule_codes import SL201, SL201_SMALL_OUTPUTS
+from ...passes.pipelines.catalogue import STATE_ARGUMENT_FIXES, STATE_RULES, stands_for_a_group_without_own_fix
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -61,7 +61,7 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
                                     ) -> tuple[list[Finding], list[str]]:
     """SL201's one finding for many small outputs (biases, norm scales, their moments) is dropped when neither
     state fix measured better (nothing to act on), and said in a line with what both fixes measured."""
-    dropped = [f for f in findings if f.rule == SL201.code and f.message.startswith(f"{f.count} {SL201_SMALL_OUTPUTS}")
+    dropped = [f for f in findings if stands_for_a_group_without_own_fix(f)
                and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
     notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
              "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "
@@ -73,6 +73,6 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
 def pin_not_offered(pinned: FixCheck, notes: list[str], findings: list[Finding]) -> list[str]:
     """The line saying the out_shardings= pin was compiled and is withheld, unless the small-outputs line
     already gives its figures (no SL201 finding is left for the pin to be about)."""
-    if notes and not any(f.rule == SL201.code for f in findings):
+    if notes and not any(f.rule in STATE_RULES and f.rule not in STATE_ARGUMENT_FIXES for f in findings):
         return []
     return [f"the out_shardings= pinning every state output was compiled and is not offered: {_not_offered(pinned)}"]

@@ -122,8 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     runp = sub.add_parser("run", parents=[debug],
                           help="run an unmodified script as __main__ and lint every program it compiles")
     runp.add_argument("script", help="the script to run")
-    runp.add_argument("args", nargs="*", metavar="ARGS",
-                      help="arguments for the script: everything after --")
+    runp.add_argument("args", nargs="*", metavar="ARGS", help="arguments for the script: everything after --")
     runp.add_argument("--max-programs", type=int, default=50, metavar="N", help="report at most N programs (50)")
     runp.add_argument("--only", metavar="REGEX", help="only programs whose name matches (e.g. 'train_step')")
     runp.add_argument("--all", action="store_true", help="include single-device programs (eager ops)")
@@ -141,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(faster; the dump leaves out the compiler's scratch area)")
     _add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
+    runp.add_argument("--no-fix-check", action="store_true", help="show fixes without compiling each first (lint's)")
     _add_output_args(runp, "run")
 
     fitp = sub.add_parser("fit", parents=[debug_and_timeout],

@@ -32,9 +32,6 @@ SL103 = Code("SL103", "expanding-partial-sum", Scope.TARGET)
 SL104 = Code("SL104", "involuntary-full-rematerialization", Scope.TARGET)
 SL105 = Code("SL105", "unexplained-reshard", Scope.TARGET)
 SL201 = Code("SL201", "output-sharding-mismatch", Scope.TARGET)
-# How SL201's one finding for many small outputs reads after their count: the fix check (in the analyzer,
-# which reads no rule module) drops it, with a line saying so, when no fix is measured better.
-SL201_SMALL_OUTPUTS = "small outputs come"
 SL202 = Code("SL202", "missing-donation", Scope.TARGET)
 SL203 = Code("SL203", "replicated-argument", Scope.TARGET)
 SL204 = Code("SL204", "uneven-sharding", Scope.TARGET)

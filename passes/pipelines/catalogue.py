@@ -6,12 +6,13 @@ No stage keeps a list of codes of its own."""
 
 from __future__ import annotations
 
+from ..models.report import Finding
 from ..rules.registry import FixKind, OptionKind
 from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
-           "OTHER_DIMENSION_FIXES"]
+           "OTHER_DIMENSION_FIXES", "stands_for_a_group_without_own_fix"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
 PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
@@ -28,3 +29,10 @@ ARGUMENT_LAYOUT_RULES = codes_where(lambda t: t.argument_layout)
 STATE_ARGUMENT_FIXES = codes_where(lambda t: t.about_state and t.fix is FixKind.parameter)
 # Findings whose second choice is their axes on the argument's last dimension they divide.
 OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)
+
+
+def stands_for_a_group_without_own_fix(f: Finding) -> bool:
+    """A finding that stands for a group with nothing to act on unless a state fix is measured better (its
+    rule's ``group_without_own_fix`` trait: SL201's small outputs)."""
+    rule = RULES.get(f.rule)
+    return rule is not None and rule.traits.group_without_own_fix is not None and rule.traits.group_without_own_fix(f)

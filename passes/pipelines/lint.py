@@ -19,6 +19,7 @@ from typing import Any
 from jaxlib.mlir import ir
 
 from ..common.device_groups import MeshInfo, axis_scopes
+from ..common.shapes import parse_arrays
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
 from ..hlo.collective_origin import collective_origins
 from ..hlo.collective_parameter import collective_parameters, sliced_partial_sums
@@ -296,3 +297,18 @@ def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list
     time, timed = estimate_step_time(program_cost(hlo), collectives, config.device_spec,
                                      xla_cost_figures(xla_cost))
     return time, tuple(timed)
+
+
+def replicated_outputs(module: ir.Module, hlo_text: str) -> tuple[list[list[str]] | None, ...] | None:
+    """The outputs a jit without out_shardings left to XLA (no sharding in the module) that the compiled
+    program returns whole on every device: their per-device shape, the dumped HLO's, is the global one.
+    lint reads every output's sharding from the executable; a dump names none, so without this each was
+    unknown and SL202 matched no output to a replicated input (a Llama step jit'ed without donation had no
+    SL202 under run). An output XLA shards stays unknown: its per-device shape does not say over which axes."""
+    outputs = entry_signature(module).outputs
+    root = next((i for i in parse_hlo_module(hlo_text).entry_computation.instructions if i.is_root), None)
+    local = parse_arrays(root.shape) if root is not None else []
+    if len(local) != len(outputs):
+        return None
+    return tuple([[] for _ in t.shape] if t.sharding is None and list(a.dims) == list(t.shape) else None
+                 for t, a in zip(outputs, local))

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..common.sharding_text import normalized, pspec_text
 from ..models.propagation import PredictedCollective
 from ..models.report import Finding, SourceLocation, TargetReport
+from ..propagation.graph import Tensor, user_label
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 from .registry import Provenance
@@ -44,7 +46,7 @@ def attach_provenance(
         how = provenance_of(f)
         if how is Provenance.output_layout and f.subject:
             for t in find_values(p, f.subject)[:1]:
-                lines = explain(p, t, display)
+                lines = _output_chain(report, p, t, f.subject, display)
         elif how in (Provenance.predicted_collective, Provenance.predicted_collective_on_axes):
             kinds = {FAMILIES.get(c.kind, c.kind) for c in report.collectives if c.hlo_name == f.subject}
             # A layout change over given axes (SL105's): a prediction over other axes at the same line
@@ -54,9 +56,13 @@ def attach_provenance(
             for pred in _predicted_at(predicted, f):
                 if axes is not None and tuple(pred.mesh_axes) not in axes:
                     continue
+                value = p.graph.tensors_by_name().get(pred.value)
+                # A chain that begins at another argument than the one the finding names explains another
+                # value's layout: the next prediction at the line is tried, else none is printed.
+                if f.parameter and (value is None or _began_at(p, value) != f"argument {f.parameter}"):
+                    continue
                 if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:
                     lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
-                    value = p.graph.tensors_by_name().get(pred.value)
                     if value is not None:
                         lines.extend(explain(p, value, display)[1:])
                     break
@@ -68,3 +74,23 @@ def attach_provenance(
         lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
         out.append(f.model_copy(update={"provenance": lines}) if lines else f)
     return report.model_copy(update={"findings": out})
+
+
+def _began_at(p: Propagated, t: Tensor) -> str:
+    """What the value's provenance chain begins at: ``argument <path>`` for an argument, else its type."""
+    first = p.graph.tensors_by_name().get(p.provenance(t)[-1].value)
+    return user_label(first) if first is not None else ""
+
+
+def _output_chain(report: TargetReport, p: Propagated, t: Tensor, subject: str,
+                  display: Callable[[SourceLocation], str]) -> list[str]:
+    """Why an output has its layout, where propagation's layout for it is the one XLA compiled: a chain
+    that ends at another layout explains a program XLA did not build (on a Llama step, a norm weight
+    propagation shards on data that XLA returns sharded on model), so it is not printed."""
+    compiled = next((o for o in report.outputs if o.path == subject), None)
+    predicted = p.labels(t)
+    if compiled is None or compiled.sharding is None or (
+            normalized(compiled.sharding, len(compiled.shape)) == normalized(predicted, len(compiled.shape))):
+        return explain(p, t, display)
+    return [f"our sharding propagation gives this output {pspec_text(predicted)}, not the compiled "
+            f"{pspec_text(compiled.sharding)}: it did not reproduce XLA's layout, so no chain is shown"]

@@ -104,6 +104,9 @@ class RuleTraits:
     # claims, the disabled rules' too (a collective one rule explains is not unexplained because its findings
     # are not shown), into RuleContext.claimed_collectives before any rule runs (rule_stage.run_rules).
     claims: Callable[[Any], Iterable[str]] | None = None
+    # Which of its findings stand for a group with nothing to act on unless a state fix is measured better (SL201's
+    # many small outputs): where neither is, the fix checks drop it and say so in one line (fix_verdicts.py).
+    group_without_own_fix: Callable[[Any], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from ..common.sharding_text import named_sharding_text, pspec_text
 from ..hlo.collective_origin import outputs_depending_on, outputs_returning
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
-from ..models.rule_codes import SL201, SL201_SMALL_OUTPUTS, SL205
+from ..models.rule_codes import SL201, SL205
 from ..stablehlo.state_roundtrip import mismatched
 from .context import RuleContext
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -18,6 +18,10 @@ OUTPUT_MISMATCH_MIN_BYTES = RuleOption(
     "output-mismatch-min-bytes", 1024**2, OptionKind.bytes,
     "per-device size from which each mismatched output is its own finding; smaller ones are "
     "reported together in one finding")
+
+
+# How the one finding for many small outputs reads after their count (is_small_outputs_group).
+_SMALL_OUTPUTS = "small outputs come"
 
 
 def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
@@ -81,7 +85,7 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         more = f" and {len(small) - 3} more" if len(small) > 3 else ""
         span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
                 else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
-        noun = "output comes" if len(small) == 1 else SL201_SMALL_OUTPUTS
+        noun = "output comes" if len(small) == 1 else _SMALL_OUTPUTS
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
             f"{format_bytes(floor)}): {shown}{more}",
@@ -120,9 +124,15 @@ def explain_outputs(module: HloModule, findings: Iterable[Finding], outputs: tup
     return out
 
 
+def is_small_outputs_group(f: Finding) -> bool:
+    """This rule's one finding for many small outputs (it names no parameter: none is its cause alone)."""
+    return f.count > 1 and f.parameter is None and f.message.startswith(f"{f.count} {_SMALL_OUTPUTS}")
+
+
 RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
                    options=(OUTPUT_MISMATCH_MIN_BYTES,),
-                   traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True))
+                   traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True,
+                                     group_without_own_fix=is_small_outputs_group))
 
 
 # SL201's steps after the rules (the lint pipeline runs them).

@@ -42,7 +42,14 @@ def _src(f) -> str:
     return str(f) if f is not None else "-"
 
 
-def _summary(t: TargetReport) -> Table:
+def _at_call_site(t: TargetReport, script_findings: list[Finding]) -> list[Finding]:
+    """The script's source findings about this target's jit call (SL403 on the call that compiled it)."""
+    at = t.call_site
+    return [f for f in script_findings if at is not None and f.source is not None
+            and (f.source.file, f.source.line) == (at.file, at.line)]
+
+
+def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -82,8 +89,13 @@ def _summary(t: TargetReport) -> Table:
     if t.axis_scope:
         scopes = ", ".join(f"{axis} {scope}" for axis, scope in t.axis_scope.items())
         grid.add_row("hosts", f"{scopes}; {format_bytes(t.cross_host_bytes)} per step crosses hosts")
-    counts = {s: sum(1 for f in t.findings if f.severity == s) for s in Severity}
+    # run's source findings are the script's, listed below the targets: one about this target's call is
+    # counted here too, so the summary and the footer's count agree (newcomer10: "findings none", "1 finding").
+    from_source = _at_call_site(t, script_findings or [])
+    counts = {s: sum(1 for f in [*t.findings, *from_source] if f.severity == s) for s in Severity}
     found = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "none"
+    if from_source:
+        found += f" ({', '.join(sorted({f.rule for f in from_source}))} from the script's source, below)"
     if t.suppressed:
         found += f" ({t.suppressed} suppressed)"
     grid.add_row("findings", found)
@@ -240,8 +252,8 @@ def render_terminal(report: LintReport, console: Console) -> None:
         warn = _warnings(list(t.warnings))
         width = console.width
         # The verdict and the findings first; then the evidence they come from.
-        parts = [x for x in (_summary(t), warn, _findings(t.findings), fix, _collectives(t, width),
-                             _live(t, width), _io(t, width))
+        parts = [x for x in (_summary(t, list(report.findings)), warn, _findings(t.findings), fix,
+                             _collectives(t, width), _live(t, width), _io(t, width))
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
         console.print(Group(*parts))

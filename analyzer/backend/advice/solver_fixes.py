@@ -325,8 +325,10 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check, name,
              ) -> Finding:
     if check is None:
-        return f.model_copy(update={"fix": f"{f.fix}; suggest, with every other argument as written, keeps "
-                                           f"{_listed(inputs, free)} as written"})
+        # Nothing moves: the arguments it was free to move are named only where few (a Llama's were 46).
+        free_text = _listed(inputs, free) if len(free) <= 3 else f"{len(free)} arguments"
+        return f.model_copy(update={"fix": f"{f.fix}; suggest keeps every argument as written (free to move "
+                                           f"{free_text}, it found no better layout)"})
     if check.verdict is FixVerdict.better:
         return _better(f, check, edits, inputs, _returned(target, edits), name)
     return f.model_copy(update={

@@ -23,11 +23,13 @@ from dataclasses import dataclass, replace
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
 from ....passes.pipelines.inputs import CompiledFacts, MemoryStats
-from ....passes.pipelines.lint import analyze_target, program_call_site
+from ....passes.pipelines.lint import analyze_target, program_call_site, replicated_outputs
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ... import __version__
 from ...adapter import jax_adapter
+from ...backend.checked_fixes import checked_fixes
+from ...backend.side_by_side import one_compile_per_program
 from ...backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ...context.config import Settings
 from ...context.display_paths import relativize
@@ -154,6 +156,7 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
             facts = CompiledFacts(
                 hlo_text=hlo_text, platform=platform, memory=memory,
                 live_range_text=live, buffer_assignment_text=buffers,
+                output_shardings=replicated_outputs(module, hlo_text or ""),
             )
             report = analyze_target(name, module, facts, config)
             report = report.model_copy(update={"call_site": program_call_site(module, name, settings.ownership())})
@@ -225,9 +228,10 @@ def as_run(settings: Settings) -> Settings:
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,
-                   request: RunRequest) -> tuple[list[TargetReport], list[str]]:
+                   request: RunRequest, fix_checks: bool = False) -> tuple[list[TargetReport], list[str]]:
     """The dumped programs' reports (one per program and call site, recompilations counted), named
-    uniquely, and the programs left out with why."""
+    uniquely, and the programs left out with why; with ``fix_checks`` (run's, not --processes' runs side by
+    side), each program's fixes compiled."""
     jax_adapter.configure_devices(settings.platform, settings.devices)
     settings = as_run(settings)  # after the devices are configured: a GPU's kind is asked of JAX
     skipped, reports = [], []
@@ -249,6 +253,7 @@ def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern
             by_key[key] = first.model_copy(update={"compilations": first.compilations + 1})
             reports[reports.index(first)] = by_key[key]
             continue
+        report = _with_checked_fixes(report, mlir_path, settings, request.script) if fix_checks else report
         by_key[key] = report
         reports.append(report)
     names: dict[str, int] = defaultdict(int)
@@ -259,6 +264,19 @@ def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern
     return unique, skipped
 
 
+def _with_checked_fixes(report: TargetReport, mlir_path: str | None, settings: Settings, where: str
+                        ) -> TargetReport:
+    """The program's fixes compiled and measured as lint's are (its dumped StableHLO, on this process's CPU
+    devices), so a fix run prints is checked too; a program without StableHLO, compiled for another
+    platform, or on more devices than are here keeps its fixes unchecked."""
+    text = _read(mlir_path) if mlir_path and settings.check_fixes and report.platform == "as run (cpu)" else None
+    devices = jax_adapter.cpu_devices() if text else []
+    if not text or not report.mesh or report.num_devices > len(devices):
+        return report
+    with one_compile_per_program():  # a program two checks arrive at is compiled once
+        return checked_fixes(report, text, settings, where, devices[:report.num_devices])
+
+
 def run(request: RunRequest, settings: Settings) -> LintReport:
     if not os.path.isfile(request.script):
         raise ShardLintInputError(request.script, "no such file")
@@ -266,7 +284,7 @@ def run(request: RunRequest, settings: Settings) -> LintReport:
     with tempfile.TemporaryDirectory(prefix="jax-shard-lint-run-") as dump:
         code, error, timed_out = _run_script(request, dump)
         programs = dumped_programs(dump)
-        unique, skipped = dumped_reports(programs, only, settings, request)
+        unique, skipped = dumped_reports(programs, only, settings, request, fix_checks=True)
     program = program_files(request.script, settings)
     from_source, source_notes = program_findings(program, settings)
     unique, run_findings = apply_run_suppressions(

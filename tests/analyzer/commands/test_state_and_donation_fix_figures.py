@@ -87,3 +87,30 @@ def test_the_donation_fix_prints_what_donating_compiles_to(cli, checking, lowere
     assert "jax.jit(step)" in lines[f["source"]["line"] - 1]
     first_use = int(f["message"].rsplit("params is first used at line ", 1)[1])
     assert "params" in lines[first_use - 1] and "jax.jit" not in lines[first_use - 1]
+
+
+JOINT = os.path.join("fixtures", "scripts", "joint_donation_adam.py")
+
+
+def test_several_arguments_to_donate_get_one_fix_the_joint_donation_measured_by_xla(cli, checking):
+    """SL202 names the parameters and the optimizer state of an Adam step: donating both in one jit is a
+    candidate of its own (XLA's peak with donate_argnums=(0, 1) is lower than with either alone), and both
+    findings print that one fix with XLA's figure for it."""
+    result = cli("lint", JOINT, "--format", "json", "--fail-on", "never")
+    assert result.code == 0, result.err
+    found = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL202"]
+    assert sorted(f["subject"] for f in found) == ["opt_state", "params"]
+
+    module = script_module(JOINT)
+    step = module.shard_lint_targets()["step"]
+    args = jax.tree.map(lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding),
+                        step.args_info[0], step.compile().input_shardings[0])
+    peak = {d: xla_peak(jax.jit(module.step, donate_argnums=d).lower(*args).compile())
+            for d in [(), (0,), (1,), (0, 1)]}
+    assert peak[(0, 1)] < min(peak[(0,)], peak[(1,)]) < peak[()]
+    saved = peak[()] - peak[(0, 1)]
+    for f in found:
+        assert f["fix_check"]["peak_bytes_before"] == peak[()]
+        assert f["fix_check"]["peak_bytes_after"] == peak[(0, 1)]
+        assert f["fix"] == f"jax.jit(..., donate_argnums=(0, 1)) (checked: peak -{saved / 2**20:.1f} MiB, " \
+            "traffic ±0 B per step per device)"

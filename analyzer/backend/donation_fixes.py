@@ -1,0 +1,66 @@
+"""SL202's fix, a jit option (``donate_argnums``) rather than a sharding, compiled like the others
+(fix_checks.py): each argument SL202 names donated by itself."""
+
+from __future__ import annotations
+
+from ...passes.common.pytree_paths import argument_name
+from ...passes.models.fix_check import FixCheck, FixVerdict
+from ...passes.models.report import Finding, TensorInfo
+from ...passes.pipelines.catalogue import DONATION_FIXES
+from .fix_verdicts import _cost_text, _not_offered
+
+
+def donors_of(f: Finding, inputs: list[TensorInfo]) -> frozenset[int]:
+    """The inputs SL202's finding would donate: every array of the argument it names not donated yet."""
+    return frozenset(t.index for t in inputs if not t.donated and argument_name(t.path) == f.subject)
+
+
+def donation_checked(f: Finding, check: FixCheck) -> Finding:
+    """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
+    return f.model_copy(update={"fix_check": check,
+                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
+
+
+def joint_donation(donor_sets: list[frozenset[int]],
+                   input_keys: tuple[tuple, ...]) -> tuple[str, frozenset[int]] | None:
+    """Where SL202 names several arguments, the fix that donates them all in one jit, and its inputs
+    (``input_keys``: each input's key path, its argument first): XLA's buffer assignment of the joint donation
+    is not the sum of the singles' (on a Llama step donating the optimizer state alone raised the peak, both
+    together lowered it most), so it is compiled as one more candidate. None where there is one argument."""
+    donors = frozenset().union(*donor_sets)
+    arguments = sorted({input_keys[i][0] for i in donors})
+    if len(arguments) < 2:
+        return None
+    return f"jax.jit(..., donate_argnums=({', '.join(map(str, arguments))}))", donors
+
+
+def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Finding]:
+    """SL202's findings with one recommendation: the joint donation, where its compile measured it better and
+    no argument's donation alone measured lower (peak, then traffic); otherwise each finding keeps its own
+    donation's outcome, and one whose donation alone is not better says what the joint one measured."""
+    singles = [f.fix_check for f in findings if f.rule in DONATION_FIXES and f.fix_check is not None]
+
+    def score(c: FixCheck) -> tuple[int, int]:
+        return (c.peak_bytes_after or 0, c.traffic_bytes_after or 0)
+
+    better = [c for c in singles if c.verdict is FixVerdict.better]
+    joint_best = joint.verdict is FixVerdict.better and all(score(joint) <= score(c) for c in better)
+    out = []
+    for f in findings:
+        if f.rule not in DONATION_FIXES or f.fix_check is None:
+            out.append(f)
+        elif joint_best:
+            alone = "" if f.fix_check.verdict is FixVerdict.better else (
+                f"; {f.fix_check.change} alone was tried and {_not_offered(f.fix_check)}")
+            out.append(f.model_copy(update={
+                "fix_check": joint, "fix": f"{joint.change} (checked: {_cost_text(joint)}){alone}"}))
+        elif f.fix_check.verdict is not FixVerdict.better:
+            joint_text = (f"measured {_cost_text(joint)}, less than another argument's donation alone"
+                          if joint.verdict is FixVerdict.better else _not_offered(joint))
+            out.append(f.model_copy(update={"fix": f"{f.fix}; {joint.change} was tried too, compiled and "
+                                                   f"{joint_text}"}))
+        else:
+            out.append(f)
+    return out
