@@ -53,8 +53,12 @@ class FitResult(Model):
     peak_bytes: int | None
     next_value: int | None = Field(description="The next admissible value, shown not to fit (null at the range's end).")
     next_peak_bytes: int | None
-    line_intercept_bytes: float | None = Field(description="Peak fitted as intercept + slope x value.")
+    line_intercept_bytes: float | None = Field(description="Peak fitted as intercept + slope x value: least squares "
+                                               "over the probes from line_from_value up, every one of them within "
+                                               "LINE_TOLERANCE of the line.")
     line_slope_bytes: float | None
+    line_from_value: int | None = Field(default=None, description="The smallest probe the line holds for; the "
+                                        "probes below it are off the line (the peak is not linear there).")
     probes: list[Probe]
 
 
@@ -195,6 +199,36 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
             bad = guess
 
 
+# A probe is on the fitted line when the line predicts its peak within this fraction of it.
+LINE_TOLERANCE = 0.03
+
+
+def least_squares_line(points: list[tuple[int, int]]) -> tuple[float, float]:
+    """(intercept, slope) minimizing the squared error over the points (two distinct values at least)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    return mean_y - slope * mean_x, slope
+
+
+def line_through_probes(peaks: dict[int, int]) -> tuple[float, float, int] | None:
+    """(intercept, slope, from_value): the least-squares line over the largest probes it holds for.
+
+    A two-probe line from the smallest values misleads: a step's fixed costs (weights, optimizer
+    state, per-device constants) dominate there and the peak bends before it grows linearly, so the
+    line is fitted from the largest values down, dropping the smallest probes until every remaining
+    one is within LINE_TOLERANCE of it; the dropped ones are named as off the line."""
+    values = sorted(peaks)
+    for start in range(len(values) - 1):
+        points = [(v, peaks[v]) for v in values[start:]]
+        intercept, slope = least_squares_line(points)
+        if all(abs(intercept + slope * v - p) <= LINE_TOLERANCE * p for v, p in points):
+            return intercept, slope, values[start]
+    return None
+
+
 def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None] | None = None) -> FitResult:
     if settings.budget_bytes is None and settings.platform not in ACCELERATOR_TARGETS:
         # An accelerator target's own memory is the budget, given when its devices are selected.
@@ -204,7 +238,9 @@ def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None]
     prober = _Prober.open(request, settings, settings.budget_bytes, progress)
     settings = prober.script.settings  # resolved for the run's devices, the budget included
     budget = prober.budget = cast(int, settings.budget_bytes)
-    value, line = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
+    value, _secant = search(prober.peak, budget, request.lo, request.hi, request.multiple_of)
+    # The compiler's refusals measure its temporaries against the memory it can use, not the peak: off any line.
+    line = line_through_probes({v: p for v, p in prober.cache.items() if v not in prober.refused})
     k = request.multiple_of
     nxt = value + k if value is not None and value + k <= request.hi // k * k else None
     from ..backend.device_selection import platform_label
@@ -217,6 +253,7 @@ def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None]
         range=[request.lo, request.hi], value=value, peak_bytes=prober.cache.get(value) if value else None,
         next_value=nxt, next_peak_bytes=prober.cache.get(nxt) if nxt else None,
         line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,
+        line_from_value=line[2] if line else None,
         probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.searched_peak(v) <= budget,
                       refused_by_compiler=v in prober.refused) for v in prober.order],
     )

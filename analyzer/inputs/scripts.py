@@ -185,6 +185,11 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any],
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
+        from .indivisible import indivisible_problem
+
+        problem = indivisible_problem(e, os.path.abspath(where), params)
+        if problem is not None:
+            raise ShardLintInputError(where, problem + _raised_at(e, os.path.abspath(where), fn.__name__)) from e
         raise ShardLintInputError(
             where, f"{fn.__name__}() raised {one_line(e)}{_raised_at(e, os.path.abspath(where), fn.__name__)}"
         ) from e

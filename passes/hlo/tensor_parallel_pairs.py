@@ -17,6 +17,9 @@ weight's shard), so it is recognised by its structure, operand identity only:
   gated MLP's product of two (SwiGLU: silu of the gate projection times the up projection, LLaMA's
   MLP), never through a slice at the device's offset nor a value another collective reduced, and
   computed from nothing else but constants;
+- or, attention's (LLaMA's self-attention: q, k and v projections column-parallel over the heads,
+  o_proj row-parallel): a function of weightless matmuls (q k^T, probs v) and softmax's reductions
+  over the column halves, through the reshapes and transposes that split and merge the heads;
 - the all-reduced output has as many elements as each column matmul's activation input: the pair
   returns to its input's width (a residual stream's), where an expanding projection (logits,
   an MLP's up projection) does not.
@@ -42,7 +45,10 @@ _BINARY = frozenset({"multiply", "add", "subtract", "divide", "maximum", "minimu
 # Ops a fused activation never holds: a slice at the device's offset, a reduction, a collective.
 _NOT_ELEMENTWISE = frozenset({"partition-id", "dynamic-slice", "reduce", "all-reduce", "all-gather", "dot",
                               "convolution"})
-_MAX_VALUES = 32
+_MAX_VALUES = 64
+# Past a weightless matmul (attention's q k^T or probs v) softmax's reductions are followed too.
+_NOT_IN_ATTENTION = frozenset({"partition-id", "dynamic-slice", "all-reduce", "all-gather", "reduce-scatter",
+                               "all-to-all", "collective-permute"})
 _GATHER_OPS = frozenset({"all-gather", "all-gather-start"})
 
 
@@ -85,6 +91,35 @@ def _is_constant(module: HloModule, ins: HloInstruction) -> bool:
     return ins.opcode == "constant"
 
 
+def _is_constant_value(module: HloModule, name: str) -> bool:
+    """A constant, a broadcast of one, or a fusion of nothing but constants (XLA's wrapped broadcast)."""
+    ins = module.instruction(name)
+    if ins is None:
+        return False
+    if ins.opcode == "fusion" and ins.operands:
+        return all(_is_constant_value(module, o) for o in ins.operands)
+    return _is_constant(module, ins)
+
+
+def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginIndex) -> list[str] | None:
+    """The non-constant operands of a weightless matmul (attention's q k^T or probs v: no operand is an entry
+    parameter) or, in attention, of softmax's reductions and normalizations (a reduce, or a fusion holding
+    one, but no slice at the device's offset nor a collective); None for anything else."""
+    fusion = ins if ins.opcode == "fusion" else None
+    dots = _matmuls_in(module, ins)
+    if dots:
+        if len(dots) != 1 or any(weight_parameter(module, _outer_operand(module, fusion, o), index) is not None
+                                 for o in dots[0].operands[:2]):
+            return None
+    elif ins.opcode == "fusion":
+        comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
+        if comp is None or any(i.opcode in _NOT_IN_ATTENTION for i in comp.instructions):
+            return None
+    elif ins.opcode != "reduce":
+        return None
+    return [o for o in ins.operands if not _is_constant_value(module, o)] or None
+
+
 def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] | None:
     """The operands an elementwise op (a layout or unary op, a binary one of same-sized values, or XLA's
     loop fusion of an activation and a gating product) carries on element by element, never through a
@@ -104,18 +139,19 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] |
 
 
 def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], index: OriginIndex,
-                   axes: frozenset[str], gathers: dict[str, frozenset[str]], crossed: list[str]
-                   ) -> list[tuple[TensorInfo, str]] | None:
+                   axes: frozenset[str], gathers: dict[str, frozenset[str]], crossed: list[str],
+                   attention: list[str]) -> list[tuple[TensorInfo, str]] | None:
     """The column-parallel matmuls the activation ``name`` is an elementwise function of (each one's
     weight and input): one (an activation function of an up projection) or several (SwiGLU's silu of the
     gate projection times the up projection). None where any value it is computed from, other than
     constants, is not such a matmul's result. An all-gather over other mesh axes than the pair's
     (``gathers``: each gather's axes) leaves the pair's split as it was: it is crossed, and named in
-    ``crossed``."""
+    ``crossed``. Attention's weightless matmuls between the halves are named in ``attention``."""
     halves: list[tuple[TensorInfo, str]] = []
-    todo, seen = [name], set()
+    todo: list[tuple[str, bool]] = [(name, False)]  # (value, past attention's weightless matmul)
+    seen: set[str] = set()
     while todo:
-        current = todo.pop()
+        current, in_attention = todo.pop()
         if current in seen:
             continue
         seen.add(current)
@@ -124,21 +160,28 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
             return None
         if _matmuls_in(module, ins):
             half = _weight_and_other(module, ins, inputs, index, axes)
-            if half is None:
+            if half is not None:
+                halves.append(half)
+                continue
+            scores = _attention_operands(module, ins, index)
+            if scores is None:
                 return None
-            halves.append(half)
+            attention.append(current)
+            todo.extend((o, True) for o in reversed(scores))
             continue
         if ins.opcode == "all-gather-done" and len(ins.operands) == 1:
-            todo.append(ins.operands[0])
+            todo.append((ins.operands[0], in_attention))
             continue
         if ins.opcode in _GATHER_OPS and ins.operands and gathers.get(current) and not gathers[current] & axes:
             crossed.append(current)
-            todo.append(ins.operands[0])
+            todo.append((ins.operands[0], in_attention))
             continue
         operands = _elementwise_operands(module, ins)
+        if not operands and in_attention:
+            operands = _attention_operands(module, ins, index)
         if not operands:
             return None
-        todo.extend(reversed(operands))
+        todo.extend((o, in_attention) for o in reversed(operands))
     return halves or None
 
 
@@ -167,8 +210,9 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         axes = frozenset(c.mesh_axes)
         row = _weight_and_other(module, producer, by_number, index, axes) if producer is not None else None
         crossed: list[str] = []
-        columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed) if row is not None \
-            else None
+        attention: list[str] = []
+        columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed, attention) \
+            if row is not None else None
         if row is None or columns is None or any(_elements(module.instruction(pair_input)) != prod(c.shape)
                                                  for _, pair_input in columns):
             continue
@@ -177,7 +221,9 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         before = (f"the matmul before it by {ups[0].path} {pspec_text(ups[0].sharding)} produced sharded"
                   if len(ups) == 1 else
                   "the matmuls before it by " + " and ".join(f"{t.path} {pspec_text(t.sharding)}" for t in ups)
-                  + " produced sharded and an elementwise product combined (a gated MLP's, SwiGLU's)")
+                  + (" produced sharded over the heads and attention combined head by head (softmax(q k^T) v)"
+                     if attention else " produced sharded and an elementwise product combined (a gated MLP's, "
+                     "SwiGLU's)"))
         if crossed:
             before += (" (" + ", ".join(sorted(set(crossed))) + " gathered it over "
                        + ", ".join(sorted({a for g in crossed for a in gathers[g]}))

@@ -9,6 +9,23 @@ from ...passes.common.byte_sizes import format_bytes
 from ..common.terminal_safe import shown, terminal_safe
 
 
+def fitted_line_text(result) -> str:
+    """The line with the probes it was fitted to, and the probes below it that are off it."""
+    start = getattr(result, "line_from_value", None)
+    fitted = sorted(p.value for p in result.probes if not p.refused_by_compiler
+                    and (start is None or p.value >= start))
+    below = sorted((p for p in result.probes if start is not None and p.value < start and not p.refused_by_compiler),
+                   key=lambda p: p.value)
+    over = (f"the {len(fitted)} probes {result.param}={fitted[0]}..{fitted[-1]}" if len(fitted) > 2
+            else " and ".join(f"{result.param}={v}" for v in fitted))
+    text = (f"fitted line (least squares over {over}): peak ~ {format_bytes(int(result.line_intercept_bytes))} + "
+            f"{format_bytes(int(result.line_slope_bytes))} x {result.param}")
+    if below:
+        text += (f"; not linear below {result.param}={start}: "
+                 + ", ".join(f"{result.param}={p.value} measured {format_bytes(p.peak_bytes)}" for p in below))
+    return text
+
+
 def render_fit(result, console: Console) -> None:
     result = terminal_safe(result)
     table = Table(title=f"Probes of {result.param} (in the order compiled)", title_justify="left")
@@ -20,8 +37,7 @@ def render_fit(result, console: Console) -> None:
         table.add_row(str(i), str(p.value), format_bytes(p.peak_bytes), ("yes" if p.fits else "no") + refused)
     console.print(table)
     if result.line_slope_bytes is not None:
-        console.print(f"fitted line: peak ~ {format_bytes(int(result.line_intercept_bytes))} + "
-                      f"{format_bytes(int(result.line_slope_bytes))} x {result.param}")
+        console.print(fitted_line_text(result))
     console.print(f"budget {format_bytes(result.budget_bytes)} per device ({result.platform}), "
                   f"{result.param} a multiple of {result.multiple_of} in {result.range[0]}..{result.range[1]}")
     device = getattr(result, "budget_source", None)

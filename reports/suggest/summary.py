@@ -7,6 +7,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.suggest import SuggestReport, Version
+from ..common.python_lines import folded
 
 MAX_ROWS = 40  # arguments listed in the terminal and Markdown (the JSON has all)
 
@@ -136,11 +137,11 @@ def jit_code(r: SuggestReport) -> str | None:
         return None
     options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
     if r.abstract_inputs_text is None:
-        return "jax.jit(step, " + ", ".join([r.in_shardings_text, *options]) + ")"
-    return "\n".join([r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
+        return folded("jax.jit(step, " + ", ".join([r.in_shardings_text, *options]) + ")")
+    return folded("\n".join([r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
                       "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(<arguments>))",
                       r.abstract_inputs_text,
-                      "jax.jit(step, " + ", ".join(["in_shardings=in_shardings", *options]) + ")"])
+                      "jax.jit(step, " + ", ".join(["in_shardings=in_shardings", *options]) + ")"]))
 
 
 def placement_jit(r: SuggestReport) -> str | None:

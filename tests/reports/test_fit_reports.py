@@ -28,10 +28,17 @@ def test_terminal():
     text = render_terminal("fit", result())
     assert f"Probes of batch{HOSTILE} (in the order compiled)" in text  # the table's title is markup: as written
     assert f"batch{HOSTILE} = 8: peak 5.0 MiB; batch{HOSTILE}=12 needs 7.0 MiB" in text
-    assert f"fitted line: peak ~ 1.0 MiB + 512.0 KiB x batch{HOSTILE}" in text
+    assert (f"fitted line (least squares over the 3 probes batch{HOSTILE}=4..16): peak ~ 1.0 MiB + 512.0 KiB "
+            f"x batch{HOSTILE}") in text
     assert "budget 6.0 MiB per device (cpu)" in text and "a multiple of 4 in 4..16" in text
     assert "no (the compiler refused it: out of memory)" in text
     assert "these peaks are a CPU compile's, measured against the h100's memory" in text
+
+
+def test_terminal_names_the_probes_off_the_line():
+    text = render_terminal("fit", result().model_copy(update={"line_from_value": 8}), width=400)
+    assert (f"fitted line (least squares over batch{HOSTILE}=8 and batch{HOSTILE}=16): peak ~ 1.0 MiB + 512.0 KiB "
+            f"x batch{HOSTILE}; not linear below batch{HOSTILE}=8: batch{HOSTILE}=4 measured 3.0 MiB") in text
 
 
 def test_terminal_when_nothing_fits():

@@ -103,3 +103,20 @@ def test_fit_needs_a_budget_and_a_range(cli):
     assert result.code == 2 and "needs a budget: --budget SIZE or --device KIND" in result.err
     result = cli("fit", REMAT, "--param", "batch", "--budget", "1GiB", "--range", "9:3")
     assert result.code == 2 and "--range: expected 1 <= LO <= HI, got 9:3" in result.err
+
+
+def test_fit_line_holds_for_every_probe_it_names(cli, brute_force):
+    """The printed line is fitted over the probes (least squares), not through the first two: every probe
+    from line_from_value up is within 3% of it, checked against the peaks XLA gave compiling each value."""
+    budget = int(1.25 * 2**30)
+    result = cli("fit", REMAT, "--param", "batch", "--budget", str(budget), "--multiple-of", "4",
+                 "--range", "4:64", "--set", "layers=2", "--format", "json")
+    answer = json.loads(result.out)
+    start, a, b = answer["line_from_value"], answer["line_intercept_bytes"], answer["line_slope_bytes"]
+    on_line = [p["value"] for p in answer["probes"] if p["value"] >= start]
+    assert len(on_line) >= 2
+    for v in on_line:
+        assert abs(a + b * v - brute_force[v]) <= 0.03 * brute_force[v], (v, a + b * v, brute_force[v])
+    text = cli("fit", REMAT, "--param", "batch", "--budget", str(budget), "--multiple-of", "4",
+               "--range", "4:64", "--set", "layers=2").out
+    assert "fitted line (least squares over " in text

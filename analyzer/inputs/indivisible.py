@@ -1,0 +1,118 @@
+"""One line for JAX's IndivisibleError raised while the user's script lowers its step: the argument,
+its dimension and the mesh axis that does not divide it, and the multiple to use instead.
+
+JAX's own text names the sharding and the full shape but not the argument (its traceback frames
+are filtered), so the argument is found here: the call on the user's line that raised
+(``step.lower(params, opt_state, ids)``), the value passed there whose shape is the one JAX names,
+and the jitted function's parameter at that position (``input_ids``)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+from typing import Any
+
+_MESSAGE = re.compile(r"Mesh\((?P<mesh>[^)]*)\).*?spec=P\((?P<spec>[^)]*)\).*?array axis (?P<dim>\d+) is "
+                      r"partitioned (?P<parts>\d+) times, but the dimension size is (?P<size>\d+) "
+                      r"\(full shape: \((?P<shape>[\d, ]*)\)", re.S)
+
+
+def indivisible_problem(exc: BaseException, path: str, params: dict[str, Any]) -> str | None:
+    """The one-line problem for an IndivisibleError from the script at ``path``; None for anything else."""
+    if type(exc).__name__ != "IndivisibleError":
+        return None
+    m = _MESSAGE.search(str(exc))
+    if m is None:
+        return None
+    dim, parts, size = int(m["dim"]), int(m["parts"]), int(m["size"])
+    shape = tuple(int(s) for s in m["shape"].replace(" ", "").split(",") if s)
+    spec = [s.strip() for s in _split_top(m["spec"])]
+    axes = spec[dim] if dim < len(spec) else "?"
+    sizes = dict(re.findall(r"'(\w+)': (\d+)", m["mesh"]))
+    named = re.findall(r"'(\w+)'", axes)
+    axis_text = " x ".join(f"{a!r} (size {sizes.get(a, '?')})" for a in named) or axes
+    what = _argument_name(exc, path, shape) or "an argument"
+    # The --set that gave the dimension its size, when one did: fit searches that parameter's multiples.
+    setters = [k for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool) and v == size]
+    cause = f" (--set {setters[0]}={size})" if len(setters) == 1 else ""
+    fit = f", or fit --param {setters[0]} --multiple-of {parts}" if len(setters) == 1 else \
+        f", or fit --multiple-of {parts}"
+    return (f"{what} has shape {shape}: its dim {dim} is {size}{cause}, which mesh axis {axis_text} of P({m['spec']}) "
+            f"does not divide: use a multiple of {parts}{fit}")
+
+
+def _split_top(spec: str) -> list[str]:
+    """P(...)'s entries, a tuple entry kept whole: "'data', ('x', 'y'), None"."""
+    out, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur] if cur.strip() else out
+
+
+def _argument_name(exc: BaseException, path: str, shape: tuple[int, ...]) -> str | None:
+    """The jitted function's parameter (and the path inside it) passed a value of this shape on the
+    user's line that raised; None when it cannot be told."""
+    tb, frame = exc.__traceback__, None
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == path:
+            frame, lineno = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    if frame is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and call.lineno <= lineno <= (call.end_lineno or call.lineno)
+                and isinstance(call.func, ast.Attribute) and call.func.attr in ("lower", "trace")):
+            continue
+        fn = _evaluated(call.func.value, frame)
+        try:
+            names = list(inspect.signature(fn).parameters) if fn is not None else []
+        except (TypeError, ValueError):
+            names = []
+        for i, arg in enumerate(call.args):
+            value = _evaluated(arg, frame)
+            inner = _path_of_shape(value, shape)
+            if inner is None:
+                continue
+            shown = ast.unparse(arg)
+            name = names[i] if i < len(names) else shown
+            return name + inner + (f" (passed as {shown})" if shown != name else "")
+    return None
+
+
+def _evaluated(node: ast.expr, frame) -> Any:
+    """A name or attribute chain's value in the frame; None for anything else."""
+    if isinstance(node, ast.Name):
+        return frame.f_locals.get(node.id, frame.f_globals.get(node.id))
+    if isinstance(node, ast.Attribute):
+        base = _evaluated(node.value, frame)
+        return getattr(base, node.attr, None) if base is not None else None
+    return None
+
+
+def _path_of_shape(value: Any, shape: tuple[int, ...]) -> str | None:
+    """'' when the value has the shape; a key path (``['w']``) to the first leaf that has it; else None."""
+    if tuple(getattr(value, "shape", ()) or ()) == shape and hasattr(value, "shape"):
+        return ""
+    import jax
+
+    try:
+        leaves = jax.tree_util.tree_flatten_with_path(value)[0]
+    except Exception:
+        return None
+    for key_path, leaf in leaves:
+        if tuple(getattr(leaf, "shape", ()) or ()) == shape:
+            return jax.tree_util.keystr(key_path)
+    return None

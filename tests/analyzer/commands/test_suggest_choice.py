@@ -1,0 +1,56 @@
+"""suggest's choice between compiled versions: estimated step times within 5% are one time where a
+version is strictly lower on both peak and collective traffic (the newcomer's Llama kept its mistake
+on 353 vs 362 ms although the fsdp baseline had 183.4 vs 206.7 MiB of peak and 49.6 vs 85.8 MiB of
+collectives). The peaks and traffic here are XLA's, of a 2-layer MLP compiled two ways; the times are the
+Llama's estimates (a cost model's, which the rule is about)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from hlo_oracle import collectives_per_step, xla_peak
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_shard_lint.analyzer.backend.advice.verdict import best_version, verdict
+from jax_shard_lint.passes.models.suggest import Version
+
+
+def _mlp(x, w1, w2):
+    return jnp.sum(jax.nn.gelu(x @ w1) @ w2)
+
+
+def _compiled(w1_spec, w2_spec):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), devices=jax.devices()[:8])
+    sh = lambda spec: NamedSharding(mesh, spec)  # noqa: E731
+    step = jax.jit(jax.grad(_mlp, argnums=(1, 2)), in_shardings=(sh(P("data", None)), sh(w1_spec), sh(w2_spec)))
+    args = (jax.ShapeDtypeStruct((64, 512), jnp.float32), jax.ShapeDtypeStruct((512, 2048), jnp.float32),
+            jax.ShapeDtypeStruct((2048, 512), jnp.float32))
+    compiled = step.lower(*args).compile()
+    traffic = sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 8).values())
+    return xla_peak(compiled), traffic
+
+
+def _version(name, figures, seconds):
+    peak, traffic = figures
+    return Version(name=name, description="", peak_bytes=peak, fits=None, collective_bytes=traffic,
+                   collective_count=1, estimated_seconds=seconds)
+
+
+def test_a_version_near_in_time_and_lower_on_peak_and_traffic_is_chosen():
+    # XLA's figures: the weights gathered FSDP-style inside the step (heavier) against the weights kept
+    # 8-way on both dims where they are used (lighter): lower on both peak and collective bytes.
+    heavier = _compiled(P("data", "model"), P("model", "data"))
+    lighter = _compiled(P("model", "data"), P("model", "data"))
+    assert lighter[0] < heavier[0] and lighter[1] < heavier[1], (lighter, heavier)
+    written, fsdp = _version("written", heavier, 0.353), _version("fsdp", lighter, 0.362)
+    best = best_version([written, fsdp, _version("solver", heavier, 0.361)])
+    assert best.name == "fsdp"
+    text = verdict([written, fsdp, _version("solver", heavier, 0.361)], best, None)
+    assert "within 5% (estimates that close are noise) while this one is lower on both peak" in text
+    # 6% slower is a real difference in time: the faster written shardings are kept.
+    assert best_version([written, _version("fsdp", lighter, 0.375), _version("solver", heavier, 0.4)]).name \
+        == "written"
+    # Lower on one figure only is not enough within 5%.
+    mixed = _version("fsdp", (lighter[0], heavier[1] + 1), 0.362)
+    assert best_version([written, mixed, _version("solver", heavier, 0.4)]).name == "written"
