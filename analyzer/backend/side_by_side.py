@@ -94,11 +94,16 @@ _VERSION = re.compile(r"^(the [\w\- ]+ version)(?: \(.*\))?$")
 
 def shortened(label: str, width: int = 90) -> str:
     """A label on a progress line: a move of an argument and its optimizer state names every path (a Llama's
-    46 run to thousands of characters); its head says what moves and its tail the layout it moves to."""
+    46 run to thousands of characters); the paths are cut, and the layout they move to (after the last
+    " -> ") and what the candidate is ("(move 0)") kept whole."""
     if len(label) <= width:
         return label
-    tail = width // 3
-    return label[:width - tail - 3].rstrip() + " … " + label[-tail:].lstrip()
+    at = label.rfind(" -> ")
+    if at < 0:
+        tail = width // 3
+        return label[:width - tail - 3].rstrip() + " … " + label[-tail:].lstrip()
+    head, rest = label[:at], label[at:]
+    return head[:max(width - len(rest), 30) - 2].rstrip(", ") + " …" + rest
 
 
 _programs_lock = threading.Lock()
