@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import FixCandidate, Severity
+from ..models.report import FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
 from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, parameter_of
@@ -106,12 +106,24 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
                  if weight is not None and weight.sharding and moves and suggested else
                  f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
                  f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
-                 else f"shard {weight.path if weight is not None else 'the weight'} on the dimension this matmul "
-                 "produces instead of the one it contracts, so the output stays sharded"),
+                 else f"no fix compiled: shard {weight.path if weight is not None else 'the weight'} on the "
+                 "dimension this matmul produces instead of the one it contracts, so the output stays sharded "
+                 "(advice, not checked: "
+                 + _unchecked_reason(weight) + ")"),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
             total_bytes=c.bytes * c.count,
             candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
         )
+
+
+def _unchecked_reason(weight: TensorInfo | None) -> str:
+    # A fix is compiled only where it names an argument and its new layout (the fix checks' candidate).
+    if weight is None:
+        return "the weight is no argument of the step, so there is no argument layout to compile"
+    if not weight.sharding:
+        return (f"{weight.path} is replicated: the other operand's layout asks for this sum, and no layout of "
+                "the weight to compile is named")
+    return f"no dimension of {weight.path} can take its axes, so there is no layout to compile"
 
 
 def contracted_move_text(path: str, spec: list[list[str]], written: list[list[str]], summed: list[str]) -> str:
