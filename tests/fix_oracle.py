@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 # The tolerance the tool states (analyzer/backend/fix_verdicts.py's TOLERANCE_TEXT), restated as the oracle's.
 NOISE, GROWTH = 0.005, 0.01
 STATE_LAYOUTS = "in_shardings giving each state input the layout the step returns it in"
-DONATION = re.compile(r"jax\.jit\(\.\.\., donate_argnums=\((\d+),\)\)$")
+DONATION = re.compile(r"jax\.jit\(\.\.\., donate_argnums=\((\d+(?:, \d+)*),?\)\)$")
 CONSTRAINT = re.compile(r"sharding_constraint\[\d+\] -> (P\(.*\))$")
 
 
@@ -72,7 +72,8 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
     if constraint and constrained is not None:
         return measured(*constrained(eval(constraint.group(1), {"P": P})), state_count)[1]
     if donation:
-        return measured(fn, options, args, state_count, donate_argnums=(int(donation.group(1)),))[1]
+        donated = tuple(int(n) for n in donation.group(1).split(", "))  # one argument, or several together
+        return measured(fn, options, args, state_count, donate_argnums=donated)[1]
     if change == STATE_LAYOUTS:  # each state input given the sharding XLA returns it in
         returned = jax.tree.leaves(written.output_shardings[:state_count])
         state = jax.tree.unflatten(jax.tree.structure(args[:state_count]), [

@@ -61,11 +61,11 @@ def test_an_indivisible_batch_names_the_argument_the_axis_and_the_multiple(cli):
     assert result.code == 2 and result.out == "" and "Traceback" not in result.err
     # JAX 0.12 itself prints the failing line's location (a bare print) before it raises: the user's code's
     # output goes to stderr, so that one line comes before ours.
-    lines = [ln for ln in result.err.strip().splitlines() if not ln.endswith(":21:26 (shard_lint_targets)")]
+    lines = [ln for ln in result.err.strip().splitlines() if not ln.endswith(":22:26 (shard_lint_targets)")]
     assert lines == [
         f"jax-shard-lint: error: {BAD}/indivisible_batch.py: input_ids (passed as ids) has shape (6, 16): its dim 0 "
         "is 6 (--set batch=6), which mesh axis 'data' (size 4) of P('data', None) does not divide: use a multiple "
-        "of 4, or fit --param batch --multiple-of 4 (line 21)"]
+        "of 4, or fit --param batch --multiple-of 4 (line 22)"]
 
 
 def test_debug_shows_the_traceback(cli):
