@@ -103,7 +103,13 @@ def shortened(label: str, width: int = 90) -> str:
         tail = width // 3
         return label[:width - tail - 3].rstrip() + " … " + label[-tail:].lstrip()
     head, rest = label[:at], label[at:]
-    return head[:max(width - len(rest), 30) - 2].rstrip(", ") + " …" + rest
+    room = max(width - len(rest), 30)
+    # Whole paths, as many as fit, then how many more ("params['embed'] and 2 more -> P('tp')").
+    ends = [m.start() for m in re.finditer(r", | with ", head)] + [len(head)]
+    fit = [e for e in ends if e + 12 <= room] or [ends[0]]
+    more = f" and {len(ends) - len(fit)} more"
+    shown = head[:fit[-1]] if fit[-1] + len(more) <= room else head[:room - len(more) - 1] + "…"
+    return f"{shown}{more}{rest}"
 
 
 _programs_lock = threading.Lock()

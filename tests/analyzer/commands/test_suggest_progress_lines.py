@@ -76,10 +76,11 @@ def test_a_move_of_many_paths_is_shortened_to_its_head_and_its_layout():
     label = f"params['model']['layers'][*]['self_attn']['o_proj']['kernel'] with {paths} -> P(None, ('data', 'model'))"
     short = shortened(label)
     assert len(short) <= 90 and short.startswith("params['model']['layers'][*]['self_attn']")
-    assert short.endswith(" … -> P(None, ('data', 'model'))")
+    assert short.endswith("… and 4 more -> P(None, ('data', 'model'))")
     move = ("params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P('fsdp') (returned in that "
             "layout) (move 0)")
-    assert shortened(move).endswith("… -> P('fsdp') (returned in that layout) (move 0)")  # the layout kept whole
+    # Whole paths as fit, then how many more; the layout and what the candidate is kept whole.
+    assert shortened(move) == "params['embed'] and 2 more -> P('fsdp') (returned in that layout) (move 0)"
     three = [short, short.replace("'model'))", "'data'))"), short.replace("('data', 'model')", "'data'")]
     assert announced(three) == "each named below when it is compiled"
     assert shortened("x -> P('tp')") == "x -> P('tp')"
