@@ -325,7 +325,7 @@ def call_site(
                   if f.function and (f.function.split(".")[-1] in wanted or f.function in wanted)]
         if not inside:
             continue
-        outside = [f for f in frames[inside[-1] + 1:] if ownership.is_user(f.file)]
+        outside = [f for f in frames[inside[-1] + 1:] if _written_by_the_user(f, ownership)]
         if outside:
             return outside[0]
     # Locations without function names (JAX's IR dumps): the frames every op shares
@@ -338,5 +338,11 @@ def call_site(
         if any((f.file, f.line) != (frames[0].file, frames[0].line) for f in frames):
             break
         common.append(frames[0])
-    users = [f for f in common if ownership.is_user(f.file)]
+    users = [f for f in common if _written_by_the_user(f, ownership)]
     return users[-1] if users else None
+
+
+def _written_by_the_user(frame: SourceLocation, ownership: CodeOwnership) -> bool:
+    # Code exec'd from a string ("<string>": a library's generated wrapper, as transformers' Flax models make)
+    # has no file a user could open at that line.
+    return ownership.is_user(frame.file) and not frame.file.startswith("<")
