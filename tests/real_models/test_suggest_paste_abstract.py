@@ -8,8 +8,10 @@ Before, the text was one ``jax.jit(step, in_shardings=..., out_shardings=...)``:
 that still carry the written shardings raised "Sharding passed to jit does not match the sharding on
 the respective arg", and it dropped the script's ``donate_argnums``."""
 
+import ast
 import importlib.util
 import json
+import re
 
 import jax
 import pytest
@@ -42,7 +44,9 @@ CALL = '    return {"step": jax.jit(step, donate_argnums=(0,)).lower(params, x, 
 def _pasted(code: str) -> str:
     """The script with its jit line replaced by the printed code, indented, and lowered as its comment
     says: ``.lower(*with_shardings(params, x, y))``."""
-    *lines, jit = code.splitlines()
+    # The jit call is the block's last statement, folded over lines at its brackets as printed.
+    first = ast.parse(code).body[-1].lineno - 1
+    lines, jit = code.splitlines()[:first], "\n".join(code.splitlines()[first:])
     body = "".join(f"    {line}\n" for line in lines)
     lower = ".lower(*with_shardings(params, x, y))" if "with_shardings" in code else ".lower(params, x, y)"
     return SCRIPT.replace(CALL + "\n", body + f'    return {{"step": {jit}{lower}}}\n')
@@ -93,7 +97,8 @@ def test_printed_python_pastes_into_a_script_of_sharded_abstract_inputs_and_keep
     assert peak == chosen["peak_bytes"], (peak, chosen)
 
     # Without the donation the printed text used to drop, the same shardings peak higher.
-    undonated = code.replace(", " + target["jit_options_text"], "")
+    undonated = re.sub(r",\s*" + re.escape(target["jit_options_text"]), "", code)  # on its line, as folded
+    assert undonated != code
     spec = importlib.util.spec_from_file_location("undonated", _write(tmp_path / "undonated.py", _pasted(undonated)))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
