@@ -128,8 +128,10 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     if len(set(looks)) < len(looks):
         # Rows that read the same (every layer of a model runs through one call) are told apart by
         # the module and op XLA names them by: wrapped, not shortened (their tails and heads both differ);
-        # left out below 120 columns, where it would take the source column's room.
-        columns.insert(6, Column("op", [_op(c) for c in rows], essential=width >= 120, fold=True))
+        # below 120 columns kept only where every row is at one line (then the source column tells nothing
+        # apart), else left out where it would take the source column's room.
+        columns.insert(6, Column("op", [_op(c) for c in rows], essential=width >= 120 or len(set(sources)) == 1,
+                                 fold=True))
     timed = any(c.seconds is not None for c in rows)
     if not timed:
         columns = [c for c in columns if c.header != "time"]
