@@ -17,7 +17,10 @@ from math import prod
 from conftest import FIXTURES
 
 from jax_shard_lint.passes.common.device_groups import MeshInfo
-from jax_shard_lint.passes.models.report import TensorInfo
+from jax_shard_lint.passes.hlo.collectives import find_collectives
+from jax_shard_lint.passes.hlo.module import HloModule
+from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.models.report import Collective, TensorInfo
 
 MEANING = os.path.join(FIXTURES, "hlo", "meaning")
 COMPILED = os.path.join(FIXTURES, "compiled")
@@ -34,6 +37,14 @@ def releases(folder: str = MEANING) -> list[str]:
 def meaning_text(release: str, name: str) -> str:
     with open(os.path.join(MEANING, release, f"{name}.hlo"), encoding="utf-8") as f:
         return f.read()
+
+
+def meaning_program(release: str, name: str) -> tuple[str, HloModule, list[Collective]]:
+    """A stored program's text, its parsed module and the collectives found in it over DATA_MODEL: what each
+    stored-text test of a collective pass reads before its own pass runs."""
+    text = meaning_text(release, name)
+    module = parse_hlo_module(text)
+    return text, module, find_collectives(module, DATA_MODEL).collectives
 
 
 def compiled_text(release: str, name: str) -> str:

@@ -18,7 +18,7 @@ from stored_hlo import (
     entry_instructions,
     instructions,
     meaning_inputs,
-    meaning_text,
+    meaning_program,
     parameter_number,
     releases,
     step_inputs,
@@ -38,11 +38,9 @@ RELEASES = releases()
 
 
 def _classified(release, name):
-    text = meaning_text(release, name)
-    module = parse_hlo_module(text)
+    text, module, found = meaning_program(release, name)
     inputs = meaning_inputs(release, name)
-    collectives = classify(find_collectives(module, DATA_MODEL).collectives, module, parameters(inputs, ()),
-                           DATA_MODEL)
+    collectives = classify(found, module, parameters(inputs, ()), DATA_MODEL)
     return text, module, inputs, {c.kind: c for c in collectives}
 
 

@@ -8,14 +8,13 @@ import re
 import pytest
 from stored_hlo import (
     COMPILED,
-    DATA_MODEL,
     compiled_text,
     computations,
     dims,
     entry_instructions,
     instructions,
     meaning_inputs,
-    meaning_text,
+    meaning_program,
     parameter_number,
     releases,
     step_inputs,
@@ -37,9 +36,7 @@ RELEASES = releases()
 
 
 def _origins(release, name):
-    text = meaning_text(release, name)
-    module = parse_hlo_module(text)
-    collectives = find_collectives(module, DATA_MODEL).collectives
+    text, module, collectives = meaning_program(release, name)
     found = collective_origins(module, collectives, meaning_inputs(release, name), DEFAULT_OWNERSHIP)
     return text, module, {c.kind: c for c in found}
 

@@ -15,7 +15,7 @@ from stored_hlo import (
     dims,
     instructions,
     meaning_inputs,
-    meaning_text,
+    meaning_program,
     parameter_number,
     releases,
     step_inputs,
@@ -34,9 +34,7 @@ RELEASES = releases()
 
 
 def _parameters(release, name):
-    text = meaning_text(release, name)
-    module = parse_hlo_module(text)
-    collectives = find_collectives(module, DATA_MODEL).collectives
+    text, module, collectives = meaning_program(release, name)
     found = collective_parameters(module, collectives, meaning_inputs(release, name), DATA_MODEL)
     return text, {c.kind: (c, found.get(c.hlo_name)) for c in collectives}
 

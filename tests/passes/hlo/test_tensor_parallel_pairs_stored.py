@@ -15,23 +15,20 @@ from stored_hlo import (
     dims,
     entry_instructions,
     meaning_inputs,
-    meaning_text,
+    meaning_program,
     releases,
 )
 
 from jax_shard_lint.passes.hlo.collective_intent import classify, parameters
-from jax_shard_lint.passes.hlo.collectives import find_collectives
-from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 
 RELEASES = releases()
 
 
 def _found(release, name):
-    text = meaning_text(release, name)
-    module = parse_hlo_module(text)
+    text, module, found = meaning_program(release, name)
     params = parameters(meaning_inputs(release, name), ())
-    collectives = classify(find_collectives(module, DATA_MODEL).collectives, module, params, DATA_MODEL)
+    collectives = classify(found, module, params, DATA_MODEL)
     return text, module, params, collectives
 
 

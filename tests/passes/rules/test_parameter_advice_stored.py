@@ -11,11 +11,9 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from stored_hlo import DATA_MODEL, computations, entry_instructions, meaning_inputs, meaning_text, releases
+from stored_hlo import DATA_MODEL, computations, entry_instructions, meaning_inputs, meaning_program, releases
 
 from jax_shard_lint.passes.hlo.collective_parameter import CollectiveParameter, ParameterRole, collective_parameters
-from jax_shard_lint.passes.hlo.collectives import find_collectives
-from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.models.report import TensorInfo
 from jax_shard_lint.passes.rules.parameter_advice import (
     contracted_axes_moves,
@@ -29,10 +27,8 @@ RELEASES = releases()
 
 
 def _context(release, name):
-    text = meaning_text(release, name)
-    module = parse_hlo_module(text)
+    text, module, collectives = meaning_program(release, name)
     inputs = meaning_inputs(release, name)
-    collectives = find_collectives(module, DATA_MODEL).collectives
     ctx = SimpleNamespace(collective_parameters=collective_parameters(module, collectives, inputs, DATA_MODEL),
                           inputs=inputs, signature=SimpleNamespace(mesh=DATA_MODEL))
     return text, ctx, {c.kind: c for c in collectives}
