@@ -56,7 +56,7 @@ from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_co
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
-from .rule_stage import rule_context, run_rules, with_claims
+from .rule_stage import rule_context, run_rules
 
 
 def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[str]] | None, ...] | None,
@@ -174,7 +174,7 @@ def analyze_target(
     findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives,
                         _BOUNDARY_COLLECTIVES)
     warnings: list[str] = []
-    if SL105.code not in config.disabled and (note := unreported_reshards_note(with_claims(ctx))):
+    if SL105.code not in config.disabled and (note := unreported_reshards_note(ctx)):
         warnings.append(note)
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)

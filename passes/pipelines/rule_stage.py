@@ -24,13 +24,14 @@ def rule_context(
     entry_source: SourceLocation | None = None, **facts: Any,
 ) -> RuleContext:
     """What a target rule sees: the signature, the options resolved, the source lines (``sources`` read from
-    the StableHLO, or only ``entry_source`` where there is none), and the facts the earlier stages found."""
+    the StableHLO, or only ``entry_source`` where there is none), the facts the earlier stages found, and the
+    collectives the rules claim (computed once, here: the rules and SL105's note of what it leaves out read them)."""
     if sources is not None:
         facts.update(entry_source=sources.entry, input_sources=sources.inputs, output_sources=sources.outputs)
     else:
         facts.update(entry_source=entry_source)
-    return RuleContext(target=name, platform=platform, signature=signature, inputs=inputs, outputs=outputs,
-                       options=config.resolved_options(), **facts)
+    return with_claims(RuleContext(target=name, platform=platform, signature=signature, inputs=inputs,
+                                   outputs=outputs, options=config.resolved_options(), **facts))
 
 
 def claimed_collectives(ctx: RuleContext) -> frozenset[str]:
@@ -46,7 +47,6 @@ def with_claims(ctx: RuleContext) -> RuleContext:
 
 
 def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
-    ctx = with_claims(ctx)
     findings: list[Finding] = []
     for code in sorted(RULES):
         r = RULES[code]

@@ -102,7 +102,7 @@ class RuleTraits:
     # The collectives its findings explain (their HLO names), from the target's RuleContext: what another rule
     # then leaves out (SL105 reports only the resharding no rule claims). The rules stage gathers every rule's
     # claims, the disabled rules' too (a collective one rule explains is not unexplained because its findings
-    # are not shown), into RuleContext.claimed_collectives before any rule runs (rule_stage.run_rules).
+    # are not shown), into RuleContext.claimed_collectives before any rule runs (rule_stage.rule_context).
     claims: Callable[[Any], Iterable[str]] | None = None
     # Which of its findings stand for a group with nothing to act on unless a state fix is measured better (SL201's
     # many small outputs): where neither is, the fix checks drop it and say so in one line (fix_verdicts.py).

@@ -98,7 +98,7 @@ def unreported_reshards_note(ctx: RuleContext) -> str | None:
     """One line for the resharding collectives under `unexplained-reshard-bytes` that no rule reports:
     how many and their bytes in all, so that small reshards are said to be left out, not silently
     missing (issue 46: GPT-J's embedding all-reduce and its gradient's all-gather). ``ctx`` carries the
-    rules' claimed collectives (rule_stage.with_claims)."""
+    rules' claimed collectives (rule_stage.rule_context computes them)."""
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
     small = [c for c in ctx.collectives
              if c.intent == "reshard" and c.hlo_name not in ctx.claimed_collectives and c.bytes * c.count < limit]
