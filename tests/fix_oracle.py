@@ -87,10 +87,14 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
 
 
 def better(written, after) -> bool:
-    """One figure lower beyond the noise, the other grown by no more than the stated share of the peak."""
+    """One figure lower beyond the noise; the other grown by no more than its noise, or else by no more than
+    the stated share of the peak and than the first fell."""
     (peak0, traffic0), (peak1, traffic1) = written, after
     lower = peak1 < peak0 - NOISE * peak0 or traffic1 < traffic0 - NOISE * max(traffic0, 1)
-    return lower and peak1 - peak0 <= GROWTH * peak0 and traffic1 - traffic0 <= GROWTH * peak0
+    peak_up, traffic_up = peak1 - peak0, traffic1 - traffic0
+    peak_ok = peak_up <= NOISE * peak0 or peak_up <= min(GROWTH * peak0, -traffic_up)
+    traffic_ok = traffic_up <= NOISE * max(traffic0, 1) or traffic_up <= min(GROWTH * peak0, -peak_up)
+    return lower and peak_ok and traffic_ok
 
 
 def rebuildable(change: str, fn, options, constrained=None) -> bool:

@@ -6,12 +6,12 @@ the target's StableHLO (sharding_edits.py), compiled the same way as the program
 figures: the per-device peak, and the per-device traffic of a step (its collectives, plus the state the next step
 reshards on entry because an output came back on another layout).
 
-A fix is offered as the fix only when its compile measured it better: less traffic or a lower peak, the other
-not worse beyond the tolerance (fix_verdicts.py: _NOISE of itself, or _GROWTH of the peak as written). A fix
-measured no change, a trade-off or worse is never printed as the fix: the finding keeps what it found and says
-what was tried and what it cost (each of the rule's candidates, in order, until one is better). The rules about
-state (SL201, SL203) name the same values (a replicated input that comes back sharded): one recommendation, the
-better of pinning the output back and giving the input the layout the step returns it in.
+A fix is offered as the fix only when its compile measured it better: less traffic or a lower peak, the other not
+worse beyond the tolerance (fix_verdicts.py: _NOISE of itself, or else _GROWTH of the peak as written and no more
+than the first fell). A fix measured no change, a trade-off or worse is never printed as the fix: the finding keeps
+what it found and says what was tried and what it cost (each of the rule's candidates, in order, until one is
+better). The rules about state (SL201, SL203) name the same values (a replicated input that comes back sharded):
+one recommendation, the better of pinning the output back and giving the input the layout the step returns it in.
 """
 
 from __future__ import annotations

@@ -177,11 +177,12 @@ def _figures(compiled_and_state):
 
 def _beats(a, b, written_peak):
     """Whether figures ``a`` are better than ``b`` (lint's rule): one lower by more than NOISE, the other not
-    higher by more than TOLERANCE, both of the peak as written (a few bytes of a scalar's all-reduce are no
-    difference)."""
+    higher by more than TOLERANCE nor than the first fell, both of the peak as written (a few bytes of a
+    scalar's all-reduce are no difference)."""
     (ta, pa), (tb, pb) = a, b
     noise, slack = NOISE * written_peak, TOLERANCE * written_peak
-    return (ta < tb - noise and pa <= pb + slack) or (pa < pb - noise and ta <= tb + slack)
+    return ((ta < tb - noise and pa <= pb + max(noise, min(slack, tb - ta)))
+            or (pa < pb - noise and ta <= tb + max(noise, min(slack, pb - pa))))
 
 
 def _module(mistake):

@@ -1,0 +1,30 @@
+"""The rule a fix check's figures are judged by (analyzer/backend/fix_verdicts.py), on figures XLA gave.
+
+A new user's Flax T5 (issue 46): SL103's fix moved four attention kernels to their other dimension, and XLA
+compiled it to 12.0 MiB more peak for 4.0 MiB less traffic per step per device; lint printed it as a checked
+fix. Within 1% of the peak, but it grows one figure by three times what it saves on the other: a trade-off."""
+
+import pytest
+
+from jax_shard_lint.analyzer.backend.fix_verdicts import _verdict
+from jax_shard_lint.passes.models.fix_check import FixVerdict
+
+MiB = 1 << 20
+# compiled.memory_analysis() peak and the step's collective bytes (+ the next step's reshard), as written and
+# with the fix, from XLA on the T5 step (jax 0.10.2, CPU, 8 devices: data=4 x model=2).
+T5_WRITTEN = (1_324_715_412, 505_438_728)
+T5_SL103_FIX = (1_337_298_260, 501_244_424)
+
+
+def test_a_fix_that_grows_one_figure_more_than_it_saves_on_the_other_is_a_trade_off():
+    (p0, t0), (p1, t1) = T5_WRITTEN, T5_SL103_FIX
+    assert p1 - p0 < 0.01 * p0 and p1 - p0 > t0 - t1  # within 1% of the peak, more than the traffic saved
+    assert _verdict((p0, p1), (t0, t1)) is FixVerdict.trade_off
+
+
+@pytest.mark.parametrize("grown, verdict", [(1 * MiB, FixVerdict.better), (96 * MiB, FixVerdict.trade_off)])
+def test_a_small_growth_for_a_large_saving_is_better(grown, verdict):
+    # A table sharded to save 95 MiB of peak that makes a 1 MiB all-reduce is better; past 1% of the peak
+    # (a 10 GiB peak: 102 MiB) the growth is also bounded by what was saved.
+    peak = 10 << 30
+    assert _verdict((peak, peak - 95 * MiB), (0, grown)) is verdict
