@@ -61,6 +61,16 @@ def _not_offered(check: FixCheck) -> str:
     return f"costs {_cost_text(check)}"
 
 
+def _judged(check: FixCheck) -> str:
+    """A check's figures and what they count as: a few KiB off a GiB peak reads as a saving, and is within
+    the noise (a new user's T5, issue 46)."""
+    if check.verdict is FixVerdict.no_change:
+        return f"{_cost_text(check)}, within {_NOISE:.1%} of the step as written: no change"
+    if check.verdict in (FixVerdict.trade_off, FixVerdict.worse):
+        return f"{_cost_text(check)}, {'a trade-off' if check.verdict is FixVerdict.trade_off else 'worse'}"
+    return _cost_text(check)
+
+
 def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, taken: FixCheck,
                                     ) -> tuple[list[Finding], list[str]]:
     """SL201's one finding for many small outputs (biases, norm scales, their moments) is dropped when neither
@@ -69,7 +79,7 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
                and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
     notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
              "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "
-             f"is measured better (pinning: {_cost_text(pinned)}; the returned layout: {_cost_text(taken)})"
+             f"is measured better (pinning: {_judged(pinned)}; the returned layout: {_judged(taken)})"
              for f in dropped]
     return [f for f in findings if f not in dropped], notes
 
