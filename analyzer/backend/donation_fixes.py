@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ...passes.common.pytree_paths import argument_name
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TensorInfo
@@ -47,6 +49,13 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
 
     better = [c for c in singles if c.verdict is FixVerdict.better]
     joint_best = joint.verdict is FixVerdict.better and all(score(joint) <= score(c) for c in better)
+    # Each finding the joint donation answers prints it, as one change for them all: a reader adding up two
+    # findings' "peak -36.3 MiB" would count it twice (a new user's T5, issue 46).
+    answered = [f for f in findings if f.rule in DONATION_FIXES and f.fix_check is not None]
+    # In the order of the jit's arguments: each single's change names its argument's number.
+    subjects = [f.subject for f in sorted(answered, key=lambda f: [int(n) for n in re.findall(
+        r"\d+", f.fix_check.change if f.fix_check else "")])]
+    together = f" for {', '.join(subjects[:-1])} and {subjects[-1]} together" if len(subjects) > 1 else ""
     out = []
     for f in findings:
         if f.rule not in DONATION_FIXES or f.fix_check is None:
@@ -55,7 +64,7 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
             alone = "" if f.fix_check.verdict is FixVerdict.better else (
                 f"; {f.fix_check.change} alone was tried and {_not_offered(f.fix_check)}")
             out.append(f.model_copy(update={
-                "fix_check": joint, "fix": f"{joint.change} (checked: {_cost_text(joint)}){alone}"}))
+                "fix_check": joint, "fix": f"{joint.change} (checked: {_cost_text(joint)}{together}){alone}"}))
         elif f.fix_check.verdict is not FixVerdict.better:
             joint_text = (f"measured {_cost_text(joint)}, less than another argument's donation alone"
                           if joint.verdict is FixVerdict.better else _not_offered(joint))

@@ -113,4 +113,4 @@ def test_several_arguments_to_donate_get_one_fix_the_joint_donation_measured_by_
         assert f["fix_check"]["peak_bytes_before"] == peak[()]
         assert f["fix_check"]["peak_bytes_after"] == peak[(0, 1)]
         assert f["fix"] == f"jax.jit(..., donate_argnums=(0, 1)) (checked: peak -{saved / 2**20:.1f} MiB, " \
-            "traffic ±0 B per step per device)"
+            "traffic ±0 B per step per device for params and opt_state together)"
