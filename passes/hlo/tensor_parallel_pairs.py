@@ -19,7 +19,14 @@ weight's shard), so it is recognised by its structure, operand identity only:
   computed from nothing else but constants;
 - or, attention's (LLaMA's self-attention: q, k and v projections column-parallel over the heads,
   o_proj row-parallel): a function of weightless matmuls (q k^T, probs v) and softmax's reductions
-  over the column halves, through the reshapes and transposes that split and merge the heads;
+  over the column halves, through the reshapes and transposes that split and merge the heads, and
+  what a real Llama puts between them: RoPE (the head dimension's halves sliced, negated and
+  concatenated back, times cos and sin), the causal mask (a select on iotas: a fusion of no operands
+  is a constant where it holds nothing that differs by device) and grouped-query attention's repeat
+  of each k/v head (a broadcast). The head split is not tracked dimension by dimension: the program
+  is XLA's partitioned one, where any op that needs another device's heads (a slice or concatenate
+  across the split, a reduction over the heads) holds a collective or a slice at the device's
+  offset, and the walk stops at both;
 - the all-reduced output has as many elements as each column matmul's activation input: the pair
   returns to its input's width (a residual stream's), where an expanding projection (logits,
   an MLP's up projection) does not.
@@ -50,6 +57,16 @@ _MAX_VALUES = 64
 _NOT_IN_ATTENTION = frozenset({"partition-id", "dynamic-slice", "all-reduce", "all-gather", "reduce-scatter",
                                "all-to-all", "collective-permute"})
 _GATHER_OPS = frozenset({"all-gather", "all-gather-start"})
+_CONSTANT = frozenset({"constant", "iota"})
+# Ops of several operands that pick or place elements without mixing positions: a mask's select (its
+# predicate, then the two values), RoPE's halves concatenated back.
+_SELECTS = frozenset({"select", "compare", "clamp", "concatenate"})
+# Single-input ops that move whole slices along one dimension: RoPE's halves sliced, a mask's row slice.
+_SLICES = frozenset({"slice", "reverse"})
+# What a fusion of no operands may hold and be the same value on every device (never a partition-id).
+_VARIES_BY_DEVICE = frozenset({"partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
+                               "custom-call", "infeed", "recv"})
+_CONSTANT_DEPTH = 4
 
 
 def _elements(ins: HloInstruction | None) -> int | None:
@@ -82,22 +99,28 @@ def _weight_and_other(module: HloModule, holder: HloInstruction, inputs: dict[in
 
 
 def _is_constant(module: HloModule, ins: HloInstruction) -> bool:
-    """A constant, or a broadcast of one (a scale XLA left unfused)."""
+    """A constant or an iota, or a broadcast of one (a scale XLA left unfused)."""
     while ins.opcode == "broadcast" and len(ins.operands) == 1:
         nxt = module.instruction(ins.operands[0])
         if nxt is None:
             return False
         ins = nxt
-    return ins.opcode == "constant"
+    return ins.opcode in _CONSTANT
 
 
-def _is_constant_value(module: HloModule, name: str) -> bool:
-    """A constant, a broadcast of one, or a fusion of nothing but constants (XLA's wrapped broadcast)."""
+def _is_constant_value(module: HloModule, name: str, depth: int = 0) -> bool:
+    """A constant, a broadcast of one, or a fusion or an elementwise op of nothing but constants: XLA's
+    wrapped broadcast, or a causal mask built from iotas in a fusion of no operands (a compare of two
+    iotas, selected into a bias). ``depth`` bounds the look (each sum's walk stays a bounded number of steps)."""
     ins = module.instruction(name)
-    if ins is None:
+    if ins is None or depth > _CONSTANT_DEPTH:
         return False
-    if ins.opcode == "fusion" and ins.operands:
-        return all(_is_constant_value(module, o) for o in ins.operands)
+    if ins.opcode == "fusion":
+        comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
+        return comp is not None and not any(i.opcode in _VARIES_BY_DEVICE for i in comp.instructions) and all(
+            _is_constant_value(module, o, depth + 1) for o in ins.operands)
+    if ins.opcode in _ELEMENTWISE | _BINARY | _SELECTS and ins.operands:
+        return all(_is_constant_value(module, o, depth + 1) for o in ins.operands)
     return _is_constant(module, ins)
 
 
@@ -126,10 +149,10 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] |
     slice at the device's offset or a reduction; None for any other op. A fusion's smaller operands (a
     scalar, a bias it broadcasts) are not followed."""
     out = _elements(ins)
-    if ins.opcode in _ELEMENTWISE and len(ins.operands) == 1:
+    if ins.opcode in _ELEMENTWISE | _SLICES and len(ins.operands) == 1:
         return list(ins.operands)
-    if ins.opcode in _BINARY and len(ins.operands) == 2:
-        return [o for o in ins.operands if not _is_constant(module, module.instruction(o) or ins)]
+    if ins.opcode in _BINARY | _SELECTS and len(ins.operands) >= 2:
+        return [o for o in ins.operands if not _is_constant_value(module, o)]
     if ins.opcode != "fusion" or not ins.operands or _matmuls_in(module, ins):
         return None
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))

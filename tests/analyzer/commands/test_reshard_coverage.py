@@ -27,7 +27,8 @@ EXAMPLE_SCRIPTS = [os.path.join(EXAMPLES, f) for f in (
 # (measured), so each is a guard that a reshard appearing there comes with its finding.
 MODEL_SCRIPTS = {"optax_adamw_mlp": ("optax",), "equinox_mlp": ("equinox", "optax"),
                  "nnx_transformer": ("flax", "optax"), "penzai_llama": ("penzai", "optax"),
-                 "flax_linen_logical": ("flax",), "gpt2_flax": ("transformers", "flax", "optax")}
+                 "flax_linen_logical": ("flax",), "gpt2_flax": ("transformers", "flax", "optax"),
+                 "llama_flax": ("transformers", "flax", "optax")}
 
 
 def unexplained(targets) -> list[str]:

@@ -1,0 +1,142 @@
+"""transformers' Flax Llama (examples/models/llama_flax.py: 2 layers, hidden 256, 8 heads over 2 KV heads,
+vocab 32000, batch 128, seq 128, optax AdamW on data=4 x model=2) laid out the textbook Megatron way: q, k,
+v, gate and up column-parallel, o_proj and down_proj row-parallel, the batch on data (issue #46: lint blamed
+o_proj's all-reduce with SL103, whose printed fix made XLA rematerialize).
+
+The oracle is XLA: the step compiled with ``jax.jit(...).lower(...).compile().as_text()`` in the test, and
+the row-parallel all-reduces (count, bytes, group) read from the text with the test's own regular
+expressions; lint must class each as intended, with its reason, and raise no finding on any of them."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from ci_deps import require
+from conftest import EXAMPLES, lint_targets
+from hlo_oracle import collectives_per_step
+from scripts import script_module
+
+LLAMA = os.path.join(EXAMPLES, "models", "llama_flax.py")
+LAYERS, BATCH, SEQ, HIDDEN, DATA = 2, 128, 128, 256, 4
+LAYER = "params['model']['layers']['{}']"
+
+
+def _needs():
+    for lib in ("transformers", "flax", "optax"):
+        require(lib, f"{lib} is not installed (the [test] extra)")
+
+
+def _lines(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r"^\s*(?:ROOT )?%([\w.\-]+) = .*$", text, re.M)}
+
+
+@pytest.mark.parametrize("layout, column", [("megatron", "P(None, 'model')"), ("fsdp", "P('data', 'model')")])
+def test_the_llamas_row_parallel_sums_are_intended_and_named_by_no_finding(cli, layout, column):
+    _needs()
+    text = script_module(LLAMA).shard_lint_targets(layout=layout)["train_step"].compile().as_text()
+    lines = _lines(text)
+    # XLA's forward all-reduces of o_proj's and down_proj's dots (the backward's op_names hold transpose(...)).
+    row = {n: re.search(r"layers/(\d+)/\w+/(o_proj|down_proj)/dot_general", lines[n]).groups()
+           for n, c in collectives_per_step(text, 8).items()
+           if c[0] == "all-reduce" and "transpose(" not in lines[n]
+           and re.search(r"/(o_proj|down_proj)/dot_general", lines[n])}
+    assert sorted(row.values()) == sorted((str(k), p) for k in range(LAYERS) for p in ("o_proj", "down_proj"))
+    nbytes = BATCH // DATA * SEQ * HIDDEN * 4  # the residual stream, f32, per device: the pair's input width
+    assert {collectives_per_step(text, 8)[n][1:] for n in row} == {(nbytes, 2, 1)}  # over model, once a step
+
+    (t,) = lint_targets(cli, LLAMA, "--set", f"layout={layout}")
+    by_name = {c["hlo_name"]: c for c in t["collectives"]}
+    for name, (layer, projection) in row.items():
+        c = by_name[name]
+        assert (c["kind"], c["bytes"], c["count"], c["intent"], c["mesh_axes"]) == (
+            "all-reduce", nbytes, 1, "activation", ["model"]), c
+        assert c["why"].startswith("the row-parallel half of a tensor-parallel pair (Megatron's): "), c["why"]
+        prefix = LAYER.format(layer)
+        if projection == "o_proj":
+            halves = [f"{prefix}['self_attn']['{p}']['kernel'] {column}" for p in ("q_proj", "k_proj", "v_proj")]
+            assert f"{prefix}['self_attn']['o_proj']['kernel'] P('model')" in c["why"]
+            assert "attention combined head by head" in c["why"], c["why"]
+        else:
+            halves = [f"{prefix}['mlp']['{p}']['kernel'] {column}" for p in ("gate_proj", "up_proj")]
+            assert f"{prefix}['mlp']['down_proj']['kernel'] P('model')" in c["why"]
+        assert all(h in c["why"] for h in halves), (halves, c["why"])
+    named = {op for f in t["findings"] for op in [f["subject"], *(f["ops"] or [])]}
+    assert not named & set(row), [f["rule"] for f in t["findings"] if {f["subject"], *(f["ops"] or [])} & set(row)]
+    assert not [f for f in t["findings"] if f["rule"] == "SL103"]
+
+
+def _gathers_of_the_stream(text: str) -> dict[str, int]:
+    """XLA's all-gathers over model of the residual stream (f32[batch/data, seq, hidden] per device): name -> bytes."""
+    lines = _lines(text)
+    return {n: c[1] for n, c in collectives_per_step(text, 8).items()
+            if c[0] == "all-gather" and c[2] == 2 and re.search(rf"= f32\[{BATCH // DATA},{SEQ},{HIDDEN}\]", lines[n])}
+
+
+def _moved(args, change: str):
+    """The arguments with the layout a solver fix names (``A, B -> P(...), C -> P(...) (returned in that layout)``),
+    made the way a user writes it; each path as the fix prints it (the argument's name, then keystr)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    parts = re.split(r" -> (P\((?:[^()]|\([^()]*\))*\))(?:, |(?= \())", change.removesuffix(" (solver)"))
+    specs = {p: eval(spec, {"P": P}) for named, spec in zip(parts[::2], parts[1::2]) for p in named.split(", ")}
+    moved = set()
+
+    def leaf(name):
+        def move(path, x):
+            full = name + jax.tree_util.keystr(path)
+            if full not in specs:
+                return x
+            moved.add(full)
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(x.sharding.mesh, specs[full]))
+        return move
+
+    out = tuple(jax.tree_util.tree_map_with_path(leaf(n), a) for n, a in zip(("params", "opt_state"), args[:2]))
+    assert moved == set(specs), set(specs) - moved
+    return (*out, args[2])
+
+
+def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_moves_it_back(cli, monkeypatch):
+    """The mistake: o_proj P(None, 'model'), as if it were a column half. XLA's text: the residual stream comes out
+    of o_proj split on hidden and is gathered over model before each matmul that reads it, forward and backward
+    (4 MiB each, under unexplained-reshard-bytes' 16 MiB default: lint's note counts them); the Megatron layout
+    compiles none. At a 4 MiB threshold each gather is one finding's, and a printed fix gives o_proj back
+    P('model'): XLA measures that layout better (state returned in it, as the fix says).
+
+    Known gap, not asserted: the finding that groups the gathers names params['lm_head']['kernel'] as their
+    cause (the first matmul that reads the gathered stream), not o_proj, whose output the gathers rebuild;
+    only its fix, the solver's, names o_proj. And at the default threshold no finding names it at all."""
+    _needs()
+    import jax
+    from fix_oracle import better, lint_findings, measured
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    module = script_module(LLAMA)
+    fn, options, args = module.step_and_inputs(o_proj="output")
+    written, as_written = measured(fn, options, args, 2)
+    gathers = _gathers_of_the_stream(written.as_text())
+    assert len(gathers) >= 4 * LAYERS and set(gathers.values()) == {BATCH // DATA * SEQ * HIDDEN * 4}
+    assert not _gathers_of_the_stream(script_module(LLAMA).shard_lint_targets()["train_step"].compile().as_text())
+
+    target = lint_findings(cli, monkeypatch, LLAMA, ("--set", "o_proj=output", "--threshold",
+                                                     "unexplained-reshard-bytes=4MiB"), ())
+    for name in gathers:
+        assert len([f for f in target["findings"] if name in [f["subject"], *(f["ops"] or [])]]) == 1, name
+    o_proj = re.compile(r"params\['model'\]\['layers'\]\['\d'\]\['self_attn'\]\['o_proj'\]\['kernel'\]")
+    fixes = [f for f in target["findings"] if f["fix_check"] and f["fix_check"]["verdict"] == "better"
+             and o_proj.search(f["fix_check"]["change"])]
+    assert fixes, [f["fix"] for f in target["findings"]]
+    for f in fixes:
+        check = f["fix_check"]
+        assert (check["peak_bytes_before"], check["traffic_bytes_before"]) == as_written
+        moved = _moved(args, check["change"])
+        for layer in moved[0]["model"]["layers"].values():  # o_proj given back its row-parallel layout
+            assert tuple(layer["self_attn"]["o_proj"]["kernel"].sharding.spec)[:1] == ("model",)
+        state = jax.tree.map(lambda x: x.sharding, moved[:2])
+        mesh = jax.tree.leaves(args[2:])[0].sharding.mesh
+        _, after = measured(fn, options, moved, 2, out_shardings=(*state, NamedSharding(mesh, P())))
+        assert better(as_written, after), (check["change"], as_written, after)
