@@ -249,12 +249,13 @@ def test_penzai_llama_sharded_on_its_embedding_axis_raises_the_logits_all_reduce
 
 
 def test_one_finding_per_cause_across_layers(cli):
-    """Six GPT-2 layers whose c_proj shards its output features: each layer gathers its MLP
-    activation (six all-gathers in XLA's compiled HLO, at the user's one model(...) line). The
-    report has one SL101 for them, counting six, naming the weight across layers and the spec
-    that multiplies the shards in place."""
+    """Three GPT-2 layers whose c_proj shards its output features: each layer gathers its MLP
+    activation (three all-gathers in XLA's compiled HLO, at the user's one model(...) line). The
+    report has one SL101 for them, counting three, naming the weight across layers and the spec
+    that multiplies the shards in place. Three layers are as many causes merged as six were (the layers are
+    unrolled: each adds its trace and compile twice, lint's and the oracle's)."""
     _needs(SCRIPTS["gpt2_flax"])
-    layers = 6
+    layers = 3
     script = os.path.join(MODELS, "gpt2_flax.py")
     report = _lint(cli, script, "--set", f"layers={layers}", "--set", "layout=features",
                    "--threshold", "replicating-collective-bytes=1MiB")

@@ -7,8 +7,13 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from jax_shard_lint.passes.models.report import Finding, Severity, SourceLocation
 from jax_shard_lint.passes.rules.suppressions import Suppression, apply_suppressions, find_suppressions
+
+# Imports no JAX (tests/test_jax_free_marker.py checks it): the newest-JAX leg of CI leaves it out.
+pytestmark = pytest.mark.jax_free
 
 SOURCE = '''\
 x = 1  # shard-lint: ignore[SL101]
