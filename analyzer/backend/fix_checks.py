@@ -31,7 +31,8 @@ from ...passes.pipelines.catalogue import (
     STATE_ARGUMENT_FIXES,
     STATE_RULES,
 )
-from ...passes.pipelines.lint import EntrySignature, entry_signature
+from ...passes.pipelines.entry import entry_signature
+from ...passes.pipelines.lint import LINT, EntrySignature
 from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
@@ -152,7 +153,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     worse (or does not compile) reworded to say what it costs instead of being offered.
     ``progress`` is told of each compile, counted ("[2/5] ...")."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module)
+    sig = entry_signature(module, LINT)
     pin, take = _state_candidates(report, sig)
     returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]

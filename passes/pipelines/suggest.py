@@ -43,8 +43,9 @@ from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, lo
 from ..solver.solve import NoFeasibleSharding, Solution, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
-from ..stablehlo.module import EntrySignature, read_entry_signature
+from ..stablehlo.module import EntrySignature
 from ..stablehlo.state_roundtrip import RoundTrip, correspond
+from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
@@ -110,7 +111,7 @@ def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Call
     """Stages 1 to 4 in order. The analyzer's callbacks read the request against the signature: the axes
     to shard over (the mesh and the asked axes checked), and the arguments held as written (after the graph,
     as ``--fix`` names them). Raises ``ShardyRejected`` (stage 2) and ``ResultNotATensor`` (stage 3)."""
-    sig = entry_signature(module)
+    sig = entry_signature(module, SUGGEST)  # 1
     free = free_axes(sig)
     ruled = sharding_rules(module)
     g, args, results = sharding_graph(ruled, ownership)
@@ -120,11 +121,6 @@ def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Call
     built, pairs = sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None), free, pinned,
                                     spec, budget)
     return SuggestProblem(sig, built, pinned, pairs, g)
-
-
-def entry_signature(module: ir.Module) -> EntrySignature:
-    """Stage 1: the target's arguments and results, its mesh."""
-    return SUGGEST.run("entry-signature", read_entry_signature, module)
 
 
 def sharding_rules(module: ir.Module) -> ir.Module:
