@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.models.entry import EntrySignature, RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.pipelines.catalogue import (
@@ -32,8 +33,8 @@ from ...passes.pipelines.catalogue import (
     STATE_RULES,
 )
 from ...passes.pipelines.entry import entry_signature
-from ...passes.pipelines.lint import LINT, EntrySignature
-from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
+from ...passes.pipelines.lint import LINT
+from ...passes.pipelines.stablehlo_edits import correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError

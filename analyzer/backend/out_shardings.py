@@ -27,8 +27,9 @@ from typing import Any
 
 from ...passes.common.pytree_paths import path_keys
 from ...passes.common.sharding_text import named_sharding_text, normalized
+from ...passes.models.entry import RoundTrip
 from ...passes.models.report import TensorInfo
-from ...passes.pipelines.stablehlo_edits import RoundTrip, mismatched
+from ...passes.pipelines.stablehlo_edits import mismatched
 from ..adapter import jax_adapter
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")

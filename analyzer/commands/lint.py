@@ -20,7 +20,7 @@ from ..backend.side_by_side import one_compile_per_program
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
 from ..context.display_paths import display_path, relativize, same_file
-from ..context.program_files import program_files
+from ..context.program_files import program_files, read_text
 from ..supervision import isolation
 
 Progress = Callable[[str], None]
@@ -64,7 +64,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         program = program_files(where, settings)
         return ProgramSource(program.files, program.roots, program.texts)
 
-    run = lint_run(analyze_targets, read_program, _read_text, lambda path: display_path(path, os.getcwd()),
+    run = lint_run(analyze_targets, read_program, read_text, lambda path: display_path(path, os.getcwd()),
                    same_file, os.path.abspath(where), settings.ignore, settings.severities,
                    report_unused=not request.targets)
     jax_version, jaxlib_version = jax_adapter.versions()
@@ -73,12 +73,3 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
         script=where, targets=run.reports, findings=run.findings, rules=run.rules, source_notes=run.source_notes,
     )
     return relativize(report, os.getcwd())
-
-
-def _read_text(path: str) -> str | None:
-    """A file's text for its suppression comments (None: it cannot be read)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return None

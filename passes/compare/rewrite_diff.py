@@ -9,9 +9,9 @@ from typing import Literal
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..models.entry import RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
-from ..stablehlo.state_roundtrip import RoundTrip
 
 
 def program_facts(report: TargetReport) -> ProgramFacts:

@@ -13,8 +13,8 @@ from ..hlo.errors import HloParseError
 from ..hlo.memory import MalformedReport, MemoryStats, stats_from_buffer_assignment, summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
+from ..models.entry import EntrySignature
 from ..models.report import TargetReport, TensorInfo
-from ..stablehlo.module import EntrySignature
 from .inputs import PassConfig
 from .lint import timed_collectives
 from .pass_manager import Pipeline

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..stablehlo.module import EntrySignature, read_entry_signature
+from ..models.entry import EntrySignature
+from ..stablehlo.module import read_entry_signature
 from .pass_manager import Pipeline
 
 

@@ -33,6 +33,7 @@ from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
@@ -42,7 +43,6 @@ from ..rules.finding_provenance import attach_provenance, explained
 from ..rules.table import RULES, codes_where
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
-    EntrySignature,
     EntrySources,
     call_site,
     per_device_bytes,
@@ -50,7 +50,7 @@ from ..stablehlo.module import (
     read_entry_sources,
 )
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
-from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
+from ..stablehlo.state_roundtrip import correspond, suggested_out_shardings
 from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
@@ -74,9 +74,6 @@ def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[
 # only the analyzer has: (inputs, outputs, round trips) -> (text, why there is none).
 OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tuple[RoundTrip, ...]],
                             "tuple[str | None, str | None]"]
-
-# What the analyzer takes from the stages' answers (the signature a fix check moves arguments of).
-__all__ = ["EntrySignature"]
 
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",

@@ -18,6 +18,7 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes
 from ..hlo.collectives import find_collectives
 from ..hlo.parser import parse_hlo_module
+from ..models.entry import EntrySignature
 from ..models.propagation import PropagationReport
 from ..models.report import Collective, SourceLocation
 from ..propagation.borne_out import match_compiled, prediction_counts
@@ -27,12 +28,12 @@ from ..propagation.report import with_provenance as with_values_provenance
 from ..propagation.sharding_graph import Tensor
 from ..propagation.shardy_reference import ShardyRejected
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from ..stablehlo.module import EntrySignature, read_meshes
+from ..stablehlo.module import read_meshes
 from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module) and keeps (the propagated graph, for --explain).
-__all__ = ["MAX_VALUES", "EntrySignature", "Propagated", "ShardyRejected"]
+__all__ = ["MAX_VALUES", "Propagated", "ShardyRejected"]
 
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",

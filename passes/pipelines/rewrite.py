@@ -15,16 +15,13 @@ from dataclasses import dataclass, replace
 from jaxlib.mlir import ir
 
 from ..compare.rewrite_diff import collective_changes, lost_donations, program_facts, remaining_costs, verdict
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
 from ..rules.table import codes_where
-from ..stablehlo.module import EntrySignature
-from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from ..stablehlo.state_roundtrip import correspond, mismatched
 from .entry import entry_signature
 from .pass_manager import Pipeline
-
-# What the analyzer takes from the stages' answers (rewrite's validation reads the signature's types).
-__all__ = ["EntrySignature", "RoundTrip"]
 
 REWRITE = Pipeline("rewrite", ("entry-signature", "state-roundtrips", "program-figures", "collective-changes",
                                "remaining-costs", "verdict"))

@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..models.entry import EntrySignature
 from ..models.report import Finding, RuleDoc, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Scope
 from ..rules.context import RuleContext
 from ..rules.group_by_cause import group_by_cause
 from ..rules.registry import Emitter
 from ..rules.table import RULES, rule_docs
-from ..stablehlo.module import EntrySignature, EntrySources
+from ..stablehlo.module import EntrySources
 from .inputs import PassConfig
 
 

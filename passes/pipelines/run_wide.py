@@ -22,8 +22,6 @@ from ..rules.table import RULES, rule_docs
 from .pass_manager import Pipeline
 from .rule_stage import sort_findings
 
-__all__ = ["Parsed", "ProgramFindings", "Suppression"]
-
 RUN_WIDE = Pipeline("run-wide", ("targets", "source-parse", "source-rules", "process-rules", "suppressions",
                                  "unused-suppressions", "report-rules"))
 
@@ -89,6 +87,16 @@ def failed_fetch_findings(processes: int, error: str, where: SourceLocation,
 def suppressions_in(file: str, text: str) -> list[Suppression]:
     """Stage 5: the suppression comments of one file."""
     return RUN_WIDE.run("suppressions", find_suppressions, file, text)
+
+
+def file_suppressions(files: list[str], read_text: Callable[[str], str | None]) -> list[Suppression]:
+    """Stage 5: the suppression comments of every file named, each once, in path order (``read_text``: the
+    analyzer's read of a file, None where it cannot be read)."""
+    found: list[Suppression] = []
+    for path in sorted(set(files)):
+        if (text := read_text(path)) is not None:
+            found.extend(suppressions_in(path, text))
+    return found
 
 
 def suppressed(reports: list[TargetReport], run_findings: list[Finding], suppressions: list[Suppression],
@@ -167,10 +175,6 @@ def lint_run(analyze_targets: Callable[[], list[TargetReport]], read_program: Ca
             notes.append(display_path(path) + note[len(path):] if path else note)
     files = [script, *(program.files if program else ()),
              *(f.source.file for r in reports for f in r.findings if f.source is not None)]
-    suppressions: list[Suppression] = []
-    for path in sorted(set(files)):
-        if (text := read_text(path)) is not None:
-            suppressions.extend(suppressions_in(path, text))  # 5
-    reports, run_findings = suppressed(reports, from_source, suppressions, same_file, disabled, severities,
-                                       report_unused)  # 5, 6
+    reports, run_findings = suppressed(reports, from_source, file_suppressions(files, read_text), same_file,
+                                       disabled, severities, report_unused)  # 5, 6
     return LintRun(reports, run_findings, notes, RUN_WIDE.run("report-rules", rule_docs, disabled, severities))  # 7

@@ -31,6 +31,7 @@ from jaxlib.mlir import ir
 
 from ..common.axes import label, sharding_labels
 from ..hlo.step_time import DeviceSpec, collective_seconds, significant
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
@@ -43,8 +44,7 @@ from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, lo
 from ..solver.solve import NoFeasibleSharding, Solution, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
-from ..stablehlo.module import EntrySignature
-from ..stablehlo.state_roundtrip import RoundTrip, correspond
+from ..stablehlo.state_roundtrip import correspond
 from .entry import entry_signature
 from .pass_manager import Pipeline
 

@@ -21,11 +21,12 @@ import numpy as np
 
 from ....passes.common.pytree_paths import path_keys
 from ....passes.common.sharding_text import normalized, out_shardings_text
+from ....passes.models.entry import EntrySignature, RoundTrip
 from ....passes.models.report import TargetReport
 from ....passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
 from ....passes.pipelines import rewrite as pipeline
 from ....passes.pipelines.entry import entry_signature
-from ....passes.pipelines.rewrite import REWRITE, EntrySignature, RoundTrip
+from ....passes.pipelines.rewrite import REWRITE
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_in_analysis import analyze_text, read_mlir
