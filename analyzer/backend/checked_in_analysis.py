@@ -105,7 +105,7 @@ def _beside(hlo_path: str, report: str) -> str | None:
 
 
 def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
-    from ...passes.pipelines.check import HloParseError, MalformedReport
+    from ...passes.models.errors import HloParseError, MalformedReport
 
     text = read_input_text(path)
     buffers = _beside(path, "buffer-assignment")

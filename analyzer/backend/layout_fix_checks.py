@@ -34,12 +34,11 @@ from ...passes.common.sharding_text import constraint_change_text, normalized, p
 from ...passes.models.fix_check import FixVerdict, StatedLayoutEdit
 from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES, layout_edit
-from ...passes.pipelines.entry import entry_signature
+from ...passes.pipelines.entry import entry_signature, state_roundtrips
 from ...passes.pipelines.lint import LINT
 from ...passes.pipelines.stablehlo_edits import (
     constraints_at,
     constraints_stating,
-    correspond,
     even_choices,
     gathered_axes_off,
 )
@@ -151,7 +150,7 @@ def _donation_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     # Otherwise the output pinned to the donated input's sharding.
     # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
     # comes out: the output that is that input coming back (its pytree path), not any of its shape.
-    returned = {rt.input.index: rt.output for rt in correspond(entry_signature(module, LINT))}
+    returned = {rt.input.index: rt.output for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
     by_path = {t.path: t for t in report.inputs}
     pins: dict[int, list[list[str]]] = {}
     donors: set[int] = set()
@@ -217,7 +216,7 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
     given = next((t for t in report.inputs if t.path == c.value), None)
     if given is None:
         return None
-    returned = {rt.output.index: rt.input.index for rt in correspond(entry_signature(module, LINT))}
+    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
     arguments, results = single_move(report.inputs, returned, {given.index: c.sharding})
     by_index = {t.index: t.path for t in report.inputs}
     mirrored = [by_index[i] for i in sorted(arguments) if i != given.index]

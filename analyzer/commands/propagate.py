@@ -8,13 +8,13 @@ import os
 from dataclasses import dataclass, replace
 
 from ...passes.models.entry import EntrySignature
+from ...passes.models.errors import ShardyRejected
 from ...passes.models.propagation import PropagateRun, PropagationReport
 from ...passes.pipelines.propagate import (
     MAX_VALUES,
     CompiledProgram,
     CompileModule,
     Propagated,
-    ShardyRejected,
     devices_needed,
     propagate_module,
 )

@@ -26,14 +26,13 @@ from ..propagation.predicted_communication import predict
 from ..propagation.report import Propagated, agreement, explain, find_values, propagated_value, run_propagation
 from ..propagation.report import with_provenance as with_values_provenance
 from ..propagation.sharding_graph import Tensor
-from ..propagation.shardy_reference import ShardyRejected
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import read_meshes
 from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module) and keeps (the propagated graph, for --explain).
-__all__ = ["MAX_VALUES", "Propagated", "ShardyRejected"]
+__all__ = ["MAX_VALUES", "Propagated"]
 
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",

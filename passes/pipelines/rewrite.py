@@ -19,8 +19,7 @@ from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
 from ..rules.table import codes_where
-from ..stablehlo.state_roundtrip import correspond, mismatched
-from .entry import entry_signature
+from .entry import changed_roundtrips, entry_signature, state_roundtrips
 from .pass_manager import Pipeline
 
 REWRITE = Pipeline("rewrite", ("entry-signature", "state-roundtrips", "program-figures", "collective-changes",
@@ -32,12 +31,12 @@ _OUTPUT_LAYOUT_RULES = codes_where(lambda t: t.about_output_layout)
 
 def round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
     """Stage 2: each output that returns an input's state, with that input."""
-    return REWRITE.run("state-roundtrips", correspond, sig)
+    return state_roundtrips(sig, REWRITE)
 
 
 def changed_round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
     """Stage 2: the round trips whose output leaves in another layout than its input came in."""
-    return REWRITE.run("state-roundtrips", mismatched, round_trips(sig))
+    return changed_roundtrips(round_trips(sig), REWRITE)
 
 
 def program_figures(report: TargetReport) -> ProgramFacts:
@@ -88,7 +87,7 @@ def rewrite(module: ir.Module, before: TargetReport, choose: ChoosePins, compile
     with them (``before``: the program as written, analysed)."""
     sig = entry_signature(module, REWRITE)  # 1
     pairs = round_trips(replace(sig, inputs=tuple(before.inputs), outputs=tuple(before.outputs)))  # 2
-    applied = choose(sig, REWRITE.run("round-trips", mismatched, pairs))
+    applied = choose(sig, changed_roundtrips(pairs, REWRITE))  # 2
     after = compile_pinned(sig, {a.index: a.after for a in applied}) if applied else before
     figures_before, figures_after = program_figures(before), program_figures(after)  # 3
     changes = changed_collectives(before.collectives, after.collectives)  # 4

@@ -25,11 +25,10 @@ from ..stablehlo.sharding_constraints import (
     even_alternatives,
     read_constraints,
 )
-from ..stablehlo.state_roundtrip import correspond, mismatched
 from .entry import entry_signature
 from .lint import LINT
 
-__all__ = ["clone", "constraint_ops", "correspond", "entry_function", "mismatched", "missing_entry",
+__all__ = ["clone", "constraint_ops", "entry_function", "missing_entry",
            "entry_to_rename", "module_ops", "constraints_at", "constraints_stating", "gathered_axes_off",
            "even_choices"]
 

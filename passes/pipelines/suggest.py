@@ -32,16 +32,17 @@ from jaxlib.mlir import ir
 from ..common.axes import label, sharding_labels
 from ..hlo.step_time import DeviceSpec, collective_seconds, significant
 from ..models.entry import EntrySignature, RoundTrip
+from ..models.errors import NoFeasibleSharding, ShardyRejected
 from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
 from ..propagation.propagate import propagate
 from ..propagation.sharding_graph import ShardingGraph, build_graph
-from ..propagation.shardy_reference import ShardyRejected, with_sharding_rules
+from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
 from ..solver.refine import LayoutCheck, check_layout
 from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
-from ..solver.solve import NoFeasibleSharding, Solution, solve
+from ..solver.solve import Solution, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
 from ..stablehlo.state_roundtrip import correspond
@@ -50,7 +51,7 @@ from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
 # the budget), and the problem and graph it holds (the solver fixes cut the problem to a finding's arguments).
-__all__ = ["NoFeasibleSharding", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "ShardyRejected",
+__all__ = ["ResultNotATensor", "ShardingGraph", "ShardingProblem",
            "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (

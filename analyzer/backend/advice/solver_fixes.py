@@ -29,11 +29,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ....passes.common.sharding_text import normalized, pspec_text
+from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.fix_check import FixCheck, FixVerdict
 from ....passes.models.report import Finding, TargetReport, TensorInfo
 from ....passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
 from ....passes.pipelines.entry import entry_signature
-from ....passes.pipelines.suggest import SUGGEST, NoFeasibleSharding, ShardingProblem, restrict_groups, time_resolution
+from ....passes.pipelines.suggest import SUGGEST, ShardingProblem, restrict_groups, time_resolution
 from ....passes.pipelines.suggest import pins as plan_pins
 from ...adapter import jax_adapter
 from ...context.config import Settings

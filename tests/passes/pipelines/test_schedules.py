@@ -41,6 +41,25 @@ def test_every_declared_stage_is_in_a_pipeline():
     assert set(STAGES) - used == set()
 
 
+def test_every_stage_run_is_in_its_pipeline():
+    """Each ``PIPELINE.run("stage", ...)`` in passes/pipelines names a stage of that pipeline (one that is not
+    raises only when it runs)."""
+    wrong, checked = [], 0
+    for path, module in _pipeline_modules():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            f = call.func
+            if (isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name)
+                    and isinstance(pipeline := getattr(module, f.value.id, None), Pipeline) and call.args
+                    and isinstance(call.args[0], ast.Constant)):
+                checked += 1
+                if call.args[0].value not in pipeline.stages:
+                    wrong.append(f"{os.path.basename(path)}:{call.lineno} {pipeline.name}: {call.args[0].value!r}")
+    assert wrong == []
+    assert checked >= 60
+
+
 def test_stage_labels_in_docstrings_are_the_schedule():
     """A function whose docstring says ``Stage N`` (``Stages N and M``, ``Stages N to M``) runs only stages
     at those places of its pipeline."""
