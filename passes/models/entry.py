@@ -18,8 +18,8 @@ class EntrySignature:
     mesh: MeshInfo
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
-    input_keys: tuple[tuple, ...]
-    output_keys: tuple[tuple, ...]
+    input_keys: tuple[tuple[str | int, ...], ...]
+    output_keys: tuple[tuple[str | int, ...], ...]
     num_partitions: int
 
 
