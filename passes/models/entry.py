@@ -5,6 +5,7 @@ between the stages it calls, imported from here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..common.device_groups import MeshInfo
 from .report import TensorInfo
@@ -18,8 +19,8 @@ class EntrySignature:
     mesh: MeshInfo
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
-    input_keys: tuple[tuple[str | int, ...], ...]
-    output_keys: tuple[tuple[str | int, ...], ...]
+    input_keys: tuple[tuple[Any, ...], ...]  # (argument index, then its pytree keys)
+    output_keys: tuple[tuple[Any, ...], ...]
     num_partitions: int
 
 
