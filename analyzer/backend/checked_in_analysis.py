@@ -10,7 +10,8 @@ import os
 
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
-from ...passes.pipelines.lint import analyze_target, entry_signature
+from ...passes.pipelines.entry import entry_signature
+from ...passes.pipelines.lint import LINT, analyze_target
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source
@@ -67,7 +68,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata).
     Without ``with_rules``: the measure alone, no findings (``analyze_target``)."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module)
+    sig = entry_signature(module, LINT)
     from .device_selection import platform_label
 
     isolation.phase(where, "compiling the module with XLA")
@@ -104,7 +105,7 @@ def _beside(hlo_path: str, report: str) -> str | None:
 
 
 def analyze_hlo_file(path: str, settings: Settings, name: str | None = None) -> TargetReport:
-    from ...passes.pipelines.check import HloParseError, MalformedReport
+    from ...passes.models.errors import HloParseError, MalformedReport
 
     text = read_input_text(path)
     buffers = _beside(path, "buffer-assignment")
@@ -142,7 +143,7 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     if kind == "mlir":
         module, text = read_mlir(path)
         name = os.path.splitext(os.path.basename(path))[0]
-        n = entry_signature(module).num_partitions
+        n = entry_signature(module, LINT).num_partitions
     else:
         text, n = read_export(path)
         name = os.path.splitext(os.path.basename(path))[0]

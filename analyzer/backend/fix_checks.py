@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...passes.common.sharding_text import normalized, pspec_text
+from ...passes.models.entry import EntrySignature, RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport, TensorInfo
 from ...passes.pipelines.catalogue import (
@@ -31,8 +32,8 @@ from ...passes.pipelines.catalogue import (
     STATE_ARGUMENT_FIXES,
     STATE_RULES,
 )
-from ...passes.pipelines.lint import EntrySignature, entry_signature
-from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
+from ...passes.pipelines.entry import changed_roundtrips, entry_signature, state_roundtrips
+from ...passes.pipelines.lint import LINT
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
@@ -66,7 +67,7 @@ class _Candidate:
 def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
     """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    entry = sum(rt.output.per_device_bytes for rt in mismatched(correspond(compiled)))
+    entry = sum(rt.output.per_device_bytes for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT))
     return sum(c.bytes * c.count for c in report.collectives) + entry
 
 
@@ -102,7 +103,7 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
     """(pin the state outputs to their inputs' layouts, give the inputs the layouts they come back in)."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    moved = mismatched(correspond(compiled))
+    moved = changed_roundtrips(state_roundtrips(compiled, LINT), LINT)
     if not moved:
         return None, None
     pin = _Candidate("out_shardings pinning every state output to its input's layout",
@@ -152,9 +153,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     worse (or does not compile) reworded to say what it costs instead of being offered.
     ``progress`` is told of each compile, counted ("[2/5] ...")."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module)
+    sig = entry_signature(module, LINT)
     pin, take = _state_candidates(report, sig)
-    returned = {rt.output.index: rt.input.index for rt in correspond(sig)}
+    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, LINT)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
     donations = {f.subject: c for f in report.findings if f.rule in DONATION_FIXES
@@ -325,7 +326,7 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     """Output path and input path -> each state value that comes back on another layout."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
     out: dict[str, RoundTrip] = {}
-    for rt in mismatched(correspond(compiled)):
+    for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT):
         out[rt.output.path] = out[rt.input.path] = rt
     return out
 

@@ -27,18 +27,18 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
-from ...passes.models.fix_check import FixVerdict
+from ...passes.models.fix_check import FixVerdict, StatedLayoutEdit
 from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
-from ...passes.models.rule_codes import SL104, SL204, SL205, SL206
-from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES
-from ...passes.pipelines.lint import entry_signature
+from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES, layout_edit
+from ...passes.pipelines.entry import entry_signature, state_roundtrips
+from ...passes.pipelines.lint import LINT
 from ...passes.pipelines.stablehlo_edits import (
     constraints_at,
     constraints_stating,
-    correspond,
     even_choices,
     gathered_axes_off,
 )
@@ -99,29 +99,36 @@ def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if _undoes_constraint(f):
         return _constraint_edits(f, report, module)
-    if f.rule == SL204.code:
-        # One finding may stand for several constraints at its line (a layer called in a loop): each is edited.
-        ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
-        choices = even_choices(module, ordinals)
-        if not choices or any(not alternatives for alternatives in choices.values()):
-            return []
-        count = min(len(alternatives) for alternatives in choices.values())
-        return [_Edit(f"{f.subject} -> {pspec_text(choices[min(choices)][i])}",
-                      f"constrain it as {pspec_text(choices[min(choices)][i])}",
-                      constraints={k: alternatives[i] for k, alternatives in choices.items()})
-                for i in range(count)]
-    if f.rule == SL206.code:
-        # The candidates the rule derived (the argument the value inherits its cut from, moved as a parameter's
-        # fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
-        # each compiled; Shardy's propagation is not run again.
-        return [e for c in f.candidates if (e := _propagated_edit(c, f, report, module)) is not None]
-    if f.rule == SL104.code:
-        return _staged_edits(f, module)
-    if f.rule == SL205.code:
-        # Dropping the donation is compiled too: printed as the fix only where measured better, and otherwise
-        # what it was measured to change is said beside the other candidates' figures.
-        return _donation_edits(f, report, module) + [e for e in [_drop_edit(f, report)] if e is not None]
-    return []
+    kind = layout_edit(f)
+    return _EDITS[kind](f, report, module) if kind is not None else []
+
+
+def _even_constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """A constraint on axes that do not divide its value: the divisible alternatives of every constraint the
+    finding stands for. One finding may stand for several constraints at its line (a layer called in a loop):
+    each is edited."""
+    ordinals = {int(m.group(1)) for name in (f.ops or [f.subject or ""]) if (m := _CONSTRAINT.match(name))}
+    choices = even_choices(module, ordinals)
+    if not choices or any(not alternatives for alternatives in choices.values()):
+        return []
+    count = min(len(alternatives) for alternatives in choices.values())
+    return [_Edit(f"{f.subject} -> {pspec_text(choices[min(choices)][i])}",
+                  f"constrain it as {pspec_text(choices[min(choices)][i])}",
+                  constraints={k: alternatives[i] for k, alternatives in choices.items()})
+            for i in range(count)]
+
+
+def _rule_candidate_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """The candidates the rule derived (the argument the value inherits its cut from, moved as a parameter's
+    fix moves it: with its optimizer state, returned in that layout; a constraint inserted on the value),
+    each compiled; Shardy's propagation is not run again."""
+    return [e for c in f.candidates if (e := _propagated_edit(c, f, report, module)) is not None]
+
+
+def _donation_or_drop_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
+    """Dropping the donation is compiled too: printed as the fix only where measured better, and otherwise
+    what it was measured to change is said beside the other candidates' figures."""
+    return _donation_edits(f, report, module) + [e for e in [_drop_edit(f, report)] if e is not None]
 
 
 def _drop_edit(f: Finding, report: TargetReport) -> _Edit | None:
@@ -143,7 +150,7 @@ def _donation_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     # Otherwise the output pinned to the donated input's sharding.
     # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
     # comes out: the output that is that input coming back (its pytree path), not any of its shape.
-    returned = {rt.input.index: rt.output for rt in correspond(entry_signature(module))}
+    returned = {rt.input.index: rt.output for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
     by_path = {t.path: t for t in report.inputs}
     pins: dict[int, list[list[str]]] = {}
     donors: set[int] = set()
@@ -166,7 +173,7 @@ def _donation_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
                   results=pins, donors=frozenset(donors))]
 
 
-def _staged_edits(f: Finding, module) -> list[_Edit]:
+def _staged_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     """SL104's staged layouts as an edit: before what asks for the value's last layout (the constraints at the
     finding's line stating it, else the only constraint or, failing that, the only result pinned to it), a
     constraint for each layout on the way, in order (what ``with_sharding_constraint`` one axis at a time
@@ -178,7 +185,7 @@ def _staged_edits(f: Finding, module) -> list[_Edit]:
     stating = constraints_stating(module, target)
     at_line = [k for k in constraints_at(module, f.source) if k in stating] if f.source is not None else []
     chosen = at_line or (stating if len(stating) == 1 else [])
-    pinned = [o.index for o in entry_signature(module).outputs
+    pinned = [o.index for o in entry_signature(module, LINT).outputs
               if len(o.shape) == rank and normalized(o.sharding, rank) == normalized(target, rank)]
     steps = [c.sharding for c in f.candidates[:-1]]
     change = f"{f.subject} resharded one axis at a time: " + " then ".join(pspec_text(c.sharding)
@@ -209,7 +216,7 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
     given = next((t for t in report.inputs if t.path == c.value), None)
     if given is None:
         return None
-    returned = {rt.output.index: rt.input.index for rt in correspond(entry_signature(module))}
+    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
     arguments, results = single_move(report.inputs, returned, {given.index: c.sharding})
     by_index = {t.index: t.path for t in report.inputs}
     mirrored = [by_index[i] for i in sorted(arguments) if i != given.index]
@@ -262,7 +269,7 @@ def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]], m
     was spent, or nothing in the program states the value's layout (no constraint, no pinned result: the
     layout is propagation's, from an argument's sharding where one has it), so no op exists to stage it before."""
     def reason(f: Finding) -> str:
-        if _staged_edits(f, module):
+        if _staged_edits(f, report, module):
             return f"the checks' budget of {MAX_CHECKS} compiles a target is spent"
         target = f.candidates[-1].sharding
         rank = len(target)
@@ -274,7 +281,7 @@ def _uncompiled_staging(report: TargetReport, planned: dict[int, list[_Edit]], m
                 f"is no op to stage it before{stated}")
 
     findings = [f.model_copy(update={"fix": f"{f.fix} (advice, not compiled: {reason(f)})"})
-                if f.rule == SL104.code and len(f.candidates) > 1 and k not in planned else f
+                if layout_edit(f) is StatedLayoutEdit.staged and len(f.candidates) > 1 and k not in planned else f
                 for k, f in enumerate(report.findings)]
     return report.model_copy(update={"findings": findings}) if findings != report.findings else report
 
@@ -301,6 +308,15 @@ def _donation_not_helped(checks: list, tried: str, already: set[str]) -> str:
     return f"{kept}; {dropped}" if kept else f"no fix measured better: {dropped}"
 
 
+# Each stated-layout edit's candidates, by the kind its rule's traits name.
+_EDITS: dict[StatedLayoutEdit, Callable[[Finding, TargetReport, Any], list[_Edit]]] = {
+    StatedLayoutEdit.even_constraint: _even_constraint_edits,
+    StatedLayoutEdit.rule_candidates: _rule_candidate_edits,
+    StatedLayoutEdit.staged: _staged_edits,
+    StatedLayoutEdit.donation: _donation_or_drop_edits,
+}
+
+
 def check_layout_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                        progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with SL204's, SL205's, SL206's and the constraint causes' fixes compiled: the best candidate
@@ -309,7 +325,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if not any(f.rule in STATED_LAYOUT_FIXES or _undoes_constraint(f) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module)
+    sig = entry_signature(module, LINT)
     planned: dict[int, list[_Edit]] = {}
     # Each distinct change compiled once: two findings of one constraint (the gather in its loop and the one
     # after it) share its candidates.
@@ -366,7 +382,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
             continue
         tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks
                           if not e.undonated)
-        if f.rule == SL205.code:
+        if layout_edit(f) is StatedLayoutEdit.donation:
             text = _donation_not_helped(checks, tried, already)
         else:
             text = f"no layout change found that helps: {tried}"

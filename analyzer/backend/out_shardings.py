@@ -27,8 +27,10 @@ from typing import Any
 
 from ...passes.common.pytree_paths import path_keys
 from ...passes.common.sharding_text import named_sharding_text, normalized
+from ...passes.models.entry import RoundTrip
 from ...passes.models.report import TensorInfo
-from ...passes.pipelines.stablehlo_edits import RoundTrip, mismatched
+from ...passes.pipelines.entry import changed_roundtrips
+from ...passes.pipelines.lint import LINT
 from ..adapter import jax_adapter
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
@@ -253,7 +255,7 @@ def suggest(
 ) -> OutShardingsSuggestion:
     """The checked ``out_shardings=`` text pinning every state output to its
     input's layout; text None when nothing needs pinning or nothing checks."""
-    fixes = {rt.output.index: rt.input.sharding for rt in mismatched(roundtrips)}
+    fixes = {rt.output.index: rt.input.sharding for rt in changed_roundtrips(roundtrips, LINT)}
     if not fixes:
         return OutShardingsSuggestion(None)
     intended = [fixes.get(o.index, o.sharding) for o in outputs]

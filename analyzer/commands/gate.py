@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 from ...passes.models.gate import BASELINE_VERSION, Baseline, GateResult, GateThresholds
 from ...passes.models.report import LintReport, TargetReport
+from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.gate import baseline_of as pipeline_baseline_of
 from ...passes.pipelines.gate import gate_verdict
-from ...passes.pipelines.lint import entry_signature
+from ...passes.pipelines.lint import LINT
 from ...passes.pipelines.rule_stage import report_rules
 from ...reports.common.json import render_json
 from .. import __version__
@@ -126,7 +127,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     needed = 0
     for p in paths:
         if p.endswith(".mlir") and os.path.isfile(p):
-            n = entry_signature(read_mlir(p)[0]).num_partitions
+            n = entry_signature(read_mlir(p)[0], LINT).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
     settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
@@ -155,7 +156,7 @@ def checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings,
     if not settings.check_fixes or kind not in ("mlir", "export") or len(reports) != 1:
         return reports
     text = read_mlir(path)[1] if kind == "mlir" else read_export(path)[0]
-    n = entry_signature(jax_adapter.parse_stablehlo(text)).num_partitions
+    n = entry_signature(jax_adapter.parse_stablehlo(text), LINT).num_partitions
     return [checked_fixes(reports[0], text, settings, path, devices[:n])]
 
 

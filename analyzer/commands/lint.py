@@ -1,5 +1,6 @@
-"""One lint run: load the script's targets, lower and compile each, run the
-pass pipeline, apply suppressions, and build the report."""
+"""One lint run: the run-wide pipeline's order (``passes/pipelines/run_wide.lint_run``: targets, source
+rules, suppressions, the rules documented) around the analyzer's part: load the script's targets, lower,
+compile and analyse each and check its fixes, find the program's files, and build the report."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...passes.models.report import LintReport
-from ...passes.pipelines.rule_stage import report_rules
+from ...passes.models.report import LintReport, TargetReport
+from ...passes.pipelines.run_wide import ProgramSource, lint_run
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_fixes import checked_fixes
@@ -18,8 +19,8 @@ from ..backend.script_targets import load_script
 from ..backend.side_by_side import one_compile_per_program
 from ..backend.target_analysis import analyze_lowered
 from ..context.config import Settings
-from ..context.display_paths import relativize
-from ..context.program_files import apply_run_suppressions, program_files, program_findings
+from ..context.display_paths import display_path, relativize, same_file
+from ..context.program_files import program_files, read_text
 from ..supervision import isolation
 
 Progress = Callable[[str], None]
@@ -33,36 +34,42 @@ class LintRequest:
 
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
+    """The lint run (``passes/pipelines/run_wide.lint_run``: its order) around this module's callbacks: the
+    script loaded, each target lowered, compiled, analysed and its fixes checked; the program's files found;
+    a file read."""
     say = progress or (lambda _msg: None)
     loaded = load_script(request.script, request.params, settings)
     settings, where = loaded.settings, loaded.where
-    say(f"collecting targets from {where}")
-    targets = loaded.call(request.targets)
-    reports = []
-    for name, lowered in targets.items():
-        say(f"analysing {name}")
-        isolation.phase(where, f"compiling target {name!r}")
-        check_lowered_for(lowered, name, settings, where)
-        with paused_collector():
-            report = analyze_lowered(name, lowered, settings, where)
-            if settings.check_fixes:
-                say(f"compiling the fixes {name}'s findings suggest, to check them")
-                text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
-                with one_compile_per_program():  # a program two checks arrive at is compiled once
-                    report = checked_fixes(report, text, settings, where, devices, progress)
-        reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
-    program = program_files(where, settings) if os.path.exists(where) else None
-    from_source, source_notes = program_findings(program, settings) if program else ([], [])
-    files = [os.path.abspath(where)] + list(program.files if program else ()) + [
-        f.source.file for r in reports for f in r.findings if f.source is not None
-    ]
-    reports, run_findings = apply_run_suppressions(
-        reports, files, settings, report_unused=not request.targets, extra=from_source
-    )
+
+    def analyze_targets() -> list[TargetReport]:
+        say(f"collecting targets from {where}")
+        reports = []
+        for name, lowered in loaded.call(request.targets).items():
+            say(f"analysing {name}")
+            isolation.phase(where, f"compiling target {name!r}")
+            check_lowered_for(lowered, name, settings, where)
+            with paused_collector():
+                report = analyze_lowered(name, lowered, settings, where)
+                if settings.check_fixes:
+                    say(f"compiling the fixes {name}'s findings suggest, to check them")
+                    text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
+                    with one_compile_per_program():  # a program two checks arrive at is compiled once
+                        report = checked_fixes(report, text, settings, where, devices, progress)
+            reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))
+        return reports
+
+    def read_program() -> ProgramSource | None:
+        if not os.path.exists(where):
+            return None
+        program = program_files(where, settings)
+        return ProgramSource(program.files, program.roots, program.texts)
+
+    run = lint_run(analyze_targets, read_program, read_text, lambda path: display_path(path, os.getcwd()),
+                   same_file, os.path.abspath(where), settings.ignore, settings.severities,
+                   report_unused=not request.targets)
     jax_version, jaxlib_version = jax_adapter.versions()
     report = LintReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version,
-        script=where, targets=reports, findings=run_findings,
-        rules=report_rules(settings.ignore, settings.severities), source_notes=source_notes,
+        script=where, targets=run.reports, findings=run.findings, rules=run.rules, source_notes=run.source_notes,
     )
     return relativize(report, os.getcwd())

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from ...passes.models.entry import EntrySignature
+from ...passes.models.errors import ShardyRejected
 from ...passes.models.propagation import PropagateRun, PropagationReport
 from ...passes.pipelines.propagate import (
     MAX_VALUES,
     CompiledProgram,
     CompileModule,
-    EntrySignature,
     Propagated,
-    ShardyRejected,
     devices_needed,
     propagate_module,
 )

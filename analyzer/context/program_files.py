@@ -12,14 +12,7 @@ import os
 from dataclasses import dataclass
 
 from ...passes.models.report import Finding, TargetReport
-from ...passes.pipelines.run_wide import (
-    ProgramFindings,
-    Suppression,
-    parsed_source,
-    program_rule_findings,
-    suppressed,
-    suppressions_in,
-)
+from ...passes.pipelines.run_wide import file_suppressions, parsed_source, program_rule_findings, suppressed
 from .config import Settings
 from .display_paths import display_path, same_file
 
@@ -138,19 +131,19 @@ def program_findings(program: ProgramFiles, settings: Settings) -> tuple[list[Fi
     """The source rules' findings over the whole program, and the files read with a newer grammar or
     not analysed (named, never skipped in silence)."""
     result = program_analysis(program, settings)
-    return list(result.findings), shown_notes(result, program)
+    return list(result.findings), shown_notes(result.notes, program)
 
 
-def shown_notes(result: ProgramFindings, program: ProgramFiles) -> list[str]:
+def shown_notes(notes: tuple[str, ...], program: ProgramFiles) -> list[str]:
     """The notes with their files as reports show paths (relative to the working folder beneath it)."""
     out = []
-    for note in result.notes:
+    for note in notes:
         path = next((p for p in program.texts if note.startswith(p + ": ")), None)
         out.append(display_path(path, os.getcwd()) + note[len(path):] if path else note)
     return out
 
 
-def program_analysis(program: ProgramFiles, settings: Settings) -> ProgramFindings:
+def program_analysis(program: ProgramFiles, settings: Settings):  # the source rules stage's ProgramFindings
     return program_rule_findings(program.texts, program.roots, settings.ignore, settings.severities)
 
 
@@ -160,12 +153,14 @@ def apply_run_suppressions(
 ) -> tuple[list[TargetReport], list[Finding]]:
     """Suppress target findings and run-wide ones (``extra``: the source rules'),
     and report suppressions that silence nothing (the run-wide pipeline's stages)."""
-    suppressions: list[Suppression] = []
-    for path in sorted(set(files)):
-        try:
-            with open(path, encoding="utf-8") as f:
-                suppressions.extend(suppressions_in(path, f.read()))
-        except OSError:
-            continue
-    return suppressed(reports, list(extra or []), suppressions, same_file, settings.ignore, settings.severities,
-                      report_unused)
+    return suppressed(reports, list(extra or []), file_suppressions(files, read_text), same_file, settings.ignore,
+                      settings.severities, report_unused)
+
+
+def read_text(path: str) -> str | None:
+    """A file's text for its suppression comments (None: it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None

@@ -9,10 +9,9 @@ from typing import Literal
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..models.entry import RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
-from ..models.rule_codes import SL201
-from ..stablehlo.state_roundtrip import RoundTrip
 
 
 def program_facts(report: TargetReport) -> ProgramFacts:
@@ -85,9 +84,10 @@ def verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> 
     return text
 
 
-def remaining_costs(after: TargetReport, display: Callable[[SourceLocation], str] = str) -> list[str]:
-    """Findings that survive the rewrite and what would remove them; ``display``
-    turns a source location into text.
+def remaining_costs(after: TargetReport, output_layout_rules: frozenset[str],
+                    display: Callable[[SourceLocation], str] = str) -> list[str]:
+    """Findings that survive the rewrite and what would remove them (the findings of ``output_layout_rules``,
+    about an output's layout, the rewrite was to fix); ``display`` turns a source location into text.
 
     Only resharding the rewrite cannot touch counts: a parameter gather or a
     gradient reduction is what the sharding asked for. A collective is blamed on
@@ -113,7 +113,7 @@ def remaining_costs(after: TargetReport, display: Callable[[SourceLocation], str
         lines[line] = lines.get(line, 0) + c.count
     out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
     for f in after.findings:
-        if f.rule == SL201.code:
+        if f.rule in output_layout_rules:
             out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")
     return out
 

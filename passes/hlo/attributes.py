@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import HloParseError
+from ..models.errors import HloParseError
 
 _METADATA_STR = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _METADATA_INT = re.compile(r"(\w+)=(-?\d+)(?=[\s}]|$)")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..common.shapes import parse_arrays
+from ..models.errors import MalformedReport
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .module import HloModule
@@ -215,10 +216,6 @@ def summarize_memory(
         live_at_peak=live,
         timeline=timeline,
     )
-
-
-class MalformedReport(ValueError):
-    """An XLA memory report (buffer assignment, live range) that cannot be read."""
 
 
 _ALLOCATION_LINE = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.M)

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..models.errors import HloParseError
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .attributes import parse_attributes
-from .errors import HloParseError
 
 _COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
 # A called computation without parsing the whole attribute list (metadata included).

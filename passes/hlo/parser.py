@@ -7,8 +7,8 @@ from __future__ import annotations
 import gc
 import re
 
+from ..models.errors import HloParseError
 from .attributes import balanced_end, open_brackets, split_top_level
-from .errors import HloParseError
 from .module import MAIN_THREAD, HloComputation, HloInstruction, HloModule, StackFrame
 
 _COMPUTATION_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)\{\s*$")

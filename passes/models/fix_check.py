@@ -42,3 +42,19 @@ class FixCheck(_Model):
     @property
     def traffic_delta(self) -> int:
         return (self.traffic_bytes_after or 0) - self.traffic_bytes_before
+
+
+class StatedLayoutEdit(Enum):
+    """Which edit of a layout the program states compiles a finding's fix (a rule's ``RuleTraits.layout_edit``,
+    read by the analyzer's layout fix checks: each kind is one builder of candidate edits there)."""
+
+    # The constraint the finding names, its axes moved to a dimension they divide or only those that divide it
+    # kept.
+    even_constraint = "even-constraint"
+    # The candidates the rule derived (the argument moved, a constraint inserted, the user's restated).
+    rule_candidates = "rule-candidates"
+    # The value's layouts on the way to its last one, a constraint for each, staged before what asks for it.
+    staged = "staged"
+    # The output pinned to (or returned in the dtype of) the donated input it should reuse, or the donation
+    # dropped.
+    donation = "donation"

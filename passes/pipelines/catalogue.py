@@ -6,13 +6,14 @@ No stage keeps a list of codes of its own."""
 
 from __future__ import annotations
 
+from ..models.fix_check import StatedLayoutEdit
 from ..models.report import Finding
 from ..rules.registry import FixKind, OptionKind
 from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
-           "OTHER_DIMENSION_FIXES", "stands_for_a_group_without_own_fix"]
+           "OTHER_DIMENSION_FIXES", "stands_for_a_group_without_own_fix", "layout_edit"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
 PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
@@ -36,3 +37,9 @@ def stands_for_a_group_without_own_fix(f: Finding) -> bool:
     rule's ``group_without_own_fix`` trait: SL201's small outputs)."""
     rule = RULES.get(f.rule)
     return rule is not None and rule.traits.group_without_own_fix is not None and rule.traits.group_without_own_fix(f)
+
+
+def layout_edit(f: Finding) -> StatedLayoutEdit | None:
+    """Which edit of a stated layout compiles the finding's fix (its rule's ``layout_edit`` trait), or None."""
+    rule = RULES.get(f.rule)
+    return rule.traits.layout_edit if rule is not None else None

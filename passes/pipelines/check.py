@@ -9,19 +9,18 @@ import re
 from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, parse_arrays, split_tuple
 from ..hlo.collectives import find_collectives
-from ..hlo.errors import HloParseError
-from ..hlo.memory import MalformedReport, MemoryStats, stats_from_buffer_assignment, summarize_memory
+from ..hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
+from ..models.entry import EntrySignature
 from ..models.report import TargetReport, TensorInfo
-from ..stablehlo.module import EntrySignature
 from .inputs import PassConfig
 from .lint import timed_collectives
 from .pass_manager import Pipeline
 from .rule_stage import rule_context, run_rules
 
 # What the analyzer catches: HLO text, or XLA's memory reports beside it, that do not read.
-__all__ = ["HloParseError", "MalformedReport", "analyze_hlo_only"]
+__all__ = ["analyze_hlo_only"]
 
 CHECK_HLO = Pipeline("check-hlo", ("hlo-parse", "entry-signature", "collectives", "step-time", "memory", "rules"))
 

@@ -33,19 +33,16 @@ from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
-from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
-from ..models.rule_codes import SL105
+from ..models.entry import EntrySignature, RoundTrip
+from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import attach_provenance, explained
-from ..rules.sl105_unexplained_reshard import unreported_reshards_note
-from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
-from ..rules.table import codes_where
+from ..rules.table import RULES, codes_where
 from ..source.frames import CodeOwnership
 from ..stablehlo.module import (
-    EntrySignature,
     EntrySources,
     call_site,
     per_device_bytes,
@@ -53,7 +50,8 @@ from ..stablehlo.module import (
     read_entry_sources,
 )
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
-from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
+from ..stablehlo.state_roundtrip import correspond, suggested_out_shardings
+from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
 from .rule_stage import rule_context, run_rules
@@ -77,13 +75,10 @@ def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[
 OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tuple[RoundTrip, ...]],
                             "tuple[str | None, str | None]"]
 
-# What the analyzer takes from the stages' answers (the signature a fix check moves arguments of).
-__all__ = ["EntrySignature"]
-
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
-    "collective-origin", "step-time", "rule-facts", "rules", "explain-outputs", "output-reshards", "out-shardings",
-    "provenance",
+    "collective-origin", "row-parallel-sums", "step-time", "call-site", "rule-facts", "rules",
+    "compiled-program-passes", "report-notes", "out-shardings", "provenance",
 ))
 LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
 
@@ -103,16 +98,10 @@ def _read_entry(module: ir.Module, ownership: CodeOwnership) -> tuple[EntrySigna
     return read_entry_signature(module), read_entry_sources(module, ownership)
 
 
-def entry_signature(module: ir.Module) -> EntrySignature:
-    """Stage 1's signature alone, for the analyzer's own use of a module before or around its analysis (a
-    checked-in module's device count, the arguments a fix check moves)."""
-    return LINT.run("entry-signature", read_entry_signature, module)
-
-
 def program_call_site(module: ir.Module, program_name: str, ownership: CodeOwnership) -> SourceLocation | None:
     """The user's line that called the jitted function ``program_name`` was traced from (the report's
     call site; ``run`` names its dumped programs' by their own names)."""
-    return LINT.run("rule-facts", call_site, module, program_name, ownership)
+    return LINT.run("call-site", call_site, module, program_name, ownership)
 
 
 def analyze_target(
@@ -129,7 +118,7 @@ def analyze_target(
     ``with_rules`` the report has the program's figures (memory, collectives, step time,
     inputs and outputs) and no findings: what a fix candidate's check and suggest's
     versions read."""
-    # 1. The entry signature and its source lines, from StableHLO.
+    # The entry signature and its source lines, from StableHLO.
     sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
     if compiled.donated_inputs:  # jit leaves a donation no output matches out of the module: the user's still
@@ -138,7 +127,7 @@ def analyze_target(
     outputs = _with_shardings(sig.outputs, compiled.output_shardings, sig.mesh)
     sig_compiled = dataclasses.replace(sig, inputs=inputs, outputs=outputs)
 
-    # 2. The compiled program: collectives and memory.
+    # The compiled program: collectives and memory.
     hlo = LINT.run("hlo-parse", parse_hlo_module, compiled.hlo_text)
     collectives = LINT.run("collectives", find_collectives, hlo, sig.mesh, compiled.device_processes,
                            config.ownership).collectives
@@ -147,13 +136,13 @@ def analyze_target(
                       compiled.buffer_assignment_text, config.budget_bytes, config.ownership,
                       ) if compiled.memory else None
 
-    # 3. Which outputs are inputs coming back: the step's state, whose parameters'
+    # Which outputs are inputs coming back: the step's state, whose parameters'
     # gathers and gradient reductions are intended traffic.
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
     collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
-    collectives = LINT.run("collective-origin", mark_row_parallel_sums, hlo, collectives,
+    collectives = LINT.run("row-parallel-sums", mark_row_parallel_sums, hlo, collectives,
                           parameters(inputs, roundtrips))
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
@@ -166,16 +155,12 @@ def analyze_target(
             time=time,
         )
 
-    # 4. Rules.
+    # Rules.
     ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
                    collectives, memory, roundtrips)
-    findings = LINT.run("explain-outputs", explain_outputs, hlo, LINT.run("rules", run_rules, ctx, config),
-                        outputs, collectives)
-    findings = LINT.run("output-reshards", claim_output_reshards, hlo, findings, outputs, collectives,
-                        _BOUNDARY_COLLECTIVES)
-    warnings: list[str] = []
-    if SL105.code not in config.disabled and (note := unreported_reshards_note(ctx)):
-        warnings.append(note)
+    findings = LINT.run("rules", run_rules, ctx, config)
+    findings = LINT.run("compiled-program-passes", _compiled_program_passes, hlo, findings, outputs, collectives)
+    warnings = LINT.run("report-notes", _report_notes, ctx, config)
     if out_shardings_hook is not None:
         suggestion, problem = LINT.run("out-shardings", out_shardings_hook, inputs, outputs, roundtrips)
         if problem:
@@ -189,10 +174,28 @@ def analyze_target(
         axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
         time=time,
     )
-    # 5. Why: the propagation behind an explained finding's provenance.
+    # Why: the propagation behind an explained finding's provenance.
     if explain_with is not None and explained(report.findings):
-        report = _with_provenance(report, explain_with, config.ownership, display)
+        report = LINT.run("provenance", _with_provenance, report, explain_with, config.ownership, display)
     return report
+
+
+def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
+                             collectives: tuple[Collective, ...]) -> list[Finding]:
+    """Each rule's pass over the compiled program with every finding (its ``compiled_program_pass`` trait:
+    SL201 explains its outputs by their resharding and claims the collectives XLA adds where they leave), in
+    code order."""
+    for code in sorted(RULES):
+        if (program_pass := RULES[code].traits.compiled_program_pass) is not None:
+            findings = program_pass(hlo, findings, outputs, collectives, _BOUNDARY_COLLECTIVES)
+    return findings
+
+
+def _report_notes(ctx: RuleContext, config: PassConfig) -> list[str]:
+    """The report's warnings the rules on add (their ``report_note`` trait: SL105's small reshards no rule
+    reports), in code order."""
+    return [note for code in sorted(RULES) if code not in config.disabled
+            and (report_note := RULES[code].traits.report_note) is not None and (note := report_note(ctx))]
 
 
 def _call_site(module: ir.Module, config: PassConfig) -> SourceLocation | None:
@@ -224,7 +227,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),
-        call_site=_call_site(module, config),
+        call_site=LINT.run("call-site", _call_site, module, config),
         aliased_inputs=aliased_parameters(hlo),
     )
 
@@ -236,11 +239,11 @@ def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwn
     CPU compile uses more than one, and the propagation slowed it by 10-20% on the
     scale benchmark's clean programs, which never read it.)"""
     try:
-        propagated = LINT.run("provenance", run_propagation, module, ownership)
-        predicted = LINT.run("provenance", predict, propagated.graph)
+        propagated = run_propagation(module, ownership)
+        predicted = predict(propagated.graph)
     except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
         return report  # provenance, never the lint (it ran only for them before)
-    return LINT.run("provenance", attach_provenance, report, propagated, display, predicted)
+    return attach_provenance(report, propagated, display, predicted)
 
 
 def analyze_refused_target(
@@ -305,7 +308,7 @@ def replicated_outputs(module: ir.Module, hlo_text: str) -> tuple[list[list[str]
     lint reads every output's sharding from the executable; a dump names none, so without this each was
     unknown and SL202 matched no output to a replicated input (a Llama step jit'ed without donation had no
     SL202 under run). An output XLA shards stays unknown: its per-device shape does not say over which axes."""
-    outputs = entry_signature(module).outputs
+    outputs = entry_signature(module, LINT).outputs
     root = next((i for i in parse_hlo_module(hlo_text).entry_computation.instructions if i.is_root), None)
     local = parse_arrays(root.shape) if root is not None else []
     if len(local) != len(outputs):

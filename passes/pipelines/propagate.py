@@ -18,6 +18,7 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes
 from ..hlo.collectives import find_collectives
 from ..hlo.parser import parse_hlo_module
+from ..models.entry import EntrySignature
 from ..models.propagation import PropagationReport
 from ..models.report import Collective, SourceLocation
 from ..propagation.borne_out import match_compiled, prediction_counts
@@ -25,13 +26,13 @@ from ..propagation.predicted_communication import predict
 from ..propagation.report import Propagated, agreement, explain, find_values, propagated_value, run_propagation
 from ..propagation.report import with_provenance as with_values_provenance
 from ..propagation.sharding_graph import Tensor
-from ..propagation.shardy_reference import ShardyRejected
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
-from ..stablehlo.module import EntrySignature, read_entry_signature, read_meshes
+from ..stablehlo.module import read_meshes
+from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module) and keeps (the propagated graph, for --explain).
-__all__ = ["MAX_VALUES", "EntrySignature", "Propagated", "ShardyRejected"]
+__all__ = ["MAX_VALUES", "Propagated"]
 
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",
@@ -39,10 +40,6 @@ PROPAGATE = Pipeline("propagate", (
 ))
 
 MAX_VALUES = 200
-
-
-def entry_signature(module: ir.Module) -> EntrySignature:
-    return PROPAGATE.run("entry-signature", read_entry_signature, module)
 
 
 def devices_needed(module: ir.Module, sig: EntrySignature) -> int:
@@ -127,7 +124,7 @@ def propagate_module(name: str, module: ir.Module, compile_module: CompileModule
     """``PROPAGATE``'s stages 1 to 6 in order around the analyzer's compile (None: no compile): the report,
     the propagated graph (for ``--explain``) and why the module was not compiled (None: it was, or was not
     asked to be)."""
-    sig = entry_signature(module)  # 1
+    sig = entry_signature(module, PROPAGATE)  # 1
     program, not_compiled = compile_module(sig) if compile_module is not None else (None, None)
     compiled = None if program is None else compiled_collectives(  # 2
         program.hlo_text, sig.mesh, program.processes, program.ownership)

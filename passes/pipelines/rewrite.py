@@ -15,32 +15,28 @@ from dataclasses import dataclass, replace
 from jaxlib.mlir import ir
 
 from ..compare.rewrite_diff import collective_changes, lost_donations, program_facts, remaining_costs, verdict
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
-from ..stablehlo.module import EntrySignature, read_entry_signature
-from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
+from ..rules.table import codes_where
+from .entry import changed_roundtrips, entry_signature, state_roundtrips
 from .pass_manager import Pipeline
 
-# What the analyzer takes from the stages' answers (rewrite's validation reads the signature's types).
-__all__ = ["EntrySignature", "RoundTrip"]
-
-REWRITE = Pipeline("rewrite", ("entry-signature", "round-trips", "program-figures", "collective-changes",
+REWRITE = Pipeline("rewrite", ("entry-signature", "state-roundtrips", "program-figures", "collective-changes",
                                "remaining-costs", "verdict"))
 
-
-def entry_signature(module: ir.Module) -> EntrySignature:
-    """Stage 1: the entry function's inputs and outputs (shapes, shardings, paths) and its mesh."""
-    return REWRITE.run("entry-signature", read_entry_signature, module)
+# The rules whose findings are about an output's layout (their traits say so): what pinning outputs fixes.
+_OUTPUT_LAYOUT_RULES = codes_where(lambda t: t.about_output_layout)
 
 
 def round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
     """Stage 2: each output that returns an input's state, with that input."""
-    return REWRITE.run("round-trips", correspond, sig)
+    return state_roundtrips(sig, REWRITE)
 
 
 def changed_round_trips(sig: EntrySignature) -> tuple[RoundTrip, ...]:
     """Stage 2: the round trips whose output leaves in another layout than its input came in."""
-    return REWRITE.run("round-trips", mismatched, round_trips(sig))
+    return changed_roundtrips(round_trips(sig), REWRITE)
 
 
 def program_figures(report: TargetReport) -> ProgramFacts:
@@ -55,7 +51,7 @@ def changed_collectives(before: list[Collective], after: list[Collective]) -> li
 
 def costs_left(after: TargetReport, display: Callable[[SourceLocation], str] = str) -> list[str]:
     """Stage 5: the resharding the rewrite leaves, each with what would remove it."""
-    return REWRITE.run("remaining-costs", remaining_costs, after, display)
+    return REWRITE.run("remaining-costs", remaining_costs, after, _OUTPUT_LAYOUT_RULES, display)
 
 
 def rewrite_verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[str]) -> str:
@@ -89,9 +85,9 @@ def rewrite(module: ir.Module, before: TargetReport, choose: ChoosePins, compile
             display: Callable[[SourceLocation], str] = str) -> Rewritten:
     """``REWRITE``'s stages in order, around the analyzer's choice of pins and its compile of the program
     with them (``before``: the program as written, analysed)."""
-    sig = entry_signature(module)  # 1
+    sig = entry_signature(module, REWRITE)  # 1
     pairs = round_trips(replace(sig, inputs=tuple(before.inputs), outputs=tuple(before.outputs)))  # 2
-    applied = choose(sig, REWRITE.run("round-trips", mismatched, pairs))
+    applied = choose(sig, changed_roundtrips(pairs, REWRITE))  # 2
     after = compile_pinned(sig, {a.index: a.after for a in applied}) if applied else before
     figures_before, figures_after = program_figures(before), program_figures(after)  # 3
     changes = changed_collectives(before.collectives, after.collectives)  # 4

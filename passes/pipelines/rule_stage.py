@@ -7,14 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..models.entry import EntrySignature
 from ..models.report import Finding, RuleDoc, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Scope
 from ..rules.context import RuleContext
 from ..rules.group_by_cause import group_by_cause
 from ..rules.registry import Emitter
-from ..rules.sl201_output_sharding_mismatch import merge_lost_donations
 from ..rules.table import RULES, rule_docs
-from ..stablehlo.module import EntrySignature, EntrySources
+from ..stablehlo.module import EntrySources
 from .inputs import PassConfig
 
 
@@ -55,7 +55,10 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
         emitter = Emitter(r, config.severities.get(code, r.severity))
         r.check(ctx, emitter)
         findings.extend(group_by_cause(emitter.findings, ctx.inputs))
-    return sort_findings(merge_lost_donations(findings))
+    for code in sorted(RULES):  # each rule's merge of its findings with another's (its traits'), the disabled too
+        if (merge := RULES[code].traits.merge_findings) is not None:
+            findings = merge(findings)
+    return sort_findings(findings)
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -25,10 +25,10 @@ from ..stablehlo.sharding_constraints import (
     even_alternatives,
     read_constraints,
 )
-from ..stablehlo.state_roundtrip import RoundTrip, correspond, mismatched
-from .lint import entry_signature
+from .entry import entry_signature
+from .lint import LINT
 
-__all__ = ["RoundTrip", "clone", "constraint_ops", "correspond", "entry_function", "mismatched", "missing_entry",
+__all__ = ["clone", "constraint_ops", "entry_function", "missing_entry",
            "entry_to_rename", "module_ops", "constraints_at", "constraints_stating", "gathered_axes_off",
            "even_choices"]
 
@@ -70,12 +70,12 @@ def gathered_axes_off(module: ir.Module, source: SourceLocation, sharding: Spec,
     stated = constraints_at(module, source, sharding)
     if not gathered or not stated or len({k.shape for k in stated}) != 1:
         return [], []
-    return stated, axes_off(stated[0].shape, sharding, gathered, entry_signature(module).mesh)
+    return stated, axes_off(stated[0].shape, sharding, gathered, entry_signature(module, LINT).mesh)
 
 
 def even_choices(module: ir.Module, ordinals: set[int]) -> dict[int, list[Spec]]:
     """Each of these constraints (their ordinals in walk order) -> the specs whose every dimension divides,
     nearest its stated one first."""
-    mesh = entry_signature(module).mesh
+    mesh = entry_signature(module, LINT).mesh
     return {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
             for c in read_constraints(module) if c.ordinal in ordinals}

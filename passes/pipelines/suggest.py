@@ -31,25 +31,27 @@ from jaxlib.mlir import ir
 
 from ..common.axes import label, sharding_labels
 from ..hlo.step_time import DeviceSpec, collective_seconds, significant
+from ..models.entry import EntrySignature, RoundTrip
+from ..models.errors import NoFeasibleSharding, ShardyRejected
 from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
 from ..propagation.propagate import propagate
 from ..propagation.sharding_graph import ShardingGraph, build_graph
-from ..propagation.shardy_reference import ShardyRejected, with_sharding_rules
+from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
 from ..solver.refine import LayoutCheck, check_layout
 from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
-from ..solver.solve import NoFeasibleSharding, Solution, solve
+from ..solver.solve import Solution, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
-from ..stablehlo.module import EntrySignature, read_entry_signature
-from ..stablehlo.state_roundtrip import RoundTrip, correspond
+from ..stablehlo.state_roundtrip import correspond
+from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
 # the budget), and the problem and graph it holds (the solver fixes cut the problem to a finding's arguments).
-__all__ = ["NoFeasibleSharding", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "ShardyRejected",
+__all__ = ["ResultNotATensor", "ShardingGraph", "ShardingProblem",
            "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (
@@ -110,7 +112,7 @@ def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Call
     """Stages 1 to 4 in order. The analyzer's callbacks read the request against the signature: the axes
     to shard over (the mesh and the asked axes checked), and the arguments held as written (after the graph,
     as ``--fix`` names them). Raises ``ShardyRejected`` (stage 2) and ``ResultNotATensor`` (stage 3)."""
-    sig = entry_signature(module)
+    sig = entry_signature(module, SUGGEST)  # 1
     free = free_axes(sig)
     ruled = sharding_rules(module)
     g, args, results = sharding_graph(ruled, ownership)
@@ -120,11 +122,6 @@ def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Call
     built, pairs = sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None), free, pinned,
                                     spec, budget)
     return SuggestProblem(sig, built, pinned, pairs, g)
-
-
-def entry_signature(module: ir.Module) -> EntrySignature:
-    """Stage 1: the target's arguments and results, its mesh."""
-    return SUGGEST.run("entry-signature", read_entry_signature, module)
 
 
 def sharding_rules(module: ir.Module) -> ir.Module:

@@ -24,11 +24,12 @@ from jaxlib.mlir.dialects import sdy
 
 from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, mlir_dtype_to_hlo
+from ..models.errors import ShardyRejected
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import axis_label_size, entry_function, functions, sharding_axes, source_of_location
 from ..stablehlo.sharding_constraints import StatedConstraint
-from .shardy_reference import OP_ID, ShardyRejected, result_shardings, shardy_propagated, tagged_clone, walk_ops
+from .shardy_reference import OP_ID, result_shardings, shardy_propagated, tagged_clone, walk_ops
 
 # Ops whose result sharding is stated, not propagated (SL204's, a reshard, a shard_map), or stands for
 # a callee's (the callee's own ops are read).

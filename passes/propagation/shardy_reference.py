@@ -12,6 +12,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import sdy
 
 from ..common.axes import Axes, label, merge_adjacent
+from ..models.errors import ShardyRejected
 from ..stablehlo.module import dim_axes, functions, read_dims
 
 POPULATE_RULES = "builtin.module(func.func(sdy-populate-op-sharding-rules))"
@@ -23,10 +24,6 @@ def clone(module: ir.Module) -> ir.Module:
     text = module.operation.get_asm(enable_debug_info=True)
     with module.context:
         return ir.Module.parse(text)
-
-
-class ShardyRejected(ValueError):
-    """Shardy's passes refuse the module: the message is Shardy's first diagnostic, one line."""
 
 
 def _first_diagnostic(error: Exception) -> str:

@@ -8,11 +8,10 @@ from typing import Any, TypeVar
 from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..hlo.involuntary_remat import LocatedRemat
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..propagation.propagated_padding import PropagatedPadding
-from ..stablehlo.module import EntrySignature
 from ..stablehlo.sharding_constraints import PaddedValue, StatedConstraint
-from ..stablehlo.state_roundtrip import RoundTrip
 from .registry import RuleOption
 
 T = TypeVar("T")

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from ..models.fix_check import StatedLayoutEdit
+from ..models.process_runs import GrowingTransfer
 from ..models.report import ConstraintCause, Finding, FixCandidate, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Code, Scope
 
@@ -81,6 +83,9 @@ class RuleTraits:
 
     provenance: Provenance = Provenance.none
     fix: FixKind = FixKind.text
+    # With FixKind.stated_layout: which edit of the stated layout its candidates are (layout_fix_checks.py
+    # builds each kind's).
+    layout_edit: StatedLayoutEdit | None = None
     # Its findings are about the layout of the arguments they name: where its own fix was compiled and not
     # measured better, suggest's layout for those arguments is tried (the solver fixes).
     argument_layout: bool = False
@@ -96,6 +101,9 @@ class RuleTraits:
     # layout; an output-sharding-mismatch finding about that output claims them
     # (sl201_output_sharding_mismatch.claim_output_reshards).
     boundary_collectives: bool = False
+    # Its findings are about an output that leaves on another layout than its input came in: what a rewrite
+    # pinning the outputs fixes, so those still found after it are among the costs it leaves (rewrite_diff.py).
+    about_output_layout: bool = False
     # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
     # runs only when a rule on reads it.
     reads_shardy_propagation: bool = False
@@ -107,6 +115,23 @@ class RuleTraits:
     # Which of its findings stand for a group with nothing to act on unless a state fix is measured better (SL201's
     # many small outputs): where neither is, the fix checks drop it and say so in one line (fix_verdicts.py).
     group_without_own_fix: Callable[[Any], bool] | None = None
+    # After every target rule ran: the findings with its own merged (SL201 folds each SL205 about a resharded
+    # output into its finding about the same parameter). The rules stage runs each, in code order.
+    merge_findings: Callable[[list[Finding]], list[Finding]] | None = None
+    # Its pass over the compiled program, after the rules, over every finding: (HLO module, findings,
+    # outputs, collectives, the codes whose traits say boundary_collectives) -> findings (SL201 explains its
+    # outputs by the resharding they depend on and claims what XLA adds where they leave). lint runs it.
+    compiled_program_pass: Callable[..., list[Finding]] | None = None
+    # A line for the target report's warnings, from its RuleContext, when the rule is on (SL105: the small
+    # reshards no rule reports, said to be left out).
+    report_note: Callable[[Any], str | None] | None = None
+    # ``run --processes``: its message and fix for a program whose collectives grow with the process count
+    # (given whether the program is JAX's check that every process passed the same value), or None where that
+    # program is not its to report. The run-wide pipeline asks each rule, in code order.
+    process_growth: Callable[[GrowingTransfer, bool], tuple[str, str] | None] | None = None
+    # ``run --processes``: its message and fix for a script that runs as one process and fails as several
+    # (the process count, the error) fetching an array that spans other processes' devices.
+    failed_fetch: Callable[[int, str], tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +159,8 @@ def define_rule(code: Code, severity: Severity, check: Callable[..., None],
         raise ValueError(f"rule code {code.code!r} must look like SL123")
     if not _NAME.match(code.name):
         raise ValueError(f"rule name {code.name!r} must be kebab-case")
+    if (traits.fix is FixKind.stated_layout) != (traits.layout_edit is not None):
+        raise ValueError(f"rule {code.code}: a stated-layout fix names its layout_edit, and only it")
     doc = inspect.getdoc(check) or ""
     summary = doc.split("\n\n", 1)[0].strip()
     return Rule(code.code, code.name, severity, summary, doc, tuple(options), check, code.scope, traits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
+from ..models.fix_check import StatedLayoutEdit
 from ..models.report import FixCandidate, Severity
 from ..models.rule_codes import SL104
 from .context import RuleContext
@@ -115,5 +116,6 @@ def _value_name(ctx: RuleContext, op_name: str | None, instruction: str) -> str:
 
 
 RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization,
-                   traits=RuleTraits(fix=FixKind.stated_layout, argument_layout=True,
+                   traits=RuleTraits(fix=FixKind.stated_layout, layout_edit=StatedLayoutEdit.staged,
+                                     argument_layout=True,
                                      claims=lambda ctx: [r.collective for r in ctx.involuntary_remats if r.collective]))

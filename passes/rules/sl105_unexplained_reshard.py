@@ -114,4 +114,5 @@ def unreported_reshards_note(ctx: RuleContext) -> str | None:
 RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
                    options=(UNEXPLAINED_RESHARD_BYTES,),
                    traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter,
-                                     argument_layout=True, boundary_collectives=True))
+                                     argument_layout=True, boundary_collectives=True,
+                                     report_note=unreported_reshards_note))

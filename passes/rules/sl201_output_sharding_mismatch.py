@@ -129,12 +129,6 @@ def is_small_outputs_group(f: Finding) -> bool:
     return f.count > 1 and f.parameter is None and f.message.startswith(f"{f.count} {_SMALL_OUTPUTS}")
 
 
-RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
-                   options=(OUTPUT_MISMATCH_MIN_BYTES,),
-                   traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True,
-                                     group_without_own_fix=is_small_outputs_group))
-
-
 # SL201's steps after the rules (the lint pipeline runs them).
 #
 # The collectives XLA adds where an output leaves the program on another layout
@@ -261,3 +255,19 @@ def merge_lost_donations(findings: list[Finding]) -> list[Finding]:
             f = f.model_copy(update={"message": f.message + lost_donation_clause(merged)})
         out.append(f)
     return out
+
+
+def over_compiled_program(module: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
+                          collectives: Iterable[Collective], claimable: frozenset[str]) -> list[Finding]:
+    """The lint pipeline's pass over the compiled program after the rules: this rule's findings with the
+    resharding their output depends on (explain_outputs), then the collectives XLA adds where an output
+    leaves claimed by them (claim_output_reshards)."""
+    explained = explain_outputs(module, findings, outputs, collectives)
+    return claim_output_reshards(module, explained, outputs, collectives, claimable)
+
+
+RULE = define_rule(SL201, Severity.warning, output_sharding_mismatch,
+                   options=(OUTPUT_MISMATCH_MIN_BYTES,),
+                   traits=RuleTraits(provenance=Provenance.output_layout, argument_layout=True, about_state=True,
+                                     about_output_layout=True, group_without_own_fix=is_small_outputs_group,
+                                     merge_findings=merge_lost_donations, compiled_program_pass=over_compiled_program))

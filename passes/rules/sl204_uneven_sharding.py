@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..models.fix_check import StatedLayoutEdit
 from ..models.report import Severity
 from ..models.rule_codes import SL204
 from ..stablehlo.sharding_constraints import even_alternatives
@@ -85,4 +86,5 @@ def uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
 
 RULE = define_rule(SL204, Severity.warning, uneven_sharding,
                    options=(PADDING_MIN_BYTES,),
-                   traits=RuleTraits(fix=FixKind.stated_layout))
+                   traits=RuleTraits(fix=FixKind.stated_layout,
+                                     layout_edit=StatedLayoutEdit.even_constraint))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import normalized, pspec_text
+from ..models.fix_check import StatedLayoutEdit
 from ..models.report import Severity, TensorInfo
 from ..models.rule_codes import SL205
 from .context import RuleContext
@@ -94,4 +95,5 @@ def unusable_donation(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-RULE = define_rule(SL205, Severity.warning, unusable_donation, traits=RuleTraits(fix=FixKind.stated_layout))
+RULE = define_rule(SL205, Severity.warning, unusable_donation,
+                   traits=RuleTraits(fix=FixKind.stated_layout, layout_edit=StatedLayoutEdit.donation))

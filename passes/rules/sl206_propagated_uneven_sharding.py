@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..models.fix_check import StatedLayoutEdit
 from ..models.report import STATED_CONSTRAINT, ConstraintCause, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL206
 from ..propagation.propagated_padding import PropagatedPadding, StatedCut
@@ -133,4 +134,5 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
 
 
 RULE = define_rule(SL206, Severity.warning, propagated_uneven_sharding, options=(PROPAGATED_PADDING_MIN_BYTES,),
-                   traits=RuleTraits(reads_shardy_propagation=True, fix=FixKind.stated_layout))
+                   traits=RuleTraits(reads_shardy_propagation=True, fix=FixKind.stated_layout,
+                                     layout_edit=StatedLayoutEdit.rule_candidates))

@@ -6,9 +6,10 @@ import ast
 import os
 
 from ..common.byte_sizes import per_process_count
+from ..models.process_runs import GrowingTransfer
 from ..models.report import Severity
 from ..models.rule_codes import SL401
-from .registry import Emitter, define_rule
+from .registry import Emitter, RuleTraits, define_rule
 from .source_facts import SourceContext, dotted, inside_jit, location, walk_with_stack
 from .source_program import GLOBAL, REPLICATED, is_replicated_spec
 
@@ -95,4 +96,10 @@ def measured_equality_check(kind: str, bytes_by_processes: list[tuple[int, int]]
             "jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])")
 
 
-RULE = define_rule(SL401, Severity.warning, replicated_device_put)
+def _process_growth(growing: GrowingTransfer, is_equality_check: bool) -> tuple[str, str] | None:
+    """JAX's check that every process passed the same value is this rule's (any other growing program is
+    SL402's)."""
+    return measured_equality_check(growing.kind, growing.bytes_by_processes) if is_equality_check else None
+
+
+RULE = define_rule(SL401, Severity.warning, replicated_device_put, traits=RuleTraits(process_growth=_process_growth))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 
 from ..common.byte_sizes import per_process_count
+from ..models.process_runs import GrowingTransfer
 from ..models.report import Severity
 from ..models.rule_codes import SL402
-from .registry import Emitter, define_rule
+from .registry import Emitter, RuleTraits, define_rule
 from .source_facts import SourceContext, dotted, inside_jit, location, names_in, walk_with_stack
 
 _REDUCTIONS = {"any", "all", "sum", "max", "min", "mean", "isnan", "isinf", "isfinite", "linalg.norm", "norm", "prod"}
@@ -90,4 +91,10 @@ def measured_fetch(processes: int, error: str) -> tuple[str, str]:
             "or gather it on purpose (multihost_utils.process_allgather)")
 
 
-RULE = define_rule(SL402, Severity.warning, reduction_outside_jit)
+def _process_growth(growing: GrowingTransfer, is_equality_check: bool) -> tuple[str, str] | None:
+    """A growing program other than JAX's check that every process passed the same value (SL401's)."""
+    return None if is_equality_check else measured_growth(growing.program, growing.kind, growing.bytes_by_processes)
+
+
+RULE = define_rule(SL402, Severity.warning, reduction_outside_jit,
+                   traits=RuleTraits(process_growth=_process_growth, failed_fetch=measured_fetch))

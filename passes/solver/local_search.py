@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..models.errors import NoFeasibleSharding
 from .sharding_problem import FORBIDDEN, Assignment, OpChoice, ShardingProblem, Use, ValueGroup, evaluate
-
-
-class NoFeasibleSharding(Exception):
-    """No assignment of candidates keeps the arguments and results within the budget."""
 
 
 def _memory(problem: ShardingProblem, groups: list[int]) -> int:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .local_search import NoFeasibleSharding, local_search
+from ..models.errors import NoFeasibleSharding
+from .local_search import local_search
 from .repeats import tie_repeats
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
 

@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import sdy
 from ..common.device_groups import MeshInfo
 from ..common.pytree_paths import path_keys
 from ..common.shapes import array_bytes, mlir_dtype_to_hlo
+from ..models.entry import EntrySignature
 from ..models.report import SourceLocation, TensorInfo
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 
@@ -22,19 +23,6 @@ _FRAME = re.compile(r'"((?:[^"\\]|\\.)*)"\("((?:[^"\\]|\\.)+)":(\d+):\d+')
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
 _HEX_BYTE = re.compile(r"[0-9A-Fa-f]{2}")
 _NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class EntrySignature:
-    """The entry function of a target: its mesh, arguments and results."""
-
-    mesh_name: str | None
-    mesh: MeshInfo
-    inputs: tuple[TensorInfo, ...]
-    outputs: tuple[TensorInfo, ...]
-    input_keys: tuple[tuple, ...]
-    output_keys: tuple[tuple, ...]
-    num_partitions: int
 
 
 def _mlir_string(text: str) -> str:

@@ -9,19 +9,9 @@ dtype. A pair always has equal shape and dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..common.sharding_text import normalized, out_shardings_text
+from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import TensorInfo
-from .module import EntrySignature
-
-
-@dataclass(frozen=True)
-class RoundTrip:
-    output: TensorInfo
-    input: TensorInfo
-    arg_index: int
-    matched_by: str  # "path" or "position"
 
 
 def _same_type(a: TensorInfo, b: TensorInfo) -> bool:

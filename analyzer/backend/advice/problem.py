@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ....passes.models.errors import ShardyRejected
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, ShardyRejected
+from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError

@@ -29,11 +29,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ....passes.common.sharding_text import normalized, pspec_text
+from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.fix_check import FixCheck, FixVerdict
 from ....passes.models.report import Finding, TargetReport, TensorInfo
 from ....passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
-from ....passes.pipelines.suggest import NoFeasibleSharding, ShardingProblem, restrict_groups, time_resolution
-from ....passes.pipelines.suggest import entry_signature as read_entry_signature
+from ....passes.pipelines.entry import entry_signature
+from ....passes.pipelines.suggest import SUGGEST, ShardingProblem, restrict_groups, time_resolution
 from ....passes.pipelines.suggest import pins as plan_pins
 from ...adapter import jax_adapter
 from ...context.config import Settings
@@ -245,7 +246,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
         return report
     isolation.phase(where, "solving for the arguments of findings whose own fix does not help")
     module = jax_adapter.parse_stablehlo(text)
-    sig = read_entry_signature(module)
+    sig = entry_signature(module, SUGGEST)
     if sig.mesh.size <= 1 or not sig.mesh_name:
         return report
     try:

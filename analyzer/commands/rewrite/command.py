@@ -21,10 +21,12 @@ import numpy as np
 
 from ....passes.common.pytree_paths import path_keys
 from ....passes.common.sharding_text import normalized, out_shardings_text
+from ....passes.models.entry import EntrySignature, RoundTrip
 from ....passes.models.report import TargetReport
 from ....passes.models.rewrite import AppliedSharding, RewriteReport, RewriteRun, Validation
 from ....passes.pipelines import rewrite as pipeline
-from ....passes.pipelines.rewrite import EntrySignature, RoundTrip, entry_signature
+from ....passes.pipelines.entry import entry_signature
+from ....passes.pipelines.rewrite import REWRITE
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_in_analysis import analyze_text, read_mlir
@@ -246,7 +248,7 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
     reports = []
     if request.path.endswith(".mlir"):
         module, text = read_mlir(request.path)
-        needed = entry_signature(module).num_partitions
+        needed = entry_signature(module, REWRITE).num_partitions
         check_device_count(request.path, needed)
         settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
         name = os.path.splitext(os.path.basename(request.path))[0]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ....passes.common.byte_sizes import format_bytes
+from ....passes.models.entry import EntrySignature
 from ....passes.models.rewrite import Validation
-from ....passes.pipelines.rewrite import EntrySignature
 from ...adapter import jax_adapter
 from ...context.config import Settings
 

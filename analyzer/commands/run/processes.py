@@ -239,7 +239,7 @@ def run_processes(request: RunRequest, processes: int, settings: Settings) -> Mu
     report = MultiProcessReport(
         tool_version=__version__, jax_version=jax_version, jaxlib_version=jaxlib_version, command="run",
         script=request.script, targets=targets, findings=run_findings,
-        rules=report_rules(settings.ignore, settings.severities), source_notes=shown_notes(analysis, program),
+        rules=report_rules(settings.ignore, settings.severities), source_notes=shown_notes(analysis.notes, program),
         run=ScriptRun(exit_code=last.exit_code if not any(r.exit_code for r in runs) else
                       next(r.exit_code for r in runs if r.exit_code),
                       error=next((f"{r.processes} processes: {r.error}" for r in runs if r.error), None),

@@ -23,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
+from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import NoFeasibleSharding, Pins, Refined, ShardingProblem, time_resolution
+from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_resolution
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
 from ...adapter import jax_adapter

@@ -10,8 +10,8 @@ from conftest import FIXTURES
 
 from jax_shard_lint.passes.common.device_groups import MeshInfo
 from jax_shard_lint.passes.hlo.collectives import computation_multiplicity, find_collectives
-from jax_shard_lint.passes.hlo.errors import HloParseError
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module, parse_instruction
+from jax_shard_lint.passes.models.errors import HloParseError
 
 DATA_MODEL = MeshInfo((("data", 4), ("model", 2)))
 FSDP_TP = MeshInfo((("fsdp", 4), ("tp", 2)))

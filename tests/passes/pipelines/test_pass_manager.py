@@ -7,7 +7,7 @@ import pytest
 from jax_shard_lint.passes.pipelines.lint import LINT
 from jax_shard_lint.passes.pipelines.pass_manager import Pipeline, failed_pass
 
-TOY = Pipeline("toy", ("read", "check", "write"))
+TOY = Pipeline("toy", ("source-parse", "rules", "suppressions"))
 
 
 def _bad(x):
@@ -15,17 +15,17 @@ def _bad(x):
 
 
 def test_a_failing_stage_keeps_its_exception_and_names_itself():
-    assert TOY.run("read", len, "abc") == 3
+    assert TOY.run("source-parse", len, "abc") == 3
     with pytest.raises(TypeError) as info:
-        TOY.run("check", _bad, 1)
-    assert failed_pass(info.value) == "pass 'check' (stage 2 of pipeline toy)"
+        TOY.run("rules", _bad, 1)
+    assert failed_pass(info.value) == "pass 'rules' (stage 2 of pipeline toy)"
     assert str(info.value) == 'unsupported operand type(s) for +: \'int\' and \'str\''
 
 
 def test_the_innermost_stage_is_named_once():
     with pytest.raises(TypeError) as info:
-        TOY.run("write", TOY.run, "check", _bad, 1)
-    assert failed_pass(info.value) == "pass 'check' (stage 2 of pipeline toy)"
+        TOY.run("suppressions", TOY.run, "rules", _bad, 1)
+    assert failed_pass(info.value) == "pass 'rules' (stage 2 of pipeline toy)"
     assert len(info.value.__notes__) == 1
 
 
@@ -45,4 +45,4 @@ def test_the_cli_names_the_failing_pass(monkeypatch, capsys):
     monkeypatch.setitem(dispatch.COMMANDS, "lint", lint_with_a_bug)
     assert run_command(["lint", "examples/fsdp_tp_train_step.py", "-q"]) == 3
     err = capsys.readouterr().err
-    assert "jax-shard-lint: internal error in pass 'rules' (stage 10 of pipeline lint): TypeError: " in err
+    assert "jax-shard-lint: internal error in pass 'rules' (stage 12 of pipeline lint): TypeError: " in err

@@ -106,7 +106,7 @@ def test_a_script_target_shardy_rejects_is_one_line(cli, monkeypatch):
     shard_alike groups, GSPMD lowering), so the propagation raises here what it raises for the hand-written
     module above."""
     from jax_shard_lint.analyzer.commands import propagate as command
-    from jax_shard_lint.passes.pipelines.propagate import ShardyRejected
+    from jax_shard_lint.passes.models.errors import ShardyRejected
 
     said = ("line 6: 'sdy.data_flow_edge' op expected input of sdy.data_flow_edge to not be defined by an "
             "SdyDialect op (other than an sdy.named_computation).")
