@@ -91,10 +91,12 @@ def test_check_spread_fails_on_a_broken_path_as_in_process(cli, snapshots, tmp_p
 @pytest.mark.slow  # 33 s: two TPU compiles here and two side by side
 def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
     """Several compile-only TPU processes at once, beside this one (which loads libtpu for the
-    in-process sweep): libtpu's machine-wide lock would let only one in."""
+    in-process sweep): libtpu's machine-wide lock would let only one in. One target of the script: two
+    candidates are two processes at once whatever each compiles (both targets were twice the TPU compiles)."""
     require("libtpu", "no libtpu (pip install 'jax-shard-lint[tpu]')")
     monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)
-    args = (VALUE, "--platform", "tpu-v5e", "--grid", "states=256,512", "--set", "grid_points=4096")
+    args = (VALUE, "--target", "sharded_on_grid", "--platform", "tpu-v5e", "--grid", "states=256,512",
+            "--set", "grid_points=4096")
     here = _sweep(cli, *args)
     side_by_side = _sweep(cli, *args, "--jobs", "2")
     assert _without_execution(side_by_side) == _without_execution(here)
