@@ -294,6 +294,8 @@ def test_ray_runtime_started_for_the_run(cli):
     import ray
 
     assert not ray.is_initialized()
-    run = _sweep(cli, VALUE, "--grid", "states=256,512", "--executor", "ray", "--jobs", "2")
+    # One target: Ray's start and stop are what is tested; two candidates still go to its two workers.
+    run = _sweep(cli, VALUE, "--target", "sharded_on_grid", "--grid", "states=256,512", "--executor", "ray",
+                 "--jobs", "2")
     assert run["execution"]["workers"] == 2 and run["execution"]["startup_seconds"] > 0
     assert not ray.is_initialized()  # stopped after the sweep
