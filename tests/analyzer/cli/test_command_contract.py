@@ -335,13 +335,15 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
 
 
 @needs_libtpu
-@pytest.mark.slow  # over 30 s: run on the pinned JAX only in CI (.ci/run)
 def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
     """libtpu's machine-wide lock is for processes that use a TPU; compile-only ones may share the machine.
-    Neither reads the run's analysis cache: an entry another test left would let both finish uncompiled."""
+    Neither reads the run's analysis cache: an entry another test left would let both finish uncompiled. The
+    stack is made small (the lock is taken when libtpu starts, whatever it then compiles; the TPU compiler's
+    own start keeps each process holding it for seconds): at its default sizes each compile was ~20 s of CPU."""
     example = os.path.join(EXAMPLES, "remat_layer_stack.py")
-    procs = [subprocess.Popen([console_script(), "lint", example, "--platform", "tpu-v5p", "--format", "json", "-q",
-                               "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT,
+    small = ("--set", "batch=8", "--set", "seq=128", "--set", "d_model=256", "--set", "d_ff=512")
+    procs = [subprocess.Popen([console_script(), "lint", example, *small, "--platform", "tpu-v5p", "--format", "json",
+                               "-q", "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT,
                               env=user_env(),
                               stderr=subprocess.PIPE, text=True) for k in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]

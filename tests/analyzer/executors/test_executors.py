@@ -69,10 +69,20 @@ def _check(cli, *args):
     return result.out
 
 
+def _check_here(cli, paths):
+    """The snapshots checked in this process, the report the spread checks are compared with: through the run's
+    analysis cache (tests/conftest.py), so that the in-process check and the one on Ray compare with one
+    compile of each snapshot, made by whichever test runs first (a hit is the same bytes:
+    tests/analyzer/commands/test_suggest_runs_agree.py); where each compiles is what they test."""
+    result = cli("check", *paths, "--format", "json", "--fail-on", "never", "-q")
+    assert result.code == 0, result.err[-2000:]
+    return result.out
+
+
 def test_check_in_local_processes_is_check_in_process(cli, snapshots):
     paths = sorted(str(p) for p in snapshots.glob("*.mlir"))
     assert len(paths) == 3
-    assert _check(cli, *paths, "--jobs", "2") == _check(cli, *paths)
+    assert _check(cli, *paths, "--jobs", "2") == _check_here(cli, paths)
     gate = cli("gate", "--baseline", str(snapshots), "--jobs", "2", "--no-cache", "--format", "json")
     assert gate.code == 0 and json.loads(gate.out)["passed"] is True, gate.err
 
@@ -91,10 +101,12 @@ def test_check_spread_fails_on_a_broken_path_as_in_process(cli, snapshots, tmp_p
 @pytest.mark.slow  # 33 s: two TPU compiles here and two side by side
 def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
     """Several compile-only TPU processes at once, beside this one (which loads libtpu for the
-    in-process sweep): libtpu's machine-wide lock would let only one in."""
+    in-process sweep): libtpu's machine-wide lock would let only one in. One target of the script: two
+    candidates are two processes at once whatever each compiles (both targets were twice the TPU compiles)."""
     require("libtpu", "no libtpu (pip install 'jax-shard-lint[tpu]')")
     monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)
-    args = (VALUE, "--platform", "tpu-v5e", "--grid", "states=256,512", "--set", "grid_points=4096")
+    args = (VALUE, "--target", "sharded_on_grid", "--platform", "tpu-v5e", "--grid", "states=256,512",
+            "--set", "grid_points=4096")
     here = _sweep(cli, *args)
     side_by_side = _sweep(cli, *args, "--jobs", "2")
     assert _without_execution(side_by_side) == _without_execution(here)
@@ -104,16 +116,23 @@ def test_tpu_candidates_compile_side_by_side(cli, monkeypatch):
 SUGGEST = (VALUE, "--target", "sharded_on_grid", "--set", "grid_points=1024", "--set", "states=64")
 
 
-def _suggest(cli, *args):
-    result = cli("suggest", *args, "--format", "json", "-q", "--no-cache")
+def _suggest(cli, *args, cache=False):
+    result = cli("suggest", *args, "--format", "json", "-q", *(() if cache else ("--no-cache",)))
     assert result.code == 0, result.err[-2000:]
     report = json.loads(result.out)
     return report
 
 
+def _suggest_here(cli):
+    """SUGGEST's versions compiled in this process, the report the spread runs are compared with: through the
+    run's analysis cache, so that the side-by-side and the Ray test compare with one in-process compile of
+    each version (as _check_here); the spread runs compile theirs anew (--no-cache)."""
+    return _suggest(cli, *SUGGEST, cache=True)
+
+
 @pytest.mark.slow  # 31 s: where the versions compile, not what; the same JAX here and there
 def test_suggest_versions_side_by_side_are_the_versions_here(cli):
-    here = _suggest(cli, *SUGGEST)
+    here = _suggest_here(cli)
     assert len(here["targets"][0]["versions"]) >= 4
     assert _suggest(cli, *SUGGEST, "--jobs", "2") == here
 
@@ -261,12 +280,12 @@ def test_a_script_outside_the_working_directory_with_its_helper(cli, ray_cluster
 
 def test_check_on_ray_is_check_here(cli, ray_cluster, snapshots):
     paths = sorted(str(p) for p in snapshots.glob("*.mlir"))
-    assert _check(cli, *paths, "--executor", "ray", "--ray-address", ray_cluster) == _check(cli, *paths)
+    assert _check(cli, *paths, "--executor", "ray", "--ray-address", ray_cluster) == _check_here(cli, paths)
 
 
 @pytest.mark.slow  # 44 s: where the versions compile, not what; the same JAX here and there
 def test_suggest_versions_on_ray_are_the_versions_here(cli, ray_cluster):
-    assert _suggest(cli, *SUGGEST, "--executor", "ray", "--ray-address", ray_cluster) == _suggest(cli, *SUGGEST)
+    assert _suggest(cli, *SUGGEST, "--executor", "ray", "--ray-address", ray_cluster) == _suggest_here(cli)
 
 
 @pytest.mark.slow  # 41 s, most of it starting Ray: where the versions compile, not what; the same JAX here and there
@@ -275,6 +294,8 @@ def test_ray_runtime_started_for_the_run(cli):
     import ray
 
     assert not ray.is_initialized()
-    run = _sweep(cli, VALUE, "--grid", "states=256,512", "--executor", "ray", "--jobs", "2")
+    # One target: Ray's start and stop are what is tested; two candidates still go to its two workers.
+    run = _sweep(cli, VALUE, "--target", "sharded_on_grid", "--grid", "states=256,512", "--executor", "ray",
+                 "--jobs", "2")
     assert run["execution"]["workers"] == 2 and run["execution"]["startup_seconds"] > 0
     assert not ray.is_initialized()  # stopped after the sweep
