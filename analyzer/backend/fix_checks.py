@@ -35,12 +35,18 @@ from ...passes.pipelines.lint import EntrySignature, entry_signature
 from ...passes.pipelines.stablehlo_edits import RoundTrip, correspond, mismatched
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
 from .donation_fixes import donation_checked, donors_of, joint_donation, one_donation_advice
-from .fix_verdicts import _cost_text, _not_offered, _verdict, pin_not_offered, without_unfixable_small_outputs
+from .fix_verdicts import (
+    _cost_text,
+    _not_offered,
+    measured_check,
+    pin_not_offered,
+    traffic_bytes,
+    without_unfixable_small_outputs,
+)
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
@@ -61,13 +67,6 @@ class _Candidate:
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
-
-
-def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
-    """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
-    compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    entry = sum(rt.output.per_device_bytes for rt in mismatched(correspond(compiled)))
-    return sum(c.bytes * c.count for c in report.collectives) + entry
 
 
 _matcher = matcher  # the solver fixes' name for it
@@ -128,22 +127,6 @@ def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, whe
                                                    placed(devices, sig.num_partitions)),
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
                                               optimize_machine_code=False, with_rules=False)[0]))
-
-
-def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],
-                   sig: EntrySignature) -> FixCheck:
-    """A candidate's compile (its report, or what it raised) against the program as written (``base``: its
-    peak and traffic): a program XLA rejects is a failed check; anything else raised is our bug."""
-    if isinstance(after, ShardLintInputError):
-        return FixCheck(change=change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
-                        traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
-    if isinstance(after, BaseException):
-        raise after
-    peak = after.memory.peak_bytes if after.memory else 0
-    traffic = traffic_bytes(after, sig)
-    return FixCheck(change=change, verdict=_verdict((base[0], peak), (base[1], traffic)),
-                    peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
-                    traffic_bytes_after=traffic)
 
 
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,

@@ -3,10 +3,15 @@ written, better only within the stated tolerance (fix_checks.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
-from ...passes.models.report import Finding
+from ...passes.models.report import Finding, TargetReport
 from ...passes.pipelines.catalogue import STATE_ARGUMENT_FIXES, STATE_RULES, stands_for_a_group_without_own_fix
+from ...passes.pipelines.lint import EntrySignature
+from ...passes.pipelines.stablehlo_edits import correspond, mismatched
+from ..errors import ShardLintInputError
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -36,6 +41,29 @@ def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
     if dp >= 0 and dt >= 0:
         return FixVerdict.worse
     return FixVerdict.trade_off
+
+
+def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
+    """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
+    compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
+    entry = sum(rt.output.per_device_bytes for rt in mismatched(correspond(compiled)))
+    return sum(c.bytes * c.count for c in report.collectives) + entry
+
+
+def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],
+                   sig: EntrySignature) -> FixCheck:
+    """A candidate's compile (its report, or what it raised) against the program as written (``base``: its
+    peak and traffic): a program XLA rejects is a failed check; anything else raised is our bug."""
+    if isinstance(after, ShardLintInputError):
+        return FixCheck(change=change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
+                        traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
+    if isinstance(after, BaseException):
+        raise after
+    peak = after.memory.peak_bytes if after.memory else 0
+    traffic = traffic_bytes(after, sig)
+    return FixCheck(change=change, verdict=_verdict((base[0], peak), (base[1], traffic)),
+                    peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
+                    traffic_bytes_after=traffic)
 
 
 def _cost_text(check: FixCheck) -> str:

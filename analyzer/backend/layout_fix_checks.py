@@ -45,7 +45,8 @@ from ...passes.pipelines.stablehlo_edits import (
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
-from .fix_checks import _compiled, _cost_text, _not_offered, measured_check, traffic_bytes
+from .fix_checks import _compiled
+from .fix_verdicts import _cost_text, _not_offered, measured_check, traffic_bytes
 from .parameter_moves import listed, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side

@@ -13,7 +13,7 @@ propagation as ``suggest`` does (``advice.problem.refine``). The solver's choice
 arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
 recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
 side by side, the one ``suggest``'s own rule prefers (``advice.verdict.best_version``) is measured
-through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
+through the fix checks' path (``fix_verdicts.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
 written. State that comes back is returned in its new layout, as ``suggest`` pins it.
 
@@ -39,7 +39,8 @@ from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
-from ..fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..fix_checks import _compiled, _matcher
+from ..fix_verdicts import _cost_text, _not_offered, measured_check, traffic_bytes
 from ..parameter_moves import listed, mirrors
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
