@@ -44,6 +44,7 @@ from .fix_verdicts import (
     _not_offered,
     measured_check,
     pin_not_offered,
+    rematerializations,
     traffic_bytes,
     without_unfixable_small_outputs,
 )
@@ -180,6 +181,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    written = rematerializations(before)
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
     after_of = {_key(c): compiled[k] for k, c in enumerate(planned)}
     budget = MAX_CHECKS
@@ -194,12 +196,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             [done] = counter.announce([c.change], "to check a second choice")
             after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
                             done)
-        return measured_check(c.change, after, base, sig)
+        return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
     for k, f in enumerate(findings):
         if f.rule in DONATION_FIXES and (donation := donations.get(f.subject)) is not None:
-            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig,
+                                                                written))
             continue
         if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
             continue
@@ -223,7 +226,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
-        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig))
+        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
+                                                                   written))
     if pin is not None and take is not None and budget >= 2:
         pinned, taken = run(pin), run(take)
         findings, notes = without_unfixable_small_outputs(_state_advice(findings, pinned, taken, moved), pinned, taken)
@@ -330,8 +334,8 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
 def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
                   ) -> list[Finding]:
     """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
-    rank = {FixVerdict.better: 0, FixVerdict.no_change: 1, FixVerdict.trade_off: 2, FixVerdict.worse: 3,
-            FixVerdict.failed: 4}
+    rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
+            FixVerdict.worse: 4, FixVerdict.failed: 5}
 
     def score(c: FixCheck) -> tuple[int, int]:
         return rank[c.verdict], (c.peak_delta + c.traffic_delta)

@@ -34,7 +34,7 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
-from ..models.rule_codes import SL105
+from ..models.rule_codes import SL104, SL105
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
@@ -56,7 +56,7 @@ from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_co
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
-from .rule_stage import rule_context, run_rules
+from .rule_stage import rule_context, run_rule, run_rules
 
 
 def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[str]] | None, ...] | None,
@@ -127,8 +127,8 @@ def analyze_target(
     the module (in a context of its own) to propagate shardings over when a finding
     asks for its provenance; ``display`` writes a source line in its chain. Without
     ``with_rules`` the report has the program's figures (memory, collectives, step time,
-    inputs and outputs) and no findings: what a fix candidate's check and suggest's
-    versions read."""
+    inputs and outputs) and no findings but SL104's, whatever the configuration disables (XLA's
+    rematerializations): what a fix candidate's check and suggest's versions read."""
     # 1. The entry signature and its source lines, from StableHLO.
     sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
@@ -158,10 +158,19 @@ def analyze_target(
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
     if not with_rules:
+        # SL104's findings alone: XLA's word that it replicates a value, which a fix check reads (a candidate
+        # compiled with a rematerialization the program as written lacks is not better).
+        remats = read_involuntary_remats(compiled.compiler_warnings, sig.mesh)
+        remat_findings = LINT.run("rules", run_rule, rule_context(
+            name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
+            collectives=collectives, memory=memory, roundtrips=roundtrips,
+            involuntary_remats=locate_remats(hlo, remats, collectives, config.ownership)), config,
+            SL104.code) if remats else []
         return TargetReport(
             name=name, platform=compiled.platform,
             num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions, mesh=dict(sig.mesh.axes),
-            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=[],
+            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
+            findings=remat_findings,
             axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
             time=time,
         )
