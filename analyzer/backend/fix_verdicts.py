@@ -8,8 +8,12 @@ import dataclasses
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport
-from ...passes.models.rule_codes import SL104
-from ...passes.pipelines.catalogue import STATE_ARGUMENT_FIXES, STATE_RULES, stands_for_a_group_without_own_fix
+from ...passes.pipelines.catalogue import (
+    REMATERIALIZATION_RULES,
+    STATE_ARGUMENT_FIXES,
+    STATE_RULES,
+    stands_for_a_group_without_own_fix,
+)
 from ...passes.pipelines.lint import EntrySignature
 from ...passes.pipelines.stablehlo_edits import correspond, mismatched
 from ..errors import ShardLintInputError
@@ -74,7 +78,7 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
 def rematerializations(report: TargetReport) -> frozenset[str]:
     """What XLA replicates in full to compile the program (SL104's findings, a fix candidate's too: its
     report keeps them, lint.py's analyze_target)."""
-    return frozenset(f.message for f in report.findings if f.rule == SL104.code)
+    return frozenset(f.message for f in report.findings if f.rule in REMATERIALIZATION_RULES)
 
 
 def _cost_text(check: FixCheck) -> str:

@@ -34,7 +34,7 @@ from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.report import Collective, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
-from ..models.rule_codes import SL104, SL105
+from ..models.rule_codes import SL105
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
@@ -54,6 +54,7 @@ from ..stablehlo.module import (
 )
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
 from ..stablehlo.state_roundtrip import RoundTrip, correspond, suggested_out_shardings
+from .catalogue import REMATERIALIZATION_RULES
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
 from .rule_stage import rule_context, run_rule, run_rules
@@ -161,11 +162,12 @@ def analyze_target(
         # SL104's findings alone: XLA's word that it replicates a value, which a fix check reads (a candidate
         # compiled with a rematerialization the program as written lacks is not better).
         remats = read_involuntary_remats(compiled.compiler_warnings, sig.mesh)
-        remat_findings = LINT.run("rules", run_rule, rule_context(
+        remat_ctx = rule_context(
             name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
             collectives=collectives, memory=memory, roundtrips=roundtrips,
-            involuntary_remats=locate_remats(hlo, remats, collectives, config.ownership)), config,
-            SL104.code) if remats else []
+            involuntary_remats=locate_remats(hlo, remats, collectives, config.ownership)) if remats else None
+        remat_findings = [f for code in REMATERIALIZATION_RULES if remat_ctx is not None
+                          for f in LINT.run("rules", run_rule, remat_ctx, config, code)]
         return TargetReport(
             name=name, platform=compiled.platform,
             num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions, mesh=dict(sig.mesh.axes),

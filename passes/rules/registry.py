@@ -107,6 +107,10 @@ class RuleTraits:
     # Which of its findings stand for a group with nothing to act on unless a state fix is measured better (SL201's
     # many small outputs): where neither is, the fix checks drop it and say so in one line (fix_verdicts.py).
     group_without_own_fix: Callable[[Any], bool] | None = None
+    # Its findings are XLA's own word that it replicates a value to compile the program (SL104's involuntary
+    # full rematerialization): kept on a fix candidate's figures-only report, where a candidate compiled with
+    # one the program as written lacks is not better (fix_verdicts.measured_check).
+    rematerialization: bool = False
 
 
 @dataclass(frozen=True)
