@@ -12,6 +12,7 @@ import threading
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.inputs import CompiledFacts, MemoryStats
 from ...passes.pipelines.lint import analyze_refused_target, analyze_target, read_entry, refusal_of
+from ...passes.rules.finding_provenance import ConflictCheck
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source
@@ -89,17 +90,22 @@ def _stablehlo_entry(text: str, ownership):
     return module, read_entry(module, ownership)
 
 
-def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
+def analyze_lowered(name: str, lowered, settings: Settings, where: str,
+                    meets: ConflictCheck | None = None) -> TargetReport:
     """The target's report: from the analysis cache when this program was analysed before
-    with the same settings and compilers, else compiled and analysed (and stored)."""
+    with the same settings and compilers, else compiled and analysed (and stored). ``meets``: lint's check
+    of a why chain from another argument (conflict_checks.py), which compiles; None: no such chain."""
     text, cache = jax_adapter.stablehlo_text(lowered), analysis_cache(settings)
-    return cached_report(
-        cache,
-        lambda: key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
-        lambda: _analyze_lowered(name, lowered, text, settings, where))
+
+    def parts() -> dict:
+        return {**key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
+                "conflict_checked": meets is not None}
+
+    return cached_report(cache, parts, lambda: _analyze_lowered(name, lowered, text, settings, where, meets))
 
 
-def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
+def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str,
+                     meets: ConflictCheck | None = None) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
     label, config = platform_label(settings), settings.pass_config
     ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
@@ -119,4 +125,4 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
 
     copy, entry = background.get()
     return analyze_target(name, module, facts, config, out_shardings_hook, entry,
-                          explain_with=copy, display=display_source)
+                          explain_with=copy, display=display_source, meets=meets)

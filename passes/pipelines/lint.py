@@ -39,7 +39,7 @@ from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
-from ..rules.finding_provenance import attach_provenance, explained
+from ..rules.finding_provenance import ConflictCheck, attach_provenance, explained
 from ..rules.sl105_unexplained_reshard import unreported_reshards_note
 from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
 from ..rules.table import codes_where
@@ -121,12 +121,13 @@ def analyze_target(
     out_shardings_hook: OutShardingsHook | None = None,
     entry: tuple[EntrySignature, EntrySources] | None = None,
     explain_with: ir.Module | None = None, display: Callable[[SourceLocation], str] = str,
-    with_rules: bool = True,
+    with_rules: bool = True, meets: ConflictCheck | None = None,
 ) -> TargetReport:
     """``entry``: the entry signature and sources when already read (from a copy
     of the module, on another thread while XLA compiled). ``explain_with``: a copy of
     the module (in a context of its own) to propagate shardings over when a finding
-    asks for its provenance; ``display`` writes a source line in its chain. Without
+    asks for its provenance; ``display`` writes a source line in its chain; ``meets``: whether an argument's
+    sharding takes part in a finding's collectives (finding_provenance.ConflictCheck). Without
     ``with_rules`` the report has the program's figures (memory, collectives, step time,
     inputs and outputs) and no findings but SL104's, whatever the configuration disables (XLA's
     rematerializations): what a fix candidate's check and suggest's versions read."""
@@ -202,7 +203,7 @@ def analyze_target(
     )
     # 5. Why: the propagation behind an explained finding's provenance.
     if explain_with is not None and explained(report.findings):
-        report = _with_provenance(report, explain_with, config.ownership, display)
+        report = _with_provenance(report, explain_with, config.ownership, display, meets)
     return report
 
 
@@ -241,7 +242,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
 
 
 def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwnership,
-                     display: Callable[[SourceLocation], str]) -> TargetReport:
+                     display: Callable[[SourceLocation], str], meets: ConflictCheck | None = None) -> TargetReport:
     """Our propagation and its predicted communication, run only when a finding asks
     for its provenance. (It once ran beside every compile, on the second core: XLA's
     CPU compile uses more than one, and the propagation slowed it by 10-20% on the
@@ -251,7 +252,7 @@ def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwn
         predicted = LINT.run("provenance", predict, propagated.graph)
     except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
         return report  # provenance, never the lint (it ran only for them before)
-    return LINT.run("provenance", attach_provenance, report, propagated, display, predicted)
+    return LINT.run("provenance", attach_provenance, report, propagated, display, predicted, meets)
 
 
 def analyze_refused_target(
