@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...passes.models.report import Collective, Finding, TargetReport
-from ...passes.pipelines.lint import entry_signature
-from ...passes.rules.finding_provenance import ConflictCheck
+from ...passes.pipelines.lint import ConflictCheck, entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError

@@ -11,8 +11,13 @@ import threading
 
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.inputs import CompiledFacts, MemoryStats
-from ...passes.pipelines.lint import analyze_refused_target, analyze_target, read_entry, refusal_of
-from ...passes.rules.finding_provenance import ConflictCheck
+from ...passes.pipelines.lint import (
+    ConflictCheck,
+    analyze_refused_target,
+    analyze_target,
+    read_entry,
+    refusal_of,
+)
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source

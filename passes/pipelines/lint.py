@@ -39,7 +39,8 @@ from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
-from ..rules.finding_provenance import ConflictCheck, attach_provenance, explained
+from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
+from ..rules.finding_provenance import attach_provenance, explained
 from ..rules.sl105_unexplained_reshard import unreported_reshards_note
 from ..rules.sl201_output_sharding_mismatch import claim_output_reshards, explain_outputs
 from ..rules.table import codes_where
