@@ -22,7 +22,7 @@ from typing import Any
 
 from ...passes.pipelines.xla_reports import is_partitioner_warning
 from .compiler_releases import COMPILER_PLUGINS, installed_releases
-from .native_stderr import capture_native_stderr, quiet_native_stderr
+from .native_stderr import capture_native_stderr, compiled_with_warnings, quiet_native_stderr
 
 with quiet_native_stderr():
     import jax
@@ -219,7 +219,10 @@ def compile_stablehlo_text(
         options.executable_build_options.use_spmd_partitioning = True
         module = parse_stablehlo(text)
         _name_for_xla(module)
-        executable = compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, [])
+        # The partitioner's warnings, a fix candidate's too: a candidate XLA rematerializes is not better.
+        executable, warnings = compiled_with_warnings(
+            lambda: compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, []),
+            is_partitioner_warning)
         live = _read_dump(dump_dir, "live-range") if with_reports else None
         buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None
     stats = executable.get_compiled_memory_stats()
@@ -242,7 +245,7 @@ def compile_stablehlo_text(
         except Exception:  # a sharding no mesh expresses (maximal, manual): leave unknown
             outs = ()
     return CompiledProgram(executable, executable.hlo_modules()[0].to_string(), memory, live, buffers, outs, (),
-                           _cost_dict(executable))
+                           _cost_dict(executable), warnings)
 
 
 def _placements(program: CompiledProgram, specs: list | None, count: int) -> list[Any]:

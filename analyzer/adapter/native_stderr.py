@@ -18,7 +18,11 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
+from typing import IO, TypeVar
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -46,32 +50,109 @@ class CapturedStderr:
     """What native code wrote to file descriptor 2 inside ``capture_native_stderr``."""
 
     text: str = ""
+    shared: bool = False  # another capture ran beside this one
+
+
+class _Shared:
+    """The one redirection of fd 2 that every capture running at once shares (compiles side by side, one
+    thread each: a redirection of its own per thread would restore fd 2 out of order). Each capture reads
+    what was written between its start and its end; lines it does not keep are written out at each start
+    and end of any capture, so a progress line printed between two compiles is not held back until the
+    last of them ends."""
+
+    def __init__(self):
+        self.changed = threading.Condition()
+        self.active: list[CapturedStderr] = []
+        self.alone = False  # a capture that must be the only one (capture_native_stderr's ``alone``)
+        self.file: IO[bytes] | None = None
+        self.saved = -1
+        self.forwarded = 0  # bytes of the file already written out or kept
+
+    def size(self) -> int:
+        sys.stderr.flush()
+        assert self.file is not None
+        return os.fstat(self.file.fileno()).st_size
+
+    def region(self, start: int, end: int) -> bytes:
+        assert self.file is not None
+        return os.pread(self.file.fileno(), end - start, start)
+
+    def forward(self, keep: Callable[[str], bool], everything: bool = False) -> None:
+        """Write out the lines no capture keeps, from where the last call stopped to the last whole line
+        (to the end, ``everything``)."""
+        written = self.region(self.forwarded, self.size())
+        if not everything:
+            written = written[:written.rfind(b"\n") + 1]
+        self.forwarded += len(written)
+        lines = written.decode("utf-8", "replace").splitlines(keepends=True)
+        rest = "".join(line for line in lines if not keep(line))
+        if rest:
+            os.write(self.saved, rest.encode("utf-8", "replace"))
+
+
+_SHARED = _Shared()
 
 
 @contextlib.contextmanager
-def capture_native_stderr(keep: Callable[[str], bool]):
+def capture_native_stderr(keep: Callable[[str], bool], alone: bool = False):
     """Hold back what native code writes to fd 2 (XLA's own warnings during a compile); the lines
     ``keep`` accepts are returned in ``.text`` instead of printed, every other line is written out
-    afterwards as it came."""
+    as it came. Captures on several threads at once share one redirection, and each reads every
+    line written while it ran: ``.shared`` says another ran beside it (whose the lines are is then not
+    known); with ``alone`` it waits until no other runs and runs by itself."""
     captured = CapturedStderr()
-    try:
-        saved = os.dup(2)
-    except OSError:
+    shared = _SHARED
+    start = 0
+    with shared.changed:
+        shared.changed.wait_for(lambda: not shared.alone and not (alone and shared.active))
+        if not shared.active:
+            try:
+                shared.saved = os.dup(2)
+            except OSError:
+                shared.saved = -1
+        if shared.saved < 0:  # no fd 2 to redirect: nothing is captured
+            start = -1
+        elif not shared.active:
+            sys.stderr.flush()
+            shared.file = tempfile.TemporaryFile()
+            shared.forwarded = 0
+            os.dup2(shared.file.fileno(), 2)
+        if start == 0:
+            shared.forward(keep)
+            start = shared.size()
+            for other in shared.active:
+                other.shared = captured.shared = True
+            shared.active.append(captured)
+            shared.alone = alone
+    if start < 0:
         yield captured
         return
-    with tempfile.TemporaryFile() as capture:
-        sys.stderr.flush()
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            text = capture.read().decode("utf-8", "replace")
-            lines = text.splitlines(keepends=True)
+    try:
+        yield captured
+    finally:
+        with shared.changed:
+            end = shared.size()
+            lines = shared.region(start, end).decode("utf-8", "replace").splitlines(keepends=True)
             captured.text = "".join(line for line in lines if keep(line))
-            rest = "".join(line for line in lines if not keep(line))
-            if rest:
-                os.write(2, rest.encode("utf-8", "replace"))
+            shared.active.remove(captured)
+            shared.forward(keep, everything=not shared.active)
+            if not shared.active:
+                os.dup2(shared.saved, 2)
+                os.close(shared.saved)
+                assert shared.file is not None
+                shared.file.close()
+                shared.file = None
+            shared.alone = False
+            shared.changed.notify_all()
+
+
+def compiled_with_warnings(compile_program: Callable[[], T], keep: Callable[[str], bool]) -> tuple[T, str]:
+    """``compile_program()``'s result and the lines ``keep`` accepts that native code wrote while it ran.
+    A compile that ran beside another and saw such lines is run again by itself: they may be the
+    other's (the partitioner's warnings name no program)."""
+    with capture_native_stderr(keep) as warned:
+        result = compile_program()
+    if warned.shared and warned.text:
+        with capture_native_stderr(keep, alone=True) as warned:
+            result = compile_program()
+    return result, warned.text

@@ -36,12 +36,19 @@ from ...passes.pipelines.entry import changed_roundtrips, entry_signature, state
 from ...passes.pipelines.lint import LINT
 from ..adapter import jax_adapter
 from ..context.config import Settings
-from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
 from .donation_fixes import donation_checked, donors_of, joint_donation, one_donation_advice
-from .fix_verdicts import _cost_text, _not_offered, _verdict, pin_not_offered, without_unfixable_small_outputs
+from .fix_verdicts import (
+    _cost_text,
+    _not_offered,
+    measured_check,
+    pin_not_offered,
+    rematerializations,
+    traffic_bytes,
+    without_unfixable_small_outputs,
+)
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
@@ -62,13 +69,6 @@ class _Candidate:
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
-
-
-def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
-    """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
-    compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    entry = sum(rt.output.per_device_bytes for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT))
-    return sum(c.bytes * c.count for c in report.collectives) + entry
 
 
 _matcher = matcher  # the solver fixes' name for it
@@ -131,22 +131,6 @@ def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, whe
                                               optimize_machine_code=False, with_rules=False)[0]))
 
 
-def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],
-                   sig: EntrySignature) -> FixCheck:
-    """A candidate's compile (its report, or what it raised) against the program as written (``base``: its
-    peak and traffic): a program XLA rejects is a failed check; anything else raised is our bug."""
-    if isinstance(after, ShardLintInputError):
-        return FixCheck(change=change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
-                        traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
-    if isinstance(after, BaseException):
-        raise after
-    peak = after.memory.peak_bytes if after.memory else 0
-    traffic = traffic_bytes(after, sig)
-    return FixCheck(change=change, verdict=_verdict((base[0], peak), (base[1], traffic)),
-                    peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
-                    traffic_bytes_after=traffic)
-
-
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                 progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step
@@ -198,6 +182,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    written = rematerializations(before)
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
     after_of = {_key(c): compiled[k] for k, c in enumerate(planned)}
     budget = MAX_CHECKS
@@ -212,12 +197,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             [done] = counter.announce([c.change], "to check a second choice")
             after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
                             done)
-        return measured_check(c.change, after, base, sig)
+        return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
     for k, f in enumerate(findings):
         if f.rule in DONATION_FIXES and (donation := donations.get(f.subject)) is not None:
-            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig))
+            findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig,
+                                                                written))
             continue
         if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
             continue
@@ -241,7 +227,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
-        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig))
+        findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
+                                                                   written))
     if pin is not None and take is not None and budget >= 2:
         pinned, taken = run(pin), run(take)
         findings, notes = without_unfixable_small_outputs(_state_advice(findings, pinned, taken, moved), pinned, taken)
@@ -348,8 +335,8 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
 def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
                   ) -> list[Finding]:
     """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
-    rank = {FixVerdict.better: 0, FixVerdict.no_change: 1, FixVerdict.trade_off: 2, FixVerdict.worse: 3,
-            FixVerdict.failed: 4}
+    rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
+            FixVerdict.worse: 4, FixVerdict.failed: 5}
 
     def score(c: FixCheck) -> tuple[int, int]:
         return rank[c.verdict], (c.peak_delta + c.traffic_delta)

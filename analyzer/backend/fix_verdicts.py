@@ -3,10 +3,21 @@ written, better only within the stated tolerance (fix_checks.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
+from ...passes.models.entry import EntrySignature
 from ...passes.models.fix_check import FixCheck, FixVerdict
-from ...passes.models.report import Finding
-from ...passes.pipelines.catalogue import STATE_ARGUMENT_FIXES, STATE_RULES, stands_for_a_group_without_own_fix
+from ...passes.models.report import Finding, TargetReport
+from ...passes.pipelines.catalogue import (
+    REMATERIALIZATION_RULES,
+    STATE_ARGUMENT_FIXES,
+    STATE_RULES,
+    stands_for_a_group_without_own_fix,
+)
+from ...passes.pipelines.entry import changed_roundtrips, state_roundtrips
+from ...passes.pipelines.lint import LINT
+from ..errors import ShardLintInputError
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
 # the tolerance a fix's other figure may grow by and still be offered as better.
@@ -42,6 +53,39 @@ def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
     return FixVerdict.trade_off
 
 
+def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
+    """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
+    compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
+    entry = sum(rt.output.per_device_bytes for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT))
+    return sum(c.bytes * c.count for c in report.collectives) + entry
+
+
+def measured_check(change: str, after: TargetReport | BaseException, base: tuple[int, int],
+                   sig: EntrySignature, written: frozenset[str] = frozenset()) -> FixCheck:
+    """A candidate's compile (its report, or what it raised) against the program as written (``base``: its
+    peak and traffic; ``written``: its rematerializations, ``rematerializations``): a program XLA rejects is
+    a failed check; anything else raised is our bug. A candidate XLA compiles with a rematerialization the
+    program as written lacks is never better, whatever its figures."""
+    if isinstance(after, ShardLintInputError):
+        return FixCheck(change=change, verdict=FixVerdict.failed, peak_bytes_before=base[0],
+                        traffic_bytes_before=base[1], error=str(after).split(": ", 1)[-1][:300])
+    if isinstance(after, BaseException):
+        raise after
+    peak = after.memory.peak_bytes if after.memory else 0
+    traffic = traffic_bytes(after, sig)
+    verdict = _verdict((base[0], peak), (base[1], traffic))
+    new = sorted(rematerializations(after) - written)
+    return FixCheck(change=change, verdict=FixVerdict.rematerializes if new and verdict is FixVerdict.better
+                    else verdict, peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
+                    traffic_bytes_after=traffic, rematerialized=new)
+
+
+def rematerializations(report: TargetReport) -> frozenset[str]:
+    """What XLA replicates in full to compile the program (SL104's findings, a fix candidate's too: its
+    report keeps them, lint.py's analyze_target)."""
+    return frozenset(f.message for f in report.findings if f.rule in REMATERIALIZATION_RULES)
+
+
 def _cost_text(check: FixCheck) -> str:
     if check.verdict is FixVerdict.failed:
         return f"does not compile ({check.error})"
@@ -50,10 +94,21 @@ def _cost_text(check: FixCheck) -> str:
             "per step per device")
 
 
+def _rematerialized_text(check: FixCheck) -> str:
+    """XLA's rematerialization the fix brings, in SL104's words (the first, and how many more)."""
+    first = check.rematerialized[0].split(" and slices it again")[0]
+    more = f"; and {len(check.rematerialized) - 1} more" if len(check.rematerialized) > 1 else ""
+    return f"XLA rematerializes with it, which the step as written does not make it do (SL104: {first}{more})"
+
+
 def _not_offered(check: FixCheck) -> str:
     """What a fix that was compiled and is not offered was measured to do."""
     if check.verdict is FixVerdict.failed:
         return _cost_text(check)
+    if check.verdict is FixVerdict.rematerializes:
+        return f"measured {_cost_text(check)}, but {_rematerialized_text(check)}, so it is not offered"
+    if check.rematerialized:
+        return f"{_not_offered(check.model_copy(update={'rematerialized': []}))}; {_rematerialized_text(check)}"
     if check.verdict is FixVerdict.no_change:
         return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
     if check.verdict is FixVerdict.trade_off:

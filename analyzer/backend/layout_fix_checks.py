@@ -45,7 +45,8 @@ from ...passes.pipelines.stablehlo_edits import (
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
-from .fix_checks import _compiled, _cost_text, _not_offered, measured_check, traffic_bytes
+from .fix_checks import _compiled
+from .fix_verdicts import _cost_text, _not_offered, measured_check, rematerializations, traffic_bytes
 from .parameter_moves import listed, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -363,12 +364,13 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    written = rematerializations(before)
     results: dict[str, TargetReport | BaseException] = dict(zip((e.change for e in ordered_compiled), compiled))
     results.update({change: before for change in already})
 
     findings = list(report.findings)
     for k, edits in planned.items():
-        checks = [(e, measured_check(e.change, results[e.change], base, sig)) for e in edits]
+        checks = [(e, measured_check(e.change, results[e.change], base, sig, written)) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
         if better:

@@ -11,8 +11,15 @@ import threading
 
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.inputs import CompiledFacts, MemoryStats
-from ...passes.pipelines.lint import analyze_refused_target, analyze_target, read_entry, refusal_of
+from ...passes.pipelines.lint import (
+    ConflictCheck,
+    analyze_refused_target,
+    analyze_target,
+    read_entry,
+    refusal_of,
+)
 from ..adapter import jax_adapter
+from ..cache.cache_key import cache_key
 from ..context.config import Settings
 from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
@@ -89,17 +96,28 @@ def _stablehlo_entry(text: str, ownership):
     return module, read_entry(module, ownership)
 
 
-def analyze_lowered(name: str, lowered, settings: Settings, where: str) -> TargetReport:
+def analyze_lowered(name: str, lowered, settings: Settings, where: str,
+                    meets: ConflictCheck | None = None) -> TargetReport:
     """The target's report: from the analysis cache when this program was analysed before
-    with the same settings and compilers, else compiled and analysed (and stored)."""
+    with the same settings and compilers, else compiled and analysed (and stored). ``meets``: lint's check
+    of a why chain from another argument (conflict_checks.py), which compiles; None: no such chain."""
     text, cache = jax_adapter.stablehlo_text(lowered), analysis_cache(settings)
-    return cached_report(
-        cache,
-        lambda: key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
-        lambda: _analyze_lowered(name, lowered, text, settings, where))
+
+    def parts(checked: bool) -> dict:
+        return {**key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
+                "conflict_checked": checked}
+
+    if meets is None and cache is not None and cache.has(cache_key(parts(True))):
+        # lint's report (its other-side chains checked by compiling: measured facts) serves a command that checks
+        # none (snapshot, gate) as it is; the other way round, lint analyses again.
+        return cached_report(cache, lambda: parts(True), lambda: _analyze_lowered(name, lowered, text, settings,
+                                                                                  where, meets))
+    return cached_report(cache, lambda: parts(meets is not None),
+                         lambda: _analyze_lowered(name, lowered, text, settings, where, meets))
 
 
-def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str) -> TargetReport:
+def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str,
+                     meets: ConflictCheck | None = None) -> TargetReport:
     module = jax_adapter.stablehlo_module(lowered)
     label, config = platform_label(settings), settings.pass_config
     ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
@@ -119,4 +137,4 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
 
     copy, entry = background.get()
     return analyze_target(name, module, facts, config, out_shardings_hook, entry,
-                          explain_with=copy, display=display_source)
+                          explain_with=copy, display=display_source, meets=meets)

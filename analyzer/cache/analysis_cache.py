@@ -78,6 +78,10 @@ class AnalysisCache:
             os.utime(path)  # recently used: eviction removes the least recently used first
         return report
 
+    def has(self, key: str) -> bool:
+        """Whether an entry is stored under ``key`` (read by ``get``; counted by neither)."""
+        return os.path.isfile(self._path(key))
+
     def put(self, key: str, report: BaseModel, described: dict[str, object]) -> None:
         """Store ``report``; ``described`` (the key's parts, without the program text) is kept
         beside it for a person reading the folder. A cache that cannot be written costs the

@@ -13,6 +13,7 @@ from ...passes.pipelines.run_wide import ProgramSource, lint_run
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_fixes import checked_fixes
+from ..backend.conflict_checks import conflict_check
 from ..backend.device_selection import check_lowered_for, run_warnings
 from ..backend.heap import paused_collector
 from ..backend.script_targets import load_script
@@ -49,10 +50,13 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
             isolation.phase(where, f"compiling target {name!r}")
             check_lowered_for(lowered, name, settings, where)
             with paused_collector():
-                report = analyze_lowered(name, lowered, settings, where)
+                text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
+                # With the fixes checked, a why chain from another argument is checked too (a compile for each
+                # such argument): printed only where that argument's sharding changes the finding's collectives.
+                meets = conflict_check(text, settings, where, devices) if settings.check_fixes else None
+                report = analyze_lowered(name, lowered, settings, where, meets)
                 if settings.check_fixes:
                     say(f"compiling the fixes {name}'s findings suggest, to check them")
-                    text, devices = jax_adapter.stablehlo_text(lowered), jax_adapter.device_assignment(lowered)
                     with one_compile_per_program():  # a program two checks arrive at is compiled once
                         report = checked_fixes(report, text, settings, where, devices, progress)
             reports.append(report.model_copy(update={"warnings": report.warnings + run_warnings(settings)}))

@@ -14,7 +14,9 @@ import os
 import re
 from typing import Any
 
-_MESSAGE = re.compile(r"Mesh\((?P<mesh>[^)]*)\).*?spec=P\((?P<spec>[^)]*)\).*?array axis (?P<dim>\d+) is "
+# An entry of P(...) may be a tuple of axes (P(('data', 'model'), None)): one level of parentheses inside.
+_NESTED = r"(?:[^()]|\([^()]*\))*"
+_MESSAGE = re.compile(rf"Mesh\((?P<mesh>{_NESTED})\).*?spec=P\((?P<spec>{_NESTED})\).*?array axis (?P<dim>\d+) is "
                       r"partitioned (?P<parts>\d+) times, but the dimension size is (?P<size>\d+) "
                       r"\(full shape: \((?P<shape>[\d, ]*)\)", re.S)
 
@@ -37,10 +39,36 @@ def indivisible_problem(exc: BaseException, path: str, params: dict[str, Any]) -
     # The --set that gave the dimension its size, when one did: fit searches that parameter's multiples.
     setters = [k for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool) and v == size]
     cause = f" (--set {setters[0]}={size})" if len(setters) == 1 else ""
-    fit = f", or fit --param {setters[0]} --multiple-of {parts}" if len(setters) == 1 else \
-        f", or fit --multiple-of {parts}"
+    defaults = [] if setters else _defaults_of_size(exc, path, size, params)
+    if len(setters) == 1:
+        fit = f", or fit --param {setters[0]} --multiple-of {parts}"
+    elif len(defaults) == 1:  # the script's own default for a parameter of shard_lint_targets: fit can size it
+        fit = f" (shard_lint_targets' {defaults[0]}={size} by default: fit --param {defaults[0]} --multiple-of {parts})"
+    else:  # fit sizes a parameter of shard_lint_targets; nothing the user gave or defaults to this size
+        fit = (f" where the script sets it (fit sizes only a parameter of shard_lint_targets, and no --set or "
+               f"default gives {size}: make it one, then fit --param NAME --multiple-of {parts})")
     return (f"{what} has shape {shape}: its dim {dim} is {size}{cause}, which mesh axis {axis_text} of P({m['spec']}) "
             f"does not divide: use a multiple of {parts}{fit}")
+
+
+def _defaults_of_size(exc: BaseException, path: str, size: int, params: dict[str, Any]) -> list[str]:
+    """The parameters of the script's ``shard_lint_targets`` (the frame of it that raised) whose default is
+    ``size`` and that no --set gave: where one gave the dimension its size, fit sizes it."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if os.path.abspath(frame.f_code.co_filename) == path and frame.f_code.co_name == "shard_lint_targets":
+            fn = frame.f_globals.get("shard_lint_targets")
+            try:
+                signature = inspect.signature(fn) if fn is not None else None
+            except (TypeError, ValueError):
+                signature = None
+            if signature is None:
+                return []
+            return [name for name, p in signature.parameters.items() if name not in params
+                    and isinstance(p.default, int) and not isinstance(p.default, bool) and p.default == size]
+        tb = tb.tb_next
+    return []
 
 
 def _split_top(spec: str) -> list[str]:

@@ -19,6 +19,10 @@ class FixVerdict(str, Enum):
     trade_off = "trade-off"  # one falls, the other grows
     no_change = "no-change"
     failed = "failed"  # the program with the fix did not compile
+    # Its figures are better, but XLA compiles it with an involuntary full rematerialization (SL104) the
+    # program as written does not have: the whole value on every device, which the figures may not show
+    # (a peak on a mesh this size, a step's traffic the partitioner's rebuild adds at scale).
+    rematerializes = "rematerializes"
 
 
 class FixCheck(_Model):
@@ -34,6 +38,9 @@ class FixCheck(_Model):
                     "on entry (SL201's outputs that come back on another layout).")
     traffic_bytes_after: int | None = None
     error: str | None = Field(default=None, description="Why the fixed program did not compile.")
+    rematerialized: list[str] = Field(
+        default_factory=list, description="What XLA replicates in full with the fix and not as written (SL104's "
+                                          "findings on the fixed program, their messages).")
 
     @property
     def peak_delta(self) -> int:

@@ -13,7 +13,8 @@ from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
-           "OTHER_DIMENSION_FIXES", "stands_for_a_group_without_own_fix", "layout_edit"]
+           "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "stands_for_a_group_without_own_fix",
+           "layout_edit"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
 PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
@@ -30,6 +31,8 @@ ARGUMENT_LAYOUT_RULES = codes_where(lambda t: t.argument_layout)
 STATE_ARGUMENT_FIXES = codes_where(lambda t: t.about_state and t.fix is FixKind.parameter)
 # Findings whose second choice is their axes on the argument's last dimension they divide.
 OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)
+# Findings that say XLA replicates a value to compile the program: a fix compiled with one is not better.
+REMATERIALIZATION_RULES = codes_where(lambda t: t.rematerialization)
 
 
 def stands_for_a_group_without_own_fix(f: Finding) -> bool:

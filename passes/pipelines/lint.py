@@ -39,6 +39,7 @@ from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
 from ..rules.context import RuleContext
+from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
 from ..rules.finding_provenance import attach_provenance, explained
 from ..rules.table import RULES, codes_where
 from ..source.frames import CodeOwnership
@@ -51,10 +52,11 @@ from ..stablehlo.module import (
 )
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
 from ..stablehlo.state_roundtrip import correspond, suggested_out_shardings
+from .catalogue import REMATERIALIZATION_RULES
 from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
-from .rule_stage import rule_context, run_rules
+from .rule_stage import rule_context, run_rule, run_rules
 
 
 def _with_shardings(tensors: tuple[TensorInfo, ...], shardings: tuple[list[list[str]] | None, ...] | None,
@@ -109,15 +111,16 @@ def analyze_target(
     out_shardings_hook: OutShardingsHook | None = None,
     entry: tuple[EntrySignature, EntrySources] | None = None,
     explain_with: ir.Module | None = None, display: Callable[[SourceLocation], str] = str,
-    with_rules: bool = True,
+    with_rules: bool = True, meets: ConflictCheck | None = None,
 ) -> TargetReport:
     """``entry``: the entry signature and sources when already read (from a copy
     of the module, on another thread while XLA compiled). ``explain_with``: a copy of
     the module (in a context of its own) to propagate shardings over when a finding
-    asks for its provenance; ``display`` writes a source line in its chain. Without
+    asks for its provenance; ``display`` writes a source line in its chain; ``meets``: whether an argument's
+    sharding takes part in a finding's collectives (finding_provenance.ConflictCheck). Without
     ``with_rules`` the report has the program's figures (memory, collectives, step time,
-    inputs and outputs) and no findings: what a fix candidate's check and suggest's
-    versions read."""
+    inputs and outputs) and no findings but SL104's, whatever the configuration disables (XLA's
+    rematerializations): what a fix candidate's check and suggest's versions read."""
     # The entry signature and its source lines, from StableHLO.
     sig, sources = entry or read_entry(module, config.ownership)
     inputs = _with_shardings(sig.inputs, compiled.input_shardings, sig.mesh)
@@ -147,10 +150,20 @@ def analyze_target(
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
     if not with_rules:
+        # SL104's findings alone: XLA's word that it replicates a value, which a fix check reads (a candidate
+        # compiled with a rematerialization the program as written lacks is not better).
+        remats = read_involuntary_remats(compiled.compiler_warnings, sig.mesh)
+        remat_ctx = rule_context(
+            name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
+            collectives=collectives, memory=memory, roundtrips=roundtrips,
+            involuntary_remats=locate_remats(hlo, remats, collectives, config.ownership)) if remats else None
+        remat_findings = [f for code in REMATERIALIZATION_RULES if remat_ctx is not None
+                          for f in LINT.run("rules", run_rule, remat_ctx, config, code)]
         return TargetReport(
             name=name, platform=compiled.platform,
             num_devices=sig.mesh.size if sig.mesh.axes else sig.num_partitions, mesh=dict(sig.mesh.axes),
-            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs), findings=[],
+            memory=memory, collectives=list(collectives), inputs=list(inputs), outputs=list(outputs),
+            findings=remat_findings,
             axis_scope=axis_scopes(sig.mesh, compiled.device_processes) if compiled.device_processes else {},
             time=time,
         )
@@ -176,7 +189,7 @@ def analyze_target(
     )
     # Why: the propagation behind an explained finding's provenance.
     if explain_with is not None and explained(report.findings):
-        report = LINT.run("provenance", _with_provenance, report, explain_with, config.ownership, display)
+        report = LINT.run("provenance", _with_provenance, report, explain_with, config.ownership, display, meets)
     return report
 
 
@@ -233,7 +246,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
 
 
 def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwnership,
-                     display: Callable[[SourceLocation], str]) -> TargetReport:
+                     display: Callable[[SourceLocation], str], meets: ConflictCheck | None = None) -> TargetReport:
     """Our propagation and its predicted communication, run only when a finding asks
     for its provenance. (It once ran beside every compile, on the second core: XLA's
     CPU compile uses more than one, and the propagation slowed it by 10-20% on the
@@ -243,7 +256,7 @@ def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwn
         predicted = predict(propagated.graph)
     except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
         return report  # provenance, never the lint (it ran only for them before)
-    return attach_provenance(report, propagated, display, predicted)
+    return attach_provenance(report, propagated, display, predicted, meets)
 
 
 def analyze_refused_target(

@@ -61,6 +61,15 @@ def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:
     return sort_findings(findings)
 
 
+def run_rule(ctx: RuleContext, config: PassConfig, code: str) -> list[Finding]:
+    """One target rule's findings, whatever the configuration disables: a fact a figures-only report keeps
+    (SL104's rematerializations: a fix candidate XLA compiles with one is not better, fix_checks.py)."""
+    r = RULES[code]
+    emitter = Emitter(r, config.severities.get(code, r.severity))
+    r.check(ctx, emitter)
+    return sort_findings(group_by_cause(emitter.findings, ctx.inputs))
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (
         -f.severity.rank, f.rule,

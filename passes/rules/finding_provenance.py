@@ -17,6 +17,11 @@ from .table import RULES
 
 MAX_LINES = 6
 
+# Whether the finding's collectives change when the argument at this path is given another sharding (the
+# analyzer compiles the program with it replicated): its sharding then takes part in them, and a chain from
+# it is the other side of the layout conflict. None where nothing is compiled: no such chain is printed.
+ConflictCheck = Callable[[TargetReport, Finding, str], bool]
+
 
 def provenance_of(f: Finding) -> Provenance:
     """How the finding's rule is explained (Provenance.none for a code no rule has)."""
@@ -37,8 +42,11 @@ def _predicted_at(predicted: list[PredictedCollective], f: Finding) -> list[Pred
 
 def attach_provenance(
     report: TargetReport, p: Propagated, display: Callable[[SourceLocation], str] = str,
-    predicted: list[PredictedCollective] | None = None,
+    predicted: list[PredictedCollective] | None = None, meets: ConflictCheck | None = None,
 ) -> TargetReport:
+    """Each explained finding's chain. A collective's chain is the one that begins at the argument the finding
+    names; failing that, one that begins at another argument whose sharding ``meets`` finds taking part in the
+    collective, labelled as the other side of the conflict (never as its cause)."""
     predicted = predict(p.graph) if predicted is None else predicted
     out = []
     for f in report.findings:
@@ -53,19 +61,21 @@ def attach_provenance(
             # explains another collective, not this one.
             axes = ({tuple(c.mesh_axes) for c in report.collectives if c.hlo_name == f.subject}
                     if how is Provenance.predicted_collective_on_axes else None)
-            for pred in _predicted_at(predicted, f):
-                if axes is not None and tuple(pred.mesh_axes) not in axes:
-                    continue
+            at_line = [pred for pred in _predicted_at(predicted, f)
+                       if (axes is None or tuple(pred.mesh_axes) in axes)
+                       and (not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds)]
+            for pred in at_line:
                 value = p.graph.tensors_by_name().get(pred.value)
                 # A chain that begins at another argument than the one the finding names explains another
-                # value's layout: the next prediction at the line is tried, else none is printed.
+                # value's layout: the next prediction at the line is tried, else the other side below.
                 if f.parameter and (value is None or _began_at(p, value) != f"argument {f.parameter}"):
                     continue
-                if not kinds or FAMILIES.get(pred.kind, pred.kind) in kinds:
-                    lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
-                    if value is not None:
-                        lines.extend(explain(p, value, display)[1:])
-                    break
+                lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
+                if value is not None:
+                    lines.extend(explain(p, value, display)[1:])
+                break
+            if not lines and f.parameter and meets is not None:
+                lines = _other_side(report, p, f, at_line, meets, display)
         if len(lines) > MAX_LINES:
             # The first hops say what is near the finding, the last ones where it began.
             lines = lines[: MAX_LINES - 3] + [f"... {len(lines) - MAX_LINES + 2} more ..."] + lines[-2:]
@@ -74,6 +84,24 @@ def attach_provenance(
         lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
         out.append(f.model_copy(update={"provenance": lines}) if lines else f)
     return report.model_copy(update={"findings": out})
+
+
+def _other_side(report: TargetReport, p: Propagated, f: Finding, at_line: list[PredictedCollective],
+                meets: ConflictCheck, display: Callable[[SourceLocation], str]) -> list[str]:
+    """The first predicted collective at the line whose chain begins at another argument whose sharding takes
+    part in the finding's collectives (``meets``: compiled with it replicated, they change): the chain, its
+    first line saying which argument's layout the named one meets. None where no such argument is."""
+    by_path = {t.path: t for t in report.inputs}
+    for pred in at_line:
+        value = p.graph.tensors_by_name().get(pred.value)
+        began = _began_at(p, value) if value is not None else ""
+        other = by_path.get(began.removeprefix("argument ")) if began.startswith("argument ") else None
+        if value is None or other is None or other.path == f.parameter or not meets(report, f, other.path):
+            continue
+        return ([f"meets {other.path} {pspec_text(other.sharding or [])}, the other side of the conflict "
+                 f"(replicated, it changes this collective): predicted {pred.kind} over "
+                 f"{', '.join(pred.mesh_axes)}: {pred.reason}"] + explain(p, value, display)[1:])
+    return []
 
 
 def _began_at(p: Propagated, t: Tensor) -> str:

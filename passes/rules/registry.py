@@ -132,6 +132,10 @@ class RuleTraits:
     # ``run --processes``: its message and fix for a script that runs as one process and fails as several
     # (the process count, the error) fetching an array that spans other processes' devices.
     failed_fetch: Callable[[int, str], tuple[str, str]] | None = None
+    # Its findings are XLA's own word that it replicates a value to compile the program (SL104's involuntary
+    # full rematerialization): kept on a fix candidate's figures-only report, where a candidate compiled with
+    # one the program as written lacks is not better (fix_verdicts.measured_check).
+    rematerialization: bool = False
 
 
 @dataclass(frozen=True)

@@ -117,5 +117,5 @@ def _value_name(ctx: RuleContext, op_name: str | None, instruction: str) -> str:
 
 RULE = define_rule(SL104, Severity.warning, involuntary_full_rematerialization,
                    traits=RuleTraits(fix=FixKind.stated_layout, layout_edit=StatedLayoutEdit.staged,
-                                     argument_layout=True,
+                                     argument_layout=True, rematerialization=True,
                                      claims=lambda ctx: [r.collective for r in ctx.involuntary_remats if r.collective]))

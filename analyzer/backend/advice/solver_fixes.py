@@ -13,7 +13,7 @@ propagation as ``suggest`` does (``advice.problem.refine``). The solver's choice
 arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
 recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
 side by side, the one ``suggest``'s own rule prefers (``advice.verdict.best_version``) is measured
-through the fix checks' path (``fix_checks.measured_check``), and it is printed as the fix only when
+through the fix checks' path (``fix_verdicts.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
 written. State that comes back is returned in its new layout, as ``suggest`` pins it.
 
@@ -40,7 +40,8 @@ from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
-from ..fix_checks import _compiled, _cost_text, _matcher, _not_offered, measured_check, traffic_bytes
+from ..fix_checks import _compiled, _matcher
+from ..fix_verdicts import _cost_text, _not_offered, measured_check, rematerializations, traffic_bytes
 from ..parameter_moves import listed, mirrors
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
@@ -168,10 +169,14 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
     specs = {repr(s) for s in edits.values()}
     them = "it" if len(edits) == 1 else "them"
     whose = (f"the layout the step returns {them} in" if name == RETURNED else f"suggest's layout for {them}")
+    own = f.fix_check
+    # The rule's own fix measured better but compiled with a rematerialization: what was tried is said.
+    why = (f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
+           if own is not None and own.verdict is FixVerdict.rematerializes else "the rule's own fix measured no better")
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
-        "fix": (f"{_fix_text(edits, inputs, returned)}: {whose} with every other argument as written, where the "
-                f"rule's own fix measured no better (checked: {_cost_text(check)})")})
+        "fix": (f"{_fix_text(edits, inputs, returned)}: {whose} with every other argument as written, where "
+                f"{why} (checked: {_cost_text(check)})")})
 
 
 def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, Sharding]:
@@ -316,11 +321,18 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         measured_version(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
                   str(r) if isinstance(r, BaseException) else None, settings)[0]
         for (name, _), r in zip(candidates, compiled)]
-    best = best_version(versions, time_resolution(spec, sig))  # suggest's rule, its resolution too
+    # A layout XLA compiles with a rematerialization the program as written lacks ranks below every other:
+    # chosen only where no other beats the written one (its check then says what XLA does with it).
+    written = rematerializations(report)
+    remats = {name for (name, _), r in zip(candidates, compiled)
+              if not isinstance(r, BaseException) and rematerializations(r) - written}
+    best = best_version([v for v in versions if v.name not in remats], time_resolution(spec, sig))
+    if best is None or best.name == "written":
+        best = best_version(versions, time_resolution(spec, sig))  # suggest's rule, its resolution too
     if best is None or best.name == "written":
         return None, None, None, None
     at = [name for name, _ in candidates].index(best.name)
-    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig), best.name
+    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig, written), best.name
 
 
 def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check, name,

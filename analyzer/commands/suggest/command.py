@@ -35,7 +35,7 @@ from ...backend.advice.moves import best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
 from ...backend.advice.verdict import VersionText, best_version, verdict
 from ...backend.device_selection import platform_label
-from ...backend.fix_checks import _cost_text, measured_check, traffic_bytes
+from ...backend.fix_verdicts import _cost_text, measured_check, traffic_bytes
 from ...backend.out_shardings import suggest_for
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
@@ -88,7 +88,7 @@ def _version_texts(t: SuggestTarget, wanted: list) -> list[VersionText]:
 
 def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any) -> Version:
     """The single move described with lint's fix check of the same change against the written program
-    (``fix_checks.measured_check``: one program, one measure, the same figures in both)."""
+    (``fix_verdicts.measured_check``: one program, one measure, the same figures in both)."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
         return move
     check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig)

@@ -150,3 +150,34 @@ def test_an_eager_op_on_compile_only_devices_says_how_to_keep_it_abstract(cli, t
     # The abstract key lints.
     script.write_text(EAGER_KEY.replace("jax.random.key(0)", "jax.eval_shape(lambda: jax.random.key(0))"))
     assert cli("lint", str(script), "--platform", "h100", "-q", "--fail-on", "never").code == 0
+
+
+def _one_line(result) -> str:
+    """The one error line (JAX 0.12 prints the failing line's location itself before it raises)."""
+    assert result.code == 2 and result.out == "" and "Traceback" not in result.err
+    lines = [ln for ln in result.err.strip().splitlines() if not ln.endswith("(shard_lint_targets)")]
+    assert len(lines) == 1, result.err
+    return lines[0]
+
+
+def test_an_indivisible_tuple_of_axes_is_quoted_whole_and_fit_is_given_what_it_needs(cli):
+    """JAX's IndivisibleError for P(('data', 'model'), None) on a batch of 12 written into the script: the spec is
+    quoted whole (it was cut at the tuple's ')'), and as no --set or default of shard_lint_targets gives 12,
+    the line does not suggest a fit without the --param it needs: it says to make it a parameter first."""
+    line = _one_line(cli("lint", f"{BAD}/indivisible_tuple_axes.py"))
+    assert line == (
+        f"jax-shard-lint: error: {BAD}/indivisible_tuple_axes.py: tokens has shape (12, 16): its dim 0 is 12, which "
+        "mesh axis 'data' (size 4) x 'model' (size 2) of P(('data', 'model'), None) does not divide: use a multiple "
+        "of 8 where the script sets it (fit sizes only a parameter of shard_lint_targets, and no --set or default "
+        "gives 12: make it one, then fit --param NAME --multiple-of 8) (line 19)")
+
+
+def test_an_indivisible_default_names_the_parameter_fit_sizes(cli):
+    """The same batch given by shard_lint_targets' default (batch=12), no --set: fit is given that parameter."""
+    line = _one_line(cli("lint", f"{BAD}/indivisible_default_batch.py"))
+    assert line.endswith("of P(('data', 'model'), None) does not divide: use a multiple of 8 (shard_lint_targets' "
+                         "batch=12 by default: fit --param batch --multiple-of 8) (line 19)"), line
+    # What it says to run runs: fit sizes that parameter in multiples of 8.
+    result = cli("fit", f"{BAD}/indivisible_default_batch.py", "--param", "batch", "--multiple-of", "8",
+                 "--range", "8:64", "--budget", "1GiB")
+    assert result.code == 0, result.err

@@ -80,7 +80,9 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     moved = re.findall(r"compiled params\['embed'\](?:, opt_state\['mu'\]\['embed'\], opt_state\['nu'\]\['embed'\]| "
                        r"and 2 more) -> (P\(.*?\))(?: \(returned in that layout\))? \(", result.err)
     assert len(set(moved)) >= 5, moved
-    assert len(compiled) == 2 + 3 + len(set(moved))  # 3 donations: params, opt_state, both in one jit
+    # 3 donations: params, opt_state, both in one jit; and the step with the tokens replicated, which checks that
+    # their sharding takes part in SL102's and SL105's collectives (the other side of the conflict: conflict_checks).
+    assert len(compiled) == 2 + 3 + len(set(moved)) + 1
     [target] = json.loads(result.out)["targets"]
     checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
     assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
