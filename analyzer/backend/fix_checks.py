@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ...passes.common.sharding_text import normalized, pspec_text
@@ -43,7 +44,7 @@ from .donation_fixes import donation_checked, donors_of, joint_donation, one_don
 from .fix_verdicts import _cost_text, _not_offered, _verdict, pin_not_offered, without_unfixable_small_outputs
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
+from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
 from .state_advice import one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
@@ -174,6 +175,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
                and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
                for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
+    parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
     # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
@@ -191,22 +193,36 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     counter = CompileCounter(progress, report.name)
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
-    compiled = compile_side_by_side(
-        [functools.partial(_compiled, report.name, t, sig, settings, where, devices)
-         for t in as_written + [text_of(c) for c in planned]], counter.announce(labels))
+    jobs = [functools.partial(_compiled, report.name, t, sig, settings, where, devices)
+            for t in as_written + [text_of(c) for c in planned]]
+    # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
+    early: dict[str, Future] = {}
+    with compile_pool(len(jobs)) as pool:
+        if pool is None:
+            compiled = compile_side_by_side(jobs, counter.announce(labels))
+        else:
+            futures = [pool.submit(outcome, job, then) for job, then in zip(jobs, counter.announce(labels))]
+            if not as_written and pin is not None and take is not None and not parameter_planned:
+                states = [futures[planned.index(c)] for c in (pin, take)]
+                for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
+                    [then] = counter.announce([c.change], "to check a second choice")
+                    early[_key(c)] = pool.submit(outcome, functools.partial(
+                        _compiled, report.name, text_of(c), sig, settings, where, devices), then)
+            compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
-    after_of = {_key(c): compiled[k] for k, c in enumerate(planned)}
+    after_of = {_key(c): compiled[k] for k, c in enumerate(planned)} | {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
         nonlocal budget
         budget -= 1
         # The planned candidates were compiled side by side above; a second choice (another dimension,
-        # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
+        # SL203's own suggestion after the state fixes, where not compiled early) is compiled when the loop
+        # below asks for it.
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
@@ -268,6 +284,30 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, *pin_not_offered(pinned, notes, findings)]})
     return report.model_copy(update={"findings": findings})
+
+
+def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],
+                    sig: EntrySignature, moved: dict[str, RoundTrip], returned: dict[int, int]) -> list[_Candidate]:
+    """SL203's own suggestions that ``check_fixes``'s loop will compile after the state fixes (``state``, their
+    compiles ``outcomes``), known as soon as those are compiled: none where either is measured better (or
+    failed in a way the loop raises); else one per SL203 finding on a value that comes back on another
+    layout, in the findings' order, as many as the budget the loop has left (no parameter fix ran before)."""
+    if any(isinstance(o, BaseException) and not isinstance(o, ShardLintInputError) for o in outcomes):
+        return []
+    written = report.memory.peak_bytes if report.memory else 0, traffic_bytes(report, sig)
+    if any(measured_check(c.change, o, written, sig).verdict is FixVerdict.better for c, o in zip(state, outcomes)):
+        return []
+    out: list[_Candidate] = []
+    budget = MAX_CHECKS - len(state)
+    for f in report.findings:
+        if f.rule not in STATE_ARGUMENT_FIXES or f.subject not in moved or budget <= 0:
+            continue
+        own = next(g for g in report.findings if g.rule == f.rule and g.subject == f.subject)
+        candidate = _parameter_candidate(own, list(report.inputs), returned)
+        if candidate is not None:
+            budget -= 1
+            out += [candidate] if all(_key(candidate) != _key(c) for c in out) else []
+    return out
 
 
 def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
