@@ -193,10 +193,11 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     counter = CompileCounter(progress, report.name)
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
-    jobs = [functools.partial(_compiled, report.name, t, sig, settings, where, devices)
-            for t in as_written + [text_of(c) for c in planned]]
+    jobs: list[Callable[[], TargetReport]] = [
+        functools.partial(_compiled, report.name, t, sig, settings, where, devices)
+        for t in as_written + [text_of(c) for c in planned]]
     # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
-    early: dict[str, Future] = {}
+    early: dict[str, Future[TargetReport | BaseException]] = {}
     with compile_pool(len(jobs)) as pool:
         if pool is None:
             compiled = compile_side_by_side(jobs, counter.announce(labels))
@@ -214,7 +215,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
-    after_of = {_key(c): compiled[k] for k, c in enumerate(planned)} | {k: f.result() for k, f in early.items()}
+    after_of: dict[str, TargetReport | BaseException] = {_key(c): compiled[k] for k, c in enumerate(planned)}
+    after_of |= {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
