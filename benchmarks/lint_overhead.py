@@ -10,9 +10,10 @@ Every measurement is a fresh process whose clock starts before it imports JAX
 analysis cache and JAX's compilation cache off, so nothing is reused. The kinds
 are interleaved in each repeat (a slow spell of this shared machine hits all of
 them alike) and each figure is the median; the load average is printed beside
-them. ``--scale 32`` adds scale_transformer.py's step at 32 layers on 64
-devices. ``--baseline-root`` also runs both lints from another checkout of the
-tool (``git worktree add`` or ``git archive`` of an older commit) in the same
+them. Each lint's progress lines (stderr) give how many fix candidates it compiled and the seconds from
+its first fix-check compile to its last, printed beside its time. ``--scale 32`` adds
+scale_transformer.py's step at 32 layers on 64 devices. ``--baseline-root`` also runs both lints
+from another checkout of the tool (``git worktree add`` or ``git archive`` of an older commit) in the same
 run, for before/after ratios on the same machine load.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -53,7 +55,7 @@ def _measure(kind: str, script: str, params: dict[str, int], devices: int) -> di
 
         sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
         with tempfile.TemporaryDirectory() as out:
-            code = run_command(["lint", script, *sets, "--devices", str(devices), "--no-cache", "-q",
+            code = run_command(["lint", script, *sets, "--devices", str(devices), "--no-cache",
                                 "--format", "json", "--fail-on", "never", "-o", os.path.join(out, "r.json")]
                                + (["--no-fix-check"] if kind == "lint-no-fix" else []))
         if code not in (0, 1):
@@ -81,7 +83,18 @@ def _run_once(kind: str, script: str, params: dict[str, int], devices: int, root
     last = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not last:
         raise SystemExit(f"{kind} of {script} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(last[-1])
+    return json.loads(last[-1]) | _fix_compiles(proc.stderr)
+
+
+# A progress line of the fix checks: "jax-shard-lint: [3/6] train_step: compiled ... (36.8 s)".
+_PROGRESS = re.compile(r"\[\d+/\d+\] .*?: (compiling|compiled) .*\(([\d.]+) s\)$")
+
+
+def _fix_compiles(stderr: str) -> dict[str, float]:
+    """How many fix candidates lint compiled, and the seconds from its first fix-check compile to its last."""
+    lines = [m for ln in stderr.splitlines() if (m := _PROGRESS.search(ln))]
+    done = [float(m.group(2)) for m in lines if m.group(1) == "compiled"]
+    return {"fix_compiles": len(done), "fix_seconds": max(done) - float(lines[0].group(2)) if done else 0.0}
 
 
 def main() -> int:
@@ -117,12 +130,19 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 # The same script for every checkout: the one of this checkout (its path is in its frames).
                 runs[label + k].append(_run_once(k, script, params, devices, root, folders[root]))
-                print(f"  {name}: {label + k} {runs[label + k][-1]['seconds']:.2f} s "
-                      f"(CPU {runs[label + k][-1]['cpu']:.1f} s, load average {loads[-1]:.1f})", flush=True)
+                run = runs[label + k][-1]
+                fixes = (f", {run['fix_compiles']:.0f} fix compiles over {run['fix_seconds']:.1f} s"
+                         if run.get("fix_compiles") else "")
+                print(f"  {name}: {label + k} {run['seconds']:.2f} s "
+                      f"(CPU {run['cpu']:.1f} s{fixes}, load average {loads[-1]:.1f})", flush=True)
         wall = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
         cpu = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
+        fixes = {k: (statistics.median(r.get("fix_compiles", 0) for r in v),
+                     statistics.median(r.get("fix_seconds", 0.0) for r in v)) for k, v in runs.items()}
         cells = "; ".join(f"{k} {wall[k]:.2f} s, {wall[k] / wall['bare']:.2f}x (CPU {cpu[k]:.1f} s, "
-                          f"{cpu[k] / cpu['bare']:.2f}x)" for k in runs if k != "bare")
+                          f"{cpu[k] / cpu['bare']:.2f}x"
+                          + (f"; {fixes[k][0]:.0f} fix compiles over {fixes[k][1]:.1f} s" if fixes[k][0] else "")
+                          + ")" for k in runs if k != "bare")
         print(f"{name} ({devices} devices): bare compile {wall['bare']:.2f} s (CPU {cpu['bare']:.1f} s); {cells}; "
               f"load average {min(loads):.1f}-{max(loads):.1f}", flush=True)
     return 0

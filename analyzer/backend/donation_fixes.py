@@ -53,7 +53,7 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
     # findings' "peak -36.3 MiB" would count it twice (a new user's T5, issue 46).
     answered = [f for f in findings if f.rule in DONATION_FIXES and f.fix_check is not None]
     # In the order of the jit's arguments: each single's change names its argument's number.
-    subjects = [f.subject for f in sorted(answered, key=lambda f: [int(n) for n in re.findall(
+    subjects = [f.subject or "" for f in sorted(answered, key=lambda f: [int(n) for n in re.findall(
         r"\d+", f.fix_check.change if f.fix_check else "")])]
     together = f" for {', '.join(subjects[:-1])} and {subjects[-1]} together" if len(subjects) > 1 else ""
     out = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ...passes.common.sharding_text import normalized, pspec_text
@@ -36,6 +37,7 @@ from ...passes.pipelines.entry import changed_roundtrips, entry_signature, state
 from ...passes.pipelines.lint import LINT
 from ..adapter import jax_adapter
 from ..context.config import Settings
+from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
@@ -51,11 +53,12 @@ from .fix_verdicts import (
 )
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, compile_side_by_side, once, outcome
+from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
+from .state_advice import one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
-# The rules whose fix is a parameter's new sharding (traits in their files; STATE_ARGUMENT_FIXES: _state_advice's).
+# The rules whose fix is a parameter's new sharding (traits in their files; STATE_ARGUMENT_FIXES: state_advice's).
 _PARAMETER_FIXES = PARAMETER_FIXES
 
 
@@ -158,6 +161,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
                and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
                for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
+    parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
     # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
@@ -175,23 +179,39 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     counter = CompileCounter(progress, report.name)
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
-    compiled = compile_side_by_side(
-        [functools.partial(_compiled, report.name, t, sig, settings, where, devices)
-         for t in as_written + [text_of(c) for c in planned]], counter.announce(labels))
+    jobs: list[Callable[[], TargetReport]] = [
+        functools.partial(_compiled, report.name, t, sig, settings, where, devices)
+        for t in as_written + [text_of(c) for c in planned]]
+    # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
+    early: dict[str, Future[TargetReport | BaseException]] = {}
+    with compile_pool(len(jobs)) as pool:
+        if pool is None:
+            compiled = compile_side_by_side(jobs, counter.announce(labels))
+        else:
+            futures = [pool.submit(outcome, job, then) for job, then in zip(jobs, counter.announce(labels))]
+            if not as_written and pin is not None and take is not None and not parameter_planned:
+                states = [futures[planned.index(c)] for c in (pin, take)]
+                for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
+                    [then] = counter.announce([c.change], "to check a second choice")
+                    early[_key(c)] = pool.submit(outcome, functools.partial(
+                        _compiled, report.name, text_of(c), sig, settings, where, devices), then)
+            compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
     base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
     written = rematerializations(before)
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
-    after_of = {_key(c): compiled[k] for k, c in enumerate(planned)}
+    after_of: dict[str, TargetReport | BaseException] = {_key(c): compiled[k] for k, c in enumerate(planned)}
+    after_of |= {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
 
     def run(c: _Candidate) -> FixCheck:
         nonlocal budget
         budget -= 1
         # The planned candidates were compiled side by side above; a second choice (another dimension,
-        # SL203's own suggestion after the state fixes) is compiled when the loop below asks for it.
+        # SL203's own suggestion after the state fixes, where not compiled early) is compiled when the loop
+        # below asks for it.
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
@@ -231,7 +251,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                                                                    written))
     if pin is not None and take is not None and budget >= 2:
         pinned, taken = run(pin), run(take)
-        findings, notes = without_unfixable_small_outputs(_state_advice(findings, pinned, taken, moved), pinned, taken)
+        findings, notes = without_unfixable_small_outputs(state_advice(findings, pinned, taken, moved), pinned, taken)
         report = report.model_copy(update={"warnings": [*report.warnings, *notes]})
         # Neither state fix helps: SL203's own suggestion for those values (shard the replicated
         # argument and its optimizer state on a mesh axis) is the next one tried.
@@ -249,12 +269,38 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
-        findings = _one_advice_per_value(findings, moved)
+        findings = one_advice_per_value(findings, moved)
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, *pin_not_offered(pinned, notes, findings)]})
     return report.model_copy(update={"findings": findings})
+
+
+def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],
+                    sig: EntrySignature, moved: dict[str, RoundTrip], returned: dict[int, int]) -> list[_Candidate]:
+    """SL203's own suggestions that ``check_fixes``'s loop will compile after the state fixes (``state``, their
+    compiles ``outcomes``), known as soon as those are compiled: none where either is measured better (or
+    failed in a way the loop raises); else one per SL203 finding on a value that comes back on another
+    layout, in the findings' order, as many as the budget the loop has left (no parameter fix ran before)."""
+    if any(isinstance(o, BaseException) and not isinstance(o, ShardLintInputError) for o in outcomes):
+        return []
+    base = report.memory.peak_bytes if report.memory else 0, traffic_bytes(report, sig)
+    remats = rematerializations(report)
+    if any(measured_check(c.change, o, base, sig, remats).verdict is FixVerdict.better
+           for c, o in zip(state, outcomes)):
+        return []
+    out: list[_Candidate] = []
+    budget = MAX_CHECKS - len(state)
+    for f in report.findings:
+        if f.rule not in STATE_ARGUMENT_FIXES or f.subject not in moved or budget <= 0:
+            continue
+        own = next(g for g in report.findings if g.rule == f.rule and g.subject == f.subject)
+        candidate = _parameter_candidate(own, list(report.inputs), returned)
+        if candidate is not None:
+            budget -= 1
+            out += [candidate] if all(_key(candidate) != _key(c) for c in out) else []
+    return out
 
 
 def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | None:
@@ -291,20 +337,6 @@ def _other_candidates(f: Finding) -> list[Finding]:
             for c in f.candidates[1:] if c.value == f.parameter and c.sharding != f.suggested_sharding]
 
 
-def _one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
-    """SL201 on the state values an SL203 is about gives SL203's advice: one recommendation per value."""
-    def inputs_of(f: Finding) -> frozenset[str]:
-        return frozenset(rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None)
-
-    advice = {inputs_of(f): f for f in findings if f.rule in STATE_ARGUMENT_FIXES and inputs_of(f)}
-    out = [f.model_copy(update={"fix": a.fix, "fix_check": a.fix_check})
-           if f.rule in STATE_RULES and f.rule not in STATE_ARGUMENT_FIXES
-           and (a := advice.get(inputs_of(f))) is not None else f for f in findings]
-    # A spec whose check was not measured better is not shown as the one to give (param: ... -> P(...)).
-    return [f.model_copy(update={"suggested_sharding": None})
-            if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
-
-
 def _key(c: _Candidate) -> str:
     return repr((c.arguments, c.results, sorted(c.donors)))
 
@@ -330,57 +362,3 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": None,
         "fix": f"no sharding change found that helps: {check.change} was tried, compiled and {_not_offered(check)}"})
-
-
-def _state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
-                  ) -> list[Finding]:
-    """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
-    rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
-            FixVerdict.worse: 4, FixVerdict.failed: 5}
-
-    def score(c: FixCheck) -> tuple[int, int]:
-        return rank[c.verdict], (c.peak_delta + c.traffic_delta)
-
-    best = min((pin, take), key=score)
-    other = take if best is pin else pin
-    # Both candidates change every state value that comes back on another layout at once: their figures are
-    # for all of them together, printed once (on the first finding they cover), not as one finding's gain.
-    together = len({rt.input.index for rt in moved.values()})
-    first: str | None = None
-    out = []
-    for f in findings:
-        if f.rule not in STATE_RULES:
-            out.append(f)
-            continue
-        rt = moved.get(f.subject or "")
-        if f.rule in STATE_ARGUMENT_FIXES and rt is None:
-            out.append(f)  # a replicated input that comes back as it went: SL203's own advice stands
-            continue
-        if best.verdict is not FixVerdict.better:
-            text = (f"neither fix is measured better for this step: pinning the outputs was tried, compiled and "
-                    f"{_not_offered(pin)}; giving the inputs the returned layout {_not_offered(take)}")
-            out.append(f.model_copy(update={"fix": text, "fix_check": best}))
-            continue
-        members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
-        layouts = {str(m.output.sharding) for m in members if m is not None}
-        if best is take and rt is not None and None not in members and len(layouts) == 1:
-            names = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
-            what = (f"shard {listed(names)} as {pspec_text(rt.output.sharding)}, the layout "
-                    f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
-        elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
-            named = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
-            what = (f"give {listed(named) if named else 'the state inputs'} the layouts the step returns them in "
-                    "(in_shardings=, or place them there with jax.device_put)")
-        else:
-            what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        if first is None:
-            first = f.subject or ""
-            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
-                    f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
-                    f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
-                    f"{_cost_text(other)})")
-        else:
-            text = (f"{what} (checked with all {together} state values that come back on another layout changed "
-                    f"at once; their figures are on the finding for {first})")
-        out.append(f.model_copy(update={"fix": text, "fix_check": best}))
-    return out

@@ -31,6 +31,18 @@ def compile_side_by_side(jobs: list[Callable[[], T]], done: list[Callable[[], No
         return list(pool.map(outcome, jobs, done))
 
 
+@contextlib.contextmanager
+def compile_pool(jobs: int) -> Iterator[ThreadPoolExecutor | None]:
+    """A pool of up to one compile per core for ``jobs`` compiles and more asked for while they run (a
+    second choice the first outcomes already call for), or None where ``compile_side_by_side`` runs them
+    in turn (one job, one core)."""
+    if jobs < 2 or (os.cpu_count() or 1) < 2:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=min(jobs, os.cpu_count() or 1), thread_name_prefix="fix-check") as pool:
+        yield pool
+
+
 def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException:
     try:
         return job()
