@@ -93,11 +93,18 @@ def part_view(module: HloModule | None, collectives: tuple[Collective, ...], own
 
 def parts_why(c: Collective, parts: tuple[Collective, ...]) -> str | None:
     """A combined collective's why: each part's that has one, with its bytes; None where none has."""
-    said = [p for p in parts if p.why]
+    # Parts of one shape with one why (a loop's unrolled reads of one array) are said once, with their count.
+    said: dict[tuple[str, str, int, str], int] = {}
+    for p in parts:
+        if p.why:
+            key = (p.dtype, str(p.shape), p.bytes, p.why)
+            said[key] = said.get(key, 0) + 1
     if not said:
         return None
     return f"{len(parts)} values combined into one {c.kind} ({format_bytes(c.bytes)}): " + "; ".join(
-        f"{p.dtype}{p.shape} ({format_bytes(p.bytes)}): {p.why}" for p in said)
+        f"{dtype}{shape} ({format_bytes(nbytes)}): {why}" if n == 1 else
+        f"{n} of {dtype}{shape} ({format_bytes(nbytes)} each): {why}"
+        for (dtype, shape, nbytes, why), n in said.items())
 
 
 def traced_parts(module: HloModule | None, collectives: tuple[Collective, ...], inputs: tuple[TensorInfo, ...],
