@@ -24,6 +24,7 @@ from ..hlo.collective_intent import classify, parameters, partial_sum_operands
 from ..hlo.collective_origin import collective_origins
 from ..hlo.collective_parameter import collective_parameters, sliced_partial_sums
 from ..hlo.collectives import find_collectives
+from ..hlo.combined_parts import CombinedParts, traced_parts
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
 from ..hlo.cost import program_cost, xla_cost_figures
 from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
@@ -79,7 +80,7 @@ OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tup
 
 LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
-    "collective-origin", "row-parallel-sums", "step-time", "call-site", "rule-facts", "rules",
+    "collective-origin", "row-parallel-sums", "combined-parts", "step-time", "call-site", "rule-facts", "rules",
     "compiled-program-passes", "report-notes", "out-shardings", "provenance",
 ))
 LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
@@ -147,6 +148,8 @@ def analyze_target(
                            config.where)
     collectives = LINT.run("row-parallel-sums", mark_row_parallel_sums, hlo, collectives,
                           parameters(inputs, roundtrips))
+    collectives, combined = LINT.run("combined-parts", traced_parts, hlo, collectives, inputs,
+                                     parameters(inputs, roundtrips), sig.mesh, config.ownership, config.where)
     time, collectives = LINT.run("step-time", timed_collectives, hlo, collectives, config, compiled.xla_cost)
 
     if not with_rules:
@@ -170,7 +173,7 @@ def analyze_target(
 
     # Rules.
     ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
-                   collectives, memory, roundtrips)
+                   collectives, memory, roundtrips, combined)
     findings = LINT.run("rules", run_rules, ctx, config)
     findings = LINT.run("compiled-program-passes", _compiled_program_passes, hlo, findings, outputs, collectives)
     warnings = LINT.run("report-notes", _report_notes, ctx, config)
@@ -220,19 +223,22 @@ def _call_site(module: ir.Module, config: PassConfig) -> SourceLocation | None:
 def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig, sig: EntrySignature,
                 sig_compiled: EntrySignature, sources: EntrySources, hlo: HloModule,
                 collectives: tuple[Collective, ...], memory: MemorySummary | None,
-                roundtrips: tuple[RoundTrip, ...]) -> RuleContext:
-    """What the rules read beyond the signature, collectives and memory, and the context they read it in."""
+                roundtrips: tuple[RoundTrip, ...], combined: CombinedParts | None = None) -> RuleContext:
+    """What the rules read beyond the signature, collectives and memory, and the context they read it in.
+    The collectives' facts are also found for each part of a combined reduction, traced alone (``combined``)."""
     inputs, outputs = sig_compiled.inputs, sig_compiled.outputs
+    traced, traced_hlo = (collectives + combined.collectives, combined.module) if combined else (collectives, hlo)
     sharded = frozenset(
         (t.dtype, tuple(t.shape)) for t in (*inputs, *outputs) if t.sharding and any(t.sharding)
     )
     return rule_context(
         name, compiled.platform, sig_compiled, config, inputs=inputs, outputs=outputs, sources=sources,
         collectives=collectives, memory=memory, roundtrips=roundtrips,
-        sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(collectives, hlo),
-        collective_parameters=collective_parameters(hlo, collectives, inputs, sig.mesh),
-        sliced_partial_sums=sliced_partial_sums(hlo, collectives),
-        row_parallel_sums=row_parallel_sums(hlo, collectives, parameters(inputs, roundtrips)),
+        sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(traced, traced_hlo),
+        collective_parameters=collective_parameters(traced_hlo, traced, inputs, sig.mesh),
+        sliced_partial_sums=sliced_partial_sums(traced_hlo, traced),
+        row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),
+        collective_parts=combined.parts if combined else {},
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
         padded_values=_padded_values(module, sig, hlo, config),

@@ -50,6 +50,9 @@ class RuleContext:
     # Partial-sum all-reduces that close a column/row tensor-parallel pair (Megatron's row-parallel
     # reduction, by design): HLO name -> why (hlo/tensor_parallel_pairs.py).
     row_parallel_sums: dict[str, str] = field(default_factory=dict)
+    # A combined reduction's HLO name -> its values, each a collective of its own whose facts above are
+    # found alone (hlo/combined_parts.py): a finding about one value describes that value only.
+    collective_parts: dict[str, tuple[Collective, ...]] = field(default_factory=dict)
     # The compiler refused the program for want of memory (a TPU compile): its figures stand for the peak.
     refusal: CompilerRefusal | None = None
     # Values XLA's partitioner could reshard only by replicating them, each at its line.

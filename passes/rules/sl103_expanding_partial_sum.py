@@ -69,7 +69,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # weight's shape: data-parallel traffic, not an expanding projection.
     weights = {tuple(t.shape) for t in ctx.inputs}
     sizes = dict(ctx.signature.mesh.axes)
-    for c in ctx.collectives:
+    # A combined all-reduce's values are looked at one by one (each traced to its own matmul and weight):
+    # a finding describes the value it is about, with its bytes.
+    parts = [(whole, c) for whole in ctx.collectives for c in ctx.collective_parts.get(whole.hlo_name, (whole,))]
+    for whole, c in parts:
         found = ctx.partial_sum_operands.get(c.hlo_name)
         # The row-parallel half of a column/row pair (Megatron's) sums by design, whatever its size: its
         # collective carries why (hlo/tensor_parallel_pairs.py).
@@ -95,6 +98,8 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         out.emit(
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
+            + (f", one of the {len(whole.parts)} values {whole.hlo_name} moves together ({format_bytes(whole.bytes)})"
+               if whole is not c else "")
             + (f", {c.count}x per step" if c.count > 1 else "")
             + f"): {c.bytes / gathered:.0f}x its smaller operand gathered ({format_bytes(gathered)}), because "
             + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
@@ -110,7 +115,7 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
                  "dimension this matmul produces instead of the one it contracts, so the output stays sharded "
                  "(advice, not checked: "
                  + _unchecked_reason(weight) + ")"),
-            subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
+            subject=whole.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
             total_bytes=c.bytes * c.count,
             candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
         )
