@@ -73,7 +73,8 @@ def part_view(module: HloModule | None, collectives: tuple[Collective, ...], own
             added[name] = HloInstruction(name, ins.opcode, shape, (operand,), ins.attr_text)
             element = elements.get(str(k))
             users[name] = list(users.get(element.name, ())) if element is not None else []
-            source, via = module.attribution_of(sites[k], ownership) if sites[k] is not None else (c.source, c.via)
+            site = sites[k]
+            source, via = module.attribution_of(site, ownership) if site is not None else (c.source, c.via)
             parts.append(c.model_copy(update={
                 "hlo_name": name, "shape": list(arrays[0].dims), "dtype": arrays[0].dtype,
                 "bytes": arrays[0].nbytes, "parts": [], "pieces": [], "why": None, "input_path": None,
