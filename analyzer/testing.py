@@ -51,7 +51,8 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     __tracebackhide__ = True  # pytest shows the test's line, not this one
     from ..passes.pipelines.lint import analyze_target
     from .adapter import jax_adapter
-    from .backend.device_selection import platform_label, without_device_selection
+    from .backend.device_selection import platform_label
+    from .backend.run_target import without_device_selection
     from .backend.target_analysis import compiled_facts
     from .context.config import Settings
 

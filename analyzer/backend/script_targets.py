@@ -12,7 +12,8 @@ from typing import Any
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
-from .device_selection import check_gpu_platform, select_run_devices
+from .device_selection import check_gpu_platform
+from .run_target import select_run_devices
 
 
 @dataclass(frozen=True)

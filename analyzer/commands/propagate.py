@@ -20,7 +20,8 @@ from ...passes.pipelines.propagate import (
 )
 from .. import __version__
 from ..adapter import jax_adapter
-from ..backend.device_selection import device_processes, select_run_devices
+from ..backend.device_selection import device_processes
+from ..backend.run_target import select_run_devices
 from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize

@@ -182,7 +182,8 @@ def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], sett
 
 def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None = None,
           progress=None) -> SweepRun:
-    from ..backend.device_selection import platform_label, select_run_devices
+    from ..backend.device_selection import platform_label
+    from ..backend.run_target import select_run_devices
 
     say = progress or (lambda _msg: None)
     settings, selected = select_run_devices(settings)

@@ -28,8 +28,8 @@ from ....passes.pipelines.rewrite import EntrySignature, RoundTrip, entry_signat
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_in_analysis import analyze_text, read_mlir
-from ...backend.device_selection import select_run_devices
 from ...backend.out_shardings import suggest_for
+from ...backend.run_target import select_run_devices
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings

@@ -4,7 +4,8 @@ once, a device's memory taken from the spec, and a copy of the settings for othe
 
 import dataclasses
 
-from jax_shard_lint.analyzer.backend.device_selection import platform_label, without_device_selection
+from jax_shard_lint.analyzer.backend.device_selection import platform_label
+from jax_shard_lint.analyzer.backend.run_target import without_device_selection
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms import gpu_targets, resolved_target
 from jax_shard_lint.analyzer.platforms.performance import spec_for_platform
