@@ -14,7 +14,7 @@ from ..platforms.presets import find_preset
 
 def platform_label(settings: Settings) -> str:
     """What reports call the platform: the resolved target's label, made once where the devices were
-    selected (select_run_devices) or where none are (without_device_selection)."""
+    selected or where none are (backend/run_target.py)."""
     if settings.target is None:
         raise RuntimeError("a platform label asked of settings whose target was never resolved")
     return settings.target.label
