@@ -51,11 +51,13 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     __tracebackhide__ = True  # pytest shows the test's line, not this one
     from ..passes.pipelines.lint import analyze_target
     from .adapter import jax_adapter
-    from .backend.device_selection import platform_label, without_device_selection
+    from .backend.device_selection import platform_label
+    from .backend.run_target import resolve_run_target
     from .backend.target_analysis import compiled_facts
     from .context.config import Settings
 
-    settings = without_device_selection(Settings(budget_bytes=parse_bytes(budget) if budget is not None else None))
+    settings, _ = resolve_run_target(Settings(budget_bytes=parse_bytes(budget) if budget is not None else None),
+                                     selection="none")
     module = jax_adapter.stablehlo_module(lowered)
     facts = compiled_facts(lowered, platform_label(settings))
     return analyze_target(name, module, facts, settings.pass_config)

@@ -12,7 +12,8 @@ from typing import Any
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..inputs.scripts import call_targets, load_entry, parse_params, select_targets
-from .device_selection import check_gpu_platform, select_run_devices
+from .device_selection import check_gpu_platform
+from .run_target import resolve_run_target
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class ScriptTargets(LoadedScript):
 def load_script(script: str, params_text: Sequence[str], settings: Settings) -> LoadedScript:
     """Devices first (JAX is configured before the script imports it), then the script.
     --platform gpu on a machine where JAX sees none is said here, for every command."""
-    settings, devices = select_run_devices(settings)
+    settings, devices = resolve_run_target(settings)
     gpu_count = check_gpu_platform(settings)
     entry, where = load_entry(script)
     return LoadedScript(entry, where, parse_params(list(params_text)), settings, devices, gpu_count)

@@ -24,7 +24,8 @@ from ...passes.pipelines.inputs import MemoryStats
 from ...passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ..adapter import jax_adapter
 from ..inputs.files import read_text_if_present as _read
-from ..platforms.tpu_targets import TPU_GENERATIONS, resolve_target, tpu_devices
+from ..platforms.resolved_target import ResolvedTarget
+from ..platforms.tpu_targets import TpuTarget, tpu_devices
 
 _BOUNDS = r"{}\s*\{{\s*x:\s*(\d+)\s*y:\s*(\d+)\s*z:\s*(\d+)\s*\}}"
 _CHIPS_PER_HOST = re.compile(_BOUNDS.format("chips_per_host_bounds"))
@@ -51,17 +52,18 @@ def topology_grid(target_arguments: str) -> str | None:
 
 
 
-def dump_memory(hlo_path: str, platform: str, num_partitions: int, buffers: str) -> DumpMemory:
-    """The program's memory for ``platform`` (``tpu-v5e``...): compiled again from its reproducer when
-    there is one, else (or when the second compile differs) the buffer assignment's figures."""
+def dump_memory(hlo_path: str, target: ResolvedTarget, num_partitions: int, buffers: str) -> DumpMemory:
+    """The program's memory on the resolved ``target`` (a TPU generation's, ``tpu-v5e``...): compiled again
+    from its reproducer, on the generation's slice of the grid the dump names, when there is one, else (or
+    when the second compile differs) the buffer assignment's figures."""
     listed = stats_from_buffer_assignment(buffers)
     reproducer = hlo_path[: -len(".after_optimizations.txt")]
     module = _read(os.path.join(reproducer, "module.mlir"))
     grid = topology_grid(_read(reproducer + ".target_arguments.txt") or "")
-    if platform not in TPU_GENERATIONS or module is None or grid is None:
+    if target.tpu_generation is None or module is None or grid is None:
         return DumpMemory(listed, NOT_LISTED)
     try:
-        devices = tpu_devices(resolve_target(platform, num_partitions, grid))
+        devices = tpu_devices(TpuTarget(target.tpu_generation, grid))
         program = jax_adapter.compile_stablehlo_text(module, num_partitions, devices=devices)
         again = stats_from_buffer_assignment(program.buffer_assignment_text or "")
     except Exception as e:  # libtpu missing (an input error), or a module this libtpu will not compile

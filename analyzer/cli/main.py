@@ -37,6 +37,7 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
                    "within a host or across hosts")
     p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
                    help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
+    p.add_argument("--resolved-target", help=argparse.SUPPRESS)  # an executor child's (platforms/target_wire.py)
     _add_rule_args(p)
 
 
@@ -50,9 +51,8 @@ def _add_rule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="override a rule threshold, e.g. --threshold replicating-collective-bytes=128MiB")
     p.add_argument("--ignore", action="append", default=[], metavar="CODE", help="disable a rule (repeatable)")
-    p.add_argument("--config", metavar="PYPROJECT",
-                   help="read [tool.jax-shard-lint] from this file (default: the nearest pyproject.toml "
-                   "above the script)")
+    p.add_argument("--config", metavar="PYPROJECT", help="read [tool.jax-shard-lint] from this file (default: the "
+                   "nearest pyproject.toml above the script)")
 
 
 def _add_cache_args(p: argparse.ArgumentParser) -> None:

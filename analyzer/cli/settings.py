@@ -50,6 +50,8 @@ def settings_from_args(args: argparse.Namespace):
                                   "target's hosts come from its --topology")
     if getattr(args, "topology", None):
         fields["topology"] = args.topology
+    if getattr(args, "resolved_target", None):  # an executor's child: the asking run's target, whole
+        fields.update(_given_target(args.resolved_target))
     if fields.get("topology") and fields.get("platform", Settings.platform) not in TPU_TARGETS:
         raise ShardLintInputError("--topology", f"needs a TPU target platform ({', '.join(TPU_TARGETS)})")
     if args.budget is not None:
@@ -85,3 +87,15 @@ def _cache_dir(args: argparse.Namespace) -> str | None:
             raise ShardLintInputError("--cache-dir", f"{args.cache_dir} is a file, not a folder")
         return args.cache_dir
     return None if os.environ.get("JAX_SHARD_LINT_NO_CACHE") == "1" else default_cache_folder()
+
+
+def _given_target(text: str) -> dict:
+    """The fields of a target the asking run resolved (executors/): the settings are that target's."""
+    from ..platforms.target_wire import target_of_text
+
+    try:
+        target = target_of_text(text)
+    except ValueError as e:
+        raise ShardLintInputError("--resolved-target", str(e)) from None
+    return {"platform": target.platform, "devices": target.num_devices, "topology": target.topology,
+            "hosts": target.hosts, "target_config": target.target_config, "target": target}

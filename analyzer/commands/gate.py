@@ -24,7 +24,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_fixes import checked_fixes
 from ..backend.checked_in_analysis import check_path
-from ..backend.device_selection import select_run_devices
+from ..backend.run_target import resolve_run_target
 from ..backend.script_targets import load_script_targets
 from ..backend.side_by_side import one_compile_per_program
 from ..context.config import Settings
@@ -108,7 +108,8 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
     for name, lowered in targets.items():
         with open_output(os.path.join(request.out_dir, f"{name}.mlir")) as f:
             f.write(jax_adapter.stablehlo_text(lowered))
-    report = lint(LintRequest(request.script, tuple(targets), request.params), settings)
+    # The target resolved for the targets above: lint takes it as it is.
+    report = lint(LintRequest(request.script, tuple(targets), request.params), loaded.settings)
     for t in report.targets:
         meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
                 # What the user donated, jit's dropped donations included (the module holds only the rest).
@@ -130,7 +131,7 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
             n = entry_signature(read_mlir(p)[0], LINT).num_partitions
             check_device_count(p, n)  # before the devices are made: 100,000 CPU devices end the process
             needed = max(needed, n)
-    settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
+    settings, devices = resolve_run_target(settings, needed)
     if spread.executor.in_process or len(paths) < 2:
         reports = []
         for p in paths:

@@ -5,7 +5,7 @@ the compiled program, and agreement with Shardy."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ...passes.models.entry import EntrySignature
 from ...passes.models.errors import ShardyRejected
@@ -20,7 +20,8 @@ from ...passes.pipelines.propagate import (
 )
 from .. import __version__
 from ..adapter import jax_adapter
-from ..backend.device_selection import device_processes, select_run_devices
+from ..backend.device_selection import device_processes
+from ..backend.run_target import resolve_run_target
 from ..backend.script_targets import load_script_targets
 from ..context.config import Settings
 from ..context.display_paths import relativize
@@ -48,7 +49,7 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
         if needed > MAX_DEVICES:
             return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
         try:
-            _, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
+            _, devices = resolve_run_target(settings, needed)
         except ShardLintInputError as e:
             return None, f"its {needed} devices could not be made: {e.problem}"
         isolation.phase(request.path, "compiling the module with XLA")

@@ -29,6 +29,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..executors.candidates import CandidateOutcome, CandidateTask, lint_argv
+from ..executors.checked_in_tasks import given_target
 from ..executors.choice import ExecutorChoice, run_tasks
 from ..inputs.scripts import parse_params
 
@@ -156,7 +157,8 @@ def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], sett
                        cli_args: list[str], say) -> tuple[list[CompiledSetting], SweepExecution]:
     tasks = [CandidateTask(k, params_label(params) or "the targets",
                            lint_argv(request.script, request.targets,
-                                     list(request.params) + [f"{n}={v!r}" for n, v in params.items()], cli_args))
+                                     list(request.params) + [f"{n}={v!r}" for n, v in params.items()],
+                                     cli_args + given_target(settings)))
              for k, params in enumerate(combos)]
     finished = []
 
@@ -182,10 +184,11 @@ def _sweep_in_children(request: SweepRequest, combos: list[dict[str, Any]], sett
 
 def sweep(request: SweepRequest, settings: Settings, cli_args: list[str] | None = None,
           progress=None) -> SweepRun:
-    from ..backend.device_selection import platform_label, select_run_devices
+    from ..backend.device_selection import platform_label
+    from ..backend.run_target import resolve_run_target
 
     say = progress or (lambda _msg: None)
-    settings, selected = select_run_devices(settings)
+    settings, selected = resolve_run_target(settings)
     combos = candidates(request, len(selected) if selected else settings.devices)
     if request.executor.in_process:
         ranked, execution = pipeline_sweep(lambda: _sweep_in_process(request, combos, settings, say),

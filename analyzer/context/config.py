@@ -67,16 +67,17 @@ class Settings:
     cache_dir: str | None = None
     # Compile each finding's fix before it is shown (lint; backend/fix_checks.py).
     check_fixes: bool = False
-    # The target the run compiles for, resolved once where its devices were selected
-    # (backend/device_selection.py); None before that, or for settings it was not resolved for.
+    # The target the run compiles for, resolved once when the command starts (backend/run_target.py)
+    # and kept by every copy; None before that.
     target: ResolvedTarget | None = None
 
     def __post_init__(self) -> None:
-        # A copy made for other devices, platform or topology (dataclasses.replace) drops a target
-        # resolved for the old ones, so nothing reads a stale one.
+        # A copy for other devices, platform or topology is made before the target is resolved, or
+        # names target=None: a target never describes settings it was not resolved for.
         if self.target is not None and not self.target.describes(
                 self.platform, self.devices, self.topology, self.hosts, self.target_config):
-            object.__setattr__(self, "target", None)
+            raise ValueError(f"settings for {self.platform} x {self.devices} given a target resolved for "
+                             f"{self.target.platform} x {self.target.num_devices}")
 
     def ownership(self) -> CodeOwnership:
         """Whose frames are the user's; one object per configuration, so its caches

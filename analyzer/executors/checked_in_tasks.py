@@ -1,7 +1,8 @@
 """Checked-in programs (StableHLO files, XLA dumps) analysed as independent tasks: one
 ``jax-shard-lint check PATH`` per path, in a child process or a Ray task, on the platform
 and devices the asking run resolved. ``check`` and ``gate`` hand their paths here, and
-``suggest`` the versions it compiles (each written to a file of its own)."""
+``suggest`` the versions it compiles (each written to a file of its own). Each child is handed the run's
+resolved target whole and resolves nothing again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from ...passes.models.report import LintReport, TargetReport
 from ..context.config import Settings
+from ..platforms.target_wire import target_text
 from .bundle import make_path_bundle
 from .candidates import CandidateOutcome, CandidateTask
 from .choice import ExecutorChoice, run_tasks
@@ -35,7 +37,7 @@ class PathResult:
 
 def check_paths(paths: list[str], settings: Settings, spread: Spread, what: str = "analysed") -> list[PathResult]:
     """Each path's targets, or its error, in the paths' order."""
-    resolved = ["--platform", settings.platform, "--devices", str(settings.devices)]
+    resolved = ["--platform", settings.platform, "--devices", str(settings.devices)] + given_target(settings)
     forwarded = _without_options(list(spread.forwarded), ("--platform", "--devices")) + resolved
     tasks = [CandidateTask(k, p, ("check", p, "--format", "json", "--fail-on", "never", "-q", *forwarded))
              for k, p in enumerate(paths)]
@@ -56,6 +58,12 @@ def check_paths(paths: list[str], settings: Settings, spread: Spread, what: str 
         else:
             results.append(PathResult(LintReport.model_validate_json(outcome.report_json).targets, None))
     return results
+
+
+def given_target(settings: Settings) -> list[str]:
+    """The options that hand a child this run's resolved target, whole: it compiles for it, resolving
+    nothing again (platforms/target_wire.py)."""
+    return ["--resolved-target", target_text(settings.target)] if settings.target is not None else []
 
 
 def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:

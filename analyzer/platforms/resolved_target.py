@@ -1,5 +1,5 @@
-"""The target one run compiles for, resolved once: made by the front end when it selects the devices
-(backend/device_selection.py) and carried on the run's Settings, so what lies below reads it and never
+"""The target one run compiles for, resolved once: made by the front end when the command starts
+(backend/run_target.py) and carried on the run's Settings, so what lies below reads it and never
 resolves it again (the GPU spec loaded, the TPU topology chosen, the label, the memory of a device)."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...passes.pipelines.inputs import DeviceSpec
-from .devices import selected
 from .gpu_targets import GPU_TARGETS, GpuTarget, load_target
 from .performance import spec_for_platform
 from .presets import PRESETS
-from .tpu_targets import TPU_GENERATIONS, TPU_TARGETS, TpuTarget, resolve_target
+from .tpu_targets import TPU_GENERATIONS, TPU_TARGETS, TpuGeneration, TpuTarget, resolve_target
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,10 @@ class ResolvedTarget:
     # The content digest of the target_config file, read where the target was resolved (the analysis
     # cache's key names it: the same path with other contents compiles for another GPU).
     config_digest: str | None = None
+    # The hosts of a TPU slice's devices (libtpu assigns each its host): what the label names.
+    slice_hosts: int = 1
+    # A TPU target's generation (run's programs have one and no slice: a dump names its own grid).
+    tpu_generation: TpuGeneration | None = None
 
     def describes(self, platform: str, devices: int, topology: str | None, hosts: int,
                   target_config: str | None) -> bool:
@@ -58,7 +61,7 @@ def resolve_spec(platform: str, devices: int, topology: str | None, hosts: int,
         tpu = resolve_target(platform, devices, topology)
         memory = tpu.generation.memory_bytes
         return ResolvedTarget(platform, devices, topology, hosts, target_config, tpu=tpu, memory_bytes=memory,
-                              bundled_memory_bytes=memory)
+                              bundled_memory_bytes=memory, tpu_generation=tpu.generation)
     return ResolvedTarget(platform, devices, topology, hosts, target_config)
 
 
@@ -69,30 +72,34 @@ def program_target(platform: str, devices: int, topology: str | None, hosts: int
     the memory of one device (a GPU target's from its config, a TPU generation's) and the step time's
     device model (for --platform gpu, that of the GPUs JAX sees)."""
     gpu = load_target(platform, target_config) if platform in GPU_TARGETS else None
-    memory = gpu.memory_bytes if gpu is not None else (
-        TPU_GENERATIONS[platform].memory_bytes if platform in TPU_TARGETS else None)
+    generation = TPU_GENERATIONS[platform] if platform in TPU_TARGETS else None
+    memory = gpu.memory_bytes if gpu is not None else (generation.memory_bytes if generation is not None else None)
     return ResolvedTarget(platform, devices, topology, hosts, target_config, gpu=gpu, memory_bytes=memory,
-                          device_kind=device_kind, device_spec=spec_for_platform(platform, device_kind))
+                          device_kind=device_kind, device_spec=spec_for_platform(platform, device_kind),
+                          tpu_generation=generation)
 
 
-def with_devices(spec: ResolvedTarget, devices: int, topology: str | None, device_kind: str | None) -> ResolvedTarget:
+def with_devices(spec: ResolvedTarget, devices: int, topology: str | None, device_kind: str | None,
+                 chosen: list | None) -> ResolvedTarget:
     """The target once its devices are selected (platforms/devices.py): their count, the topology, what
-    JAX calls the GPUs at hand, the label reports give it and the device model of its step time."""
-    return replace(spec, num_devices=devices, topology=topology, device_kind=device_kind,
-                   label=target_label(spec.platform, devices, spec.hosts, spec.tpu, device_kind),
-                   device_spec=spec_for_platform(spec.platform, device_kind))
+    JAX calls the GPUs at hand, the hosts of a TPU slice's ``chosen`` devices, the label reports give it
+    and the device model of its step time."""
+    slice_hosts = max(1, len({d.process_index for d in chosen or []})) if spec.tpu is not None else 1
+    target = replace(spec, num_devices=devices, topology=topology, device_kind=device_kind, slice_hosts=slice_hosts,
+                     device_spec=spec_for_platform(spec.platform, device_kind))
+    return replace(target, label=target_label(target))
 
 
-def target_label(platform: str, devices: int, hosts: int, tpu: TpuTarget | None, device_kind: str | None) -> str:
+def target_label(target: ResolvedTarget) -> str:
     """What reports call the platform; a TPU slice's hosts are those of the devices selected."""
+    platform, tpu = target.platform, target.tpu
     if platform == "cpu":
         return "cpu (virtual devices)"
     if platform == "gpu":
-        return f"gpu ({device_kind})"
+        return f"gpu ({target.device_kind})"
     if tpu is not None:
-        slice_hosts = len({d.process_index for d in selected() or []})
-        over = f" over {slice_hosts} hosts" if slice_hosts > 1 else ""
+        over = f" over {target.slice_hosts} hosts" if target.slice_hosts > 1 else ""
         return (f"{platform} (compiled for {tpu.num_devices} x {platform.upper()}, topology "
                 f"{tpu.topology_name}{over}, without one)")
-    more = f", {hosts} hosts" if hosts > 1 else ""
-    return f"{platform} (compiled for {devices} x {platform.upper()} without one{more})"
+    more = f", {target.hosts} hosts" if target.hosts > 1 else ""
+    return f"{platform} (compiled for {target.num_devices} x {platform.upper()} without one{more})"

@@ -15,7 +15,7 @@ import inspect
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,8 +30,8 @@ from ....passes.pipelines.rewrite import REWRITE
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_in_analysis import analyze_text, read_mlir
-from ...backend.device_selection import select_run_devices
 from ...backend.out_shardings import suggest_for
+from ...backend.run_target import resolve_run_target
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
@@ -250,7 +250,7 @@ def rewrite(request: RewriteRequest, settings: Settings) -> RewriteRun:
         module, text = read_mlir(request.path)
         needed = entry_signature(module, REWRITE).num_partitions
         check_device_count(request.path, needed)
-        settings, devices = select_run_devices(replace(settings, devices=max(settings.devices, needed)))
+        settings, devices = resolve_run_target(settings, needed)
         name = os.path.splitext(os.path.basename(request.path))[0]
         reports.append(rewrite_target(name, text, request, settings, request.path, {}, devices))
     else:

@@ -29,6 +29,7 @@ from ....passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.checked_fixes import checked_fixes
+from ...backend.run_target import resolve_run_target
 from ...backend.side_by_side import one_compile_per_program
 from ...backend.tpu_dump_memory import NOT_LISTED, dump_memory
 from ...context.config import Settings
@@ -36,7 +37,6 @@ from ...context.display_paths import relativize
 from ...context.program_files import apply_run_suppressions, program_files, program_findings
 from ...errors import ShardLintInputError
 from ...inputs.files import read_text_if_present as _read
-from ...platforms.resolved_target import program_target
 from ...supervision import isolation
 
 _XLA_MODULE = re.compile(r"module_(\d+)\.(.+?)\.[\w.]*?after_optimizations\.txt$")
@@ -145,9 +145,9 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
     if compiled_for.startswith("tpu") and settings.platform != compiled_for:
         # The step time and the budget are the chip's the program was compiled for, not the host's.
         settings = as_run(replace(
-            settings, platform=compiled_for,
+            settings, platform=compiled_for, target=None,
             budget_bytes=None if settings.budget_source == settings.platform else settings.budget_bytes))
-    memory, warnings = _memory(hlo_path, hlo_text or "", compiled_for, buffers, request)
+    memory, warnings = _memory(hlo_path, hlo_text or "", compiled_for, buffers, request, settings)
     config = settings.pass_config
     report = None
     if mlir_path:
@@ -168,7 +168,7 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
 
 
 def _memory(hlo_path: str, hlo_text: str, compiled_for: str, buffers: str | None,
-            request: RunRequest) -> tuple[MemoryStats | None, list[str]]:
+            request: RunRequest, settings: Settings) -> tuple[MemoryStats | None, list[str]]:
     """The buffer assignment's figures; for a TPU program, memory_analysis() of its reproducer compiled
     again (the dump leaves out the compiler's scratch area), unless --from-dump."""
     if not buffers:
@@ -177,7 +177,9 @@ def _memory(hlo_path: str, hlo_text: str, compiled_for: str, buffers: str | None
         return stats_from_buffer_assignment(buffers), []
     if request.from_dump:
         return stats_from_buffer_assignment(buffers), [NOT_LISTED]
-    found = dump_memory(hlo_path, compiled_for, _partitions(hlo_text), buffers)
+    if settings.target is None:
+        raise RuntimeError("a dumped program's memory asked before its target was resolved (as_run)")
+    found = dump_memory(hlo_path, settings.target, _partitions(hlo_text), buffers)
     return found.stats, [found.warning] if found.warning else []
 
 
@@ -214,17 +216,10 @@ def only_pattern(request: RunRequest) -> re.Pattern | None:
 
 
 def as_run(settings: Settings) -> Settings:
-    """The settings with the target of programs the script compiled (resolved_target.program_target: run
-    selects no devices), made once: the step time's device model, and without --budget or --device, the
-    memory of one device of the platform as the budget."""
-    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    target = program_target(settings.platform, settings.devices, settings.topology, settings.hosts,
-                            settings.target_config, kind)
-    settings = replace(settings, target=target)
-    if settings.budget_bytes is not None:
-        return settings
-    return replace(settings, budget_bytes=target.memory_bytes,
-                   budget_source=settings.platform if target.memory_bytes is not None else None)
+    """The settings with the target of programs the script compiled (run selects no devices), resolved by the
+    front end (backend/run_target.py) once per platform: at the start, and for a TPU program a script
+    compiled on another host, once more for the chip its dump names."""
+    return resolve_run_target(settings, selection="program")[0]
 
 
 def dumped_reports(programs: list[tuple[str, str, str | None]], only: re.Pattern | None, settings: Settings,

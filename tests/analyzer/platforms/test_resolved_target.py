@@ -1,15 +1,20 @@
 """The run's target is resolved once (platforms/resolved_target.py, made where the devices are
 selected) and carried on the Settings: a GPU spec read from its file once, a TPU slice's topology chosen
-once, a device's memory taken from the spec, and a copy of the settings for other devices holding none."""
+once, a device's memory taken from the spec, the settings keeping it (a copy for other devices is refused), and
+an executor's child handed it whole."""
 
 import dataclasses
 
-from jax_shard_lint.analyzer.backend.device_selection import platform_label, without_device_selection
+import pytest
+
+from jax_shard_lint.analyzer.backend.device_selection import platform_label
+from jax_shard_lint.analyzer.backend.run_target import resolve_run_target
 from jax_shard_lint.analyzer.context.config import Settings
 from jax_shard_lint.analyzer.platforms import gpu_targets, resolved_target
 from jax_shard_lint.analyzer.platforms.performance import spec_for_platform
 from jax_shard_lint.analyzer.platforms.presets import PRESETS
 from jax_shard_lint.analyzer.platforms.resolved_target import resolve_spec, with_devices
+from jax_shard_lint.analyzer.platforms.target_wire import target_of_text, target_text
 
 
 def test_a_gpu_spec_is_read_once(monkeypatch):
@@ -39,21 +44,48 @@ def test_the_label_is_the_one_reports_gave_before():
     for platform, devices, topology, hosts in (("cpu", 8, None, 1), ("h100", 8, None, 2), ("tpu-v5e", 8, "2x4", 1)):
         settings = Settings(platform=platform, devices=devices, topology=topology, hosts=hosts)
         spec = resolve_spec(platform, devices, topology, hosts, None)
-        target = with_devices(spec, devices, topology, None)
-        unselected = without_device_selection(settings)
+        target = with_devices(spec, devices, topology, None, None)
+        unselected, _ = resolve_run_target(settings, selection="none")
         assert target.label == platform_label(unselected)
         assert target.device_spec == unselected.device_spec() == spec_for_platform(platform)
         resolved = dataclasses.replace(settings, target=target)
         assert resolved.target is target and platform_label(resolved) == target.label
 
 
-def test_settings_for_other_devices_hold_no_stale_target():
+def test_settings_keep_their_target_and_refuse_one_for_other_devices():
     settings = Settings(platform="cpu", devices=8)
-    target = with_devices(resolve_spec("cpu", 8, None, 1, None), 8, None, None)
+    target = with_devices(resolve_spec("cpu", 8, None, 1, None), 8, None, None, None)
     resolved = dataclasses.replace(settings, target=target)
     assert resolved.target is target
-    assert dataclasses.replace(resolved, devices=16).target is None
     assert dataclasses.replace(resolved, budget_bytes=1).target is target  # the budget is no part of the target
+    with pytest.raises(ValueError, match="resolved for cpu x 8"):
+        dataclasses.replace(resolved, devices=16)
+    assert dataclasses.replace(resolved, devices=16, target=None).target is None
+
+
+class _Device:
+    def __init__(self, host):
+        self.process_index = host
+
+
+def test_the_tpu_label_names_the_hosts_of_the_devices_given_not_jaxs():
+    spec = resolve_spec("tpu-v5e", 16, "4x4", 1, None)
+    one = with_devices(spec, 16, "4x4", None, [_Device(0)] * 16)
+    four = with_devices(spec, 16, "4x4", None, [_Device(k // 4) for k in range(16)])
+    assert one.label == "tpu-v5e (compiled for 16 x TPU-V5E, topology v5e:4x4, without one)"
+    assert four.slice_hosts == 4 and four.label == ("tpu-v5e (compiled for 16 x TPU-V5E, topology v5e:4x4 over 4 "
+                                                    "hosts, without one)")
+
+
+def test_a_target_handed_to_a_child_is_the_same_target():
+    h100 = dataclasses.replace(with_devices(resolve_spec("h100", 8, None, 2, None), 8, None, None, None),
+                               config_digest="abc")
+    tpu = with_devices(resolve_spec("tpu-v5e", 8, None, 1, None), 8, "2x4", None, None)
+    run = resolved_target.program_target("tpu-v5p", 6, None, 1, None, None)
+    for target in (h100, tpu, run, with_devices(resolve_spec("cpu", 8, None, 1, None), 8, None, None, None)):
+        assert target_of_text(target_text(target)) == target
+    with pytest.raises(ValueError, match="not a resolved target"):
+        target_of_text('{"platform": "cpu"}')
 
 
 def test_a_target_config_is_read_once_and_the_bundled_memory_is_the_presets(monkeypatch, tmp_path):
