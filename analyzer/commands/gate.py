@@ -109,7 +109,7 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
         with open_output(os.path.join(request.out_dir, f"{name}.mlir")) as f:
             f.write(jax_adapter.stablehlo_text(lowered))
     # The target resolved for the targets above: lint takes it as it is.
-    report = lint(LintRequest(request.script, tuple(targets), request.params), loaded.settings)
+    report = lint(LintRequest(request.script, tuple(targets), request.params, figures_only=True), loaded.settings)
     for t in report.targets:
         meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
                 # What the user donated, jit's dropped donations included (the module holds only the rest).

@@ -32,6 +32,9 @@ class LintRequest:
     script: str
     targets: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
+    # The caller reads the reports' figures only (snapshot's baseline): a cached report of the same program
+    # whose why chains were checked serves it (backend/target_analysis.analyze_lowered).
+    figures_only: bool = False
 
 
 def lint(request: LintRequest, settings: Settings, progress: Progress | None = None) -> LintReport:
@@ -54,7 +57,7 @@ def lint(request: LintRequest, settings: Settings, progress: Progress | None = N
                 # With the fixes checked, a why chain from another argument is checked too (a compile for each
                 # such argument): printed only where that argument's sharding changes the finding's collectives.
                 meets = conflict_check(text, settings, where, devices) if settings.check_fixes else None
-                report = analyze_lowered(name, lowered, settings, where, meets)
+                report = analyze_lowered(name, lowered, settings, where, meets, request.figures_only)
                 if settings.check_fixes:
                     say(f"compiling the fixes {name}'s findings suggest, to check them")
                     with one_compile_per_program():  # a program two checks arrive at is compiled once
