@@ -102,10 +102,13 @@ def parts_why(c: Collective, parts: tuple[Collective, ...]) -> str | None:
             said[key] = said.get(key, 0) + 1
     if not said:
         return None
+    # The parts no pass explained are counted, so the values said and those left add up to the number given.
+    untraced = len(parts) - sum(said.values())
     return f"{len(parts)} values combined into one {c.kind} ({format_bytes(c.bytes)}): " + "; ".join(
         f"{dtype}{shape} ({format_bytes(nbytes)}): {why}" if n == 1 else
         f"{n} of {dtype}{shape} ({format_bytes(nbytes)} each): {why}"
-        for (dtype, shape, nbytes, why), n in said.items())
+        for (dtype, shape, nbytes, why), n in said.items()) + (
+        f"; {untraced} more not traced to a cause" if untraced else "")
 
 
 def traced_parts(module: HloModule | None, collectives: tuple[Collective, ...], inputs: tuple[TensorInfo, ...],
