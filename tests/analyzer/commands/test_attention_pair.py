@@ -42,15 +42,8 @@ def test_attention_output_projection_closes_a_pair_intended_with_its_reason(cli)
     weightless = [d for d in dots if not any("parameter(" in lines[o] for o in _operands(lines[d]))]
     assert len(dots) >= 5 and weightless  # o, q, k, v by a weight; attention's q k^T and probs v by none
 
-    (t,) = lint_targets(cli, ATTENTION)
-    [c] = [c for c in t["collectives"] if c["hlo_name"] == summed]
-    assert (c["bytes"], c["intent"]) == (nbytes, "activation")
-    assert c["why"].startswith("the row-parallel half of a tensor-parallel pair"), c["why"]
-    for path in ("w['o'] P('model')", "w['q'] P(None, 'model')", "w['k'] P(None, 'model')",
-                 "w['v'] P(None, 'model')"):
-        assert path in c["why"], c["why"]
-    assert "attention combined head by head" in c["why"]
-    assert not [f for f in t["findings"] if f["rule"] == "SL103"]
+    why = _row_parallel_sum_named(cli, ATTENTION, summed, nbytes)
+    assert "attention combined head by head" in why
 
 
 def test_q_on_its_contracted_dim_is_no_pair(cli):
@@ -99,7 +92,18 @@ def test_attention_through_rope_a_causal_mask_and_grouped_query_heads_closes_a_p
                and any(re.search(r"= f32\[16,256,1,32\]", lines[o]) for o in _operands(lines[v]))]
     assert repeats
 
-    (t,) = lint_targets(cli, ROPE_GQA)
+    _row_parallel_sum_named(cli, ROPE_GQA, summed, nbytes)
+
+
+def test_o_on_its_output_features_is_no_pair(cli):
+    (t,) = lint_targets(cli, ROPE_GQA, "--set", "o_output=True")
+    assert not [c for c in t["collectives"] if (c["why"] or "").startswith("the row-parallel half")]
+
+
+def _row_parallel_sum_named(cli, script, summed, nbytes):
+    """lint's account of the o projection's sum XLA compiled (``summed``, ``nbytes``): intended, the
+    row-parallel half of the pair with o and q/k/v named with their specs, no SL103. Its why."""
+    (t,) = lint_targets(cli, script)
     [c] = [c for c in t["collectives"] if c["hlo_name"] == summed]
     assert (c["bytes"], c["intent"]) == (nbytes, "activation")
     assert c["why"].startswith("the row-parallel half of a tensor-parallel pair"), c["why"]
@@ -107,8 +111,4 @@ def test_attention_through_rope_a_causal_mask_and_grouped_query_heads_closes_a_p
                  "w['v'] P(None, 'model')"):
         assert path in c["why"], c["why"]
     assert not [f for f in t["findings"] if f["rule"] == "SL103"]
-
-
-def test_o_on_its_output_features_is_no_pair(cli):
-    (t,) = lint_targets(cli, ROPE_GQA, "--set", "o_output=True")
-    assert not [c for c in t["collectives"] if (c["why"] or "").startswith("the row-parallel half")]
+    return c["why"]
