@@ -108,13 +108,11 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str,
         return {**key_parts("lowered", name, text, settings, jax_adapter.lowered_identity(lowered)),
                 "conflict_checked": checked}
 
-    if meets is None and figures_only and cache is not None and cache.has(cache_key(parts(True))):
-        # lint's report (its other-side chains checked by compiling) serves snapshot, which reads its figures
-        # only, as it is. Never a report that is shown: lint without its fix checks would print the chains or
-        # not by what the cache held (the README's main example at 80 columns, in one CI run and not another).
-        return cached_report(cache, lambda: parts(True), lambda: _analyze_lowered(name, lowered, text, settings,
-                                                                                  where, meets))
-    return cached_report(cache, lambda: parts(meets is not None),
+    # lint's report (its other-side chains checked by compiling) serves snapshot, which reads its figures only,
+    # as it is. Never a report that is shown: lint without its fix checks would print the chains or not by
+    # what the cache held (the README's main example at 80 columns, in one CI run and not another).
+    checked = meets is not None or (figures_only and cache is not None and cache.has(cache_key(parts(True))))
+    return cached_report(cache, lambda: parts(checked),
                          lambda: _analyze_lowered(name, lowered, text, settings, where, meets))
 
 
