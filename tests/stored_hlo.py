@@ -135,6 +135,13 @@ MEANING_SPECS = {
     "gathers_a_vector": {"v": (("data",),)},
     "carries_a_gathered_weight": {"w": (("data",), ())},
     "gathers_a_column_of_a_stack": {"ws": ((), (), ("data",))},
+    "combined_sums": {"w_in": ((), ("model",)), "w_out": (("model",), ()), "embed": (("model",), ()),
+                      "u": (("model",), ()), "x": (("data",), ()), "h": ((), ("model",)), "first": (("data",),),
+                      "second": (("data",),)},
+    "pair_stack_train_step": {"up1": ((), ("model",)), "down1": (("model",), ()), "up2": ((), ("model",)),
+                              "down2": (("model",), ()), "x": (("data",), ())},
+    "attention_pair": {"q": ((), ("model",)), "k": ((), ("model",)), "v": ((), ("model",)), "o": (("model",), ()),
+                       "x": (("data",), ())},
 }
 
 

@@ -28,3 +28,35 @@ def test_a_small_growth_for_a_large_saving_is_better(grown, verdict):
     # (a 10 GiB peak: 102 MiB) the growth is also bounded by what was saved.
     peak = 10 << 30
     assert _verdict((peak, peak - 95 * MiB), (0, grown)) is verdict
+
+
+def _moved(figure, share):
+    return figure + round(share * figure)
+
+
+# Candidates around the T5's figures as written, each a stated distance from the rule's bounds (TOLERANCE_TEXT:
+# within 0.5% unchanged; one figure may rise by 1% of the peak and by less than the other falls), and the verdict
+# the rule as stated gives them.
+P0, T0 = T5_WRITTEN
+BOUNDARIES = [
+    ("both within the noise", (_moved(P0, 0.004), _moved(T0, -0.004)), FixVerdict.no_change),
+    ("the peak up past the noise, the traffic the same", (_moved(P0, 0.006), T0), FixVerdict.worse),
+    ("the traffic up past the noise, the peak the same", (P0, _moved(T0, 0.006)), FixVerdict.worse),
+    ("both up", (_moved(P0, 0.02), _moved(T0, 0.02)), FixVerdict.worse),
+    ("both down", (_moved(P0, -0.02), _moved(T0, -0.02)), FixVerdict.better),
+    ("the traffic down, the peak the same", (P0, _moved(T0, -0.02)), FixVerdict.better),
+    # The peak falls by 40%; the traffic grows by 2% of the peak (10 MiB more than 1% of it), less than the fall.
+    ("the traffic up by past 1% of the peak, less than the peak fell", (_moved(P0, -0.4), T0 + round(0.02 * P0)),
+     FixVerdict.trade_off),
+    ("the traffic up by under 1% of the peak, less than the peak fell", (_moved(P0, -0.4), T0 + round(0.009 * P0)),
+     FixVerdict.better),
+    ("the peak up by past 1% of itself, less than the traffic fell", (_moved(P0, 0.02), _moved(T0, -0.5)),
+     FixVerdict.trade_off),
+    ("the peak up by under 1% of itself, less than the traffic fell", (_moved(P0, 0.009), _moved(T0, -0.5)),
+     FixVerdict.better),
+]
+
+
+@pytest.mark.parametrize("case, fixed, verdict", BOUNDARIES, ids=[b[0] for b in BOUNDARIES])
+def test_each_bound_of_the_stated_rule_around_xlas_figures(case, fixed, verdict):
+    assert _verdict((P0, fixed[0]), (T0, fixed[1])) is verdict

@@ -186,3 +186,96 @@ def test_a_backward_sum_or_a_program_without_parameters_is_never_a_pair(release)
     assert row_parallel_sums(module, relabelled, params) == {}
     explained = tuple(c.model_copy(update={"why": "said before"}) for c in collectives)
     assert [c.why for c in mark_row_parallel_sums(module, explained, params)] == ["said before"] * len(collectives)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_backward_sums_of_a_stack_of_pairs_are_not_the_pairs(release):
+    """pair_stack_train_step (two column/row pairs, the step returns the four weights updated: they are its
+    parameters, x is data), XLA's text: two forward all-reduces over model (op_name without transpose(...)),
+    the pairs' sums; and, in the backward pass (op_name transpose(jvp())), the sum of the first pair's output
+    gradient, a dot by up2 whose other operand comes from dots by weights (down2's and up2's, backwards), as
+    wide as x's shard: a pair's structure. Only the forward sums are pairs: a backward one is told apart by its
+    op_name, not its structure."""
+    text, module, _, _ = _found(release, "pair_stack_train_step")
+    params = tuple(t for t in parameters(meaning_inputs(release, "pair_stack_train_step"), ()) if t.path != "x")
+    collectives = classify(meaning_program(release, "pair_stack_train_step")[2], module, params, DATA_MODEL)
+    entry = entry_instructions(text)
+    sums = {n: rest for n, (shape, op, ops, rest) in entry.items() if op == "all-reduce" and len(ops) == 1}
+    forward = sorted(n for n, rest in sums.items() if "transpose(" not in rest)
+    [x] = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="x"' in r]
+    backward = []
+    for n in set(sums) - set(forward):
+        dot = _through_layout(entry, entry[n][2][0])
+        if _is_dot(text, entry[dot][1], entry[dot][3]) and prod(dims(entry[n][0])) == prod(dims(entry[x][0])):
+            activation = [o for o in entry[dot][2] if not _parameter_name(entry, o)]
+            if len(activation) == 1 and _halves(text, activation[0]):
+                backward.append(n)
+    assert len(forward) == 2 and backward and all("transpose(" in sums[n] for n in backward)
+    found = row_parallel_sums(module, collectives, params)
+    assert sorted(found) == forward
+    assert ["down1 P('model') is sharded" in found[n] or "down2 P('model') is sharded" in found[n] for n in forward] \
+        == [True, True]
+
+
+_COLLECTIVE = re.compile(r" (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|dynamic-slice"
+                         r"|partition-id)(-start)?\(")
+
+
+def _through_layout(entry, name):
+    while entry[name][1] in ("bitcast", "reshape", "copy"):
+        name = entry[name][2][0]
+    return name
+
+
+def _attention_halves(text, value):
+    """(the weights of the dots by a parameter other than x, the number of weightless dots) ``value`` is computed
+    from, walking back through every op but a collective, a slice at the device's offset or a parameter reached
+    other than by such a dot; None where it reaches one of those."""
+    entry = entry_instructions(text)
+    weights, weightless, todo, seen = set(), 0, [value], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        _, opcode, ops, rest = entry[name]
+        body = _body(text, rest)
+        if opcode == "parameter" or _COLLECTIVE.search(f" {opcode}(") or any(_COLLECTIVE.search(line) for line in body):
+            return None
+        if _is_dot(text, opcode, rest):
+            params = {_parameter_name(entry, _through_layout(entry, o)) for o in ops} - {None}
+            if params - {"x"}:
+                [weight] = params - {"x"}
+                assert params == {"x", weight}, params  # a column half: x by one weight
+                weights.add(weight)
+                continue
+            weightless += 1
+        todo.extend(ops)
+    return weights, weightless
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_attentions_output_projection_closes_the_pair_of_its_heads(release):
+    """attention_pair (a Llama's attention: RoPE, a causal mask, 8 q heads over 2 k/v heads), XLA's text: the one
+    all-reduce sums a dot by o; that dot's other operand is computed, through no collective and no slice at the
+    device's offset, from two weightless dots (q k^T, probs v) and dots by x and q, k and v; the sum has x's
+    per-device elements. The tool: that all-reduce, its why naming o and the three column halves, head by head.
+    With q said to be replicated (no column half: its dot by a weight on no axis of the sum's) it is no pair."""
+    text, module, params, collectives = _found(release, "attention_pair")
+    entry = entry_instructions(text)
+    [summed] = [n for n, (_, op, _, _) in entry.items() if op == "all-reduce"]
+    dot = _through_layout(entry, entry[summed][2][0])
+    assert _is_dot(text, entry[dot][1], entry[dot][3])
+    [down] = [_parameter_name(entry, o) for o in entry[dot][2] if _parameter_name(entry, o)]
+    [activation] = [o for o in entry[dot][2] if not _parameter_name(entry, o)]
+    assert down == "o" and _attention_halves(text, activation) == ({"q", "k", "v"}, 2)
+    [x] = [n for n, (_, op, _, r) in entry.items() if op == "parameter" and 'op_name="x"' in r]
+    assert prod(dims(entry[x][0])) == prod(dims(entry[summed][0]))
+    found = row_parallel_sums(module, collectives, params)
+    assert list(found) == [summed]
+    assert ("o P('model') is sharded on the dimension this matmul contracts, which the matmuls before it by "
+            "k P(None, 'model') and q P(None, 'model') and v P(None, 'model') produced sharded over the heads and "
+            f"attention combined head by head (softmax(q k^T) v), and the sum returns the activation to the pair's "
+            f"input width (f32{list(dims(entry[summed][0]))})") in found[summed]
+    replicated_q = tuple(t.model_copy(update={"sharding": [[], []]}) if t.path == "q" else t for t in params)
+    assert row_parallel_sums(module, collectives, replicated_q) == {}
