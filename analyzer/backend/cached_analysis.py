@@ -208,10 +208,13 @@ def placed(devices: list, count: int) -> dict[str, Any]:
 
 
 def cached_text_report(name: str, text: str, num_partitions: int, settings: Settings, devices: list,
-                       analyze: Callable[[], TargetReport]) -> TargetReport:
-    """A StableHLO text's report (a checked-in program, one of suggest's versions) through the cache."""
+                       analyze: Callable[[], TargetReport], conflict_checked: bool = False) -> TargetReport:
+    """A StableHLO text's report (a checked-in program, one of suggest's versions) through the cache.
+    ``conflict_checked``: its other-side why chains were checked by compiling (check with its fix checks, as
+    lint's are), which prints chains a report without them does not."""
     return cached_report(analysis_cache(settings),
-                         lambda: key_parts("stablehlo", name, text, settings, placed(devices, num_partitions)), analyze)
+                         lambda: {**key_parts("stablehlo", name, text, settings, placed(devices, num_partitions)),
+                                  "conflict_checked": conflict_checked}, analyze)
 
 
 def cached(cache: AnalysisCache | None, parts: Callable[[], dict[str, Any]], compute: Callable[[], Stored],

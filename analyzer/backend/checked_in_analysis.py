@@ -11,7 +11,7 @@ import os
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.check import analyze_hlo_only
 from ...passes.pipelines.entry import entry_signature
-from ...passes.pipelines.lint import LINT, analyze_target
+from ...passes.pipelines.lint import LINT, ConflictCheck, analyze_target
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..context.display_paths import display_source
@@ -60,13 +60,14 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
                  with_reports: bool = True, donated_inputs: frozenset[int] | None = None,
-                 optimize_machine_code: bool = True, with_rules: bool = True):
+                 optimize_machine_code: bool = True, with_rules: bool = True, meets: ConflictCheck | None = None):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
     peak and the collectives, which is what a fix check compares); without ``optimize_machine_code``
     a CPU target's machine code is not optimized (the same figures; compile_stablehlo_text).
     ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata).
-    Without ``with_rules``: the measure alone, no findings (``analyze_target``)."""
+    Without ``with_rules``: the measure alone, no findings (``analyze_target``). ``meets``: whether another
+    argument's sharding takes part in a finding's collectives (conflict_checks.py), as lint checks it."""
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, LINT)
     from .device_selection import platform_label
@@ -87,7 +88,7 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
     # lint's do: a snapshot's StableHLO keeps the locations they name, so check prints the same finding.
     explain_with = jax_adapter.parse_stablehlo(text) if with_rules else None
     report = analyze_target(name, module, facts, settings.pass_config, with_rules=with_rules,
-                            explain_with=explain_with, display=display_source)
+                            explain_with=explain_with, display=display_source, meets=meets)
     return report, program, module
 
 
@@ -154,9 +155,15 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
     donated = snapshot_donated_inputs(path) if kind == "mlir" else None
     # The recorded donation is part of what is analysed: it keys the cache with the text.
     keyed = text if donated is None else f"{text}\n// donated_inputs {sorted(donated)}"
+    # With the fixes checked, a why chain from another argument is checked as lint checks it (a compile per such
+    # argument, no Python run): check prints the other side of a conflict where lint does.
+    from .conflict_checks import conflict_check  # it compiles through fix_checks, which imports this module
+
+    meets = conflict_check(text, settings, path, pool[:n]) if settings.check_fixes else None
     report = cached_text_report(name, keyed, n, settings, pool,
-                                lambda: analyze_text(name, text, settings, path, devices=pool,
-                                                     donated_inputs=donated, optimize_machine_code=False)[0])
+                                lambda: analyze_text(name, text, settings, path, devices=pool, donated_inputs=donated,
+                                                     optimize_machine_code=False, meets=meets)[0],
+                                conflict_checked=meets is not None)
     taken_on = snapshot_platform(path) if kind == "mlir" else None
     if taken_on and not taken_on.startswith("cpu") and settings.platform == "cpu":
         report = report.model_copy(update={"warnings": [

@@ -94,10 +94,11 @@ def _cost_text(check: FixCheck) -> str:
             "per step per device")
 
 
-def _rematerialized_text(check: FixCheck) -> str:
-    """XLA's rematerialization the fix brings, in SL104's words (the first, and how many more)."""
-    first = check.rematerialized[0].split(" and slices it again")[0]
-    more = f"; and {len(check.rematerialized) - 1} more" if len(check.rematerialized) > 1 else ""
+def rematerialized_text(rematerialized: list[str]) -> str:
+    """XLA's rematerialization a layout brings, in SL104's words (the first, and how many more): lint's fix
+    checks and suggest's versions say it alike."""
+    first = rematerialized[0].split(" and slices it again")[0]
+    more = f"; and {len(rematerialized) - 1} more" if len(rematerialized) > 1 else ""
     return f"XLA rematerializes with it, which the step as written does not make it do (SL104: {first}{more})"
 
 
@@ -106,9 +107,10 @@ def _not_offered(check: FixCheck) -> str:
     if check.verdict is FixVerdict.failed:
         return _cost_text(check)
     if check.verdict is FixVerdict.rematerializes:
-        return f"measured {_cost_text(check)}, but {_rematerialized_text(check)}, so it is not offered"
+        return f"measured {_cost_text(check)}, but {rematerialized_text(check.rematerialized)}, so it is not offered"
     if check.rematerialized:
-        return f"{_not_offered(check.model_copy(update={'rematerialized': []}))}; {_rematerialized_text(check)}"
+        without = _not_offered(check.model_copy(update={"rematerialized": []}))
+        return f"{without}; {rematerialized_text(check.rematerialized)}"
     if check.verdict is FixVerdict.no_change:
         return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
     if check.verdict is FixVerdict.trade_off:

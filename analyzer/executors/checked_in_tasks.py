@@ -35,9 +35,13 @@ class PathResult:
     error: str | None
 
 
-def check_paths(paths: list[str], settings: Settings, spread: Spread, what: str = "analysed") -> list[PathResult]:
-    """Each path's targets, or its error, in the paths' order."""
+def check_paths(paths: list[str], settings: Settings, spread: Spread, what: str = "analysed",
+                figures_only: bool = False) -> list[PathResult]:
+    """Each path's targets, or its error, in the paths' order. ``figures_only``: the caller reads the reports'
+    figures and XLA's rematerializations (suggest's versions), not their fixes or why chains, which ``check``
+    compiles more programs to check: it is told not to."""
     resolved = ["--platform", settings.platform, "--devices", str(settings.devices)] + given_target(settings)
+    resolved += ["--no-fix-check"] if figures_only and "--no-fix-check" not in spread.forwarded else []
     forwarded = _without_options(list(spread.forwarded), ("--platform", "--devices")) + resolved
     tasks = [CandidateTask(k, p, ("check", p, "--format", "json", "--fail-on", "never", "-q", *forwarded))
              for k, p in enumerate(paths)]

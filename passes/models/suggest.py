@@ -49,6 +49,10 @@ class Version(Model):
     model: ModelCost | None = Field(default=None, description="The solver's cost model on this version's "
                                     "arguments (the solver's best intermediates for them).")
     error: str | None = Field(default=None, description="Why it did not compile.")
+    rematerialized: list[str] = Field(
+        default_factory=list, description="What XLA replicates in full to compile this version that the program "
+        "as written does not make it do (SL104's words): such a version ranks below every other, as lint's fix "
+        "check ranks such a fix (never better), and is suggested only where nothing else compiled.")
 
 
 class PlanCheck(Model):

@@ -125,15 +125,17 @@ def _key(pins: Pins) -> tuple:
     return tuple(sorted((i, tuple(tuple(a) for a in s)) for i, s in pins.items()))
 
 
-def best_move(moves: list[Move], compiled: list, resolution_s: float = 0.0) -> tuple[Move, object, object] | None:
+def best_move(moves: list[Move], compiled: list, resolution_s: float = 0.0, written: frozenset[str] = frozenset(),
+              ) -> tuple[Move, object, object] | None:
     """(the move, its Version renamed ``single move``, its report) of the best compiled move, by
-    ``best_version``'s measure; None when none compiled."""
-    from .verdict import best_version
+    ``advised_version``'s measure (``written``: the program's own rematerializations); None when none compiled."""
+    from .verdict import advised_version, with_rematerializations
 
     by_name = {}
     for k, (move, (version, report)) in enumerate(zip(moves, compiled)):
-        by_name[f"move {k}"] = (move, version.model_copy(update={"name": f"move {k}"}), report)
-    best = best_version([v for _, v, _ in by_name.values()], resolution_s)
+        renamed = with_rematerializations(version.model_copy(update={"name": f"move {k}"}), report, written)
+        by_name[f"move {k}"] = (move, renamed, report)
+    best = advised_version([v for _, v, _ in by_name.values()], resolution_s)
     if best is None:
         return None
     move, version, report = by_name[best.name]

@@ -47,7 +47,7 @@ from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
 from .moves import single_moves
 from .problem import problem_of_text, refine
-from .verdict import VersionText, best_version, measured_version
+from .verdict import VersionText, advised_version, best_version, measured_version, with_rematerializations
 
 # Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
 # solver's and at most advice.moves.MAX_MOVES single moves), side by side.
@@ -317,18 +317,19 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
         compiled = [pending[_key(e)].result() for _, e in candidates]
     labels = [label(name, e) for name, e in candidates]
-    versions = [as_written] + [
-        measured_version(VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
-                  str(r) if isinstance(r, BaseException) else None, settings)[0]
-        for (name, _), r in zip(candidates, compiled)]
-    # A layout XLA compiles with a rematerialization the program as written lacks ranks below every other:
-    # chosen only where no other beats the written one (its check then says what XLA does with it).
     written = rematerializations(report)
-    remats = {name for (name, _), r in zip(candidates, compiled)
-              if not isinstance(r, BaseException) and rematerializations(r) - written}
-    best = best_version([v for v in versions if v.name not in remats], time_resolution(spec, sig))
+    versions = [as_written] + [
+        with_rematerializations(measured_version(
+            VersionText(name, "", ""), None if isinstance(r, BaseException) else r,
+            str(r) if isinstance(r, BaseException) else None, settings)[0],
+            None if isinstance(r, BaseException) else r, written)
+        for (name, _), r in zip(candidates, compiled)]
+    # A layout XLA compiles with a rematerialization the program as written lacks ranks below every other
+    # (suggest's rule, its resolution too); where none beats the written one, the one that would have is
+    # checked all the same, so the finding says what XLA does with it.
+    best = advised_version(versions, time_resolution(spec, sig))
     if best is None or best.name == "written":
-        best = best_version(versions, time_resolution(spec, sig))  # suggest's rule, its resolution too
+        best = best_version(versions, time_resolution(spec, sig))
     if best is None or best.name == "written":
         return None, None, None, None
     at = [name for name, _ in candidates].index(best.name)

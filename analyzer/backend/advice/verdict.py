@@ -11,6 +11,7 @@ from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
 from ....passes.pipelines.rewrite import program_figures
 from ...context.config import Settings
+from ..fix_verdicts import rematerializations, rematerialized_text
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
@@ -78,6 +79,23 @@ def best_version(versions: list[Version], resolution_s: float = 0.0) -> Version 
     return lower_on_both_near_in_time(ok, chosen, resolution_s) or chosen
 
 
+def with_rematerializations(version: Version, report: TargetReport | None, written: frozenset[str]) -> Version:
+    """The version with what XLA replicates in full to compile it that the program as written (``written``: its
+    ``rematerializations``) does not make it do: what lint's fix check of the same program reads
+    (``fix_verdicts.measured_check``)."""
+    new = sorted(rematerializations(report) - written) if report is not None else []
+    return version.model_copy(update={"rematerialized": new}) if new else version
+
+
+def advised_version(versions: list[Version], resolution_s: float = 0.0) -> Version | None:
+    """The version suggest suggests and lint's and check's solver fixes offer: ``best_version``'s choice
+    among those XLA compiles without a new rematerialization (``with_rematerializations``), as a fix check
+    never finds one that has one better (``FixVerdict.rematerializes``); among all only where none of those
+    compiled within the budget."""
+    clean = best_version([v for v in versions if not v.rematerialized], resolution_s)
+    return clean if clean is not None else best_version(versions, resolution_s)
+
+
 def lower_on_both_near_in_time(ok: list[Version], chosen: Version, resolution_s: float = 0.0) -> Version | None:
     """The rule: among the compiled versions that fit, one whose estimated time is within NEAR_TIME (5%)
     of the chosen one's (or the model's resolution) and whose peak AND collective bytes are both strictly
@@ -108,11 +126,13 @@ def verdict(versions: list[Version], best: Version, budget: int | None, resoluti
     if budget is not None:
         text += f" (fits {format_bytes(budget)})"
     text += f", estimated {format_seconds(_seconds(best))} per step"
+    # A version XLA rematerializes with is compared only where one was chosen (advised_version): said apart.
     others = [v for v in versions if v.name != "written" and v.estimated_seconds and not v.error
-              and v.fits is not False]
+              and v.fits is not False and (best.rematerialized or not v.rematerialized)]
     if keep:
         runner = min(others, key=_seconds, default=None)
-        text += ": nothing compiled faster" + (
+        text += ": nothing compiled faster" + (" without a new rematerialization" if any(
+            v.rematerialized for v in versions) else "") + (
             f" (the closest, {runner.name}, {_seconds(runner) / _seconds(best):.2f}x this time)"
             if runner is not None else "")
     elif w is not None and not w.error and w.estimated_seconds:
@@ -134,7 +154,15 @@ def verdict(versions: list[Version], best: Version, budget: int | None, resoluti
                  f"this time ({_within(_seconds(fastest), resolution_s)}) with a peak "
                  f"{(fastest.peak_bytes or 0) / (best.peak_bytes or 1):.2f}x "
                  f"this one ({format_bytes(fastest.peak_bytes or 0)})")
-    if best.name != "solver" and fastest.name != "solver":
+    passed = best_version(versions, resolution_s)  # the choice were rematerializations not ranked apart
+    if passed is not None and passed is not best and passed.rematerialized:
+        text += (f"; the {passed.name} version (estimated {format_seconds(_seconds(passed))}, peak "
+                 f"{format_bytes(passed.peak_bytes or 0)}) is not suggested: "
+                 f"{rematerialized_text(passed.rematerialized)}")
+    if solver.rematerialized and not best.rematerialized:
+        if passed is not solver:
+            text += f"; the solver's own choice is not suggested: {rematerialized_text(solver.rematerialized)}"
+    elif best.name != "solver" and fastest.name != "solver":
         tied = (not solver.error and solver.fits is not False and solver.estimated_seconds is not None
                 and solver.estimated_seconds <= _seconds(best)
                 + same_time_within(_seconds(best), resolution_s))

@@ -33,9 +33,9 @@ from ...adapter import jax_adapter
 from ...backend.advice.moves import NAME as NAME_MOVE
 from ...backend.advice.moves import best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
-from ...backend.advice.verdict import VersionText, best_version, verdict
+from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
 from ...backend.device_selection import platform_label
-from ...backend.fix_verdicts import _cost_text, measured_check, traffic_bytes
+from ...backend.fix_verdicts import _cost_text, measured_check, rematerializations, traffic_bytes
 from ...backend.out_shardings import suggest_for
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
@@ -86,12 +86,14 @@ def _version_texts(t: SuggestTarget, wanted: list) -> list[VersionText]:
             for name, description, args, results in wanted]
 
 
-def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any) -> Version:
+def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any,
+                    remats: frozenset[str]) -> Version:
     """The single move described with lint's fix check of the same change against the written program
-    (``fix_verdicts.measured_check``: one program, one measure, the same figures in both)."""
+    (``fix_verdicts.measured_check``: one program, one measure, the same figures in both; ``remats``: the
+    written program's rematerializations)."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
         return move
-    check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig)
+    check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig, remats)
     return move.model_copy(update={"description": f"{move.description}, its optimizer state with it and returned "
                                    f"in that layout (as lint checks it: {_cost_text(check)})"})
 
@@ -246,18 +248,22 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
         versions.append(_with_model(version, pins if pins is not None else written, problem, request))
         pins_of[vname], reports[vname] = (pins, outs), report
+    # What XLA rematerializes to compile a version and not the program as written ranks it below the rest
+    # (advised_version: lint's fix checks' rule).
+    remats = rematerializations(reports["written"]) if reports.get("written") is not None else frozenset()
+    versions = [with_rematerializations(v, reports[v.name], remats) for v in versions]
     if moves:
         if t.side_by_side is None:
             say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
         moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread),
-                          resolution)
+                          resolution, remats)
         if moved is not None:
             move, version, report = moved
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
-                                      reports["written"])
+                                      reports["written"], remats)
             versions.append(_with_model(version, move.pins, problem, request))
             pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, move.results), report
-    best = best_version(versions, resolution)
+    best = advised_version(versions, resolution)
     notes = []
     if best is None:
         tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)

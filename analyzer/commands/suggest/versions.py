@@ -66,7 +66,7 @@ def _compile_unique(target: str, num_partitions: int, versions: list[VersionText
                 f.write(v.text)
             paths.append(path)
         isolation.phase(where, f"compiling {len(versions)} versions of target {target!r}")
-        results = check_paths(paths, settings, spread, what="compiled")
+        results = check_paths(paths, settings, spread, what="compiled", figures_only=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return [measured_version(v, r.reports[0] if r.reports else None, r.error, settings)

@@ -90,3 +90,25 @@ def test_where_it_is_the_only_candidate_the_finding_says_xla_rematerializes_with
     assert f["suggested_sharding"] is None
     own_peak, own_warned = _xla("P('data', None, 'model')", "P('model', None)")
     assert own_warned and check["peak_bytes_after"] == own_peak < check["peak_bytes_before"]
+
+
+def test_suggest_ranks_a_layout_xla_rematerializes_below_the_written_one(cli):
+    """suggest chooses by lint's rule (advice.verdict.advised_version): with h kept as written (--fix h), every
+    layout of embed its versions compile faster makes XLA replicate h, which the written program does not (the
+    partitioner's warning, in JAX's own compile of the layout), so it keeps the written shardings and says which
+    version was passed over and why; it used to suggest the solver's, about a quarter of the time."""
+    result = cli("suggest", SCRIPT, "--fix", "h", "--format", "json")
+    assert result.code == 0, result.err
+    [t] = json.loads(result.out)["targets"]
+    by = {v["name"]: v for v in t["versions"]}
+    written_peak, written_warned = _xla("P('data', None, 'model')", "P(None, 'model')")
+    replicated_peak, replicated_warned = _xla("P('data', None, 'model')", "P()")
+    assert not written_warned and replicated_warned
+    assert by["written"]["peak_bytes"] == written_peak and by["written"]["rematerialized"] == []
+    assert by["replicated"]["peak_bytes"] == replicated_peak < written_peak
+    assert by["replicated"]["rematerialized"][0].startswith("XLA cannot reshard f32[8,128,256] (argument h)")
+    assert by["solver"]["rematerialized"] and by["solver"]["estimated_seconds"] < by["written"]["estimated_seconds"]
+    assert t["chosen"] == "written", t["verdict"]
+    assert [a["suggested"] for a in t["arguments"]] == [[["data"], [], ["model"]], [[], ["model"]]]
+    assert "nothing compiled faster without a new rematerialization" in t["verdict"], t["verdict"]
+    assert "version (estimated " in t["verdict"] and "is not suggested: XLA rematerializes with it" in t["verdict"]
