@@ -36,8 +36,9 @@ from ..models.errors import NoFeasibleSharding, ShardyRejected
 from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
+from ..propagation.graph import ShardingGraph
 from ..propagation.propagate import propagate
-from ..propagation.sharding_graph import ShardingGraph, build_graph
+from ..propagation.sharding_graph import build_graph
 from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
 from ..solver.refine import LayoutCheck, check_layout

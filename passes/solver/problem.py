@@ -37,7 +37,7 @@ from math import prod
 
 from ..common.union_find import UnionFind
 from ..hlo.step_time import DeviceSpec, collective_seconds
-from ..propagation.sharding_graph import ShardingGraph, Step
+from ..propagation.graph import ShardingGraph, Step
 from . import shard_map_boundary
 from .fused_traffic import FusedTraffic
 from .sharding_problem import (

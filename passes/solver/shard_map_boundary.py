@@ -22,7 +22,7 @@ shard a value (``Tensor.manual_axes``).
 from __future__ import annotations
 
 from ..hlo.step_time import DeviceSpec
-from ..propagation.sharding_graph import ShardingGraph, Step
+from ..propagation.graph import ShardingGraph, Step
 from .sharding_problem import FORBIDDEN, OpChoice, Sharding, Use, ValueGroup, reshard_seconds
 
 
