@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
+from ...passes.models.device_spec import DeviceSpec
 from ...passes.models.report import Severity
 from ...passes.pipelines.catalogue import RULES, OptionKind, all_options
-from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, DeviceSpec, PassConfig
+from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.performance import cpu_device_spec

@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from jaxlib.mlir import ir
 
 from ..common.axes import label, sharding_labels
-from ..hlo.step_time import DeviceSpec, collective_seconds, significant
+from ..hlo.step_time import collective_seconds, significant
+from ..models.device_spec import DeviceSpec
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.errors import NoFeasibleSharding, ShardyRejected
 from ..models.report import TensorInfo

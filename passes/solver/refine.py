@@ -34,7 +34,7 @@ from math import prod
 
 from ..common.axes import sharding_labels
 from ..common.shapes import array_bytes
-from ..hlo.step_time import DeviceSpec
+from ..models.device_spec import DeviceSpec
 from ..propagation.graph import ShardingGraph
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, reshard_seconds
 

@@ -21,7 +21,7 @@ shard a value (``Tensor.manual_axes``).
 
 from __future__ import annotations
 
-from ..hlo.step_time import DeviceSpec
+from ..models.device_spec import DeviceSpec
 from ..propagation.graph import ShardingGraph, Step
 from .sharding_problem import FORBIDDEN, OpChoice, Sharding, Use, ValueGroup, reshard_seconds
 

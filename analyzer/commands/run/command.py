@@ -20,9 +20,10 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from ....passes.models.memory_stats import MemoryStats
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
-from ....passes.pipelines.inputs import CompiledFacts, MemoryStats
+from ....passes.pipelines.inputs import CompiledFacts
 from ....passes.pipelines.lint import analyze_target, program_call_site, replicated_outputs
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.xla_reports import stats_from_buffer_assignment
