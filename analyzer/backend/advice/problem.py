@@ -65,7 +65,8 @@ def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Setti
 
     spec = settings.solver_device_spec
     try:
-        built = pipeline.suggest_problem(module, settings.pass_config.ownership, free_axes, fixed, spec, settings.budget_bytes)
+        built = pipeline.suggest_problem(module, settings.pass_config.ownership, free_axes, fixed, spec,
+                                         settings.budget_bytes)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
     except ResultNotATensor as e:

@@ -160,7 +160,8 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
                 output_shardings=replicated_outputs(module, hlo_text or ""),
             )
             report = analyze_target(name, module, facts, config)
-            report = report.model_copy(update={"call_site": program_call_site(module, name, settings.pass_config.ownership)})
+            call_site = program_call_site(module, name, settings.pass_config.ownership)
+            report = report.model_copy(update={"call_site": call_site})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
             report = None
     if report is None:
