@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from ...passes.models.memory_stats import MemoryStats
 from ...passes.models.report import TargetReport
-from ...passes.pipelines.inputs import CompiledFacts, MemoryStats
+from ...passes.pipelines.inputs import CompiledFacts
 from ...passes.pipelines.lint import (
     ConflictCheck,
     analyze_refused_target,

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ...passes.pipelines.inputs import MemoryStats
+from ...passes.models.memory_stats import MemoryStats
 from ...passes.pipelines.xla_reports import stats_from_buffer_assignment
 from ..adapter import jax_adapter
 from ..inputs.files import read_text_if_present as _read

@@ -200,7 +200,7 @@ def cmd_propagate(args) -> int:
 
 
 def cmd_rewrite(args) -> int:
-    from ..commands.rewrite import RewriteRequest, rewrite
+    from ..commands.rewrite.command import RewriteRequest, rewrite
 
     if args.repeats < 1:
         raise ShardLintInputError("--repeats", "must be at least 1")
@@ -214,7 +214,8 @@ def cmd_rewrite(args) -> int:
 
 
 def cmd_suggest(args) -> int:
-    from ..commands.suggest import SuggestRequest, suggest
+    from ..commands.suggest.command import suggest
+    from ..commands.suggest.target import SuggestRequest
     from ..executors.checked_in_tasks import Spread
 
     if args.time_limit is not None:  # deprecated: the solver has no clock limit

@@ -83,7 +83,7 @@ def _report(name: str, module, compile_module: CompileModule | None, request: Pr
     """The propagate pipeline over one module; a module Shardy's passes refuse is the user's input, one
     line naming it (``whose``: the target's, for a script's)."""
     try:
-        return propagate_module(name, module, compile_module, ownership=settings.ownership(),
+        return propagate_module(name, module, compile_module, ownership=settings.pass_config.ownership,
                                 max_values=None if request.all_values else MAX_VALUES)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"{whose}Shardy rejects the module: {e}") from e
@@ -111,7 +111,7 @@ def _compile_lowered(name: str, lowered, settings: Settings, where: str) -> Comp
             program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
         except Exception as e:  # XLA rejects the program: the user's input
             raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
-        return CompiledProgram(program.hlo_text, device_processes(lowered), settings.ownership()), None
+        return CompiledProgram(program.hlo_text, device_processes(lowered), settings.pass_config.ownership), None
 
     return compile_module
 

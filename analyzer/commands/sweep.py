@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
-from ...passes.models.sweep import CandidateRun, SweepExecution, SweepRun
-from ...passes.pipelines.sweep import CompiledSetting, params_label
+from ...passes.models.sweep import CandidateRun, SweepExecution, SweepRun, params_label
+from ...passes.pipelines.sweep import CompiledSetting
 from ...passes.pipelines.sweep import sweep as pipeline_sweep
 from .. import __version__
 from ..adapter import jax_adapter

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...passes.common.byte_sizes import parse_bytes
+from ...passes.models.device_spec import DeviceSpec
 from ...passes.models.report import Severity
 from ...passes.pipelines.catalogue import RULES, OptionKind, all_options
-from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, DeviceSpec, PassConfig
+from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
 from ..errors import ShardLintInputError
 from ..inputs.files import tool_folders
 from ..platforms.performance import cpu_device_spec
@@ -45,7 +46,11 @@ _KNOWN_KEYS = {"devices", "device", "budget", "fail-on", "ignore", "thresholds",
 class Settings:
     """One run's settings, resolved once (defaults, then the config file, then the command
     line) and never changed after: a command that needs other values (more devices for a
-    module, the TPU topology it resolved) makes a new one with ``dataclasses.replace``."""
+    module, the TPU topology it resolved) makes a new one with ``dataclasses.replace``.
+
+    What the passes and the solver are told (``pass_config``, ``solver_device_spec``) is made with the
+    settings, from their fields, and read below as values: nothing under backend/ or commands/ calls back
+    into this module to derive them (a copy made with ``dataclasses.replace`` makes its own)."""
 
     devices: int = 8
     platform: str = "cpu"
@@ -70,6 +75,14 @@ class Settings:
     # The target the run compiles for, resolved once when the command starts (backend/run_target.py)
     # and kept by every copy; None before that.
     target: ResolvedTarget | None = None
+    # Made from the fields above when the settings are (never given): what the passes are told (options,
+    # severities, the budget, whose code a frame is, the target's device model), read by every target,
+    # checked-in module and fix check; whose frames are the user's is its ``ownership``.
+    pass_config: PassConfig = field(init=False, repr=False, compare=False)
+    # The device model suggest's solver prices with (and lint's solver fixes): the resolved target's, or
+    # the CPU's where it has none (a GPU the table does not know, settings whose target was never
+    # resolved), so the solver always has one.
+    solver_device_spec: DeviceSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # A copy for other devices, platform or topology is made before the target is resolved, or
@@ -78,35 +91,22 @@ class Settings:
                 self.platform, self.devices, self.topology, self.hosts, self.target_config):
             raise ValueError(f"settings for {self.platform} x {self.devices} given a target resolved for "
                              f"{self.target.platform} x {self.target.num_devices}")
-
-    def ownership(self) -> CodeOwnership:
-        """Whose frames are the user's; one object per configuration, so its caches
-        of decided files and attributed locations are shared by every pass."""
-        root = os.path.dirname(self.config_file) if self.config_file else os.getcwd()
-        return _ownership(self.first_party, self.third_party, root, self.user_roots)
-
-    @functools.cached_property
-    def pass_config(self) -> PassConfig:
-        """What the passes are told (options, severities, the budget, whose code a frame is, the target's
-        device model): made once per settings, the first time a pass is run with them, and read by
-        every target, checked-in module and fix check after (settings are frozen; a copy made with
-        ``dataclasses.replace`` makes its own)."""
-        return PassConfig(
+        # The step-time estimate's device model: the resolved target's (None for GPUs it does not know,
+        # and for settings whose target was never resolved).
+        device_spec = self.target.device_spec if self.target is not None else None
+        object.__setattr__(self, "pass_config", PassConfig(
             options=dict(self.options), severities=dict(self.severities),
-            disabled=self.ignore, budget_bytes=self.budget_bytes, ownership=self.ownership(),
-            device_spec=self.device_spec(), where=_display_where,
-        )
+            disabled=self.ignore, budget_bytes=self.budget_bytes, ownership=_ownership_of(self),
+            device_spec=device_spec, where=_display_where,
+        ))
+        object.__setattr__(self, "solver_device_spec", device_spec or cpu_device_spec())
 
-    def device_spec(self):
-        """The device model behind the step-time estimate, the resolved target's (None for GPUs it does not
-        know, and for settings whose target was never resolved)."""
-        return self.target.device_spec if self.target is not None else None
 
-    def solver_device_spec(self) -> DeviceSpec:
-        """The device model suggest's solver prices with (and lint's solver fixes): the resolved
-        target's, or the CPU's where it has none (a GPU the table does not know, settings whose target
-        was never resolved), so the solver always has one."""
-        return self.device_spec() or cpu_device_spec()
+def _ownership_of(settings: Settings) -> CodeOwnership:
+    """Whose frames are the user's; one object per configuration, so its caches of decided files and
+    attributed locations are shared by every pass."""
+    root = os.path.dirname(settings.config_file) if settings.config_file else os.getcwd()
+    return _ownership(settings.first_party, settings.third_party, root, settings.user_roots)
 
 
 @functools.lru_cache(maxsize=16)

@@ -7,7 +7,7 @@ import functools
 import json
 from importlib import resources
 
-from ...passes.pipelines.inputs import DeviceSpec
+from ...passes.models.device_spec import DeviceSpec
 
 
 @functools.cache

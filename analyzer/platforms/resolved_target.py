@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...passes.pipelines.inputs import DeviceSpec
+from ...passes.models.device_spec import DeviceSpec
 from .gpu_targets import GPU_TARGETS, GpuTarget, load_target
 from .performance import spec_for_platform
 from .presets import PRESETS

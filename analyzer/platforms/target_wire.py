@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ...passes.pipelines.inputs import DeviceSpec
+from ...passes.models.device_spec import DeviceSpec
 from .gpu_targets import GpuTarget
 from .resolved_target import ResolvedTarget
 from .tpu_targets import TpuGeneration, TpuTarget

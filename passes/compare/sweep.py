@@ -7,11 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.report import TargetReport
-from ..models.sweep import SweepCandidate
-
-
-def params_label(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in params.items())
+from ..models.sweep import SweepCandidate, params_label
 
 
 def candidate_from_report(params: dict[str, Any], report: TargetReport, budget: int | None) -> SweepCandidate:

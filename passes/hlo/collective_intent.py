@@ -34,9 +34,9 @@ from math import prod
 from ..common.device_groups import MeshInfo
 from ..common.shapes import shape_bytes
 from ..models.report import Collective, TensorInfo
-from .collective_origin import entry_parameter, origin_index
 from .collective_site import asked_by_program
 from .module import HloInstruction, HloModule
+from .value_origin import entry_parameter, origin_index
 
 INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation", "explicit"})
 # Partial results that a sharded contraction or reduction leaves on each device.

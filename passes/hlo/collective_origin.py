@@ -19,7 +19,7 @@ from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo, where_text
 from ..source.frames import CodeOwnership
 from .module import HloInstruction, HloModule
-from .value_origin import (  # re-exported: where the collective passes have always found them
+from .value_origin import (
     _DIMS,
     _MAX_STEPS,
     _SAME_DATA,
@@ -31,8 +31,7 @@ from .value_origin import (  # re-exported: where the collective passes have alw
     parameter_dims,
 )
 
-__all__ = ["OriginIndex", "collective_origin", "collective_origins", "entry_parameter", "moves_data_only",
-           "origin_index", "outputs_depending_on", "outputs_returning", "parameter_dims", "reads_in"]
+__all__ = ["collective_origin", "collective_origins", "outputs_depending_on", "outputs_returning", "reads_in"]
 
 # How a finding names a source line: where_text, or the CLI's path-relative version.
 Display = Callable[..., str]

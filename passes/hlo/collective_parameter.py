@@ -21,10 +21,10 @@ from enum import Enum
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
-from .collective_origin import OriginIndex, origin_index, reads_in
+from .collective_origin import reads_in
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
-from .value_origin import moved_parameter, moves_data_only
+from .value_origin import OriginIndex, moved_parameter, moves_data_only, origin_index
 from .value_origin import weight_parameter as _weight_parameter
 
 _MATMUL = frozenset({"dot", "convolution"})

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..common.shapes import parse_arrays
 from ..models.errors import MalformedReport
+from ..models.memory_stats import MemoryStats
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .module import HloModule
@@ -29,21 +30,6 @@ _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)")
 
 # Timelines longer than this are thinned for the reports; the peak step is always kept.
 MAX_TIMELINE_POINTS = 400
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """The numbers of ``compiled.memory_analysis()``, per device."""
-
-    argument_bytes: int
-    output_bytes: int
-    temp_bytes: int
-    alias_bytes: int
-    generated_code_bytes: int = 0
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.temp_bytes + self.argument_bytes + self.output_bytes - self.alias_bytes
 
 
 @dataclass(frozen=True)

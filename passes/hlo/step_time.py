@@ -22,32 +22,11 @@ XLA's scheduler has independent work to overlap with.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..models.device_spec import DeviceSpec
 from ..models.report import Collective, StepTime
 from .cost import ProgramCost
 from .module import MAIN_THREAD
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """Peak figures of one device, from ``analyzer/data/device_performance``."""
-
-    name: str
-    description: str
-    matmul_flops_per_s: tuple[tuple[str, float], ...]
-    hbm_bytes_per_s: float
-    link_within_host: float
-    link_across_hosts: float
-    latency_within_host: float
-    latency_across_hosts: float
-    sources: tuple[str, ...] = ()
-    nominal: bool = False
-
-    def peak(self, dtype: str) -> float:
-        table = dict(self.matmul_flops_per_s)
-        return table.get(dtype) or table.get("f32") or max(table.values())
-
 
 # (bytes moved per byte of result, latency steps) as functions of the group size n.
 _RING: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {

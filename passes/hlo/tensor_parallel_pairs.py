@@ -39,10 +39,9 @@ from math import prod
 from ..common.shapes import parse_arrays
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
-from .collective_origin import OriginIndex, origin_index
 from .collective_parameter import _matmuls_in, _outer_operand
 from .module import HloInstruction, HloModule
-from .value_origin import KEEPS_ORDER, moves_data_only, weight_parameter
+from .value_origin import KEEPS_ORDER, OriginIndex, moves_data_only, origin_index, weight_parameter
 
 _LAYOUT = KEEPS_ORDER | {"bitcast", "reshape"}
 # Single-input elementwise ops an activation passes through between the two halves.

@@ -64,3 +64,8 @@ class SweepRun(RunHeader):
                                              "then failures.")
     execution: SweepExecution | None = Field(default=None, description="Where and how long each candidate ran, "
                                              "and the speedup: the only part that differs between two runs.")
+
+
+def params_label(params: dict[str, Any]) -> str:
+    """A candidate's parameter values as the sweep names it (``batch=8, remat=True``)."""
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())

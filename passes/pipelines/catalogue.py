@@ -11,6 +11,8 @@ from ..models.report import Finding
 from ..rules.registry import FixKind, OptionKind
 from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 
+# RULES, OptionKind, all_options, find_rule and rule_docs are rules/'s, handed on on purpose: the analyzer
+# may not import rules/ (tests/test_architecture_reexports.py lists every name handed on, and why).
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
            "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "stands_for_a_group_without_own_fix",

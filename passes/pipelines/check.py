@@ -9,10 +9,11 @@ import re
 from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, parse_arrays, split_tuple
 from ..hlo.collectives import find_collectives
-from ..hlo.memory import MemoryStats, stats_from_buffer_assignment, summarize_memory
+from ..hlo.memory import stats_from_buffer_assignment, summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.parser import parse_hlo_module
 from ..models.entry import EntrySignature
+from ..models.memory_stats import MemoryStats
 from ..models.report import TargetReport, TensorInfo
 from .inputs import PassConfig
 from .lint import timed_collectives

@@ -8,16 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hlo.memory import MemoryStats
-from ..hlo.step_time import DeviceSpec
+from ..models.device_spec import DeviceSpec
+from ..models.memory_stats import MemoryStats
 from ..models.report import Severity, where_text
 from ..rules.table import all_options
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership, library_relative
 
-# The types of CompiledFacts' and PassConfig's fields, exported with them (the analyzer builds both), and
-# whose code a path is (the analyzer shows a library's file by its package path, as the passes tell frames).
-__all__ = ["DEFAULT_OWNERSHIP", "CodeOwnership", "CompiledFacts", "DeviceSpec", "MemoryStats", "PassConfig",
-           "library_relative"]
+# Re-exported on purpose (the analyzer may not import source/): the type of PassConfig's ``ownership`` field
+# and its default, handed on with PassConfig (the analyzer builds it), and whose code a path is (the
+# analyzer shows a library's file by its package path, as the passes tell frames). The other fields'
+# types are models (models/device_spec.py, models/memory_stats.py), imported from there.
+__all__ = ["DEFAULT_OWNERSHIP", "CodeOwnership", "CompiledFacts", "PassConfig", "library_relative"]
 
 @dataclass(frozen=True)
 class CompiledFacts:

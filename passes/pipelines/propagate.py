@@ -22,10 +22,10 @@ from ..models.entry import EntrySignature
 from ..models.propagation import PropagationReport
 from ..models.report import Collective, SourceLocation
 from ..propagation.borne_out import match_compiled, prediction_counts
+from ..propagation.graph import Tensor
 from ..propagation.predicted_communication import predict
 from ..propagation.report import Propagated, agreement, explain, find_values, propagated_value, run_propagation
 from ..propagation.report import with_provenance as with_values_provenance
-from ..propagation.sharding_graph import Tensor
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import read_meshes
 from .entry import entry_signature

@@ -28,6 +28,8 @@ from ..stablehlo.sharding_constraints import (
 from .entry import entry_signature
 from .lint import LINT
 
+# clone, constraint_ops, entry_function and missing_entry are stablehlo/'s and propagation/'s, handed on on
+# purpose: the analyzer may not import those (tests/test_architecture_reexports.py lists them, and why).
 __all__ = ["clone", "constraint_ops", "entry_function", "missing_entry",
            "entry_to_rename", "module_ops", "constraints_at", "constraints_stating", "gathered_axes_off",
            "even_choices"]

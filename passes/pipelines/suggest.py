@@ -30,14 +30,16 @@ from dataclasses import dataclass, replace
 from jaxlib.mlir import ir
 
 from ..common.axes import label, sharding_labels
-from ..hlo.step_time import DeviceSpec, collective_seconds, significant
+from ..hlo.step_time import collective_seconds, significant
+from ..models.device_spec import DeviceSpec
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.errors import NoFeasibleSharding, ShardyRejected
 from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
+from ..propagation.graph import ShardingGraph
 from ..propagation.propagate import propagate
-from ..propagation.sharding_graph import ShardingGraph, build_graph
+from ..propagation.sharding_graph import build_graph
 from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
 from ..solver.refine import LayoutCheck, check_layout

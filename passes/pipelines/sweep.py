@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..compare import sweep as ranking
-from ..compare.sweep import params_label
 from ..models.report import TargetReport
 from ..models.sweep import SweepCandidate
 from .pass_manager import Pipeline
 
 # A candidate's parameter values as the report and the progress lines name them.
-__all__ = ["params_label", "candidate_from_report", "failed_candidate", "rank", "CompiledSetting", "sweep"]
+__all__ = ["candidate_from_report", "failed_candidate", "rank", "CompiledSetting", "sweep"]
 
 SWEEP = Pipeline("sweep", ("candidates", "rank"))
 

@@ -8,4 +8,5 @@ from __future__ import annotations
 from ..hlo.involuntary_remat import is_partitioner_warning
 from ..hlo.memory import stats_from_buffer_assignment
 
+# Both are hlo/'s, handed on on purpose: the analyzer may not import hlo/ (tests/test_architecture_reexports.py).
 __all__ = ["is_partitioner_warning", "stats_from_buffer_assignment"]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from ..common.axes import Axes, AxisRef, merge_adjacent, size_of
 from ..common.device_groups import MeshInfo
-from .sharding_graph import ShardingGraph, Step
+from .graph import ShardingGraph, Step
 
 
 def common_mesh(g: ShardingGraph, step: Step) -> MeshInfo | None | Literal[False]:

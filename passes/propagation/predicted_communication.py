@@ -26,8 +26,8 @@ from ..common.device_groups import MeshInfo, axes_of_groups, axes_of_pairs
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
 from ..models.propagation import PredictedCollective
+from .graph import ShardingGraph, Step, Tensor, user_label
 from .layout_change import layout_moves
-from .sharding_graph import ShardingGraph, Step, Tensor, user_label
 from .windows import window_moves
 
 FAMILIES = {

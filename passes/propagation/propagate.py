@@ -42,7 +42,7 @@ from ..common.axes import (
     split_for_factors,
 )
 from .function_boundaries import common_mesh, export_boundaries
-from .sharding_graph import ShardingGraph, Step, Tensor
+from .graph import ShardingGraph, Step, Tensor
 
 MAX_SWEEPS = 64
 

@@ -23,9 +23,10 @@ from ..models.propagation import (
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
 from .call_graph import flatten_call_graph
+from .graph import ShardingGraph, Tensor, user_label
 from .predicted_communication import per_device_bytes
 from .propagate import propagate
-from .sharding_graph import ShardingGraph, Tensor, build_graph, user_label
+from .sharding_graph import build_graph
 from .shardy_reference import pair_values, shardy_propagated, tagged_clone, with_sharding_rules
 
 MAX_DISAGREEMENTS = 200

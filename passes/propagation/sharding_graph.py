@@ -33,11 +33,11 @@ from ..stablehlo.module import (
 )
 from .explicit_collectives import KINDS as EXPLICIT_KINDS
 from .explicit_collectives import read_explicit
-from .graph import FactorRule, ShardingGraph, Step, Tensor, user_label
+from .graph import FactorRule, ShardingGraph, Step, Tensor
 from .windows import window_of
 
-# The graph's parts, defined in graph.py, are imported from here by those that build graphs too.
-__all__ = ["FactorRule", "ShardingGraph", "Step", "Tensor", "build_graph", "user_label"]
+# The graph's parts are graph.py's: their users import them from there.
+__all__ = ["build_graph"]
 
 
 def _rule(attr: ir.Attribute) -> FactorRule:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..common.shapes import array_bytes
-from ..propagation.sharding_graph import ShardingGraph, Step
+from ..propagation.graph import ShardingGraph, Step
 
 # Ops XLA fuses into their neighbours (loop and input fusions): what they read from
 # a fused producer or hand to a fused consumer never goes through HBM.

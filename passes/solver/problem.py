@@ -36,8 +36,9 @@ from itertools import product
 from math import prod
 
 from ..common.union_find import UnionFind
-from ..hlo.step_time import DeviceSpec, collective_seconds
-from ..propagation.sharding_graph import ShardingGraph, Step
+from ..hlo.step_time import collective_seconds
+from ..models.device_spec import DeviceSpec
+from ..propagation.graph import ShardingGraph, Step
 from . import shard_map_boundary
 from .fused_traffic import FusedTraffic
 from .sharding_problem import (

@@ -34,8 +34,8 @@ from math import prod
 
 from ..common.axes import sharding_labels
 from ..common.shapes import array_bytes
-from ..hlo.step_time import DeviceSpec
-from ..propagation.sharding_graph import ShardingGraph
+from ..models.device_spec import DeviceSpec
+from ..propagation.graph import ShardingGraph
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, reshard_seconds
 
 MAX_CHAIN = 10_000  # parent links followed from one dimension (a guard: chains end at a seed)

@@ -21,8 +21,8 @@ shard a value (``Tensor.manual_axes``).
 
 from __future__ import annotations
 
-from ..hlo.step_time import DeviceSpec
-from ..propagation.sharding_graph import ShardingGraph, Step
+from ..models.device_spec import DeviceSpec
+from ..propagation.graph import ShardingGraph, Step
 from .sharding_problem import FORBIDDEN, OpChoice, Sharding, Use, ValueGroup, reshard_seconds
 
 

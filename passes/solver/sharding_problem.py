@@ -13,7 +13,8 @@ from math import prod
 from typing import TypeVar
 
 from ..common.shapes import array_bytes
-from ..hlo.step_time import DeviceSpec, collective_seconds
+from ..hlo.step_time import collective_seconds
+from ..models.device_spec import DeviceSpec
 
 Sharding = tuple[tuple[str, ...], ...]  # per dimension, the mesh axes on it (in mesh order)
 

@@ -12,10 +12,9 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.propagation import PropagatedValue, PropagateRun, PropagationReport
 from ...passes.models.report import where_text
 from ..common.agreement_text import agreement_text, prediction_counts_text
-from ..common.tensor_text import short_op_name
+from ..common.tensor_text import shape_text, short_op_name
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import shown, terminal_safe
-from ..findings.terminal import shape_text
 
 MAX_ROWS = 20
 

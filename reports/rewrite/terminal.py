@@ -11,9 +11,8 @@ from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
-from ..common.tensor_text import earlier_sharding_text
+from ..common.tensor_text import earlier_sharding_text, shape_text
 from ..common.terminal_safe import code_text, shown, terminal_safe
-from ..findings.terminal import shape_text
 
 _NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
 

@@ -63,15 +63,16 @@ def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Setti
         isolation.phase(where, f"building the sharding problem of target {name!r}")
         return free
 
-    spec = settings.solver_device_spec()
+    spec = settings.solver_device_spec
     try:
-        built = pipeline.suggest_problem(module, settings.ownership(), free_axes, fixed, spec, settings.budget_bytes)
+        built = pipeline.suggest_problem(module, settings.pass_config.ownership, free_axes, fixed, spec,
+                                         settings.budget_bytes)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"target {name!r}: Shardy rejects the module: {e}") from e
     except ResultNotATensor as e:
         raise ShardLintInputError(where, f"target {name!r}: result {e.index} is not a tensor value") from e
     return SuggestTarget(name, lowered, text, module, built.signature, built.problem, built.fixed, built.state,
-                         built.graph, settings.ownership())
+                         built.graph, settings.pass_config.ownership)
 
 
 def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec) -> Refined:

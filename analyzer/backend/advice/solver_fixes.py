@@ -258,7 +258,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
         target = problem_of_text(report.name, text, (), settings, lambda _sig: {}, where)
     except ShardLintInputError:
         return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
-    spec = settings.solver_device_spec()
+    spec = settings.solver_device_spec
     base = (report.memory.peak_bytes, traffic_bytes(report, sig))
     counter = CompileCounter(progress, report.name)
     findings = list(report.findings)

@@ -29,7 +29,7 @@ from ....passes.pipelines.entry import entry_signature
 from ....passes.pipelines.rewrite import REWRITE
 from ... import __version__
 from ...adapter import jax_adapter
-from ...backend.checked_in_analysis import analyze_text, read_mlir
+from ...backend.checked_in_analysis import analyze_text
 from ...backend.out_shardings import suggest_for
 from ...backend.run_target import resolve_run_target
 from ...backend.script_targets import load_script_targets
@@ -37,6 +37,7 @@ from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
 from ...context.display_paths import display_source, relativize
 from ...errors import ShardLintInputError, one_line
+from ...inputs.checked_in import read_mlir
 from ...inputs.limits import check_device_count
 from ...platforms.gpu_targets import ACCELERATOR_TARGETS
 from ...supervision import isolation

@@ -20,9 +20,10 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from ....passes.models.memory_stats import MemoryStats
 from ....passes.models.report import LintReport, ScriptRun, TargetReport
 from ....passes.pipelines.check import analyze_hlo_only
-from ....passes.pipelines.inputs import CompiledFacts, MemoryStats
+from ....passes.pipelines.inputs import CompiledFacts
 from ....passes.pipelines.lint import analyze_target, program_call_site, replicated_outputs
 from ....passes.pipelines.rule_stage import report_rules
 from ....passes.pipelines.xla_reports import stats_from_buffer_assignment
@@ -159,7 +160,8 @@ def _analyze(name: str, hlo_path: str, mlir_path: str | None, settings: Settings
                 output_shardings=replicated_outputs(module, hlo_text or ""),
             )
             report = analyze_target(name, module, facts, config)
-            report = report.model_copy(update={"call_site": program_call_site(module, name, settings.ownership())})
+            call_site = program_call_site(module, name, settings.pass_config.ownership)
+            report = report.model_copy(update={"call_site": call_site})
         except Exception:  # a StableHLO dump this JAX cannot parse back: the HLO still tells most
             report = None
     if report is None:

@@ -4,8 +4,3 @@ from it (``target.py``), the arguments kept fixed (``fixed.py``), the versions c
 (``logical.py``). What lint's and check's fix checks share with it (a target's sharding problem, the single
 moves of a mesh axis, the versions' ranking and the verdict, suggest's layout for the arguments of a finding
 whose own fix failed) is ``backend/advice/``'s."""
-
-from .command import suggest
-from .target import SuggestRequest
-
-__all__ = ["SuggestRequest", "suggest"]

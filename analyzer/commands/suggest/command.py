@@ -167,7 +167,7 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
                          ) -> WithinBudget:
     """The suggest pipeline's budget loop (``passes/pipelines/suggest_budget.py``) around this target's
     solves (each plan checked against propagation) and the compiles of their plans."""
-    spec = settings.solver_device_spec()
+    spec = settings.solver_device_spec
     say = request.spread.say or (lambda _msg: None)
 
     def solve_under(arg_budget: int | None) -> Refined:
@@ -219,7 +219,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     problem, budget = t.problem, settings.budget_bytes
     fixed = t.fixed
     why = {path: w for path, (_, w) in fixed.items()}
-    resolution = time_resolution(settings.solver_device_spec(), t.sig)
+    resolution = time_resolution(settings.solver_device_spec, t.sig)
     state = {rt.output.index: rt.input.index for rt in t.state}
     written = {x.index: x.sharding for x in t.sig.inputs if x.sharding is not None}
     wanted = []
@@ -296,7 +296,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         notes.append("place the state you pass in on these shardings (jax.device_put(x, sharding)) so the first "
                      "step does not reshard it")
     return SuggestReport(
-        name=name, platform=platform_label(settings), device=settings.solver_device_spec().name,
+        name=name, platform=platform_label(settings), device=settings.solver_device_spec.name,
         mesh=list(t.sig.mesh.axes), free_axes=list(problem.free_axes), budget_bytes=budget, chosen=best.name,
         arguments=args, results=results,
         solver=pipeline.solver_stats(problem, refined, kept.plan, rounds, solved.checks),

@@ -47,7 +47,7 @@ def test_the_label_is_the_one_reports_gave_before():
         target = with_devices(spec, devices, topology, None, None)
         unselected, _ = resolve_run_target(settings, selection="none")
         assert target.label == platform_label(unselected)
-        assert target.device_spec == unselected.device_spec() == spec_for_platform(platform)
+        assert target.device_spec == unselected.pass_config.device_spec == spec_for_platform(platform)
         resolved = dataclasses.replace(settings, target=target)
         assert resolved.target is target and platform_label(resolved) == target.label
 
@@ -114,4 +114,4 @@ def test_runs_target_is_the_platforms_memory_and_device_model():
     assert h100.memory_bytes == PRESETS["h100"].memory_bytes and h100.device_spec == spec_for_platform("h100")
     cpu = resolved_target.program_target("cpu", 8, None, 1, None, None)
     assert cpu.memory_bytes is None and cpu.device_spec == spec_for_platform("cpu")
-    assert Settings(devices=8).solver_device_spec() == spec_for_platform("cpu")
+    assert Settings(devices=8).solver_device_spec == spec_for_platform("cpu")

@@ -22,14 +22,13 @@ from stored_hlo import (
 
 from jax_shard_lint.passes.hlo.collective_origin import (
     collective_origins,
-    entry_parameter,
-    origin_index,
     outputs_depending_on,
     outputs_returning,
     reads_in,
 )
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.hlo.value_origin import entry_parameter, origin_index
 from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
 
 # Imports no JAX (tests/test_jax_free_marker.py checks it): the newest-JAX leg of CI leaves it out.

@@ -21,9 +21,11 @@ from jax.sharding import PartitionSpec as P
 from jax_shard_lint.passes.common.device_groups import MeshInfo
 from jax_shard_lint.passes.hlo.collectives import find_collectives, inferred_trip_count
 from jax_shard_lint.passes.hlo.cost import program_cost
-from jax_shard_lint.passes.hlo.memory import MemoryStats, summarize_memory
+from jax_shard_lint.passes.hlo.memory import summarize_memory
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
+from jax_shard_lint.passes.hlo.step_time import estimate_step_time
+from jax_shard_lint.passes.models.device_spec import DeviceSpec
+from jax_shard_lint.passes.models.memory_stats import MemoryStats
 
 
 def test_donated_program_peak_is_xlas_less_the_aliased_bytes(cli, tmp_path):

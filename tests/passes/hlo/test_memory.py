@@ -11,8 +11,9 @@ from conftest import FIXTURES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_shard_lint.passes.hlo.memory import MemoryStats, parse_live_range_report, summarize_memory
+from jax_shard_lint.passes.hlo.memory import parse_live_range_report, summarize_memory
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.models.memory_stats import MemoryStats
 
 
 def fixture(name, suffix):

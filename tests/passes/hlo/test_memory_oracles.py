@@ -12,8 +12,9 @@ from conftest import FIXTURES
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_shard_lint.passes.hlo.memory import MemoryStats, summarize_memory
+from jax_shard_lint.passes.hlo.memory import summarize_memory
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
+from jax_shard_lint.passes.models.memory_stats import MemoryStats
 
 
 def test_headroom_is_the_budget_less_xlas_peak():

@@ -19,7 +19,8 @@ from jax_shard_lint.analyzer.platforms.performance import device_spec, known_dev
 from jax_shard_lint.passes.hlo.collectives import inferred_trip_count
 from jax_shard_lint.passes.hlo.cost import program_cost
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.hlo.step_time import DeviceSpec, collective_seconds
+from jax_shard_lint.passes.hlo.step_time import collective_seconds
+from jax_shard_lint.passes.models.device_spec import DeviceSpec
 
 # One byte per second on both links and no latency: a collective's seconds are its ring bytes.
 UNIT = DeviceSpec("unit", "unit links", (("f32", 1.0),), 1.0, 1.0, 0.5, 0.0, 0.0)

@@ -18,7 +18,8 @@ from jax_shard_lint.passes.common.device_groups import MeshInfo
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.cost import program_cost
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.hlo.step_time import DeviceSpec, estimate_step_time
+from jax_shard_lint.passes.hlo.step_time import estimate_step_time
+from jax_shard_lint.passes.models.device_spec import DeviceSpec
 
 # One FLOP, one byte per second, no latency: a collective's seconds are its ring bytes.
 _UNIT = DeviceSpec("unit", "unit", (("f32", 1.0),), 1.0, 1.0, 1.0, 0.0, 0.0)

@@ -2,9 +2,8 @@
 
 import re
 
-from jax_shard_lint.passes.rules import RULES
 from jax_shard_lint.passes.rules.registry import DOC_SECTIONS
-from jax_shard_lint.passes.rules.table import all_options
+from jax_shard_lint.passes.rules.table import RULES, all_options
 
 
 def test_codes_and_names_are_unique_and_well_formed():
@@ -90,8 +89,8 @@ def test_lower_layers_know_no_rule():
 def test_traits_are_read_from_the_rules():
     from jax_shard_lint.analyzer.backend import fix_checks
     from jax_shard_lint.passes.models.report import Finding, Severity
-    from jax_shard_lint.passes.rules import FixKind, Provenance
     from jax_shard_lint.passes.rules.finding_provenance import explained
+    from jax_shard_lint.passes.rules.registry import FixKind, Provenance
 
     assert fix_checks._PARAMETER_FIXES == {c for c, r in RULES.items() if r.traits.fix is FixKind.parameter}
     for code, r in RULES.items():

@@ -17,7 +17,7 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
-from jax_shard_lint.passes.hlo.step_time import DeviceSpec
+from jax_shard_lint.passes.models.device_spec import DeviceSpec
 from jax_shard_lint.passes.propagation.call_graph import flatten_call_graph
 from jax_shard_lint.passes.propagation.sharding_graph import build_graph
 from jax_shard_lint.passes.propagation.shardy_reference import with_sharding_rules

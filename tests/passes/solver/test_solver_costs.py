@@ -13,7 +13,7 @@ from hlo_oracle import compiled_collectives
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_shard_lint.passes.hlo.step_time import DeviceSpec
+from jax_shard_lint.passes.models.device_spec import DeviceSpec
 from jax_shard_lint.passes.solver.sharding_problem import (
     Assignment,
     MemoryTerm,

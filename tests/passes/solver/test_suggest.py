@@ -21,8 +21,10 @@ from scripts import script_module
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.commands.suggest.target import SuggestRequest, target_problem
 from jax_shard_lint.analyzer.context.config import Settings
+from jax_shard_lint.passes.models.errors import NoFeasibleSharding
+from jax_shard_lint.passes.solver.local_search import local_search
 from jax_shard_lint.passes.solver.sharding_problem import Assignment, evaluate
-from jax_shard_lint.passes.solver.solve import NoFeasibleSharding, local_search, solve
+from jax_shard_lint.passes.solver.solve import solve
 
 VALUE = os.path.join("examples", "value_function_step.py")
 FSDP = os.path.join("examples", "fsdp_tp_train_step.py")
