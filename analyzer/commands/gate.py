@@ -23,7 +23,7 @@ from ...reports.common.json import render_json
 from .. import __version__
 from ..adapter import jax_adapter
 from ..backend.checked_fixes import checked_fixes
-from ..backend.checked_in_analysis import check_path
+from ..backend.checked_in_check import check_path
 from ..backend.run_target import resolve_run_target
 from ..backend.script_targets import load_script_targets
 from ..backend.side_by_side import one_compile_per_program
