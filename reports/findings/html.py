@@ -20,6 +20,7 @@ from ..common.device_grid import device_grid
 from ..common.html_page import e, page
 from ..common.html_table import cell, markup, table, target_section
 from ..common.tensor_text import (
+    collective_op_text,
     collective_shape_text,
     live_buffer_source,
     other_part_lines,
@@ -184,7 +185,9 @@ def _collectives(t: TargetReport) -> str:
          markup(e(where_text(c.source, c.via))
                 + (f"<br><span class=muted>{e(others)}</span>" if (others := other_part_lines(c, most=8)) else "")
                 + (" <span class=muted>from " + e(str(c.called_from)) + "</span>" if c.called_from else "")),
-         cell(c.op_name or c.hlo_name, cls="op"))
+         # The terminal's op text (a combined collective's op name joins every op it sums: 7,290 characters
+         # for a ViT's gradient all-reduce); XLA's whole name is the cell's hover text.
+         cell(collective_op_text(c), cls="op", title=c.op_name or c.hlo_name))
         for c in t.collectives), cls="sortable collectives")
     by_line: dict[str, list] = defaultdict(list)
     for c in t.collectives:

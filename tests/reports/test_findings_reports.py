@@ -108,7 +108,8 @@ def test_html(command):
     # The collectives table: bytes, count and per step, each sortable by its number; the op escaped.
     assert ('<td data-v="262144">256.0 KiB</td><td data-v="3">3</td><td data-v="786432">768.0 KiB</td>'
             '<td data-v="0.002">2 ms</td><td>data</td><td>parameter-gather</td>') in page
-    assert f'<td class="op">jit(step)/{HOSTILE_HTML}</td>' in page
+    # The op as the terminal shows it (cut at its last '/', escaped), XLA's whole op name as its hover text.
+    assert f'<td class="op" title="jit(step)/{HOSTILE_HTML}">script&gt;[bold]pwn[/bold]</td>' in page
     # Per source line, and the buffers live at the peak (the op as its hover text).
     assert '<tr><td>train.py:42</td><td data-v="1">1</td><td data-v="786432">768.0 KiB</td><td>all-gather</td></tr>' \
         in page
