@@ -2,8 +2,9 @@
 smaller problem with one group per class of groups and one op per class of ops, each
 costing the sum of its members (the pair tables of its uses summed alike), so any of
 its assignments, spread back over the members (``TiedProblem.expand``), costs the
-same on the original problem. ``repeats.py`` ties unrolled layers found as repeats in
-the ops' order.
+same on the original problem. ``symmetry.py`` ties the groups and ops colour refinement
+finds alike (exact for the LP relaxation), ``repeats.py`` unrolled layers found as
+repeats in the ops' order (a restriction).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ class TiedProblem:
 
     def expand(self, a: Assignment) -> Assignment:
         return Assignment(tuple(a.groups[c] for c in self.group_class), tuple(a.ops[c] for c in self.op_class))
+
+    def then(self, more: TiedProblem) -> TiedProblem:
+        """This problem tied, then ``more`` ties of its tied problem: one tying of the original."""
+        return TiedProblem(more.problem, tuple(more.group_class[c] for c in self.group_class),
+                           tuple(more.op_class[c] for c in self.op_class), more.periods)
 
 
 def tie_classes(problem: ShardingProblem, group_root: Sequence[int], op_root: Sequence[int],
