@@ -140,3 +140,20 @@ def test_the_tied_solve_picks_the_best_layout_xla_compiles():
     assert plan.tied_by == ("symmetry",) and plan.variables < solve(problem, "ilp", tie=False).variables
     chosen = tuple(_pspec(problem.groups[g].candidates[plan.assignment.groups[g]]) for g in problem.arguments)
     assert measured[chosen] <= best * (1 + SAME_TIME), (chosen, measured[chosen], best)
+
+
+@pytest.mark.parametrize("tied_by, says", [
+    (["symmetry"], "tied by symmetry: the LP bound is the untied problem's"),
+    (["symmetry", "repeats"], "tied by symmetry and as repeats: the LP bound is the tied problem's"),
+    (["repeats"], "tied as repeats: the LP bound is the tied problem's"),
+])
+def test_the_solver_line_says_which_problem_the_lp_bound_bounds(tied_by, says):
+    from jax_shard_lint.passes.models.suggest import SolverStats, SuggestReport
+    from jax_shard_lint.reports.suggest.summary import solver_line
+
+    stats = SolverStats(method="lp (integral)", variables=91_794, untied_variables=336_804, tied_by=tied_by,
+                        value_groups=1_151, ops=1_224, objective_seconds=1.664, lower_bound_seconds=1.664, gap=0.0,
+                        lp_bound_seconds=1.664, certified_gap=0.0, rounds=1)
+    line = solver_line(SuggestReport.model_construct(solver=stats))
+    assert f"91,794 variables (336,804 before repeated layers were {says})" in line
+    assert "LP bound 1.66 s, certified gap 0%" in line
