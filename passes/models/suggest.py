@@ -78,13 +78,18 @@ class SolverStats(Model):
     variables: int
     untied_variables: int | None = Field(default=None, description="The problem's size before repeated layers "
                                          "were tied (one strategy per repeated position); null: not tied.")
+    tied_by: list[str] = Field(default_factory=list, description="How the problem was tied, in order: "
+                               "\"symmetry\" (groups and ops colour refinement finds alike share one choice; the "
+                               "LP bound is still the untied problem's), \"repeats\" (repeated runs of ops; a "
+                               "restriction, the LP bound is the tied problem's); empty: not tied.")
     value_groups: int
     ops: int
     objective_seconds: float
     lower_bound_seconds: float | None
     gap: float | None = Field(description="(objective - lower bound) / objective; null for the local search.")
     lp_bound_seconds: float | None = Field(default=None, description="The LP relaxation's optimum: no plan of "
-                                           "the problem solved (tied, where untied_variables is set) costs less.")
+                                           "the problem costs less (of the tied problem only, where tied_by "
+                                           "has \"repeats\").")
     certified_gap: float | None = Field(default=None, description="(objective - LP bound) / LP bound: how far "
                                         "above the optimum the plan can be, at most; null without an LP bound.")
     rounds: int = Field(description="Budget rounds: the first, plus one per budget tightening after a "

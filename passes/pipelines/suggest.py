@@ -353,7 +353,7 @@ def solver_stats(problem: ShardingProblem, refined: Refined, kept: Plan, rounds:
         objective_seconds=significant(solution.seconds),
         lower_bound_seconds=None if solution.lower_bound is None else significant(solution.lower_bound),
         gap=None if solution.gap is None else round(solution.gap, 6), rounds=rounds, plans=checks,
-        untied_variables=solution.untied_variables,
+        untied_variables=solution.untied_variables, tied_by=list(solution.tied_by),
         lp_bound_seconds=None if solution.lp_bound is None else significant(solution.lp_bound),
         certified_gap=None if solution.certified_gap is None else round(solution.certified_gap, 6),
         kept=kept.solve,

@@ -24,26 +24,15 @@ Autoparallel (PyTorch's sharding solver) ties repeated layers the same way:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..common.union_find import UnionFind
-from .sharding_problem import Assignment, MemoryTerm, OpChoice, ShardingProblem, Use, ValueGroup
+from .sharding_problem import ShardingProblem
+from .tied_problem import TiedProblem, tie_classes
 
 MIN_PERIOD = 8  # ops per repeat: shorter runs are repeated ops inside a layer (q, k, v), not layers
 MAX_ROUNDS = 8  # periods taken, most ops covered first (forward, backward, ...)
-
-
-@dataclass(frozen=True)
-class TiedProblem:
-    problem: ShardingProblem
-    group_class: tuple[int, ...]  # per original group, its group in `problem`
-    op_class: tuple[int, ...]  # per original op, its op in `problem`
-    periods: tuple[int, ...]  # the repeat lengths found, in ops
-
-    def expand(self, a: Assignment) -> Assignment:
-        return Assignment(tuple(a.groups[c] for c in self.group_class), tuple(a.ops[c] for c in self.op_class))
 
 
 def _signatures(problem: ShardingProblem) -> np.ndarray:
@@ -109,42 +98,6 @@ def tie_repeats(problem: ShardingProblem, free_ends: bool = True) -> TiedProblem
         ops_uf.union(i, j)
         for u, v in zip(problem.ops[i].uses, problem.ops[j].uses):
             groups_uf.union(u.group, v.group)
-    group_root = [groups_uf.find(g) for g in range(len(problem.groups))]
-    reps = sorted(set(group_root))
-    index = {r: k for k, r in enumerate(reps)}
-    group_class = tuple(index[r] for r in group_root)
-    unary = [np.zeros(len(problem.groups[r].unary)) for r in reps]
-    for g in problem.groups:
-        unary[group_class[g.id]] += np.array(g.unary)
-    groups = tuple(ValueGroup(k, problem.groups[r].tensors, problem.groups[r].shape, problem.groups[r].dtype,
-                              problem.groups[r].candidates, tuple(float(x) for x in unary[k]),
-                              problem.groups[r].pinned) for k, r in enumerate(reps))
-    op_root = [ops_uf.find(i) for i in range(len(problem.ops))]
-    op_reps = sorted(set(op_root))
-    op_index = {r: k for k, r in enumerate(op_reps)}
-    op_class = tuple(op_index[r] for r in op_root)
-    seconds = [np.zeros(len(problem.ops[r].seconds)) for r in op_reps]
-    reduce = [np.zeros(len(problem.ops[r].seconds)) for r in op_reps]
-    tables = [[np.zeros((len(u.shardings), len(problem.groups[u.group].candidates))) for u in problem.ops[r].uses]
-              for r in op_reps]
-    for i, op in enumerate(problem.ops):
-        k = op_class[i]
-        seconds[k] += np.array(op.seconds)
-        reduce[k] += np.array(op.reduce_seconds)
-        for t, u in zip(tables[k], op.uses):
-            t += np.array(u.seconds)
-    ops = []
-    for k, r in enumerate(op_reps):
-        o = problem.ops[r]
-        uses = tuple(Use(group_class[u.group], u.is_result, u.wanted, u.shardings,
-                         tuple(tuple(float(x) for x in row) for row in t)) for u, t in zip(o.uses, tables[k]))
-        ops.append(OpChoice(o.step, o.op, o.strategies, tuple(float(x) for x in seconds[k]),
-                            tuple(float(x) for x in reduce[k]), uses, o.repeats))
-    memory = tuple(MemoryTerm(group_class[m.group], m.path, m.bytes) for m in problem.memory)
-    ties = tuple(sorted({(min(group_class[a], group_class[b]), max(group_class[a], group_class[b]))
-                         for a, b in problem.ties if group_class[a] != group_class[b]}))
-    tied = ShardingProblem(problem.axis_sizes, problem.free_axes, groups, tuple(ops), memory, problem.budget_bytes,
-                           ties, tuple(group_class[g] for g in problem.arguments),
-                           tuple(group_class[g] for g in problem.results))
     periods = tuple(sorted({j - i for i, j in pairs}))
-    return TiedProblem(tied, group_class, op_class, periods)
+    return tie_classes(problem, [groups_uf.find(g) for g in range(len(problem.groups))],
+                       [ops_uf.find(i) for i in range(len(problem.ops))], periods)

@@ -12,6 +12,11 @@ strategy, are folded into the other side's cost and add no variables.
 
 The local search (``local_search.py``) is iterated conditional modes from a few
 forward starts.
+
+Above ``TIE_ABOVE`` variables, groups and ops alike share one choice: first those
+colour refinement finds symmetric (``symmetry.py``: the LP bound stays the untied
+problem's), then, where that is still above the ILP's limit, the repeats in the ops'
+order (``repeats.py``: a restriction, its bound the tied problem's).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from ..models.errors import NoFeasibleSharding
 from .local_search import local_search
 from .repeats import tie_repeats
 from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
+from .symmetry import tie_symmetric
+from .tied_problem import TiedProblem
 
 __all__ = ["MAX_ILP_VARIABLES", "NoFeasibleSharding", "Solution", "local_search", "solve"]
 
@@ -55,6 +62,13 @@ class Solution:
     lp_bound: float | None = None  # seconds; the LP relaxation's optimum, where it was solved
     untied_variables: int | None = None  # the problem's size before repeated layers were tied; None: not tied
     periods: tuple[int, ...] = ()  # the repeat lengths tied, in ops
+    tied_by: tuple[str, ...] = ()  # "symmetry" (the LP bound is the untied problem's), then "repeats" (a restriction)
+
+    @property
+    def bound_of_untied(self) -> bool:
+        """Whether the LP bound bounds the problem as given (untied, or tied by symmetry only), not only the
+        tied problem solved."""
+        return "repeats" not in self.tied_by
 
     @property
     def gap(self) -> float | None:
@@ -74,16 +88,13 @@ class Solution:
 
 def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0,
           tie: bool | None = None) -> Solution:
-    """``tie``: solve with repeated layers tied (``repeats.py``); None: where the
+    """``tie``: solve with groups and ops alike tied (``_tied``); None: where the
     problem is above ``TIE_ABOVE`` variables. ``time_limit`` stops nothing: the MILP is bounded by
     ``MIP_NODES`` branch-and-bound nodes, never a clock, so a problem gets the same plan on every machine
     (the argument stays for the callers, which report it)."""
     start = time.perf_counter()
     untied_size = problem.size
-    tied = tie_repeats(problem) if (untied_size > TIE_ABOVE if tie is None else tie) else None
-    if tied is not None and tied.problem.size > MAX_ILP_VARIABLES and method != "local":
-        # Still too large with each run's ends free (a 3-D mesh: a layer is ~120,000 variables): tie them too.
-        tied = tie_repeats(problem, free_ends=False) or tied
+    tied, tied_by = _tied(problem, method) if (untied_size > TIE_ABOVE if tie is None else tie) else (None, ())
     solved = tied.problem if tied is not None else problem
     size = solved.size
     lp_bound = None
@@ -95,7 +106,25 @@ def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60
         a = tied.expand(a)
     seconds, memory = evaluate(problem, a)
     return Solution(a, seconds, memory, bound, how, time.perf_counter() - start, variables, lp_bound,
-                    untied_size if tied is not None else None, tied.periods if tied is not None else ())
+                    untied_size if tied is not None else None, tied.periods if tied is not None else (), tied_by)
+
+
+def _tied(problem: ShardingProblem, method: str) -> tuple[TiedProblem | None, tuple[str, ...]]:
+    """The problem tied, and by what: symmetric groups and ops first (exact for the LP); still above the
+    ILP's limit, or with none, the repeated runs of the ops' order on top, each run's first and last copy
+    free, then, still above the limit, tied too (a 3-D mesh: a layer is ~120,000 variables)."""
+    tied = tie_symmetric(problem)
+    base = tied.problem if tied is not None else problem
+    if tied is not None and base.size <= MAX_ILP_VARIABLES:
+        return tied, ("symmetry",)
+    more = tie_repeats(base)
+    if (more is None or more.problem.size > MAX_ILP_VARIABLES) and method != "local":
+        more = tie_repeats(base, free_ends=False) or more
+    if more is None:
+        return tied, ("symmetry",) if tied is not None else ()
+    if tied is None:
+        return more, ("repeats",)
+    return tied.then(more), ("symmetry", "repeats")
 
 
 class _Program:

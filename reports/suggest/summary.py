@@ -23,10 +23,20 @@ def _gap(r: SuggestReport) -> str:
            f"{format_seconds(s.lower_bound_seconds)})"
 
 
+def _tied_by(r: SuggestReport) -> str:
+    """How the layers were tied, and so which problem the LP bound bounds."""
+    by = r.solver.tied_by
+    if not by:
+        return ""
+    how = " and ".join({"symmetry": "by symmetry", "repeats": "as repeats"}.get(b, b) for b in by)
+    return f" {how}: the LP bound is the {'tied' if 'repeats' in by else 'untied'} problem's"
+
+
 def solver_line(r: SuggestReport, plans_inline: bool = True) -> str:
     """The solver's figures; the plans in the line unless a table lists them."""
     s = r.solver
-    tied = "" if s.untied_variables is None else f" ({s.untied_variables:,} before repeated layers were tied)"
+    tied = "" if s.untied_variables is None else \
+        f" ({s.untied_variables:,} before repeated layers were tied{_tied_by(r)})"
     return (f"{_gap(r)}; {s.variables:,} variables{tied} over {s.value_groups:,} value groups and {s.ops:,} ops"
             + (f" ({s.rounds} rounds)" if s.rounds > 1 else "")
             + (_propagation_text(r) if plans_inline or len(s.plans) <= 1 else ""))
