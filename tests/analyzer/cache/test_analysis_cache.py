@@ -115,6 +115,37 @@ def test_xla_flags_that_change_no_figure_are_not_the_key(cli, cache_dir, compile
     assert without_flags == first == with_a_device_count
 
 
+def test_libtpu_settings_are_not_the_key_of_a_cpu_compile(cli, cache_dir, compiles, monkeypatch):
+    """The tool sets TPU_ACCELERATOR_TYPE itself when it first compiles for a TPU target, and it stays set in
+    the process: the README's commands in one process compiled again, after the TPU lint, each CPU program they
+    had compiled before it (11 fix candidates of its main example). libtpu's settings change no CPU or GPU
+    figure: one entry. A TPU compile's key keeps them."""
+    from dataclasses import replace
+
+    from jax_shard_lint.analyzer.context.config import Settings
+
+    def libtpu_set():
+        monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5p-8")
+        monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=false")
+
+    first, after_a_tpu_target = _lints(cli, cache_dir, (), libtpu_set, ())
+    assert compiles["n"] == 1 and len(_entries(cache_dir)) == 1 and after_a_tpu_target == first
+
+    def environment(settings):
+        return cached_analysis.key_parts("lowered", "t", "module {}", settings, {"devices": []})["environment"]
+
+    for platform in ("cpu", "h100", "tpu-v5p"):
+        settings = replace(Settings(), platform=platform)
+        monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+        monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+        without = environment(settings)
+        libtpu_set()
+        if platform == "tpu-v5p":
+            assert environment(settings)["TPU_ACCELERATOR_TYPE"] == "v5p-8" and without["TPU_ACCELERATOR_TYPE"] is None
+        else:
+            assert environment(settings) == without and "TPU_ACCELERATOR_TYPE" not in without
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not-json", "other-key", "other-report"])
 def test_a_corrupt_entry_is_ignored_and_rewritten(cli, cache_dir, compiles, damage):
     def corrupt():
