@@ -232,8 +232,12 @@ def cached(cache: AnalysisCache | None, parts: Callable[[], dict[str, Any]], com
     hit = cache.get(key, model)
     if hit is not None:
         return hit
-    value = compute()
-    cache.put(key, value, described)
+    with cache.computing(key):  # another run computing this entry is waited for, then read
+        hit = cache.written_meanwhile(key, model)
+        if hit is not None:
+            return hit
+        value = compute()
+        cache.put(key, value, described)
     return value
 
 

@@ -320,3 +320,47 @@ def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_d
                 if f["fix_check"]]
 
     assert checks(checked.out) == checks(linted) and [c["verdict"] for _, c in checks(linted)] == ["better"]
+
+
+def test_an_entry_asked_for_while_it_is_computed_is_waited_for_not_computed_again(tmp_path):
+    """Two runs on one folder (pytest-xdist's workers, sweep --jobs, Ray workers) asking for the same key at
+    once: the second waits for the first's computing and reads its entry; a different key is computed beside
+    it (a lock per entry, not one for the folder). Each run has its own AnalysisCache, as a process has; the
+    lock is a file lock, taken by each thread on its own open file as by each process."""
+    import threading
+
+    from jax_shard_lint.analyzer.commands.fit import ProbePeak
+
+    folder = str(tmp_path / "cache")
+    computing_first, finish_first = threading.Event(), threading.Event()
+    computed, results = [], {}
+
+    def ask(label: str, key_part: str, peak: int, first: bool = False):
+        cache = cache_module.AnalysisCache(folder)
+
+        def compute() -> ProbePeak:
+            computed.append(label)
+            if first:
+                computing_first.set()
+                assert finish_first.wait(60)
+            return ProbePeak(peak_bytes=peak)
+
+        results[label] = (cached_analysis.cached(cache, lambda: {"program": key_part}, compute, ProbePeak),
+                          cache.stats())
+
+    first = threading.Thread(target=ask, args=("first", "A", 1, True))
+    first.start()
+    assert computing_first.wait(60)
+    same = threading.Thread(target=ask, args=("same key", "A", 2))
+    same.start()
+    ask("other key", "B", 3)  # while the first still computes A
+    same.join(0.5)
+    assert same.is_alive() and computed == ["first", "other key"], "the same key was computed beside the first"
+    finish_first.set()
+    first.join(60)
+    same.join(60)
+    assert computed == ["first", "other key"]
+    assert results["same key"][0].peak_bytes == 1, "not the entry the first wrote"
+    assert results["same key"][1] == cache_module.CacheStats(hits=1, misses=0)
+    assert results["first"][1] == results["other key"][1] == cache_module.CacheStats(hits=0, misses=1)
+    assert not glob.glob(os.path.join(folder, "v*", "*", "*" + cache_module.LOCK_SUFFIX)), "a lock file was left"
