@@ -20,6 +20,7 @@ from ..cache.analysis_cache import AnalysisCache, Stored
 from ..cache.cache_key import cache_key, text_digest, tool_source_digest
 from ..context.config import Settings
 from ..inputs.files import tool_folders
+from ..platforms.tpu_targets import TPU_TARGETS
 
 # Environment variables that change what XLA compiles.
 _COMPILER_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE", "NVIDIA_TF32_OVERRIDE")
@@ -31,8 +32,15 @@ _COMPILER_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE", "NVIDI
 _FLAGS_WITHOUT_FIGURES = ("--xla_backend_optimization_level", "--xla_force_host_platform_device_count")
 
 
-def _compiler_environment() -> dict[str, str | None]:
-    environment = {k: os.environ.get(k) for k in _COMPILER_ENV}
+# Read by libtpu alone: no figure of a CPU or GPU compile depends on them, so only a TPU compile's key holds them.
+# The tool sets TPU_ACCELERATOR_TYPE itself when it first compiles for a TPU target (adapter/devices.py), and it
+# stays set for the rest of the process: in every key, a CPU program linted after a TPU one in the same process
+# (the README's commands, a test worker) missed the entry it had written before and was compiled again.
+_LIBTPU_ENV = ("LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE")
+
+
+def _compiler_environment(platform: str) -> dict[str, str | None]:
+    environment = {k: os.environ.get(k) for k in _COMPILER_ENV if platform in TPU_TARGETS or k not in _LIBTPU_ENV}
     flags = [f for f in (environment["XLA_FLAGS"] or "").split() if f.split("=")[0] not in _FLAGS_WITHOUT_FIGURES]
     environment["XLA_FLAGS"] = " ".join(flags) or None
     return environment
@@ -184,7 +192,7 @@ def key_parts(kind: str, name: str, program_text: str, settings: Settings, devic
         "cwd": os.getcwd(),
         "tool": {"version": __version__, "source": tool_source_digest()},
         "compilers": jax_adapter.compiler_versions(),
-        "environment": _compiler_environment(),
+        "environment": _compiler_environment(settings.platform),
     }
 
 
@@ -227,8 +235,12 @@ def cached(cache: AnalysisCache | None, parts: Callable[[], dict[str, Any]], com
     hit = cache.get(key, model)
     if hit is not None:
         return hit
-    value = compute()
-    cache.put(key, value, described)
+    with cache.computing(key):  # another run computing this entry is waited for, then read
+        hit = cache.written_meanwhile(key, model)
+        if hit is not None:
+            return hit
+        value = compute()
+        cache.put(key, value, described)
     return value
 
 

@@ -14,6 +14,9 @@ versions of every compiler; any part changing is a miss. An entry that cannot be
 read back (cut short, edited, from another format) is ignored and rewritten.
 Writes go to a temporary file renamed into place, so concurrent runs (``sweep
 --jobs``, parallel CI jobs, Ray workers sharing a folder) never read half an entry.
+While an entry is computed its own lock file is held (``computing``): another process
+or thread asking for the same key waits and reads the entry instead of compiling the
+same program beside it; different entries are computed side by side.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -34,6 +40,20 @@ ENTRY_FORMAT: Final = 1
 # Entries beyond this many are removed, least recently used first, when one is written.
 MAX_ENTRIES: Final = 4096
 ENTRY_SUFFIX: Final = ".json"
+LOCK_SUFFIX: Final = ".lock"
+# The longest a run waits for another's computing of an entry before computing it itself: a guard against a
+# holder that hangs (a process that dies releases its lock at once), longer than any one compile takes.
+LOCK_WAIT_S: Final = 900.0
+_LOCK_POLL_S: Final = 0.1
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): entries are computed without waiting for one another
+    fcntl = None  # type: ignore[assignment]
+
+# The keys this thread is computing: an entry asked for again inside its own computation is computed, not waited
+# for (its lock is this thread's).
+_computing = threading.local()
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,49 @@ class AnalysisCache:
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: eviction removes the least recently used first
         return report
+
+    def written_meanwhile(self, key: str, model: type[Stored]) -> Stored | None:
+        """The entry under ``key`` when another run wrote it after ``get`` missed it (while this one waited for
+        ``computing``): a hit instead of that miss."""
+        if not self.has(key):
+            return None
+        stored = self.get(key, model)
+        self.misses -= 1  # read again: a hit, or (unreadable) the miss already counted
+        return stored
+
+    @contextlib.contextmanager
+    def computing(self, key: str) -> Iterator[None]:
+        """Held while the entry under ``key`` is computed and written: one lock file per entry, removed when the
+        entry is written. A folder it cannot be made in, or a key this thread is already computing, is computed
+        without it."""
+        held = _computing.__dict__.setdefault("keys", set())
+        path = self._path(key)[: -len(ENTRY_SUFFIX)] + LOCK_SUFFIX
+        if fcntl is None or key in held:
+            yield
+            return
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            lock = open(path, "a")  # noqa: SIM115 - held across the yield
+        except OSError:
+            yield
+            return
+        with lock:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break  # computed beside the holder rather than never
+                    time.sleep(_LOCK_POLL_S)
+            held.add(key)
+            try:
+                yield
+            finally:
+                held.discard(key)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # before its release: a run that opens it next finds the entry written
 
     def has(self, key: str) -> bool:
         """Whether an entry is stored under ``key`` (read by ``get``; counted by neither)."""

@@ -115,6 +115,37 @@ def test_xla_flags_that_change_no_figure_are_not_the_key(cli, cache_dir, compile
     assert without_flags == first == with_a_device_count
 
 
+def test_libtpu_settings_are_not_the_key_of_a_cpu_compile(cli, cache_dir, compiles, monkeypatch):
+    """The tool sets TPU_ACCELERATOR_TYPE itself when it first compiles for a TPU target, and it stays set in
+    the process: the README's commands in one process compiled again, after the TPU lint, each CPU program they
+    had compiled before it (11 fix candidates of its main example). libtpu's settings change no CPU or GPU
+    figure: one entry. A TPU compile's key keeps them."""
+    from dataclasses import replace
+
+    from jax_shard_lint.analyzer.context.config import Settings
+
+    def libtpu_set():
+        monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5p-8")
+        monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=false")
+
+    first, after_a_tpu_target = _lints(cli, cache_dir, (), libtpu_set, ())
+    assert compiles["n"] == 1 and len(_entries(cache_dir)) == 1 and after_a_tpu_target == first
+
+    def environment(settings):
+        return cached_analysis.key_parts("lowered", "t", "module {}", settings, {"devices": []})["environment"]
+
+    for platform in ("cpu", "h100", "tpu-v5p"):
+        settings = replace(Settings(), platform=platform)
+        monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+        monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+        without = environment(settings)
+        libtpu_set()
+        if platform == "tpu-v5p":
+            assert environment(settings)["TPU_ACCELERATOR_TYPE"] == "v5p-8" and without["TPU_ACCELERATOR_TYPE"] is None
+        else:
+            assert environment(settings) == without and "TPU_ACCELERATOR_TYPE" not in without
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not-json", "other-key", "other-report"])
 def test_a_corrupt_entry_is_ignored_and_rewritten(cli, cache_dir, compiles, damage):
     def corrupt():
@@ -289,3 +320,47 @@ def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_d
                 if f["fix_check"]]
 
     assert checks(checked.out) == checks(linted) and [c["verdict"] for _, c in checks(linted)] == ["better"]
+
+
+def test_an_entry_asked_for_while_it_is_computed_is_waited_for_not_computed_again(tmp_path):
+    """Two runs on one folder (pytest-xdist's workers, sweep --jobs, Ray workers) asking for the same key at
+    once: the second waits for the first's computing and reads its entry; a different key is computed beside
+    it (a lock per entry, not one for the folder). Each run has its own AnalysisCache, as a process has; the
+    lock is a file lock, taken by each thread on its own open file as by each process."""
+    import threading
+
+    from jax_shard_lint.analyzer.commands.fit import ProbePeak
+
+    folder = str(tmp_path / "cache")
+    computing_first, finish_first = threading.Event(), threading.Event()
+    computed, results = [], {}
+
+    def ask(label: str, key_part: str, peak: int, first: bool = False):
+        cache = cache_module.AnalysisCache(folder)
+
+        def compute() -> ProbePeak:
+            computed.append(label)
+            if first:
+                computing_first.set()
+                assert finish_first.wait(60)
+            return ProbePeak(peak_bytes=peak)
+
+        results[label] = (cached_analysis.cached(cache, lambda: {"program": key_part}, compute, ProbePeak),
+                          cache.stats())
+
+    first = threading.Thread(target=ask, args=("first", "A", 1, True))
+    first.start()
+    assert computing_first.wait(60)
+    same = threading.Thread(target=ask, args=("same key", "A", 2))
+    same.start()
+    ask("other key", "B", 3)  # while the first still computes A
+    same.join(0.5)
+    assert same.is_alive() and computed == ["first", "other key"], "the same key was computed beside the first"
+    finish_first.set()
+    first.join(60)
+    same.join(60)
+    assert computed == ["first", "other key"]
+    assert results["same key"][0].peak_bytes == 1, "not the entry the first wrote"
+    assert results["same key"][1] == cache_module.CacheStats(hits=1, misses=0)
+    assert results["first"][1] == results["other key"][1] == cache_module.CacheStats(hits=0, misses=1)
+    assert not glob.glob(os.path.join(folder, "v*", "*", "*" + cache_module.LOCK_SUFFIX)), "a lock file was left"
