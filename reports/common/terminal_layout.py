@@ -42,8 +42,9 @@ class Column:
 
 
 # Where a folded cell may break: after a space, a comma or a slash, and before a pytree key
-# ("['down']"), never inside a name (collective-permute, opt_state, 'fsdp').
-_BREAK_AFTER = re.compile(r"(?<=[ ,/])|(?=\[)")
+# ("['down']"), never inside a name (collective-permute, opt_state, 'fsdp'), nor between a markup
+# escape's backslash and its bracket ("\\[bold]" split would be markup on the next line).
+_BREAK_AFTER = re.compile(r"(?<=[ ,/])|(?<!\\)(?=\[)")
 
 
 def _pieces(text: str) -> list[str]:
@@ -66,6 +67,30 @@ def wrap_at_breaks(text: str, width: int) -> str:
                 current = piece.lstrip()
             else:
                 current += piece
+        out.append(current.rstrip())
+    return "\n".join(out)
+
+
+_WORD = re.compile(r"(?<= )")
+
+
+def wrap_words(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width``, broken between words; a word longer than a line
+    (a pytree path) starts a line and breaks where _BREAK_AFTER allows (before a ``['key']``), and
+    a piece longer than that is left whole for rich to fold."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        current = ""
+        for word in (w for w in _WORD.split(line) if w):
+            if current and len((current + word).rstrip()) > width:
+                out.append(current.rstrip())
+                current = ""
+            if not current and len(word.rstrip()) > width:
+                *whole, current = wrap_at_breaks(word, width).split("\n")
+                out.extend(whole)
+                current += " " if word.endswith(" ") else ""
+            else:
+                current += word
         out.append(current.rstrip())
     return "\n".join(out)
 

@@ -27,7 +27,7 @@ from ..common.tensor_text import (
     produced_by_text,
     shape_text,
 )
-from ..common.terminal_layout import Column, fitted_table
+from ..common.terminal_layout import Column, fitted_table, wrap_words
 from ..common.terminal_safe import as_written, safe_text, shown, terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
 from .process_runs_terminal import process_runs_view
@@ -185,9 +185,18 @@ def _io(t: TargetReport, width: int) -> Table:
 _MAX_OPS = 6
 
 
-def render_finding(f: Finding) -> Group:
+# The body's text starts after its 4-column indent and its widest label ("param:") and the gap.
+_BODY_INDENT = 4 + len("param:") + 2
+
+
+def render_finding(f: Finding, width: int | None = None) -> Group:
     """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
-    hanging indent so a long message or fix reads as one block."""
+    hanging indent so a long message or fix reads as one block. With the console's ``width``, the
+    parts break only between words and pytree keys (a path longer than a line breaks before a
+    ``['key']``, not inside ``'kernel'``); rich folds only a piece longer than a whole line."""
+    def broken(text: str) -> str:
+        return wrap_words(text, width - _BODY_INDENT) if width is not None and width > 2 * _BODY_INDENT else text
+
     where = shown(where_text(f.source, f.via), style="bold")
     if f.count > 1:
         where.append(f"  {f.count}x" + (f", {format_bytes(f.bytes)} per step in all" if f.bytes else ""),
@@ -200,28 +209,28 @@ def render_finding(f: Finding) -> Group:
     body = Table.grid(padding=(0, 1))
     body.add_column(no_wrap=True)
     body.add_column(ratio=1, overflow="fold")
-    body.add_row("", f.message)
+    body.add_row("", broken(f.message))
     if f.parameter:
         spec = pspec_text(f.parameter_sharding) if f.parameter_sharding is not None else ""
         # A finding whose fix keeps the parameter's own layout (SL205 pins the output to it) shows no arrow.
         to = (f" -> {pspec_text(f.suggested_sharding)}" if f.suggested_sharding is not None
               and pspec_text(f.suggested_sharding) != spec else "")
-        body.add_row(Text("param:", style="blue"), f"{f.parameter} {spec}{to}".rstrip())
+        body.add_row(Text("param:", style="blue"), broken(f"{f.parameter} {spec}{to}".rstrip()))
     if f.fix:
-        body.add_row(Text("fix:", style="green"), f.fix)
+        body.add_row(Text("fix:", style="green"), broken(f.fix))
     for why in f.provenance:
-        body.add_row(Text("why:", style="cyan"), why)
+        body.add_row(Text("why:", style="cyan"), broken(why))
     if len(f.ops) > 1:
         ops = ", ".join(f.ops[:_MAX_OPS]) + (f" and {len(f.ops) - _MAX_OPS} more" if len(f.ops) > _MAX_OPS else "")
         body.add_row(Text("ops:", style="dim"), shown(ops, style="dim"))
     return Group(head, Padding(body, (0, 0, 1, 4)))
 
 
-def _findings(findings: list[Finding]) -> Group | None:
+def _findings(findings: list[Finding], width: int | None = None) -> Group | None:
     if not findings:
         return None
     title = Padding(Text("Findings", style="bold underline"), (1, 0, 0, 0))
-    return Group(title, *[render_finding(f) for f in findings])
+    return Group(title, *[render_finding(f, width) for f in findings])
 
 
 def _warnings(warnings: list[str]) -> Table | None:
@@ -255,7 +264,7 @@ def render_terminal(report: LintReport, console: Console) -> None:
         warn = _warnings(list(t.warnings))
         width = console.width
         # The verdict and the findings first; then the evidence they come from.
-        parts = [x for x in (_summary(t, list(report.findings)), warn, _findings(t.findings), fix,
+        parts = [x for x in (_summary(t, list(report.findings)), warn, _findings(t.findings, width), fix,
                              _collectives(t, width), _live(t, width), _io(t, width))
                  if x is not None]
         console.print(Rule(f"[bold]{t.name}[/bold]", align="left"))
@@ -263,7 +272,7 @@ def render_terminal(report: LintReport, console: Console) -> None:
     if isinstance(report, MultiProcessReport):
         console.print(process_runs_view(report))
     if report.findings:
-        console.print(_findings(report.findings))
+        console.print(_findings(report.findings, console.width))
     worst = report.worst_severity()
     n = len(report.all_findings())
     summary = f"{len(report.targets)} target(s), {n} finding(s)"
