@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.rule import Rule
@@ -128,9 +130,11 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
     if len(set(looks)) < len(looks):
         # Rows that read the same (every layer of a model runs through one call) are told apart by
         # the module and op XLA names them by: wrapped, not shortened (their tails and heads both differ);
-        # below 120 columns kept only where every row is at one line (then the source column tells nothing
-        # apart), else left out where it would take the source column's room.
-        columns.insert(6, Column("op", [_op(c) for c in rows], essential=width >= 120 or len(set(sources)) == 1,
+        # below 120 columns kept where most rows are at one line (then the source column tells them
+        # apart no more: a ViT's 47 rows were at its model call but one), else left out where it would
+        # take the source column's room.
+        at_one_line = max(Counter(sources).values())
+        columns.insert(6, Column("op", [_op(c) for c in rows], essential=width >= 120 or 2 * at_one_line > len(rows),
                                  fold=True))
     timed = any(c.seconds is not None for c in rows)
     if not timed:

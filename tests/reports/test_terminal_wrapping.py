@@ -33,3 +33,21 @@ def test_long_paths_break_before_a_key_never_inside_one(width):
             break
         block.append(line.strip())
     assert "".join(block).replace(" ", "") == FIX.replace(" ", "")
+
+
+def test_rows_mostly_at_one_line_keep_their_op_column_at_100_columns():
+    """A ViT's 47 collectives were all at its model call but one (a gather with no line): at 100 columns
+    the op column was left out, and nothing on the rows told the layers apart."""
+    from test_findings_reports import report
+
+    base = report("lint")
+    target = base.targets[0]
+    one = target.collectives[0]
+    rows = [one.model_copy(update={"op_name": f"jit(step)/vit/encoder/layer/{i}/attention/dot_general",
+                                   "hlo_name": f"all-reduce.{i}", "source": at(56), "via": None})
+            for i in range(5)] + [one.model_copy(update={"source": None, "via": None, "hlo_name": "all-gather.9"})]
+    text = render_terminal("lint", base.model_copy(update={"targets": [target.model_copy(
+        update={"collectives": rows})]}), width=100)
+    header = next(line for line in text.splitlines() if "kind" in line and "bytes" in line)
+    assert " op " in header, header
+    assert all(f"layer/{i}" in text for i in range(5)), text
