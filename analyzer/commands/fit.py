@@ -142,6 +142,9 @@ class _Prober:
         return max(peak, self.budget + 1) if value in self.refused and self.budget is not None else peak
 
 
+_MAX_GROWTH = 8
+
+
 def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tuple[float, float] | None]:
     """The largest multiple of k in [lo, hi] with peak(value) <= budget, assuming
     the peak grows with the value; ``peak`` is called once per value probed."""
@@ -176,7 +179,12 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
             slope = (pb - pa) / (b - a)
             if slope > 0:
                 guess = int((budget - pa) / slope + a) // k * k
-        upper = (bad - k) if bad is not None else last
+        # Unbracketed, a secant through two probes of nearly equal peaks (a ViT's batch 4 and 8 both 32.0 MiB:
+        # fixed costs dominate) reaches far past the answer (batch 19116, 27.5 GiB, then six halvings): it may
+        # grow the largest fitting value at most _MAX_GROWTH-fold a probe.
+        upper = (bad - k) if bad is not None else min(last, max(good * _MAX_GROWTH // k * k, good + k))
+        if guess is not None and bad is None and guess > upper:
+            guess = upper
         if guess is None or guess <= good or guess > upper or guess in points:
             if bad is None:
                 guess = min(last, good * 2 // k * k if good * 2 // k * k > good else good + k)
