@@ -41,6 +41,7 @@ from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
 from .collective_origin import OriginIndex, origin_index
 from .collective_parameter import _matmuls_in, _outer_operand
+from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER, moves_data_only, weight_parameter
 
@@ -74,28 +75,23 @@ def _elements(ins: HloInstruction | None) -> int | None:
     return prod(arrays[0].dims) if len(arrays) == 1 else None
 
 
-def _single_matmul(module: HloModule, holder: HloInstruction | None) -> HloInstruction | None:
-    found = _matmuls_in(module, holder) if holder is not None else []
-    return found[0] if len(found) == 1 else None
-
-
-def _weight_and_other(module: HloModule, holder: HloInstruction, inputs: dict[int, TensorInfo],
-                      index: OriginIndex, axes: frozenset[str]) -> tuple[TensorInfo, str] | None:
-    """The matmul's one weight sharded over ``axes`` (a parameter: ``inputs`` holds the step's parameters)
-    and its other operand (as the fusion's operand). A batch sharded over other axes is no weight, though
-    a loop's carry traces back to it."""
-    dot = _single_matmul(module, holder)
-    if dot is None or len(dot.operands) < 2:
+def _weights_and_other(module: HloModule, holder: HloInstruction | None, inputs: dict[int, TensorInfo],
+                       index: OriginIndex, axes: frozenset[str]) -> tuple[list[TensorInfo], str] | None:
+    """The matmul's weight sharded over ``axes`` (a parameter: ``inputs`` holds the step's parameters; several
+    where XLA placed weights side by side for one matmul, as GPU's horizontal fusion of gate and up) and its
+    other operand. A batch sharded over other axes is no weight, though a loop's carry traces back to it."""
+    sides = matmul_operands(module, holder) if holder is not None else None
+    if sides is None:
         return None
-    fusion = holder if holder.opcode == "fusion" else None
-    outer = [_outer_operand(module, fusion, o) for o in dot.operands[:2]]
-    found = [inputs.get(k) if (k := weight_parameter(module, o, index)) is not None else None for o in outer]
-    found = [t if t is not None and axes & {a for dim in t.sharding or [] for a in dim} else None for t in found]
-    if sum(t is not None for t in found) != 1:
+    found = [[inputs.get(k) if (k := weight_parameter(module, o, index)) is not None else None for o in names]
+             if layout_only else [None] for names, layout_only in sides]
+    found = [[t if t is not None and axes & {a for dim in t.sharding or [] for a in dim} else None for t in side]
+             for side in found]
+    weighted = [all(t is not None for t in side) for side in found]
+    if sum(weighted) != 1 or len(sides[1 - weighted.index(True)][0]) != 1:
         return None
-    position = 0 if found[0] is not None else 1
-    weight = found[position]
-    return (weight, outer[1 - position]) if weight is not None else None
+    position = weighted.index(True)
+    return [t for t in found[position] if t is not None], sides[1 - position][0][0]
 
 
 def _is_constant(module: HloModule, ins: HloInstruction) -> bool:
@@ -128,6 +124,11 @@ def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginInd
     """The non-constant operands of a weightless matmul (attention's q k^T or probs v: no operand is an entry
     parameter) or, in attention, of softmax's reductions and normalizations (a reduce, or a fusion holding
     one, but no slice at the device's offset nor a collective); None for anything else."""
+    call = matmul_holder(module, ins)
+    if call is not None and call.opcode == "custom-call":  # cuBLAS's: its lhs and rhs
+        if any(weight_parameter(module, o, index) is not None for o in call.operands[:2]):
+            return None
+        return [o for o in call.operands[:2] if not _is_constant_value(module, o)] or None
     fusion = ins if ins.opcode == "fusion" else None
     dots = _matmuls_in(module, ins)
     if dots:
@@ -158,7 +159,22 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] |
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
     if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions):
         return None
-    return [o for o in ins.operands if out is not None and _elements(module.instruction(o)) == out]
+    sliced = _sliced_parameters(comp.instructions)
+    return [o for k, o in enumerate(ins.operands)
+            if out is not None and (_elements(module.instruction(o)) == out or k in sliced)]
+
+
+def _sliced_parameters(body: list[HloInstruction]) -> set[int]:
+    """The fusion parameters (by number) read only through static slices: a matmul's result that XLA's GPU
+    compiler computed for weights placed side by side (gate and up, q, k and v), sliced apart again here."""
+    numbers = {i.name: int(i.operands[0]) for i in body
+               if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}
+    sliced, other = set(), set()
+    for i in body:
+        for o in i.operands:
+            if o in numbers:
+                (sliced if i.opcode == "slice" else other).add(numbers[o])
+    return sliced - other
 
 
 def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], index: OriginIndex,
@@ -181,10 +197,11 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
         ins = module.instruction(current)
         if ins is None or len(seen) > _MAX_VALUES:
             return None
-        if _matmuls_in(module, ins):
-            half = _weight_and_other(module, ins, inputs, index, axes)
+        holder = matmul_holder(module, ins)
+        if holder is not None or _matmuls_in(module, ins):
+            half = _weights_and_other(module, holder, inputs, index, axes)
             if half is not None:
-                halves.append(half)
+                halves.extend((weight, half[1]) for weight in half[0])
                 continue
             scores = _attention_operands(module, ins, index)
             if scores is None:
@@ -225,13 +242,20 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
             continue
         producer = module.instruction(ins.operands[0])
         for _ in range(4):  # through the layout ops (a convert XLA fused) between the matmul and its sum
-            if producer is None or _matmuls_in(module, producer) or not producer.operands or not (
-                    producer.opcode in _LAYOUT or (producer.opcode == "fusion" and len(producer.operands) == 1
-                                                   and moves_data_only(module, producer))):
+            partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
+            if partials is not None:
+                producer = module.instruction(partials)
+                continue
+            if producer is None or matmul_holder(module, producer) is not None or _matmuls_in(module, producer) \
+                    or not producer.operands or not (producer.opcode in _LAYOUT or (
+                        producer.opcode == "fusion" and len(producer.operands) == 1
+                        and moves_data_only(module, producer))):
                 break
             producer = module.instruction(producer.operands[0])
         axes = frozenset(c.mesh_axes)
-        row = _weight_and_other(module, producer, by_number, index, axes) if producer is not None else None
+        row = _weights_and_other(module, matmul_holder(module, producer), by_number, index, axes)
+        if row is not None and len(row[0]) != 1:  # the row-parallel half's one weight
+            row = None
         crossed: list[str] = []
         attention: list[str] = []
         columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed, attention) \
@@ -239,7 +263,7 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         if row is None or columns is None or any(_elements(module.instruction(pair_input)) != prod(c.shape)
                                                  for _, pair_input in columns):
             continue
-        down = row[0]
+        down = row[0][0]
         ups = sorted({t.path: t for t, _ in columns}.values(), key=lambda t: t.path)
         before = (f"the matmul before it by {ups[0].path} {pspec_text(ups[0].sharding)} produced sharded"
                   if len(ups) == 1 else
