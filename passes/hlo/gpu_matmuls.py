@@ -136,3 +136,25 @@ def split_k_partials(module: HloModule, ins: HloInstruction | None) -> str | Non
     if applied is None or [i.opcode for i in applied.instructions if i.opcode != "parameter"] != ["add"]:
         return None
     return ins.operands[0] if matmul_holder(module, module.instruction(ins.operands[0])) is not None else None
+
+
+def tuple_element_parameters(module: HloModule, fusion: HloInstruction, element: int) -> set[int] | None:
+    """The parameters (by number) the ``element``-th output of a multi-output fusion is computed from (XLA's
+    GPU compiler fuses the q, k and v slices of one matmul's result into one loop fusion of three outputs);
+    None where the fusion's root is no tuple of that many. One walk over the body."""
+    body = {i.name: i for i in _body(module, fusion)}
+    roots = [i for i in body.values() if i.is_root]
+    if len(roots) != 1 or roots[0].opcode != "tuple" or element >= len(roots[0].operands):
+        return None
+    found: set[int] = set()
+    todo, seen = [roots[0].operands[element]], set()
+    while todo:
+        name = todo.pop()
+        ins = body.get(name)
+        if name in seen or ins is None:
+            continue
+        seen.add(name)
+        if ins.opcode == "parameter" and ins.operands and ins.operands[0].isdigit():
+            found.add(int(ins.operands[0]))
+        todo.extend(ins.operands)
+    return found

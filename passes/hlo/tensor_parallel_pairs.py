@@ -41,7 +41,7 @@ from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
 from .collective_origin import OriginIndex, origin_index
 from .collective_parameter import _matmuls_in, _outer_operand
-from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials
+from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials, tuple_element_parameters
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER, moves_data_only, weight_parameter
 
@@ -144,12 +144,20 @@ def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginInd
     return [o for o in ins.operands if not _is_constant_value(module, o)] or None
 
 
-def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] | None:
+def _elementwise_operands(module: HloModule, ins: HloInstruction, out: int | None = None) -> list[str] | None:
     """The operands an elementwise op (a layout or unary op, a binary one of same-sized values, or XLA's
     loop fusion of an activation and a gating product) carries on element by element, never through a
     slice at the device's offset or a reduction; None for any other op. A fusion's smaller operands (a
-    scalar, a bias it broadcasts) are not followed."""
-    out = _elements(ins)
+    scalar, a bias it broadcasts) are not followed; ``out``: the elements of the output followed (a
+    multi-output fusion's one output), by default the op's own."""
+    out = out if out is not None else _elements(ins)
+    outputs = module.instruction(ins.operands[0]) if ins.opcode == "get-tuple-element" and ins.operands else None
+    if outputs is not None and outputs.opcode == "fusion" and ins.attrs.get("index", "").isdigit():
+        # one output of a multi-output loop fusion (GPU's): the operands that output is computed from
+        reads = tuple_element_parameters(module, outputs, int(ins.attrs["index"]))
+        found = _elementwise_operands(module, outputs, out) if reads is not None else None
+        named = {outputs.operands[k] for k in reads if k < len(outputs.operands)} if reads is not None else set()
+        return [o for o in found if o in named] if found is not None else None
     if ins.opcode in _ELEMENTWISE | _SLICES and len(ins.operands) == 1:
         return list(ins.operands)
     if ins.opcode in _BINARY | _SELECTS and len(ins.operands) >= 2:
@@ -165,14 +173,19 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] |
 
 
 def _sliced_parameters(body: list[HloInstruction]) -> set[int]:
-    """The fusion parameters (by number) read only through static slices: a matmul's result that XLA's GPU
-    compiler computed for weights placed side by side (gate and up, q, k and v), sliced apart again here."""
+    """The fusion parameters (by number) read only through static slices (behind bitcasts): a matmul's result
+    that XLA's GPU compiler computed for weights placed side by side (gate and up, q, k and v), sliced apart
+    again here. The body's instructions come in the text's order, operands first: one pass."""
     numbers = {i.name: int(i.operands[0]) for i in body
                if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}
     sliced, other = set(), set()
     for i in body:
         for o in i.operands:
-            if o in numbers:
+            if o not in numbers:
+                continue
+            if i.opcode in ("bitcast", "reshape") and len(i.operands) == 1:
+                numbers[i.name] = numbers[o]
+            else:
                 (sliced if i.opcode == "slice" else other).add(numbers[o])
     return sliced - other
 
