@@ -30,6 +30,10 @@ weight's shard), so it is recognised by its structure, operand identity only:
 - the all-reduced output has as many elements as each column matmul's activation input: the pair
   returns to its input's width (a residual stream's), where an expanding projection (logits,
   an MLP's up projection) does not.
+
+A matmul is any form XLA's GPU compiler gives one (gpu_matmuls): a cuBLAS call, a Triton gemm fusion
+with the activation fused into its prologue, weights placed side by side for one matmul and sliced apart
+after (gate and up, q, k and v), split-K's sum of the slices between the matmul and the all-reduce.
 """
 
 from __future__ import annotations
