@@ -38,6 +38,7 @@ after (gate and up, q, k and v), split-K's sum of the slices between the matmul 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 
 from ..common.shapes import parse_arrays
@@ -176,13 +177,14 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction, out: int | Non
             if out is not None and (_elements(module.instruction(o)) == out or k in sliced)]
 
 
-def _sliced_parameters(body: list[HloInstruction]) -> set[int]:
+def _sliced_parameters(body: Sequence[HloInstruction]) -> set[int]:
     """The fusion parameters (by number) read only through static slices (behind bitcasts): a matmul's result
     that XLA's GPU compiler computed for weights placed side by side (gate and up, q, k and v), sliced apart
     again here. The body's instructions come in the text's order, operands first: one pass."""
     numbers = {i.name: int(i.operands[0]) for i in body
                if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}
-    sliced, other = set(), set()
+    sliced: set[int] = set()
+    other: set[int] = set()
     for i in body:
         for o in i.operands:
             if o not in numbers:
