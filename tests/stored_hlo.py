@@ -23,6 +23,8 @@ from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.models.report import Collective, TensorInfo
 
 MEANING = os.path.join(FIXTURES, "hlo", "meaning")
+# The tensor-parallel pairs compiled for compile-only H100 devices (generate_meaning_texts.py --platform h100).
+MEANING_H100 = os.path.join(FIXTURES, "hlo", "meaning-h100")
 COMPILED = os.path.join(FIXTURES, "compiled")
 DATA_MODEL = MeshInfo((("data", 4), ("model", 2)))
 _WIDTH = {"f32": 4, "bf16": 2, "s32": 4, "u32": 4, "f16": 2, "pred": 1}
@@ -34,8 +36,8 @@ def releases(folder: str = MEANING) -> list[str]:
     return sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "jax-*")))
 
 
-def meaning_text(release: str, name: str) -> str:
-    with open(os.path.join(MEANING, release, f"{name}.hlo"), encoding="utf-8") as f:
+def meaning_text(release: str, name: str, folder: str = MEANING) -> str:
+    with open(os.path.join(folder, release, f"{name}.hlo"), encoding="utf-8") as f:
         return f.read()
 
 

@@ -30,16 +30,22 @@ weight's shard), so it is recognised by its structure, operand identity only:
 - the all-reduced output has as many elements as each column matmul's activation input: the pair
   returns to its input's width (a residual stream's), where an expanding projection (logits,
   an MLP's up projection) does not.
+
+A matmul is any form XLA's GPU compiler gives one (gpu_matmuls): a cuBLAS call, a Triton gemm fusion
+with the activation fused into its prologue, weights placed side by side for one matmul and sliced apart
+after (gate and up, q, k and v), split-K's sum of the slices between the matmul and the all-reduce.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 
 from ..common.shapes import parse_arrays
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
 from .collective_parameter import _matmuls_in, _outer_operand
+from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials, tuple_element_parameters
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER, OriginIndex, moves_data_only, origin_index, weight_parameter
 
@@ -73,28 +79,23 @@ def _elements(ins: HloInstruction | None) -> int | None:
     return prod(arrays[0].dims) if len(arrays) == 1 else None
 
 
-def _single_matmul(module: HloModule, holder: HloInstruction | None) -> HloInstruction | None:
-    found = _matmuls_in(module, holder) if holder is not None else []
-    return found[0] if len(found) == 1 else None
-
-
-def _weight_and_other(module: HloModule, holder: HloInstruction, inputs: dict[int, TensorInfo],
-                      index: OriginIndex, axes: frozenset[str]) -> tuple[TensorInfo, str] | None:
-    """The matmul's one weight sharded over ``axes`` (a parameter: ``inputs`` holds the step's parameters)
-    and its other operand (as the fusion's operand). A batch sharded over other axes is no weight, though
-    a loop's carry traces back to it."""
-    dot = _single_matmul(module, holder)
-    if dot is None or len(dot.operands) < 2:
+def _weights_and_other(module: HloModule, holder: HloInstruction | None, inputs: dict[int, TensorInfo],
+                       index: OriginIndex, axes: frozenset[str]) -> tuple[list[TensorInfo], str] | None:
+    """The matmul's weight sharded over ``axes`` (a parameter: ``inputs`` holds the step's parameters; several
+    where XLA placed weights side by side for one matmul, as GPU's horizontal fusion of gate and up) and its
+    other operand. A batch sharded over other axes is no weight, though a loop's carry traces back to it."""
+    sides = matmul_operands(module, holder) if holder is not None else None
+    if sides is None:
         return None
-    fusion = holder if holder.opcode == "fusion" else None
-    outer = [_outer_operand(module, fusion, o) for o in dot.operands[:2]]
-    found = [inputs.get(k) if (k := weight_parameter(module, o, index)) is not None else None for o in outer]
-    found = [t if t is not None and axes & {a for dim in t.sharding or [] for a in dim} else None for t in found]
-    if sum(t is not None for t in found) != 1:
+    found = [[inputs.get(k) if (k := weight_parameter(module, o, index)) is not None else None for o in names]
+             if layout_only else [None] for names, layout_only in sides]
+    found = [[t if t is not None and axes & {a for dim in t.sharding or [] for a in dim} else None for t in side]
+             for side in found]
+    weighted = [all(t is not None for t in side) for side in found]
+    if sum(weighted) != 1 or len(sides[1 - weighted.index(True)][0]) != 1:
         return None
-    position = 0 if found[0] is not None else 1
-    weight = found[position]
-    return (weight, outer[1 - position]) if weight is not None else None
+    position = weighted.index(True)
+    return [t for t in found[position] if t is not None], sides[1 - position][0][0]
 
 
 def _is_constant(module: HloModule, ins: HloInstruction) -> bool:
@@ -127,6 +128,11 @@ def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginInd
     """The non-constant operands of a weightless matmul (attention's q k^T or probs v: no operand is an entry
     parameter) or, in attention, of softmax's reductions and normalizations (a reduce, or a fusion holding
     one, but no slice at the device's offset nor a collective); None for anything else."""
+    call = matmul_holder(module, ins)
+    if call is not None and call.opcode == "custom-call":  # cuBLAS's: its lhs and rhs
+        if any(weight_parameter(module, o, index) is not None for o in call.operands[:2]):
+            return None
+        return [o for o in call.operands[:2] if not _is_constant_value(module, o)] or None
     fusion = ins if ins.opcode == "fusion" else None
     dots = _matmuls_in(module, ins)
     if dots:
@@ -142,12 +148,20 @@ def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginInd
     return [o for o in ins.operands if not _is_constant_value(module, o)] or None
 
 
-def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] | None:
+def _elementwise_operands(module: HloModule, ins: HloInstruction, out: int | None = None) -> list[str] | None:
     """The operands an elementwise op (a layout or unary op, a binary one of same-sized values, or XLA's
     loop fusion of an activation and a gating product) carries on element by element, never through a
     slice at the device's offset or a reduction; None for any other op. A fusion's smaller operands (a
-    scalar, a bias it broadcasts) are not followed."""
-    out = _elements(ins)
+    scalar, a bias it broadcasts) are not followed; ``out``: the elements of the output followed (a
+    multi-output fusion's one output), by default the op's own."""
+    out = out if out is not None else _elements(ins)
+    outputs = module.instruction(ins.operands[0]) if ins.opcode == "get-tuple-element" and ins.operands else None
+    if outputs is not None and outputs.opcode == "fusion" and ins.attrs.get("index", "").isdigit():
+        # one output of a multi-output loop fusion (GPU's): the operands that output is computed from
+        reads = tuple_element_parameters(module, outputs, int(ins.attrs["index"]))
+        found = _elementwise_operands(module, outputs, out) if reads is not None else None
+        named = {outputs.operands[k] for k in reads if k < len(outputs.operands)} if reads is not None else set()
+        return [o for o in found if o in named] if found is not None else None
     if ins.opcode in _ELEMENTWISE | _SLICES and len(ins.operands) == 1:
         return list(ins.operands)
     if ins.opcode in _BINARY | _SELECTS and len(ins.operands) >= 2:
@@ -157,7 +171,28 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction) -> list[str] |
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
     if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions):
         return None
-    return [o for o in ins.operands if out is not None and _elements(module.instruction(o)) == out]
+    sliced = _sliced_parameters(comp.instructions)
+    return [o for k, o in enumerate(ins.operands)
+            if out is not None and (_elements(module.instruction(o)) == out or k in sliced)]
+
+
+def _sliced_parameters(body: Sequence[HloInstruction]) -> set[int]:
+    """The fusion parameters (by number) read only through static slices (behind bitcasts): a matmul's result
+    that XLA's GPU compiler computed for weights placed side by side (gate and up, q, k and v), sliced apart
+    again here. The body's instructions come in the text's order, operands first: one pass."""
+    numbers = {i.name: int(i.operands[0]) for i in body
+               if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}
+    sliced: set[int] = set()
+    other: set[int] = set()
+    for i in body:
+        for o in i.operands:
+            if o not in numbers:
+                continue
+            if i.opcode in ("bitcast", "reshape") and len(i.operands) == 1:
+                numbers[i.name] = numbers[o]
+            else:
+                (sliced if i.opcode == "slice" else other).add(numbers[o])
+    return sliced - other
 
 
 def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], index: OriginIndex,
@@ -180,10 +215,11 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
         ins = module.instruction(current)
         if ins is None or len(seen) > _MAX_VALUES:
             return None
-        if _matmuls_in(module, ins):
-            half = _weight_and_other(module, ins, inputs, index, axes)
+        holder = matmul_holder(module, ins)
+        if holder is not None or _matmuls_in(module, ins):
+            half = _weights_and_other(module, holder, inputs, index, axes)
             if half is not None:
-                halves.append(half)
+                halves.extend((weight, half[1]) for weight in half[0])
                 continue
             scores = _attention_operands(module, ins, index)
             if scores is None:
@@ -224,13 +260,20 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
             continue
         producer = module.instruction(ins.operands[0])
         for _ in range(4):  # through the layout ops (a convert XLA fused) between the matmul and its sum
-            if producer is None or _matmuls_in(module, producer) or not producer.operands or not (
-                    producer.opcode in _LAYOUT or (producer.opcode == "fusion" and len(producer.operands) == 1
-                                                   and moves_data_only(module, producer))):
+            partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
+            if partials is not None:
+                producer = module.instruction(partials)
+                continue
+            if producer is None or matmul_holder(module, producer) is not None or _matmuls_in(module, producer) \
+                    or not producer.operands or not (producer.opcode in _LAYOUT or (
+                        producer.opcode == "fusion" and len(producer.operands) == 1
+                        and moves_data_only(module, producer))):
                 break
             producer = module.instruction(producer.operands[0])
         axes = frozenset(c.mesh_axes)
-        row = _weight_and_other(module, producer, by_number, index, axes) if producer is not None else None
+        row = _weights_and_other(module, matmul_holder(module, producer), by_number, index, axes)
+        if row is not None and len(row[0]) != 1:  # the row-parallel half's one weight
+            row = None
         crossed: list[str] = []
         attention: list[str] = []
         columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed, attention) \
@@ -238,7 +281,7 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         if row is None or columns is None or any(_elements(module.instruction(pair_input)) != prod(c.shape)
                                                  for _, pair_input in columns):
             continue
-        down = row[0]
+        down = row[0][0]
         ups = sorted({t.path: t for t, _ in columns}.values(), key=lambda t: t.path)
         before = (f"the matmul before it by {ups[0].path} {pspec_text(ups[0].sharding)} produced sharded"
                   if len(ups) == 1 else

@@ -9,6 +9,7 @@ import os
 import re
 from math import prod
 
+from ci_deps import needs
 from conftest import EXAMPLES, FIXTURES, lint_targets
 from hlo_oracle import collectives_per_step
 from scripts import script_module
@@ -123,3 +124,43 @@ def test_a_pair_whose_activation_is_gathered_over_another_axis_between_its_halve
     assert "params['layers']['up'] P(None, 'fsdp', 'tp')" in c["why"] and f"{gather} gathered it over fsdp" in c["why"]
     [g] = [g for g in t["collectives"] if g["hlo_name"] == gather]
     assert g["intent"] == "reshard" and [f for f in t["findings"] if gather in (f["ops"] or [f["subject"]])]
+
+
+@needs("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed")
+def test_a_swiglu_pair_compiled_for_h100_is_intended_as_on_cpu(cli):
+    """The SwiGLU pair compiled for 8 compile-only H100 devices: XLA's GPU compiler leaves no plain dot in the
+    entry (its matmuls are gemm fusions or cuBLAS calls; gate and up one matmul of the two weights side by
+    side, sliced apart by the fusion that multiplies them), and the forward all-reduce adds the partial sums
+    of the matmul by w['down'] (behind a cuBLAS call's result or split-K's sum), as many elements as x's
+    shard. The tool on --platform h100: that sum intended, its why naming the three weights, and no SL103
+    (which it reported before it read GPU's matmul forms)."""
+    from jax_shard_lint.analyzer.platforms.gpu_targets import load_target, target_devices
+
+    devices = target_devices(load_target("h100"), 8, 1)
+    text = script_module(SWIGLU).shard_lint_targets(mesh_devices=devices)["train_step"].compile().as_text()
+    lines = _lines(text)
+    assert not re.search(r"= \S+ dot\(", text.split("\nENTRY ")[1])  # each matmul a gemm fusion or a cuBLAS call
+    summed, (kind, nbytes, group, runs) = _forward_sum(text)
+    assert (kind, group, runs) == ("all-reduce", 2, 1)
+    down = _operands(lines[summed])[0]
+    while not re.search(r"kind=kCustom|custom_call_target=\"__cublas", lines[down]):  # layout, tuple, split-K
+        assert re.search(r"= \S+ (bitcast|copy|get-tuple-element|fusion)\(", lines[down]), lines[down]
+        down = _operands(lines[down])[0]
+    def argument(name):  # the op_name JAX gives the argument ``name`` is (its quotes escaped in the text), or None
+        m = re.search(r'parameter\(\d+\).*op_name="([^"]*)"', lines[_through_layout(lines, name)])
+        return m.group(1).replace("\\'", "'") if m else None
+
+    weight, product = sorted(_operands(lines[down]), key=lambda o: argument(o) is None)
+    assert argument(weight) == "w['down']" and argument(product) is None
+    # silu(gate) * up of one matmul's result: x by gate and up side by side (XLA's horizontal fusion)
+    [both] = _operands(lines[_through_layout(lines, product)])
+    assert sorted(map(argument, _operands(lines[both]))) == ["w['gate']", "w['up']", "x"]
+    [x] = [n for n, line in lines.items() if " parameter(" in line and 'op_name="x"' in line]
+    assert nbytes == prod(_dims(lines[x])) * 4
+
+    (t,) = lint_targets(cli, SWIGLU, "--platform", "h100")
+    [c] = [c for c in t["collectives"] if c["hlo_name"] == summed]
+    assert (c["kind"], c["bytes"], c["intent"]) == ("all-reduce", nbytes, "activation")
+    for path in ("w['down'] P('model')", "w['gate'] P(None, 'model')", "w['up'] P(None, 'model')"):
+        assert path in c["why"], c["why"]
+    assert not [f for f in t["findings"] if f["rule"] == "SL103"]
