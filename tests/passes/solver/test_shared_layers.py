@@ -126,7 +126,7 @@ def test_the_tied_solve_picks_the_best_layout_xla_compiles():
     split on either dimension: 27), compiled by XLA: the layout the tied solve picks, compiled, is the
     best of them by the solver's objective on XLA's figures, or within 1% of it."""
     mesh = _mesh((2,), ("d",))
-    spec = Settings(devices=8).solver_device_spec()
+    spec = Settings(devices=8).solver_device_spec
     options = [P(), P("d"), P(None, "d")]
     measured = {layout: _xla_objective(mesh, list(layout[:LAYERS]), layout[LAYERS], spec)
                 for layout in itertools.product(options, repeat=LAYERS + 1)}
