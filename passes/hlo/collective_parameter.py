@@ -42,6 +42,9 @@ class ParameterRole(str, Enum):
     partial_sums = "partial-sums"  # the collective adds partial sums of a matmul by this weight
     feeds = "feeds"  # the collective's result is multiplied by this weight
     read = "read"  # a gather or dynamic slice reads this input along a sharded dimension (``contracting``: those)
+    # The collective gathers the output of a matmul by this weight, split on the gathered axes because the
+    # weight's output dimensions are (``contracting``: the dimensions the matmul contracts).
+    output = "output"
 
 
 @dataclass(frozen=True)
@@ -231,11 +234,59 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
     # same weight names it too).
     passes_on = lambda user: not _matmuls_in(module, user) and (  # noqa: E731
         user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1))
-    for current, user in _users_breadth_first(ins, users, passes_on):
-        if _matmuls_in(module, user):
-            found = _weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)
-            if found is not None:
-                return found
+    readers = [found for current, user in _users_breadth_first(ins, users, passes_on) if _matmuls_in(module, user)
+               for found in [_weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)]
+               if found is not None]
+    # A gathered value several weights read (a residual stream, read by the q, k and v projections) is not
+    # one reader's to fix: giving any one of them the shards in place leaves the gather for the others. The
+    # weight whose output it is, split on the gathered axes, is (Llama's o_proj sharded on its output
+    # features, as if it were a column half).
+    if c.kind == "all-gather" and len({r.index for r in readers}) > 1:
+        made_by = producing_weight(module, ins, inputs, index, sizes, c.mesh_axes)
+        if made_by is not None:
+            return made_by
+    return readers[0] if readers else None
+
+
+# Ops a split value is not traced back through: another collective (it changed the layout itself), the
+# program's inputs and loops.
+_NOT_THROUGH = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+                          "all-reduce-done", "all-gather-start", "parameter", "constant", "while", "call",
+                          "conditional", "custom-call", "partition-id", "replica-id", "iota"})
+
+
+def producing_weight(module: HloModule, ins: HloInstruction, inputs: dict[int, TensorInfo], index: OriginIndex,
+                     sizes: dict[str, int], axes: list[str]) -> CollectiveParameter | None:
+    """The weight of the nearest matmul whose output the gathered value is made of (back through the ops that
+    compute on it elementwise: a residual add, a norm; never through another matmul), whose output dimensions
+    are sharded on the gathered ``axes``: its output comes out split on them, and the gather rebuilds it."""
+    names = {a.split(":")[0] for a in axes}
+    todo, seen = list(ins.operands[:1]), set(ins.operands[:1])
+    while todo and len(seen) < _MAX_VISITS:
+        producer = module.instruction(todo.pop(0))
+        if producer is None or producer.opcode in _NOT_THROUGH:
+            continue
+        fusion = producer if producer.opcode == "fusion" else None
+        dots = _matmuls_in(module, producer)
+        for dot in dots:
+            for position, operand in enumerate(dot.operands[:2]):
+                k = _weight_parameter(module, _outer_operand(module, fusion, operand), index)
+                t = inputs.get(k) if k is not None else None
+                operand_ins = module.instruction(operand)
+                dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
+                contracting = _contracting(dot, position)
+                if k is None or t is None or not dims or not contracting:
+                    continue
+                contracted = _weight_dims(t, local_dims(t, sizes), dims, contracting)
+                split = {d for d, on in enumerate(t.sharding or []) if any(a.split(":")[0] in names for a in on)}
+                if contracted is not None and split and not split & set(contracted):
+                    return CollectiveParameter(k, ParameterRole.output, contracted)
+        if dots:  # another matmul's output (attention's): what it multiplied is not this value's layout
+            continue
+        for name in producer.operands:
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
     return None
 
 

@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 
 from ..common.device_groups import MeshInfo, axis_scopes
 from ..common.shapes import parse_arrays
+from ..hlo.attention_sums import attention_inputs
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
 from ..hlo.collective_origin import collective_origins
 from ..hlo.collective_parameter import collective_parameters, sliced_partial_sums
@@ -237,6 +238,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(traced, traced_hlo),
         collective_parameters=collective_parameters(traced_hlo, traced, inputs, sig.mesh),
         sliced_partial_sums=sliced_partial_sums(traced_hlo, traced),
+        attention_inputs=attention_inputs(traced_hlo, traced),
         row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),
         collective_parts=combined.parts if combined else {},
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),

@@ -47,6 +47,9 @@ class RuleContext:
     # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
     # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
     sliced_partial_sums: frozenset[str] = frozenset()
+    # Such a sum -> the all-reduces its input is computed from past attention's weightless matmuls (an output
+    # projection's, after q, k and v kernels summed their outputs whole): hlo/attention_sums.py.
+    attention_inputs: dict[str, frozenset[str]] = field(default_factory=dict)
     # Partial-sum all-reduces that close a column/row tensor-parallel pair (Megatron's row-parallel
     # reduction, by design): HLO name -> why (hlo/tensor_parallel_pairs.py).
     row_parallel_sums: dict[str, str] = field(default_factory=dict)

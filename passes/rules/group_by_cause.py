@@ -20,6 +20,7 @@ cause, one SL201 and one SL203, whichever lines built them.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
@@ -59,7 +60,11 @@ def _key(f: Finding) -> tuple[object, ...]:
 
 
 def _merged(group: list[Finding]) -> Finding:
-    first = max(group, key=lambda f: (f.bytes or 0, f.subject or ""))  # the largest stands for the group
+    # The largest stands for the group; of equal ones, a finding on the parameter most of the group names (the
+    # weight whose output five gathers rebuild, not the one weight that reads the last of them).
+    named = Counter(layer_pattern(f.parameter) for f in group if f.parameter)
+    first = max(group, key=lambda f: (f.bytes or 0, named[layer_pattern(f.parameter)] if f.parameter else 0,
+                                      f.subject or ""))
     if len(group) == 1:
         return first
     paths = {f.parameter for f in group}

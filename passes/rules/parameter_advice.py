@@ -119,6 +119,8 @@ def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
         return parameter, served, moved_off(parameter, gathered_dims(parameter, c), sizes)
     if served.role is ParameterRole.read:
         return parameter, served, moved_off(parameter, set(served.contracting or ()), sizes)
+    if served.role is ParameterRole.output:  # the weight's output features whole: the matmul's output is not split
+        return parameter, served, moved_off(parameter, gathered_dims(parameter, c), sizes)
     if served.role is ParameterRole.feeds and c.kind == "all-gather":  # multiply the shards in place
         return parameter, served, moved_onto(parameter, contracted_dims(parameter, served), c.mesh_axes, sizes)
     return parameter, served, moved_off(parameter, contracted_dims(parameter, served), sizes)

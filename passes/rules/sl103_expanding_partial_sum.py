@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import FixCandidate, Severity, TensorInfo
+from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
 from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, parameter_of
@@ -15,7 +18,7 @@ PARTIAL_SUM_EXPANSION = RuleOption(
     "all-reduced bytes over the bytes of the matmul operand that could be gathered instead")
 PARTIAL_SUM_MIN_BYTES = RuleOption(
     "partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
-    "smallest all-reduce of partial sums reported")
+    "smallest all-reduce of partial sums reported, or bytes per step of the sums one weight layout asks for")
 
 
 def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
@@ -24,9 +27,14 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     What it does
     ------------
     Reports an all-reduce of a matmul's partial sums (tensor-parallel traffic,
-    otherwise not warned about) whose per-device bytes reach
-    `partial-sum-expansion` times the gathered size of the matmul's smaller
-    operand, and at least `partial-sum-min-bytes`. Also, at that size, one
+    otherwise not warned about) whose per-device bytes (with those of the other
+    values of one combined all-reduce that the same weight layout asks for: a
+    gated MLP's two projections) reach `partial-sum-expansion` times the
+    gathered size of the matmul's smaller operand, and at least
+    `partial-sum-min-bytes`, or whose mistake does: every sum that the same
+    weight layout asks for, with the same fix, counted together per step (one
+    layer's q, k or v projection is small alone, and the fix removes them all).
+    Also, at that size, one
     whose matmul's other operand each device cut from a value it holds whole
     (the weight alone is sharded on the dimension the matmul contracts, not
     as the second half of a tensor-parallel pair, whose input arrives split).
@@ -34,7 +42,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     function of matmuls whose sharded weights produced the contracted dimension:
     an activation of one, or SwiGLU's gated product of two; and the sum returns to
     the pair's input width): Megatron's
-    designed reduction, whatever its size; its collective says so in `why`.
+    designed reduction, whatever its size; its collective says so in `why`. Nor an
+    attention output projection's, sharded on the heads it contracts, whose
+    input attention computed from the sums of q, k and v kernels reported here:
+    their fix makes it that pair's row-parallel half.
 
     Why is this bad
     ---------------
@@ -72,22 +83,19 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # A combined all-reduce's values are looked at one by one (each traced to its own matmul and weight):
     # a finding describes the value it is about, with its bytes.
     parts = [(whole, c) for whole in ctx.collectives for c in ctx.collective_parts.get(whole.hlo_name, (whole,))]
+    found: list[_Sum] = []
     for whole, c in parts:
-        found = ctx.partial_sum_operands.get(c.hlo_name)
+        operands = ctx.partial_sum_operands.get(c.hlo_name)
         # The row-parallel half of a column/row pair (Megatron's) sums by design, whatever its size: its
         # collective carries why (hlo/tensor_parallel_pairs.py).
-        if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights \
-                or c.hlo_name in ctx.row_parallel_sums:
+        if operands is None or c.group_size < 2 or tuple(c.shape) in weights or c.hlo_name in ctx.row_parallel_sums:
             continue
-        operand, weight_index = found
+        operand, weight_index = operands
         weight, served = parameter_of(ctx, c)
         if weight is None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
-        if c.bytes < ratio * gathered and not sliced:
-            continue
-        axes = ", ".join(c.mesh_axes) or "all devices"
         suggested, moves = None, []
         if weight is not None and weight.sharding:
             suggested = moved_off(weight, contracted_dims(weight, served), sizes)
@@ -95,30 +103,96 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
                 moves = contracted_axes_moves(weight, contracted_dims(weight, served), list(c.mesh_axes),
                                               ctx.signature.mesh)
                 suggested = moves[0] if moves else None
-        out.emit(
-            f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
-            f"({format_bytes(c.bytes)} per device"
-            + (f", one of the {len(whole.parts)} values {whole.hlo_name} moves together ({format_bytes(whole.bytes)})"
-               if whole is not c else "")
-            + (f", {c.count}x per step" if c.count > 1 else "")
-            + f"): {c.bytes / gathered:.0f}x its smaller operand gathered ({format_bytes(gathered)}), because "
-            + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
-               if weight is not None and weight.sharding else "the dimension it contracts is sharded")
-            + (" and its other operand is not (each device slices its part of a value it holds whole): the "
-               "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
-            c.source, via=c.via,
-            fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
-                 if weight is not None and weight.sharding and moves and suggested else
-                 f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
-                 f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
-                 else f"no fix compiled: shard {weight.path if weight is not None else 'the weight'} on the "
-                 "dimension this matmul produces instead of the one it contracts, so the output stays sharded "
-                 "(advice, not checked: "
-                 + _unchecked_reason(weight) + ")"),
-            subject=whole.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
-            total_bytes=c.bytes * c.count,
-            candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
-        )
+        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, c.bytes))
+    found = _expanding(found, ratio)
+    # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
+    # outputs whole: its sum is the row-parallel half of the pair their fix makes, not a mistake of its own
+    # (its fix would undo the pair: T5's o kernels moved with q, k and v measured no better).
+    flagged = {n for s in found for n in (s.whole.hlo_name, s.part.hlo_name)}
+    found = [s for s in found if not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
+    for s in _worth_reporting(found, smallest):
+        _emit(out, s)
+
+
+@dataclass(frozen=True)
+class _Sum:
+    """One all-reduce (or one value of a combined one) of a matmul's partial sums."""
+
+    whole: Collective  # the collective as XLA runs it (the combined op where ``part`` is one of its values)
+    part: Collective
+    weight: TensorInfo | None
+    gathered: int  # the matmul's smaller operand, gathered
+    sliced: bool
+    suggested: list[list[str]] | None
+    moves: list[list[list[str]]]
+    # The bytes held against the ratio: the value's own, or with the other values of one combined all-reduce
+    # that the same layout asks for (SwiGLU's gate and up projections of one input, summed together).
+    judged: int
+
+    @property
+    def mistake(self) -> tuple[object, ...]:
+        """What the user wrote that asks for this sum: the weight's layout and the layout that keeps its output
+        sharded (the q, k and v kernels of every layer given one wrong spec are one mistake); a sum whose
+        weight has no stated layout is its own."""
+        if self.weight is None or not self.weight.sharding or self.suggested is None:
+            return ("alone", self.part.hlo_name)
+        return (self.part.kind, pspec_text(self.weight.sharding), pspec_text(self.suggested))
+
+
+def _expanding(found: list[_Sum], ratio: float) -> list[_Sum]:
+    """The sums the ratio flags, or a sliced operand explains: the values of one combined all-reduce that one
+    layout asks for (a gated MLP's two projections of one input, each half the combined op) are held against
+    the ratio together, as one gather of their common input would replace them all."""
+    together: dict[tuple[object, ...], int] = {}
+    for s in found:
+        key = (s.whole.hlo_name, s.gathered, s.mistake)
+        together[key] = together.get(key, 0) + s.part.bytes
+    judged = [dataclasses.replace(s, judged=together[(s.whole.hlo_name, s.gathered, s.mistake)])
+              if s.mistake[0] != "alone" else s for s in found]
+    return [s for s in judged if s.sliced or s.judged >= ratio * s.gathered]
+
+
+def _worth_reporting(found: list[_Sum], smallest: float) -> list[_Sum]:
+    """The sums whose mistake moves at least ``smallest`` bytes per step in all: one value of a combined
+    all-reduce (penzai's gate and up projections, 2 MiB each in one 4 MiB op), or one layer's small sum, is
+    judged with every other sum the same layout asks for, as one fix removes them all; in the order found."""
+    total: dict[tuple[object, ...], int] = {}
+    for s in found:
+        total[s.mistake] = total.get(s.mistake, 0) + s.part.bytes * s.part.count
+    return [s for s in found if s.part.bytes >= smallest or total[s.mistake] >= smallest]
+
+
+def _emit(out: Emitter, s: _Sum) -> None:
+    whole, c, weight, gathered, sliced, suggested, moves = (s.whole, s.part, s.weight, s.gathered, s.sliced,
+                                                            s.suggested, s.moves)
+    axes = ", ".join(c.mesh_axes) or "all devices"
+    out.emit(
+        f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
+        f"({format_bytes(c.bytes)} per device"
+        + (f", one of the {len(whole.parts)} values {whole.hlo_name} moves together ({format_bytes(whole.bytes)})"
+           if whole is not c else "")
+        + (f", {c.count}x per step" if c.count > 1 else "")
+        + (f"): {c.bytes / gathered:.0f}x its smaller operand gathered" if s.judged == c.bytes else
+           f"): with the other values of the same layout in {whole.hlo_name} ({format_bytes(s.judged)}), "
+           f"{s.judged / gathered:.0f}x the smaller operand of each, gathered")
+        + f" ({format_bytes(gathered)}), because "
+        + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
+           if weight is not None and weight.sharding else "the dimension it contracts is sharded")
+        + (" and its other operand is not (each device slices its part of a value it holds whole): the "
+           "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
+        c.source, via=c.via,
+        fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
+             if weight is not None and weight.sharding and moves and suggested else
+             f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
+             f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
+             else f"no fix compiled: shard {weight.path if weight is not None else 'the weight'} on the "
+             "dimension this matmul produces instead of the one it contracts, so the output stays sharded "
+             "(advice, not checked: "
+             + _unchecked_reason(weight) + ")"),
+        subject=whole.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
+        total_bytes=c.bytes * c.count,
+        candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
+    )
 
 
 def _unchecked_reason(weight: TensorInfo | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_parameter import ParameterRole
@@ -16,6 +18,7 @@ _ROLE = {
     ParameterRole.feeds: "the matmul by that weight reads its result",
     ParameterRole.partial_sums: "it sums the partial products of the matmul by that weight",
     ParameterRole.read: "an op reads that argument along its sharded dimension",
+    ParameterRole.output: "it gathers the output of the matmul by that weight, split as its output features are",
 }
 
 
@@ -67,10 +70,19 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     # A layout change XLA made in several collectives at one line over the same axes (the all-to-all
     # that moves a weight and the all-gather of the product it reads) is one cause: one named
     # argument stands for the collectives whose operand is no argument.
+    # The one with a suggestion that most of them name (the weight whose output five gathers rebuild, not the
+    # weight that reads the first), else the first that names an argument.
     named: dict[tuple[SourceLocation | None, tuple[str, ...]], Advice] = {}
-    for c in reported:  # the first with a suggestion, else the first that names an argument
+    votes = Counter((c.source, tuple(c.mesh_axes), a[0].index) for c in reported
+                    for a in [advice[c.hlo_name]] if a[0] is not None)
+    for c in reported:
         key, found = (c.source, tuple(c.mesh_axes)), advice[c.hlo_name]
-        if found[0] is not None and (key not in named or (named[key][2] is None and found[2] is not None)):
+        if found[0] is None:
+            continue
+        held = named.get(key)
+        if held is None or (held[2] is None and found[2] is not None) or (
+                found[2] is not None and held[0] is not None and votes[(*key, found[0].index)] > votes[
+                    (*key, held[0].index)]):
             named[key] = found
     for c in reported:
         parameter, served, suggested = advice[c.hlo_name]

@@ -105,11 +105,11 @@ def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_
     of o_proj split on hidden and is gathered over model before each matmul that reads it, forward and backward
     (4 MiB each, under unexplained-reshard-bytes' 16 MiB default: lint's note counts them); the Megatron layout
     compiles none. At a 4 MiB threshold each gather is one finding's, and a printed fix gives o_proj back
-    P('model'): XLA measures that layout better (state returned in it, as the fix says).
-
-    Known gap, not asserted: the finding that groups the gathers names params['lm_head']['kernel'] as their
-    cause (the first matmul that reads the gathered stream), not o_proj, whose output the gathers rebuild;
-    only its fix, the solver's, names o_proj. And at the default threshold no finding names it at all."""
+    P('model'): XLA measures that layout better (state returned in it, as the fix says). The finding that
+    groups the gathers names o_proj as their cause, at the user's line: the gathers of each norm's output after
+    the first o_proj (XLA's operand: input_layernorm's or post_attention_layernorm's multiply) rebuild
+    the stream o_proj's output split, and several projections read each (issue #46: it named the lm_head, the
+    one weight reading the last of them). Known gap, not asserted: at the default threshold none names it."""
     _needs()
     import jax
     from fix_oracle import better, lint_findings, measured
@@ -127,6 +127,18 @@ def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_
                                                      "unexplained-reshard-bytes=4MiB"), ())
     for name in gathers:
         assert len([f for f in target["findings"] if name in [f["subject"], *(f["ops"] or [])]]) == 1, name
+    lines = _lines(written.as_text())
+    after_o_proj = r"layers/0/post_attention_layernorm/mul|layers/[1-9]/\w+_layernorm/mul"
+    operand = {n: re.search(r"all-gather\(%([\w.\-]+)", lines[n]).group(1) for n in gathers}
+    normed = {n for n in gathers if re.search(after_o_proj, lines[operand[n]])}  # forward's and backward's
+    assert len({operand[n] for n in normed}) == 2 * LAYERS - 1, sorted(normed)
+    [stream] = [f for f in target["findings"] if normed <= set(f["ops"] or [f["subject"]])]
+    assert stream["parameter"] == "params['model']['layers'][*]['self_attn']['o_proj']['kernel']", stream["parameter"]
+    assert stream["parameter_sharding"] == [[], ["model"]]
+    assert "it gathers the output of the matmul by that weight" in stream["message"], stream["message"]
+    with open(LLAMA) as script:  # the user's line: the model's call in the step
+        [line] = [k for k, text in enumerate(script, 1) if "logits = model(" in text]
+    assert (stream["source"]["file"], stream["source"]["line"]) == ("examples/models/llama_flax.py", line)
     o_proj = re.compile(r"params\['model'\]\['layers'\]\['\d'\]\['self_attn'\]\['o_proj'\]\['kernel'\]")
     fixes = [f for f in target["findings"] if f["fix_check"] and f["fix_check"]["verdict"] == "better"
              and o_proj.search(f["fix_check"]["change"])]
