@@ -168,7 +168,11 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
             returned: dict[int, int], name: str) -> Finding:
     specs = {repr(s) for s in edits.values()}
     them = "it" if len(edits) == 1 else "them"
-    whose = (f"the layout the step returns {them} in" if name == RETURNED else f"suggest's layout for {them}")
+    # Said as what it is: suggest's solver or one of its single moves, over these arguments only; suggest
+    # itself, free to move every argument, may choose another version (a ViT's user looked for it there).
+    whose = (f"the layout the step returns {them} in" if name == RETURNED
+             else f"the sharding solver's layout for {them}" if name == "solver"
+             else f"one move of a mesh axis for {them}")
     own = f.fix_check
     # The rule's own fix measured better but compiled with a rematerialization: what was tried is said.
     why = (f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
@@ -346,7 +350,8 @@ def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edit
     if check.verdict is FixVerdict.better:
         return _better(f, check, edits, inputs, _returned(target, edits), name)
     return f.model_copy(update={
-        "fix": f"{f.fix}; suggest's layout, {label}, was tried too, compiled and {_not_offered(check)}"})
+        "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
+               f"was tried too, compiled and {_not_offered(check)}"})
 
 
 def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:

@@ -1,4 +1,4 @@
-"""A finding whose own fix measures no better gets suggest's layout for its arguments
+"""A finding whose own fix measures no better gets the sharding solver's layout (or a single move) for its arguments
 (analyzer/backend/advice/solver_fixes.py), and lint, check and suggest give one recommendation.
 
 Two classic mistakes, each a value sharded on the axis an op reads along:
