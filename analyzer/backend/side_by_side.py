@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ...passes.models.report import TargetReport
+from ..cache.analysis_cache import thread_reads
 
 T = TypeVar("T")  # what a job returns: a candidate's report, or suggest's (version, report)
 
@@ -43,19 +44,27 @@ def compile_pool(jobs: int) -> Iterator[ThreadPoolExecutor | None]:
         yield pool
 
 
+# The analysis cache's reads on this thread when its job began: the job's own reads tell a compile from a
+# program read from the cache.
+_job = threading.local()
+
+
 def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException:
+    outer, _job.reads_before = getattr(_job, "reads_before", None), thread_reads()
     try:
         return job()
     except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it
         return e
     finally:
         done()
+        _job.reads_before = outer  # a job run inside another job's: the outer one's start again
 
 
 class CompileCounter:
     """Tells ``progress`` of each fix-check compile as it finishes, counted against every compile
-    announced so far ("[2/3] NAME: compiled params['w'] -> P(None, 'tp')"); a second choice the checks
-    ask for later is announced, and counted, when it is asked for."""
+    announced so far ("[2/3] NAME: compiled params['w'] -> P(None, 'tp')", or "read from the cache:" where
+    the analysis cache held it); a second choice the checks ask for later is announced, and counted, when
+    it is asked for."""
 
     def __init__(self, progress: Callable[[str], None] | None, name: str):
         self.progress, self.name = progress, name
@@ -74,12 +83,23 @@ class CompileCounter:
 
     def _done_callback(self, label: str) -> Callable[[], None]:
         def done() -> None:
+            how = "read from the cache:" if _read_from_cache() else "compiled"
             with self.lock:
                 self.finished += 1
                 if self.progress is not None:
-                    self.progress(f"[{self.finished}/{self.total}] {self.name}: compiled {shortened(label)}")
+                    self.progress(f"[{self.finished}/{self.total}] {self.name}: {how} {shortened(label)}")
 
         return done
+
+
+def _read_from_cache() -> bool:
+    """Whether the job ``outcome`` just ran on this thread read its program from the analysis cache (a hit,
+    and no miss that compiled), so its progress line does not say a 0.1 s read was compiled."""
+    before = getattr(_job, "reads_before", None)
+    if before is None:
+        return False
+    hits, misses = thread_reads()
+    return hits > before[0] and misses == before[1]
 
 
 def announced(labels: list[str], width: int = 100) -> str:

@@ -56,6 +56,21 @@ except ImportError:  # no flock (Windows): entries are computed without waiting 
 _computing = threading.local()
 
 
+# Every cache's reads on this thread, hits and misses: a progress line says a program was read from the cache
+# rather than compiled when its job's reads all hit (side_by_side.py).
+_thread_reads = threading.local()
+
+
+def thread_reads() -> tuple[int, int]:
+    """(hits, misses) of every cache's ``get`` on this thread so far."""
+    return getattr(_thread_reads, "hits", 0), getattr(_thread_reads, "misses", 0)
+
+
+def _count_on_thread(hits: int = 0, misses: int = 0) -> None:
+    _thread_reads.hits = getattr(_thread_reads, "hits", 0) + hits
+    _thread_reads.misses = getattr(_thread_reads, "misses", 0) + misses
+
+
 @dataclass(frozen=True)
 class CacheStats:
     hits: int = 0
@@ -85,15 +100,18 @@ class AnalysisCache:
             report = model.model_validate(entry["report"])
         except FileNotFoundError:
             self.misses += 1
+            _count_on_thread(misses=1)
             return None
         except (OSError, ValueError, KeyError, TypeError, ValidationError, RecursionError):
             # Cut short by a crash, edited by hand, written by another release: a miss, rewritten after the compile.
             self.corrupt += 1
             self.misses += 1
+            _count_on_thread(misses=1)
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return None
         self.hits += 1
+        _count_on_thread(hits=1)
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: eviction removes the least recently used first
         return report
@@ -105,6 +123,7 @@ class AnalysisCache:
             return None
         stored = self.get(key, model)
         self.misses -= 1  # read again: a hit, or (unreadable) the miss already counted
+        _count_on_thread(misses=-1)
         return stored
 
     @contextlib.contextmanager

@@ -15,6 +15,7 @@ from math import gcd, prod
 
 AxisRef = tuple[str, int, int]
 Axes = tuple[AxisRef, ...]
+_SUB_AXIS = re.compile(r"(.+):\((\d+)\)(\d+)")  # Shardy's "data:(2)2": name, pre-size, size
 
 
 def sharding_labels(dims: Sequence[Axes], axis_sizes: dict[str, int]) -> tuple[tuple[str, ...], ...]:
@@ -36,7 +37,7 @@ def axes_in_words(labels: Sequence[str], axis_sizes: dict[str, int]) -> str:
     whole: list[str] = []
     parts: list[str] = []
     for text in labels:
-        m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", text)
+        m = _SUB_AXIS.fullmatch(text)
         total = axis_sizes.get(m.group(1)) if m else None
         if m is None or not total:
             whole.append(text)
@@ -48,6 +49,15 @@ def axes_in_words(labels: Sequence[str], axis_sizes: dict[str, int]) -> str:
         parts.append(f"{groups} of {name} devices {apart}")
     said = whole + parts
     return ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 and parts else ", ".join(said)
+
+
+def axes_text(labels: Sequence[str], axis_sizes: dict[str, int], sep: str = ",") -> str:
+    """Mesh axis labels for a table cell or a gate metric: joined by ``sep`` as they are while all are whole
+    axes; with a Shardy sub-axis among them (``data:(2)2``, which a reader cannot be expected to decode), all
+    in words (``axes_in_words``: ``pairs of data devices next to each other``)."""
+    if not any(_SUB_AXIS.fullmatch(text) and axis_sizes.get(text.split(":(")[0]) for text in labels):
+        return sep.join(labels)
+    return axes_in_words(labels, axis_sizes)
 
 
 def size_of(axes: Axes) -> int:

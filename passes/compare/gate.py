@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..common.axes import axes_text
 from ..common.byte_sizes import format_bytes
 from ..models.gate import TIME_METRIC, Baseline, BaselineTarget, CollectiveSummary, GateResult, GateRow, GateThresholds
 from ..models.report import Severity, TargetReport
@@ -13,7 +14,15 @@ WATCHED_NEW_KINDS = ("all-gather", "all-to-all")
 
 
 def _group(kind: str, axes: list[str]) -> str:
+    """A baseline's key for the collectives of one kind over the same axes (as stored: Shardy's labels)."""
     return f"{kind} over {','.join(axes) or 'all devices'}"
+
+
+def _group_metric(group: str, mesh: dict[str, int]) -> str:
+    """A group's row as a reader says it: a sub-axis in words (``all-to-all over data:(2)2`` -> ``all-to-all
+    over pairs of data devices next to each other``), whole axes as stored."""
+    kind, _, axes = group.partition(" over ")
+    return group if axes == "all devices" else f"{kind} over {axes_text(axes.split(','), mesh)}"
 
 
 def summarize(report: TargetReport) -> BaselineTarget:
@@ -135,16 +144,18 @@ def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: 
             if r is not None and r > 1 + thresholds.collective_increase else None,
         ))
         rows.extend(_time_rows(name, before, after, thresholds))
+        mesh = {**before.mesh, **after.mesh}  # a sub-axis is said in words from its axis's size
         for group in sorted(set(before.bytes_by_kind) | set(after.bytes_by_kind)):
             b, a = before.bytes_by_kind.get(group), after.bytes_by_kind.get(group)
             if a != b:
-                rows.append(GateRow(target=name, metric=f"  {group}", before=b, after=a, ratio=_ratio(b, a)))
+                rows.append(GateRow(target=name, metric=f"  {_group_metric(group, mesh)}", before=b, after=a,
+                                    ratio=_ratio(b, a)))
         known = {_identity(c) for c in before.collectives}
         for c in after.collectives:
             if _identity(c) not in known and c.kind in WATCHED_NEW_KINDS \
                     and c.bytes_per_step >= thresholds.new_collective_bytes:
                 rows.append(GateRow(
-                    target=name, metric=f"new {c.kind} {c.dtype}{c.shape} over {','.join(c.mesh_axes)}",
+                    target=name, metric=f"new {c.kind} {c.dtype}{c.shape} over {axes_text(c.mesh_axes, mesh)}",
                     before=None, after=c.bytes_per_step, ratio=None,
                     alert=f"new {c.kind} at {c.source or 'unknown line'} "
                     f"(limit {format_bytes(thresholds.new_collective_bytes)})",

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Literal
 
+from ..common.axes import axes_text
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..models.entry import RoundTrip
@@ -107,7 +108,8 @@ def remaining_costs(after: TargetReport, output_layout_rules: frozenset[str],
             what = f"runs because {c.why}"
         else:
             continue
-        line = (f"{where}: {c.kind} over {', '.join(c.mesh_axes)} still {what}; pinning outputs cannot remove it, "
+        line = (f"{where}: {c.kind} over {axes_text(c.mesh_axes, after.mesh, ', ')} still {what}; pinning outputs "
+                "cannot remove it, "
                 "because an op reads along the sharded dimension: shard another axis (one the op does not read "
                 "along)")
         lines[line] = lines.get(line, 0) + c.count

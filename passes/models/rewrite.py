@@ -57,8 +57,12 @@ class Validation(Model):
     repeats: int = 0
     mismatches: list[str] = Field(default_factory=list)
     nan_values: list[str] = Field(
-        default_factory=list, description="Outputs that are NaN in both versions at the same positions (they agree; "
-        "seeded inputs can make a step produce NaN, e.g. the sqrt of a negative Adam moment).")
+        default_factory=list, description="Outputs that are NaN or Inf in both versions at the same positions, and "
+        "how many of their values (they agree; seeded inputs can make a step produce NaN, e.g. the sqrt of a negative "
+        "Adam moment).")
+    outputs_not_finite: int = Field(
+        default=0, description="How many outputs hold NaN or Inf in both versions (nan_values' length): their match "
+        "compares those values with nothing; with seeded inputs, shard_lint_inputs gives real ones.")
     reason: str | None = Field(default=None, description="Why it did not run, when it did not.")
     inputs: str | None = Field(default=None, description="seeded (random, from the shapes) or shard_lint_inputs "
                                "(the script's own arrays).")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ...passes.common.axes import axes_text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
@@ -180,7 +181,8 @@ def _collectives(t: TargetReport) -> str:
                 + (f' <span class=tag title="{e(parts_text(c))}">{len(c.parts)} parts</span>' if c.parts else "")),
          cell(format_bytes(c.bytes), sort=c.bytes), cell(c.count, sort=c.count),
          cell(format_bytes(c.bytes * c.count), sort=c.bytes * c.count),
-         cell(format_seconds(c.seconds), sort=c.seconds or 0), ", ".join(c.mesh_axes), c.intent or "-",
+         cell(format_seconds(c.seconds), sort=c.seconds or 0), axes_text(c.mesh_axes, t.mesh, ", "),
+         c.intent or "-",
          collective_shape_text(c),
          markup(e(where_text(c.source, c.via))
                 + (f"<br><span class=muted>{e(others)}</span>" if (others := other_part_lines(c, most=8)) else "")

@@ -10,6 +10,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from ...passes.common.axes import axes_text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
@@ -117,7 +118,7 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
         Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
         Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
-        Column("axes", [",".join(c.mesh_axes) for c in rows], fold=True),
+        Column("axes", [axes_text(c.mesh_axes, t.mesh) for c in rows], fold=True),
         # A combined collective lists its parts' lines (their shapes are in the JSON and HTML reports).
         Column("source", sources, path=True),
         Column("intent", [c.intent or "-" for c in rows], essential=False),

@@ -3,6 +3,7 @@ communication, agreement with Shardy."""
 
 from __future__ import annotations
 
+from ...passes.common.axes import axes_text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.propagation import PropagateRun
@@ -23,7 +24,8 @@ def render_propagation_html(run: PropagateRun) -> str:
                  f"{' at ' + e(p.source) if p.source else ''}</li>" for p in v.provenance) + "</ol>"))
             for v in t.values if any(v.sharding)), cls="sortable")
         predicted = table(("kind", "bytes", "axes", "op", "source", "compiled", "why", "why not compiled"), (
-            (p.kind, cell(format_bytes(p.bytes), sort=p.bytes), ", ".join(p.mesh_axes), p.op, p.source or "-",
+            (p.kind, cell(format_bytes(p.bytes), sort=p.bytes), axes_text(p.mesh_axes, t.mesh, ", "), p.op,
+             p.source or "-",
              {True: "yes", False: "no", None: "-"}[p.matched_compiled], p.reason, p.not_compiled_because or "")
             for p in t.predicted), cls="sortable")
         a = t.agreement_with_shardy

@@ -3,6 +3,7 @@ the sharded values."""
 
 from __future__ import annotations
 
+from ...passes.common.axes import axes_text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ..common.agreement_text import agreement_text, prediction_counts_text
@@ -25,7 +26,8 @@ def render_propagation_markdown(run) -> str:
                   "| --- | ---: | --- | --- | --- | --- | --- | --- |"]
         for p in t.predicted[:30]:
             matched = {True: "yes", False: "no", None: "-"}[p.matched_compiled]
-            lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {cell(', '.join(p.mesh_axes))} | {cell(p.op)} | "
+            lines.append(f"| {p.kind} | {format_bytes(p.bytes)} | {cell(axes_text(p.mesh_axes, t.mesh, ', '))} | "
+                         f"{cell(p.op)} | "
                          f"{cell(str(p.source or '-'))} | {matched} | {cell(p.reason)} | "
                          f"{cell(p.not_compiled_because or '')} |")
         sharded = [v for v in t.values if any(v.sharding)][:20]

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
+from ...passes.common.axes import axes_text
 from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.propagation import PropagatedValue, PropagateRun, PropagationReport
@@ -64,7 +65,7 @@ def _predicted(t: PropagationReport, width: int) -> Table | None:
     columns = [
         Column("kind", [p.kind for p in rows]),
         Column("bytes", [format_bytes(p.bytes) for p in rows], justify="right"),
-        Column("axes", [",".join(p.mesh_axes) for p in rows], fold=True),
+        Column("axes", [axes_text(p.mesh_axes, t.mesh) for p in rows], fold=True),
         Column("source", [where_text(p.source, None) for p in rows], path=True),
         Column("compiled", [{True: "yes", False: "no", None: "-"}[p.matched_compiled] for p in rows]),
         Column("op", [p.op.replace("stablehlo.", "") for p in rows], essential=False),

@@ -10,6 +10,7 @@ from ...passes.models.rewrite import RewriteRun
 from ..common.html_page import e, page, run_header
 from ..common.html_table import table, target_section
 from ..common.tensor_text import earlier_sharding_text, shape_text
+from .validation_text import outputs_match_text
 
 
 def _ms(seconds: float | None) -> str:
@@ -35,7 +36,7 @@ def render_rewrite_html(run: RewriteRun) -> str:
         v = r.validation
         validation = "" if v is None else (
             f"<p>Validation on {e(v.backend)}: skipped, {e(v.reason)}</p>" if not v.ran else
-            f"<p>Validation on {e(v.backend)}: outputs match <b>{'yes' if v.outputs_match else 'NO'}</b>, shardings "
+            f"<p>Validation on {e(v.backend)}: outputs match <b>{e(outputs_match_text(v))}</b>, shardings "
             f"as declared <b>{'yes' if v.shardings_match else 'NO'}</b>, median step {_ms(v.time_before_s)} "
             f"&rarr; {_ms(v.time_after_s)}.</p>")
         body += target_section(r.name, (

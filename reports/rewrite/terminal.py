@@ -13,8 +13,9 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
 from ..common.tensor_text import earlier_sharding_text, shape_text
 from ..common.terminal_safe import code_text, shown, terminal_safe
+from .validation_text import outputs_match_text
 
-_NAN_LINES = 4  # outputs NaN in both versions listed one per line; more are counted
+_NAN_LINES = 4  # outputs NaN or Inf in both versions listed one per line; more are counted
 
 
 def _side_by_side(r: RewriteReport) -> Table:
@@ -75,21 +76,20 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
             if not v.ran:
                 console.print(f"validation skipped: {v.reason}")
             else:
-                ok = "yes" if v.outputs_match else "NO"
                 sh = "yes" if v.shardings_match else "NO"
                 console.print(
                     f"validation on {v.backend} ({'the script' if v.inputs == 'shard_lint_inputs' else 'seeded'} "
-                    f"inputs): outputs match {ok}, shardings as declared {sh}, median step "
+                    f"inputs): outputs match {outputs_match_text(v)}, shardings as declared {sh}, median step "
                     f"{v.time_before_s * 1000:.2f} ms -> {v.time_after_s * 1000:.2f} ms over {v.repeats} runs"
                     + (f", peak in use {format_bytes(v.measured_peak_before_bytes)} -> "
                        f"{format_bytes(v.measured_peak_after_bytes)}" if v.measured_peak_before_bytes else "")
                 )
                 for m in v.mismatches:
                     console.print(shown(f"  mismatch: {m}"))
+                # One line each would bury the verdict (an Adam step: every output); the verdict has the count.
                 nan_lines = v.nan_values if len(v.nan_values) <= _NAN_LINES else v.nan_values[:_NAN_LINES - 1]
-                # One line each would bury the verdict (an Adam step: every output).
-                if len(nan_lines) < len(v.nan_values):
-                    console.print(Text(f"  agrees: {len(v.nan_values)} outputs are NaN in both versions at the same "
-                                       f"positions (all of them in the JSON report), e.g."))
                 for m in nan_lines:
-                    console.print(shown(f"  agrees, NaN in both versions: {m}"))
+                    console.print(shown(f"  not compared, in both versions: {m}"))
+                if len(nan_lines) < len(v.nan_values):
+                    console.print(Text(f"  and {len(v.nan_values) - len(nan_lines)} more (all of them in the JSON "
+                                       f"report's nan_values)"))

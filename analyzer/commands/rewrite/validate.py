@@ -78,24 +78,28 @@ def _np_dtype(hlo: str):
             "bf16": jnp.bfloat16, "f32": np.float32, "f64": np.float64}.get(hlo, np.float32)
 
 
-def _compare(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[str | None, int]:
-    """(what differs or None, NaNs both versions have at the same positions).
+def _compare(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[str | None, str | None]:
+    """(what differs or None, the NaN and Inf values both versions have at the same positions, in words).
 
-    Seeded inputs can make any program produce NaN (an Adam step's second moment
-    from standard-normal values is negative, and its sqrt NaN): NaN in both
-    versions at the same positions agrees, and is counted so the report says so;
-    NaN in one version only never passes."""
+    Seeded inputs can make any program produce NaN or Inf (an Adam step's second moment
+    from standard-normal values is negative, and its sqrt NaN): NaN or Inf in both
+    versions at the same positions agrees, and is counted so the report says so rather
+    than a bare match (NaN == NaN would hide that nothing was compared there); NaN in
+    one version only, or an Inf of another sign, never passes."""
     if a.shape != b.shape:
-        return f"shapes differ: {a.shape} vs {b.shape}", 0
+        return f"shapes differ: {a.shape} vs {b.shape}", None
     if dtype not in TOLERANCE:
-        return (None if np.array_equal(a, b) else "values differ"), 0
+        return (None if np.array_equal(a, b) else "values differ"), None
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     nan_a, nan_b = np.isnan(a64), np.isnan(b64)
     if (nan_a != nan_b).any():
-        return f"NaN in one version only, at {int((nan_a != nan_b).sum()):,} positions", 0
+        return f"NaN in one version only, at {int((nan_a != nan_b).sum()):,} positions", None
     rtol, atol = TOLERANCE[dtype]
-    ok = np.isclose(a64, b64, rtol=rtol, atol=atol) | nan_a
-    return (None if ok.all() else f"values differ beyond the {dtype} tolerance"), int(nan_a.sum())
+    ok = np.isclose(a64, b64, rtol=rtol, atol=atol) | nan_a  # isclose: an Inf matches only the same Inf
+    n_nan, n_inf = int(nan_a.sum()), int((np.isinf(a64) & ok).sum())
+    said = " and ".join(f"{n:,} {what}" for n, what in ((n_nan, "NaN"), (n_inf, "Inf")) if n)
+    both = f"{said} of {a.size:,} values in both versions" if said else None
+    return (None if ok.all() else f"values differ beyond the {dtype} tolerance"), both
 
 
 def _timed(program, place, shapes, repeats: int, first=None) -> tuple[list, float]:
@@ -161,11 +165,11 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
     measured_after = _peak_in_use()
     mismatches, nans = [], []
     for o, a, b in zip(sig.outputs, outs_before, outs_after):
-        problem, n_nan = _compare(np.asarray(a), np.asarray(b), o.dtype)
+        problem, both = _compare(np.asarray(a), np.asarray(b), o.dtype)
         if problem:
             mismatches.append(f"{o.path}: {problem}")
-        if n_nan:
-            nans.append(f"{o.path}: {n_nan:,} of {int(np.asarray(a).size):,} values NaN in both versions")
+        if both:
+            nans.append(f"{o.path}: {both}")
     shardings_ok = True
     for index, want in expected.items():
         got = jax_adapter.sharding_axes(
@@ -178,7 +182,7 @@ def validate(before, after, sig: EntrySignature, expected: dict, settings: Setti
                 f"{sig.outputs[index].path}: comes out as {got}, not the declared {list(map(list, want))}")
     return Validation(
         ran=True, backend=backend, outputs_match=not any(": comes out as" not in m for m in mismatches),
-        nan_values=nans,
+        nan_values=nans, outputs_not_finite=len(nans),
         shardings_match=shardings_ok, time_before_s=round(t_before, 6), time_after_s=round(t_after, 6),
         measured_peak_before_bytes=measured_before, measured_peak_after_bytes=measured_after,
         repeats=repeats, mismatches=mismatches, inputs="shard_lint_inputs" if given else "seeded",

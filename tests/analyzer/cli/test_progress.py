@@ -79,3 +79,20 @@ def test_a_long_phase_is_named_in_a_log_and_a_refusal_stays_one_line():
     refused = subprocess.run([console_script(), "lint", "no_such_script.py"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+
+
+def test_a_program_read_from_the_cache_is_not_said_to_be_compiled(tmp_path):
+    """suggest's versions the analysis cache already holds came back in 0.1 s and each line read 'compiled
+    the written version' (newcomer12); run again on the same cache folder, every version is read from it."""
+    args = [console_script(), "suggest", VALUE, "--target", "sharded_on_grid", "--set", "grid_points=1024", "--set",
+            "states=64", "--format", "json", "--cache-dir", str(tmp_path / "cache")]
+    runs = [subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    first, second = ([m.group(3) for m in map(STEP.match, run.stderr.splitlines()) if m and "compiling " not in
+                      m.group(3)] for run in runs)
+    assert first and all(what.startswith("sharded_on_grid: compiled the ") for what in first), runs[0].stderr
+    # The same versions, in the order their threads finish.
+    assert sorted(second) == sorted(what.replace(": compiled ", ": read from the cache: ", 1) for what in first), \
+        runs[1].stderr
+    assert json.loads(runs[0].stdout) == json.loads(runs[1].stdout)
