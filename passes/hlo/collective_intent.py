@@ -20,9 +20,8 @@
 - ``reshard``: anything else; no stated sharding asked for it (a gather along
   an axis an op reads, a layout change between ops).
 
-Intended traffic (the first three) is reported, counted and priced, but the
-rules warn on resharding only. Shapes are compared without the dtype (TPUs
-gather f32 parameters as bf16).
+Intended traffic (the first three) is reported, counted and priced, but the rules warn on
+resharding only. Shapes are compared without the dtype (TPUs gather f32 parameters as bf16).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import shape_bytes
 from ..models.report import Collective, TensorInfo
 from .collective_site import asked_by_program
+from .concatenated_sums import summed_values
 from .module import HloInstruction, HloModule
 from .pass_direction import is_lookup_gradient, pass_op_name
 from .value_origin import entry_parameter, origin_index
@@ -322,7 +322,7 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     if ins is not None and asked_by_program(ins):
         return "explicit"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
-        if _is_matmul(module.instruction(ins.operands[0]), module):
+        if _is_matmul(module.instruction(summed_values(module, ins)[0]), module):  # GPU's combined sums: the first
             return "activation"
     return "reshard"
 
