@@ -120,7 +120,7 @@ def test_a_concatenated_sum_is_read_value_by_value(release, form):
     """combined_sums on H100: the entry's one all-reduce sums a fusion that only concatenates its four parameters
     in order, each a flattened (bitcast) value. The combined sum is the parts' (activation, as on CPU) and is
     read value by value: four parts of those values' shapes, the first (the pair's product by w_out) explained
-    as the pair's sum."""
+    as the pair's sum, the two outputs of the fusion that gathers embed's rows as its lookups (as on CPU)."""
     text = meaning_text(release, f"combined_sums{form}", MEANING_H100)
     entry = entry_instructions(text)
     [summed] = [n for n, v in entry.items() if v[1] in ("all-reduce", "all-reduce-start")]
@@ -130,11 +130,17 @@ def test_a_concatenated_sum_is_read_value_by_value(release, form):
     numbers = dict(re.findall(r"%([\w.\-]+) = \S+ parameter\((\d+)\)", "\n".join(body)))
     assert " concatenate(" in root and [numbers[o] for o in re.findall(r"%([\w.\-]+)", root.split("(", 1)[1])[
         :len(entry[cat][2])]] == ["0", "1", "2", "3"]
-    values = []
-    for flat in entry[cat][2]:
+    values, lookups = [], []
+    [embed] = [n for n, v in entry.items() if v[1] == "parameter" and 'op_name="embed"' in v[3]]
+    for k, flat in enumerate(entry[cat][2]):
         while entry[flat][1] == "bitcast":
             flat = entry[flat][2][0]
         values.append(dims(entry[flat][0]))
+        _, opcode, operands, _ = entry[flat]
+        fusion = entry[operands[0]] if opcode == "get-tuple-element" else None
+        if fusion is not None and embed in fusion[2] and any(
+                " gather(" in line for line in computations(text)[re.search(r"calls=%([\w.\-]+)", fusion[3]).group(1)]):
+            lookups.append(k)  # one output of a fusion that gathers rows of embed
     module = parse_hlo_module(text)
     inputs = entry_inputs(text, DATA_MODEL, MEANING_SPECS["combined_sums"])
     params = parameters(inputs, ())
@@ -145,4 +151,6 @@ def test_a_concatenated_sum_is_read_value_by_value(release, form):
     parts = traced.parts[summed]
     assert [tuple(p.shape) for p in parts] == values
     assert "row-parallel half of a tensor-parallel pair" in parts[0].why and "w_out" in parts[0].why
+    assert lookups == [1, 2] and all(parts[k].why.startswith("a vocabulary-parallel lookup") and "embed P('model')"
+                                     in parts[k].why for k in lookups)
     assert {c.hlo_name: c.why for c in out}[summed].startswith("4 values combined into one all-reduce")
