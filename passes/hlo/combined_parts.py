@@ -59,8 +59,8 @@ def part_view(module: HloModule | None, collectives: tuple[Collective, ...], own
     for c in collectives:
         ins = module.instruction(c.hlo_name)
         if c.kind in _SPLIT_KINDS and ins is not None and concatenated_values(module, ins):
-            if parts := _concatenated_parts(module, c, ins, users, added, ownership):
-                found[c.hlo_name] = parts
+            if concatenated := _concatenated_parts(module, c, ins, users, added, ownership):
+                found[c.hlo_name] = concatenated
             continue
         if c.kind not in _SPLIT_KINDS or ins is None or len(ins.operands) < 2:
             continue

@@ -44,7 +44,9 @@ def _concatenates_in_order(module: HloModule, ins: HloInstruction) -> bool:
 def concatenated_values(module: HloModule | None, ins: HloInstruction) -> list[str] | None:
     """The values a reduction's one operand concatenates (each behind the bitcast that flattened it), in the
     buffer's order; None where its operand is no concatenate of several values."""
-    cat = module.instruction(ins.operands[0]) if module is not None and len(ins.operands) == 1 else None
+    if module is None or len(ins.operands) != 1:
+        return None
+    cat = module.instruction(ins.operands[0])
     if cat is None or len(cat.operands) < 2 or not _concatenates_in_order(module, cat):
         return None
     return [_behind_flattening(module, o) for o in cat.operands]
@@ -72,6 +74,6 @@ def slices_back(module: HloModule, ins: HloInstruction, users: dict[str, list[Hl
 def offsets(module: HloModule, ins: HloInstruction) -> list[int]:
     """Each concatenated value's offset in the buffer (the flattened values' elements before it)."""
     cat = module.instruction(ins.operands[0])
-    sizes = [prod(a.dims) for o in (cat.operands if cat is not None else ())
-             for a in parse_arrays((module.instruction(o) or cat).shape)[:1]]
+    values = [v for o in (cat.operands if cat is not None else ()) if (v := module.instruction(o)) is not None]
+    sizes = [prod(a.dims) for v in values for a in parse_arrays(v.shape)[:1]]
     return [sum(sizes[:k]) for k in range(len(sizes))]
