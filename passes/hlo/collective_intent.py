@@ -20,9 +20,8 @@
 - ``reshard``: anything else; no stated sharding asked for it (a gather along
   an axis an op reads, a layout change between ops).
 
-Intended traffic (the first three) is reported, counted and priced, but the
-rules warn on resharding only. Shapes are compared without the dtype (TPUs
-gather f32 parameters as bf16).
+Intended traffic (the first three) is reported, counted and priced, but the rules warn on
+resharding only. Shapes are compared without the dtype (TPUs gather f32 parameters as bf16).
 """
 
 from __future__ import annotations
@@ -35,7 +34,9 @@ from ..common.device_groups import MeshInfo
 from ..common.shapes import shape_bytes
 from ..models.report import Collective, TensorInfo
 from .collective_site import asked_by_program
+from .concatenated_sums import summed_values
 from .module import HloInstruction, HloModule
+from .pass_direction import is_lookup_gradient, pass_op_name
 from .value_origin import entry_parameter, origin_index
 
 INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation", "explicit"})
@@ -302,17 +303,17 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
             return "parameter-gather"
         if has_gradients and _is_backward(ins) and _is_summed(pieces, module, users):
             return "gradient-reduction"
-    # A gradient is reduced in the backward pass: not in a program without one, nor by a reduction whose own
-    # op_name is the forward's (the partial sums of a matmul that contracts a sharded dimension).
-    backward = has_gradients and (ins is None or ins.op_name is None or _is_backward(ins))
+    # A gradient is reduced in the backward pass: not in a program without one, nor by a reduction whose op_name
+    # (or, where XLA left none, its operand's) is the forward's: a matmul's partial sums over a sharded dimension.
+    backward = has_gradients and "transpose(" in (ins is not None and pass_op_name(ins, module) or "transpose(")
     if c.kind in ("reduce-scatter", "all-reduce") and result and backward:
-        # A parameter's shard, or its shard with the reduced axes undone (an
-        # all-reduce then a slice, CPU's reduce-scatter).
+        # A parameter's shard, or its shard with the reduced axes undone (an all-reduce then a slice, CPU's).
         if _holds(shapes.any_shard, result, in_loop) or _holds(shapes.reachable(axes), result, in_loop):
             return "gradient-reduction"
-        # A weight's gradient made by a matmul in another layout than the weight (w1 P('model', None),
-        # contracted, gets its gradient transposed) or less sharded, summed over the batch axes.
-        if ins is not None and ins.operands and _is_matmul(module.instruction(ins.operands[0]), module) \
+        # A weight's gradient made by a matmul (or a lookup's scatter-add) in another layout than the weight (w1
+        # P('model', None), contracted, gets its gradient transposed) or less sharded, summed over the batch axes.
+        if ins is not None and ins.operands and (_is_matmul(operand := module.instruction(ins.operands[0]), module)
+                                                 or is_lookup_gradient(operand, module)) \
                 and (tuple(sorted(result)) in shapes.less_sharded
                      or tuple(sorted(result)) in shapes.more_sharded(axes)):
             return "gradient-reduction"
@@ -321,7 +322,7 @@ def intent_of(c: Collective, module: HloModule | None, params: tuple[TensorInfo,
     if ins is not None and asked_by_program(ins):
         return "explicit"
     if ins is not None and c.kind in ("all-reduce", "reduce-scatter") and ins.operands:
-        if _is_matmul(module.instruction(ins.operands[0]), module):
+        if _is_matmul(module.instruction(summed_values(module, ins)[0]), module):  # GPU's combined sums: the first
             return "activation"
     return "reshard"
 

@@ -18,6 +18,7 @@ from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo, where_text
 from ..source.frames import CodeOwnership
+from .gpu_matmuls import tuple_element_parameters
 from .module import HloInstruction, HloModule
 from .value_origin import (
     _DIMS,
@@ -43,12 +44,25 @@ def _sharded_dims(t: TensorInfo) -> dict[int, list[str]]:
     return {d: axes for d, axes in enumerate(t.sharding or []) if axes}
 
 
+def _fusion_parameter(module: HloModule, op: HloInstruction) -> int | None:
+    """The number of the fusion parameter a read op reads (its first operand)."""
+    read = module.instruction(op.operands[0]) if op.operands else None
+    number = read.operands[0] if read is not None and read.opcode == "parameter" and read.operands else ""
+    return int(number) if number.isdigit() else None
+
+
 def reads_in(module: HloModule, producer: HloInstruction, index: OriginIndex,
               ) -> list[tuple[HloInstruction, int, tuple[int, ...]]]:
     """(read op, input number, dims it indexes, numbered as the input's) for the gathers and
     dynamic slices that produce a value: the op itself, or inside the fusion that computes it.
     A dimension a reshape merges or splits on the way from the input is left out."""
     found: list[tuple[HloInstruction, int, tuple[int, ...]]] = []
+    outputs = module.instruction(producer.operands[0]) if producer.opcode == "get-tuple-element" else None
+    if outputs is not None and outputs.opcode == "fusion" and producer.attrs.get("index", "").isdigit():
+        # one output of a multi-output fusion (GPU's: two lookups of one table in one loop fusion): the reads
+        # of the parameters that output is computed from
+        numbers = tuple_element_parameters(module, outputs, int(producer.attrs["index"])) or set()
+        return [r for r in reads_in(module, outputs, index) if _fusion_parameter(module, r[0]) in numbers]
     if producer.opcode in _READS:
         candidates = [(producer, producer.operands[0] if producer.operands else None)]
     elif producer.opcode == "fusion":

@@ -24,6 +24,7 @@ from .collective_intent import classify
 from .collective_origin import Display, collective_origins
 from .collective_parameter import ParameterRole, collective_parameters
 from .collective_site import part_sites
+from .concatenated_sums import concatenated_values, offsets, slices_back
 from .module import HloInstruction, HloModule
 from .tensor_parallel_pairs import mark_row_parallel_sums
 
@@ -57,6 +58,10 @@ def part_view(module: HloModule | None, collectives: tuple[Collective, ...], own
     found: dict[str, tuple[Collective, ...]] = {}
     for c in collectives:
         ins = module.instruction(c.hlo_name)
+        if c.kind in _SPLIT_KINDS and ins is not None and concatenated_values(module, ins):
+            if concatenated := _concatenated_parts(module, c, ins, users, added, ownership):
+                found[c.hlo_name] = concatenated
+            continue
         if c.kind not in _SPLIT_KINDS or ins is None or len(ins.operands) < 2:
             continue
         shapes = split_tuple(ins.shape)
@@ -90,6 +95,30 @@ def part_view(module: HloModule | None, collectives: tuple[Collective, ...], own
         n: module.computation_of(n.split("#")[0]) or "" for n in added}}
     view = dataclasses.replace(module, by_name={**module.by_name, **added}, derived=derived)
     return CombinedParts(view, found)
+
+
+def _concatenated_parts(module: HloModule, c: Collective, ins: HloInstruction,
+                        users: dict[str, list[HloInstruction]], added: dict[str, HloInstruction],
+                        ownership: CodeOwnership) -> tuple[Collective, ...]:
+    """The parts of a sum of values concatenated into one buffer (GPU's combiner): each value, read where the
+    slice that takes it back out of the sum is read."""
+    values = concatenated_values(module, ins) or []
+    back = slices_back(module, ins, users)
+    parts = []
+    for k, (value, offset) in enumerate(zip(values, offsets(module, ins))):
+        producer = module.instruction(value)
+        arrays = parse_arrays(producer.shape) if producer is not None else []
+        if producer is None or len(arrays) != 1:
+            return ()
+        name = part_name(ins.name, k)
+        added[name] = HloInstruction(name, ins.opcode, producer.shape, (value,), ins.attr_text)
+        users[name] = list(users.get(back[offset].name, ())) if offset in back else []
+        source, via = module.attribution_of(producer, ownership)
+        parts.append(c.model_copy(update={
+            "hlo_name": name, "shape": list(arrays[0].dims), "dtype": arrays[0].dtype, "bytes": arrays[0].nbytes,
+            "parts": [], "pieces": [], "why": None, "input_path": None, "source": source or c.source,
+            "via": via if source else c.via}))
+    return tuple(parts)
 
 
 def parts_why(c: Collective, parts: tuple[Collective, ...]) -> str | None:

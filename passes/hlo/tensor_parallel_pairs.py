@@ -47,6 +47,7 @@ from ..models.report import Collective, TensorInfo
 from .collective_parameter import _matmuls_in, _outer_operand
 from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials, tuple_element_parameters
 from .module import HloInstruction, HloModule
+from .pass_direction import pass_op_name
 from .value_origin import KEEPS_ORDER, OriginIndex, moves_data_only, origin_index, weight_parameter
 
 _LAYOUT = KEEPS_ORDER | {"bitcast", "reshape"}
@@ -72,6 +73,8 @@ _SLICES = frozenset({"slice", "reverse"})
 _VARIES_BY_DEVICE = frozenset({"partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
                                "custom-call", "infeed", "recv"})
 _CONSTANT_DEPTH = 4
+# A pair's sum: an all-reduce, or (GPU) a reduce-scatter that leaves each device its part of the sum.
+_SUMS = frozenset({"all-reduce", "reduce-scatter"})
 
 
 def _elements(ins: HloInstruction | None) -> int | None:
@@ -255,10 +258,11 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
     out: dict[str, str] = {}
     for c in collectives:
         ins = module.instruction(c.hlo_name)
-        if c.kind != "all-reduce" or c.intent != "activation" or ins is None or len(ins.operands) != 1 \
-                or "transpose(" in (ins.op_name or ""):
+        if c.kind not in _SUMS or c.intent != "activation" or ins is None or len(ins.operands) != 1 \
+                or "transpose(" in (pass_op_name(ins, module) or ""):
             continue
         producer = module.instruction(ins.operands[0])
+        summed = _elements(producer)  # the partial sums' (a reduce-scatter's result is their scattered part)
         for _ in range(4):  # through the layout ops (a convert XLA fused) between the matmul and its sum
             partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
             if partials is not None:
@@ -278,8 +282,8 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         attention: list[str] = []
         columns = _column_halves(module, row[1], by_number, index, axes, gathers, crossed, attention) \
             if row is not None else None
-        if row is None or columns is None or any(_elements(module.instruction(pair_input)) != prod(c.shape)
-                                                 for _, pair_input in columns):
+        if row is None or columns is None or summed is None or any(
+                _elements(module.instruction(pair_input)) != summed for _, pair_input in columns):
             continue
         down = row[0][0]
         ups = sorted({t.path: t for t, _ in columns}.values(), key=lambda t: t.path)
@@ -297,9 +301,19 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         out[c.hlo_name] = (
             f"the row-parallel half of a tensor-parallel pair (Megatron's): {down.path} {pspec_text(down.sharding)} "
             f"is sharded on the dimension this matmul contracts, which {before}, and the sum returns the "
-            f"activation to the pair's input width ({c.dtype}{c.shape}): the designed reduction, which no layout "
-            f"of {down.path} avoids short of giving up the pair")
+            f"activation to the pair's input width ({_width(module, c, ins)}): the designed "
+            f"reduction, which no layout of {down.path} avoids short of giving up the pair")
     return out
+
+
+def _width(module: HloModule, c: Collective, ins: HloInstruction) -> str:
+    """The sum's shape; a reduce-scatter's is its operand's, of which each device keeps its part."""
+    arrays = parse_arrays(operand.shape) if (operand := module.instruction(ins.operands[0])) is not None else []
+    if c.kind != "reduce-scatter" or len(arrays) != 1:
+        return f"{c.dtype}{c.shape}"
+    return (f"{c.dtype}{list(arrays[0].dims)}, of which each device keeps its part along dimension "
+            f"{ins.attrs.get('dimensions', '?').strip('{}')}, {c.dtype}{c.shape}: XLA's all-reduce split into a "
+            f"reduce-scatter over {', '.join(c.mesh_axes)}")
 
 
 def mark_row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, ...],

@@ -144,11 +144,27 @@ def weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
         ins = module.by_name.get(name)
         if k is not None or ins is None or not ins.operands:
             return k
+        part = _combined_gather_part(module, ins)
+        if part is not None:
+            name = part
+            continue
         if not (ins.opcode in _GATHERS or ins.opcode in KEEPS_ORDER
                 or (ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins))):
             return None
         name = ins.operands[0]
     return None
+
+
+def _combined_gather_part(module: HloModule, ins: HloInstruction) -> str | None:
+    """The operand gathered into one element of a combined all-gather's tuple (XLA's combiner gathers several
+    layers' weights in one, GPU's): the element's number is the operand's."""
+    number = ins.attrs.get("index", "")
+    source = module.by_name.get(ins.operands[0]) if ins.opcode == "get-tuple-element" and number.isdigit() else None
+    if source is not None and source.opcode == "all-gather-done" and source.operands:
+        source = module.by_name.get(source.operands[0])
+    if source is None or source.opcode not in ("all-gather", "all-gather-start") or len(source.operands) < 2:
+        return None
+    return source.operands[int(number)] if int(number) < len(source.operands) else None
 
 
 def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
@@ -163,7 +179,9 @@ def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
             break
         name = callers[0].operands[int(ins.operands[0])]
         ins = module.by_name.get(name)
-    if k is not None or ins is None or ins.opcode != "fusion" or not ins.operands:
+    if k is None and ins is not None and ins.opcode == "fusion-done" and ins.operands:
+        ins = module.by_name.get(ins.operands[0])  # an async fusion (newer XLA's GPU): its start holds the body
+    if k is not None or ins is None or ins.opcode not in ("fusion", "fusion-start") or not ins.operands:
         return k
     body = _fusion_opcodes(module, ins)
     return entry_parameter(module, ins.operands[0], index) if "dynamic-slice" in body and body <= _SLICING else None
