@@ -14,7 +14,7 @@ can tell the consequence from the mistake; operand identity only.
 from __future__ import annotations
 
 from ..models.report import Collective
-from .collective_origin import OriginIndex, origin_index
+from .value_origin import OriginIndex, origin_index
 from .collective_parameter import _matmuls_in, _outer_operand
 from .module import HloModule
 from .value_origin import KEEPS_ORDER, weight_parameter
