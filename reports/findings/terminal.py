@@ -190,17 +190,18 @@ def _io(t: TargetReport, width: int) -> Table:
 _MAX_OPS = 6
 
 
-# The body's text starts after its 4-column indent and its widest label ("param:") and the gap.
-_BODY_INDENT = 4 + len("param:") + 2
-
-
 def render_finding(f: Finding, width: int | None = None) -> Group:
     """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
     hanging indent so a long message or fix reads as one block. With the console's ``width``, the
     parts break only between words and pytree keys (a path longer than a line breaks before a
     ``['key']``, not inside ``'kernel'``); rich folds only a piece longer than a whole line."""
+    # The body's text starts after its 4-column indent, its widest label and a one-column gap.
+    labels = ["param:" if f.parameter else "", "fix:" if f.fix else "", "why:" if f.provenance else "",
+              "ops:" if len(f.ops) > 1 else ""]
+    text_width = (width - 4 - max(len(label) for label in labels) - 1) if width is not None else 0
+
     def broken(text: str) -> str:
-        return wrap_words(text, width - _BODY_INDENT) if width is not None and width > 2 * _BODY_INDENT else text
+        return wrap_words(text, text_width) if text_width >= 20 else text
 
     where = shown(where_text(f.source, f.via), style="bold")
     if f.count > 1:
