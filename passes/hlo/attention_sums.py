@@ -14,10 +14,9 @@ can tell the consequence from the mistake; operand identity only.
 from __future__ import annotations
 
 from ..models.report import Collective
-from .value_origin import OriginIndex, origin_index
 from .collective_parameter import _matmuls_in, _outer_operand
 from .module import HloModule
-from .value_origin import KEEPS_ORDER, weight_parameter
+from .value_origin import KEEPS_ORDER, OriginIndex, origin_index, weight_parameter
 
 _REDUCTIONS = frozenset({"all-reduce", "all-reduce-done", "reduce-scatter"})
 # Ops a value is not traced back through: the program's inputs, loops, and the other collectives.
