@@ -23,23 +23,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
-from ....passes.pipelines.entry import changed_roundtrips, state_roundtrips
-from ....passes.pipelines.lint import LINT
 from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
+from ....passes.pipelines.entry import changed_roundtrips, state_roundtrips
+from ....passes.pipelines.lint import LINT
 from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_resolution
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.advice.moves import NAME as NAME_MOVE
 from ...backend.advice.moves import best_move, single_moves
-from ...backend.parameter_moves import mirrors
 from ...backend.advice.problem import SuggestTarget, refine
 from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
 from ...backend.device_selection import platform_label
 from ...backend.fix_verdicts import _cost_text, measured_check, rematerializations, traffic_bytes
 from ...backend.out_shardings import suggest_for
+from ...backend.parameter_moves import mirrors
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings

@@ -16,7 +16,6 @@ import re
 import jax
 import pytest
 from hlo_oracle import collectives_per_step, xla_peak
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
