@@ -57,3 +57,9 @@ def test_suggested_in_and_out_shardings_paste_lower_and_compile_on_unsharded_inp
     compiled = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings, **options).lower(*bare).compile()
 
     assert_compiled_shardings_are_suggested(compiled, target, mesh)
+    # And every state leaf comes back on the sharding it is taken on (issue #46): step 2 of a loop accepts what
+    # step 1 returned. Matching the report alone did not say so: its results were the shardings XLA propagated.
+    state = jax.tree.leaves(args[:2])
+    for x, got_in, got_out in zip(state, jax.tree.leaves(compiled.input_shardings[0][:2]),
+                                  jax.tree.leaves(compiled.output_shardings[:2]), strict=True):
+        assert got_out.is_equivalent_to(got_in, len(x.shape)), (x.shape, got_in, got_out)

@@ -26,6 +26,8 @@ from ....passes.common.byte_sizes import format_bytes
 from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
+from ....passes.pipelines.entry import changed_roundtrips, state_roundtrips
+from ....passes.pipelines.lint import LINT
 from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_resolution
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
@@ -37,6 +39,7 @@ from ...backend.advice.verdict import VersionText, advised_version, verdict, wit
 from ...backend.device_selection import platform_label
 from ...backend.fix_verdicts import _cost_text, measured_check, rematerializations, traffic_bytes
 from ...backend.out_shardings import suggest_for
+from ...backend.parameter_moves import mirrors
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
@@ -87,15 +90,37 @@ def _version_texts(t: SuggestTarget, wanted: list) -> list[VersionText]:
 
 
 def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any,
-                    remats: frozenset[str]) -> Version:
+                    remats: frozenset[str], changed: Pins) -> Version:
     """The single move described with lint's fix check of the same change against the written program
     (``fix_verdicts.measured_check``: one program, one measure, the same figures in both; ``remats``: the
-    written program's rematerializations)."""
+    written program's rematerializations; ``changed``: the arguments the move changes). What moves with the
+    argument is said only where there is some: an input batch has no optimizer state and does not come back."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
         return move
     check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig, remats)
-    return move.model_copy(update={"description": f"{move.description}, its optimizer state with it and returned "
-                                   f"in that layout (as lint checks it: {_cost_text(check)})"})
+    mirrored = any(j in changed for i in changed for j in mirrors(t.sig.inputs, i))
+    returned = any(rt.input.index in changed for rt in t.state)
+    with_it = (", its optimizer state with it" if mirrored else "") + (
+        (" and" if mirrored else ",") + " returned in that layout" if returned else "")
+    return move.model_copy(update={"description": f"{move.description}{with_it} (as lint checks it: "
+                                   f"{_cost_text(check)})"})
+
+
+def _returning_state(t: SuggestTarget, args: Pins, results: Pins) -> Pins:
+    """``results`` with every state output pinned to its argument's sharding in ``args``: the round trip lint
+    checks (SL201). A version suggest compiles and may print returns the state as it takes it, so pasted with
+    its in_shardings the next step accepts what this one returned (else jit raises "Sharding passed to jit does
+    not match"), and its figures are that program's."""
+    return {**results, **{rt.output.index: args[rt.input.index] for rt in t.state if rt.input.index in args}}
+
+
+def _returns_state_as_taken(t: SuggestTarget, report: Any) -> bool:
+    """Whether the compiled program ``report`` returns every state output on its input's sharding (lint's
+    round-trip rule, ``state_roundtrips``/``changed_roundtrips``, on the compiled shardings)."""
+    if report is None:
+        return False
+    compiled = dataclasses.replace(t.sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
+    return not changed_roundtrips(state_roundtrips(compiled, LINT), LINT)
 
 
 def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
@@ -188,8 +213,8 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
 
     def compile_plans(pins: list[tuple[Pins, Pins]]) -> list[tuple[Version, Any]]:
         say(f"{t.name}: compiling the solver's {len(pins)} plan(s)")
-        return _compile_all(t, [("solver", "the solver's choice", a, r) for a, r in pins], settings, devices,
-                            where, request.spread)
+        return _compile_all(t, [("solver", "the solver's choice", a, _returning_state(t, a, r)) for a, r in pins],
+                            settings, devices, where, request.spread)
 
     return within_budget(settings.budget_bytes, [x.path for x in t.sig.inputs], solve_under, compile_plans,
                          MAX_ROUNDS)
@@ -229,7 +254,11 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
     as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
     moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
-    wanted_moves = [(NAME_MOVE, m.description, m.moved, m.results) for m in moves]
+    # A move pins what it changes, and every state argument (as written: the same program) so that each
+    # comes back on its own sharding.
+    state_args = {rt.input.index for rt in t.state}
+    wanted_moves = [(NAME_MOVE, m.description, {**{i: m.pins[i] for i in state_args if i in m.pins}, **m.moved},
+                     _returning_state(t, m.pins, m.results)) for m in moves]
     if t.side_by_side is not None:
         # The written program, the baselines and the single moves do not depend on the solve: they compile
         # while it runs.
@@ -239,7 +268,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     solution, solver_version, solver_report = kept.plan.solution, kept.version, kept.report
     arg_pins, res_pins = kept.arg_pins, kept.res_pins
     versions = [solver_version]
-    pins_of = {"solver": (arg_pins, res_pins)}
+    pins_of = {"solver": (arg_pins, _returning_state(t, arg_pins, res_pins))}
     reports = {"solver": solver_report}
     say = request.spread.say or (lambda _msg: None)
     if t.side_by_side is None:  # else they were started beside the solve, and said so
@@ -260,10 +289,14 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         if moved is not None:
             move, version, report = moved
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
-                                      reports["written"], remats)
+                                      reports["written"], remats, move.moved)
             versions.append(_with_model(version, move.pins, problem, request))
-            pins_of[NAME_MOVE], reports[NAME_MOVE] = (move.pins, move.results), report
-    best = advised_version(versions, resolution)
+            pins_of[NAME_MOVE] = (move.pins, _returning_state(t, move.pins, move.results))
+            reports[NAME_MOVE] = report
+    # The program as written, where it returns some state on another sharding than it takes it, is no layout to
+    # paste with in_shardings: step 2 would be refused. Every other version pins its state's round trips.
+    best = advised_version([v for v in versions if v.name != "written" or _returns_state_as_taken(
+        t, reports.get("written"))], resolution)
     notes = []
     if best is None:
         tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)
@@ -272,7 +305,8 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}
     args = pipeline.chosen_shardings(t.sig.inputs, arg_pins, problem, why)
-    results = pipeline.chosen_shardings(t.sig.outputs, {**compiled_outs, **(pins_of[best.name][1] or {})}, problem, {})
+    results = pipeline.chosen_shardings(
+        t.sig.outputs, _returning_state(t, arg_pins, {**compiled_outs, **(pins_of[best.name][1] or {})}), problem, {})
     text_in, text_out, text_problem = _texts(t, args, results)
     # jit takes no in_shardings with keyword arguments (JAX: "pjit does not support kwargs when in_shardings is
     # specified"): the inputs are placed instead, and jit compiles for the shardings they arrive with.
