@@ -295,12 +295,17 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
             reports[NAME_MOVE] = report
     # The program as written, where it returns some state on another sharding than it takes it, is no layout to
     # paste with in_shardings: step 2 would be refused. Every other version pins its state's round trips.
-    best = advised_version([v for v in versions if v.name != "written" or _returns_state_as_taken(
-        t, reports.get("written"))], resolution)
+    written_round_trips = _returns_state_as_taken(t, reports.get("written"))
+    best = advised_version([v for v in versions if v.name != "written" or written_round_trips], resolution)
     notes = []
     if best is None:
         tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)
-        raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget ({tried})")
+        # Where the written version alone would have been chosen, the budget is not why nothing is.
+        kept_out = not written_round_trips and advised_version(
+            [v for v in versions if v.name == "written"], resolution) is not None
+        left_out = ("; the program as written fits but returns state on another sharding than it takes it "
+                    "(lint's SL201 says which), so it is no layout to paste" if kept_out else "")
+        raise ShardLintInputError(where, f"target {name!r}: no version compiled within the budget ({tried}){left_out}")
     arg_pins = pins_of[best.name][0] or written  # keeping the written shardings: they are the pins
     # Results: the layouts the chosen version compiled to, pinned so the next step gets them.
     compiled_outs = {o.index: o.sharding for o in reports[best.name].outputs if o.sharding is not None}
