@@ -22,6 +22,7 @@ from enum import Enum
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
 from .collective_origin import OriginIndex, origin_index, reads_in
+from .convolution_kernel import KERNEL_POSITION, convolution_contracting, named_convolution
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
 from .value_origin import moved_parameter, moves_data_only
@@ -42,6 +43,9 @@ class ParameterRole(str, Enum):
     partial_sums = "partial-sums"  # the collective adds partial sums of a matmul by this weight
     feeds = "feeds"  # the collective's result is multiplied by this weight
     read = "read"  # a gather or dynamic slice reads this input along a sharded dimension (``contracting``: those)
+    # XLA emitted the collective for the convolution by this kernel (its name stack's: the halo a kernel
+    # split on its window trades, a gather for its backward pass), reaching it through no operand.
+    convolution = "convolution"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ def _outer_operand(module: HloModule, fusion: HloInstruction | None, name: str) 
 
 
 def _contracting(dot: HloInstruction, position: int) -> tuple[int, ...] | None:
+    if dot.opcode == "convolution":
+        return convolution_contracting(dot, position)
     if dot.opcode != "dot":
         return None
     attr = dot.attrs.get("lhs_contracting_dims" if position == 0 else "rhs_contracting_dims")
@@ -95,7 +101,8 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
     for dot in _matmuls_in(module, holder):
         for position, operand in enumerate(dot.operands[:2]):
             outer = _outer_operand(module, fusion, operand)
-            if outer == came_from:
+            # A convolution's weight is its kernel: its input (an image argument) is no weight it serves.
+            if outer == came_from or (dot.opcode == "convolution" and position != KERNEL_POSITION):
                 continue
             k = _weight_parameter(module, outer, index)
             t = inputs.get(k) if k is not None else None
@@ -227,6 +234,10 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
                     producer.opcode == "fusion" and len(producer.operands) == 1 and moves_data_only(module, producer))):
                 break
             producer = module.instruction(producer.operands[0])
+    # The convolution whose name stack the collective carries: its kernel, where no operand reaches it.
+    found = _convolution_kernel(module, ins, inputs, index, sizes)
+    if found is not None:
+        return found
     # The matmul the collective's result feeds (forward pass first: a backward matmul by the
     # same weight names it too).
     passes_on = lambda user: not _matmuls_in(module, user) and (  # noqa: E731
@@ -237,6 +248,23 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
             if found is not None:
                 return found
     return None
+
+
+def _convolution_kernel(module: HloModule, ins: HloInstruction, inputs: dict[int, TensorInfo], index: OriginIndex,
+                        sizes: dict[str, int]) -> CollectiveParameter | None:
+    found = named_convolution(module, ins.op_name, index)
+    k = _weight_parameter(module, found[1], index) if found is not None else None
+    t = inputs.get(k) if k is not None else None
+    if found is None or k is None or t is None:
+        return None
+    kernel = module.instruction(found[0].operands[KERNEL_POSITION])
+    dims = _dims_of(kernel.shape) if kernel is not None else None
+    contracting = convolution_contracting(found[0], KERNEL_POSITION)
+    # The kernel as it is, or gathered whole: its dimensions by position (an HWIO kernel's height and width
+    # are often the same size, which a match by size cannot tell apart).
+    local = tuple(t.shape) if dims == tuple(t.shape) else local_dims(t, sizes)
+    mapped = _weight_dims(t, local, dims, contracting) if dims and contracting else None
+    return CollectiveParameter(k, ParameterRole.convolution, mapped)
 
 
 def sliced_partial_sums(module: HloModule | None, collectives: tuple[Collective, ...]) -> frozenset[str]:

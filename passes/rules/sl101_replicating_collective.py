@@ -121,6 +121,8 @@ def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
         return (f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
                 + (" (off the dimension this op reads along)"
                    if served and served.role in (ParameterRole.operand, ParameterRole.read)
+                   else " (off the dimensions the convolution sums over: its window and input features)"
+                   if served and served.role is ParameterRole.convolution
                    else " (the dimension the matmul contracts, so it multiplies the shards in place)"))
     return ("shard a dimension this op does not read along, or keep the operand sharded with "
             "jax.lax.with_sharding_constraint before the op")
@@ -183,6 +185,8 @@ def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
         return f": it {combines} what each device read of {t.path} {spec} along a sharded dimension"
     if role is ParameterRole.partial_sums and kind == "all-reduce":
         return f": it sums the partial products of the matmul by {t.path} {spec}"
+    if role is ParameterRole.convolution:
+        return f": XLA emits it for the convolution by {t.path} {spec}"
     return f": the matmul by {t.path} {spec} reads it whole"
 
 RULE = define_rule(SL101, Severity.warning, replicating_collective,

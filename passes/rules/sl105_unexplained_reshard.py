@@ -16,6 +16,7 @@ _ROLE = {
     ParameterRole.feeds: "the matmul by that weight reads its result",
     ParameterRole.partial_sums: "it sums the partial products of the matmul by that weight",
     ParameterRole.read: "an op reads that argument along its sharded dimension",
+    ParameterRole.convolution: "XLA emits it for the convolution by that kernel",
 }
 
 
