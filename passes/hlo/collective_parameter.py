@@ -304,12 +304,33 @@ def _cut_per_device(module: HloModule, ins: HloInstruction | None) -> bool:
     for _ in range(4):
         if ins is None:
             return False
-        if any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands):
+        if _reads_partition_id(module, ins):
+            return True
+        # An elementwise function of such a slice (a layer norm's scale of the residual each device cut its
+        # part of): a fusion with an operand of its own element count that is one. A sliced bias is smaller.
+        elements = _elements(ins.shape)
+        if ins.opcode == "fusion" and any(
+                (o := module.instruction(name)) is not None and _elements(o.shape) == elements
+                and _reads_partition_id(module, o) for name in ins.operands):
             return True
         if ins.opcode not in _KEEPS_ORDER | {"bitcast", "reshape"} or not ins.operands:
             return False
         ins = module.instruction(ins.operands[0])
     return False
+
+
+def _reads_partition_id(module: HloModule, ins: HloInstruction) -> bool:
+    return any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands)
+
+
+def _elements(shape: str) -> int | None:
+    dims = _dims_of(shape)
+    if dims is None:
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import FixCandidate, Severity, TensorInfo
+from ..hlo.collective_parameter import CollectiveParameter
+from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
 from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, parameter_of
@@ -15,7 +16,8 @@ PARTIAL_SUM_EXPANSION = RuleOption(
     "all-reduced bytes over the bytes of the matmul operand that could be gathered instead")
 PARTIAL_SUM_MIN_BYTES = RuleOption(
     "partial-sum-min-bytes", 4 * 1024**2, OptionKind.bytes,
-    "smallest all-reduce of partial sums reported")
+    "smallest all-reduce of partial sums reported; for sums the weight's layout alone asks for, the bytes per "
+    "step of all those one change of layout at one line removes")
 
 
 def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
@@ -26,10 +28,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     Reports an all-reduce of a matmul's partial sums (tensor-parallel traffic,
     otherwise not warned about) whose per-device bytes reach
     `partial-sum-expansion` times the gathered size of the matmul's smaller
-    operand, and at least `partial-sum-min-bytes`. Also, at that size, one
-    whose matmul's other operand each device cut from a value it holds whole
-    (the weight alone is sharded on the dimension the matmul contracts, not
-    as the second half of a tensor-parallel pair, whose input arrives split).
+    operand, and at least `partial-sum-min-bytes`. Also one whose matmul's
+    other operand each device cut from a value it holds whole, or scaled
+    such a slice elementwise (the weight alone is sharded on the dimension
+    the matmul contracts, not as the second half of a tensor-parallel pair,
+    whose input arrives split), where the sums one change of layout at one
+    line removes (each layer's query, key and value) add up to
+    `partial-sum-min-bytes` per step.
     Never the row-parallel half of a column/row pair (its input is an elementwise
     function of matmuls whose sharded weights produced the contracted dimension:
     an activation of one, or SwiGLU's gated product of two; and the sum returns to
@@ -68,16 +73,15 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # A weight's gradient (a matmul over the batch, summed over the data axes) has the
     # weight's shape: data-parallel traffic, not an expanding projection.
     weights = {tuple(t.shape) for t in ctx.inputs}
-    sizes = dict(ctx.signature.mesh.axes)
     # A combined all-reduce's values are looked at one by one (each traced to its own matmul and weight):
     # a finding describes the value it is about, with its bytes.
     parts = [(whole, c) for whole in ctx.collectives for c in ctx.collective_parts.get(whole.hlo_name, (whole,))]
+    sliced_totals = _sliced_totals(ctx, [c for _, c in parts], weights)
     for whole, c in parts:
         found = ctx.partial_sum_operands.get(c.hlo_name)
         # The row-parallel half of a column/row pair (Megatron's) sums by design, whatever its size: its
         # collective carries why (hlo/tensor_parallel_pairs.py).
-        if found is None or c.bytes < smallest or c.group_size < 2 or tuple(c.shape) in weights \
-                or c.hlo_name in ctx.row_parallel_sums:
+        if found is None or c.group_size < 2 or tuple(c.shape) in weights or c.hlo_name in ctx.row_parallel_sums:
             continue
         operand, weight_index = found
         weight, served = parameter_of(ctx, c)
@@ -85,16 +89,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
-        if c.bytes < ratio * gathered and not sliced:
+        suggested, moves = _suggestion(ctx, c, weight, served)
+        # A sum the weight's layout alone asks for is one cause with every such sum one change of that layout
+        # at this line removes (each layer's query, key and value): their bytes per step together are measured.
+        if (c.bytes < smallest and not (sliced and sliced_totals.get(_cause(c, weight, suggested), 0) >= smallest)) \
+                or (c.bytes < ratio * gathered and not sliced):
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
-        suggested, moves = None, []
-        if weight is not None and weight.sharding:
-            suggested = moved_off(weight, contracted_dims(weight, served), sizes)
-            if suggested is None:  # no unsharded dimension to take the axes: each way of moving them is compiled
-                moves = contracted_axes_moves(weight, contracted_dims(weight, served), list(c.mesh_axes),
-                                              ctx.signature.mesh)
-                suggested = moves[0] if moves else None
         out.emit(
             f"all-reduce over {axes} adds partial sums of the whole {c.dtype}{c.shape} output of a matmul "
             f"({format_bytes(c.bytes)} per device"
@@ -119,6 +120,43 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             total_bytes=c.bytes * c.count,
             candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
         )
+
+
+def _suggestion(ctx: RuleContext, c: Collective, weight: TensorInfo | None, served: CollectiveParameter | None
+                ) -> tuple[list[list[str]] | None, list[list[list[str]]]]:
+    """The weight's layout with the summed axes off the dimension the matmul contracts, and where no
+    unsharded dimension can take them, each way of moving them (the fix check compiles each)."""
+    if weight is None or not weight.sharding:
+        return None, []
+    dims = contracted_dims(weight, served)
+    suggested = moved_off(weight, dims, dict(ctx.signature.mesh.axes))
+    if suggested is not None:
+        return suggested, []
+    moves = contracted_axes_moves(weight, dims, list(c.mesh_axes), ctx.signature.mesh)
+    return (moves[0] if moves else None), moves
+
+
+def _cause(c: Collective, weight: TensorInfo | None, suggested: list[list[str]] | None) -> tuple[object, ...]:
+    """What one finding stands for once findings are grouped by cause: a line, and one layout change."""
+    return (c.source, c.via, str(weight.sharding if weight is not None else None), str(suggested))
+
+
+def _sliced_totals(ctx: RuleContext, parts: list[Collective], weights: set[tuple[int, ...]]
+                   ) -> dict[tuple[object, ...], int]:
+    """Bytes per step of the sums the weight's layout alone asks for (``sliced_partial_sums``), by cause."""
+    totals: dict[tuple[object, ...], int] = {}
+    for c in parts:
+        found = ctx.partial_sum_operands.get(c.hlo_name)
+        if c.hlo_name not in ctx.sliced_partial_sums or found is None or tuple(c.shape) in weights \
+                or c.hlo_name in ctx.row_parallel_sums:
+            continue
+        weight, served = parameter_of(ctx, c)
+        weight = weight or next((t for t in ctx.inputs if t.index == found[1]), None)
+        if weight is None or not weight.sharding:
+            continue
+        key = _cause(c, weight, _suggestion(ctx, c, weight, served)[0])
+        totals[key] = totals.get(key, 0) + c.bytes * c.count
+    return totals
 
 
 def _unchecked_reason(weight: TensorInfo | None) -> str:

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
 CONV = os.path.join(FIXTURES, "scripts", "sl105_conv_kernel_on_height.py")
+QKV = os.path.join(FIXTURES, "scripts", "sl103_qkv_contracting_layers.py")
 LOW = ("--threshold", "unexplained-reshard-bytes=256KiB", "--threshold", "replicating-collective-bytes=16MiB")
 
 
@@ -56,3 +57,20 @@ def test_convolution_kernel_is_named_at_the_halo_xla_trades(cli, monkeypatch):
     assert "shard params['kernel'] as P(None, None, None, 'model') instead of P('model')" in finding["fix"]
     assert "SL105" in assert_fixes_measured(target, _leading_state(module), {"donate_argnums": (0,)},
                                             module.arguments(P("model", None, None, None)), 1)
+
+
+def test_projections_sharded_on_their_contracting_dim_are_one_finding(cli, monkeypatch):
+    module = script_module(QKV)
+    target = lint_findings(cli, monkeypatch, QKV, ("--target", "contracted"), ())
+    [finding] = [f for f in target["findings"] if f["rule"] == "SL103"]
+    # XLA's forward all-reduces of the three projections' partial sums, one combined all-reduce per layer.
+    text, written = _xla_collectives(module, P("model", None))
+    forward_sums = {name for name, (kind, size, _) in written.items() if kind == "all-reduce"
+                    and size == 3 * 8 * 16 * 2048 * 4
+                    and "transpose(" not in next(line for line in text.splitlines() if f"%{name} = " in line)}
+    assert len(forward_sums) == 2 and set(finding["ops"]) == forward_sums
+    assert finding["count"] == 6
+    assert {p.strip() for p in finding["fix"].split(" as ")[0].removeprefix("shard ").replace(" and", ",")
+            .split(",")} == {"layers[*]['query']", "layers[*]['key']", "layers[*]['value']"}
+    assert "SL103" in assert_fixes_measured(target, _leading_state(module), {"donate_argnums": (0,)},
+                                            module.arguments(P("model", None)), 1)
