@@ -56,19 +56,28 @@ def named_convolution(module: HloModule, op_name: str | None, index: OriginIndex
     stack leaves, a layer called twice, are not told apart by a guess)."""
     if not op_name or not op_name.endswith("conv_general_dilated"):
         return None
-    wanted = forward_name(op_name)
-    found: list[tuple[HloInstruction, str]] = []
+    found = _kernels_by_name(module, index).get(forward_name(op_name), [])
+    return found[0] if len(found) == 1 else None
+
+
+def _kernels_by_name(module: HloModule, index: OriginIndex) -> dict[str, list[tuple[HloInstruction, str]]]:
+    """op_name -> the convolutions with that name whose kernel is an entry parameter, with that kernel
+    operand; built once per module (a convolutional network's every collective asks)."""
+    hit: dict[str, list[tuple[HloInstruction, str]]] | None = module.derived.get("convolution_kernels")
+    if hit is not None:
+        return hit
+    hit = module.derived["convolution_kernels"] = {}
     for comp in module.computations.values():
         for conv in comp.instructions:
-            if conv.opcode != "convolution" or conv.op_name != wanted or len(conv.operands) <= KERNEL_POSITION:
+            if conv.opcode != "convolution" or not conv.op_name or len(conv.operands) <= KERNEL_POSITION:
                 continue
             kernel = conv.operands[KERNEL_POSITION]
             callers = index.fusions_of.get(comp.name, [])
             if len(callers) == 1:
                 kernel = _outer(module, callers[0], kernel)
             if weight_parameter(module, kernel, index) is not None:
-                found.append((conv, kernel))
-    return found[0] if len(found) == 1 else None
+                hit.setdefault(conv.op_name, []).append((conv, kernel))
+    return hit
 
 
 def _outer(module: HloModule, fusion: HloInstruction, name: str) -> str:
