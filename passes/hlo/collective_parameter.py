@@ -22,6 +22,7 @@ from enum import Enum
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
 from .collective_origin import reads_in
+from .convolution_kernel import KERNEL_POSITION, convolution_contracting, named_convolution
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
 from .value_origin import OriginIndex, moved_parameter, moves_data_only, origin_index
@@ -45,6 +46,9 @@ class ParameterRole(str, Enum):
     # The collective gathers the output of a matmul by this weight, split on the gathered axes because the
     # weight's output dimensions are (``contracting``: the dimensions the matmul contracts).
     output = "output"
+    # XLA emitted the collective for the convolution by this kernel (its name stack's: the halo a kernel
+    # split on its window trades, a gather for its backward pass), reaching it through no operand.
+    convolution = "convolution"
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ def _outer_operand(module: HloModule, fusion: HloInstruction | None, name: str) 
 
 
 def _contracting(dot: HloInstruction, position: int) -> tuple[int, ...] | None:
+    if dot.opcode == "convolution":
+        return convolution_contracting(dot, position)
     if dot.opcode != "dot":
         return None
     attr = dot.attrs.get("lhs_contracting_dims" if position == 0 else "rhs_contracting_dims")
@@ -98,7 +104,8 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
     for dot in _matmuls_in(module, holder):
         for position, operand in enumerate(dot.operands[:2]):
             outer = _outer_operand(module, fusion, operand)
-            if outer == came_from:
+            # A convolution's weight is its kernel: its input (an image argument) is no weight it serves.
+            if outer == came_from or (dot.opcode == "convolution" and position != KERNEL_POSITION):
                 continue
             k = _weight_parameter(module, outer, index)
             t = inputs.get(k) if k is not None else None
@@ -230,6 +237,10 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
                     producer.opcode == "fusion" and len(producer.operands) == 1 and moves_data_only(module, producer))):
                 break
             producer = module.instruction(producer.operands[0])
+    # The convolution whose name stack the collective carries: its kernel, where no operand reaches it.
+    found = _convolution_kernel(module, ins, inputs, index, sizes)
+    if found is not None:
+        return found
     # The matmul the collective's result feeds (forward pass first: a backward matmul by the
     # same weight names it too).
     passes_on = lambda user: not _matmuls_in(module, user) and (  # noqa: E731
@@ -290,6 +301,23 @@ def producing_weight(module: HloModule, ins: HloInstruction, inputs: dict[int, T
     return None
 
 
+def _convolution_kernel(module: HloModule, ins: HloInstruction, inputs: dict[int, TensorInfo], index: OriginIndex,
+                        sizes: dict[str, int]) -> CollectiveParameter | None:
+    found = named_convolution(module, ins.op_name, index)
+    k = _weight_parameter(module, found[1], index) if found is not None else None
+    t = inputs.get(k) if k is not None else None
+    if found is None or k is None or t is None:
+        return None
+    kernel = module.instruction(found[0].operands[KERNEL_POSITION])
+    dims = _dims_of(kernel.shape) if kernel is not None else None
+    contracting = convolution_contracting(found[0], KERNEL_POSITION)
+    # The kernel as it is, or gathered whole: its dimensions by position (an HWIO kernel's height and width
+    # are often the same size, which a match by size cannot tell apart).
+    local = tuple(t.shape) if dims == tuple(t.shape) else local_dims(t, sizes)
+    mapped = _weight_dims(t, local, dims, contracting) if dims and contracting else None
+    return CollectiveParameter(k, ParameterRole.convolution, mapped)
+
+
 def sliced_partial_sums(module: HloModule | None, collectives: tuple[Collective, ...]) -> frozenset[str]:
     """The forward all-reduces of a matmul's partial sums whose other operand each device cut from a value
     it holds whole (the op that makes it reads ``partition-id``: a slice at the device's own offset). The
@@ -327,12 +355,33 @@ def _cut_per_device(module: HloModule, ins: HloInstruction | None) -> bool:
     for _ in range(4):
         if ins is None:
             return False
-        if any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands):
+        if _reads_partition_id(module, ins):
+            return True
+        # An elementwise function of such a slice (a layer norm's scale of the residual each device cut its
+        # part of): a fusion with an operand of its own element count that is one. A sliced bias is smaller.
+        elements = _elements(ins.shape)
+        if ins.opcode == "fusion" and any(
+                (o := module.instruction(name)) is not None and _elements(o.shape) == elements
+                and _reads_partition_id(module, o) for name in ins.operands):
             return True
         if ins.opcode not in _KEEPS_ORDER | {"bitcast", "reshape"} or not ins.operands:
             return False
         ins = module.instruction(ins.operands[0])
     return False
+
+
+def _reads_partition_id(module: HloModule, ins: HloInstruction) -> bool:
+    return any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands)
+
+
+def _elements(shape: str) -> int | None:
+    dims = _dims_of(shape)
+    if dims is None:
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],

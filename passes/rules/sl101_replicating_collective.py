@@ -123,6 +123,8 @@ def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
                    if served and served.role in (ParameterRole.operand, ParameterRole.read)
                    else " (the dimension the matmul contracts, so its output is not split and not gathered)"
                    if served and served.role is ParameterRole.output
+                   else " (off the dimensions the convolution sums over: its window and input features)"
+                   if served and served.role is ParameterRole.convolution
                    else " (the dimension the matmul contracts, so it multiplies the shards in place)"))
     return ("shard a dimension this op does not read along, or keep the operand sharded with "
             "jax.lax.with_sharding_constraint before the op")
@@ -187,6 +189,8 @@ def _relation(t: TensorInfo, role: ParameterRole, kind: str) -> str:
         return f": it sums the partial products of the matmul by {t.path} {spec}"
     if role is ParameterRole.output:
         return f": it gathers the output of the matmul by {t.path} {spec}, split as that weight's output features are"
+    if role is ParameterRole.convolution:
+        return f": XLA emits it for the convolution by {t.path} {spec}"
     return f": the matmul by {t.path} {spec} reads it whole"
 
 RULE = define_rule(SL101, Severity.warning, replicating_collective,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..hlo.collective_parameter import CollectiveParameter
 from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
@@ -35,9 +36,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     weight layout asks for, with the same fix, counted together per step (one
     layer's q, k or v projection is small alone, and the fix removes them all).
     Also, at that size, one
-    whose matmul's other operand each device cut from a value it holds whole
-    (the weight alone is sharded on the dimension the matmul contracts, not
-    as the second half of a tensor-parallel pair, whose input arrives split).
+    whose matmul's other operand each device cut from a value it holds whole,
+    or scaled such a slice elementwise (the weight alone is sharded on the
+    dimension the matmul contracts, not as the second half of a
+    tensor-parallel pair, whose input arrives split).
     Never the row-parallel half of a column/row pair (its input is an elementwise
     function of matmuls whose sharded weights produced the contracted dimension:
     an activation of one, or SwiGLU's gated product of two; and the sum returns to
@@ -79,7 +81,6 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # A weight's gradient (a matmul over the batch, summed over the data axes) has the
     # weight's shape: data-parallel traffic, not an expanding projection.
     weights = {tuple(t.shape) for t in ctx.inputs}
-    sizes = dict(ctx.signature.mesh.axes)
     # A combined all-reduce's values are looked at one by one (each traced to its own matmul and weight):
     # a finding describes the value it is about, with its bytes.
     parts = [(whole, c) for whole in ctx.collectives for c in ctx.collective_parts.get(whole.hlo_name, (whole,))]
@@ -96,13 +97,7 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
-        suggested, moves = None, []
-        if weight is not None and weight.sharding:
-            suggested = moved_off(weight, contracted_dims(weight, served), sizes)
-            if suggested is None:  # no unsharded dimension to take the axes: each way of moving them is compiled
-                moves = contracted_axes_moves(weight, contracted_dims(weight, served), list(c.mesh_axes),
-                                              ctx.signature.mesh)
-                suggested = moves[0] if moves else None
+        suggested, moves = _suggestion(ctx, c, weight, served)
         found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, c.bytes))
     found = _expanding(found, ratio)
     # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
@@ -193,6 +188,20 @@ def _emit(out: Emitter, s: _Sum) -> None:
         total_bytes=c.bytes * c.count,
         candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
     )
+
+
+def _suggestion(ctx: RuleContext, c: Collective, weight: TensorInfo | None, served: CollectiveParameter | None
+                ) -> tuple[list[list[str]] | None, list[list[list[str]]]]:
+    """The weight's layout with the summed axes off the dimension the matmul contracts, and where no
+    unsharded dimension can take them, each way of moving them (the fix check compiles each)."""
+    if weight is None or not weight.sharding:
+        return None, []
+    dims = contracted_dims(weight, served)
+    suggested = moved_off(weight, dims, dict(ctx.signature.mesh.axes))
+    if suggested is not None:
+        return suggested, []
+    moves = contracted_axes_moves(weight, dims, list(c.mesh_axes), ctx.signature.mesh)
+    return (moves[0] if moves else None), moves
 
 
 def _unchecked_reason(weight: TensorInfo | None) -> str:

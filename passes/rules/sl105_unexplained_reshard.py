@@ -19,6 +19,7 @@ _ROLE = {
     ParameterRole.partial_sums: "it sums the partial products of the matmul by that weight",
     ParameterRole.read: "an op reads that argument along its sharded dimension",
     ParameterRole.output: "it gathers the output of the matmul by that weight, split as its output features are",
+    ParameterRole.convolution: "XLA emits it for the convolution by that kernel",
 }
 
 
