@@ -93,7 +93,8 @@ def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Versio
     written program's rematerializations)."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
         return move
-    check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig, remats)
+    check = measured_check(move.description, moved,
+                           (written.peak_bytes, written.traffic_bytes, written.collective_bytes), t.sig, remats)
     return move.model_copy(update={"description": f"{move.description}, its optimizer state with it and returned "
                                    f"in that layout (as lint checks it: {_cost_text(check)})"})
 
