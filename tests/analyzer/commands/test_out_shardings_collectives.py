@@ -14,7 +14,7 @@ from scripts import script_module
 SCRIPT = os.path.join(FIXTURES, "scripts", "out_shardings_gather.py")
 
 
-def test_a_gather_out_shardings_asks_for_is_at_the_jit_line_with_the_output_named(cli):
+def test_gathers_out_shardings_ask_for_are_at_the_jit_line_with_each_output_named(cli):
     result = cli("lint", SCRIPT, "--no-fix-check", "--threshold", "replicating-collective-bytes=1MiB",
                  "--format", "json", "--fail-on", "never")
     assert result.code == 0, result.err
@@ -24,14 +24,14 @@ def test_a_gather_out_shardings_asks_for_is_at_the_jit_line_with_the_output_name
 
     compiled = script_module(SCRIPT).shard_lint_targets()["gathered_output"].compile()
     xla = {name: v for name, v in compiled_collectives(compiled.as_text(), 8).items() if v[0] == "all-gather"}
-    [(name, (_, gathered, _))] = xla.items()
-    assert gathered == 64 * 8192 * 4  # the batch shard of the f32[256, 8192] output, whole over 'model'
+    assert len(xla) == 2 and all(b == 64 * 8192 * 4 for _, b, _ in xla.values())  # each output's batch shard
 
     [f] = t["findings"]
-    assert f["rule"] == "SL101" and f["subject"] == name, f
+    assert f["rule"] == "SL101" and sorted(f["ops"]) == sorted(xla) and f["count"] == 2, f
     assert f["source"]["file"].endswith("out_shardings_gather.py") and f["source"]["line"] == jit_line, f["source"]
-    assert f["via"] is None and f["bytes"] == gathered
-    assert f["provenance"] == ["XLA inserts it to return result as P('data'), the layout the jit call's "
-                               "out_shardings states for it (the step computes it sharded over model)"]
-    [c] = t["collectives"]
-    assert c["hlo_name"] == name and c["source"]["line"] == jit_line
+    assert f["via"] is None and f["bytes"] == sum(b for _, b, _ in xla.values())
+    assert sorted(f["provenance"]) == [
+        f"XLA inserts it to return result['{name}'] as P('data'), the layout the jit call's out_shardings states "
+        "for it (the step computes it sharded over model)" for name in ("hidden", "logits")]
+    assert sorted(c["hlo_name"] for c in t["collectives"]) == sorted(xla)
+    assert all(c["source"]["line"] == jit_line for c in t["collectives"])
