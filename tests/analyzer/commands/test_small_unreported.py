@@ -62,6 +62,11 @@ def test_small_outputs_with_no_better_fix_are_a_line_not_a_finding(cli, monkeypa
     assert pin_collectives > 0 and pin_collectives != xla_peak(pinned) - xla_peak(written)
     assert f"(pinning: peak {pin_delta}, collectives {format_signed_bytes(pin_collectives)} per step per device " \
         in note, (note, pin_collectives)
+    # The same figure rewrite prints for the same pin ("collectives / step"), from the same sum.
+    rewritten = cli("rewrite", SCRIPT, "--format", "json")
+    assert rewritten.code == 0, rewritten.err
+    [r] = json.loads(rewritten.out)["targets"]
+    assert r["after"]["collective_bytes"] - r["before"]["collective_bytes"] == pin_collectives
     # A saving of a few KiB reads as one unless the line says what it counts as.
     assert note.endswith("within 0.5% of the step as written: no change)"), note
     # Neither is better by more than the stated tolerance of the peak as written.
