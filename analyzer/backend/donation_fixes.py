@@ -40,8 +40,9 @@ def joint_donation(donor_sets: list[frozenset[int]],
 
 def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Finding]:
     """SL202's findings with one recommendation: the joint donation, where its compile measured it better and
-    no argument's donation alone measured lower (peak, then traffic); otherwise each finding keeps its own
-    donation's outcome, and one whose donation alone is not better says what the joint one measured."""
+    no argument's donation alone measured lower (peak, then traffic), as one finding naming every argument it
+    donates; otherwise each finding keeps its own donation's outcome, and one whose donation alone is not
+    better says what the joint one measured."""
     singles = [f.fix_check for f in findings if f.rule in DONATION_FIXES and f.fix_check is not None]
 
     def score(c: FixCheck) -> tuple[int, int]:
@@ -49,23 +50,13 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
 
     better = [c for c in singles if c.verdict is FixVerdict.better]
     joint_best = joint.verdict is FixVerdict.better and all(score(joint) <= score(c) for c in better)
-    # Each finding the joint donation answers prints it, as one change for them all: a reader adding up two
-    # findings' "peak -36.3 MiB" would count it twice (a new user's T5, issue 46).
     answered = [f for f in findings if f.rule in DONATION_FIXES and f.fix_check is not None]
-    # In the order of the jit's arguments: each single's change names its argument's number.
-    subjects = [f.subject or "" for f in sorted(answered, key=lambda f: [int(n) for n in re.findall(
-        r"\d+", f.fix_check.change if f.fix_check else "")])]
-    together = f" for {', '.join(subjects[:-1])} and {subjects[-1]} together" if len(subjects) > 1 else ""
+    if joint_best and answered:
+        merged = _joint_finding(answered, joint)
+        return [merged if f is answered[0] else f for f in findings if f is answered[0] or f not in answered]
     out = []
     for f in findings:
-        if f.rule not in DONATION_FIXES or f.fix_check is None:
-            out.append(f)
-        elif joint_best:
-            alone = "" if f.fix_check.verdict is FixVerdict.better else (
-                f"; {f.fix_check.change} alone was tried and {_not_offered(f.fix_check)}")
-            out.append(f.model_copy(update={
-                "fix_check": joint, "fix": f"{joint.change} (checked: {_cost_text(joint)}{together}){alone}"}))
-        elif f.fix_check.verdict is not FixVerdict.better:
+        if f.rule in DONATION_FIXES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better:
             joint_text = (f"measured {_cost_text(joint)}, less than another argument's donation alone"
                           if joint.verdict is FixVerdict.better else _not_offered(joint))
             out.append(f.model_copy(update={"fix": f"{f.fix}; {joint.change} was tried too, compiled and "
@@ -73,3 +64,21 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
         else:
             out.append(f)
     return out
+
+
+def _joint_finding(answered: list[Finding], joint: FixCheck) -> Finding:
+    """The findings the joint donation answers as one: one change at one line (the jit call), so one finding
+    (and one SARIF result) naming every argument, with the figure measured once for them all; two findings
+    printing the same "peak -36.3 MiB" read as twice that (a new user's T5 and ViT, issue 46)."""
+    # In the order of the jit's arguments: each single's change names its argument's number.
+    ordered = sorted(answered, key=lambda f: [int(n) for n in re.findall(
+        r"\d+", f.fix_check.change if f.fix_check else "")])
+    subjects = [f.subject or "" for f in ordered]
+    together = f" for {', '.join(subjects[:-1])} and {subjects[-1]} together" if len(subjects) > 1 else ""
+    alone = "".join(f"; {f.fix_check.change} alone was tried and {_not_offered(f.fix_check)}" for f in ordered
+                    if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better)
+    messages = [f.message for f in ordered]
+    message = messages[0] if len(messages) == 1 else f"{'; '.join(messages[:-1])}; and {messages[-1]}"
+    return ordered[0].model_copy(update={
+        "message": message, "fix_check": joint,
+        "fix": f"{joint.change} (checked: {_cost_text(joint)}{together}){alone}"})

@@ -45,10 +45,10 @@ from .donation_fixes import donation_checked, donors_of, joint_donation, one_don
 from .fix_verdicts import (
     _cost_text,
     _not_offered,
+    baseline,
     measured_check,
     pin_not_offered,
     rematerializations,
-    traffic_bytes,
     without_unfixable_small_outputs,
 )
 from .parameter_moves import listed, matcher, moved_text, single_move
@@ -199,7 +199,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
-    base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    base = baseline(before, sig)
     written = rematerializations(before)
     # Keyed by what the candidate changes: the loop below builds its candidates anew from the findings.
     after_of: dict[str, TargetReport | BaseException] = {_key(c): compiled[k] for k, c in enumerate(planned)}
@@ -285,7 +285,7 @@ def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidat
     layout, in the findings' order, as many as the budget the loop has left (no parameter fix ran before)."""
     if any(isinstance(o, BaseException) and not isinstance(o, ShardLintInputError) for o in outcomes):
         return []
-    base = report.memory.peak_bytes if report.memory else 0, traffic_bytes(report, sig)
+    base = baseline(report, sig)
     remats = rematerializations(report)
     if any(measured_check(c.change, o, base, sig, remats).verdict is FixVerdict.better
            for c, o in zip(state, outcomes)):

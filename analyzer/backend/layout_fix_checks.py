@@ -46,7 +46,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
 from .fix_checks import _compiled
-from .fix_verdicts import _cost_text, _not_offered, measured_check, rematerializations, traffic_bytes
+from .fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
 from .parameter_moves import listed, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -363,7 +363,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
         raise before
-    base = (before.memory.peak_bytes if before.memory else 0, traffic_bytes(before, sig))
+    base = baseline(before, sig)
     written = rematerializations(before)
     results: dict[str, TargetReport | BaseException] = dict(zip((e.change for e in ordered_compiled), compiled))
     results.update({change: before for change in already})

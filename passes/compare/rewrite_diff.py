@@ -21,7 +21,7 @@ def program_facts(report: TargetReport) -> ProgramFacts:
         peak_bytes=m.peak_bytes if m else 0, argument_bytes=m.argument_bytes if m else 0,
         output_bytes=m.output_bytes if m else 0, temp_bytes=m.temp_bytes if m else 0,
         alias_bytes=m.alias_bytes if m else 0,
-        collective_bytes=sum(c.bytes * c.count for c in report.collectives),
+        collective_bytes=report.collective_bytes,
         collectives=report.collectives, outputs=report.outputs, time=report.time,
     )
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Collective, TensorInfo, where_text
+from ..models.report import Collective, SourceLocation, TensorInfo, where_text
 from ..source.frames import CodeOwnership
 from .gpu_matmuls import tuple_element_parameters
 from .module import HloInstruction, HloModule
@@ -32,7 +32,8 @@ from .value_origin import (
     parameter_dims,
 )
 
-__all__ = ["collective_origin", "collective_origins", "outputs_depending_on", "outputs_returning", "reads_in"]
+__all__ = ["at_out_shardings", "collective_origin", "collective_origins", "outputs_depending_on", "outputs_returning",
+           "reads_in"]
 
 # How a finding names a source line: where_text, or the CLI's path-relative version.
 Display = Callable[..., str]
@@ -216,3 +217,34 @@ def outputs_returning(module: HloModule, names: Iterable[str]) -> dict[int, list
             else:
                 break
     return found
+
+
+def at_out_shardings(module: HloModule, collectives: Iterable[Collective], outputs: tuple[TensorInfo, ...],
+                     stated: frozenset[int], site: SourceLocation | None) -> tuple[Collective, ...]:
+    """The collectives with each one XLA inserts to return an output on the layout the jit call's
+    out_shardings states for it (its result is that output, moved only by copies: ``outputs_returning``)
+    located at that call (``site``, where SL201 and SL202 put what the jit call's options cause), with a why
+    naming the output and its stated layout. XLA gives such a collective no line of its own: none (jax 0.10),
+    or its operand's (jax 0.12), which is where the value is computed, not why it is moved; so one with no
+    line, or a reshard (no stated sharding inside the step asks for it), is the out_shardings'. Without a
+    call site or a stated output, the collectives as they were."""
+    collectives = tuple(collectives)
+    if site is None or not stated:
+        return collectives
+    candidates = [c.hlo_name for c in collectives if c.source is None or c.intent == "reshard"]
+    by_index = {t.index: t for t in outputs}
+    returned: dict[str, TensorInfo] = {}
+    for k, names in outputs_returning(module, candidates).items():
+        if k in stated and k in by_index:
+            for name in names:
+                returned.setdefault(name, by_index[k])
+    if not returned:
+        return collectives
+    def why(c: Collective, output: TensorInfo) -> str:
+        computed = f" (the step computes it sharded over {', '.join(c.mesh_axes)})" if c.kind == "all-gather" else ""
+        return (f"XLA inserts it to return {output.path} as {pspec_text(output.sharding)}, the layout the jit "
+                f"call's out_shardings states for it{computed}")
+
+    return tuple(c if c.hlo_name not in returned else c.model_copy(update={
+        "source": site, "via": None, "called_from": None, "why": why(c, returned[c.hlo_name])})
+        for c in collectives)

@@ -37,6 +37,10 @@ class FixCheck(_Model):
         description="Per-device bytes per step: the program's collectives plus the state the next step reshards "
                     "on entry (SL201's outputs that come back on another layout).")
     traffic_bytes_after: int | None = None
+    collective_bytes_before: int | None = Field(
+        default=None, description="Per-device bytes of the program's collectives per step (bytes x count): the "
+                                  "traffic without the state resharded on entry, rewrite's 'collectives / step'.")
+    collective_bytes_after: int | None = None
     error: str | None = Field(default=None, description="Why the fixed program did not compile.")
     rematerialized: list[str] = Field(
         default_factory=list, description="What XLA replicates in full with the fix and not as written (SL104's "
@@ -49,6 +53,13 @@ class FixCheck(_Model):
     @property
     def traffic_delta(self) -> int:
         return (self.traffic_bytes_after or 0) - self.traffic_bytes_before
+
+    @property
+    def collective_delta(self) -> int | None:
+        """The change in collective bytes per step, where both were measured."""
+        if self.collective_bytes_before is None or self.collective_bytes_after is None:
+            return None
+        return self.collective_bytes_after - self.collective_bytes_before
 
 
 class StatedLayoutEdit(Enum):

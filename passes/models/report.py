@@ -298,6 +298,12 @@ class TargetReport(Model):
     def cross_host_bytes(self) -> int:
         return sum(c.bytes * c.count for c in self.collectives if c.cross_host)
 
+    @property
+    def collective_bytes(self) -> int:
+        """Per-device bytes of every collective per step (bytes x count, summed): the one figure rewrite's
+        "collectives / step" and lint's fix checks both print."""
+        return sum(c.bytes * c.count for c in self.collectives)
+
 
 class RuleDoc(Model):
     """A rule's documentation, carried in reports so renderers need nothing else."""

@@ -22,7 +22,7 @@ from ..common.device_groups import MeshInfo, axis_scopes
 from ..common.shapes import parse_arrays
 from ..hlo.attention_sums import attention_inputs
 from ..hlo.collective_intent import classify, parameters, partial_sum_operands
-from ..hlo.collective_origin import collective_origins
+from ..hlo.collective_origin import at_out_shardings, collective_origins
 from ..hlo.collective_parameter import collective_parameters, sliced_partial_sums
 from ..hlo.collectives import find_collectives
 from ..hlo.combined_parts import CombinedParts, traced_parts
@@ -172,9 +172,13 @@ def analyze_target(
             time=time,
         )
 
+    # The jit call's line, and the collectives XLA inserts to meet its out_shardings located there.
+    site, collectives = LINT.run("call-site", _call_site_and_its_collectives, module, config, hlo, collectives,
+                                 sig_compiled.outputs, _stated_outputs(sig))
+
     # Rules.
     ctx = LINT.run("rule-facts", _rule_facts, name, module, compiled, config, sig, sig_compiled, sources, hlo,
-                   collectives, memory, roundtrips, combined)
+                   collectives, memory, roundtrips, site, combined)
     findings = LINT.run("rules", run_rules, ctx, config)
     findings = LINT.run("compiled-program-passes", _compiled_program_passes, hlo, findings, outputs, collectives)
     warnings = LINT.run("report-notes", _report_notes, ctx, config)
@@ -221,10 +225,26 @@ def _call_site(module: ir.Module, config: PassConfig) -> SourceLocation | None:
     return call_site(module, name, config.ownership) if name else None
 
 
+def _stated_outputs(sig: EntrySignature) -> frozenset[int]:
+    """The outputs whose layout the jit call states (out_shardings): the module gives them a sharding."""
+    return frozenset(t.index for t in sig.outputs if t.sharding is not None)
+
+
+def _call_site_and_its_collectives(module: ir.Module, config: PassConfig, hlo: HloModule,
+                                   collectives: tuple[Collective, ...], outputs: tuple[TensorInfo, ...],
+                                   stated: frozenset[int]) -> tuple[SourceLocation | None, tuple[Collective, ...]]:
+    """The jit call's line, and the collectives with those XLA inserts to return an output on the layout its
+    out_shardings states located at that line (collective_origin.at_out_shardings): a finding about one is
+    the user's line that asks for it, as SL201's and SL202's are."""
+    site = _call_site(module, config)
+    return site, at_out_shardings(hlo, collectives, outputs, stated, site)
+
+
 def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: PassConfig, sig: EntrySignature,
                 sig_compiled: EntrySignature, sources: EntrySources, hlo: HloModule,
                 collectives: tuple[Collective, ...], memory: MemorySummary | None,
-                roundtrips: tuple[RoundTrip, ...], combined: CombinedParts | None = None) -> RuleContext:
+                roundtrips: tuple[RoundTrip, ...], site: SourceLocation | None,
+                combined: CombinedParts | None = None) -> RuleContext:
     """What the rules read beyond the signature, collectives and memory, and the context they read it in.
     The collectives' facts are also found for each part of a combined reduction, traced alone (``combined``)."""
     inputs, outputs = sig_compiled.inputs, sig_compiled.outputs
@@ -247,8 +267,8 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         constraints=read_constraints(module, config.ownership),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
-        stated_outputs=frozenset(t.index for t in sig.outputs if t.sharding is not None),
-        call_site=LINT.run("call-site", _call_site, module, config),
+        stated_outputs=_stated_outputs(sig),
+        call_site=site,
         aliased_inputs=aliased_parameters(hlo),
     )
 

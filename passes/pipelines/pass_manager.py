@@ -44,7 +44,8 @@ STAGES: dict[str, str] = {
     "row-parallel-sums": "the partial sums of a row-parallel matmul pair marked as intended",
     "combined-parts": "each value of a combined (tuple) all-reduce traced as a collective of its own",
     "step-time": "the step time estimate and each collective's time (with a device model)",
-    "call-site": "the user's line that called the jitted function the module was traced from",
+    "call-site": "the user's line that called the jitted function the module was traced from, and the "
+                 "collectives XLA inserts to meet its out_shardings located there",
     "rule-facts": "what the target rules read beyond the signature, collectives and memory: their context",
     "rules": "the target rules over their context, findings grouped by cause and sorted",
     "compiled-program-passes": "each rule's pass over the compiled program with every finding (its traits')",

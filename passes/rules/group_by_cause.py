@@ -89,7 +89,16 @@ def _merged(group: list[Finding]) -> Finding:
         message += f"; the same holds for {_listed(others)}"
         fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
     update["message"], update["fix"] = message, fix
+    if not parameter and all(len(f.provenance) == 1 for f in group):
+        # Collectives of one line and no argument, each with its own one-line why (the gathers XLA inserts to
+        # return each output on its stated out_shardings: each names its output): every why is said.
+        whys = list(dict.fromkeys(f.provenance[0] for f in sorted(group, key=lambda f: _natural(f.subject or ""))))
+        update["provenance"] = whys[:_WHYS] + ([f"and {len(whys) - _WHYS} more alike"] if len(whys) > _WHYS else [])
     return first.model_copy(update=update)
+
+
+# The whys a group of collectives with no argument says, at most (each its own op's).
+_WHYS = 4
 
 
 def _listed(names: list[str]) -> str:

@@ -88,8 +88,11 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
         constraint = constraint_of(ctx, c) if parameter is None else None
         undone = (f": it gathers back what the with_sharding_constraint at line {constraint.source.line} "
                   f"{pspec_text(constraint.sharding)} shards" if constraint is not None and constraint.source else "")
-        # A gather XLA gave no line (the carry gathered back after its loop) is at the constraint's.
-        source = c.source or (constraint.source if undone and constraint is not None else None)
+        # A gather XLA gave no line (the carry gathered back after its loop) is at the constraint's, and so is
+        # one located at the jit call for the out_shardings it returns an output on (at_out_shardings): the
+        # constraint it undoes is the nearer cause, and its fix the one compiled.
+        placed = c.source is None or c.source == ctx.call_site
+        source = constraint.source if undone and constraint is not None and placed else c.source
         changed = constraint_fix(ctx, c) if undone else None
         out.emit(
             message(ctx, c, peak, parameter, served) + undone + (_idle_text(ctx, c, suggested) if idle else ""),

@@ -9,6 +9,18 @@ from ...passes.models.report import Finding, LintReport, Severity
 
 LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
 INFORMATION_URI = "https://pypi.org/project/jax-shard-lint/"
+# Every uriBaseId a location names, declared in the run's originalUriBaseIds (SARIF 2.1.0 §3.14.14). Neither
+# root is written as a URI: the checkout and the Python environment are wherever the reader has them, and the
+# log stays the same on every machine: each is declared with a description and no uri, as the spec allows
+# where the producer does not state the root.
+SOURCE_ROOT = "%SRCROOT%"
+SITE_PACKAGES = "SITE_PACKAGES"
+URI_BASES = {
+    SOURCE_ROOT: {"description": {"text": "The checkout the linted script is in: first-party files are relative "
+                                          "to it."}},
+    SITE_PACKAGES: {"description": {"text": "The site-packages folder of the Python environment the step ran in: "
+                                            "a library line a finding's call went through is relative to it."}},
+}
 
 
 def _rule(doc, index: int) -> dict:
@@ -42,7 +54,7 @@ def _result(f: Finding, target: str | None, index: dict[str, int], script: str |
         result["relatedLocations"] = [{
             "id": 1, "message": {"text": f"via {f.via}"},
             "physicalLocation": {"artifactLocation": {"uri": quote(f.via.file.replace("\\", "/")),
-                                                      "uriBaseId": "SITE_PACKAGES"},
+                                                      "uriBaseId": SITE_PACKAGES},
                                  "region": {"startLine": max(1, f.via.line)}}}]
     uri = f.source.file if f.source else script
     if uri:
@@ -50,7 +62,7 @@ def _result(f: Finding, target: str | None, index: dict[str, int], script: str |
         # First-party files are relative to the checkout (%SRCROOT%), which is what code
         # scanning annotates; a file outside it can only be named absolutely.
         artifact = ({"uri": "file://" + quote(uri)} if uri.startswith("/")
-                    else {"uri": quote(uri), "uriBaseId": "%SRCROOT%"})
+                    else {"uri": quote(uri), "uriBaseId": SOURCE_ROOT})
         location: dict = {"artifactLocation": artifact}
         if f.source:
             location["region"] = {"startLine": max(1, f.source.line)}
@@ -70,6 +82,7 @@ def render_sarif(report: LintReport) -> str:
                 "name": "jax-shard-lint", "version": report.tool_version, "informationUri": INFORMATION_URI,
                 "rules": [_rule(doc, i) for i, doc in enumerate(report.rules)],
             }},
+            "originalUriBaseIds": URI_BASES,
             "results": results,
             "properties": {"jax_version": report.jax_version, "jaxlib_version": report.jaxlib_version,
                            "command": report.command, "targets": [t.name for t in report.targets]},

@@ -137,6 +137,30 @@ def test_sarif(command):
     assert sarif["runs"][0]["tool"]["driver"]["rules"][0]["id"] == "SL101"
 
 
+def _uri_base_ids(node) -> set[str]:
+    if isinstance(node, dict):
+        found = {node["uriBaseId"]} if isinstance(node.get("uriBaseId"), str) else set()
+        return found.union(*(_uri_base_ids(v) for k, v in node.items() if k != "originalUriBaseIds"))
+    if isinstance(node, list):
+        return set().union(*(_uri_base_ids(v) for v in node))
+    return set()
+
+
+def test_sarif_declares_every_uri_base_id_it_uses():
+    """SARIF 2.1.0 §3.14.14: a uriBaseId a location names is declared in the run's originalUriBaseIds (a
+    library line's SITE_PACKAGES as well as the checkout's %SRCROOT%)."""
+    lint = report("lint")
+    through = lint.targets[0].findings[0].model_copy(update={"via": at(287, "flax/linen/linear.py")})
+    lint = lint.model_copy(update={"targets": [lint.targets[0].model_copy(update={"findings": [through]})]})
+    sarif = json.loads(render_text("lint", "sarif", lint))
+    [run] = sarif["runs"]
+    used = _uri_base_ids(run)
+    assert used == {"%SRCROOT%", "SITE_PACKAGES"}
+    assert used <= set(run["originalUriBaseIds"])
+    related = run["results"][0]["relatedLocations"][0]["physicalLocation"]["artifactLocation"]
+    assert related == {"uri": "flax/linen/linear.py", "uriBaseId": "SITE_PACKAGES"}
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_markdown(command):
     text = render_text(command, "markdown", report(command))

@@ -41,7 +41,7 @@ from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..fix_checks import _compiled, _matcher
-from ..fix_verdicts import _cost_text, _not_offered, measured_check, rematerializations, traffic_bytes
+from ..fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
 from ..parameter_moves import listed, mirrors
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
@@ -263,7 +263,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     except ShardLintInputError:
         return report  # no sharding problem to solve (Shardy rejects the module): the findings stand as checked
     spec = settings.solver_device_spec
-    base = (report.memory.peak_bytes, traffic_bytes(report, sig))
+    base = baseline(report, sig)
     counter = CompileCounter(progress, report.name)
     findings = list(report.findings)
     as_written, _ = measured_version(VersionText("written", "", ""), report, None, settings)

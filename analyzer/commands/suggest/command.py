@@ -97,7 +97,8 @@ def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Versio
     argument is said only where there is some: an input batch has no optimizer state and does not come back."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
         return move
-    check = measured_check(move.description, moved, (written.peak_bytes, written.traffic_bytes), t.sig, remats)
+    check = measured_check(move.description, moved,
+                           (written.peak_bytes, written.traffic_bytes, written.collective_bytes), t.sig, remats)
     mirrored = any(j in changed for i in changed for j in mirrors(t.sig.inputs, i))
     returned = any(rt.input.index in changed for rt in t.state)
     with_it = (", its optimizer state with it" if mirrored else "") + (

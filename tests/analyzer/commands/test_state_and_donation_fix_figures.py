@@ -13,6 +13,9 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
+from jax_shard_lint.passes.models.report import LintReport
+from jax_shard_lint.reports.findings.sarif import render_sarif
+
 SCRIPT = os.path.join("fixtures", "scripts", "state_fix_figures.py")
 
 
@@ -94,12 +97,16 @@ JOINT = os.path.join("fixtures", "scripts", "joint_donation_adam.py")
 
 def test_several_arguments_to_donate_get_one_fix_the_joint_donation_measured_by_xla(cli, checking):
     """SL202 names the parameters and the optimizer state of an Adam step: donating both in one jit is a
-    candidate of its own (XLA's peak with donate_argnums=(0, 1) is lower than with either alone), and both
-    findings print that one fix with XLA's figure for it."""
+    candidate of its own (XLA's peak with donate_argnums=(0, 1) is lower than with either alone), and one
+    finding names both arguments and prints that one fix with XLA's figure for it: one change at one line is
+    one finding in the terminal and JSON, and one result in SARIF (a new user's ViT, issue 46)."""
     result = cli("lint", JOINT, "--format", "json", "--fail-on", "never")
     assert result.code == 0, result.err
-    found = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL202"]
-    assert sorted(f["subject"] for f in found) == ["opt_state", "params"]
+    report = json.loads(result.out)
+    [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL202"]
+    assert f["subject"] == "params"
+    assert f["message"].startswith("argument 0 (params) is not donated"), f["message"]
+    assert "; and argument 1 (opt_state) is not donated" in f["message"], f["message"]
 
     module = script_module(JOINT)
     step = module.shard_lint_targets()["step"]
@@ -109,8 +116,9 @@ def test_several_arguments_to_donate_get_one_fix_the_joint_donation_measured_by_
             for d in [(), (0,), (1,), (0, 1)]}
     assert peak[(0, 1)] < min(peak[(0,)], peak[(1,)]) < peak[()]
     saved = peak[()] - peak[(0, 1)]
-    for f in found:
-        assert f["fix_check"]["peak_bytes_before"] == peak[()]
-        assert f["fix_check"]["peak_bytes_after"] == peak[(0, 1)]
-        assert f["fix"] == f"jax.jit(..., donate_argnums=(0, 1)) (checked: peak -{saved / 2**20:.1f} MiB, " \
-            "traffic ±0 B per step per device for params and opt_state together)"
+    assert f["fix_check"]["peak_bytes_before"] == peak[()]
+    assert f["fix_check"]["peak_bytes_after"] == peak[(0, 1)]
+    assert f["fix"] == f"jax.jit(..., donate_argnums=(0, 1)) (checked: peak -{saved / 2**20:.1f} MiB, " \
+        "traffic ±0 B per step per device for params and opt_state together)"
+    sarif = json.loads(render_sarif(LintReport.model_validate(report)))
+    assert [r["ruleId"] for r in sarif["runs"][0]["results"]].count("SL202") == 1
