@@ -37,25 +37,22 @@ def resolve_run_target(settings: Settings, needed_devices: int = 0,
     global _made_here
     if needed_devices > settings.devices:
         settings = replace(settings, devices=needed_devices)
-    if selection == "none":
-        return _without_device_selection(settings), []
     if selection == "program":
         return _as_run(settings), []
+    if selection == "none":
+        # A library caller's programs, lowered as they are: the target resolved as _select_run_devices
+        # resolves it (a TPU slice from the settings' count), with no devices configured.
+        kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
+        spec = resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
+                            settings.target_config)
+        target = replace(with_devices(spec, settings.devices, settings.topology, kind, None),
+                         config_digest=file_digest(settings.target_config))
+        return replace(settings, target=target), []
     if settings.target is not None and settings.target is _made_here:
         return settings, run_devices.selected()
     settings = _select_run_devices(settings)
     _made_here = settings.target
     return settings, run_devices.selected()
-
-
-def _without_device_selection(settings: Settings) -> Settings:
-    """The settings with a target resolved for programs whose devices the tool does not select (a library
-    caller's, lowered as they are): resolved as _select_run_devices resolves it (a TPU slice from the
-    settings' count), with no devices configured."""
-    kind = jax_adapter.device_kind_summary() if settings.platform == "gpu" else None
-    target = replace(with_devices(_spec(settings), settings.devices, settings.topology, kind, None),
-                     config_digest=file_digest(settings.target_config))
-    return replace(settings, target=target)
 
 
 def _as_run(settings: Settings) -> Settings:
@@ -72,11 +69,6 @@ def _as_run(settings: Settings) -> Settings:
                    budget_source=settings.platform if target.memory_bytes is not None else None)
 
 
-def _spec(settings: Settings) -> ResolvedTarget:
-    return resolve_spec(settings.platform, settings.devices, settings.topology, settings.hosts,
-                        settings.target_config)
-
-
 def _select_run_devices(settings: Settings) -> Settings:
     """Configure JAX and choose the devices this run compiles for; the settings come back
     resolved: their ``target`` (the GPU spec, the TPU slice with its device count and topology, the
@@ -87,7 +79,8 @@ def _select_run_devices(settings: Settings) -> Settings:
     except RuntimeError as e:
         raise ShardLintInputError("--devices", str(e)) from None
     given = settings.target
-    spec = given if given is not None else _spec(settings)
+    spec = given if given is not None else resolve_spec(settings.platform, settings.devices, settings.topology,
+                                                        settings.hosts, settings.target_config)
     if spec.gpu is not None:
         chosen = target_devices(spec.gpu, settings.devices, settings.hosts)
     elif spec.tpu is not None:
