@@ -2,7 +2,7 @@
 child: JAX's devices can be configured once per process, and check, gate, propagate, rewrite and sweep learn
 their device count or platform from their own input). ``resolve_run_target`` is the one function that
 resolves it; the settings it returns carry the frozen target (platforms/resolved_target.py) that everything
-below takes as a parameter, and nothing below resolves it again (tests/test_architecture.py checks that
+below takes as a parameter, and nothing below resolves it again (tests/test_architecture_target.py checks that
 nothing else calls the resolvers)."""
 
 from __future__ import annotations

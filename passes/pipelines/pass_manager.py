@@ -5,7 +5,7 @@
 A failure keeps its type and message (a caller that catches ``ShardyRejected``
 or ``NoFeasibleSharding`` still does); the pass is added as a note
 (``BaseException.add_note``), which the CLI's internal-error line reads back:
-``internal error in pass 'rules' (stage 10 of pipeline lint): TypeError: ...``
+``internal error in pass 'rules' (stage 13 of pipeline lint): TypeError: ...``
 (torch.fx's pass manager names the failing pass the same way).
 
 The schedule is checked when a pipeline is made, not only labelled: a stage's number is its place in the
@@ -118,7 +118,7 @@ class Pipeline:
         return self.stages.index(stage) + 1
 
     def where(self, stage: str) -> str:
-        """``pass 'rules' (stage 10 of pipeline lint)``."""
+        """``pass 'rules' (stage 13 of pipeline lint)``."""
         return f"pass {stage!r} (stage {self.number(stage)} of pipeline {self.name})"
 
     def run(self, stage: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -134,7 +134,7 @@ class Pipeline:
 
 
 def failed_pass(e: BaseException) -> str | None:
-    """The failing pass an exception was noted with (``pass 'rules' (stage 10 of pipeline lint)``), or None."""
+    """The failing pass an exception was noted with (``pass 'rules' (stage 13 of pipeline lint)``), or None."""
     for note in getattr(e, "__notes__", ()):
         if isinstance(note, str) and note.startswith(_NOTE):
             return note[len(_NOTE):]
