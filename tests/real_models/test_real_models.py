@@ -193,7 +193,10 @@ def test_rewrite_does_not_blame_optimizer_state_for_a_gradient_reduction(cli, na
     [t] = json.loads(result.out)["targets"]
     if name == "equinox_mlp":
         assert t["out_shardings"]  # its state outputs were pinned
-    assert not [line for line in t["remaining"] if "opt_state" in line or ".nu" in line or ".mu" in line]
+    # A gather XLA inserts to return a moment on the layout rewrite pinned produces that output (fix22: "XLA
+    # inserts it to return result[1][0].mu..."): it names the output it makes, not a moment it reads.
+    assert not [line for line in t["remaining"] if ("opt_state" in line or ".nu" in line or ".mu" in line)
+                and "XLA inserts it to return result" not in line]
     named = {c["input_path"] for c in t["after"]["collectives"] if c["input_path"]}
     assert not [p for p in named if "opt_state" in p or ".nu" in p or ".mu" in p]
     intents = {c["intent"] for c in t["after"]["collectives"]}
@@ -210,13 +213,19 @@ def test_the_logits_all_reduce_of_a_d_model_sharded_embedding_is_raised(cli, nam
     # config (GPT-2: batch 16, vocab 8192; NNX: batch 32, vocab 4096; data=4, seq 128).
     _needs(SCRIPTS[name])
     script = os.path.join(MODELS, f"{name}.py")
-    found = [f for t in _lint(cli, script, "--set", "embed_on=d_model")["targets"] for f in t["findings"]
-             if f["rule"] == "SL103"]
+    # GPT-2's default layout also shards c_attn and c_fc on their input features (dimension 1 of Flax's
+    # Conv1D kernel, which the matmul contracts): 4 layers' 2 MiB sums, 4x their input, one SL103 of their
+    # own since sums are counted per mistake. The logits finding is the one about the embedding.
+    def embedding_sums(*args):
+        return [f for t in _lint(cli, script, *args)["targets"] for f in t["findings"]
+                if f["rule"] == "SL103" and "embedding" in (f["parameter"] or "")]
+
+    found = embedding_sums("--set", "embed_on=d_model")
     assert len(found) == 1, found
     f = found[0]
     assert logits in f["message"] and weight in f["message"], f["message"]
     assert f["source"]["file"] == f"examples/models/{name}.py" and f["via"]["file"].startswith("flax/")
-    assert not [f for t in _lint(cli, script)["targets"] for f in t["findings"] if f["rule"] == "SL103"]
+    assert not embedding_sums()
 
 
 def test_penzai_llama_sharded_on_its_embedding_axis_raises_the_logits_all_reduce(cli):
