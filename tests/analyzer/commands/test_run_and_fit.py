@@ -120,3 +120,28 @@ def test_fit_line_holds_for_every_probe_it_names(cli, brute_force):
     text = cli("fit", REMAT, "--param", "batch", "--budget", str(budget), "--multiple-of", "4",
                "--range", "4:64", "--set", "layers=2").out
     assert "fitted line (least squares over " in text
+
+
+def test_fit_compiles_each_probe_once_and_nothing_after_them(cli, monkeypatch):
+    """fit's report is read from its probes: the chosen value and its neighbour are probes, so no compile
+    follows the search (no lint of the answer, no second compile of a probed program). Counted at the one
+    place fit hands a program to XLA, with the analysis cache off."""
+    from jax_shard_lint.analyzer.adapter import jax_adapter
+
+    compiled = []
+    real = jax_adapter.compile_lowered
+
+    def counting(lowered, *args, **kwargs):
+        compiled.append(jax_adapter.stablehlo_text(lowered))
+        return real(lowered, *args, **kwargs)
+
+    monkeypatch.setattr(jax_adapter, "compile_lowered", counting)
+    monkeypatch.setattr(jax_adapter, "compile_stablehlo_text",
+                        lambda *a, **k: pytest.fail("fit compiled a program from its text"))
+    result = cli("fit", REMAT, "--param", "batch", "--budget", str(int(1.25 * 2**30)), "--multiple-of", "4",
+                 "--range", "4:64", "--set", "layers=2", "--format", "json", "--no-cache")
+    assert result.code == 0, result.err[-2000:]
+    answer = json.loads(result.out)
+    probed = [p["value"] for p in answer["probes"]]
+    assert len(compiled) == len(probed) == len(set(compiled))
+    assert answer["value"] in probed and answer["next_value"] in probed

@@ -175,3 +175,32 @@ def test_no_highs_call_is_stopped_by_a_clock(monkeypatch):
     assert {name for name, _ in seen} == {"milp", "linprog"}
     assert all("time_limit" not in options for _, options in seen)
     assert [options["node_limit"] for name, options in seen if name == "milp"] == [MIP_NODES]
+
+
+@pytest.mark.parametrize("name, lowered, budget", list(_programs()), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_lp_first_plan_costs_the_milps_optimum(name, lowered, budget, monkeypatch):
+    """Below the ILP's limit the LP relaxation is solved first and the MILP runs only where it is fractional:
+    on every test program the plan it keeps costs what the MILP alone finds (the LP skipped, so scipy's milp
+    solves the same program from scratch), and the certified gap is reported beside it, as above the limit."""
+    from jax_shard_lint.passes.solver import solve as solve_module
+
+    if budget is not None:
+        budget = solve(_problem_of(lowered), "ilp").memory_bytes - 1
+    problem = _problem_of(lowered, budget)
+    first = solve(problem, "ilp")
+    # Integral everywhere but under the binding budget, whose relaxation is fractional: the MILP ran there.
+    assert first.method == ("ilp" if budget is not None else "lp (integral)") and first.certified_gap is not None
+    monkeypatch.setattr(solve_module, "_on_the_optimal_face", lambda *args: None)
+    alone = solve(problem, "ilp")
+    assert alone.method == "ilp" and alone.lp_bound is None
+    assert first.seconds == pytest.approx(alone.seconds, rel=1e-9, abs=1e-15)
+    assert first.lp_bound <= alone.lower_bound * (1 + TOL) + 1e-15
+
+
+def test_a_fractional_relaxation_keeps_the_milps_optimum(monkeypatch):
+    from jax_shard_lint.passes.solver import solve as solve_module
+
+    problem = _frustrated_triangle()
+    first = solve(problem, "ilp")
+    monkeypatch.setattr(solve_module, "_on_the_optimal_face", lambda *args: None)
+    assert first.method == "ilp" and first.seconds == pytest.approx(solve(problem, "ilp").seconds)
