@@ -41,12 +41,19 @@ from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
-from .donation_fixes import donation_checked, donors_of, joint_donation, one_donation_advice
+from .donation_fixes import (
+    donation_after_state_fix,
+    donation_checked,
+    donors_of,
+    joint_donation,
+    one_donation_advice,
+)
 from .fix_verdicts import (
     _cost_text,
     _not_offered,
     baseline,
     measured_check,
+    on_top_of,
     pin_not_offered,
     rematerializations,
     without_unfixable_small_outputs,
@@ -54,7 +61,7 @@ from .fix_verdicts import (
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
-from .state_advice import one_advice_per_value, state_advice
+from .state_advice import better_state_fix, one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -270,11 +277,32 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
         findings = one_advice_per_value(findings, moved)
+        findings = _donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
+                                    else (take, taken), donations, run, sig.input_keys)
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, *pin_not_offered(pinned, notes, findings)]})
     return report.model_copy(update={"findings": findings})
+
+
+def _donation_on_top(findings: list[Finding], state: tuple[_Candidate, FixCheck], donations: dict,
+                     run: Callable[[_Candidate], FixCheck], input_keys: tuple[tuple, ...]) -> list[Finding]:
+    """Where the printed state fix is better and no donation alone was, the donations compiled on top of it and
+    measured against it (donation_fixes.donation_after_state_fix): one more compile, only then."""
+    candidate, check = state
+    if check.verdict is not FixVerdict.better or not donations or any(
+            f.fix_check is not None and f.fix_check.verdict is FixVerdict.better
+            for f in findings if f.rule in DONATION_FIXES):
+        return findings
+    donors = frozenset().union(*(c.donors for c in donations.values()))
+    arguments = sorted({input_keys[i][0] for i in donors})
+    change = f"jax.jit(..., donate_argnums=({', '.join(map(str, arguments))}{',' if len(arguments) == 1 else ''}))"
+    both = run(dataclasses.replace(candidate, change=f"{change} with {candidate.change}",
+                                   donors=candidate.donors | donors))
+    # Measured against the state fix alone: what the donation adds once that fix is made.
+    on_top = on_top_of(check, both)
+    return donation_after_state_fix(findings, on_top, change, candidate.change)
 
 
 def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],

@@ -90,6 +90,20 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
                     rematerialized=new)
 
 
+def on_top_of(first: FixCheck, both: FixCheck) -> FixCheck:
+    """``both`` (a fix compiled together with ``first``) measured against ``first`` alone: what the second
+    change adds once the first is made, judged by the same rule."""
+    verdict = _verdict((first.peak_bytes_after or 0, both.peak_bytes_after or 0),
+                       (first.traffic_bytes_after or 0, both.traffic_bytes_after or 0))
+    if both.verdict is FixVerdict.failed:
+        verdict = FixVerdict.failed
+    elif verdict is FixVerdict.better and both.rematerialized:
+        verdict = FixVerdict.rematerializes
+    return both.model_copy(update={
+        "peak_bytes_before": first.peak_bytes_after, "traffic_bytes_before": first.traffic_bytes_after,
+        "collective_bytes_before": first.collective_bytes_after, "verdict": verdict})
+
+
 def rematerializations(report: TargetReport) -> frozenset[str]:
     """What XLA replicates in full to compile the program (SL104's findings, a fix candidate's too: its
     report keeps them, lint.py's analyze_target)."""

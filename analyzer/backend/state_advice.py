@@ -27,21 +27,30 @@ def one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -
             if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
 
 
-def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
-                  ) -> list[Finding]:
-    """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
+def better_state_fix(pin: FixCheck, take: FixCheck) -> FixCheck:
+    """The state fix the findings recommend (``state_advice``): the better verdict, then the larger gain."""
     rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
             FixVerdict.worse: 4, FixVerdict.failed: 5}
 
     def score(c: FixCheck) -> tuple[int, int]:
         return rank[c.verdict], (c.peak_delta + c.traffic_delta)
 
-    best = min((pin, take), key=score)
+    return min((pin, take), key=score)
+
+
+def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
+                  ) -> list[Finding]:
+    """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
+    best = better_state_fix(pin, take)
     other = take if best is pin else pin
     # Both candidates change every state value that comes back on another layout at once: their figures are
     # for all of them together, printed once (on the first finding they cover), not as one finding's gain.
     together = len({rt.input.index for rt in moved.values()})
-    first: str | None = None
+    # The figures go on one finding, the others name it: an SL203 about a moved value where there is one, as
+    # one_advice_per_value gives its text to the SL201 on the same value (an SL201 holding them would lose them).
+    state = [f for f in findings if f.rule in STATE_RULES
+             and not (f.rule in STATE_ARGUMENT_FIXES and moved.get(f.subject or "") is None)]
+    lead = next((f for f in state if f.rule in STATE_ARGUMENT_FIXES), state[0] if state else None)
     out = []
     for f in findings:
         if f.rule not in STATE_RULES:
@@ -68,14 +77,13 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
                     "(in_shardings=, or place them there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
-        if first is None:
-            first = f.subject or ""
+        if f is lead:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
                     f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
                     f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
                     f"{_cost_text(other)})")
         else:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
-                    f"at once; their figures are on the finding for {first})")
+                    f"at once; their figures are on the finding for {lead.subject if lead else ''})")
         out.append(f.model_copy(update={"fix": text, "fix_check": best}))
     return out

@@ -44,7 +44,9 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
     Fix
     ---
     `jax.jit(train_step, donate_argnums=(0,))` (or `donate_argnames=`), and stop
-    using the old state after the call.
+    using the old state after the call. XLA reuses a donated buffer only for an
+    output on the same layout: where the step returns its state on other layouts
+    and SL201's fix is printed, the donation is checked on top of that fix.
     """
     limit = ctx.option(DONATION_MIN_BYTES)
     candidates = {rt.input.index: rt.output for rt in ctx.roundtrips}
