@@ -102,10 +102,13 @@ def pytest_collection_modifyitems(config, items):
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope == "module" for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    # The modules that hold slow tests (TPU compiles of minutes) go first, each kept whole and in its order:
-    # started last, one of them would keep a worker busy alone at the end of the run.
+    # The modules that hold slow tests (TPU compiles of minutes) go first, each kept whole and in its order, then
+    # the real model libraries' (a model's step compiled with each fix, 15-40 s a test): started last, one of them
+    # would keep a worker busy alone at the end of the run. pytest-xdist then hands out the groups first (largest
+    # first) and the other tests in this order.
     with_slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in with_slow)
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in with_slow,
+                                 not item.nodeid.startswith("tests/real_models/")))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,6 @@ import json
 import os
 
 import jax
-import pytest
 from ci_deps import require
 from conftest import EXAMPLES
 from jax.sharding import NamedSharding
@@ -25,7 +24,6 @@ def _spec(axes: list[list[str]]) -> P:
     return P(*[None if not a else a[0] if len(a) == 1 else tuple(a) for a in axes])
 
 
-@pytest.mark.slow
 def assert_compiled_shardings_are_suggested(compiled, target: dict, mesh) -> None:
     """XLA's input and output shardings of ``compiled`` are the ones suggest's report ``target`` suggests."""
     for got, arg in zip(jax.tree.leaves(compiled.input_shardings[0]), target["arguments"]):
