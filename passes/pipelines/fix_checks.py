@@ -18,7 +18,11 @@ from collections.abc import Callable
 from ..models.report import TargetReport
 from .pass_manager import Pipeline
 
-FIX_CHECKS = Pipeline("fix-checks", ("parameter-fixes", "solver-fixes", "stated-layout-fixes"))
+# Each stage reads the report the one before it left: a finding whose own fix was measured better is not
+# tried again with suggest's layout, nor its stated layout edited.
+FIX_CHECKS = Pipeline("fix-checks", ("parameter-fixes", "solver-fixes", "stated-layout-fixes"), reads={
+    "parameter-fixes": (), "solver-fixes": ("parameter-fixes",), "stated-layout-fixes": ("solver-fixes",),
+})
 
 # A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
 FixStage = Callable[[TargetReport], TargetReport]

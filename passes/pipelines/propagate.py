@@ -37,7 +37,15 @@ __all__ = ["MAX_VALUES", "Propagated"]
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",
     "explain",
-))
+), reads={
+    "entry-signature": (),
+    "compiled-collectives": ("entry-signature",),  # the mesh's axes
+    "propagation": (),
+    "values": ("propagation",),
+    "predictions": ("compiled-collectives", "propagation"),
+    "shardy-agreement": ("propagation",),
+    "explain": ("propagation", "values"),  # the values --explain names, in the reports' values
+})
 
 MAX_VALUES = 200
 
