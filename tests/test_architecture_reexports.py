@@ -28,7 +28,7 @@ REEXPORTS = {
 }
 
 
-def _base(module: str | None, is_package: bool, node: ast.ImportFrom) -> str | None:
+def import_base(module: str | None, is_package: bool, node: ast.ImportFrom) -> str | None:
     """The dotted module (under jax_shard_lint) an import reads from; None outside the package."""
     if node.level and module is not None:
         parts = (module if is_package else module.rpartition(".")[0]).split(".")
@@ -48,7 +48,7 @@ def reexports(sources: dict[str, tuple[str, bool]], importers: list[str]) -> dic
     imported: dict[str, set[str]] = {}
     for name, tree in trees.items():
         imported[name] = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
-                          and _base(name, sources[name][1], node) is not None for a in node.names}
+                          and import_base(name, sources[name][1], node) is not None for a in node.names}
     reads = [(name, sources[name][1], tree) for name, tree in trees.items()]
     for path in importers:
         with open(path, encoding="utf-8") as f:
@@ -56,7 +56,7 @@ def reexports(sources: dict[str, tuple[str, bool]], importers: list[str]) -> dic
     found: dict[str, set[str]] = {}
     for name, is_package, tree in reads:
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ImportFrom) or (base := _base(name, is_package, node)) is None:
+            if not isinstance(node, ast.ImportFrom) or (base := import_base(name, is_package, node)) is None:
                 continue
             for a in node.names:
                 if f"{base}.{a.name}" not in sources and a.name in imported.get(base, ()):

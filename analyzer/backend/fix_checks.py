@@ -34,7 +34,7 @@ from ...passes.pipelines.catalogue import (
     STATE_RULES,
 )
 from ...passes.pipelines.entry import changed_roundtrips, entry_signature, state_roundtrips
-from ...passes.pipelines.lint import LINT
+from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
@@ -113,7 +113,7 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
     """(pin the state outputs to their inputs' layouts, give the inputs the layouts they come back in)."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    moved = changed_roundtrips(state_roundtrips(compiled, LINT), LINT)
+    moved = changed_roundtrips(state_roundtrips(compiled, FIX_CHECKS), FIX_CHECKS)
     if not moved:
         return None, None
     pin = _Candidate("out_shardings pinning every state output to its input's layout",
@@ -147,9 +147,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     worse (or does not compile) reworded to say what it costs instead of being offered.
     ``progress`` is told of each compile, counted ("[2/5] ...")."""
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module, LINT)
+    sig = entry_signature(module, FIX_CHECKS)
     pin, take = _state_candidates(report, sig)
-    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, LINT)}
+    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, FIX_CHECKS)}
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
     donations = {f.subject: c for f in report.findings if f.rule in DONATION_FIXES
@@ -373,7 +373,7 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
     """Output path and input path -> each state value that comes back on another layout."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
     out: dict[str, RoundTrip] = {}
-    for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT):
+    for rt in changed_roundtrips(state_roundtrips(compiled, FIX_CHECKS), FIX_CHECKS):
         out[rt.output.path] = out[rt.input.path] = rt
     return out
 

@@ -16,7 +16,7 @@ from ...passes.pipelines.catalogue import (
     stands_for_a_group_without_own_fix,
 )
 from ...passes.pipelines.entry import changed_roundtrips, state_roundtrips
-from ...passes.pipelines.lint import LINT
+from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ..errors import ShardLintInputError
 
 # Figures within this share of each other are the same (XLA's choices move a few buffers around):
@@ -56,7 +56,8 @@ def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
 def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
     """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    entry = sum(rt.output.per_device_bytes for rt in changed_roundtrips(state_roundtrips(compiled, LINT), LINT))
+    moved = changed_roundtrips(state_roundtrips(compiled, FIX_CHECKS), FIX_CHECKS)
+    entry = sum(rt.output.per_device_bytes for rt in moved)
     return report.collective_bytes + entry
 
 

@@ -35,7 +35,7 @@ from ...passes.models.fix_check import FixVerdict, StatedLayoutEdit
 from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES, layout_edit
 from ...passes.pipelines.entry import entry_signature, state_roundtrips
-from ...passes.pipelines.lint import LINT
+from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.stablehlo_edits import (
     constraints_at,
     constraints_stating,
@@ -151,7 +151,7 @@ def _donation_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     # Otherwise the output pinned to the donated input's sharding.
     # Each donated input the finding stands for (a layer's weight in every layer) pinned back where it
     # comes out: the output that is that input coming back (its pytree path), not any of its shape.
-    returned = {rt.input.index: rt.output for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
+    returned = {rt.input.index: rt.output for rt in state_roundtrips(entry_signature(module, FIX_CHECKS), FIX_CHECKS)}
     by_path = {t.path: t for t in report.inputs}
     pins: dict[int, list[list[str]]] = {}
     donors: set[int] = set()
@@ -186,7 +186,7 @@ def _staged_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     stating = constraints_stating(module, target)
     at_line = [k for k in constraints_at(module, f.source) if k in stating] if f.source is not None else []
     chosen = at_line or (stating if len(stating) == 1 else [])
-    pinned = [o.index for o in entry_signature(module, LINT).outputs
+    pinned = [o.index for o in entry_signature(module, FIX_CHECKS).outputs
               if len(o.shape) == rank and normalized(o.sharding, rank) == normalized(target, rank)]
     steps = [c.sharding for c in f.candidates[:-1]]
     change = f"{f.subject} resharded one axis at a time: " + " then ".join(pspec_text(c.sharding)
@@ -217,7 +217,8 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
     given = next((t for t in report.inputs if t.path == c.value), None)
     if given is None:
         return None
-    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(entry_signature(module, LINT), LINT)}
+    sig = entry_signature(module, FIX_CHECKS)
+    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, FIX_CHECKS)}
     arguments, results = single_move(report.inputs, returned, {given.index: c.sharding})
     by_index = {t.index: t.path for t in report.inputs}
     mirrored = [by_index[i] for i in sorted(arguments) if i != given.index]
@@ -326,7 +327,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     if not any(f.rule in STATED_LAYOUT_FIXES or _undoes_constraint(f) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
-    sig = entry_signature(module, LINT)
+    sig = entry_signature(module, FIX_CHECKS)
     planned: dict[int, list[_Edit]] = {}
     # Each distinct change compiled once: two findings of one constraint (the gather in its loop and the one
     # after it) share its candidates.

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from ...passes.models.entry import EntrySignature
 from ...passes.models.errors import ShardyRejected
 from ...passes.models.propagation import PropagateRun, PropagationReport
+from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.propagate import (
     MAX_VALUES,
+    PROPAGATE,
     CompiledProgram,
     CompileModule,
     Propagated,
@@ -40,22 +42,39 @@ class PropagateRequest:
     all_values: bool = False
 
 
-def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: str) -> CompileModule:
-    """The module compiled for its collectives, or None and why not: a module XLA cannot
-    compile (or too large to make devices for) still propagates."""
+@dataclass(frozen=True)
+class MlirDevices:
+    """The devices a checked-in module states, as the front end made them at the command's start, or None
+    and why not (``not_made``): a module too large to make devices for, or whose devices cannot be made,
+    still propagates."""
+
+    needed: int
+    devices: list | None
+    not_made: str | None = None
+
+
+def _mlir_devices(module, sig: EntrySignature, settings: Settings) -> MlirDevices:
+    needed = devices_needed(module, sig)
+    if needed > MAX_DEVICES:
+        return MlirDevices(needed, None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module")
+    try:
+        _, devices = resolve_run_target(settings, needed)
+    except ShardLintInputError as e:
+        return MlirDevices(needed, None, f"its {needed} devices could not be made: {e.problem}")
+    return MlirDevices(needed, devices)
+
+
+def _compile_mlir(request: PropagateRequest, made: MlirDevices, text: str) -> CompileModule:
+    """The module compiled on the devices made for it, for its collectives, or None and why not: a module XLA
+    cannot compile (or whose devices were not made) still propagates."""
 
     def compile_module(sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
-        needed = devices_needed(module, sig)
-        if needed > MAX_DEVICES:
-            return None, f"it needs {needed} devices, more than the {MAX_DEVICES} made for a module"
-        try:
-            _, devices = resolve_run_target(settings, needed)
-        except ShardLintInputError as e:
-            return None, f"its {needed} devices could not be made: {e.problem}"
+        if made.devices is None:
+            return None, made.not_made
         isolation.phase(request.path, "compiling the module with XLA")
         try:
             program = jax_adapter.compile_stablehlo_text(
-                text, needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=devices,
+                text, made.needed, sig.mesh.axes, sig.mesh.device_ids, with_reports=False, devices=made.devices,
                 optimize_machine_code=False)  # read, never run
         except Exception as e:
             return None, f"XLA could not compile it: {one_line(e)}"
@@ -67,24 +86,29 @@ def _compile_mlir(request: PropagateRequest, settings: Settings, module, text: s
 def propagate_mlir(request: PropagateRequest, settings: Settings) -> list[tuple[PropagationReport, Propagated]]:
     module, text = read_mlir(request.path)
     name = os.path.splitext(os.path.basename(request.path))[0]
-    compile_module = _compile_mlir(request, settings, module, text) if request.compile else None
+    sig = entry_signature(module, PROPAGATE)
+    # The devices the module states, made here, once, as every command makes its target at its start.
+    made = _mlir_devices(module, sig, settings) if request.compile else None
+    compile_module = _compile_mlir(request, made, text) if made is not None else None
 
     def then_propagate(sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
         compiled = compile_module(sig) if compile_module is not None else (None, None)
         isolation.phase(request.path, "propagating shardings (and running Shardy's pipeline to compare)")
         return compiled
 
-    report, propagated, not_compiled = _report(name, module, then_propagate, request, settings, request.path, "")
+    report, propagated, not_compiled = _report(name, module, then_propagate, request, settings, request.path, "",
+                                               sig)
     return [(report.model_copy(update={"not_compiled": not_compiled}), propagated)]
 
 
 def _report(name: str, module, compile_module: CompileModule | None, request: PropagateRequest,
-            settings: Settings, where: str, whose: str) -> tuple[PropagationReport, Propagated, str | None]:
-    """The propagate pipeline over one module; a module Shardy's passes refuse is the user's input, one
-    line naming it (``whose``: the target's, for a script's)."""
+            settings: Settings, where: str, whose: str, entry: EntrySignature | None = None,
+            ) -> tuple[PropagationReport, Propagated, str | None]:
+    """The propagate pipeline over one module (``entry``: its entry signature, when already read); a module
+    Shardy's passes refuse is the user's input, one line naming it (``whose``: the target's, for a script's)."""
     try:
         return propagate_module(name, module, compile_module, ownership=settings.pass_config.ownership,
-                                max_values=None if request.all_values else MAX_VALUES)
+                                max_values=None if request.all_values else MAX_VALUES, entry=entry)
     except ShardyRejected as e:
         raise ShardLintInputError(where, f"{whose}Shardy rejects the module: {e}") from e
 

@@ -14,9 +14,9 @@ can tell the consequence from the mistake; operand identity only.
 from __future__ import annotations
 
 from ..models.report import Collective
-from .collective_parameter import _matmuls_in, _outer_operand
+from .fused_matmuls import matmuls_in, outer_operand, summed_producer
 from .module import HloModule
-from .value_origin import KEEPS_ORDER, OriginIndex, origin_index, weight_parameter
+from .value_origin import OriginIndex, origin_index, weight_parameter
 
 _REDUCTIONS = frozenset({"all-reduce", "all-reduce-done", "reduce-scatter"})
 # Ops a value is not traced back through: the program's inputs, loops, and the other collectives.
@@ -36,17 +36,12 @@ def attention_inputs(module: HloModule | None, collectives: tuple[Collective, ..
         ins = module.instruction(c.hlo_name)
         if c.kind != "all-reduce" or ins is None or not ins.operands or "transpose(" in (ins.op_name or ""):
             continue
-        producer = module.instruction(ins.operands[0])
-        for _ in range(4):  # through the layout ops between the matmul and its all-reduce
-            if producer is None or _matmuls_in(module, producer) or producer.opcode not in KEEPS_ORDER | {
-                    "bitcast", "reshape"} or not producer.operands:
-                break
-            producer = module.instruction(producer.operands[0])
+        producer = summed_producer(module, ins)
         fusion = producer if producer is not None and producer.opcode == "fusion" else None
-        dots = _matmuls_in(module, producer) if producer is not None else []
+        dots = matmuls_in(module, producer) if producer is not None else []
         if len(dots) != 1:
             continue
-        others = [o for o in (_outer_operand(module, fusion, o) for o in dots[0].operands[:2])
+        others = [o for o in (outer_operand(module, fusion, o) for o in dots[0].operands[:2])
                   if weight_parameter(module, o, index) is None]
         found = _reductions_past_attention(module, others, index)
         if found:
@@ -70,9 +65,9 @@ def _reductions_past_attention(module: HloModule, names: list[str], index: Origi
                 found.add(name)
             continue
         fusion = ins if ins.opcode == "fusion" else None
-        dots = _matmuls_in(module, ins)
+        dots = matmuls_in(module, ins)
         if dots:
-            if any(weight_parameter(module, _outer_operand(module, fusion, o), index) is not None
+            if any(weight_parameter(module, outer_operand(module, fusion, o), index) is not None
                    for d in dots for o in d.operands[:2]):
                 continue
             past = True

@@ -21,9 +21,9 @@ from ..source.frames import CodeOwnership
 from .gpu_matmuls import tuple_element_parameters
 from .module import HloInstruction, HloModule
 from .value_origin import (
-    _DIMS,
-    _MAX_STEPS,
-    _SAME_DATA,
+    DIMENSION_NUMBERS,
+    MAX_STEPS,
+    SAME_DATA,
     OriginIndex,
     entry_parameter,
     moved_parameter,
@@ -76,7 +76,7 @@ def reads_in(module: HloModule, producer: HloInstruction, index: OriginIndex,
         if operand is None:
             continue
         if op.opcode == "gather":
-            dims = tuple(int(d) for d in _DIMS.findall(op.attrs.get("start_index_map", "")))
+            dims = tuple(int(d) for d in DIMENSION_NUMBERS.findall(op.attrs.get("start_index_map", "")))
         else:  # dynamic-slice: the dimensions whose start is not a constant
             dims = tuple(d for d, start in enumerate(op.operands[1:])
                          if (s := module.by_name.get(start)) is None or s.opcode != "constant")
@@ -204,13 +204,13 @@ def outputs_returning(module: HloModule, names: Iterable[str]) -> dict[int, list
     found: dict[int, list[str]] = {}
     for k, out in enumerate(outputs):
         ins = module.by_name.get(out)
-        for _ in range(_MAX_STEPS):
+        for _ in range(MAX_STEPS):
             if ins is None:
                 break
             if ins.name in wanted:
                 found.setdefault(k, []).append(ins.name)
                 break
-            if ins.opcode in _SAME_DATA and ins.operands:
+            if ins.opcode in SAME_DATA and ins.operands:
                 ins = module.by_name.get(ins.operands[0])
             elif ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins):
                 ins = module.by_name.get(ins.operands[0])

@@ -23,12 +23,12 @@ from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
 from .collective_origin import reads_in
 from .convolution_kernel import KERNEL_POSITION, convolution_contracting, named_convolution
+from .fused_matmuls import fusion_body, matmuls_in, outer_operand, summed_producer
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
 from .value_origin import OriginIndex, moved_parameter, moves_data_only, origin_index
 from .value_origin import weight_parameter as _weight_parameter
 
-_MATMUL = frozenset({"dot", "convolution"})
 # Ops a gathered value passes through on its way to the matmul that reads it.
 _PASS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element",
                            "all-gather-done", "copy-start", "copy-done", "broadcast", "dynamic-slice", "slice"})
@@ -60,32 +60,6 @@ class CollectiveParameter:
     contracting: tuple[int, ...] | None = None
 
 
-def _fusion_body(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
-    comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
-    return list(comp.instructions) if comp else []
-
-
-def _matmuls_in(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
-    """The op itself when it is a matmul, or the matmuls inside its fusion."""
-    if ins.opcode in _MATMUL:
-        return [ins]
-    if ins.opcode == "fusion":
-        return [i for i in _fusion_body(module, ins) if i.opcode in _MATMUL]
-    return []
-
-
-def _outer_operand(module: HloModule, fusion: HloInstruction | None, name: str) -> str:
-    """A fusion body's parameter as the fusion's operand (the name itself outside a fusion)."""
-    ins = module.instruction(name)
-    if fusion is None or ins is None or ins.opcode != "parameter" or not ins.operands:
-        return name
-    try:
-        k = int(ins.operands[0])
-    except ValueError:
-        return name
-    return fusion.operands[k] if k < len(fusion.operands) else name
-
-
 def _contracting(dot: HloInstruction, position: int) -> tuple[int, ...] | None:
     if dot.opcode == "convolution":
         return convolution_contracting(dot, position)
@@ -101,9 +75,9 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
     parameter, other than the value ``came_from``; the larger one when both are."""
     fusion = holder if holder.opcode == "fusion" else None
     found: list[tuple[int, CollectiveParameter]] = []
-    for dot in _matmuls_in(module, holder):
+    for dot in matmuls_in(module, holder):
         for position, operand in enumerate(dot.operands[:2]):
-            outer = _outer_operand(module, fusion, operand)
+            outer = outer_operand(module, fusion, operand)
             # A convolution's weight is its kernel: its input (an image argument) is no weight it serves.
             if outer == came_from or (dot.opcode == "convolution" and position != KERNEL_POSITION):
                 continue
@@ -129,15 +103,15 @@ def _gathered_contracting(module: HloModule, gather: HloInstruction, t: TensorIn
     # another of the parameter's (a square weight would not tell them apart).
     keeps_order = lambda user: user.opcode in _KEEPS_ORDER or (  # noqa: E731
         user.opcode == "fusion" and len(user.operands) == 1
-        and {i.opcode for i in _fusion_body(module, user)} <= _KEEPS_ORDER | {"parameter"})
+        and {i.opcode for i in fusion_body(module, user)} <= _KEEPS_ORDER | {"parameter"})
     for current, user in _users_breadth_first(gather, users, keeps_order):
         fusion = user if user.opcode == "fusion" else None
-        for dot in _matmuls_in(module, user):
+        for dot in matmuls_in(module, user):
             for position, operand in enumerate(dot.operands[:2]):
                 operand_ins = module.instruction(operand)
                 dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
                 contracting = _contracting(dot, position)
-                if _outer_operand(module, fusion, operand) == current.name and dims and contracting:
+                if outer_operand(module, fusion, operand) == current.name and dims and contracting:
                     return _weight_dims(t, tuple(t.shape), dims, contracting)
     return None
 
@@ -229,7 +203,7 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
         for _ in range(4):
             if producer is None:
                 break
-            if _matmuls_in(module, producer):
+            if matmuls_in(module, producer):
                 return _weight_of(module, producer, None, inputs, index, ParameterRole.partial_sums, sizes)
             # XLA may wrap the matmul's result in a fusion that only converts or re-lays it out (CPU rounds
             # an f32 dot's result through bf16 in one) before the all-reduce.
@@ -243,9 +217,9 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
         return found
     # The matmul the collective's result feeds (forward pass first: a backward matmul by the
     # same weight names it too).
-    passes_on = lambda user: not _matmuls_in(module, user) and (  # noqa: E731
+    passes_on = lambda user: not matmuls_in(module, user) and (  # noqa: E731
         user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1))
-    readers = [found for current, user in _users_breadth_first(ins, users, passes_on) if _matmuls_in(module, user)
+    readers = [found for current, user in _users_breadth_first(ins, users, passes_on) if matmuls_in(module, user)
                for found in [_weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)]
                if found is not None]
     # A gathered value several weights read (a residual stream, read by the q, k and v projections) is not
@@ -278,10 +252,10 @@ def producing_weight(module: HloModule, ins: HloInstruction, inputs: dict[int, T
         if producer is None or producer.opcode in _NOT_THROUGH:
             continue
         fusion = producer if producer.opcode == "fusion" else None
-        dots = _matmuls_in(module, producer)
+        dots = matmuls_in(module, producer)
         for dot in dots:
             for position, operand in enumerate(dot.operands[:2]):
-                k = _weight_parameter(module, _outer_operand(module, fusion, operand), index)
+                k = _weight_parameter(module, outer_operand(module, fusion, operand), index)
                 t = inputs.get(k) if k is not None else None
                 operand_ins = module.instruction(operand)
                 dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
@@ -332,17 +306,12 @@ def sliced_partial_sums(module: HloModule | None, collectives: tuple[Collective,
         ins = module.instruction(c.hlo_name)
         if c.kind != "all-reduce" or c.intent != "activation" or ins is None or not ins.operands:
             continue
-        producer = module.instruction(ins.operands[0])
-        for _ in range(4):  # through the layout ops between the matmul and its all-reduce
-            if producer is None or _matmuls_in(module, producer) or producer.opcode not in _KEEPS_ORDER | {
-                    "bitcast", "reshape"} or not producer.operands:
-                break
-            producer = module.instruction(producer.operands[0])
+        producer = summed_producer(module, ins)
         if producer is None or "transpose(" in (producer.op_name or ""):
             continue
         fusion = producer if producer.opcode == "fusion" else None
-        for dot in _matmuls_in(module, producer):
-            outer = [module.instruction(_outer_operand(module, fusion, o)) for o in dot.operands[:2]]
+        for dot in matmuls_in(module, producer):
+            outer = [module.instruction(outer_operand(module, fusion, o)) for o in dot.operands[:2]]
             weights = [o is not None and _weight_parameter(module, o.name, index) is not None for o in outer]
             if sum(weights) == 1 and any(_cut_per_device(module, o) for o, w in zip(outer, weights) if not w):
                 out.add(c.hlo_name)

@@ -18,20 +18,15 @@ Operand identity only: each step is one instruction or one fusion body looked at
 
 from __future__ import annotations
 
+from .fused_matmuls import MATMUL, fusion_body
 from .module import HloInstruction, HloModule
 
-_MATMUL = frozenset({"dot", "convolution"})
 _CUBLAS_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")
 # Ops between a gemm fusion's parameter and its dot that keep the elements as they are (a weight's way).
 _LAYOUT = frozenset({"bitcast", "reshape", "copy", "convert", "transpose"})
 # Single-input elementwise ops XLA fuses into a gemm as its prologue (an activation before the down projection).
 _PROLOGUE = _LAYOUT | {"tanh", "logistic", "exponential", "negate", "abs", "sqrt", "rsqrt", "sine", "cosine"}
 _MAX_STEPS = 16
-
-
-def _body(module: HloModule, fusion: HloInstruction) -> list[HloInstruction]:
-    comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
-    return list(comp.instructions) if comp is not None else []
 
 
 def is_cublas_call(ins: HloInstruction | None) -> bool:
@@ -47,9 +42,9 @@ def matmul_holder(module: HloModule, ins: HloInstruction | None) -> HloInstructi
     if ins.opcode == "get-tuple-element" and len(ins.operands) == 1 and ins.attrs.get("index") == "0":
         call = module.instruction(ins.operands[0])
         return call if is_cublas_call(call) else None
-    if ins.opcode in _MATMUL or is_cublas_call(ins):
+    if ins.opcode in MATMUL or is_cublas_call(ins):
         return ins
-    if ins.opcode == "fusion" and sum(i.opcode in _MATMUL for i in _body(module, ins)) == 1:
+    if ins.opcode == "fusion" and sum(i.opcode in MATMUL for i in fusion_body(module, ins)) == 1:
         return ins
     return None
 
@@ -84,7 +79,7 @@ def concatenated(module: HloModule, name: str) -> list[str]:
     ins = module.instruction(name)
     if ins is None or ins.opcode != "fusion":
         return [name]
-    body = _body(module, ins)
+    body = fusion_body(module, ins)
     roots = [i for i in body if i.is_root]
     if len(roots) != 1 or roots[0].opcode != "concatenate" or any(
             i.opcode not in ("parameter", "concatenate") for i in body):
@@ -100,13 +95,13 @@ def matmul_operands(module: HloModule, holder: HloInstruction) -> list[tuple[lis
     ``matmul_holder``): each the value or values (weights fused side by side) it reads, and whether only
     layout ops lie between (a weight's way; an activation fused into a gemm's prologue is not). An operand the
     fusion computes otherwise is named as the body's value (whose walk goes on inside the body)."""
-    if holder.opcode in _MATMUL or is_cublas_call(holder):
+    if holder.opcode in MATMUL or is_cublas_call(holder):
         if len(holder.operands) < 2:
             return None
         return [(concatenated(module, o), True) for o in holder.operands[:2]]
     if holder.opcode != "fusion":
         return None
-    dots = [i for i in _body(module, holder) if i.opcode in _MATMUL]
+    dots = [i for i in fusion_body(module, holder) if i.opcode in MATMUL]
     if len(dots) != 1 or len(dots[0].operands) < 2:
         return None
     sides: list[tuple[list[str], bool]] = []
@@ -127,7 +122,7 @@ def split_k_partials(module: HloModule, ins: HloInstruction | None) -> str | Non
     dimension and reduces it), when that operand is a matmul's result; None otherwise."""
     if ins is None or ins.opcode != "fusion" or len(ins.operands) != 1:
         return None
-    body = _body(module, ins)
+    body = fusion_body(module, ins)
     reduces = [i for i in body if i.opcode == "reduce"]
     if len(reduces) != 1 or len(reduces[0].attrs.get("dimensions", "").strip("{}").split(",")) != 1 or any(
             i.opcode not in ("parameter", "constant", "reduce", "bitcast") for i in body):
@@ -142,7 +137,7 @@ def tuple_element_parameters(module: HloModule, fusion: HloInstruction, element:
     """The parameters (by number) the ``element``-th output of a multi-output fusion is computed from (XLA's
     GPU compiler fuses the q, k and v slices of one matmul's result into one loop fusion of three outputs);
     None where the fusion's root is no tuple of that many. One walk over the body."""
-    body = {i.name: i for i in _body(module, fusion)}
+    body = {i.name: i for i in fusion_body(module, fusion)}
     roots = [i for i in body.values() if i.is_root]
     if len(roots) != 1 or roots[0].opcode != "tuple" or element >= len(roots[0].operands):
         return None

@@ -44,7 +44,7 @@ from math import prod
 from ..common.shapes import parse_arrays
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
-from .collective_parameter import _matmuls_in, _outer_operand
+from .fused_matmuls import matmuls_in, outer_operand
 from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials, tuple_element_parameters
 from .module import HloInstruction, HloModule
 from .pass_direction import pass_op_name
@@ -137,9 +137,9 @@ def _attention_operands(module: HloModule, ins: HloInstruction, index: OriginInd
             return None
         return [o for o in call.operands[:2] if not _is_constant_value(module, o)] or None
     fusion = ins if ins.opcode == "fusion" else None
-    dots = _matmuls_in(module, ins)
+    dots = matmuls_in(module, ins)
     if dots:
-        if len(dots) != 1 or any(weight_parameter(module, _outer_operand(module, fusion, o), index) is not None
+        if len(dots) != 1 or any(weight_parameter(module, outer_operand(module, fusion, o), index) is not None
                                  for o in dots[0].operands[:2]):
             return None
     elif ins.opcode == "fusion":
@@ -169,7 +169,7 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction, out: int | Non
         return list(ins.operands)
     if ins.opcode in _BINARY | _SELECTS and len(ins.operands) >= 2:
         return [o for o in ins.operands if not _is_constant_value(module, o)]
-    if ins.opcode != "fusion" or not ins.operands or _matmuls_in(module, ins):
+    if ins.opcode != "fusion" or not ins.operands or matmuls_in(module, ins):
         return None
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
     if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions):
@@ -219,7 +219,7 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
         if ins is None or len(seen) > _MAX_VALUES:
             return None
         holder = matmul_holder(module, ins)
-        if holder is not None or _matmuls_in(module, ins):
+        if holder is not None or matmuls_in(module, ins):
             half = _weights_and_other(module, holder, inputs, index, axes)
             if half is not None:
                 halves.extend((weight, half[1]) for weight in half[0])
@@ -268,7 +268,7 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
             if partials is not None:
                 producer = module.instruction(partials)
                 continue
-            if producer is None or matmul_holder(module, producer) is not None or _matmuls_in(module, producer) \
+            if producer is None or matmul_holder(module, producer) is not None or matmuls_in(module, producer) \
                     or not producer.operands or not (producer.opcode in _LAYOUT or (
                         producer.opcode == "fusion" and len(producer.operands) == 1
                         and moves_data_only(module, producer))):

@@ -12,7 +12,7 @@ from math import prod
 from .module import HloInstruction, HloModule
 
 # Ops that pass a value through with its elements (layout, type, one layer of a stack).
-_SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",
+SAME_DATA = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "dynamic-slice", "slice",
                         "all-gather-done", "copy-done", "copy-start", "bitcast-convert", "slice-start", "slice-done"})
 # Ops that keep a value's elements in their order (a weight on its way from its gather to a matmul).
 KEEPS_ORDER = frozenset({"bitcast", "copy", "convert", "all-gather-done", "copy-start", "copy-done"})
@@ -22,8 +22,8 @@ _RING = frozenset({"collective-permute-start", "collective-permute-done"})
 # What a fusion that slices one layer out of a stack holds: the slice, its index arithmetic, layout ops.
 _SLICING = frozenset({"parameter", "dynamic-slice", "bitcast", "reshape", "copy", "constant", "compare", "select",
                       "add", "subtract", "convert", "broadcast", "clamp", "tuple"})
-_MAX_STEPS = 64
-_DIMS = re.compile(r"\d+")
+MAX_STEPS = 64
+DIMENSION_NUMBERS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
     makes the value's dimension i another of the parameter's; None for a dimension a reshape merges or
     splits."""
     ins = module.by_name.get(name)
-    for _ in range(_MAX_STEPS):
+    for _ in range(MAX_STEPS):
         if ins is None:
             return None
         if ins.opcode == "parameter":
@@ -107,7 +107,7 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
         elif ins.opcode == "custom-call" and ins.attrs.get("custom_call_target") == '"ConcatBitcast"' and len(
                 {entry_parameter(module, o, index) for o in ins.operands} - {None}) == 1:
             ins = module.by_name.get(ins.operands[0])  # one value's pieces (TPU slices it to move it) put back
-        elif ins.opcode in _SAME_DATA and ins.operands:
+        elif ins.opcode in SAME_DATA and ins.operands:
             dims = _operand_dims(module, ins, dims)
             ins = module.by_name.get(ins.operands[0])
         elif ins.opcode == "fusion" and len(ins.operands) == 1 and moves_data_only(module, ins):
@@ -139,7 +139,7 @@ def weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
     """The entry parameter a matmul's operand is: through ops that keep its elements (a loop's carried
     tuple too: ``entry_parameter``), one layer a fusion slices out of a stacked argument in a scan's body,
     and an all-gather of either behind the copies XLA wraps it in (a weight gathered FSDP-style)."""
-    for _ in range(_MAX_STEPS):
+    for _ in range(MAX_STEPS):
         k = _layer_parameter(module, name, index)
         ins = module.by_name.get(name)
         if k is not None or ins is None or not ins.operands:
@@ -190,7 +190,7 @@ def _layer_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
 def moved_parameter(module: HloModule, name: str, index: OriginIndex) -> int | None:
     """The input a collective's operand is, whole or one layer of a stack (``weight_parameter``), also where
     it is a step of a collective matmul's ring, which passes on the shard the step before it received."""
-    for _ in range(_MAX_STEPS):
+    for _ in range(MAX_STEPS):
         ring = module.by_name.get(name)
         if ring is None or ring.opcode not in _RING or not ring.operands:
             break
@@ -209,7 +209,7 @@ def _operand_dims(module: HloModule, ins: HloInstruction, dims: tuple[int | None
         return dims
     operand = module.by_name.get(ins.operands[0]) if ins.operands else None
     if ins.opcode == "transpose":  # result dimension i is the operand's dimension permutation[i]
-        permutation = [int(d) for d in _DIMS.findall(ins.attrs.get("dimensions", ""))]
+        permutation = [int(d) for d in DIMENSION_NUMBERS.findall(ins.attrs.get("dimensions", ""))]
         return tuple(permutation[d] if d is not None and d < len(permutation) else None for d in dims)
     if ins.opcode in ("reshape", "bitcast", "bitcast-convert") and operand is not None:
         after, before = _shape_and_order(ins.shape), _shape_and_order(operand.shape)
@@ -226,8 +226,8 @@ def _fused_operand_dims(module: HloModule, fusion: HloInstruction,
     """``dims`` of a data-moving fusion's result as its operand's: back from the body's root to its parameter."""
     comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
     ins = next((i for i in comp.instructions if i.is_root), None) if comp is not None else None
-    for _ in range(_MAX_STEPS):
-        if ins is None or ins.opcode not in _SAME_DATA or not ins.operands:
+    for _ in range(MAX_STEPS):
+        if ins is None or ins.opcode not in SAME_DATA or not ins.operands:
             break
         dims = _operand_dims(module, ins, dims)
         ins = module.by_name.get(ins.operands[0])
@@ -268,5 +268,5 @@ def moves_data_only(module: HloModule, fusion: HloInstruction) -> bool:
     """Whether a fusion only moves or converts its operands' elements (a copy, transpose or convert XLA
     wrapped in a fusion)."""
     comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
-    return comp is not None and all(i.opcode in _SAME_DATA or i.opcode in ("parameter", "tuple")
+    return comp is not None and all(i.opcode in SAME_DATA or i.opcode in ("parameter", "tuple")
                                     for i in comp.instructions)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .report import _VIA, Model, RunHeader, SourceLocation
+from .report import VIA_FIELD, Model, RunHeader, SourceLocation
 
 
 class ProvenanceStep(Model):
@@ -15,7 +15,7 @@ class ProvenanceStep(Model):
     sharding: list[list[str]]
     op: str | None
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
 
 
 class PropagatedValue(Model):
@@ -27,7 +27,7 @@ class PropagatedValue(Model):
     per_device_bytes: int
     op_name: str | None
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
     seed: str | None = Field(description="The stated sharding this value's sharding traces back to.")
     provenance: list[ProvenanceStep] = Field(default_factory=list)
 
@@ -40,7 +40,7 @@ class PredictedCollective(Model):
     value: str
     reason: str
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
     matched_compiled: bool | None = Field(
         description="Whether the compiled program runs a collective of this family at this source line that "
         "moves these bytes (each compiled collective bears out predictions up to its own bytes); null when no "
@@ -69,7 +69,7 @@ class Disagreement(Model):
     value: str
     op_name: str | None
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
     ours: list[list[str]]
     shardy: list[list[str]]
 

@@ -46,7 +46,7 @@ class SourceLocation(Model):
         return f"{self.file}:{self.line}"
 
 
-_VIA = Field(default=None, description="The innermost library frame the op went through (flax, optax, ...), "
+VIA_FIELD = Field(default=None, description="The innermost library frame the op went through (flax, optax, ...), "
              "when that is not the user's own line; set alone when no frame is the user's.")
 
 
@@ -84,7 +84,7 @@ class CollectivePart(Model):
     bytes: int = Field(description="Per-device result bytes of this value.")
     source: SourceLocation | None = Field(description="The user's line that computed (a reduction) or reads (a "
                                           "gather) this value; null where the program has none.")
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
 
 
 class Collective(Model):
@@ -98,7 +98,7 @@ class Collective(Model):
     dtype: str
     op_name: str | None
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
     hlo_name: str
     computation: str
     is_async: bool = False
@@ -148,7 +148,7 @@ class LiveBuffer(Model):
     dtype: str | None
     op_name: str | None
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
 
 
 class MemoryTimelinePoint(Model):
@@ -239,7 +239,7 @@ class Finding(Model):
     severity: Severity
     message: str
     source: SourceLocation | None
-    via: SourceLocation | None = _VIA
+    via: SourceLocation | None = VIA_FIELD
     fix: str | None = None
     subject: str | None = Field(default=None, description="What the finding is about: an HLO op, a pytree path.")
     provenance: list[str] = Field(

@@ -23,7 +23,15 @@ from .rule_stage import rule_context, run_rules
 # What the analyzer catches: HLO text, or XLA's memory reports beside it, that do not read.
 __all__ = ["analyze_hlo_only"]
 
-CHECK_HLO = Pipeline("check-hlo", ("hlo-parse", "entry-signature", "collectives", "step-time", "memory", "rules"))
+CHECK_HLO = Pipeline("check-hlo", ("hlo-parse", "entry-signature", "collectives", "step-time", "memory", "rules"),
+                     reads={
+                         "hlo-parse": (),
+                         "entry-signature": ("hlo-parse",),  # the compiled module's parameters and results
+                         "collectives": ("hlo-parse",),
+                         "step-time": ("hlo-parse", "collectives"),
+                         "memory": ("hlo-parse",),
+                         "rules": ("hlo-parse", "entry-signature", "collectives", "step-time", "memory"),
+                     })
 
 
 def _hlo_tensor(index: int, path: str, shape_text: str, sharding_attr: str | None) -> TensorInfo | None:

@@ -1,12 +1,14 @@
 """The fix-check pipeline: ``FIX_CHECKS``'s stages, in the one order lint and check run them over a
-target's report (each fix compiled and measured before it is printed). The analyzer compiles; each stage is
-its callback, the report in and the report with that stage's fixes checked out:
+target's report (each fix compiled and measured before it is printed). The analyzer compiles; each fix stage
+is its callback, the report in and the report with that stage's fixes checked out. The checks read a
+program's entry signature and its state's round trips (the arguments a fix moves, the state outputs a
+candidate returns resharded: suggest's measured versions too) as this pipeline's stages 1 and 2:
 
-1. parameter-fixes: each finding's own fix, a parameter's new sharding (the rules with
+3. parameter-fixes: each finding's own fix, a parameter's new sharding (the rules with
    ``FixKind.parameter``), a missing donation, and the state fixes of the rules ``about_state``;
-2. solver-fixes: suggest's layout for the arguments of a finding whose own fix was not measured better
+4. solver-fixes: suggest's layout for the arguments of a finding whose own fix was not measured better
    (the rules with ``argument_layout``);
-3. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``).
+5. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``).
 
 Each stage reads and rewrites only the findings of its rules, so the order is the one the
 reports are written in, never a choice of the command."""
@@ -18,7 +20,15 @@ from collections.abc import Callable
 from ..models.report import TargetReport
 from .pass_manager import Pipeline
 
-FIX_CHECKS = Pipeline("fix-checks", ("parameter-fixes", "solver-fixes", "stated-layout-fixes"))
+# Each fix stage reads the report the one before it left: a finding whose own fix was measured better is not
+# tried again with suggest's layout, nor its stated layout edited.
+FIX_CHECKS = Pipeline("fix-checks", (
+    "entry-signature", "state-roundtrips", "parameter-fixes", "solver-fixes", "stated-layout-fixes",
+), reads={
+    "entry-signature": (), "state-roundtrips": ("entry-signature",),
+    "parameter-fixes": ("entry-signature", "state-roundtrips"), "solver-fixes": ("parameter-fixes",),
+    "stated-layout-fixes": ("entry-signature", "state-roundtrips", "solver-fixes"),
+})
 
 # A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
 FixStage = Callable[[TargetReport], TargetReport]

@@ -14,7 +14,9 @@ from ..models.gate import Baseline, BaselineTarget, GateResult, GateThresholds
 from ..models.report import TargetReport
 from .pass_manager import Pipeline
 
-GATE = Pipeline("gate", ("summarize", "compare", "compiler-change"))
+# compiler-change reads the two baselines' compiler releases, which the analyzer records beside the figures.
+GATE = Pipeline("gate", ("summarize", "compare", "compiler-change"),
+                reads={"summarize": (), "compare": ("summarize",), "compiler-change": ()})
 
 
 def summarize(report: TargetReport) -> BaselineTarget:

@@ -83,8 +83,32 @@ LINT = Pipeline("lint", (
     "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
     "collective-origin", "row-parallel-sums", "combined-parts", "step-time", "call-site", "rule-facts", "rules",
     "compiled-program-passes", "report-notes", "out-shardings", "provenance",
-))
-LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"))
+), reads={
+    "entry-signature": (),
+    "hlo-parse": (),
+    "collectives": ("entry-signature", "hlo-parse"),  # the mesh's axes
+    "memory": ("hlo-parse",),
+    "state-roundtrips": ("entry-signature",),
+    # Each pass over the collectives reads the one before it's: intent, origin, pairs, parts, times, site.
+    "collective-intent": ("entry-signature", "hlo-parse", "collectives", "state-roundtrips"),
+    "collective-origin": ("entry-signature", "hlo-parse", "collective-intent"),
+    "row-parallel-sums": ("entry-signature", "hlo-parse", "state-roundtrips", "collective-origin"),
+    "combined-parts": ("entry-signature", "hlo-parse", "state-roundtrips", "row-parallel-sums"),
+    "step-time": ("hlo-parse", "combined-parts"),
+    "call-site": ("entry-signature", "hlo-parse", "step-time"),
+    "rule-facts": ("entry-signature", "hlo-parse", "memory", "state-roundtrips", "combined-parts", "call-site"),
+    # Without the rules' context (a fix candidate's check), SL104's own, from the collectives timed.
+    "rules": ("entry-signature", "hlo-parse", "memory", "state-roundtrips", "step-time", "rule-facts"),
+    "compiled-program-passes": ("entry-signature", "hlo-parse", "call-site", "rules"),
+    "report-notes": ("rule-facts",),
+    "out-shardings": ("entry-signature", "state-roundtrips"),
+    "provenance": ("entry-signature", "memory", "step-time", "call-site", "rule-facts", "compiled-program-passes",
+                   "report-notes", "out-shardings"),
+})
+LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"), reads={
+    "entry-signature": (), "refusal": (), "state-roundtrips": ("entry-signature",),
+    "rules": ("entry-signature", "refusal", "state-roundtrips"),
+})
 
 # The rules that read Shardy's propagation of the module (their traits say so): it runs when one is on.
 _READ_SHARDY_PROPAGATION = codes_where(lambda t: t.reads_shardy_propagation)

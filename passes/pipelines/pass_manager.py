@@ -11,14 +11,17 @@ or ``NoFeasibleSharding`` still does); the pass is added as a note
 The schedule is checked when a pipeline is made, not only labelled: a stage's number is its place in the
 pipeline (1, 2, ... in order, so the numbers are consecutive by construction), a name is listed once in a
 pipeline, and every name is one of ``STAGES``, where each is declared once with the pass it means: a name
-two pipelines share (``entry-signature``, ``rules``) is the same pass in both. tests/passes/pipelines
+two pipelines share (``entry-signature``, ``rules``) is the same pass in both. A pipeline declares each stage's
+preconditions (``reads``: the stages whose results it reads), and a stage that would run before one it reads
+is refused: the order is the one the data flows in (tests/passes/pipelines/test_schedule_order.py checks
+that the declarations hold every stage's result the pipeline's code hands to another stage). tests/passes/pipelines
 checks that the stage numbers the pipelines' docstrings give (``Stage 3: ...``) are the stages they run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
@@ -102,6 +105,10 @@ class ScheduleError(ValueError):
 class Pipeline:
     name: str
     stages: tuple[str, ...]
+    # Each stage's preconditions: the stages of this pipeline whose results it reads (a stage's postcondition
+    # is its result, what STAGES says it makes; what a pipeline is handed from outside is no stage's). Each
+    # runs before the stage that reads it: the order is checked against them when the pipeline is made.
+    reads: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -112,6 +119,15 @@ class Pipeline:
         if undeclared := [s for s in self.stages if s not in STAGES]:
             raise ScheduleError(f"pipeline {self.name}: {', '.join(undeclared)} not declared in STAGES (a stage "
                                 "name means one pass in every pipeline)")
+        for stage, read in self.reads.items():
+            if stage not in self.stages:
+                raise ScheduleError(f"pipeline {self.name}: reads of {stage}, which it does not run")
+            for earlier in read:
+                if earlier not in self.stages:
+                    raise ScheduleError(f"pipeline {self.name}: {stage} reads {earlier}, which it does not run")
+                if self.number(earlier) >= self.number(stage):
+                    raise ScheduleError(f"pipeline {self.name}: {stage} (stage {self.number(stage)}) reads "
+                                        f"{earlier}, which runs after it (stage {self.number(earlier)})")
 
     def number(self, stage: str) -> int:
         """The stage's place in the schedule, from 1."""

@@ -37,7 +37,15 @@ __all__ = ["MAX_VALUES", "Propagated"]
 PROPAGATE = Pipeline("propagate", (
     "entry-signature", "compiled-collectives", "propagation", "values", "predictions", "shardy-agreement",
     "explain",
-))
+), reads={
+    "entry-signature": (),
+    "compiled-collectives": ("entry-signature",),  # the mesh's axes
+    "propagation": (),
+    "values": ("propagation",),
+    "predictions": ("compiled-collectives", "propagation"),
+    "shardy-agreement": ("propagation",),
+    "explain": ("propagation", "values"),  # the values --explain names, in the reports' values
+})
 
 MAX_VALUES = 200
 
@@ -119,12 +127,13 @@ CompileModule = Callable[[EntrySignature], tuple[CompiledProgram | None, str | N
 
 
 def propagate_module(name: str, module: ir.Module, compile_module: CompileModule | None,
-                     ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES
-                     ) -> tuple[PropagationReport, Propagated, str | None]:
+                     ownership: CodeOwnership = DEFAULT_OWNERSHIP, max_values: int | None = MAX_VALUES,
+                     entry: EntrySignature | None = None) -> tuple[PropagationReport, Propagated, str | None]:
     """``PROPAGATE``'s stages 1 to 6 in order around the analyzer's compile (None: no compile): the report,
     the propagated graph (for ``--explain``) and why the module was not compiled (None: it was, or was not
-    asked to be)."""
-    sig = entry_signature(module, PROPAGATE)  # 1
+    asked to be). ``entry``: stage 1's entry signature when the analyzer read it first (a checked-in module's
+    device count, made into devices at the command's start)."""
+    sig = entry if entry is not None else entry_signature(module, PROPAGATE)  # 1
     program, not_compiled = compile_module(sig) if compile_module is not None else (None, None)
     compiled = None if program is None else compiled_collectives(  # 2
         program.hlo_text, sig.mesh, program.processes, program.ownership)

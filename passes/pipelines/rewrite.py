@@ -22,8 +22,12 @@ from ..rules.table import codes_where
 from .entry import changed_roundtrips, entry_signature, state_roundtrips
 from .pass_manager import Pipeline
 
+# The figures and collectives compared are the two versions' lint reports, handed in (no stage's result).
 REWRITE = Pipeline("rewrite", ("entry-signature", "state-roundtrips", "program-figures", "collective-changes",
-                               "remaining-costs", "verdict"))
+                               "remaining-costs", "verdict"), reads={
+    "entry-signature": (), "state-roundtrips": ("entry-signature",), "program-figures": (), "collective-changes": (),
+    "remaining-costs": (), "verdict": ("program-figures", "remaining-costs"),
+})
 
 # The rules whose findings are about an output's layout (their traits say so): what pinning outputs fixes.
 _OUTPUT_LAYOUT_RULES = codes_where(lambda t: t.about_output_layout)

@@ -23,7 +23,15 @@ from .pass_manager import Pipeline
 from .rule_stage import sort_findings
 
 RUN_WIDE = Pipeline("run-wide", ("targets", "source-parse", "source-rules", "process-rules", "suppressions",
-                                 "unused-suppressions", "report-rules"))
+                                 "unused-suppressions", "report-rules"), reads={
+    "targets": (),
+    "source-parse": (),
+    "source-rules": ("source-parse",),  # the program's files, followed import by import
+    "process-rules": ("targets",),  # the processes' runs of the same targets
+    "suppressions": ("targets", "source-rules", "process-rules"),  # the findings they silence
+    "unused-suppressions": ("suppressions",),
+    "report-rules": (),
+})
 
 
 def parsed_source(file: str, text: str) -> Parsed:

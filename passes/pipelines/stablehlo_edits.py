@@ -26,7 +26,7 @@ from ..stablehlo.sharding_constraints import (
     read_constraints,
 )
 from .entry import entry_signature
-from .lint import LINT
+from .fix_checks import FIX_CHECKS
 
 # clone, constraint_ops, entry_function and missing_entry are stablehlo/'s and propagation/'s, handed on on
 # purpose: the analyzer may not import those (tests/test_architecture_reexports.py lists them, and why).
@@ -72,12 +72,12 @@ def gathered_axes_off(module: ir.Module, source: SourceLocation, sharding: Spec,
     stated = constraints_at(module, source, sharding)
     if not gathered or not stated or len({k.shape for k in stated}) != 1:
         return [], []
-    return stated, axes_off(stated[0].shape, sharding, gathered, entry_signature(module, LINT).mesh)
+    return stated, axes_off(stated[0].shape, sharding, gathered, entry_signature(module, FIX_CHECKS).mesh)
 
 
 def even_choices(module: ir.Module, ordinals: set[int]) -> dict[int, list[Spec]]:
     """Each of these constraints (their ordinals in walk order) -> the specs whose every dimension divides,
     nearest its stated one first."""
-    mesh = entry_signature(module, LINT).mesh
+    mesh = entry_signature(module, FIX_CHECKS).mesh
     return {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
             for c in read_constraints(module) if c.ordinal in ordinals}

@@ -59,7 +59,20 @@ __all__ = ["ResultNotATensor", "ShardingGraph", "ShardingProblem",
 SUGGEST = Pipeline("suggest", (
     "entry-signature", "sharding-rules", "sharding-graph", "sharding-problem", "solve", "propagation-check",
     "model-cost", "plan-pins", "plan-checks", "budget-round", "chosen-shardings",
-))
+), reads={
+    "entry-signature": (),
+    "sharding-rules": (),
+    "sharding-graph": ("sharding-rules",),
+    "sharding-problem": ("entry-signature", "sharding-rules", "sharding-graph"),
+    "solve": ("sharding-problem",),
+    "propagation-check": ("sharding-graph", "sharding-problem", "solve"),
+    "model-cost": ("sharding-problem", "solve"),
+    "plan-pins": ("sharding-problem", "solve"),
+    # suggest_budget.py: each plan compiled with its pins, checked, and the one kept within the budget.
+    "plan-checks": ("solve", "propagation-check", "model-cost", "plan-pins"),
+    "budget-round": ("solve", "model-cost", "plan-pins"),
+    "chosen-shardings": ("entry-signature", "sharding-problem", "budget-round"),
+})
 
 MAX_SOLVES = 6
 CLOSE = 0.01  # the propagated layout within 1% of the plan: propagation realizes it

@@ -17,7 +17,7 @@ from .pass_manager import Pipeline
 # A candidate's parameter values as the report and the progress lines name them.
 __all__ = ["candidate_from_report", "failed_candidate", "rank", "CompiledSetting", "sweep"]
 
-SWEEP = Pipeline("sweep", ("candidates", "rank"))
+SWEEP = Pipeline("sweep", ("candidates", "rank"), reads={"candidates": (), "rank": ("candidates",)})
 
 
 def candidate_from_report(params: dict[str, Any], report: TargetReport, budget: int | None) -> SweepCandidate:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import re
+import tempfile
 
 from rich.console import Console
 
@@ -41,10 +43,22 @@ def step_time(seconds: float, device: str = "h100") -> StepTime:
 RENDERED_LOG = "JAX_SHARD_LINT_RENDERED_LOG"
 
 
-def _rendered(command: str, fmt: str) -> None:
+# Where each rendered model is kept (pickled with the format and the terminal's options), for
+# test_renderer_coverage.py to find which of its fields each format shows.
+RENDERED_MODELS = "JAX_SHARD_LINT_RENDERED_MODELS"
+
+
+def _rendered(command: str, fmt: str, model=None, extra: dict | None = None) -> None:
     if log := os.environ.get(RENDERED_LOG):
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"{command} {fmt}\n")
+    if model is not None and (folder := os.environ.get(RENDERED_MODELS)):
+        try:
+            kept = pickle.dumps((command, fmt, model, extra or {}))
+        except (pickle.PicklingError, AttributeError, TypeError):
+            return  # a terminal option that is a function: the model is kept by the other renders
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".pkl", delete=False) as f:
+            f.write(kept)
 
 
 def render_cli(cli, command: str, fmt: str, *args: str):
@@ -57,7 +71,7 @@ def render_cli(cli, command: str, fmt: str, *args: str):
 def render_text(command: str, fmt: str, model) -> str:
     """A text format (html, json, sarif, markdown) as the command line writes it."""
     assert fmt in RENDERERS[command], f"{command} has no {fmt} renderer"
-    _rendered(command, fmt)
+    _rendered(command, fmt, model)
     return renderer(command, fmt)(model)
 
 
@@ -65,7 +79,7 @@ def render_terminal(command: str, model, width: int = 250, **extra) -> str:
     """The terminal report, drawn without colour on a console wide enough that no name wraps."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, no_color=True, force_terminal=False, highlight=False)
-    _rendered(command, "terminal")
+    _rendered(command, "terminal", model, {"width": width, **extra})
     renderer(command, "terminal")(model, console, **extra)
     return buffer.getvalue()
 

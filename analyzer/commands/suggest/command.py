@@ -27,7 +27,7 @@ from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
 from ....passes.pipelines.entry import changed_roundtrips, state_roundtrips
-from ....passes.pipelines.lint import LINT
+from ....passes.pipelines.fix_checks import FIX_CHECKS
 from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_resolution
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
@@ -121,7 +121,7 @@ def _returns_state_as_taken(t: SuggestTarget, report: Any) -> bool:
     if report is None:
         return False
     compiled = dataclasses.replace(t.sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))
-    return not changed_roundtrips(state_roundtrips(compiled, LINT), LINT)
+    return not changed_roundtrips(state_roundtrips(compiled, FIX_CHECKS), FIX_CHECKS)
 
 
 def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
