@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.report import Finding, FixCandidate, TensorInfo
-from .parameter_moves import listed, matcher, mirrors
+from .parameter_moves import key_path, listed, matcher, mirrors
 
 
 def pair_attempts(f: Finding, inputs: list[TensorInfo]) -> list[tuple[Finding, list[FixCandidate]]]:
@@ -88,8 +88,18 @@ def pair_change(f: Finding, together: list[FixCandidate], inputs: list[TensorInf
     texts: list[str] = []
     mirrored: list[str] = []
     for names, own, spec in moves:
-        state = [by_index[j] for i in sorted(own) for j in mirrors(inputs, i)
-                 if j in arguments and j not in edits and j not in partners]
+        # Each layer's state named as its weight is, by the layer pattern (the weights' moments: 2 per weight).
+        state = list(dict.fromkeys(
+            _state_pattern(by_index[j], by_index[i], names) for i in sorted(own) for j in mirrors(inputs, i)
+            if j in arguments and j not in edits and j not in partners))
         mirrored += state
         texts.append(", ".join(names) + (f" with {listed(state)}" if state else "") + f" -> {pspec_text(spec)}")
     return " together with ".join(texts), tuple(mirrored)
+
+
+def _state_pattern(state: str, leader: str, names: list[str]) -> str:
+    """``state`` (a moment of ``leader``: the same key path under another argument) with its key path written as
+    the pattern among ``names`` that names ``leader`` (every layer's moment once, ``[*]``)."""
+    name = next((n for n in names if matcher(n).match(leader)), leader)
+    own = key_path(leader)
+    return state[:len(state) - len(own)] + key_path(name) if own and state.endswith(own) else state

@@ -75,6 +75,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     dimension already taken) has the summed axes moved beside the others
     (`P(None, ("model", "data"))`), each alone, or dropped: the finding's
     `candidates`, compiled in order, the first measured better printed.
+    Where the matmul that reads the sum's result multiplies by a weight not
+    sharded on the dimension it contracts (an MLP's down projection on its
+    output features), the fix moves that weight too, onto the dimension it
+    contracts, each with its optimizer state: a tensor-parallel pair, column-
+    then row-parallel (every pair together, then each alone, then the weights
+    alone, the first measured better printed). That weight's backward
+    all-reduces of its whole input gradient are the finding's too.
     """
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
