@@ -113,7 +113,7 @@ def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, in
                     together: list[FixCandidate]) -> _Candidate | None:
     """The finding's move with its partners' (pair_fixes.py), each move's optimizer state named after it, as the
     change text gives each path the layout its move names."""
-    partners = partner_edits(together, inputs)
+    partners = {i: s for i, s in (partner_edits(together, inputs) or {}).items() if i not in edits}
     if not partners:
         return None
     arguments, results = single_move(inputs, returned, {**edits, **partners})
@@ -249,8 +249,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                     for c in [_parameter_candidate(a, inputs, returned, t)] if c is not None]
         if not attempts or budget <= 0:
             continue
-        first, _, candidate = attempts[0]
-        check = run(candidate)
+        first, _, planned_first = attempts[0]
+        check = run(planned_first)
         others = [(o, None) for o in (_other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
             o for o in [_other_dimension(f, inputs, report.mesh)] if o is not None])]
         tried: list[str] = []
@@ -262,15 +262,15 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             second = run(alternative)
             if second.verdict is FixVerdict.better:
                 # A pair's attempts before it are said, as the finding's weights and partners were all tried.
-                before = f"; {check.change} was tried first, compiled and {_not_offered(check)}" \
+                earlier = f"; {check.change} was tried first, compiled and {_not_offered(check)}" \
                     if len(attempts) > 1 else ""
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
-                findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + before + "".join(
+                findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + earlier + "".join(
                     tried if len(attempts) > 1 else [])})
                 break
             tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
         else:
-            findings[k] = _with_check(first, check, (first.fix or "") + _moving(candidate))
+            findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
         findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,

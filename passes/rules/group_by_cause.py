@@ -89,8 +89,8 @@ def _merged(group: list[Finding]) -> Finding:
         message += f"; the same holds for {_listed(others)}"
         fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
     if any(c.together for f in group for c in f.candidates):  # tensor-parallel pairs: each member's partner
-        update["candidates"], named = _merged_pairs(group)
-        for path, name in named.items():
+        update["candidates"], patterned = _merged_pairs(group)
+        for path, name in patterned.items():
             message, fix = message.replace(path, name), fix and fix.replace(path, name)
     update["message"], update["fix"] = message, fix
     if not parameter and all(len(f.provenance) == 1 for f in group):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..hlo.collective_parameter import CollectiveParameter
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
@@ -198,7 +198,7 @@ def _backward_sums(ctx: RuleContext, s: _Sum, parts: list[tuple[Collective, Coll
     out: list[Collective] = []
     for _, c in parts:
         served = ctx.collective_parameters.get(c.hlo_name)
-        if (served is None or served.index != index or served.role.value != "partial-sums"
+        if (served is None or served.index != index or served.role is not ParameterRole.partial_sums
                 or c.kind != "all-reduce" or c.intent != "activation" or set(c.mesh_axes) != axes
                 or "transpose(" not in (c.op_name or "") or c.hlo_name in claimed):
             continue
