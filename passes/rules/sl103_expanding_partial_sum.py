@@ -250,10 +250,11 @@ def _partner_text(partner: tuple[TensorInfo, list[list[str]]], backward: list[Co
             "sharded on the dimension it contracts (a tensor-parallel pair's row-parallel half)")
     if not backward:
         return text
+    # Said per matmul, as the finding's message is (a finding grouped across layers keeps its first's words).
     sizes = sorted({f"{b.dtype}{b.shape}" for b in backward})
     return text + (f": it produces its output split, so the backward pass all-reduces that matmul's whole input "
-                   f"gradient too ({len(backward)} all-reduce{'s' if len(backward) > 1 else ''} of "
-                   f"{', '.join(sizes)}, {format_bytes(sum(b.bytes * b.count for b in backward))} per device)")
+                   f"gradient too ({', '.join(sizes)}, {format_bytes(sum(b.bytes * b.count for b in backward))} "
+                   "per device)")
 
 
 def _suggestion(ctx: RuleContext, c: Collective, weight: TensorInfo | None, served: CollectiveParameter | None
