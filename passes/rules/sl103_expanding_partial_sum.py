@@ -177,11 +177,17 @@ def _worth_reporting(found: list[_Sum], smallest: float) -> list[_Sum]:
 def _partner(ctx: RuleContext, c: Collective, weight: TensorInfo | None
              ) -> tuple[TensorInfo, list[list[str]]] | None:
     """The weight whose matmul reads the sum's result (hlo/pair_partners.py), and its layout with the summed axes
-    on the dimension that matmul contracts, where it does not have it: moving the summed weight alone onto
-    the dimension it produces would hand that matmul a split input to gather back."""
+    on the dimension that matmul contracts, where it holds them on a dimension the matmul keeps: moving the
+    summed weight alone onto the dimension it produces would hand that matmul a split input to gather back."""
     found = ctx.pair_partners.get(c.hlo_name)
     partner = next((t for t in ctx.inputs if found is not None and t.index == found.index), None)
     if found is None or partner is None or weight is None or partner.index == weight.index:
+        return None
+    # Only a partner that holds the summed axes on a dimension its matmul keeps gathers the split input back: a
+    # replicated one slices its own rows in place (its move would be a memory advice, not the pair's).
+    summed = {a.split(":")[0] for a in c.mesh_axes}
+    if not any(a.split(":")[0] in summed for d, axes in enumerate(partner.sharding or [])
+               if d not in set(found.contracting or ()) for a in axes):
         return None
     row = moved_onto(partner, set(found.contracting or ()), list(c.mesh_axes), dict(ctx.signature.mesh.axes))
     return (partner, row) if row is not None else None
