@@ -81,8 +81,11 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
             for x, s in zip(jax.tree.leaves(args[:state_count]), returned)])
         return measured(fn, options, tuple(state) + tuple(args[state_count:]), state_count)[1]
     assert " -> " in change, f"a printed fix the test cannot rebuild: {change!r}"
-    patterns, spec = paths(change)
-    moved = with_layout(args, argument_names(fn, options), patterns, spec)
+    moved = args
+    # A tensor-parallel pair's change moves each group of paths to its own PartitionSpec (SL103's pair fix).
+    for move in change.split(" together with "):
+        patterns, spec = paths(move)
+        moved = with_layout(moved, argument_names(fn, options), patterns, spec)
     return measured(fn, options, moved, state_count)[1]
 
 

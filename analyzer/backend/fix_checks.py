@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.entry import EntrySignature, RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
-from ...passes.models.report import Finding, TargetReport, TensorInfo
+from ...passes.models.report import Finding, FixCandidate, TargetReport, TensorInfo
 from ...passes.pipelines.catalogue import (
     DONATION_FIXES,
     OTHER_DIMENSION_FIXES,
@@ -58,6 +58,7 @@ from .fix_verdicts import (
     rematerializations,
     without_unfixable_small_outputs,
 )
+from .pair_fixes import pair_attempts, pair_change, partner_edits
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
@@ -84,10 +85,13 @@ class _Candidate:
 _matcher = matcher  # the solver fixes' name for it
 
 
-def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
+def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
+                         together: list[FixCandidate] | None = None) -> _Candidate | None:
     """The finding's new sharding for every argument its parameters name (each layer), as a single move
     (parameter_moves.py): with the optimizer state that mirrors it, and returned in that layout
-    (``returned``: result -> the argument it returns), as suggest's single moves compile it."""
+    (``returned``: result -> the argument it returns), as suggest's single moves compile it; ``together``:
+    the other arguments the same change moves, each with its own layout and state (a tensor-parallel pair's
+    row-parallel half, pair_fixes.py)."""
     if f.parameter is None or f.suggested_sharding is None or f.parameter_sharding is None:
         return None
     edits: dict[int, list[list[str]]] = {}
@@ -101,6 +105,8 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
                       if normalized(t.sharding, len(t.shape)) == before})
     if not edits:
         return None
+    if together:
+        return _pair_candidate(f, inputs, returned, edits, together)
     arguments, results = single_move(inputs, returned, edits)
     named_text = ", ".join(f.parameters or [f.parameter])
     by_index = {t.index: t.path for t in inputs}
@@ -108,6 +114,18 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     with_state = f" with {listed(list(mirrored))}" if mirrored else ""
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
                       mirrored=mirrored)
+
+
+def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int], edits: dict[int, list[list[str]]],
+                    together: list[FixCandidate]) -> _Candidate | None:
+    """The finding's move with its partners' (pair_fixes.py), each move's optimizer state named after it, as the
+    change text gives each path the layout its move names."""
+    partners = {i: s for i, s in (partner_edits(together, inputs) or {}).items() if i not in edits}
+    if not partners:
+        return None
+    arguments, results = single_move(inputs, returned, {**edits, **partners})
+    change, mirrored = pair_change(f, together, inputs, edits, partners, arguments)
+    return _Candidate(change, arguments, results, mirrored=mirrored)
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -167,7 +185,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     moved = _moved_state(report, sig)
     planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
                and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
-               for c in [_parameter_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
+               for c in [_first_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
     parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
@@ -234,24 +252,32 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             continue
         if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
             continue
-        candidate = _parameter_candidate(f, list(report.inputs), returned) if f.rule in _PARAMETER_FIXES else None
-        if candidate is None or budget <= 0:
+        attempts = [(a, t, c) for a, t in pair_attempts(f, inputs) if f.rule in _PARAMETER_FIXES
+                    for c in [_parameter_candidate(a, inputs, returned, t)] if c is not None]
+        if not attempts or budget <= 0:
             continue
-        check = run(candidate)
-        others = _other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
-            o for o in [_other_dimension(f, list(report.inputs), report.mesh)] if o is not None]
+        first, _, planned_first = attempts[0]
+        check = run(planned_first)
+        others = [(o, None) for o in (_other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
+            o for o in [_other_dimension(f, inputs, report.mesh)] if o is not None])]
         tried: list[str] = []
-        for other in others if check.verdict is not FixVerdict.better else []:
-            alternative = _parameter_candidate(other, list(report.inputs), returned)
+        for other, made in [(a, c) for a, _, c in attempts[1:]] + others \
+                if check.verdict is not FixVerdict.better else []:
+            alternative = made or _parameter_candidate(other, inputs, returned)
             if alternative is None or budget <= 0:
                 continue
             second = run(alternative)
             if second.verdict is FixVerdict.better:
+                # A pair's attempts before it are said, as the finding's weights and partners were all tried.
+                earlier = f"; {check.change} was tried first, compiled and {_not_offered(check)}" \
+                    if len(attempts) > 1 else ""
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
+                findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + earlier + "".join(
+                    tried if len(attempts) > 1 else [])})
                 break
             tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
         else:
-            findings[k] = _with_check(f, check, (f.fix or "") + _moving(candidate))
+            findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
         findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
@@ -303,6 +329,12 @@ def _donation_on_top(findings: list[Finding], state: tuple[_Candidate, FixCheck]
     # Measured against the state fix alone: what the donation adds once that fix is made.
     on_top = on_top_of(check, both)
     return donation_after_state_fix(findings, on_top, change, candidate.change)
+
+
+def _first_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
+    """The finding's first candidate, which the loop compiles first: a tensor-parallel pair's where it names one."""
+    return next((c for a, t in pair_attempts(f, inputs) for c in [_parameter_candidate(a, inputs, returned, t)]
+                 if c is not None), None)
 
 
 def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],

@@ -231,6 +231,10 @@ class FixCandidate(Model):
                        "staged layouts (staged_layout[i]: the value's layouts in order, the last the one asked for), "
                        "or with_sharding_constraint: the finding's constraint stating this layout instead.")
     sharding: list[list[str]] = Field(description="The layout, axes per dimension.")
+    together: list[FixCandidate] = Field(
+        default_factory=list, description="Other arguments the same change moves, each with its layout (SL103's "
+        "tensor-parallel pair: the weight whose matmul reads this one's output, onto the dimension that matmul "
+        "contracts, as the value goes onto the dimension its matmul produces); empty for a move of one.")
 
 
 class Finding(Model):

@@ -53,6 +53,9 @@ class RuleContext:
     # Partial-sum all-reduces that close a column/row tensor-parallel pair (Megatron's row-parallel
     # reduction, by design): HLO name -> why (hlo/tensor_parallel_pairs.py).
     row_parallel_sums: dict[str, str] = field(default_factory=dict)
+    # A forward partial-sum all-reduce's HLO name -> the weight of the one matmul its result feeds (the other
+    # half of the tensor-parallel pair a column-parallel fix makes): hlo/pair_partners.py.
+    pair_partners: dict[str, CollectiveParameter] = field(default_factory=dict)
     # A combined reduction's HLO name -> its values, each a collective of its own whose facts above are
     # found alone (hlo/combined_parts.py): a finding about one value describes that value only.
     collective_parts: dict[str, tuple[Collective, ...]] = field(default_factory=dict)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..models.report import Finding, TensorInfo
+from ..models.report import Finding, FixCandidate, TensorInfo
 from .table import codes_where
 
 _LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
@@ -88,6 +88,10 @@ def _merged(group: list[Finding]) -> Finding:
         update["parameters"] = [parameter, *others]
         message += f"; the same holds for {_listed(others)}"
         fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
+    if any(c.together for f in group for c in f.candidates):  # tensor-parallel pairs: each member's partner
+        update["candidates"], patterned = _merged_pairs(group)
+        for path, name in patterned.items():
+            message, fix = message.replace(path, name), fix and fix.replace(path, name)
     update["message"], update["fix"] = message, fix
     if not parameter and all(len(f.provenance) == 1 for f in group):
         # Collectives of one line and no argument, each with its own one-line why (the gathers XLA inserts to
@@ -95,6 +99,28 @@ def _merged(group: list[Finding]) -> Finding:
         whys = list(dict.fromkeys(f.provenance[0] for f in sorted(group, key=lambda f: _natural(f.subject or ""))))
         update["provenance"] = whys[:_WHYS] + ([f"and {len(whys) - _WHYS} more alike"] if len(whys) > _WHYS else [])
     return first.model_copy(update=update)
+
+
+def _merged_pairs(group: list[Finding]) -> tuple[list[FixCandidate], dict[str, str]]:
+    """The group's pair candidates (SL103's: a weight and the one its matmul's output is read by, each layer's),
+    one per weight and layout, every layer's as one pattern where the group holds several layers of it, with
+    the partners of all its members; and each path so renamed -> its pattern."""
+    pairs = [c for f in group for c in f.candidates if c.together]
+    paths = [c.value for c in pairs] + [t.value for c in pairs for t in c.together]
+    layers: dict[str, set[str]] = {}
+    for p in paths:
+        layers.setdefault(layer_pattern(p), set()).add(p)
+    name = {p: layer_pattern(p) if len(layers[layer_pattern(p)]) > 1 else p for p in paths}
+    merged: dict[tuple[str, str], list[FixCandidate]] = {}
+    for c in pairs:
+        together = merged.setdefault((name[c.value], str(c.sharding)), [])
+        for t in c.together:
+            moved = FixCandidate(value=name[t.value], sharding=t.sharding)
+            if moved not in together:
+                together.append(moved)
+    by_key = {(name[c.value], str(c.sharding)): c.sharding for c in pairs}
+    return ([FixCandidate(value=v, sharding=by_key[(v, k)], together=t) for (v, k), t in merged.items()],
+            {p: n for p, n in name.items() if p != n})
 
 
 # The whys a group of collectives with no argument says, at most (each its own op's).

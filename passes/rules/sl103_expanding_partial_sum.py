@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
-from ..hlo.collective_parameter import CollectiveParameter
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
 from .context import RuleContext
-from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, parameter_of
+from .parameter_advice import contracted_axes_moves, contracted_dims, moved_off, moved_onto, parameter_of
 from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, define_rule
 
 PARTIAL_SUM_EXPANSION = RuleOption(
@@ -75,6 +75,13 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     dimension already taken) has the summed axes moved beside the others
     (`P(None, ("model", "data"))`), each alone, or dropped: the finding's
     `candidates`, compiled in order, the first measured better printed.
+    Where the matmul that reads the sum's result multiplies by a weight not
+    sharded on the dimension it contracts (an MLP's down projection on its
+    output features), the fix moves that weight too, onto the dimension it
+    contracts, each with its optimizer state: a tensor-parallel pair, column-
+    then row-parallel (every pair together, then each alone, then the weights
+    alone, the first measured better printed). That weight's backward
+    all-reduces of its whole input gradient are the finding's too.
     """
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
@@ -98,15 +105,19 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         gathered = operand * c.group_size
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
         suggested, moves = _suggestion(ctx, c, weight, served)
-        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, c.bytes))
+        partner = _partner(ctx, c, weight) if suggested is not None and not moves else None
+        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, c.bytes, partner))
     found = _expanding(found, ratio)
     # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
     # outputs whole: its sum is the row-parallel half of the pair their fix makes, not a mistake of its own
     # (its fix would undo the pair: T5's o kernels moved with q, k and v measured no better).
     flagged = {n for s in found for n in (s.whole.hlo_name, s.part.hlo_name)}
     found = [s for s in found if not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
+    claimed: set[str] = set()
     for s in _worth_reporting(found, smallest):
-        _emit(out, s)
+        backward = _backward_sums(ctx, s, parts, claimed)
+        claimed.update(b.hlo_name for b in backward)
+        _emit(out, s, backward)
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,9 @@ class _Sum:
     # The bytes held against the ratio: the value's own, or with the other values of one combined all-reduce
     # that the same layout asks for (SwiGLU's gate and up projections of one input, summed together).
     judged: int
+    # The weight of the matmul that reads this sum's result, and the layout that makes it the row-parallel half
+    # of the pair the fix makes (its contracted dimension on the summed axes); None where it has it already.
+    partner: tuple[TensorInfo, list[list[str]]] | None = None
 
     @property
     def mistake(self) -> tuple[object, ...]:
@@ -160,7 +174,45 @@ def _worth_reporting(found: list[_Sum], smallest: float) -> list[_Sum]:
     return [s for s in found if s.part.bytes >= smallest or total[s.mistake] >= smallest]
 
 
-def _emit(out: Emitter, s: _Sum) -> None:
+def _partner(ctx: RuleContext, c: Collective, weight: TensorInfo | None
+             ) -> tuple[TensorInfo, list[list[str]]] | None:
+    """The weight whose matmul reads the sum's result (hlo/pair_partners.py), and its layout with the summed axes
+    on the dimension that matmul contracts, where it holds them on a dimension the matmul keeps: moving the
+    summed weight alone onto the dimension it produces would hand that matmul a split input to gather back."""
+    found = ctx.pair_partners.get(c.hlo_name)
+    partner = next((t for t in ctx.inputs if found is not None and t.index == found.index), None)
+    if found is None or partner is None or weight is None or partner.index == weight.index:
+        return None
+    # Only a partner that holds the summed axes on a dimension its matmul keeps gathers the split input back: a
+    # replicated one slices its own rows in place (its move would be a memory advice, not the pair's).
+    summed = {a.split(":")[0] for a in c.mesh_axes}
+    if not any(a.split(":")[0] in summed for d, axes in enumerate(partner.sharding or [])
+               if d not in set(found.contracting or ()) for a in axes):
+        return None
+    row = moved_onto(partner, set(found.contracting or ()), list(c.mesh_axes), dict(ctx.signature.mesh.axes))
+    return (partner, row) if row is not None else None
+
+
+def _backward_sums(ctx: RuleContext, s: _Sum, parts: list[tuple[Collective, Collective]], claimed: set[str]
+                   ) -> list[Collective]:
+    """The backward pass's all-reduces of the partner's matmul's partial sums over the same axes (its input's
+    gradient, contracted along the dimension the partner produces, split on them): the pair fix, which gives
+    the partner its contracted dimension instead, removes them with this sum. Each claimed once."""
+    if s.partner is None:
+        return []
+    index, axes = s.partner[0].index, set(s.part.mesh_axes)
+    out: list[Collective] = []
+    for _, c in parts:
+        served = ctx.collective_parameters.get(c.hlo_name)
+        if (served is None or served.index != index or served.role is not ParameterRole.partial_sums
+                or c.kind != "all-reduce" or c.intent != "activation" or set(c.mesh_axes) != axes
+                or "transpose(" not in (c.op_name or "") or c.hlo_name in claimed):
+            continue
+        out.append(c)
+    return out
+
+
+def _emit(out: Emitter, s: _Sum, backward: list[Collective]) -> None:
     whole, c, weight, gathered, sliced, suggested, moves = (s.whole, s.part, s.weight, s.gathered, s.sliced,
                                                             s.suggested, s.moves)
     axes = ", ".join(c.mesh_axes) or "all devices"
@@ -177,7 +229,8 @@ def _emit(out: Emitter, s: _Sum) -> None:
         + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
            if weight is not None and weight.sharding else "the dimension it contracts is sharded")
         + (" and its other operand is not (each device slices its part of a value it holds whole): the "
-           "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else ""),
+           "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else "")
+        + (_partner_text(s.partner, backward) if s.partner is not None else ""),
         c.source, via=c.via,
         fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
              if weight is not None and weight.sharding and moves and suggested else
@@ -188,9 +241,26 @@ def _emit(out: Emitter, s: _Sum) -> None:
              "(advice, not checked: "
              + _unchecked_reason(weight) + ")"),
         subject=whole.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=suggested,
-        total_bytes=c.bytes * c.count,
-        candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None],
+        total_bytes=c.bytes * c.count + sum(b.bytes * b.count for b in backward),
+        ops=[whole.hlo_name, *(b.hlo_name for b in backward)] if backward else None,
+        candidates=[FixCandidate(value=weight.path, sharding=m) for m in moves if weight is not None] or [
+            FixCandidate(value=weight.path, sharding=suggested, together=[
+                FixCandidate(value=s.partner[0].path, sharding=s.partner[1])])
+            for _ in [0] if weight is not None and suggested is not None and s.partner is not None],
     )
+
+
+def _partner_text(partner: tuple[TensorInfo, list[list[str]]], backward: list[Collective]) -> str:
+    t = partner[0]
+    text = (f"; the matmul that reads this sum multiplies by {t.path} {pspec_text(t.sharding)}, which is not "
+            "sharded on the dimension it contracts (a tensor-parallel pair's row-parallel half)")
+    if not backward:
+        return text
+    # Said per matmul, as the finding's message is (a finding grouped across layers keeps its first's words).
+    sizes = sorted({f"{b.dtype}{b.shape}" for b in backward})
+    return text + (f": it produces its output split, so the backward pass all-reduces that matmul's whole input "
+                   f"gradient too ({', '.join(sizes)}, {format_bytes(sum(b.bytes * b.count for b in backward))} "
+                   "per device)")
 
 
 def _suggestion(ctx: RuleContext, c: Collective, weight: TensorInfo | None, served: CollectiveParameter | None

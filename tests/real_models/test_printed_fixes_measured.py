@@ -8,7 +8,9 @@ reshards on entry). A fix tried and not printed is compiled too where the oracle
 not better, with the figures the finding prints.
 
 The configurations here cover SL101 (GPT-2's c_proj sharded on its output features, at a 1 MiB threshold),
-SL103 (Flax linen's logits contracting an embedding sharded on d_model; Equinox's fc1, tried and a trade-off),
+SL103 (Flax linen's logits contracting an embedding sharded on d_model; Equinox's fc1, whose megatron_spec
+shards an (out, in) weight on its input features: moved alone a trade-off, moved with fc2, the weight reading
+its output, onto fc2's contracted dimension, a tensor-parallel pair, better),
 SL201 (GPT-2's state returned on another layout), SL202 (donation, printed on Flax linen, penzai and Equinox,
 measured worse, so not printed, on GPT-2); SL203-SL206 are test_printed_layout_fixes_measured.py's. A finding
 of any rule with a printed fix the test cannot rebuild fails it rather than passing unchecked."""
@@ -62,7 +64,7 @@ CONFIGURATIONS = {
                                   ("transformers", "flax", "optax"), _gpt2_features, {"SL101", "SL201", "SL202"}),
     "flax_linen_logical": ("flax_linen_logical.py", (), ("flax",), _flax_linen, {"SL103", "SL202"}),
     "penzai_llama": ("penzai_llama.py", (), ("penzai", "optax"), _leading_state, {"SL202"}),
-    "equinox_mlp": ("equinox_mlp.py", (), ("equinox", "optax"), _leading_state, {"SL202"}),
+    "equinox_mlp": ("equinox_mlp.py", (), ("equinox", "optax"), _leading_state, {"SL103", "SL202"}),
 }
 
 

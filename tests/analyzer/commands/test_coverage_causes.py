@@ -82,9 +82,11 @@ def test_a_head_kernel_on_the_batch_axis_is_named_and_moved_to_the_spare_axis(cl
 def test_up_kernels_sharded_alone_on_their_contracted_dim_are_named(cli, checking):
     """The up kernels P('model', None) contract the dimension model splits while their input is whole on
     model: the two forward all-reduces of their (8, 128, 2048) partial sums (8 MiB each, read in XLA's text
-    by their op_name) are one SL103 finding naming both kernels and their spec. Its fix, the kernels on the
-    dimension they produce, was compiled: XLA's peaks for both layouts are the check's, and it is not
-    printed as the fix (a trade-off: the peak falls, the traffic rises)."""
+    by their op_name) are one SL103 finding naming both kernels and their spec. Its fix moves each up kernel
+    with the down kernel that reads its output, sharded on the dimension it produces (P(None, 'model')), as a
+    tensor-parallel pair: the up kernels onto the dimension they produce, the down kernels onto the one they
+    contract (the up kernels alone measured a trade-off: the peak falls, the traffic rises). XLA's peaks for
+    both layouts are the check's, and the pair is printed as the fix."""
     (t,) = lint_targets(cli, LINEN)
     module = script_module(LINEN)
     written = _linen_compiled(module, {})
@@ -96,10 +98,12 @@ def test_up_kernels_sharded_alone_on_their_contracted_dim_are_named(cli, checkin
     (f,) = [f for f in t["findings"] if set(forward) <= set(f["ops"] or [f["subject"]])]
     assert f["rule"] == "SL103" and f["parameter_sharding"] == [["model"], []]
     assert sorted(f["parameters"]) == ["params['up0']['kernel']", "params['up1']['kernel']"]
-    moved = _linen_compiled(module, {"up": P(None, "model")})
+    moved = _linen_compiled(module, {"up": P(None, "model"), "down": P("model", None)})
     check = f["fix_check"]
+    assert " together with " in check["change"] and check["change"].count("-> P('model')") == 2, check["change"]
     assert check["peak_bytes_before"] == xla_peak(written) and check["peak_bytes_after"] == xla_peak(moved)
-    assert check["verdict"] != "better" and f["fix"].startswith("no sharding change found that helps")
+    assert xla_peak(moved) < xla_peak(written)
+    assert check["verdict"] == "better" and "row-parallel" in f["fix"] and "(checked: " in f["fix"]
 
 
 @pytest.mark.parametrize("example", ["remat_layer_stack.py", "fsdp_tp_train_step.py"])
