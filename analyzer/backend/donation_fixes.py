@@ -4,13 +4,16 @@ fix SL201/SL203 print where donating alone measured nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
+from typing import Any
 
 from ...passes.common.pytree_paths import argument_name
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TensorInfo
 from ...passes.pipelines.catalogue import DONATION_FIXES
-from .fix_verdicts import _cost_text, _not_offered
+from .fix_verdicts import _cost_text, _not_offered, on_top_of
 
 
 def donors_of(f: Finding, inputs: list[TensorInfo]) -> frozenset[int]:
@@ -105,3 +108,22 @@ def donation_after_state_fix(findings: list[Finding], combined: FixCheck, donati
     merged = first.model_copy(update={"message": "; ".join(dict.fromkeys(f.message for f in answered)),
                                       "fix_check": combined, "fix": fix})
     return [merged if f is first else f for f in findings if f is first or f not in answered]
+
+
+def donation_on_top(findings: list[Finding], state: tuple[Any, FixCheck], donations: dict,
+                     run: Callable[[Any], FixCheck], input_keys: tuple[tuple, ...]) -> list[Finding]:
+    """Where the printed state fix is better and no donation alone was, the donations compiled on top of it and
+    measured against it (donation_fixes.donation_after_state_fix): one more compile, only then."""
+    candidate, check = state
+    if check.verdict is not FixVerdict.better or not donations or any(
+            f.fix_check is not None and f.fix_check.verdict is FixVerdict.better
+            for f in findings if f.rule in DONATION_FIXES):
+        return findings
+    donors = frozenset().union(*(c.donors for c in donations.values()))
+    arguments = sorted({input_keys[i][0] for i in donors})
+    change = f"jax.jit(..., donate_argnums=({', '.join(map(str, arguments))}{',' if len(arguments) == 1 else ''}))"
+    both = run(dataclasses.replace(candidate, change=f"{change} with {candidate.change}",
+                                   donors=candidate.donors | donors))
+    # Measured against the state fix alone: what the donation adds once that fix is made.
+    on_top = on_top_of(check, both)
+    return donation_after_state_fix(findings, on_top, change, candidate.change)

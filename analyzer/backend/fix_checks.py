@@ -39,11 +39,12 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..supervision import isolation
+from .alternative_moves import other_candidates, other_dimension
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
 from .donation_fixes import (
-    donation_after_state_fix,
     donation_checked,
+    donation_on_top,
     donors_of,
     joint_donation,
     one_donation_advice,
@@ -53,7 +54,6 @@ from .fix_verdicts import (
     _not_offered,
     baseline,
     measured_check,
-    on_top_of,
     pin_not_offered,
     rematerializations,
     without_unfixable_small_outputs,
@@ -258,8 +258,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             continue
         first, _, planned_first = attempts[0]
         check = run(planned_first)
-        others = [(o, None) for o in (_other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
-            o for o in [_other_dimension(f, inputs, report.mesh)] if o is not None])]
+        others = [(o, None) for o in (other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
+            o for o in [other_dimension(f, inputs, report.mesh)] if o is not None])]
         tried: list[str] = []
         for other, made in [(a, c) for a, _, c in attempts[1:]] + others \
                 if check.verdict is not FixVerdict.better else []:
@@ -303,32 +303,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
         findings = one_advice_per_value(findings, moved)
-        findings = _donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
+        findings = donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
                                     else (take, taken), donations, run, sig.input_keys)
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
                 "warnings": [*report.warnings, *pin_not_offered(pinned, notes, findings)]})
     return report.model_copy(update={"findings": findings})
-
-
-def _donation_on_top(findings: list[Finding], state: tuple[_Candidate, FixCheck], donations: dict,
-                     run: Callable[[_Candidate], FixCheck], input_keys: tuple[tuple, ...]) -> list[Finding]:
-    """Where the printed state fix is better and no donation alone was, the donations compiled on top of it and
-    measured against it (donation_fixes.donation_after_state_fix): one more compile, only then."""
-    candidate, check = state
-    if check.verdict is not FixVerdict.better or not donations or any(
-            f.fix_check is not None and f.fix_check.verdict is FixVerdict.better
-            for f in findings if f.rule in DONATION_FIXES):
-        return findings
-    donors = frozenset().union(*(c.donors for c in donations.values()))
-    arguments = sorted({input_keys[i][0] for i in donors})
-    change = f"jax.jit(..., donate_argnums=({', '.join(map(str, arguments))}{',' if len(arguments) == 1 else ''}))"
-    both = run(dataclasses.replace(candidate, change=f"{change} with {candidate.change}",
-                                   donors=candidate.donors | donors))
-    # Measured against the state fix alone: what the donation adds once that fix is made.
-    on_top = on_top_of(check, both)
-    return donation_after_state_fix(findings, on_top, change, candidate.change)
 
 
 def _first_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
@@ -367,34 +348,6 @@ def _donation_candidate(f: Finding, inputs: list[TensorInfo]) -> _Candidate | No
     """SL202's fix as a candidate: every array of the argument it names donated (jit's donate_argnums)."""
     donors = donors_of(f, inputs)
     return _Candidate(f.fix or "donate_argnums", {}, {}, donors) if donors else None
-
-
-def _other_dimension(f: Finding, inputs: list[TensorInfo], mesh: dict[str, int]) -> Finding | None:
-    """The suggestion on the argument's last dimension its axes divide, where the rule suggested another."""
-    spec = f.suggested_sharding
-    t = next((t for t in inputs if t.path == f.parameter), None)
-    if spec is None or t is None:
-        return None
-    [dim] = [d for d, axes in enumerate(spec) if axes]
-    size = 1
-    for axis in spec[dim]:
-        size *= mesh.get(axis, 1)
-    last = max(d for d, n in enumerate(t.shape) if n % size == 0 and n >= size)
-    if last == dim:
-        return None
-    moved: list[list[str]] = [[] for _ in spec]
-    moved[last] = spec[dim]
-    return f.model_copy(update={"suggested_sharding": moved, "fix": f"shard {t.path} as {pspec_text(moved)}"})
-
-
-def _other_candidates(f: Finding) -> list[Finding]:
-    """The finding with each further candidate of its rule (SL103's contracted axes moved each way) as its fix."""
-    if f.parameter is None or f.suggested_sharding is None or f.fix is None or len(f.candidates) < 2:
-        return []
-    written = f"as {pspec_text(f.suggested_sharding)} instead"
-    return [f.model_copy(update={"suggested_sharding": c.sharding,
-                                 "fix": f.fix.replace(written, f"as {pspec_text(c.sharding)} instead", 1)})
-            for c in f.candidates[1:] if c.value == f.parameter and c.sharding != f.suggested_sharding]
 
 
 def _key(c: _Candidate) -> str:

@@ -69,7 +69,7 @@ def _contracting(dot: HloInstruction, position: int) -> tuple[int, ...] | None:
     return tuple(int(d) for d in _DIMS.findall(attr)) if attr is not None else None
 
 
-def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None, inputs: dict[int, TensorInfo],
+def weight_of(module: HloModule, holder: HloInstruction, came_from: str | None, inputs: dict[int, TensorInfo],
                index: OriginIndex, role: ParameterRole, sizes: dict[str, int]) -> CollectiveParameter | None:
     """The operand of the matmul in ``holder`` (itself or its fusion's) that is an entry
     parameter, other than the value ``came_from``; the larger one when both are."""
@@ -204,7 +204,7 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
             if producer is None:
                 break
             if matmuls_in(module, producer):
-                return _weight_of(module, producer, None, inputs, index, ParameterRole.partial_sums, sizes)
+                return weight_of(module, producer, None, inputs, index, ParameterRole.partial_sums, sizes)
             # XLA may wrap the matmul's result in a fusion that only converts or re-lays it out (CPU rounds
             # an f32 dot's result through bf16 in one) before the all-reduce.
             if not producer.operands or (producer.opcode not in _PASS_THROUGH and not (
@@ -220,7 +220,7 @@ def collective_parameter(module: HloModule, c: Collective, inputs: dict[int, Ten
     passes_on = lambda user: not matmuls_in(module, user) and (  # noqa: E731
         user.opcode in _PASS_THROUGH or (user.opcode == "fusion" and len(user.operands) == 1))
     readers = [found for current, user in _users_breadth_first(ins, users, passes_on) if matmuls_in(module, user)
-               for found in [_weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)]
+               for found in [weight_of(module, user, current.name, inputs, index, ParameterRole.feeds, sizes)]
                if found is not None]
     # A gathered value several weights read (a residual stream, read by the q, k and v projections) is not
     # one reader's to fix: giving any one of them the shards in place leaves the gather for the others. The

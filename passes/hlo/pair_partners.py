@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
-from .collective_parameter import CollectiveParameter, ParameterRole, _fusion_body, _matmuls_in, _weight_of
+from .collective_parameter import CollectiveParameter, ParameterRole, weight_of
+from .fused_matmuls import fusion_body, matmuls_in
 from .module import HloInstruction, HloModule
 from .pass_direction import pass_op_name
 from .value_origin import KEEPS_ORDER, OriginIndex, origin_index
@@ -44,7 +45,7 @@ def _passes_on(module: HloModule, user: HloInstruction, in_attention: bool) -> b
         return True
     if user.opcode != "fusion":
         return False
-    body = {i.opcode for i in _fusion_body(module, user)}
+    body = {i.opcode for i in fusion_body(module, user)}
     return not body & _NOT_ELEMENTWISE and (in_attention or "reduce" not in body)
 
 
@@ -60,8 +61,8 @@ def _reader(module: HloModule, start: str, inputs: dict[int, TensorInfo], index:
             if user.name in seen or "transpose(" in (pass_op_name(user, module) or ""):
                 continue
             seen.add(user.name)
-            if _matmuls_in(module, user):
-                weight = _weight_of(module, user, current, inputs, index, ParameterRole.feeds, sizes)
+            if matmuls_in(module, user):
+                weight = weight_of(module, user, current, inputs, index, ParameterRole.feeds, sizes)
                 if weight is not None:
                     found.setdefault(weight.index, weight)
                 elif weightless < _MAX_WEIGHTLESS:
