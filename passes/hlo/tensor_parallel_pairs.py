@@ -246,6 +246,24 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
     return halves or None
 
 
+def _summed_matmul(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
+    """The matmul whose partial sums a sum adds (its form's holder: gpu_matmuls), through the layout ops (a
+    convert XLA fused) and GPU's split-K between them; None where no matmul is reached."""
+    producer = module.instruction(ins.operands[0])
+    for _ in range(4):
+        partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
+        if partials is not None:
+            producer = module.instruction(partials)
+            continue
+        if producer is None or matmul_holder(module, producer) is not None or _matmuls_in(module, producer) \
+                or not producer.operands or not (producer.opcode in _LAYOUT or (
+                    producer.opcode == "fusion" and len(producer.operands) == 1
+                    and moves_data_only(module, producer))):
+            break
+        producer = module.instruction(producer.operands[0])
+    return matmul_holder(module, producer) if producer is not None else None
+
+
 def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, ...],
                       params: tuple[TensorInfo, ...]) -> dict[str, str]:
     """HLO name -> why, for each forward all-reduce of partial sums that closes a column/row pair;
@@ -261,21 +279,9 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         if c.kind not in _SUMS or c.intent != "activation" or ins is None or len(ins.operands) != 1 \
                 or "transpose(" in (pass_op_name(ins, module) or ""):
             continue
-        producer = module.instruction(ins.operands[0])
-        summed = _elements(producer)  # the partial sums' (a reduce-scatter's result is their scattered part)
-        for _ in range(4):  # through the layout ops (a convert XLA fused) between the matmul and its sum
-            partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
-            if partials is not None:
-                producer = module.instruction(partials)
-                continue
-            if producer is None or matmul_holder(module, producer) is not None or _matmuls_in(module, producer) \
-                    or not producer.operands or not (producer.opcode in _LAYOUT or (
-                        producer.opcode == "fusion" and len(producer.operands) == 1
-                        and moves_data_only(module, producer))):
-                break
-            producer = module.instruction(producer.operands[0])
+        summed = _elements(module.instruction(ins.operands[0]))  # (a reduce-scatter's result is their part)
         axes = frozenset(c.mesh_axes)
-        row = _weights_and_other(module, matmul_holder(module, producer), by_number, index, axes)
+        row = _weights_and_other(module, _summed_matmul(module, ins), by_number, index, axes)
         if row is not None and len(row[0]) != 1:  # the row-parallel half's one weight
             row = None
         crossed: list[str] = []
