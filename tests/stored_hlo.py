@@ -147,8 +147,23 @@ MEANING_SPECS = {
 }
 
 
-def meaning_inputs(release: str, name: str) -> tuple[TensorInfo, ...]:
-    return entry_inputs(meaning_text(release, name), DATA_MODEL, MEANING_SPECS[name])
+def megatron_specs(text: str) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """The PartitionSpecs examples/models/mesh_util.py's megatron_spec gives a stored step's arguments (the
+    nnx_transformer of generate_meaning_texts.py's STEPS), by path: a matrix whose path names 'up' P(None,
+    'model'), any other matrix (down, the embedding, their optimizer state) P('model', None), anything else
+    replicated; the tokens P('data')."""
+    specs: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for line in computations(text)["ENTRY"]:
+        if m := _PARAMETER.match(line):
+            path, ndim = m.group(4).replace("\\'", "'"), len([d for d in m.group(2).split(",") if d])
+            specs[path] = (("data",),) if path == "tokens" else ((), ("model",)) if ndim == 2 and "up" in path \
+                else (("model",), ()) if ndim == 2 else ()
+    return specs
+
+
+def meaning_inputs(release: str, name: str, folder: str = MEANING) -> tuple[TensorInfo, ...]:
+    text = meaning_text(release, name, folder)
+    return entry_inputs(text, DATA_MODEL, MEANING_SPECS[name] if name in MEANING_SPECS else megatron_specs(text))
 
 
 def parameter_number(text: str, path: str) -> int:

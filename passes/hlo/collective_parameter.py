@@ -23,6 +23,7 @@ from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
 from .collective_origin import reads_in
 from .convolution_kernel import KERNEL_POSITION, convolution_contracting, named_convolution
+from .device_slices import cut_at_device_offset
 from .fused_matmuls import fusion_body, matmuls_in, outer_operand, summed_producer
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
@@ -324,23 +325,21 @@ def _cut_per_device(module: HloModule, ins: HloInstruction | None) -> bool:
     for _ in range(4):
         if ins is None:
             return False
-        if _reads_partition_id(module, ins):
+        # A bias cut to the device's part of a column-parallel output (nnx.Linear's, replicated) is no cut of
+        # the activation: the slice is smaller than the value (hlo/device_slices.py).
+        if cut_at_device_offset(module, ins):
             return True
         # An elementwise function of such a slice (a layer norm's scale of the residual each device cut its
         # part of): a fusion with an operand of its own element count that is one. A sliced bias is smaller.
         elements = _elements(ins.shape)
         if ins.opcode == "fusion" and any(
                 (o := module.instruction(name)) is not None and _elements(o.shape) == elements
-                and _reads_partition_id(module, o) for name in ins.operands):
+                and cut_at_device_offset(module, o) for name in ins.operands):
             return True
         if ins.opcode not in _KEEPS_ORDER | {"bitcast", "reshape"} or not ins.operands:
             return False
         ins = module.instruction(ins.operands[0])
     return False
-
-
-def _reads_partition_id(module: HloModule, ins: HloInstruction) -> bool:
-    return any((o := module.instruction(name)) is not None and o.opcode == "partition-id" for name in ins.operands)
 
 
 def _elements(shape: str) -> int | None:

@@ -20,7 +20,7 @@ from ..common.shapes import parse_arrays, split_tuple
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
 from ..source.frames import CodeOwnership
-from .collective_intent import classify
+from .collective_intent import INTENDED, classify
 from .collective_origin import Display, collective_origins
 from .collective_parameter import ParameterRole, collective_parameters
 from .collective_site import part_sites
@@ -158,8 +158,23 @@ def traced_parts(module: HloModule | None, collectives: tuple[Collective, ...], 
     out = []
     for c in collectives:
         why = parts_why(c, traced.parts[c.hlo_name]) if c.hlo_name in traced.parts else None
-        out.append(c.model_copy(update={"why": why}) if why else c)
+        update = {"why": why} if why else {}
+        if (intent := _concatenated_intent(module, c, traced.parts.get(c.hlo_name, ()))) is not None:
+            update["intent"] = intent
+        out.append(c.model_copy(update=update) if update else c)
     return tuple(out), traced
+
+
+def _concatenated_intent(module: HloModule | None, c: Collective, parts: tuple[Collective, ...]) -> str | None:
+    """A GPU combined sum's intent, read from its values: its shape is the flattened buffer's, which no
+    parameter has (the weights' gradients of a step summed over the batch axes at once read as a reshard, or
+    as a matmul's partial sums by the first value alone). Where every value is intended traffic, the intent
+    of the largest; None where any is not, or the sum is no concatenation (a tuple's is its operands')."""
+    ins = module.instruction(c.hlo_name) if module is not None else None
+    if ins is None or not parts or not concatenated_values(module, ins) \
+            or any(p.intent not in INTENDED for p in parts):
+        return None
+    return max(parts, key=lambda p: p.bytes).intent
 
 
 def _lookups_named(module: HloModule, parts: tuple[Collective, ...], inputs: tuple[TensorInfo, ...],

@@ -33,7 +33,14 @@ weight's shard), so it is recognised by its structure, operand identity only:
 
 A matmul is any form XLA's GPU compiler gives one (gpu_matmuls): a cuBLAS call, a Triton gemm fusion
 with the activation fused into its prologue, weights placed side by side for one matmul and sliced apart
-after (gate and up, q, k and v), split-K's sum of the slices between the matmul and the all-reduce.
+after (gate and up, q, k and v), split-K's sum of the slices between the matmul and the all-reduce. A column
+half's replicated bias (Flax's nnx.Linear beside a Megatron layout of its kernel) is cut to the device's part of
+the output in the fusion that adds it: a slice smaller than the activation, not followed (device_slices).
+
+In the backward pass each column-parallel matmul's input gradient contracts the dimension its forward output
+was split on, and a sum adds the partial gradients (Megatron's backward all-reduce): told by its op_name
+(``transpose(jvp(...))``) and its matmul by one weight sharded on the sum's axes (a weight's own gradient has
+none), its reason said in ``why`` too.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from math import prod
 from ..common.shapes import parse_arrays
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
+from .device_slices import cuts_own_size, sliced_parameters
 from .fused_matmuls import matmuls_in, outer_operand
 from .gpu_matmuls import matmul_holder, matmul_operands, split_k_partials, tuple_element_parameters
 from .module import HloInstruction, HloModule
@@ -55,9 +63,10 @@ _LAYOUT = KEEPS_ORDER | {"bitcast", "reshape"}
 _ELEMENTWISE = _LAYOUT | {"tanh", "logistic", "exponential", "negate", "abs", "sqrt", "rsqrt", "sine", "cosine"}
 # Two-operand elementwise ops, as in a gated MLP's product of its two projections.
 _BINARY = frozenset({"multiply", "add", "subtract", "divide", "maximum", "minimum"})
-# Ops a fused activation never holds: a slice at the device's offset, a reduction, a collective.
-_NOT_ELEMENTWISE = frozenset({"partition-id", "dynamic-slice", "reduce", "all-reduce", "all-gather", "dot",
-                              "convolution"})
+# Ops a fused activation never holds: a reduction, a collective, a matmul, the device's number. A slice at the
+# device's offset only of an operand smaller than the activation (a replicated bias cut to the device's part of a
+# column-parallel output, nnx.Linear's, its offset an operand): the cut operand is not followed (device_slices).
+_NOT_ELEMENTWISE = frozenset({"partition-id", "reduce", "all-reduce", "all-gather", "dot", "convolution"})
 _MAX_VALUES = 64
 # Past a weightless matmul (attention's q k^T or probs v) softmax's reductions are followed too.
 _NOT_IN_ATTENTION = frozenset({"partition-id", "dynamic-slice", "all-reduce", "all-gather", "reduce-scatter",
@@ -172,11 +181,11 @@ def _elementwise_operands(module: HloModule, ins: HloInstruction, out: int | Non
     if ins.opcode != "fusion" or not ins.operands or matmuls_in(module, ins):
         return None
     comp = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
-    if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions):
+    if comp is None or any(i.opcode in _NOT_ELEMENTWISE for i in comp.instructions) or cuts_own_size(module, ins):
         return None
-    sliced = _sliced_parameters(comp.instructions)
+    sliced, cut = _sliced_parameters(comp.instructions), sliced_parameters(list(comp.instructions))
     return [o for k, o in enumerate(ins.operands)
-            if out is not None and (_elements(module.instruction(o)) == out or k in sliced)]
+            if out is not None and k not in cut and (_elements(module.instruction(o)) == out or k in sliced)]
 
 
 def _sliced_parameters(body: Sequence[HloInstruction]) -> set[int]:
@@ -246,6 +255,24 @@ def _column_halves(module: HloModule, name: str, inputs: dict[int, TensorInfo], 
     return halves or None
 
 
+def _summed_matmul(module: HloModule, ins: HloInstruction) -> HloInstruction | None:
+    """The matmul whose partial sums a sum adds (its form's holder: gpu_matmuls), through the layout ops (a
+    convert XLA fused) and GPU's split-K between them; None where no matmul is reached."""
+    producer = module.instruction(ins.operands[0])
+    for _ in range(4):
+        partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
+        if partials is not None:
+            producer = module.instruction(partials)
+            continue
+        if producer is None or matmul_holder(module, producer) is not None or matmuls_in(module, producer) \
+                or not producer.operands or not (producer.opcode in _LAYOUT or (
+                    producer.opcode == "fusion" and len(producer.operands) == 1
+                    and moves_data_only(module, producer))):
+            break
+        producer = module.instruction(producer.operands[0])
+    return matmul_holder(module, producer) if producer is not None else None
+
+
 def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, ...],
                       params: tuple[TensorInfo, ...]) -> dict[str, str]:
     """HLO name -> why, for each forward all-reduce of partial sums that closes a column/row pair;
@@ -261,21 +288,9 @@ def row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, .
         if c.kind not in _SUMS or c.intent != "activation" or ins is None or len(ins.operands) != 1 \
                 or "transpose(" in (pass_op_name(ins, module) or ""):
             continue
-        producer = module.instruction(ins.operands[0])
-        summed = _elements(producer)  # the partial sums' (a reduce-scatter's result is their scattered part)
-        for _ in range(4):  # through the layout ops (a convert XLA fused) between the matmul and its sum
-            partials = split_k_partials(module, producer)  # GPU's split-K: the slices' products added first
-            if partials is not None:
-                producer = module.instruction(partials)
-                continue
-            if producer is None or matmul_holder(module, producer) is not None or matmuls_in(module, producer) \
-                    or not producer.operands or not (producer.opcode in _LAYOUT or (
-                        producer.opcode == "fusion" and len(producer.operands) == 1
-                        and moves_data_only(module, producer))):
-                break
-            producer = module.instruction(producer.operands[0])
+        summed = _elements(module.instruction(ins.operands[0]))  # (a reduce-scatter's result is their part)
         axes = frozenset(c.mesh_axes)
-        row = _weights_and_other(module, matmul_holder(module, producer), by_number, index, axes)
+        row = _weights_and_other(module, _summed_matmul(module, ins), by_number, index, axes)
         if row is not None and len(row[0]) != 1:  # the row-parallel half's one weight
             row = None
         crossed: list[str] = []
@@ -316,9 +331,44 @@ def _width(module: HloModule, c: Collective, ins: HloInstruction) -> str:
             f"reduce-scatter over {', '.join(c.mesh_axes)}")
 
 
+def column_parallel_gradient_sums(module: HloModule | None, collectives: tuple[Collective, ...],
+                                  params: tuple[TensorInfo, ...]) -> dict[str, str]:
+    """HLO name -> why, for each backward sum of a column-parallel matmul's input gradient (Megatron's backward
+    all-reduce): in the backward pass (op_name ``transpose(jvp(...))``, or its matmul's), the partial sums of a
+    matmul by one weight sharded on the sum's axes, its other operand no weight (the output's gradient). The
+    forward matmul by that weight produced its output split on those axes; the gradient of its input contracts
+    the split dimension (a weight's own gradient multiplies two activations: no weight operand, so a sum that a
+    shape test took for a gradient, its flattened shape some weight's shard's, is this one), and no layout of the
+    weight that keeps its output split avoids the sum."""
+    if module is None or not params:
+        return {}
+    index = origin_index(module)
+    by_number = {t.index: t for t in params}
+    out: dict[str, str] = {}
+    for c in collectives:
+        ins = module.instruction(c.hlo_name)
+        if c.kind not in _SUMS or c.intent not in ("activation", "gradient-reduction") or ins is None \
+                or len(ins.operands) != 1 or "transpose(" not in (pass_op_name(ins, module) or ""):
+            continue
+        axes = frozenset(c.mesh_axes)
+        found = _weights_and_other(module, _summed_matmul(module, ins), by_number, index, axes)
+        if found is None or len(found[0]) != 1:
+            continue
+        w = found[0][0]
+        out[c.hlo_name] = (
+            f"the backward pass of a column-parallel matmul (Megatron's backward all-reduce): {w.path} "
+            f"{pspec_text(w.sharding)} produced its output split over {', '.join(c.mesh_axes)} in the forward pass, "
+            f"so the gradient of that matmul's input ({_width(module, c, ins)}) contracts the split dimension: each "
+            f"device holds partial sums and the {c.kind} adds them, the designed reduction of the backward pass, "
+            f"which no layout of {w.path} that keeps its output split avoids")
+    return out
+
+
 def mark_row_parallel_sums(module: HloModule | None, collectives: tuple[Collective, ...],
                            params: tuple[TensorInfo, ...]) -> tuple[Collective, ...]:
-    """The collectives, each row-parallel sum with its reason in ``why``."""
-    found = row_parallel_sums(module, collectives, params)
-    return tuple(c.model_copy(update={"why": found[c.hlo_name]}) if c.hlo_name in found and not c.why else c
-                 for c in collectives)
+    """The collectives, each sum of a tensor-parallel matmul with its reason in ``why``: a row-parallel pair's,
+    and a column-parallel matmul's input gradient in the backward pass."""
+    backward = column_parallel_gradient_sums(module, collectives, params)
+    found = {**backward, **row_parallel_sums(module, collectives, params)}
+    return tuple(c.model_copy(update={"why": found[c.hlo_name], "intent": "activation"})
+                 if c.hlo_name in found and not c.why else c for c in collectives)

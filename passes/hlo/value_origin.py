@@ -144,7 +144,7 @@ def weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
         ins = module.by_name.get(name)
         if k is not None or ins is None or not ins.operands:
             return k
-        part = _combined_gather_part(module, ins)
+        part = _combined_gather_part(module, ins) or _tuple_element(module, ins)
         if part is not None:
             name = part
             continue
@@ -153,6 +153,18 @@ def weight_parameter(module: HloModule, name: str, index: OriginIndex) -> int | 
             return None
         name = ins.operands[0]
     return None
+
+
+def _tuple_element(module: HloModule, ins: HloInstruction) -> str | None:
+    """The value an element of a tuple made in the same computation is (behind an optimization barrier):
+    JAX's rematerialization (``remat2``) passes a layer's gathered weights to the backward pass so."""
+    number = ins.attrs.get("index", "")
+    source = module.by_name.get(ins.operands[0]) if ins.opcode == "get-tuple-element" and number.isdigit() else None
+    if source is not None and source.opcode == "opt-barrier" and len(source.operands) == 1:
+        source = module.by_name.get(source.operands[0])
+    if source is None or source.opcode != "tuple" or int(number) >= len(source.operands):
+        return None
+    return source.operands[int(number)]
 
 
 def _combined_gather_part(module: HloModule, ins: HloInstruction) -> str | None:

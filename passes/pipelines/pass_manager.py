@@ -44,7 +44,8 @@ STAGES: dict[str, str] = {
     "state-roundtrips": "the outputs that are inputs coming back (the step's state), with those inputs",
     "collective-intent": "each collective's intent (a parameter's gather, a gradient's reduction, a reshard)",
     "collective-origin": "each collective's origin: the op that needs it and why it runs",
-    "row-parallel-sums": "the partial sums of a row-parallel matmul pair marked as intended",
+    "row-parallel-sums": "the partial sums of a row-parallel matmul pair, and a column-parallel matmul's input "
+                         "gradient summed in the backward pass, marked as intended",
     "combined-parts": "each value of a combined (tuple) all-reduce traced as a collective of its own",
     "step-time": "the step time estimate and each collective's time (with a device model)",
     "call-site": "the user's line that called the jitted function the module was traced from, and the "

@@ -32,7 +32,7 @@ from jax_shard_lint.passes.hlo.collective_intent import classify, parameters
 from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.combined_parts import traced_parts
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
-from jax_shard_lint.passes.hlo.tensor_parallel_pairs import row_parallel_sums
+from jax_shard_lint.passes.hlo.tensor_parallel_pairs import column_parallel_gradient_sums, row_parallel_sums
 from jax_shard_lint.passes.source.frames import DEFAULT_OWNERSHIP
 
 # Imports no JAX (tests/test_jax_free_marker.py checks it): the newest-JAX leg of CI leaves it out.
@@ -95,6 +95,31 @@ def test_a_pairs_reduce_scatter_is_its_sum(release):
     assert "params['layers']['down']" in found[forward[0]] and "params['layers']['up']" in found[forward[0]]
     intents = {c.hlo_name: c.intent for c in collectives}
     assert intents[forward[0]] == "activation"
+
+
+@pytest.mark.parametrize("release", releases(COMPILED))
+def test_the_backward_reduce_scatters_over_tp_are_column_parallel_input_gradients(release):
+    """Each backward reduce-scatter over tp (its matmul's op_name transpose(jvp(...)) behind the bitcasts XLA left
+    unnamed) sums a matmul named for the up (bsd,df->bsf) or the mix (bsd,de->bse) projection, both P(None,
+    'fsdp', 'tp'): column-parallel, their outputs split over tp. Each sum is that weight's input gradient,
+    Megatron's backward all-reduce split into a reduce-scatter, said with the weight named: up's and mix's, one
+    each (before: activation, no reason; the matmul reads the layer's weight through the tuple JAX's remat passes
+    the gathered weights in)."""
+    text, module, params, collectives = _fsdp_tp(release)
+    ops = _all_instructions(text)
+    backward = {}
+    for n, v in ops.items():
+        named = _named_behind(ops, n) or ""
+        if v[1] in ("reduce-scatter", "reduce-scatter-start") and len(v[2]) == 1 and _TP_PAIRS in v[3] \
+                and "transpose(" in named:
+            backward[n] = "params['layers']['up']" if "bsd,df->bsf" in named else \
+                "params['layers']['mix']" if "bsd,de->bse" in named else None
+    assert sorted(backward.values()) == ["params['layers']['mix']", "params['layers']['up']"]
+    found = column_parallel_gradient_sums(module, collectives, params)
+    assert sorted(found) == sorted(backward)
+    for n, weight in backward.items():
+        assert found[n].startswith("the backward pass of a column-parallel matmul") \
+            and f"{weight} P(None, 'fsdp', 'tp') produced its output split over tp" in found[n]
 
 
 @pytest.mark.parametrize("release", releases(COMPILED))

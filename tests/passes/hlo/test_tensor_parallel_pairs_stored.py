@@ -20,7 +20,11 @@ from stored_hlo import (
 )
 
 from jax_shard_lint.passes.hlo.collective_intent import classify, parameters
-from jax_shard_lint.passes.hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
+from jax_shard_lint.passes.hlo.tensor_parallel_pairs import (
+    column_parallel_gradient_sums,
+    mark_row_parallel_sums,
+    row_parallel_sums,
+)
 
 # Imports no JAX (tests/test_jax_free_marker.py checks it): the newest-JAX leg of CI leaves it out.
 pytestmark = pytest.mark.jax_free
@@ -215,6 +219,11 @@ def test_the_backward_sums_of_a_stack_of_pairs_are_not_the_pairs(release):
     assert sorted(found) == forward
     assert ["down1 P('model') is sharded" in found[n] or "down2 P('model') is sharded" in found[n] for n in forward] \
         == [True, True]
+    # The backward sums with a pair's structure are up2's input gradient: a column-parallel matmul's, said so.
+    gradients = column_parallel_gradient_sums(module, collectives, params)
+    assert set(backward) <= set(gradients) and not set(gradients) & set(forward)
+    assert all(gradients[n].startswith("the backward pass of a column-parallel matmul") and "up2 P(None, 'model')"
+               in gradients[n] for n in backward)
 
 
 _COLLECTIVE = re.compile(r" (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|dynamic-slice"
