@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from math import prod
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
@@ -376,12 +377,7 @@ def _reads_partition_id(module: HloModule, ins: HloInstruction) -> bool:
 
 def _elements(shape: str) -> int | None:
     dims = _dims_of(shape)
-    if dims is None:
-        return None
-    n = 1
-    for d in dims:
-        n *= d
-    return n
+    return prod(dims) if dims is not None else None
 
 
 def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],
