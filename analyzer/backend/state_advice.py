@@ -27,16 +27,18 @@ def one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -
             if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
 
 
+def _score(c: FixCheck) -> tuple[int, int]:
+    return _RANK[c.verdict], c.peak_delta + c.traffic_delta
+
+
+_RANK = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
+         FixVerdict.worse: 4, FixVerdict.failed: 5}
+
+
 def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],
                   ) -> list[Finding]:
     """One recommendation for the state values the rules about state (SL201 and SL203) are about."""
-    rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
-            FixVerdict.worse: 4, FixVerdict.failed: 5}
-
-    def score(c: FixCheck) -> tuple[int, int]:
-        return rank[c.verdict], (c.peak_delta + c.traffic_delta)
-
-    best = min((pin, take), key=score)
+    best = min((pin, take), key=_score)
     other = take if best is pin else pin
     # Both candidates change every state value that comes back on another layout at once: their figures are
     # for all of them together, printed once (on the first finding they cover), not as one finding's gain.
