@@ -54,7 +54,7 @@ from .fix_verdicts import (
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
-from .state_advice import one_advice_per_value, state_advice
+from .state_advice import better_moves_of_state, one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -269,7 +269,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
-        findings = one_advice_per_value(findings, moved)
+        findings = better_moves_of_state(one_advice_per_value(findings, moved), moved)
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,

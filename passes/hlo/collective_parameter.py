@@ -26,7 +26,7 @@ from .collective_origin import reads_in
 from .convolution_kernel import KERNEL_POSITION, convolution_contracting, named_convolution
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
-from .value_origin import OriginIndex, moved_parameter, moves_data_only, origin_index
+from .value_origin import OriginIndex, device_slice_parameter, moved_parameter, moves_data_only, origin_index
 from .value_origin import weight_parameter as _weight_parameter
 
 _MATMUL = frozenset({"dot", "convolution"})
@@ -110,11 +110,15 @@ def _weight_of(module: HloModule, holder: HloInstruction, came_from: str | None,
                 continue
             k = _weight_parameter(module, outer, index)
             t = inputs.get(k) if k is not None else None
+            contracting = _contracting(dot, position)
+            cut = device_slice_parameter(module, outer, index, contracting) if (  # a replicated weight's own part
+                t is None and role is ParameterRole.partial_sums and contracting) else None
+            if cut is not None and cut[0] in inputs:
+                found.append((inputs[cut[0]].bytes, CollectiveParameter(cut[0], role, cut[1])))
             if k is None or t is None:
                 continue
             operand_ins = module.instruction(operand)
             dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
-            contracting = _contracting(dot, position)
             mapped = _weight_dims(t, local_dims(t, sizes), dims, contracting) if dims and contracting else None
             found.append((t.bytes, CollectiveParameter(k, role, mapped)))
     return max(found, key=lambda f: f[0])[1] if found else None
