@@ -52,7 +52,7 @@ def _collectives(compiled) -> int:
 
 
 def test_lint_moves_the_replicated_tied_embedding_to_its_vocab_as_suggest_does(cli, checking):
-    lint = _run(cli, "lint", SCRIPT, "--fail-on", "never")
+    lint = _run(cli, "lint", SCRIPT, "--target", "train_step", "--fail-on", "never")
     [sl103] = [f for f in lint["findings"] if f["rule"] == "SL103"]
     assert sl103["parameter"] == EMBED, sl103
     assert "sharded on the activation side: params['embed'] is replicated (P())" in sl103["message"], sl103
@@ -88,7 +88,8 @@ def test_lint_moves_the_replicated_tied_embedding_to_its_vocab_as_suggest_does(c
 
     # suggest, the batch kept on data and the weights free on 'model': its single move and its choice give the
     # embedding the layout lint prints, with the figures lint's check measured.
-    suggest = _run(cli, "suggest", SCRIPT, "--axes", "model", "--fix", "ids", "--fix", "labels")
+    suggest = _run(cli, "suggest", SCRIPT, "--target", "train_step", "--axes", "model", "--fix", "ids",
+                   "--fix", "labels")
     by_name = {v["name"]: v for v in suggest["versions"]}
     move = by_name["single move"]
     assert move["description"].startswith("params['embed']: P() -> P('model')"), move["description"]
