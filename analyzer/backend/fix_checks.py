@@ -62,7 +62,7 @@ from .pair_fixes import pair_attempts, pair_change, partner_edits
 from .parameter_moves import listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
-from .state_advice import better_state_fix, one_advice_per_value, state_advice
+from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -302,7 +302,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
-        findings = one_advice_per_value(findings, moved)
+        findings = better_moves_of_state(one_advice_per_value(findings, moved), moved)
         findings = donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
                                     else (take, taken), donations, run, sig.input_keys)
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:

@@ -8,7 +8,7 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.entry import RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding
-from ...passes.pipelines.catalogue import STATE_ARGUMENT_FIXES, STATE_RULES
+from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_ARGUMENT_FIXES, STATE_RULES
 from .fix_verdicts import _cost_text, _not_offered
 from .parameter_moves import listed
 
@@ -27,15 +27,40 @@ def one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -
             if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better else f for f in out]
 
 
+def _score(c: FixCheck) -> tuple[int, int]:
+    return _RANK[c.verdict], c.peak_delta + c.traffic_delta
+
+
+_RANK = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
+         FixVerdict.worse: 4, FixVerdict.failed: 5}
+
+
+def better_moves_of_state(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
+    """A state value a state fix covers (SL201: take the layout the step returns it in, or pin it back) that
+    another finding's fix moves, measured better (SL103's tied decoder on the dimension it produces, with its
+    optimizer state): the state finding gives that move, so lint names one layout per value, the better
+    measured, as suggest's single move of it does (issue #46: P(None, 'model') printed beside P('model'))."""
+    moves = {f.parameter: f for f in findings if f.rule in PARAMETER_FIXES and f.rule not in STATE_RULES
+             and f.parameter and f.fix_check is not None and f.fix_check.verdict is FixVerdict.better
+             and f.suggested_sharding is not None}
+    out = []
+    for f in findings:
+        names = {rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None}
+        move = next((g for p, g in moves.items() if p in names), None) if f.rule in STATE_RULES else None
+        if move is None or move.fix_check is None or (f.fix_check is not None and _score(f.fix_check) <= _score(
+                move.fix_check)):
+            out.append(f)
+            continue
+        state = "not measured" if f.fix_check is None else f"measured {_cost_text(f.fix_check)}"
+        out.append(f.model_copy(update={"fix_check": move.fix_check, "fix": (
+            f"{move.rule}'s fix for {move.parameter}, measured better than the state fix for it ({state}): "
+            f"{move.fix}")}))
+    return out
+
+
 def better_state_fix(pin: FixCheck, take: FixCheck) -> FixCheck:
     """The state fix the findings recommend (``state_advice``): the better verdict, then the larger gain."""
-    rank = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
-            FixVerdict.worse: 4, FixVerdict.failed: 5}
-
-    def score(c: FixCheck) -> tuple[int, int]:
-        return rank[c.verdict], (c.peak_delta + c.traffic_delta)
-
-    return min((pin, take), key=score)
+    return min((pin, take), key=_score)
 
 
 def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: dict[str, RoundTrip],

@@ -130,6 +130,27 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
     return (owner.path if owner else None), None
 
 
+def _vocab_parallel_table(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], index: OriginIndex,
+                          ) -> TensorInfo | None:
+    """The table a forward all-reduce adds the masked gathers of, where it is a vocab-parallel lookup: a gather
+    reads the table along the dimension it indexes, split on the summed axes only, and the sum is smaller than
+    the table's part on them (gathering the table would move more; a value function's grid read whole, as
+    large as its table, is no such design)."""
+    ins = module.by_name.get(c.hlo_name)
+    if c.kind != "all-reduce" or ins is None or not ins.operands or "transpose(" in (ins.op_name or ""):
+        return None
+    producer = module.by_name.get(ins.operands[0])
+    by_number = {t.index: t for t in inputs}
+    summed = {a.split(":")[0] for a in c.mesh_axes}
+    for op, number, dims in reads_in(module, producer, index) if producer is not None else ():
+        t = by_number.get(number)
+        split = {d: {a.split(":")[0] for a in axes} for d, axes in _sharded_dims(t).items()} if t else {}
+        if (t is not None and op.opcode == "gather" and dims and set(split) <= set(dims)
+                and {a for axes in split.values() for a in axes} == summed and c.bytes < t.per_device_bytes):
+            return t
+    return None
+
+
 def _combines(kind: str) -> str:
     """What a collective does with the devices' parts: only a reduction sums them."""
     if kind in ("all-reduce", "reduce-scatter"):
@@ -147,6 +168,12 @@ def collective_origins(module: HloModule, collectives: Iterable[Collective], inp
     out = []
     for c in collectives:
         path, why = collective_origin(module, c, inputs, ownership, index, display)
+        table = _vocab_parallel_table(module, c, inputs, index) if why and c.intent == "reshard" else None
+        if table is not None:  # intended traffic: the layout of the table asks for it, as Megatron designs it
+            c = c.model_copy(update={"intent": "activation"})
+            why = (f"{why}: the designed reduction of a vocab-parallel lookup ({table.path}'s rows split on "
+                   f"{', '.join(c.mesh_axes)}, each device's gather masked to its own; the sum moves less than "
+                   "the table's shard would)")
         out.append(c.model_copy(update={"input_path": path, "why": why}) if path or why else c)
     return tuple(out)
 

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
+from math import prod
 
 from ..common.device_groups import MeshInfo
 from ..models.report import Collective, TensorInfo
@@ -27,7 +28,7 @@ from .device_slices import cut_at_device_offset
 from .fused_matmuls import fusion_body, matmuls_in, outer_operand, summed_producer
 from .module import HloInstruction, HloModule
 from .value_origin import KEEPS_ORDER as _KEEPS_ORDER
-from .value_origin import OriginIndex, moved_parameter, moves_data_only, origin_index
+from .value_origin import OriginIndex, device_slice_parameter, moved_parameter, moves_data_only, origin_index
 from .value_origin import weight_parameter as _weight_parameter
 
 # Ops a gathered value passes through on its way to the matmul that reads it.
@@ -84,11 +85,15 @@ def weight_of(module: HloModule, holder: HloInstruction, came_from: str | None, 
                 continue
             k = _weight_parameter(module, outer, index)
             t = inputs.get(k) if k is not None else None
+            contracting = _contracting(dot, position)
+            cut = device_slice_parameter(module, outer, index, contracting) if (  # a replicated weight's own part
+                t is None and role is ParameterRole.partial_sums and contracting) else None
+            if cut is not None and cut[0] in inputs:
+                found.append((inputs[cut[0]].bytes, CollectiveParameter(cut[0], role, cut[1])))
             if k is None or t is None:
                 continue
             operand_ins = module.instruction(operand)
             dims = _dims_of(operand_ins.shape) if operand_ins is not None else None
-            contracting = _contracting(dot, position)
             mapped = _weight_dims(t, local_dims(t, sizes), dims, contracting) if dims and contracting else None
             found.append((t.bytes, CollectiveParameter(k, role, mapped)))
     return max(found, key=lambda f: f[0])[1] if found else None
@@ -344,12 +349,7 @@ def _cut_per_device(module: HloModule, ins: HloInstruction | None) -> bool:
 
 def _elements(shape: str) -> int | None:
     dims = _dims_of(shape)
-    if dims is None:
-        return None
-    n = 1
-    for d in dims:
-        n *= d
-    return n
+    return prod(dims) if dims is not None else None
 
 
 def collective_parameters(module: HloModule | None, collectives: tuple[Collective, ...],

@@ -282,3 +282,34 @@ def moves_data_only(module: HloModule, fusion: HloInstruction) -> bool:
     comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
     return comp is not None and all(i.opcode in SAME_DATA or i.opcode in ("parameter", "tuple")
                                     for i in comp.instructions)
+
+
+def device_slice_parameter(module: HloModule, name: str, index: OriginIndex, dims: tuple[int, ...],
+                           ) -> tuple[int, tuple[int, ...]] | None:
+    """(the entry parameter a fusion's result is each device's own part of, the result's ``dims`` as that
+    parameter's, each known): a fusion that dynamic-slices its operand at an offset computed from ``partition-id`` (a
+    replicated weight cut to the part of the contracted dimension its activation holds: BERT's tied decoder
+    with the hidden states split on 'model'), through layout ops on either side; None otherwise."""
+    fusion = module.by_name.get(name)
+    if fusion is None or fusion.opcode != "fusion":
+        return None
+    comp = module.computations.get(next((c for a, c in fusion.called() if a == "calls"), ""))
+    reads_id = any((o := module.by_name.get(n)) is not None and o.opcode == "partition-id" for n in fusion.operands)
+    opcodes = {i.opcode for i in comp.instructions} if comp is not None else set()
+    if comp is None or not (reads_id or "partition-id" in opcodes) or not opcodes <= _SLICING | {
+            "multiply", "partition-id", "transpose"}:
+        return None
+    ins = next((i for i in comp.instructions if i.is_root), None)
+    sliced, mapped = False, tuple[int | None, ...](dims)
+    for _ in range(MAX_STEPS):
+        if ins is None or ins.opcode not in SAME_DATA or not ins.operands:
+            break
+        sliced = sliced or ins.opcode == "dynamic-slice"
+        mapped = _operand_dims(module, ins, mapped)
+        ins = module.by_name.get(ins.operands[0])
+    k = _parameter_number(ins) if ins is not None and ins.opcode == "parameter" else None
+    found = parameter_dims(module, fusion.operands[k], index, mapped) if sliced and k is not None and k < len(
+        fusion.operands) else None
+    if found is None or not found[1] or None in found[1]:
+        return None
+    return found[0], tuple(sorted({d for d in found[1] if d is not None}))

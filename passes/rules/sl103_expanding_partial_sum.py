@@ -82,6 +82,11 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     then row-parallel (every pair together, then each alone, then the weights
     alone, the first measured better printed). That weight's backward
     all-reduces of its whole input gradient are the finding's too.
+    A replicated weight whose activation arrives split on the dimension the
+    matmul contracts (each device multiplies its own slice of the weight: a
+    tied embedding as the logits' decoder, the hidden states on "model") is
+    given the summed axes on the dimension the matmul produces, its vocabulary:
+    the activation is gathered instead and the output comes out sliced.
     """
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
@@ -106,7 +111,8 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
         suggested, moves = _suggestion(ctx, c, weight, served)
         partner = _partner(ctx, c, weight) if suggested is not None and not moves else None
-        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, c.bytes, partner))
+        contracted = tuple(sorted(contracted_dims(weight, served))) if weight is not None and served else ()
+        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, contracted, c.bytes, partner))
     found = _expanding(found, ratio)
     # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
     # outputs whole: its sum is the row-parallel half of the pair their fix makes, not a mistake of its own
@@ -131,6 +137,7 @@ class _Sum:
     sliced: bool
     suggested: list[list[str]] | None
     moves: list[list[list[str]]]
+    contracted: tuple[int, ...]  # the weight's dimensions the matmul contracts, where the compiled program shows
     # The bytes held against the ratio: the value's own, or with the other values of one combined all-reduce
     # that the same layout asks for (SwiGLU's gate and up projections of one input, summed together).
     judged: int
@@ -227,13 +234,18 @@ def _emit(out: Emitter, s: _Sum, backward: list[Collective]) -> None:
            f"{s.judged / gathered:.0f}x the smaller operand of each, gathered")
         + f" ({format_bytes(gathered)}), because "
         + (f"{weight.path} {pspec_text(weight.sharding)} is sharded on the dimension it contracts"
-           if weight is not None and weight.sharding else "the dimension it contracts is sharded")
+           if weight is not None and any(weight.sharding or []) else
+           f"the dimension it contracts is sharded on the activation side: {weight.path} is replicated "
+           f"(P()) and each device multiplies its own slice of it, dimension {_dims_text(s.contracted)} of the "
+           "argument" if weight is not None and s.contracted else "the dimension it contracts is sharded")
         + (" and its other operand is not (each device slices its part of a value it holds whole): the "
            "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else "")
         + (_partner_text(s.partner, backward) if s.partner is not None else ""),
         c.source, via=c.via,
         fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
              if weight is not None and weight.sharding and moves and suggested else
+             _replicated_move_text(weight.path, suggested, s.contracted, c.mesh_axes, gathered)
+             if weight is not None and suggested and not any(weight.sharding or []) else
              f"shard {weight.path} as {pspec_text(suggested)} (the dimension this matmul produces) instead of "
              f"{pspec_text(weight.sharding)}, so the output stays sharded" if weight is not None and suggested
              else f"no fix compiled: shard {weight.path if weight is not None else 'the weight'} on the "
@@ -267,9 +279,12 @@ def _suggestion(ctx: RuleContext, c: Collective, weight: TensorInfo | None, serv
                 ) -> tuple[list[list[str]] | None, list[list[list[str]]]]:
     """The weight's layout with the summed axes off the dimension the matmul contracts, and where no
     unsharded dimension can take them, each way of moving them (the fix check compiles each)."""
-    if weight is None or not weight.sharding:
+    if weight is None or (not any(weight.sharding or []) and (served is None or served.contracting is None)):
         return None, []
     dims = contracted_dims(weight, served)
+    if not any(weight.sharding or []):  # the summed axes on the dimensions the matmul produces: a sliced output
+        produced = set(range(len(weight.shape))) - dims
+        return moved_onto(weight, produced, list(c.mesh_axes), dict(ctx.signature.mesh.axes)), []
     suggested = moved_off(weight, dims, dict(ctx.signature.mesh.axes))
     if suggested is not None:
         return suggested, []
@@ -285,6 +300,22 @@ def _unchecked_reason(weight: TensorInfo | None) -> str:
         return (f"{weight.path} is replicated: the other operand's layout asks for this sum, and no layout of "
                 "the weight to compile is named")
     return f"no dimension of {weight.path} can take its axes, so there is no layout to compile"
+
+
+def _dims_text(dims: tuple[int, ...]) -> str:
+    return " and ".join(str(d) for d in dims)
+
+
+def _replicated_move_text(path: str, spec: list[list[str]], contracted: tuple[int, ...], summed: list[str],
+                          gathered: int) -> str:
+    """The fix for a replicated weight whose activation operand is split on the contracted dimension."""
+    produced = [d for d, axes in enumerate(spec) if axes]
+    axes = ", ".join(repr(a) for a in summed)
+    return (f"shard {path} as {pspec_text(spec)} instead of P(), {axes} on its dimension "
+            f"{_dims_text(tuple(produced))} (the one this matmul produces; it contracts dimension "
+            f"{_dims_text(contracted)}): each device then multiplies the activation gathered on the contracted "
+            f"dimension ({format_bytes(gathered)}) by its slice of the weight, a sliced output instead of partial "
+            "sums all-reduced")
 
 
 def contracted_move_text(path: str, spec: list[list[str]], written: list[list[str]], summed: list[str]) -> str:
