@@ -25,3 +25,13 @@ def argument_name(path: str) -> str:
     attributes) as of ``params['w']``, ``args[1]`` of a positional argument's ``args[1][0]``."""
     base, keys = path_keys(path)
     return f"args[{keys[0]}]" if base == "args" and keys and isinstance(keys[0], int) else base
+
+
+# A path's argument and its positional indices: ``opt_state[0]`` of ``opt_state[0]['mu']['embed']``.
+_ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
+
+
+def key_path(path: str) -> str:
+    """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``: a leaf's
+    keys below its argument, by which a parameter and the optimizer state that mirrors it match."""
+    return _ROOT.sub("", path, count=1)
