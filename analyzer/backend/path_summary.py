@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ...passes.rules.group_by_cause import layer_pattern
+from ...passes.common.pytree_paths import layer_pattern
 from .parameter_moves import listed
 
 # Up to this many paths are named one by one; a longer list is summarized.

@@ -35,3 +35,12 @@ def key_path(path: str) -> str:
     """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``: a leaf's
     keys below its argument, by which a parameter and the optimizer state that mirrors it match."""
     return _ROOT.sub("", path, count=1)
+
+
+# A layer's index in a path: a string key of digits (flax's ['3']), or an index after layers, blocks or h.
+_LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
+
+
+def layer_pattern(path: str) -> str:
+    """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
+    return _LAYER_KEY.sub("[*]", path)

@@ -24,24 +24,16 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
-from ..common.pytree_paths import key_path
+from ..common.pytree_paths import key_path, layer_pattern
 from ..common.sharding_text import pspec_text
 from ..models.report import Finding, TensorInfo
 from .table import codes_where
-
-_LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
-
 
 _RESULT = re.compile(r"\bresult(?:\[[^\]\s]*\]|\.\w+)*")
 
 
 def _pattern_of(m: re.Match[str]) -> str:
     return layer_pattern(m.group(0))
-
-
-def layer_pattern(path: str) -> str:
-    """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
-    return _LAYER_KEY.sub("[*]", path)
 
 
 def _key(f: Finding) -> tuple[object, ...]:
