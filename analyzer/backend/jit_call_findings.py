@@ -25,9 +25,10 @@ def at_jit_calls(report: TargetReport) -> TargetReport:
     changed = False
     findings: list[Finding] = []
     for f in report.findings:
-        options = ({DONATION: donates} if f.rule == SL202.code
-                   else {DONATION: donates, OUT_SHARDINGS: True} if f.rule == SL201.code and _STATED in f.message
-                   else None)
+        options: dict[tuple[str, ...], bool] | None = (
+            {DONATION: donates} if f.rule == SL202.code
+            else {DONATION: donates, OUT_SHARDINGS: True} if f.rule == SL201.code and _STATED in f.message
+            else None)
         line = None
         if options is not None and f.source is not None:
             text = texts.setdefault(f.source.file, _read(f.source.file))

@@ -58,9 +58,7 @@ def jit_call_line(source: str, line: int, options: dict[tuple[str, ...], bool]) 
             found = list(dict.fromkeys(_jits_of(call.func.value, scope, functions, depth=0)))
             left = [j for j in found if all(any(_has_keyword(j, k) for k in names) == present
                                             for names, present in options.items())] if len(found) > 1 else found
-            if len(left) == 1:
-                return left[0].lineno
-            return None
+            return getattr(left[0], "lineno", None) if len(left) == 1 else None
     return None
 
 
@@ -88,8 +86,10 @@ def _jits_of(expr: ast.AST, scope: ast.AST, functions: dict, depth: int, index: 
         return
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in functions:
         fn = functions[expr.func.id]
-        for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None):
-            value = ret.value
+        for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return)):
+            if ret.value is None:
+                continue
+            value: ast.expr = ret.value
             if index is not None and isinstance(value, ast.Tuple) and index < len(value.elts):
                 value = value.elts[index]
             elif index is not None:
