@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ...passes.models.report import Finding, SourceLocation, TargetReport
-from ...passes.models.rule_codes import SL201, SL202
+from ...passes.pipelines.catalogue import DONATION_FIXES, OUTPUT_LAYOUT_RULES
 from ..inputs.jit_sites import DONATION, OUT_SHARDINGS, jit_call_line
 
 # How SL201 says an output's layout is the jit call's out_shardings' (not computed by the step).
@@ -26,8 +26,8 @@ def at_jit_calls(report: TargetReport) -> TargetReport:
     findings: list[Finding] = []
     for f in report.findings:
         options: dict[tuple[str, ...], bool] | None = (
-            {DONATION: donates} if f.rule == SL202.code
-            else {DONATION: donates, OUT_SHARDINGS: True} if f.rule == SL201.code and _STATED in f.message
+            {DONATION: donates} if f.rule in DONATION_FIXES
+            else {DONATION: donates, OUT_SHARDINGS: True} if f.rule in OUTPUT_LAYOUT_RULES and _STATED in f.message
             else None)
         line = None
         if options is not None and f.source is not None:
