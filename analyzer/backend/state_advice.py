@@ -11,6 +11,7 @@ from ...passes.models.report import Finding
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_ARGUMENT_FIXES, STATE_RULES
 from .fix_verdicts import _cost_text, _not_offered
 from .parameter_moves import listed
+from .path_summary import summarized_paths
 
 
 def one_advice_per_value(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
@@ -98,7 +99,8 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
                     f"the step returns {'it' if len(set(names)) == 1 else 'them'} in")
         elif best is take:  # a group of values (SL201's small outputs): each takes its returned layout
             named = sorted({m.input.path for m in members if m is not None}, key=lambda p: (len(p), p))
-            what = (f"give {listed(named) if named else 'the state inputs'} the layouts the step returns them in "
+            inputs = summarized_paths(named) if named else "the state inputs"
+            what = (f"give {inputs} the layouts the step returns them in "
                     "(in_shardings=, or place them there with jax.device_put)")
         else:
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"

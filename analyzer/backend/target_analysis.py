@@ -26,6 +26,7 @@ from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
 from .cached_analysis import analysis_cache, cached_report, key_parts
 from .device_selection import device_processes, platform_label
+from .jit_call_findings import at_jit_calls
 from .out_shardings import suggest as suggest_out_shardings
 
 
@@ -113,8 +114,10 @@ def analyze_lowered(name: str, lowered, settings: Settings, where: str,
     # as it is. Never a report that is shown: lint without its fix checks would print the chains or not by
     # what the cache held (the README's main example at 80 columns, in one CI run and not another).
     checked = meets is not None or (figures_only and cache is not None and cache.has(cache_key(parts(True))))
-    return cached_report(cache, lambda: parts(checked),
-                         lambda: _analyze_lowered(name, lowered, text, settings, where, meets))
+    # The jit call's line is read from the script as it is now, outside the cache: the program's
+    # locations do not name it (moving it changes no StableHLO).
+    return at_jit_calls(cached_report(cache, lambda: parts(checked),
+                                      lambda: _analyze_lowered(name, lowered, text, settings, where, meets)))
 
 
 def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: str,

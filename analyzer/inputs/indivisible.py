@@ -35,21 +35,37 @@ def indivisible_problem(exc: BaseException, path: str, params: dict[str, Any]) -
     sizes = dict(re.findall(r"'(\w+)': (\d+)", m["mesh"]))
     named = re.findall(r"'(\w+)'", axes)
     axis_text = " x ".join(f"{a!r} (size {sizes.get(a, '?')})" for a in named) or axes
-    what = _argument_name(exc, path, shape) or "an argument"
+    named_argument = _argument_name(exc, path, shape)
+    what = named_argument or "an argument"
     # The --set that gave the dimension its size, when one did: fit searches that parameter's multiples.
     setters = [k for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool) and v == size]
     cause = f" (--set {setters[0]}={size})" if len(setters) == 1 else ""
     defaults = [] if setters else _defaults_of_size(exc, path, size, params)
     if len(setters) == 1:
-        fit = f", or fit --param {setters[0]} --multiple-of {parts}"
+        fix = f"use a multiple of {parts}, or fit --param {setters[0]} --multiple-of {parts}"
     elif len(defaults) == 1:  # the script's own default for a parameter of shard_lint_targets: fit can size it
-        fit = f" (shard_lint_targets' {defaults[0]}={size} by default: fit --param {defaults[0]} --multiple-of {parts})"
-    else:  # fit sizes a parameter of shard_lint_targets; nothing the user gave or defaults to this size
-        fit = (f" where the script sets it (fit sizes only a parameter of shard_lint_targets, and no --set or "
-               f"default gives {size}: make it one, then fit --param NAME --multiple-of {parts})")
+        fix = (f"use a multiple of {parts} (shard_lint_targets' {defaults[0]}={size} by default: "
+               f"fit --param {defaults[0]} --multiple-of {parts})")
+    else:  # a size written into the script (a vocabulary, a hidden width, a batch): pad it or shard it elsewhere
+        fix = _pad_or_reshard(size, parts, dim, spec, sizes)
+        # Only a whole array passed as the step's argument, split on its leading dim, reads as a batch; a
+        # leaf inside a pytree (an embedding's vocabulary) is a model size, which fit does not search.
+        if dim == 0 and named_argument is not None and "[" not in named_argument:
+            fix += (f" (if it is the batch: make it a parameter of shard_lint_targets, then fit --param NAME "
+                    f"--multiple-of {parts})")
     return (f"{what} has shape {shape}: its dim {dim} is {size}{cause}, which mesh axis {axis_text} of P({m['spec']}) "
-            f"does not divide: use a multiple of {parts}{fit}")
+            f"does not divide: {fix}")
 
+
+def _pad_or_reshard(size: int, parts: int, dim: int, spec: list[str], sizes: dict[str, str]) -> str:
+    """Pad the dimension to the next multiple of ``parts``, or shard it on a mesh axis that divides it and
+    that no other dimension of the same spec uses; with none, leave it unsharded."""
+    padded = -(-size // parts) * parts
+    used = {a for i, entry in enumerate(spec) if i != dim for a in re.findall(r"'(\w+)'", entry)}
+    dividing = [f"{a!r} (size {n})" for a, n in sizes.items() if a not in used and int(n) > 1 and size % int(n) == 0]
+    elsewhere = (f"shard dim {dim} on {' or '.join(dividing)}, which divide{'s' if len(dividing) == 1 else ''} {size}"
+                 if dividing else f"leave dim {dim} unsharded (None): no mesh axis divides {size}")
+    return f"pad it to {padded} (the next multiple of {parts}) where the script sets it, or {elsewhere}"
 
 def _defaults_of_size(exc: BaseException, path: str, size: int, params: dict[str, Any]) -> list[str]:
     """The parameters of the script's ``shard_lint_targets`` (the frame of it that raised) whose default is

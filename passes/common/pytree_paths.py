@@ -25,3 +25,22 @@ def argument_name(path: str) -> str:
     attributes) as of ``params['w']``, ``args[1]`` of a positional argument's ``args[1][0]``."""
     base, keys = path_keys(path)
     return f"args[{keys[0]}]" if base == "args" and keys and isinstance(keys[0], int) else base
+
+
+# A path's argument and its positional indices: ``opt_state[0]`` of ``opt_state[0]['mu']['embed']``.
+_ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
+
+
+def key_path(path: str) -> str:
+    """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``: a leaf's
+    keys below its argument, by which a parameter and the optimizer state that mirrors it match."""
+    return _ROOT.sub("", path, count=1)
+
+
+# A layer's index in a path: a string key of digits (flax's ['3']), or an index after layers, blocks or h.
+_LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
+
+
+def layer_pattern(path: str) -> str:
+    """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
+    return _LAYER_KEY.sub("[*]", path)

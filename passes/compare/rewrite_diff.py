@@ -10,6 +10,7 @@ from typing import Literal
 from ..common.axes import axes_text
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..hlo.collective_origin import pinned_output
 from ..models.entry import RoundTrip
 from ..models.report import Collective, SourceLocation, TargetReport
 from ..models.rewrite import AppliedSharding, CollectiveChange, ProgramFacts
@@ -98,10 +99,15 @@ def remaining_costs(after: TargetReport, output_layout_rules: frozenset[str],
     given once, with a count."""
     sharded = {t.path: t for t in after.inputs if t.sharding and any(t.sharding)}
     lines: dict[str, int] = {}
+    pinned: dict[tuple[str, str, str, str], list[tuple[Collective, str]]] = {}
     for c in after.collectives:
         if c.intent not in (None, "reshard") or c.kind not in ("all-gather", "all-reduce") or c.group_size < 2:
             continue
         where = display(c.source) if c.source else "the program"
+        if (returned := pinned_output(c)) is not None:  # the rewrite's own pins ask for it: said once per kind
+            axes = axes_text(c.mesh_axes, after.mesh, ", ")
+            pinned.setdefault((where, c.kind, axes, returned[1]), []).append((c, returned[0]))
+            continue
         if c.kind == "all-gather" and c.input_path in sharded:
             what = f"rebuilds the whole of {c.input_path} ({format_bytes(c.bytes)}) on every device"
         elif c.why:
@@ -113,11 +119,35 @@ def remaining_costs(after: TargetReport, output_layout_rules: frozenset[str],
                 "because an op reads along the sharded dimension: shard another axis (one the op does not read "
                 "along)")
         lines[line] = lines.get(line, 0) + c.count
-    out = [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
+    out = [_inserted_for_pins(key, group) for key, group in pinned.items()]
+    out += [line if n == 1 else f"{line} ({n}x per step)" for line, n in lines.items()]
     for f in after.findings:
         if f.rule in output_layout_rules:
             out.append(f"{display(f.source) if f.source else 'the program'}: {f.message}")
     return out
+
+
+# The outputs a paragraph on the collectives the pins ask for names before "and N more".
+_OUTPUTS_NAMED = 3
+
+
+def _inserted_for_pins(key: tuple[str, str, str, str], group: list[tuple[Collective, str]]) -> str:
+    """One paragraph for the collectives XLA inserts to return outputs on the layout the rewrite pinned them
+    to (at_out_shardings' why): no op reads along another axis here, so no other axis removes them; they are
+    what the pin costs."""
+    where, kind, axes, layout = key
+    count = sum(c.count for c, _ in group)
+    total = sum(c.bytes * c.count for c, _ in group)
+    outputs = sorted(dict.fromkeys(path for _, path in group))
+    named = ", ".join(outputs[:_OUTPUTS_NAMED]) + (
+        f" and {len(outputs) - _OUTPUTS_NAMED} more" if len(outputs) > _OUTPUTS_NAMED else "")
+    return (f"{where}: {count} {kind}{'s' if count != 1 else ''} over {axes} ({format_bytes(total)} per step) "
+            f"inserted to meet the pinned out_shardings: the step computes {len(outputs)} output"
+            f"{'s' if len(outputs) != 1 else ''} {'sharded' if kind == 'all-gather' else 'as partial sums'} over "
+            f"{axes} and the rewrite pins "
+            f"{'them' if len(outputs) != 1 else 'it'} to {layout} ({named}); leaving "
+            f"{'these outputs' if len(outputs) != 1 else 'it'} unpinned, or giving the inputs the layout the step "
+            "computes them in, avoids this")
 
 
 def lost_donations(before: TargetReport, after: TargetReport, applied: list[AppliedSharding],

@@ -33,7 +33,7 @@ from .value_origin import (
 )
 
 __all__ = ["at_out_shardings", "collective_origin", "collective_origins", "outputs_depending_on", "outputs_returning",
-           "reads_in"]
+           "pinned_output", "reads_in"]
 
 # How a finding names a source line: where_text, or the CLI's path-relative version.
 Display = Callable[..., str]
@@ -269,9 +269,25 @@ def at_out_shardings(module: HloModule, collectives: Iterable[Collective], outpu
         return collectives
     def why(c: Collective, output: TensorInfo) -> str:
         computed = f" (the step computes it sharded over {', '.join(c.mesh_axes)})" if c.kind == "all-gather" else ""
-        return (f"XLA inserts it to return {output.path} as {pspec_text(output.sharding)}, the layout the jit "
-                f"call's out_shardings states for it{computed}")
+        return (f"{_INSERTED_TO_RETURN}{output.path} as {pspec_text(output.sharding)}{_STATED_BY_OUT_SHARDINGS}"
+                f"{computed}")
 
     return tuple(c if c.hlo_name not in returned else c.model_copy(update={
         "source": site, "via": None, "called_from": None, "why": why(c, returned[c.hlo_name])})
         for c in collectives)
+
+
+# How at_out_shardings' why reads, around the output and its layout (pinned_output reads it back).
+_INSERTED_TO_RETURN = "XLA inserts it to return "
+_STATED_BY_OUT_SHARDINGS = ", the layout the jit call's out_shardings states for it"
+
+
+def pinned_output(c: Collective) -> tuple[str, str] | None:
+    """The output and its stated layout (``result[0]['w']``, ``P()``) a collective at_out_shardings located at
+    the jit call is inserted to return; None for any other collective."""
+    why = c.why or ""
+    if not why.startswith(_INSERTED_TO_RETURN) or _STATED_BY_OUT_SHARDINGS not in why:
+        return None
+    returned = why[len(_INSERTED_TO_RETURN):why.index(_STATED_BY_OUT_SHARDINGS)]
+    path, _, layout = returned.rpartition(" as ")
+    return (path, layout) if path else None

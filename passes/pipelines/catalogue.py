@@ -15,7 +15,8 @@ from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 # may not import rules/ (tests/test_architecture_reexports.py lists every name handed on, and why).
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
-           "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "stands_for_a_group_without_own_fix",
+           "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "OUTPUT_LAYOUT_RULES",
+           "stands_for_a_group_without_own_fix",
            "layout_edit"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
@@ -24,6 +25,8 @@ PARAMETER_FIXES = codes_where(lambda t: t.fix is FixKind.parameter)
 STATED_LAYOUT_FIXES = codes_where(lambda t: t.fix is FixKind.stated_layout)
 # Findings whose fix is the argument they name donated, compiled and measured.
 DONATION_FIXES = codes_where(lambda t: t.fix is FixKind.donation)
+# The rules about an output's layout (SL201): one on a layout the jit call's out_shardings states is that call's.
+OUTPUT_LAYOUT_RULES = codes_where(lambda t: t.about_output_layout)
 # Findings about a step's state: one recommendation for the values they share (pin, or take the layout).
 STATE_RULES = codes_where(lambda t: t.about_state)
 # Findings about the layout of the arguments they name: suggest's layout is tried where their own fix fails.

@@ -24,23 +24,16 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
+from ..common.pytree_paths import key_path, layer_pattern
 from ..common.sharding_text import pspec_text
 from ..models.report import Finding, FixCandidate, TensorInfo
 from .table import codes_where
-
-_LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[\d+\]|(?<=h)\[\d+\]")
-
 
 _RESULT = re.compile(r"\bresult(?:\[[^\]\s]*\]|\.\w+)*")
 
 
 def _pattern_of(m: re.Match[str]) -> str:
     return layer_pattern(m.group(0))
-
-
-def layer_pattern(path: str) -> str:
-    """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
-    return _LAYER_KEY.sub("[*]", path)
 
 
 def _key(f: Finding) -> tuple[object, ...]:
@@ -139,12 +132,6 @@ def _natural(text: str) -> tuple[int | str, ...]:
 # optimizer state that mirrors it (the same key path under another argument, the same shape and layout)
 # are one cause.
 _STATE_RULES = codes_where(lambda t: t.about_state)
-_ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
-
-
-def _key_path(path: str) -> str:
-    """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``."""
-    return _ROOT.sub("", path, count=1)
 
 
 def _paths(f: Finding) -> list[str]:
@@ -160,13 +147,13 @@ def _mirror_keys(findings: list[Finding], arguments: Sequence[TensorInfo]) -> di
     anchors: dict[str, set[tuple[str, tuple[int, ...] | None]]] = {}
     for f in findings:
         if f.rule in _STATE_RULES and f.parameter:
-            anchors.setdefault(f.rule, set()).add((_key_path(f.parameter), shapes.get(f.parameter)))
-            anchors[f.rule].update((_key_path(t.path), tuple(t.shape)) for t in arguments)
+            anchors.setdefault(f.rule, set()).add((key_path(f.parameter), shapes.get(f.parameter)))
+            anchors[f.rule].update((key_path(t.path), tuple(t.shape)) for t in arguments)
     out: dict[int, tuple[object, ...]] = {}
     for k, f in enumerate(findings):
-        if f.rule not in _STATE_RULES or not f.parameter or not _key_path(f.parameter):
+        if f.rule not in _STATE_RULES or not f.parameter or not key_path(f.parameter):
             continue
-        own, shape = _key_path(f.parameter), shapes.get(f.parameter)
+        own, shape = key_path(f.parameter), shapes.get(f.parameter)
         anchor = min((a for a, s in anchors[f.rule] if a and own.endswith(a) and s in (shape, None)),
                      key=len, default=own)
         message, fix = f.message, f.fix or ""
@@ -185,11 +172,11 @@ def _merged_mirrors(group: list[Finding], anchor: object, arguments: Sequence[Te
     """The parameter's finding (the shortest key path) stands for its optimizer state's; where the parameter
     has none, its first moment's stands for the others."""
     # The parameter before its optimizer state where both key paths are as short (params['a'], opt_state['a']).
-    first = min(group, key=lambda f: (len(_key_path(f.parameter or "")),
+    first = min(group, key=lambda f: (len(key_path(f.parameter or "")),
                                       (f.parameter or "").split("[")[0].lower().startswith("opt"), f.parameter or ""))
     if len(group) == 1:
         return first
-    whose = "its optimizer state" if _key_path(first.parameter or "") == anchor else "the same parameter's state"
+    whose = "its optimizer state" if key_path(first.parameter or "") == anchor else "the same parameter's state"
     others = [f.parameter for f in group if f is not first and f.parameter]
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
     ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)

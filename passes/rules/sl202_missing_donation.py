@@ -26,8 +26,10 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
     ------------
     Reports an input with the same shape, dtype and sharding as an output when
     the input is not donated and donating it would save at least
-    `donation-min-bytes` per device, at the line that lowers or calls the jitted
-    step (where `donate_argnums` is added), the argument's first use named in the message.
+    `donation-min-bytes` per device, at the `jax.jit(...)` call where
+    `donate_argnums` is added (where the script shows which call made the lowered
+    function; else at the line that lowers or calls it, which is otherwise its
+    via), the argument's first use named in the message.
 
     Why is this bad
     ---------------

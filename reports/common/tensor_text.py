@@ -141,3 +141,25 @@ def earlier_sharding_text(sharding: list[list[str]] | None) -> str:
     """An output's sharding before rewrite pinned it: ``unknown`` where the compiled program did not say
     (pspec_text would print ``None``, which reads as a JAX sharding)."""
     return "unknown" if sharding is None else pspec_text(sharding)
+
+
+# A path's positional index or attribute right after its argument (``[0]``, ``.mu``).
+_POSITIONAL = re.compile(r"\[\d+\]|\.\w+")
+
+
+def path_tail_text(path: str, width: int) -> str:
+    """A pytree path cut to ``width`` in its middle, its argument and its last keys kept (``result[0]…['1']
+    ['output']['dense']['kernel']``): the end is where paths of one pytree differ, so rows stay told apart."""
+    if len(path) <= width:
+        return path
+    head = path.split("[", 1)[0] if not path.startswith("[") else ""
+    # The argument and its positional indices (``result[0]``, ``result[1][0].mu``) when they leave room.
+    while True:
+        rest = path[len(head):]
+        m = _POSITIONAL.match(rest)
+        if m is None or len(head) + len(m.group(0)) > width // 2:
+            break
+        head += m.group(0)
+    # The tail as many characters as fit, a key cut at its start if need be (…d_embeddings']['embedding']
+    # tells word from position embeddings; whole keys only would drop it).
+    return head + "…" + path[-max(width - len(head) - 1, 1):]

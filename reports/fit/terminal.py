@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.byte_sizes import format_bytes, format_bytes_against
 from ..common.terminal_safe import shown, terminal_safe
 
 
@@ -26,6 +26,14 @@ def fitted_line_text(result) -> str:
     return text
 
 
+def _against_budget(n: int | None, budget: int) -> str:
+    """A peak near the budget with the budget in the same unit, so the two can be compared at a glance."""
+    text = format_bytes_against(n, budget)
+    if text == format_bytes(n):
+        return text
+    return f"{text} (budget {format_bytes_against(budget, budget)})"
+
+
 def render_fit(result, console: Console) -> None:
     result = terminal_safe(result)
     table = Table(title=f"Probes of {result.param} (in the order compiled)", title_justify="left")
@@ -34,7 +42,8 @@ def render_fit(result, console: Console) -> None:
         table.add_column(col, **kw)
     for i, p in enumerate(result.probes, 1):
         refused = " (the compiler refused it: out of memory)" if p.refused_by_compiler else ""
-        table.add_row(str(i), str(p.value), format_bytes(p.peak_bytes), ("yes" if p.fits else "no") + refused)
+        peak = format_bytes_against(p.peak_bytes, result.budget_bytes)
+        table.add_row(str(i), str(p.value), peak, ("yes" if p.fits else "no") + refused)
     console.print(table)
     if result.line_slope_bytes is not None:
         console.print(fitted_line_text(result))
@@ -51,7 +60,9 @@ def render_fit(result, console: Console) -> None:
         console.print(shown(f"no admissible {result.param} fits: the smallest already needs "
                            f"{format_bytes(result.probes[0].peak_bytes)}", style="bold red"))
         return
-    nxt = (f"; {result.param}={result.next_value} needs {format_bytes(result.next_peak_bytes)}"
+    nxt = (f"; {result.param}={result.next_value} needs "
+           f"{_against_budget(result.next_peak_bytes, result.budget_bytes)}"
            if result.next_value is not None else " (the top of the range)")
-    console.print(shown(f"{result.param} = {result.value}: peak {format_bytes(result.peak_bytes)}{nxt}",
+    peak = _against_budget(result.peak_bytes, result.budget_bytes)
+    console.print(shown(f"{result.param} = {result.value}: peak {peak}{nxt}",
                        style="bold green"))

@@ -11,7 +11,7 @@ from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.common.durations import format_seconds
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.rewrite import RewriteReport, RewriteRun
-from ..common.tensor_text import earlier_sharding_text, shape_text
+from ..common.tensor_text import earlier_sharding_text, path_tail_text, shape_text
 from ..common.terminal_safe import code_text, shown, terminal_safe
 from .validation_text import outputs_match_text
 
@@ -48,6 +48,18 @@ def _changes(r: RewriteReport) -> Table | None:
     return table
 
 
+# Columns' borders and padding in a four-column table; the width the why column keeps at least.
+_BORDERS, _WHY_WIDTH = 13, 24
+
+
+def _output_width(console_width: int, paths: list[str], before: list[str], after: list[str]) -> int:
+    """The output column's width: the longest path where it fits, else what the other columns leave (the
+    paths cut in their middle, path_tail_text, not at their end, where paths of one pytree differ)."""
+    others = max(map(len, ["compiled before", *before])) + max(map(len, ["pinned to", *after]))
+    room = console_width - _BORDERS - others - _WHY_WIDTH
+    return max(min(max(map(len, paths)), room), 20)
+
+
 def render_rewrite(run: RewriteRun, console: Console) -> None:
     raw = run  # the Python change is printed as Text, not markup: escaping would put "\\[" into it
     run = terminal_safe(run)
@@ -56,10 +68,16 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
         console.print(f"platform {r.platform}")
         if r.out_shardings:
             table = Table(title="Output shardings pinned", title_justify="left")
-            for col in ("output", "compiled before", "pinned to", "why"):
+            before = [earlier_sharding_text(a.before) for a in r.out_shardings]
+            after = [pspec_text(a.after) for a in r.out_shardings]
+            # The paths cut as written (code.out_shardings: the model before escaping), shown as Text: a cut
+            # through an escaped "\\[" would turn the rest into markup.
+            width = _output_width(console.width, [a.path for a in code.out_shardings], before, after)
+            table.add_column("output", min_width=width, no_wrap=True)
+            for col in ("compiled before", "pinned to", "why"):
                 table.add_column(col)
-            for a in r.out_shardings:
-                table.add_row(a.path, earlier_sharding_text(a.before), pspec_text(a.after), a.why)
+            for a, written, b, p in zip(r.out_shardings, code.out_shardings, before, after):
+                table.add_row(Text(code_text(path_tail_text(written.path, width))), b, p, a.why)
             console.print(table)
         console.print(_side_by_side(r))
         changes = _changes(r)

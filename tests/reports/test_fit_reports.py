@@ -55,3 +55,19 @@ def test_terminal_shows_names_as_written():
 def test_json():
     out = json_round_trip("fit", result())
     assert out["value"] == 8 and [p["value"] for p in out["probes"]] == [4, 16, 8, 12]
+
+
+def test_terminal_writes_a_peak_near_the_budget_finely_enough_to_compare():
+    # newcomer13's BERT (megatron, mesh 4x2, jax 0.10.2 CPU): XLA's peak at batch=172 was 1025.3 MiB against a
+    # 1 GiB budget; written as "1.0 GiB" it read as equal to the budget it exceeds.
+    GiB = 1024 * MiB
+    near = result().model_copy(update={
+        "budget_bytes": GiB, "value": 168, "peak_bytes": int(1003.1 * MiB), "next_value": 172,
+        "next_peak_bytes": int(1025.3 * MiB),
+        "probes": [Probe(value=168, peak_bytes=int(1003.1 * MiB), fits=True),
+                   Probe(value=172, peak_bytes=int(1025.3 * MiB), fits=False),
+                   Probe(value=4, peak_bytes=int(123.5 * MiB), fits=True)]})
+    text = render_terminal("fit", near, width=400)
+    assert f"batch{HOSTILE}=172 needs 1,025.3 MiB (budget 1,024.0 MiB)" in text
+    assert "= 168: peak 1,003.1 MiB;" in text  # already in MiB: nothing to add
+    assert "123.5 MiB" in text and "budget 1.0 GiB per device" in text  # far from the budget: as before

@@ -115,3 +115,24 @@ def test_terminal_change_column_is_signed_as_lints_fix_figures():
     assert rows["arguments"] == "+512.0 KiB"
     assert rows["collectives / step"] == "-1.5 MiB"
     assert rows["outputs"] == ""  # unchanged: left blank
+
+
+def test_long_output_paths_keep_their_tails_at_100_columns():
+    """newcomer13's BERT at 100 columns: every pinned path was cut to result[0]['bert']['embeddings'... and the
+    rows could not be told apart. The paths (the user's FlaxBertForMaskedLM + AdamW pytree) now lose their
+    middle: each row's last keys are shown, and so is the argument they are under."""
+    paths = ["result[0]['bert']['embeddings']['word_embeddings']['embedding']",
+             "result[0]['bert']['embeddings']['position_embeddings']['embedding']",
+             "result[1][0].mu['bert']['embeddings']['word_embeddings']['embedding']",
+             "result[0]['bert']['encoder']['layer']['1']['attention']['output']['dense']['kernel']"]
+    pins = [AppliedSharding(path=p, index=i, before=[[], ["model"]], after=[[], []],
+                            why="the input it corresponds to, " + p.replace("result[0]", "params"))
+            for i, p in enumerate(paths)]
+    target = run().targets[0].model_copy(update={"out_shardings": pins})
+    text = render_terminal("rewrite", run().model_copy(update={"targets": [target]}), width=100)
+    rows = [line for line in text.splitlines() if line.startswith("│ result")]
+    assert len(rows) == len(paths), text
+    firsts = [row.split("│")[1].strip() for row in rows]
+    assert len(set(firsts)) == len(paths), firsts
+    assert all(f.startswith("result[") for f in firsts), firsts
+    assert any(f.startswith("result[1][0].mu…") for f in firsts) and any("['kernel']" in f for f in firsts), firsts

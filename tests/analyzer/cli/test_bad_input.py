@@ -163,13 +163,26 @@ def _one_line(result) -> str:
 def test_an_indivisible_tuple_of_axes_is_quoted_whole_and_fit_is_given_what_it_needs(cli):
     """JAX's IndivisibleError for P(('data', 'model'), None) on a batch of 12 written into the script: the spec is
     quoted whole (it was cut at the tuple's ')'), and as no --set or default of shard_lint_targets gives 12,
-    the line does not suggest a fit without the --param it needs: it says to make it a parameter first."""
+    the line pads it to 16 or shards it on an axis that divides 12 (4 and 2 both do), and, tokens being a whole
+    argument split on its leading dim, says fit needs it made a parameter first."""
     line = _one_line(cli("lint", f"{BAD}/indivisible_tuple_axes.py"))
     assert line == (
         f"jax-shard-lint: error: {BAD}/indivisible_tuple_axes.py: tokens has shape (12, 16): its dim 0 is 12, which "
-        "mesh axis 'data' (size 4) x 'model' (size 2) of P(('data', 'model'), None) does not divide: use a multiple "
-        "of 8 where the script sets it (fit sizes only a parameter of shard_lint_targets, and no --set or default "
-        "gives 12: make it one, then fit --param NAME --multiple-of 8) (line 19)")
+        "mesh axis 'data' (size 4) x 'model' (size 2) of P(('data', 'model'), None) does not divide: pad it to 16 "
+        "(the next multiple of 8) where the script sets it, or shard dim 0 on 'data' (size 4) or 'model' (size 2), "
+        "which divide 12 (if it is the batch: make it a parameter of shard_lint_targets, then fit --param NAME "
+        "--multiple-of 8) (line 19)")
+
+
+def test_an_indivisible_vocabulary_is_padded_or_sharded_on_an_axis_that_divides_it(cli):
+    """BERT's 30522-row word embedding on 'data' (size 4): a model size, not a batch, so no fit advice; pad to
+    30524 (30522 = 4 x 7630 + 2) or shard on 'model' (size 2), which divides 30522 (= 2 x 15261)."""
+    line = _one_line(cli("lint", f"{BAD}/indivisible_vocab.py"))
+    assert line.startswith(f"jax-shard-lint: error: {BAD}/indivisible_vocab.py: ")
+    assert ("has shape (30522, 16): its dim 0 is 30522, which mesh axis 'data' (size 4) of P('data', None) does not "
+            "divide: pad it to 30524 (the next multiple of 4) where the script sets it, or shard dim 0 on 'model' "
+            "(size 2), which divides 30522 (line 22)") in line, line
+    assert "fit" not in line.split(": error: ", 1)[1].replace("indivisible_vocab.py", "")
 
 
 def test_an_indivisible_default_names_the_parameter_fit_sizes(cli):

@@ -103,19 +103,21 @@ def _gathers_feeding_results(hlo_text: str) -> dict[str, int]:
 def test_gathers_of_replicated_out_shardings_are_the_output_findings(cli):
     """out_shardings=P() over donated params and their moments sharded on 'model': every all-gather XLA adds
     to return them replicated (the ROOT tuple's operands, from compiled.as_text() here) is in the ops of
-    exactly one SL201 finding at the jit/lower line, which names the argument it came from and its
-    sharding; no SL101 reports them."""
+    exactly one SL201 finding at the jax.jit line that states the out_shardings (the .lower line its via),
+    which names the argument it came from and its sharding; no SL101 reports them."""
     path = os.path.join(FIXTURES, "scripts", "sl201_replicated_out_shardings.py")
     (target,) = lint_targets(cli, path)  # first: a trace of the step here would be the one lint reads
     compiled = script_targets(path)["replicated_state"].compile()
     gathers = _gathers_feeding_results(compiled.as_text())
     assert len(gathers) == 6  # params and both moments, two weights each
     lower_line = next(i for i, line in enumerate(open(path), 1) if ".lower(" in line)
+    jit_line = next(i for i, line in enumerate(open(path), 1) if "jax.jit(train_step" in line)
     assert not [f for f in target["findings"] if f["rule"] in ("SL101", "SL105")]
     outputs = {t["index"]: t["path"] for t in target["outputs"]}
     for name, index in gathers.items():
         (finding,) = [f for f in target["findings"] if name in f["ops"]]
-        assert finding["rule"] == "SL201" and finding["source"]["line"] == lower_line
+        assert finding["rule"] == "SL201" and finding["source"]["line"] == jit_line
+        assert finding["via"]["line"] == lower_line
         assert outputs[index] == finding["subject"] or outputs[index] in finding["ops"]
         assert finding["parameter"].startswith("params[") and finding["parameter_sharding"] in ([["model"], []],
                                                                                                 [[], ["model"]])

@@ -3,8 +3,12 @@ versions on the 8 virtual CPU devices."""
 
 import json
 import os
+import re
 
+import jax
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from scripts import script_module
 
 from jax_shard_lint.analyzer.commands.rewrite.command import parse_spec
@@ -209,3 +213,29 @@ def test_a_pinned_output_that_outgrows_its_donated_input_says_the_donation_is_lo
                          ).lower(w, x).compile().memory_analysis()
     assert t["before"]["alias_bytes"] == written.alias_size_in_bytes > 0
     assert t["after"]["alias_bytes"] == pinned.alias_size_in_bytes == 0
+
+
+def test_the_gathers_the_pins_ask_for_are_one_paragraph_naming_the_pin(cli):
+    """Four replicated state values the step computes sharded over 'model', pinned back to P(): XLA gathers each
+    to return it as pinned. Those gathers are the pins' own cost, said once with their count (XLA's: the
+    all-gathers the pinned program has beyond the program as written), not four "still runs ... shard another
+    axis" paragraphs: no op reads along another axis there."""
+    script = os.path.join("fixtures", "scripts", "pinned_outputs_gathered.py")
+    [t] = run_json(cli, script)
+    assert len(t["out_shardings"]) == 4 and all(not any(a["after"]) for a in t["out_shardings"])
+    module = script_module(script)
+    mesh, state, x = module.inputs()
+    step = module.make_step(mesh)
+    written = jax.jit(step).lower(state, x).compile().as_text()
+    pinned = jax.jit(step, out_shardings=NamedSharding(mesh, P())).lower(state, x).compile().as_text()
+    added = _all_gathers(pinned) - _all_gathers(written)
+    assert added == 4
+    [line] = [r for r in t["remaining"] if "inserted to meet the pinned out_shardings" in r]
+    assert f"pinned_outputs_gathered.py:34: {added} all-gathers over model (" in line, line
+    assert "the rewrite pins them to P() (result['layers'][0]['b'], " in line and "and 1 more)" in line
+    assert not any("shard another axis" in r for r in t["remaining"])
+
+
+def _all_gathers(hlo_text: str) -> int:
+    """XLA's all-gather instructions (an async pair counted once, by its start)."""
+    return len(re.findall(r"= \S+ all-gather(?:-start)?\(", hlo_text))

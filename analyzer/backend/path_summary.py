@@ -1,0 +1,39 @@
+"""A long list of state paths as a fix text says it: by key path, each layer's collapsed to [*] (as grouped
+findings name them), with a count; the finding's ``ops`` keep every path for JSON."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from ...passes.common.pytree_paths import layer_pattern
+from .parameter_moves import listed
+
+# Up to this many paths are named one by one; a longer list is summarized.
+_NAMED = 4
+# The key paths a summary names before "and N more".
+_SHOWN = 3
+# A path's argument (``params``, ``opt_state[0].mu``): everything before its first string key.
+_ROOT = re.compile(r"^(.*?)(?=\[['\"])")
+
+
+def summarized_paths(paths: Sequence[str]) -> str:
+    """``a, b and c`` for a few paths; for many, the count, the arguments they are under and their key paths
+    with layers as [*], the most common first: ``the 66 state inputs under params, opt_state[0].mu and
+    opt_state[0].nu (24 key paths, layers as [*]: ['bert']['encoder']['layer'][*]['output']['dense']['bias']
+    (x6), ... and 21 more)``."""
+    if len(paths) <= _NAMED:
+        return listed(list(paths))
+    roots: dict[str, None] = {}
+    keys: Counter[str] = Counter()
+    for path in paths:
+        m = _ROOT.match(path)
+        root = m.group(1) if m else path
+        roots.setdefault(root, None)
+        keys[layer_pattern(path[len(root):])] += 1
+    ranked = sorted(keys.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [f"{k} (x{n})" if n > 1 else k for k, n in ranked[:_SHOWN]]
+    more = [f"{len(ranked) - _SHOWN} more"] if len(ranked) > _SHOWN else []
+    return (f"the {len(paths)} state inputs under {listed(list(roots))} ({len(ranked)} key path"
+            f"{'s' if len(ranked) > 1 else ''}, layers as [*]: {listed(shown + more)})")

@@ -1,0 +1,23 @@
+"""A fix text's long list of state paths, summarized by key path with layers as [*] (newcomer13's BERT: SL201's
+small outputs, 66 paths, were listed one by one over ~70 lines). The paths are the user's pytree's, as
+FlaxBertForMaskedLM + optax AdamW name them (lint100_pane_raw.txt): 2 layers, each key path once under params
+and once under each Adam moment."""
+
+from jax_shard_lint.analyzer.backend.path_summary import summarized_paths
+
+_KEYS = [f"['bert']['encoder']['layer']['{i}']['attention']['output']['LayerNorm']['{leaf}']"
+         for i in ("0", "1") for leaf in ("bias", "scale")] + ["['bert']['embeddings']['LayerNorm']['bias']"]
+_PATHS = [root + key for key in _KEYS for root in ("params", "opt_state[0].mu", "opt_state[0].nu")]
+
+
+def test_a_long_list_is_counted_and_collapsed_by_layer():
+    text = summarized_paths(_PATHS)
+    assert text.startswith("the 15 state inputs under params, opt_state[0].mu and opt_state[0].nu (3 key paths, ")
+    # Each LayerNorm leaf: 2 layers x (params, mu, nu) = 6 paths, one pattern.
+    assert "['bert']['encoder']['layer'][*]['attention']['output']['LayerNorm']['bias'] (x6)" in text
+    assert "['bert']['embeddings']['LayerNorm']['bias'] (x3)" in text
+    assert "['0']" not in text and text.count("opt_state") == 2
+
+
+def test_a_short_list_is_named_whole():
+    assert summarized_paths(_PATHS[:2]) == f"{_PATHS[0]} and {_PATHS[1]}"
