@@ -1,6 +1,7 @@
 """The oracle of tests/real_models' printed-fix tests: the layout a printed fix describes (its
 ``fix_check.change``: the arguments it names given its PartitionSpec, ``donate_argnums``, or the state given
-the layout the written step returns it in) made the way a user makes it, ``jax.jit(...).lower(...).compile()``d,
+the layout the written step returns it in) made the way a user makes it, ``jax.jit(...).lower(...).compile()``d
+(a move with every state output returned on its argument's sharding, as its text says),
 and XLA's figures of it: ``memory_analysis()``'s peak and the collectives in the compiled text plus the state
 the next step reshards on entry (hlo_oracle.py). Better is the issue's definition with the tolerance the tool
 states: one figure lower by more than 0.5% of it, the other grown by at most 1% of the written peak."""
@@ -83,7 +84,16 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
     assert " -> " in change, f"a printed fix the test cannot rebuild: {change!r}"
     patterns, spec = paths(change)
     moved = with_layout(args, argument_names(fn, options), patterns, spec)
-    return measured(fn, options, moved, state_count)[1]
+    return measured(fn, options, moved, state_count, out_shardings=returning_state(fn, options, moved, state_count))[1]
+
+
+def returning_state(fn, options, args, state_count):
+    """The out_shardings a move's text says: every state output on its argument's sharding (the moved ones in
+    their new layout, the rest as taken), the other outputs as the step states them."""
+    results = jax.jit(fn, **options).lower(*args).out_info
+    stated = options.get("out_shardings")
+    rest = tuple(stated[state_count:]) if isinstance(stated, tuple) else (None,) * (len(results) - state_count)
+    return (*jax.tree.map(lambda x: x.sharding, tuple(args[:state_count])), *rest)
 
 
 def better(written, after) -> bool:

@@ -51,7 +51,7 @@ from .fix_verdicts import (
     rematerializations,
     without_unfixable_small_outputs,
 )
-from .parameter_moves import listed, matcher, moved_text, single_move
+from .parameter_moves import kept_count, listed, matcher, moved_text, single_move
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
 from .state_advice import one_advice_per_value, state_advice
@@ -72,6 +72,8 @@ class _Candidate:
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
+    # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``).
+    kept: int = 0
 
 
 _matcher = matcher  # the solver fixes' name for it
@@ -100,7 +102,7 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
     with_state = f" with {listed(list(mirrored))}" if mirrored else ""
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
-                      mirrored=mirrored)
+                      mirrored=mirrored, kept=kept_count(returned, arguments, results))
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -351,7 +353,7 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
 
 
 def _moving(c: _Candidate) -> str:
-    return moved_text(c.mirrored, len(c.results))
+    return moved_text(c.mirrored, len(c.results) - c.kept, c.kept)
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
