@@ -43,7 +43,7 @@ from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..fix_checks import _compiled, _matcher
-from ..fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
+from ..fix_verdicts import _cost_text, _judged, _not_offered, baseline, measured_check, rematerializations
 from ..parameter_moves import kept_text, listed, mirrors, returning_state
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
@@ -183,9 +183,14 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
              else f"the sharding solver's layout for {them}" if name == "solver"
              else f"one move of a mesh axis for {them}")
     own = f.fix_check
-    # The rule's own fix measured better but compiled with a rematerialization: what was tried is said.
-    why = (f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
-           if own is not None and own.verdict is FixVerdict.rematerializes else "the rule's own fix measured no better")
+    # What the rule's own fix was and what XLA measured it to do, so the finding says why another layout is
+    # printed (a Llama's o_proj given back its input features with its moments: a trade-off, peak +34 MiB).
+    if own is None:
+        why = "the rule's own fix measured no better"
+    elif own.verdict in (FixVerdict.rematerializes, FixVerdict.failed):
+        why = f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
+    else:
+        why = f"the rule's own fix, {own.change}, was tried and measured {_judged(own)}"
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
         "fix": (f"{_fix_text(edits, inputs, returned, kept)}: {whose} with every other argument as written, where "
