@@ -84,16 +84,22 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
     assert " -> " in change, f"a printed fix the test cannot rebuild: {change!r}"
     patterns, spec = paths(change)
     moved = with_layout(args, argument_names(fn, options), patterns, spec)
-    return measured(fn, options, moved, state_count, out_shardings=returning_state(fn, options, moved, state_count))[1]
+    pins = returning_state(fn, options, args, moved, state_count, written)
+    return measured(fn, options, moved, state_count, out_shardings=pins)[1]
 
 
-def returning_state(fn, options, args, state_count):
-    """The out_shardings a move's text says: every state output on its argument's sharding (the moved ones in
-    their new layout, the rest as taken), the other outputs as the step states them."""
-    results = jax.jit(fn, **options).lower(*args).out_info
+def returning_state(fn, options, args, moved, state_count, written):
+    """The out_shardings a move's text says: the moved state in its new layout, the state the written step
+    returns as it takes it on its argument's sharding, the rest (state the written step returns on another
+    layout: SL201's) and the other outputs as the step states them."""
+    results = jax.jit(fn, **options).lower(*moved).out_info
     stated = options.get("out_shardings")
     rest = tuple(stated[state_count:]) if isinstance(stated, tuple) else (None,) * (len(results) - state_count)
-    return (*jax.tree.map(lambda x: x.sharding, tuple(args[:state_count])), *rest)
+    before, after = jax.tree.leaves(args[:state_count]), jax.tree.leaves(moved[:state_count])
+    returned = jax.tree.leaves(written.output_shardings[:state_count])
+    pins = [a.sharding if a is not b or (b.sharding is not None and out.is_equivalent_to(b.sharding, len(b.shape)))
+            else None for b, a, out in zip(before, after, returned, strict=True)]
+    return (*jax.tree.unflatten(jax.tree.structure(tuple(moved[:state_count])), pins), *rest)
 
 
 def better(written, after) -> bool:

@@ -51,7 +51,7 @@ from .fix_verdicts import (
     rematerializations,
     without_unfixable_small_outputs,
 )
-from .parameter_moves import kept_count, listed, matcher, moved_text, single_move
+from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
 from .state_advice import one_advice_per_value, state_advice
@@ -144,7 +144,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, LINT)
     pin, take = _state_candidates(report, sig)
-    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, LINT)}
+    returned = state_returns({rt.output.index: rt.input.index for rt in state_roundtrips(sig, LINT)},
+                             report.inputs, report.outputs)
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
     donations = {f.subject: c for f in report.findings if f.rule in DONATION_FIXES

@@ -11,17 +11,23 @@ are the same value's state: an Adam step moved without them compiles to another 
 than the one a person writes); and the state that comes back (the step's updated
 parameter and moments) is returned in the new layout (its out_shardings pinned), so
 the next step takes it as it is and does not reshard it. The state the move leaves
-where it is comes back on its input's layout (pinned too), as suggest returns every
-version's state (``_returning_state``): left to XLA, a move can propagate another
-layout into it (an MLP's replicated w2 and its moments back on 'model' once w1 moves),
-and the pasted fix would make the next step reshard it on entry. Every other
-argument and result stays as the program writes it.
+where it is, and that the written step returns as it takes it, comes back on its
+input's layout (pinned too), as suggest returns every version's state
+(``_returning_state``): left to XLA, a move can propagate another layout into it (an
+MLP's replicated w2 and its moments back on 'model' once w1 moves), and the pasted fix
+would make the next step reshard it on entry. State the written step already returns
+on another layout (SL201's, its own finding and fix) is left as written, to XLA: pinned
+here it would put SL201's decision into the move's figures (an nnx Adam step's moments,
+whose pinning costs more than the move saves). Every other argument and result stays
+as the program writes it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+
+from ...passes.common.sharding_text import normalized
 
 Sharding = list[list[str]]
 
@@ -71,14 +77,36 @@ def single_move(inputs: Sequence, returned: Mapping[int, int], edits: Mapping[in
     return arguments, returning_state(inputs, returned, arguments)
 
 
+class StateReturns(dict[int, int]):
+    """Result -> the argument it returns, for a step's state; ``unsettled``: the results the written step
+    returns on another layout than their argument's (SL201's), which a move leaves to XLA unless it moves
+    them."""
+
+    def __init__(self, pairs: Mapping[int, int], unsettled: frozenset[int] = frozenset()):
+        super().__init__(pairs)
+        self.unsettled = unsettled
+
+
+def state_returns(pairs: Mapping[int, int], inputs: Sequence, outputs: Sequence) -> StateReturns:
+    """``pairs`` (result -> argument) with the results the compiled step (``inputs``, ``outputs``: its
+    report's) returns on another layout than their argument's marked unsettled."""
+    ins, outs = {t.index: t for t in inputs}, {t.index: t for t in outputs}
+    unsettled = frozenset(o for o, i in pairs.items() if o in outs and i in ins and normalized(
+        outs[o].sharding, len(outs[o].shape)) != normalized(ins[i].sharding, len(ins[i].shape)))
+    return StateReturns(pairs, unsettled)
+
+
 def returning_state(inputs: Sequence, returned: Mapping[int, int],
                     arguments: Mapping[int, Sharding]) -> dict[int, Sharding]:
     """Each state result (``returned``: result -> argument) pinned to its argument's sharding: the one in
-    ``arguments`` (a move's), else the argument's as written, so the next step takes every state value as
-    this one returns it."""
+    ``arguments`` (a move's), else the argument's as written where the written step returns it so (not an
+    unsettled one of a ``StateReturns``), so the next step takes every state value as this one returns it."""
     written = {t.index: t.sharding for t in inputs}
+    unsettled = returned.unsettled if isinstance(returned, StateReturns) else frozenset()
     results = {}
     for o, i in sorted(returned.items()):
+        if i not in arguments and o in unsettled:
+            continue
         s = arguments.get(i, written.get(i))
         if s is not None:
             results[o] = [list(a) for a in s]

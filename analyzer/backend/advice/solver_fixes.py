@@ -44,7 +44,7 @@ from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..fix_checks import _compiled, _matcher
 from ..fix_verdicts import _cost_text, _judged, _not_offered, baseline, measured_check, rematerializations
-from ..parameter_moves import kept_text, listed, mirrors, returning_state
+from ..parameter_moves import kept_text, listed, mirrors, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
 from .moves import single_moves
@@ -147,9 +147,12 @@ def _returned(target, arguments) -> dict[int, int]:
     return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}
 
 
-def _state_results(target, inputs: list[TensorInfo], edits: dict[int, Sharding]) -> dict[int, Sharding]:
-    """Every state result pinned: the moved state's to its new layout, the rest to its input's as written."""
-    return returning_state(inputs, {rt.output.index: rt.input.index for rt in target.state}, edits)
+def _state_results(target, report: TargetReport, edits: dict[int, Sharding]) -> dict[int, Sharding]:
+    """The state results pinned: the moved state's to its new layout, the rest the written step returns as
+    it takes it to its input's (parameter_moves.returning_state)."""
+    returned = state_returns({rt.output.index: rt.input.index for rt in target.state}, report.inputs,
+                             report.outputs)
+    return returning_state(report.inputs, returned, edits)
 
 
 def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
@@ -293,7 +296,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
                 continue
             answers[key] = _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec,
                                    as_written, base)
-        findings[k] = _advised(f, sorted(i for unit in units for i in unit), inputs, target, *answers[key])
+        findings[k] = _advised(f, sorted(i for unit in units for i in unit), report, target, *answers[key])
     return report.model_copy(update={"findings": findings})
 
 
@@ -309,7 +312,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         return f"{_change_text(e, inputs, _returned(target, e))} ({name})"
 
     def job(e: dict[int, Sharding]):
-        text = with_entry_shardings(module, _state_results(target, inputs, e), sig.mesh_name, e)
+        text = with_entry_shardings(module, _state_results(target, report, e), sig.mesh_name, e)
         return functools.partial(_compiled, report.name, text, sig, settings, where, devices)
 
     moves = _moves(target, units, report)
@@ -354,8 +357,9 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig, written), best.name
 
 
-def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check, name,
+def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, label, check, name,
              ) -> Finding:
+    inputs = list(report.inputs)
     if check is None:
         # Nothing moves: the arguments it was free to move are named only where few (a Llama's were 46).
         free_text = _listed(inputs, free) if len(free) <= 3 else f"{len(free)} arguments"
@@ -363,7 +367,7 @@ def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edit
                                            f"{free_text}, it found no better layout)"})
     if check.verdict is FixVerdict.better:
         returned = _returned(target, edits)
-        kept = len(_state_results(target, inputs, edits)) - len(returned)
+        kept = len(_state_results(target, report, edits)) - len(returned)
         return _better(f, check, edits, inputs, returned, kept, name)
     return f.model_copy(update={
         "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
