@@ -1,6 +1,7 @@
 """The oracle of tests/real_models' printed-fix tests: the layout a printed fix describes (its
 ``fix_check.change``: the arguments it names given its PartitionSpec, ``donate_argnums``, or the state given
-the layout the written step returns it in) made the way a user makes it, ``jax.jit(...).lower(...).compile()``d,
+the layout the written step returns it in) made the way a user makes it, ``jax.jit(...).lower(...).compile()``d
+(a move with every state output returned on its argument's sharding, as its text says),
 and XLA's figures of it: ``memory_analysis()``'s peak and the collectives in the compiled text plus the state
 the next step reshards on entry (hlo_oracle.py). Better is the issue's definition with the tolerance the tool
 states: one figure lower by more than 0.5% of it, the other grown by at most 1% of the written peak."""
@@ -86,7 +87,22 @@ def fixed(change, fn, options, args, state_count, written, constrained=None):
     for move in change.split(" together with "):
         patterns, spec = paths(move)
         moved = with_layout(moved, argument_names(fn, options), patterns, spec)
-    return measured(fn, options, moved, state_count)[1]
+    pins = returning_state(fn, options, args, moved, state_count, written)
+    return measured(fn, options, moved, state_count, out_shardings=pins)[1]
+
+
+def returning_state(fn, options, args, moved, state_count, written):
+    """The out_shardings a move's text says: the moved state in its new layout, the state the written step
+    returns as it takes it on its argument's sharding, the rest (state the written step returns on another
+    layout: SL201's) and the other outputs as the step states them."""
+    results = jax.jit(fn, **options).lower(*moved).out_info
+    stated = options.get("out_shardings")
+    rest = tuple(stated[state_count:]) if isinstance(stated, tuple) else (None,) * (len(results) - state_count)
+    before, after = jax.tree.leaves(args[:state_count]), jax.tree.leaves(moved[:state_count])
+    returned = jax.tree.leaves(written.output_shardings[:state_count])
+    pins = [a.sharding if a is not b or (b.sharding is not None and out.is_equivalent_to(b.sharding, len(b.shape)))
+            else None for b, a, out in zip(before, after, returned, strict=True)]
+    return (*jax.tree.unflatten(jax.tree.structure(tuple(moved[:state_count])), pins), *rest)
 
 
 def better(written, after) -> bool:

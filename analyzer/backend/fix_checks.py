@@ -59,7 +59,7 @@ from .fix_verdicts import (
     without_unfixable_small_outputs,
 )
 from .pair_fixes import pair_attempts, pair_change, partner_edits
-from .parameter_moves import listed, matcher, moved_text, single_move
+from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
 from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
@@ -80,6 +80,8 @@ class _Candidate:
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
+    # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``).
+    kept: int = 0
 
 
 _matcher = matcher  # the solver fixes' name for it
@@ -113,7 +115,7 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
     with_state = f" with {listed(list(mirrored))}" if mirrored else ""
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
-                      mirrored=mirrored)
+                      mirrored=mirrored, kept=kept_count(returned, arguments, results))
 
 
 def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int], edits: dict[int, list[list[str]]],
@@ -125,7 +127,7 @@ def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, in
         return None
     arguments, results = single_move(inputs, returned, {**edits, **partners})
     change, mirrored = pair_change(f, together, inputs, edits, partners, arguments)
-    return _Candidate(change, arguments, results, mirrored=mirrored)
+    return _Candidate(change, arguments, results, mirrored=mirrored, kept=kept_count(returned, arguments, results))
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -167,7 +169,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, FIX_CHECKS)
     pin, take = _state_candidates(report, sig)
-    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, FIX_CHECKS)}
+    returned = state_returns({rt.output.index: rt.input.index for rt in state_roundtrips(sig, FIX_CHECKS)},
+                             report.inputs, report.outputs)
     wanted = [f for f in report.findings if f.rule in _PARAMETER_FIXES and f.suggested_sharding is not None]
     # The suggested out_shardings are checked even where SL201 is ignored: the text is printed either way.
     donations = {f.subject: c for f in report.findings if f.rule in DONATION_FIXES
@@ -364,7 +367,7 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
 
 
 def _moving(c: _Candidate) -> str:
-    return moved_text(c.mirrored, len(c.results))
+    return moved_text(c.mirrored, len(c.results) - c.kept, c.kept)
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:

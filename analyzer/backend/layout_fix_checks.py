@@ -47,7 +47,7 @@ from ..context.config import Settings
 from ..supervision import isolation
 from .fix_checks import _compiled
 from .fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
-from .parameter_moves import listed, moved_text, single_move
+from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
 
@@ -217,15 +217,17 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
     given = next((t for t in report.inputs if t.path == c.value), None)
     if given is None:
         return None
-    sig = entry_signature(module, FIX_CHECKS)
-    returned = {rt.output.index: rt.input.index for rt in state_roundtrips(sig, FIX_CHECKS)}
+    returned = state_returns({rt.output.index: rt.input.index
+                              for rt in state_roundtrips(entry_signature(module, FIX_CHECKS), FIX_CHECKS)},
+                             report.inputs, report.outputs)
     arguments, results = single_move(report.inputs, returned, {given.index: c.sharding})
+    kept = kept_count(returned, arguments, results)
     by_index = {t.index: t.path for t in report.inputs}
     mirrored = [by_index[i] for i in sorted(arguments) if i != given.index]
     with_state = f" with {listed(mirrored)}" if mirrored else ""
     return _Edit(f"{c.value}{with_state} -> {spec}",
                  f"shard {c.value} as {spec} instead of {pspec_text(given.sharding or [])}"
-                 + moved_text(mirrored, len(results)), results=results, arguments=arguments)
+                 + moved_text(mirrored, len(results) - kept, kept), results=results, arguments=arguments)
 
 
 def _recast_edits(f: Finding, report: TargetReport) -> list[_Edit]:

@@ -5,18 +5,27 @@ Paths alone (``result[1][0].mu['w']``) cannot say what container a level is
 (optax's ``ScaleByAdamState``, ``EmptyState``, an ``nnx.State``, an Equinox
 module), so the text is built from the pytrees JAX kept on the ``Lowered``:
 
-- an output subtree that is an input subtree coming back, leaf for leaf, is
-  written structurally, ``jax.tree.map(lambda x: x.sharding, opt_state)``, with the
-  argument names the user's function uses;
 - tuples, lists, dicts and single arrays are written out, each leaf as
-  ``NamedSharding(mesh, P(...))``;
+  ``NamedSharding(mesh, P(...))`` (for a program of dicts and tuples, the text
+  ``check`` builds from the result paths alone, ``out_shardings_text``);
+- a subtree of another type (optax's ``ScaleByAdamState``) that is an input
+  subtree coming back, leaf for leaf, is a table of its shardings mapped over the
+  input's key paths, ``jax.tree_util.tree_map_with_path(lambda path, _: {...}
+  [jax.tree_util.keystr(path)], opt_state)``, with the argument names the user's
+  function uses;
 - a subtree of another type whose leaves need nothing pinned is ``None`` (XLA
   chooses, as it did).
 
+Every sharding is spelled, never ``x.sharding`` of an input: on abstract inputs
+(``jax.eval_shape``'s, a ShapeDtypeStruct given no sharding, placed by the jit's
+in_shardings) that is None and would pin nothing. lint, check, rewrite and suggest
+print their out_shardings from this one builder.
+
 Before a text is shown it is evaluated with the argument names bound to the
-abstract inputs, matched against the output tree the way ``jax.jit`` matches an
-``out_shardings`` prefix (JAX's own code, through jax_adapter), and each output's
-resulting sharding compared with the intended one. A text that fails is not shown.
+abstract inputs without a sharding, matched against the output tree the way
+``jax.jit`` matches an ``out_shardings`` prefix (JAX's own code, through
+jax_adapter), and each output's resulting sharding compared with the intended
+one. A text that fails is not shown.
 """
 
 from __future__ import annotations
@@ -131,36 +140,28 @@ def _input_subtrees(args_tree: _Tree, args: Any, names: dict[int, str]) -> dict[
 
 def build_text(
     lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
-    pair_of: dict[int, int], spelled: bool = False,
+    pair_of: dict[int, int],
 ) -> str:
-    """The text for ``intended`` shardings (mesh axes per dim, per flattened output). ``spelled``: an
-    output subtree that is an input coming back is written as a table of its shardings mapped over the
-    input's key paths, not as ``x.sharding`` of the input, so the text holds whatever the inputs arrive
-    with (abstract ones, or arrays still on their old shardings)."""
+    """The text for ``intended`` shardings (mesh axes per dim, per flattened output), every one spelled."""
     args, out_info = jax_adapter.call_arguments(lowered), lowered.out_info  # out_info is rebuilt on every access
     args_tree, out_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered)), _Tree(out_info)
     names = _arg_names(inputs, args_tree, args)
     by_first = _input_subtrees(args_tree, args, names)
 
     def same_as_input(node) -> str | None:
+        """A table of the subtree's shardings over the key paths of the input it is, coming back."""
         leaves = out_tree.leaf_range(node)
         if not leaves or leaves[0] not in pair_of:
             return None
         structure = out_tree.structure(node)
         for in_structure, expr, in_node in by_first.get(pair_of[leaves[0]], []):
-            if in_structure != structure:
-                continue
             in_leaves = args_tree.leaf_range(in_node)
-            if spelled and all(pair_of.get(o) == i and inputs[i].path.startswith(expr)
-                               for o, i in zip(leaves, in_leaves)):
+            if in_structure == structure and all(pair_of.get(o) == i and inputs[i].path.startswith(expr)
+                                                 for o, i in zip(leaves, in_leaves)):
                 table = ", ".join(f"{inputs[i].path[len(expr):]!r}: {named_sharding_text(intended[o])}"
                                   for o, i in zip(leaves, in_leaves))
                 return (f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], "
                         f"{expr})")
-            if not spelled and all(pair_of.get(o) == i and normalized(intended[o], len(outputs[o].shape))
-                                   == normalized(inputs[i].sharding, len(inputs[i].shape))
-                                   for o, i in zip(leaves, in_leaves)):
-                return f"jax.tree.map(lambda x: x.sharding, {expr})"
         return None
 
     def render(node) -> str:
@@ -169,9 +170,6 @@ def build_text(
         if out_tree.is_leaf(node):
             s = intended[out_tree.index[id(node)]]
             return named_sharding_text(s) if s is not None else "None"
-        expr = same_as_input(node)
-        if expr is not None:
-            return expr
         kids = out_tree.children(node)
         if type(node) is tuple:
             items = [render(c) for _, c in kids]
@@ -180,6 +178,9 @@ def build_text(
             return "[" + ", ".join(render(c) for _, c in kids) + "]"
         if type(node) is dict:
             return "{" + ", ".join(f"{k.key!r}: {render(c)}" for k, c in kids) + "}"
+        expr = same_as_input(node)
+        if expr is not None:
+            return expr
         leaves = out_tree.leaf_range(node)
         if all(normalized(intended[o], len(outputs[o].shape)) == normalized(outputs[o].sharding, len(outputs[o].shape))
                for o in leaves):
@@ -265,15 +266,15 @@ def suggest(
 
 def suggest_for(
     lowered: Any, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...], intended: list,
-    pair_of: dict[int, int], spelled: bool = False,
+    pair_of: dict[int, int],
 ) -> OutShardingsSuggestion:
-    """The checked text giving each output its ``intended`` sharding (``spelled``: see ``build_text``;
-    its check binds the inputs with no sharding, so the text cannot lean on them)."""
+    """The checked text giving each output its ``intended`` sharding (see ``build_text``; its check binds
+    the inputs with no sharding, so the text cannot lean on them)."""
     try:
-        text = build_text(lowered, inputs, outputs, intended, pair_of, spelled)
+        text = build_text(lowered, inputs, outputs, intended, pair_of)
     except (ValueError, TypeError, AttributeError) as e:
         return OutShardingsSuggestion(None, f"no out_shardings text could be built: {e}")
-    problem = check_out_shardings_text(text, lowered, inputs, outputs, intended, sharded=not spelled)
+    problem = check_out_shardings_text(text, lowered, inputs, outputs, intended, sharded=False)
     if problem is not None:
         return OutShardingsSuggestion(None, f"the out_shardings text did not check ({problem}); not shown")
     return OutShardingsSuggestion(text)

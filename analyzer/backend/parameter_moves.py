@@ -10,14 +10,24 @@ whatever layout they were written in (moments left replicated beside a sharded p
 are the same value's state: an Adam step moved without them compiles to another program
 than the one a person writes); and the state that comes back (the step's updated
 parameter and moments) is returned in the new layout (its out_shardings pinned), so
-the next step takes it as it is and does not reshard it. Every other argument and
-result stays as the program writes it.
+the next step takes it as it is and does not reshard it. The state the move leaves
+where it is, and that the written step returns as it takes it, comes back on its
+input's layout (pinned too), as suggest returns every version's state
+(``_returning_state``): left to XLA, a move can propagate another layout into it (an
+MLP's replicated w2 and its moments back on 'model' once w1 moves), and the pasted fix
+would make the next step reshard it on entry. State the written step already returns
+on another layout (SL201's, its own finding and fix) is left as written, to XLA: pinned
+here it would put SL201's decision into the move's figures (an nnx Adam step's moments,
+whose pinning costs more than the move saves). Every other argument and result stays
+as the program writes it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+
+from ...passes.common.sharding_text import normalized
 
 Sharding = list[list[str]]
 
@@ -56,15 +66,56 @@ def mirrors(inputs: Sequence, index: int) -> list[int]:
 def single_move(inputs: Sequence, returned: Mapping[int, int], edits: Mapping[int, Sharding],
                 held: frozenset[int] = frozenset()) -> tuple[dict[int, Sharding], dict[int, Sharding]]:
     """(argument shardings, result shardings) of the move ``edits`` (argument -> its new sharding):
-    each edited argument's mirrors moved with it (but ``held`` ones, kept as written), and each moved
-    argument that comes back as a result (``returned``: result -> argument) returned in its new layout."""
+    each edited argument's mirrors moved with it (but ``held`` ones, kept as written), each moved
+    argument that comes back as a result (``returned``: result -> argument) returned in its new layout,
+    and every other state result returned on its argument's written layout (``returning_state``)."""
     arguments = {i: [list(a) for a in s] for i, s in edits.items()}
     for i, s in edits.items():
         for j in mirrors(inputs, i):
             if j not in held:
                 arguments.setdefault(j, [list(a) for a in s])
-    results = {o: arguments[i] for o, i in sorted(returned.items()) if i in arguments}
-    return arguments, results
+    return arguments, returning_state(inputs, returned, arguments)
+
+
+class StateReturns(dict[int, int]):
+    """Result -> the argument it returns, for a step's state; ``unsettled``: the results the written step
+    returns on another layout than their argument's (SL201's), which a move leaves to XLA unless it moves
+    them."""
+
+    def __init__(self, pairs: Mapping[int, int], unsettled: frozenset[int] = frozenset()):
+        super().__init__(pairs)
+        self.unsettled = unsettled
+
+
+def state_returns(pairs: Mapping[int, int], inputs: Sequence, outputs: Sequence) -> StateReturns:
+    """``pairs`` (result -> argument) with the results the compiled step (``inputs``, ``outputs``: its
+    report's) returns on another layout than their argument's marked unsettled."""
+    ins, outs = {t.index: t for t in inputs}, {t.index: t for t in outputs}
+    unsettled = frozenset(o for o, i in pairs.items() if o in outs and i in ins and normalized(
+        outs[o].sharding, len(outs[o].shape)) != normalized(ins[i].sharding, len(ins[i].shape)))
+    return StateReturns(pairs, unsettled)
+
+
+def returning_state(inputs: Sequence, returned: Mapping[int, int],
+                    arguments: Mapping[int, Sharding]) -> dict[int, Sharding]:
+    """Each state result (``returned``: result -> argument) pinned to its argument's sharding: the one in
+    ``arguments`` (a move's), else the argument's as written where the written step returns it so (not an
+    unsettled one of a ``StateReturns``), so the next step takes every state value as this one returns it."""
+    written = {t.index: t.sharding for t in inputs}
+    unsettled = returned.unsettled if isinstance(returned, StateReturns) else frozenset()
+    results = {}
+    for o, i in sorted(returned.items()):
+        if i not in arguments and o in unsettled:
+            continue
+        s = arguments.get(i, written.get(i))
+        if s is not None:
+            results[o] = [list(a) for a in s]
+    return results
+
+
+def kept_count(returned: Mapping[int, int], arguments: Mapping[int, Sharding], results: Mapping[int, Sharding]) -> int:
+    """How many of ``results`` a move returns on their written layout (state it does not move)."""
+    return sum(1 for o, i in returned.items() if i not in arguments and o in results)
 
 
 def listed(names: Sequence[str]) -> str:
@@ -76,12 +127,21 @@ def listed(names: Sequence[str]) -> str:
 _NAMED = 4
 
 
-def moved_text(state: Sequence[str], returned: int) -> str:
+def moved_text(state: Sequence[str], returned: int, kept: int = 0) -> str:
     """What a move does besides the parameters a fix names, as its text says it (it was compiled that way):
     the optimizer state it moves with them (``state``: their paths), and the ``returned`` results of the moved
-    state coming back in the new layout, so the next step does not reshard them."""
+    state coming back in the new layout, so the next step does not reshard them, and the ``kept`` state results
+    it does not move returned on their inputs' layouts."""
     named = list(state[:_NAMED]) + ([f"{len(state) - _NAMED} more"] if len(state) > _NAMED else [])
     text = f", with its optimizer state {listed(named)} on the same layout" if state else ""
     if returned:
-        text += f", and return {'it' if returned == 1 else 'them'} in that layout (out_shardings=)"
-    return text
+        text += f", and return {'it' if returned == 1 else 'them'} in that layout"
+    if kept:
+        text += f" and {kept_text(kept)}" if returned else f", and return {kept_text(kept)}"
+    return text + (" (out_shardings=)" if returned or kept else "")
+
+
+def kept_text(kept: int) -> str:
+    """The state results a move leaves where they are, as its text says it returns them."""
+    return ("the other state output on its input's layout" if kept == 1
+            else f"the {kept} other state outputs each on its input's layout")

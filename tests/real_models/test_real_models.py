@@ -85,7 +85,7 @@ def test_suggested_out_shardings_paste_into_jit(cli, reports, name):
     report = reports.get(name) or _lint(cli, script)
     text = report["targets"][0]["suggested_out_shardings"]
     assert text
-    assert "jax.tree.map(lambda x: x.sharding, " in text
+    assert "x.sharding" not in text  # every sharding spelled: it holds on abstract inputs too
     module = _import(script)
     fn, options, args = module.step_and_inputs()
     import inspect

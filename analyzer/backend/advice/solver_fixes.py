@@ -15,7 +15,9 @@ recommendation for a value that comes back on another layout, so the two rules a
 side by side, the one ``suggest``'s own rule prefers (``advice.verdict.best_version``) is measured
 through the fix checks' path (``fix_verdicts.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
-written. State that comes back is returned in its new layout, as ``suggest`` pins it.
+written. State that comes back is returned in its new layout, and the state a candidate does not move on
+its input's layout, as ``suggest`` pins every version's (``parameter_moves.returning_state``): left to XLA,
+a move can propagate another layout into it, and the pasted fix would make the next step reshard it.
 
 It runs only for findings whose own fix failed, for at most ``MAX_SOLVER_FIXES`` argument sets per
 target (findings about one set share one answer), so a lint whose fixes check pays nothing.
@@ -41,8 +43,8 @@ from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..fix_checks import _compiled, _matcher
-from ..fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
-from ..parameter_moves import listed, mirrors
+from ..fix_verdicts import _cost_text, _judged, _not_offered, baseline, measured_check, rematerializations
+from ..parameter_moves import kept_text, listed, mirrors, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, outcome
 from .moves import single_moves
@@ -145,6 +147,14 @@ def _returned(target, arguments) -> dict[int, int]:
     return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}
 
 
+def _state_results(target, report: TargetReport, edits: dict[int, Sharding]) -> dict[int, Sharding]:
+    """The state results pinned: the moved state's to its new layout, the rest the written step returns as
+    it takes it to its input's (parameter_moves.returning_state)."""
+    returned = state_returns({rt.output.index: rt.input.index for rt in target.state}, report.inputs,
+                             report.outputs)
+    return returning_state(report.inputs, returned, edits)
+
+
 def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
     by_spec: dict[str, list[str]] = {}
     for i, s in sorted(edits.items()):
@@ -153,19 +163,21 @@ def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned:
     return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items()) + back
 
 
-def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int]) -> str:
+def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int], kept: int) -> str:
     by_change: dict[tuple[str, str], list[str]] = {}
     for i, s in sorted(edits.items()):
         by_change.setdefault((pspec_text(s), pspec_text(inputs[i].sharding or [])), []).append(inputs[i].path)
     parts = [f"{listed(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
     # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
-    back = (f", and return {'it' if len(returned) == 1 else 'them'} in that layout (out_shardings=)"
-            if returned else "")
-    return "shard " + "; ".join(parts) + back
+    back = f", and return {'it' if len(returned) == 1 else 'them'} in that layout" if returned else ""
+    # The state it does not move: returned as taken, so the move does not make the next step reshard it.
+    if kept:
+        back += f" and {kept_text(kept)}" if returned else f", and return {kept_text(kept)}"
+    return "shard " + "; ".join(parts) + back + (" (out_shardings=)" if returned or kept else "")
 
 
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
-            returned: dict[int, int], name: str) -> Finding:
+            returned: dict[int, int], kept: int, name: str) -> Finding:
     specs = {repr(s) for s in edits.values()}
     them = "it" if len(edits) == 1 else "them"
     # Said as what it is: suggest's solver or one of its single moves, over these arguments only; suggest
@@ -174,12 +186,17 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
              else f"the sharding solver's layout for {them}" if name == "solver"
              else f"one move of a mesh axis for {them}")
     own = f.fix_check
-    # The rule's own fix measured better but compiled with a rematerialization: what was tried is said.
-    why = (f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
-           if own is not None and own.verdict is FixVerdict.rematerializes else "the rule's own fix measured no better")
+    # What the rule's own fix was and what XLA measured it to do, so the finding says why another layout is
+    # printed (a Llama's o_proj given back its input features with its moments: a trade-off, peak +34 MiB).
+    if own is None:
+        why = "the rule's own fix measured no better"
+    elif own.verdict in (FixVerdict.rematerializes, FixVerdict.failed):
+        why = f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
+    else:
+        why = f"the rule's own fix, {own.change}, was tried and measured {_judged(own)}"
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
-        "fix": (f"{_fix_text(edits, inputs, returned)}: {whose} with every other argument as written, where "
+        "fix": (f"{_fix_text(edits, inputs, returned, kept)}: {whose} with every other argument as written, where "
                 f"{why} (checked: {_cost_text(check)})")})
 
 
@@ -279,7 +296,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
                 continue
             answers[key] = _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec,
                                    as_written, base)
-        findings[k] = _advised(f, sorted(i for unit in units for i in unit), inputs, target, *answers[key])
+        findings[k] = _advised(f, sorted(i for unit in units for i in unit), report, target, *answers[key])
     return report.model_copy(update={"findings": findings})
 
 
@@ -295,7 +312,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         return f"{_change_text(e, inputs, _returned(target, e))} ({name})"
 
     def job(e: dict[int, Sharding]):
-        text = with_entry_shardings(module, {o: e[i] for o, i in _returned(target, e).items()}, sig.mesh_name, e)
+        text = with_entry_shardings(module, _state_results(target, report, e), sig.mesh_name, e)
         return functools.partial(_compiled, report.name, text, sig, settings, where, devices)
 
     moves = _moves(target, units, report)
@@ -340,15 +357,18 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig, written), best.name
 
 
-def _advised(f: Finding, free: list[int], inputs: list[TensorInfo], target, edits, label, check, name,
+def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, label, check, name,
              ) -> Finding:
+    inputs = list(report.inputs)
     if check is None:
         # Nothing moves: the arguments it was free to move are named only where few (a Llama's were 46).
         free_text = _listed(inputs, free) if len(free) <= 3 else f"{len(free)} arguments"
         return f.model_copy(update={"fix": f"{f.fix}; suggest keeps every argument as written (free to move "
                                            f"{free_text}, it found no better layout)"})
     if check.verdict is FixVerdict.better:
-        return _better(f, check, edits, inputs, _returned(target, edits), name)
+        returned = _returned(target, edits)
+        kept = len(_state_results(target, report, edits)) - len(returned)
+        return _better(f, check, edits, inputs, returned, kept, name)
     return f.model_copy(update={
         "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
                f"was tried too, compiled and {_not_offered(check)}"})

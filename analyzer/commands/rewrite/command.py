@@ -201,14 +201,14 @@ def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict
     """The checked out_shardings= text for the pinned shardings: from the real pytrees
     when the program came from a script, else from the result paths where those
     spell the containers (dicts and tuples only). Every sharding is spelled out, as
-    suggest spells its own (``suggest_for``'s ``spelled``): ``x.sharding`` of an input is
+    lint and suggest spell theirs (``suggest_for``): ``x.sharding`` of an input is
     None on abstract inputs (``jax.eval_shape``'s, a ShapeDtypeStruct given no sharding,
     placed by the jit's in_shardings), where it would pin nothing."""
     intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
     if lowered is None:
         return out_shardings_text([o.path for o in after.outputs], intended)
     pair_of = {rt.output.index: rt.input.index for rt in roundtrips}
-    return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of, spelled=True).text
+    return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
 
 
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,

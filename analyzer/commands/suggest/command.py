@@ -175,7 +175,7 @@ def _texts(t: SuggestTarget, args: list[ChosenSharding], results: list[ChosenSha
     arriving = tuple(x.model_copy(update={"sharding": c.suggested}) for x, c in zip(t.sig.inputs, args))
     pair_of = {rt.output.index: rt.input.index for rt in t.state}
     # Spelled out, not x.sharding of the inputs: the text holds however the inputs arrive (abstract ones too).
-    out = suggest_for(t.lowered, arriving, t.sig.outputs, [c.suggested for c in results], pair_of, spelled=True)
+    out = suggest_for(t.lowered, arriving, t.sig.outputs, [c.suggested for c in results], pair_of)
     if out.text is None:
         return text_in, None, out.problem
     return text_in, out.text, None

@@ -33,11 +33,9 @@ def test_state_output_is_pinned_to_its_input_and_validated(cli):
     # The donated state can now be reused in place: XLA aliases it.
     assert t["before"]["alias_bytes"] == 0 and t["after"]["alias_bytes"] == 512 * 512 * 4 // 8
     assert t["after"]["peak_bytes"] < t["before"]["peak_bytes"]
-    # Built from the real output pytree: the state comes back as the argument it was, each leaf's sharding
-    # spelled (x.sharding of an abstract input is None: test_rewrite_paste.py).
-    assert t["python_fix"] == ("out_shardings=(jax.tree_util.tree_map_with_path(lambda path, _: {\"['w']\": "
-                               "NamedSharding(mesh, P('data', 'model'))}[jax.tree_util.keystr(path)], state), "
-                               "NamedSharding(mesh, P()))")
+    # Built from the real output pytree, each leaf's sharding spelled (x.sharding of an abstract input is
+    # None: test_rewrite_paste.py); dicts and tuples written out, as lint and check print them.
+    assert t["python_fix"] == "out_shardings=({'w': NamedSharding(mesh, P('data', 'model'))}, NamedSharding(mesh, P()))"
     v = t["validation"]
     assert v["ran"] and v["backend"] == "cpu" and v["outputs_match"] and v["shardings_match"]
     assert v["time_before_s"] > 0 and v["time_after_s"] > 0

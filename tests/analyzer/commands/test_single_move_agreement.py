@@ -3,8 +3,8 @@
 with its Adam moments and returned in that layout. Both report the figures XLA compiles that layout
 to here, with jax.jit: memory_analysis()'s peak, and the collectives of the compiled text plus the
 state the next step reshards on entry (an output whose compiled sharding is not its input's). They are one
-program where the written program returns its state as it takes it: suggest's every version pins each
-state output to its input's sharding (issue #46), lint's fix only the moved state's.
+program: suggest's every version and lint's move pin each state output to its argument's sharding (issue #46;
+without the script's out_shardings: test_single_move_returns_state.py).
 And a dimension's group of mesh axes moved whole (SL206's fix, P(('data', 'model')) -> P(None, ('data',
 'model'))): suggest's single moves reach it, so suggest chooses lint's fix, with XLA's figures.
 """

@@ -17,6 +17,7 @@ its ``compiled.as_text()`` collectives and ``memory_analysis()`` peak are the or
 
 import json
 import os
+import re
 
 import jax
 import pytest
@@ -96,6 +97,15 @@ def test_lcm_kernel_lint_fix_is_suggests_layout_and_xla_compiles_it_better(cli, 
     assert check["peak_bytes_after"] == xla_peak(with_fix)
     assert xla_peak(with_fix) < xla_peak(as_written)
     assert _collectives(as_written) and not _collectives(with_fix)
+    # The finding says what the rule's own fix was and what it cost (issue 46): V moved alone, wealth left on
+    # 'd', measured worse; its peak growth is XLA's.
+    own = dict(written, next_regime_to_V_arr={"working": abstract(written["next_regime_to_V_arr"]["working"],
+                                                                  NamedSharding(mesh, P("d")))})
+    with_own = jax.jit(module.max_Q_over_a).lower(**own).compile()
+    tried = re.search(r"where the rule's own fix, next_regime_to_V_arr\['working'\] -> P\('d'\), was tried and "
+                      r"measured peak \+([\d.]+) MiB, .*, worse \(checked: ", f["fix"])
+    assert tried, f["fix"]
+    assert float(tried.group(1)) == round((xla_peak(with_own) - xla_peak(as_written)) / 2**20, 1)
 
 
 def test_cumsum_lint_fix_is_suggests_layout_and_xla_compiles_it_better(cli, checking):
