@@ -29,6 +29,7 @@ from ..supervision import isolation
 from .cached_analysis import cached_text_report
 from .checked_in_analysis import analyze_hlo_file, analyze_text
 from .conflict_checks import conflict_check
+from .jit_call_findings import at_jit_calls
 
 
 def check_path(path: str, settings: Settings, devices: list | None = None) -> list[TargetReport]:
@@ -73,4 +74,5 @@ def check_path(path: str, settings: Settings, devices: list | None = None) -> li
         report = report.model_copy(update={"warnings": [
             f"this snapshot was taken on {taken_on} but these figures come from a CPU compile; "
             f"use --platform {taken_on.split()[0]}"]})
-    return [report]
+    # The jit-option findings on the jax.jit line where the script (read, not run) shows it, as lint places them.
+    return [at_jit_calls(report)]

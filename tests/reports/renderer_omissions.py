@@ -297,7 +297,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds",
         }),
         "unsampled": frozenset({
-            "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
+            "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
             "Collective.kind", "Collective.mesh_axes", "Collective.op_name", "Collective.pieces",

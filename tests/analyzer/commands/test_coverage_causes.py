@@ -36,11 +36,15 @@ def _op_names(text: str) -> dict[str, str]:
 
 def _linen_compiled(module, moved: dict[str, P]):
     """The linen step compiled with the kernels whose path contains a key of ``moved`` given its spec, and
-    returned in it (out_shardings for those, the rest left to XLA), as the fix check compiles a move."""
+    returned in it (out_shardings for those; the other parameters the written step returns as it takes them
+    pinned to their inputs' shardings, the rest left to XLA), as the fix check compiles a move."""
     lowered = module.shard_lint_targets()["step"]
     params, tok, tgt = lowered.args_info[0]
-    shardings = lowered.compile().input_shardings[0][0]
+    written = lowered.compile()
+    shardings = written.input_shardings[0][0]
     mesh = jax.tree.leaves(shardings)[0].mesh
+    kept = jax.tree.map(lambda s, out, info: s if out.is_equivalent_to(s, len(info.shape)) else None,
+                        shardings, written.output_shardings[0], params)
 
     def spec_of(path, sharding):
         name = jax.tree_util.keystr(path)
@@ -48,8 +52,8 @@ def _linen_compiled(module, moved: dict[str, P]):
 
     new = jax.tree_util.tree_map_with_path(spec_of, shardings)
     outs = jax.tree_util.tree_map_with_path(
-        lambda path, s: s if any(k in jax.tree_util.keystr(path) and "kernel" in jax.tree_util.keystr(path)
-                                 for k in moved) else None, new)
+        lambda path, s, keep: s if any(k in jax.tree_util.keystr(path) and "kernel" in jax.tree_util.keystr(path)
+                                       for k in moved) else keep, new, kept, is_leaf=lambda x: x is None)
     args = jax.tree.map(lambda info, s: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=s), params, new)
     tok_s = jax.ShapeDtypeStruct(tok.shape, tok.dtype, sharding=NamedSharding(mesh, P("data")))
     return jax.jit(module.step, donate_argnums=(1,), out_shardings=(outs, None)).lower(
