@@ -14,25 +14,14 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-_JIT = ("jax.jit", "jit", "pjit", "jax.experimental.pjit.pjit")
+from ...passes.common.python_calls import JIT_NAMES, dotted, is_jit
+
 _LOWERING = ("lower", "trace")
-
-
-def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return ""
-
-
-def _is_jit(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and _dotted(node.func) in _JIT
 
 
 def _jit_decorated(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST | None:
     for dec in fn.decorator_list:
-        if _dotted(dec.func if isinstance(dec, ast.Call) else dec) in _JIT:
+        if dotted(dec.func if isinstance(dec, ast.Call) else dec) in JIT_NAMES:
             return dec
     return None
 
@@ -81,7 +70,7 @@ def _jits_of(expr: ast.AST, scope: ast.AST, functions: dict, depth: int, index: 
     """The ``jax.jit`` calls (or decorators) the value of ``expr`` in ``scope`` may come from."""
     if depth > 4:
         return
-    if _is_jit(expr):
+    if is_jit(expr):
         yield expr
         return
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in functions:

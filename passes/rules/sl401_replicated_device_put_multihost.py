@@ -6,11 +6,12 @@ import ast
 import os
 
 from ..common.byte_sizes import per_process_count
+from ..common.python_calls import dotted
 from ..models.process_runs import GrowingTransfer
 from ..models.report import Severity
 from ..models.rule_codes import SL401
 from .registry import Emitter, RuleTraits, define_rule
-from .source_facts import SourceContext, dotted, inside_jit, location, walk_with_stack
+from .source_facts import SourceContext, inside_jit, location, walk_with_stack
 from .source_program import GLOBAL, REPLICATED, is_replicated_spec
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import ast
 
 from ..common.byte_sizes import per_process_count
+from ..common.python_calls import dotted
 from ..models.process_runs import GrowingTransfer
 from ..models.report import Severity
 from ..models.rule_codes import SL402
 from .registry import Emitter, RuleTraits, define_rule
-from .source_facts import SourceContext, dotted, inside_jit, location, names_in, walk_with_stack
+from .source_facts import SourceContext, inside_jit, location, names_in, walk_with_stack
 
 _REDUCTIONS = {"any", "all", "sum", "max", "min", "mean", "isnan", "isinf", "isfinite", "linalg.norm", "norm", "prod"}
 

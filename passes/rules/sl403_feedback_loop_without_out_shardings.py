@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ast
 
+from ..common.python_calls import dotted
 from ..models.report import Severity
 from ..models.rule_codes import SL403
 from .registry import Emitter, define_rule
-from .source_facts import SourceContext, assigned_names, dotted, location, loops, names_in
+from .source_facts import SourceContext, assigned_names, location, loops, names_in
 
 
 def feedback_without_out_shardings(ctx: SourceContext, out: Emitter) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 import os
 
+from ..common.python_calls import dotted
 from ..models.report import Severity
 from ..models.rule_codes import SL404
 from .registry import Emitter, define_rule
-from .source_facts import SourceContext, dotted, inside_jit, location, loops, names_in, walk_with_stack
+from .source_facts import SourceContext, inside_jit, location, loops, names_in, walk_with_stack
 
 _HOST_PULLS = {("np", "asarray"), ("np", "array"), ("numpy", "asarray"), ("numpy", "array"), ("jax", "device_get")}
 

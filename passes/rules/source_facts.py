@@ -8,21 +8,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.python_calls import dotted, is_jit
 from ..models.report import SourceLocation
 
 _MULTIPROCESS = {"process_count", "process_index", "initialize"}
 
 
-def dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{dotted(node.value)}.{node.attr}"
-    return ""
-
-
-def is_jit(call: ast.AST) -> bool:
-    return isinstance(call, ast.Call) and dotted(call.func) in ("jax.jit", "jit", "pjit", "jax.experimental.pjit.pjit")
 
 
 def has_keyword(call: ast.Call, name: str) -> bool:

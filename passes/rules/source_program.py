@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .source_facts import dotted, is_jit
+from ..common.python_calls import dotted, is_jit
 
 SHARDED, GLOBAL, REPLICATED, JITTED = "sharded", "global", "replicated", "jitted"
 Node = tuple[int, str]  # (scope id, name); a function's result is its "<return>"

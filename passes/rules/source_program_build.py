@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 
-from .source_facts import dotted, is_jit
+from ..common.python_calls import dotted, is_jit
 from .source_program import (
     GLOBAL,
     JITTED,
