@@ -23,6 +23,7 @@ from ..inputs.checked_in import (
 )
 from ..inputs.files import read_input_text
 from ..supervision import isolation
+from . import compile_memo
 from .target_analysis import program_facts
 from .tpu_dump_memory import NOT_LISTED
 
@@ -66,9 +67,9 @@ def analyze_text(name: str, text: str, settings: Settings, where: str, devices: 
 
     isolation.phase(where, "compiling the module with XLA")
     try:
-        program = jax_adapter.compile_stablehlo_text(
-            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices,
-            optimize_machine_code=optimize_machine_code)
+        program = compile_memo.compile_stablehlo_text(
+            text, sig.num_partitions, sig.mesh.axes, settings, sig.mesh.device_ids, with_reports=with_reports,
+            devices=devices, optimize_machine_code=optimize_machine_code)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e
