@@ -59,7 +59,7 @@ def analyze(lowered, name: str = "target", budget: int | str | None = None) -> T
     settings, _ = resolve_run_target(Settings(budget_bytes=parse_bytes(budget) if budget is not None else None),
                                      selection="none")
     module = jax_adapter.stablehlo_module(lowered)
-    facts = compiled_facts(lowered, platform_label(settings))
+    facts = compiled_facts(lowered, platform_label(settings), settings)
     return analyze_target(name, module, facts, settings.pass_config)
 
 

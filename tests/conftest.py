@@ -5,8 +5,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 # Nothing is written to the user's cache folder: a run's tests share one analysis cache of their own
-# (_analysis_cache_of_the_run below), so each (program, settings) the tests lint is compiled once per run, not
-# once per test (an example is linted by dozens). Child processes inherit it. A test of the cache itself names
+# (_analysis_cache_of_the_run below), so each (program, settings) the tests lint is analysed once per run, not
+# once per test (an example is linted by dozens), and each program compiled once whatever the report settings
+# (its compile memo: analyzer/backend/compile_memo.py). Child processes inherit it. A test of the cache itself names
 # its own --cache-dir (tests/analyzer/cache); a test of what happens while compiling passes --no-cache.
 os.environ.pop("JAX_SHARD_LINT_NO_CACHE", None)
 # lint compiles each finding's fix by default (a few more compiles per target): the tests of that

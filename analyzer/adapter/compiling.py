@@ -73,7 +73,7 @@ def stablehlo_module(lowered: Any) -> ir.Module:
 
 @dataclass(frozen=True)
 class CompiledProgram:
-    compiled: Any
+    compiled: Any  # XLA's executable; None for a program read back from the compile memo (program_from_record)
     hlo_text: str
     memory: dict[str, int] | None
     live_range_text: str | None
@@ -89,6 +89,57 @@ class CompiledProgram:
 # buffer assignment (every figure the analysis reads) come before LLVM and do not read it; -O0 roughly
 # halves the compile's CPU time (3.3 s -> 1.8 s for examples/fsdp_tp_train_step.py).
 UNOPTIMIZED_MACHINE_CODE = ("xla_backend_optimization_level", 0)
+
+
+@dataclass(frozen=True)
+class RecordedSharding:
+    """A compiled sharding read back from the compile memo: its PartitionSpec's entries (what
+    ``sharding_axes`` reads), no mesh. ``UNFIXED`` stands for an entry no mesh axes name (UNCONSTRAINED)."""
+    spec: tuple[Any, ...]
+
+
+UNFIXED = "<unfixed>"
+
+
+def _spec_entries(sharding: Any) -> list[Any] | None:
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    return [e if e is None or isinstance(e, str) else list(e) if isinstance(e, tuple) else {UNFIXED: repr(e)}
+            for e in tuple(spec)]
+
+
+def _recorded(entries: list[Any] | None) -> RecordedSharding | None:
+    if entries is None:
+        return None
+    return RecordedSharding(tuple(tuple(e) if isinstance(e, list) else object() if isinstance(e, dict) else e
+                                  for e in entries))
+
+
+def program_record(program: CompiledProgram) -> dict[str, Any]:
+    """Everything the tool reads from one compile, as plain JSON (the compile memo's entry): the compiled
+    HLO text, memory_analysis()'s figures, XLA's dumped reports, the compiled shardings' PartitionSpecs,
+    cost_analysis() (as JSON text: its floats, inf and nan included, come back exactly) and the warnings."""
+    import json
+
+    return {
+        "hlo_text": program.hlo_text, "memory": program.memory, "live_range_text": program.live_range_text,
+        "buffer_assignment_text": program.buffer_assignment_text,
+        "output_shardings": [_spec_entries(s) for s in program.output_shardings],
+        "input_shardings": [_spec_entries(s) for s in program.input_shardings],
+        "cost_json": None if program.cost is None else json.dumps(program.cost),
+        "compiler_warnings": program.compiler_warnings,
+    }
+
+
+def program_from_record(record: dict[str, Any]) -> CompiledProgram:
+    """A CompiledProgram from ``program_record``'s JSON: the same figures and texts, no executable."""
+    import json
+
+    return CompiledProgram(
+        None, record["hlo_text"], record["memory"], record["live_range_text"], record["buffer_assignment_text"],
+        tuple(_recorded(e) for e in record["output_shardings"]), tuple(_recorded(e) for e in record["input_shardings"]),
+        None if record["cost_json"] is None else json.loads(record["cost_json"]), record["compiler_warnings"])
 
 
 def _cost_dict(compiled: Any) -> dict[str, Any] | None:

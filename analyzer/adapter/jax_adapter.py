@@ -23,6 +23,8 @@ from .compiling import (
     named_sharding,
     parameter_shardings,
     parse_stablehlo,
+    program_from_record,
+    program_record,
     stablehlo_module,
     stablehlo_text,
     text_without_locations,
@@ -61,6 +63,7 @@ __all__ = [
     "flatten_out_shardings", "gpu_devices", "gpu_target_devices", "has_keyword_arguments", "kept_argument_leaves",
     "keyword_argument_names",
     "lowered_identity", "lowered_mesh", "make_ir_context", "named_sharding", "parameter_shardings",
-    "parse_stablehlo", "record_library_frames", "sharding_axes", "stablehlo_module", "stablehlo_text",
+    "parse_stablehlo", "program_from_record", "program_record",
+    "record_library_frames", "sharding_axes", "stablehlo_module", "stablehlo_text",
     "text_without_locations", "tpu_target_devices", "versions",
 ]

@@ -23,6 +23,7 @@ from ..inputs.checked_in import (
 )
 from ..inputs.files import read_input_text
 from ..supervision import isolation
+from . import compile_memo
 from .target_analysis import program_facts
 from .tpu_dump_memory import NOT_LISTED
 
@@ -52,23 +53,26 @@ def kernel_platform_hint(message: str, platform: str | None) -> str:
 
 def analyze_text(name: str, text: str, settings: Settings, where: str, devices: list | None = None,
                  with_reports: bool = True, donated_inputs: frozenset[int] | None = None,
-                 optimize_machine_code: bool = True, with_rules: bool = True, meets: ConflictCheck | None = None):
+                 optimize_machine_code: bool = True, with_rules: bool = True, meets: ConflictCheck | None = None,
+                 runs: bool = False):
     """Compile StableHLO text on the run's devices and run the lint pipeline on it. Without
     ``with_reports`` XLA writes no dump (no buffer assignment or live ranges: the report keeps XLA's
     peak and the collectives, which is what a fix check compares); without ``optimize_machine_code``
     a CPU target's machine code is not optimized (the same figures; compile_stablehlo_text).
     ``donated_inputs``: what the user donated, where known beside the module (a snapshot's metadata).
     Without ``with_rules``: the measure alone, no findings (``analyze_target``). ``meets``: whether another
-    argument's sharding takes part in a finding's collectives (conflict_checks.py), as lint checks it."""
+    argument's sharding takes part in a finding's collectives (conflict_checks.py), as lint checks it.
+    ``runs``: the caller runs the executable returned (rewrite), so it is compiled, never read from the compile
+    memo (compile_memo.py), which keeps no executable."""
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, LINT)
     from .device_selection import platform_label
 
     isolation.phase(where, "compiling the module with XLA")
     try:
-        program = jax_adapter.compile_stablehlo_text(
-            text, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=with_reports, devices=devices,
-            optimize_machine_code=optimize_machine_code)
+        program = compile_memo.compile_stablehlo_text(
+            text, sig.num_partitions, sig.mesh.axes, settings, sig.mesh.device_ids, with_reports=with_reports,
+            devices=devices, optimize_machine_code=optimize_machine_code, runs=runs)
     except Exception as e:
         raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}"
                                   f"{kernel_platform_hint(str(e), settings.platform)}") from e

@@ -24,16 +24,18 @@ from ..cache.cache_key import cache_key
 from ..context.config import Settings
 from ..context.display_paths import display_source
 from ..errors import ShardLintInputError, one_line
+from . import compile_memo
 from .cached_analysis import analysis_cache, cached_report, key_parts
 from .device_selection import device_processes, platform_label
 from .jit_call_findings import at_jit_calls
 from .out_shardings import suggest as suggest_out_shardings
 
 
-def compiled_facts(lowered, platform: str) -> CompiledFacts:
+def compiled_facts(lowered, platform: str, settings: Settings, text: str | None = None) -> CompiledFacts:
     # The executable is read, never run: its CPU machine code is left unoptimized (the same figures,
-    # about half the compile; analyzer/adapter/compiling.py).
-    program = jax_adapter.compile_lowered(lowered, optimize_machine_code=False)
+    # about half the compile; analyzer/adapter/compiling.py), and it comes from the compile memo where the
+    # analysis cache is on.
+    program = compile_memo.compile_lowered(lowered, settings, optimize_machine_code=False, text=text)
     facts = program_facts(program, platform, [len(a.shape) for a in _flat_avals(lowered.out_info)],
                           [len(a.shape) for a in _flat_avals(lowered.in_avals)], device_processes(lowered))
     return dataclasses.replace(facts, donated_inputs=jax_adapter.donated_argument_leaves(lowered))
@@ -127,7 +129,7 @@ def _analyze_lowered(name: str, lowered, text: str, settings: Settings, where: s
     ownership = config.ownership  # the settings' one (Settings.ownership is made once per configuration)
     background = _Background(_stablehlo_entry, text, ownership)
     try:
-        facts = compiled_facts(lowered, label)
+        facts = compiled_facts(lowered, label, settings, text)
     except Exception as e:  # XLA rejects the program: the user's input, not our bug
         refusal = refusal_of(str(e))
         if refusal is None:

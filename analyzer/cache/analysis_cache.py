@@ -1,4 +1,5 @@
-"""The analysis cache: a target's finished report (or ``fit``'s figures for a probe), kept on disk under a key made of
+"""The analysis cache: a target's finished report (or ``fit``'s figures for a probe, or what the tool reads from one
+XLA compile: the compile memo, backend/compile_memo.py, in a folder of its own inside), kept on disk under a key made of
 everything the report depends on, so that ``gate``, ``lint``, ``check``, ``sweep``,
 ``snapshot``, ``fit`` and ``suggest`` do not compile a program they have already analysed.
 
@@ -81,8 +82,9 @@ class CacheStats:
 class AnalysisCache:
     """Reports by key in ``folder/v{ENTRY_FORMAT}/ab/abcdef....json``."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, max_entries: int | None = None):
         self.folder = os.path.join(os.path.abspath(folder), f"v{ENTRY_FORMAT}")
+        self.max_entries = MAX_ENTRIES if max_entries is None else max_entries
         self.hits = self.misses = self.corrupt = 0
 
     def _path(self, key: str) -> str:
@@ -195,7 +197,7 @@ class AnalysisCache:
                        for e in os.scandir(d.path) if e.name.endswith(ENTRY_SUFFIX) and not e.name.startswith(".")]
         except OSError:
             return
-        if len(entries) <= MAX_ENTRIES:
+        if len(entries) <= self.max_entries:
             return
 
         def last_used(path: str) -> float:
@@ -204,7 +206,7 @@ class AnalysisCache:
             except OSError:
                 return 0.0
 
-        for path in sorted(entries, key=last_used)[: len(entries) - MAX_ENTRIES]:
+        for path in sorted(entries, key=last_used)[: len(entries) - self.max_entries]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 

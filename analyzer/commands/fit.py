@@ -20,6 +20,7 @@ from ...passes.models.report import SCHEMA_VERSION, Model
 from ...passes.pipelines.lint import refusal_of
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend import compile_memo
 from ..backend.cached_analysis import analysis_cache, cached, key_parts
 from ..backend.script_targets import LoadedScript, load_script
 from ..context.config import Settings
@@ -118,12 +119,13 @@ class _Prober:
             return key_parts("fit-probe", name, jax_adapter.stablehlo_text(lowered), settings,
                              jax_adapter.lowered_identity(lowered))
 
-        return cached(analysis_cache(settings), parts, lambda: self._compiled_peak(name, lowered, value), ProbePeak)
+        return cached(analysis_cache(settings), parts, lambda: self._compiled_peak(name, lowered, value, settings),
+                      ProbePeak)
 
-    def _compiled_peak(self, name: str, lowered, value: int) -> ProbePeak:
+    def _compiled_peak(self, name: str, lowered, value: int, settings: Settings) -> ProbePeak:
         try:
             # A probe is measured, never run: its CPU machine code is left unoptimized (the same peak).
-            program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
+            program = compile_memo.compile_lowered(lowered, settings, with_reports=False, optimize_machine_code=False)
         except Exception as e:
             refusal = refusal_of(str(e))
             if refusal is None:

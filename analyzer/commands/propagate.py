@@ -22,6 +22,7 @@ from ...passes.pipelines.propagate import (
 )
 from .. import __version__
 from ..adapter import jax_adapter
+from ..backend import compile_memo
 from ..backend.device_selection import device_processes
 from ..backend.run_target import resolve_run_target
 from ..backend.script_targets import load_script_targets
@@ -132,7 +133,7 @@ def _compile_lowered(name: str, lowered, settings: Settings, where: str) -> Comp
 
     def compile_module(_sig: EntrySignature) -> tuple[CompiledProgram | None, str | None]:
         try:
-            program = jax_adapter.compile_lowered(lowered, with_reports=False, optimize_machine_code=False)
+            program = compile_memo.compile_lowered(lowered, settings, with_reports=False, optimize_machine_code=False)
         except Exception as e:  # XLA rejects the program: the user's input
             raise ShardLintInputError(where, f"target {name!r} failed to compile: {one_line(e)}") from e
         return CompiledProgram(program.hlo_text, device_processes(lowered), settings.pass_config.ownership), None

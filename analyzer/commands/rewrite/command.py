@@ -215,12 +215,12 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
                    declared: dict, devices: list | None = None, lowered=None, inputs=None) -> RewriteReport:
     """The rewrite pipeline (``passes/pipelines/rewrite.py``) over one target, the analyzer's steps its
     callbacks: the program as written compiled, the pins chosen, the program with them compiled."""
-    before, program_before, module = analyze_text(name, text, settings, where, devices=devices)
+    before, program_before, module = analyze_text(name, text, settings, where, devices=devices, runs=True)
     programs = {"after": program_before}
 
     def compile_pinned(sig: EntrySignature, pins: dict[int, list[list[str]]]) -> TargetReport:
         text_after = with_entry_shardings(module, pins, sig.mesh_name or "mesh")
-        after, programs["after"], _ = analyze_text(name, text_after, settings, where, devices=devices)
+        after, programs["after"], _ = analyze_text(name, text_after, settings, where, devices=devices, runs=True)
         return after
 
     done = pipeline.rewrite(module, before, lambda sig, changed: plan(before, sig, changed, request, declared),
