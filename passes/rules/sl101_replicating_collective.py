@@ -79,7 +79,13 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     is at that constraint's line where XLA gives the gather none, and its fix
     is the constraint with the gathered axes off the dimension the op reads
     along (moved to another dimension, or dropped): compiled and printed only
-    when measured better, as every fix is.
+    when measured better, as every fix is. A value no argument reaches as the
+    op's operand (carried through a loop, calls and elementwise ops) is named
+    after the argument its propagation chain begins at, and that argument's
+    move is the fix compiled. An FFT gathered along its batch alone (a batch
+    of simulations sharded on the batch, which some XLA releases still
+    transform replicated) needs no other sharding: its fix is the FFTs under
+    `jax.shard_map` over the batch axis.
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     for c in replicating(ctx):
