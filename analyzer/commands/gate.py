@@ -217,6 +217,10 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
     if scripts and len(paths) > 1:
         raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")
+    if request.params and not scripts:
+        # Snapshots are programs already lowered: a parameter would be ignored, and the gate pass on the old program.
+        raise ShardLintInputError(paths[0], "--set sets a script's shard_lint_targets() parameters: give the SCRIPT "
+                                  "to gate the program they change (snapshots were lowered with their own)")
     if scripts:
         current = lint(LintRequest(scripts[0], (), request.params), settings)
     else:

@@ -10,6 +10,7 @@ checked before it is opened and the read never takes more than the limit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import stat
@@ -91,3 +92,30 @@ def tool_folders() -> tuple[str, ...]:
     from ... import analyzer, passes, reports
 
     return tuple(os.path.abspath(p) for pkg in (analyzer, passes, reports) for p in pkg.__path__)
+
+
+@functools.lru_cache(maxsize=8)
+def installed_folders(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """The package folders of the distributions installed into an import path outside site-packages (``pip
+    install --target DIR`` put on PYTHONPATH, a vendored folder): each ``*.dist-info``'s RECORD names them. A
+    library so installed is one still, also in or under the script's folder; an editable install of the user's
+    own project keeps its dist-info in site-packages and its source where it is, so it is not one of these."""
+    found: list[str] = []
+    for entry in entries:
+        folder = os.path.abspath(entry or ".")
+        if set(re.split(r"[\\/]", folder)) & {"site-packages", "dist-packages"} or not os.path.isdir(folder):
+            continue
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".dist-info"):
+                    found += [os.path.join(folder, top) for top in _record_tops(os.path.join(folder, name, "RECORD"))
+                              if os.path.isdir(os.path.join(folder, top))]
+    return tuple(dict.fromkeys(found))
+
+
+def _record_tops(record: str) -> list[str]:
+    """The top-level folders a dist-info's RECORD lists (its own metadata folder and scripts aside)."""
+    with contextlib.suppress(OSError), open(record, encoding="utf-8", errors="replace") as f:
+        tops = {line.split(",", 1)[0].replace("\\", "/").split("/", 1)[0] for line in f if "/" in line.split(",", 1)[0]}
+        return sorted(t for t in tops if t and not t.endswith((".dist-info", ".data")) and t != "..")
+    return []

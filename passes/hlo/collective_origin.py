@@ -32,8 +32,8 @@ from .value_origin import (
     parameter_dims,
 )
 
-__all__ = ["at_out_shardings", "collective_origin", "collective_origins", "outputs_depending_on", "outputs_returning",
-           "pinned_output", "reads_in"]
+__all__ = ["FFT_COMPUTED_REPLICATED", "at_out_shardings", "collective_origin", "collective_origins",
+           "outputs_depending_on", "outputs_returning", "pinned_output", "reads_in"]
 
 # How a finding names a source line: where_text, or the CLI's path-relative version.
 Display = Callable[..., str]
@@ -127,7 +127,31 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
                 f"the {kind}{at} reads {t.path} {pspec_text(t.sharding)} along dimension {d}, which is sharded "
                 f"on {', '.join(axes)}: each device reads only its own shard, and the {c.kind} over "
                 f"{', '.join(c.mesh_axes)} {_combines(c.kind)}, so every device holds the whole {whole}")
+    if (batch := _fft_batch_gathered(module, ins)) is not None:
+        return (owner.path if owner else None), (
+            f"an FFT{batch} transforms its last dimensions, not the batch dimension the {c.kind} over "
+            f"{', '.join(c.mesh_axes)} gathers: {FFT_COMPUTED_REPLICATED} and computes it replicated "
+            f"otherwise, so every device holds the whole {whole} and transforms every "
+            "batch element (newer XLA releases keep such an FFT local)")
     return (owner.path if owner else None), None
+
+
+# How collective_origin's why reads for an FFT gathered along its batch (SL101 reads it for its fix).
+FFT_COMPUTED_REPLICATED = "this XLA partitions an FFT only along what it transforms"
+
+
+def _fft_batch_gathered(module: HloModule, ins: HloInstruction) -> str | None:
+    """Where an all-gather feeds an FFT along none of the dimensions the FFT transforms (its last
+    ``len(fft_length)``), the FFT's kind (` (IRFFT)`); else None."""
+    gathered = {int(d) for d in ins.attrs.get("dimensions", "").strip("{}").split(",") if d.strip().isdigit()}
+    if ins.opcode != "all-gather" or not gathered:
+        return None
+    rank = len(ins.shape.split("[", 1)[1].split("]", 1)[0].split(",")) if "[" in ins.shape else 0
+    for user in module.users().get(ins.name, []):
+        transformed = len([n for n in user.attrs.get("fft_length", "").strip("{}").split(",") if n.strip()])
+        if user.opcode == "fft" and transformed and max(gathered) < rank - transformed:
+            return f" ({user.attrs['fft_type']})" if user.attrs.get("fft_type") else ""
+    return None
 
 
 def _vocab_parallel_table(module: HloModule, c: Collective, inputs: tuple[TensorInfo, ...], index: OriginIndex,

@@ -16,10 +16,15 @@ of our values has its counterpart to be compared with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from jaxlib.mlir import ir
 
 from ..stablehlo.module import functions
 from .shardy_reference import clone, walk_ops
+
+T = TypeVar("T")
 
 
 def _calls(block: ir.Block) -> list[ir.OpView]:
@@ -64,6 +69,21 @@ def _post_order(funcs: dict[str, ir.OpView]) -> list[str]:
                 visited.add(child)
                 stack.append((child, iter(children[child])))
     return order
+
+
+def call_sites(funcs: dict[str, ir.OpView], where: Callable[[ir.Location], T | None]) -> dict[str, T | None]:
+    """Each called function's call site: ``where`` of the call's location, or, where that names no line
+    (a call inside a library's function, as ``jnp.fft``'s jitted helpers call each other), the caller's own
+    call site. Worked out callers first: a clone of a nested helper comes before its caller in module order
+    (``flatten_call_graph`` inserts the callee's clone first), so the caller's site is not yet known when
+    the module is walked in order."""
+    sites: dict[str, T | None] = {}
+    for name in reversed(_post_order(funcs)):
+        for call in _calls(funcs[name].regions[0].blocks[0]):
+            callee = _callee(call)
+            if callee in funcs and callee not in sites:
+                sites[callee] = where(call.location) or sites.get(name)
+    return sites
 
 
 def flatten_call_graph(module: ir.Module) -> ir.Module:

@@ -31,6 +31,7 @@ from ..stablehlo.module import (
     read_meshes,
     source_of_location,
 )
+from .call_graph import call_sites
 from .explicit_collectives import KINDS as EXPLICIT_KINDS
 from .explicit_collectives import read_explicit
 from .graph import FactorRule, ShardingGraph, Step, Tensor
@@ -190,6 +191,9 @@ class _Builder:
         self.g.entry = next(iter(self.funcs)) if len(self.funcs) == 1 else "main"
         order = ["main"] + [n for n in self.funcs if n != "main"] if "main" in self.funcs else list(self.funcs)
         self.pending_results: list = []
+        # A private function's ops are reported at the line that called it: known for every function before
+        # any is walked (module order puts a nested helper's clone before the clone that calls it).
+        self.call_sites = call_sites(self.funcs, lambda loc: source_of_location(loc, self.ownership))
         for name in order:
             self.walk_function(name)
         for callee, results, loc in self.pending_results:
@@ -259,7 +263,6 @@ class _Builder:
         if before_body:
             self.g.call_results.extend(r for r in results if r is not None)
             first_call = callee not in self.walked
-            self.call_sites.setdefault(callee, source_of_location(op.location, self.ownership) or self.fallback)
             if first_call:
                 # A callee is walked in module order; its arguments are needed now.
                 state = ir.AsmState(fn)

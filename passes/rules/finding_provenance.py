@@ -12,7 +12,8 @@ from ..models.report import Finding, SourceLocation, TargetReport
 from ..propagation.graph import Tensor, user_label
 from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
-from .registry import Provenance
+from .parameter_advice import moved_off
+from .registry import FixKind, Provenance
 from .table import RULES
 
 MAX_LINES = 6
@@ -73,6 +74,7 @@ def attach_provenance(
                 lines.append(f"predicted {pred.kind} over {', '.join(pred.mesh_axes)}: {pred.reason}")
                 if value is not None:
                     lines.extend(explain(p, value, display)[1:])
+                    f = _named_by_chain(report, f, _began_at(p, value), pred)
                 break
             if not lines and f.parameter and meets is not None:
                 lines = _other_side(report, p, f, at_line, meets, display)
@@ -84,6 +86,30 @@ def attach_provenance(
         lines = list(f.provenance) + [line for line in lines if line not in f.provenance]
         out.append(f.model_copy(update={"provenance": lines}) if lines else f)
     return report.model_copy(update={"findings": out})
+
+
+def _named_by_chain(report: TargetReport, f: Finding, began: str, pred: PredictedCollective) -> Finding:
+    """A finding whose collective no argument reaches as its operand (a value the argument became through a
+    loop carry, calls and elementwise ops: jax-cfd's vorticity through its RK stages into each FFT), named
+    after the argument its chain begins at, with that argument's axes moved off the dimensions they shard on
+    the collective's axes as the fix to compile (fix_checks.py measures it; it is printed only when better).
+    Left as it is where the rule's fix is not an argument's layout, the finding names an argument or a
+    constraint already, or no other dimension takes the axes."""
+    rule = RULES.get(f.rule)
+    path = began.removeprefix("argument ")
+    t = next((t for t in report.inputs if t.path == path), None) if began.startswith("argument ") else None
+    if (rule is None or rule.traits.fix is not FixKind.parameter or f.parameter or f.constraint is not None
+            or t is None or not t.sharding):
+        return f
+    axes = {a.split(":")[0] for a in pred.mesh_axes}
+    dims = {d for d, held in enumerate(t.sharding) if any(a.split(":")[0] in axes for a in held)}
+    suggested = moved_off(t, dims, dict(report.mesh))
+    if suggested is None:
+        return f
+    return f.model_copy(update={
+        "parameter": t.path, "parameter_sharding": t.sharding, "suggested_sharding": suggested,
+        "fix": (f"shard {t.path} as {pspec_text(suggested)} instead of {pspec_text(t.sharding)} (off the dimension "
+                "the op reads along, in the value the chain below carries from it)")})
 
 
 def _other_side(report: TargetReport, p: Propagated, f: Finding, at_line: list[PredictedCollective],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
+from ..hlo.collective_origin import FFT_COMPUTED_REPLICATED
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
@@ -78,7 +79,13 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     is at that constraint's line where XLA gives the gather none, and its fix
     is the constraint with the gathered axes off the dimension the op reads
     along (moved to another dimension, or dropped): compiled and printed only
-    when measured better, as every fix is.
+    when measured better, as every fix is. A value no argument reaches as the
+    op's operand (carried through a loop, calls and elementwise ops) is named
+    after the argument its propagation chain begins at, and that argument's
+    move is the fix compiled. An FFT gathered along its batch alone (a batch
+    of simulations sharded on the batch, which some XLA releases still
+    transform replicated) needs no other sharding: its fix is the FFTs under
+    `jax.shard_map` over the batch axis.
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
     for c in replicating(ctx):
@@ -98,7 +105,8 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
             message(ctx, c, peak, parameter, served) + undone + (_idle_text(ctx, c, suggested) if idle else ""),
             source,
             via=c.via if c.source else None,
-            fix=(_idle_fix(ctx, parameter, suggested) if idle else changed or fix(parameter, served, suggested)),
+            fix=(_idle_fix(ctx, parameter, suggested) if idle
+                 else changed or _batched_fft_fix(c, parameter) or fix(parameter, served, suggested)),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count, constraint=constraint if undone else None,
         )
@@ -131,6 +139,17 @@ def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
                    else " (the dimension the matmul contracts, so it multiplies the shards in place)"))
     return ("shard a dimension this op does not read along, or keep the operand sharded with "
             "jax.lax.with_sharding_constraint before the op")
+
+
+def _batched_fft_fix(c: Collective, parameter: TensorInfo | None) -> str | None:
+    """An FFT XLA computes replicated though only its batch is sharded (collective_origin's why): the layout
+    already keeps the transformed dimensions whole, so no sharding does better; shard_map runs it locally."""
+    if parameter is not None or not c.why or FFT_COMPUTED_REPLICATED not in c.why:
+        return None
+    return (f"keep the batch sharded and run the FFTs under jax.shard_map over {', '.join(c.mesh_axes)} (in_specs "
+            "and out_specs on the batch dimension): each device transforms its own batch elements and nothing is "
+            "gathered; no sharding of the jitted step's arguments does better, the dimensions the FFT transforms "
+            "are whole already")
 
 
 def replicating(ctx: RuleContext) -> list[Collective]:

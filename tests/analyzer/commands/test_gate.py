@@ -268,3 +268,12 @@ def test_check_takes_a_snapshot_folder(cli, tmp_path):
     result = cli("check", str(tmp_path / "snap"), "--format", "json")
     assert result.code in (0, 1), result.err
     assert [t["name"] for t in json.loads(result.out)["targets"]] == ["cpu_scan"]
+
+
+def test_a_parameter_without_the_script_is_refused_not_ignored(cli, baseline):
+    """issue 46 (jax-cfd): `gate --baseline snap --set n=384` re-read the snapshots, ignored the parameter and
+    passed; the same program at n=384 grows its peak 2.2x. One line, exit 2."""
+    result = cli("gate", "--baseline", str(baseline), "--set", "batch=64")
+    assert result.code == 2, result.out + result.err
+    assert "--set sets a script's shard_lint_targets() parameters: give the SCRIPT" in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err

@@ -29,7 +29,8 @@ from jax_shard_lint.passes.stablehlo.module import read_entry_signature
 MIB = 2**20
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SMALL = {"examples/maxtext_like_step.py": dict(layers=2, d_model=256, d_ff=512, vocab=1024, seq=256)}
-_DTYPE_BYTES = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+_DTYPE_BYTES = {"c128": 16, "c64": 8,
+                "f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
                 "s8": 1, "u8": 1, "pred": 1}
 _KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _INSTRUCTION = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(" + "|".join(_KINDS) + r")(?:-start)?\((.*)$")
@@ -227,3 +228,23 @@ def test_the_report_counts_predictions_against_the_compile(cli):
     assert ("Predictions of 1.0 MiB or more: 1, 1 borne out by the compiled program, 0 not; compiled collectives "
             "of 1.0 MiB or more: 1, 1 of them predicted.") in done.out
     assert "| all-gather | 16.0 MiB | data | stablehlo.reduce_window |" in done.out
+
+
+def test_a_helper_called_from_several_lines_is_predicted_at_each():
+    """jax-cfd's pseudospectral step in small (spectral_batch_on_grid_axis): jnp.fft's jitted helpers (@fft
+    calling @fft_1) are called from five lines, so flattening clones them, a clone of the nested helper
+    before the clone that calls it in module order. Each of XLA's five gathers (read from its text) is
+    borne out by the prediction at its own line; the clones walked before their callers were once left
+    without a line, and four of five predictions said XLA compiled nothing there."""
+    path = "fixtures/scripts/spectral_batch_on_grid_axis.py"
+    _, _, predicted, tool_compiled, compiled = _checked(path, "on_grid")
+    # XLA: the four irfftn operands c64[8,256,129] and the rfftn operand f32[8,256,256], gathered over sims.
+    assert sorted(c for c in compiled if c[2] >= MIB) == sorted(
+        [("all-gather", ("sims",), 8 * 256 * 129 * 8)] * 4 + [("all-gather", ("sims",), 8 * 256 * 256 * 4)])
+    big = [p for p in predicted if p.bytes >= MIB]
+    assert sorted((p.source.line, p.kind, p.bytes) for p in big if p.source) == sorted(
+        [(line, "all-gather", 8 * 256 * 129 * 8) for line in (28, 29, 30, 31)]
+        + [(32, "all-gather", 8 * 256 * 256 * 4)])
+    assert all(p.matched_compiled for p in big)
+    counts = prediction_counts(predicted, tool_compiled)
+    assert (counts.predicted, counts.borne_out, counts.compiled, counts.compiled_predicted) == (5, 5, 5, 5)

@@ -1,0 +1,67 @@
+"""A replicating collective whose operand no argument is (issue 46, jax-cfd's pseudospectral Navier-Stokes:
+the vorticity carried through a scan and elementwise ops into each 2-D FFT) names the argument its chain
+begins at, and its fix (that argument off the dimension the FFTs read) is compiled and printed only when
+XLA measures it better. The oracle is XLA: both layouts of spectral_batch_on_grid_axis compiled by JAX
+here, their collectives read from ``compiled.as_text()`` and their peak from ``memory_analysis()``. Which
+way the check goes depends on the XLA release: jax 0.10.2's partitioner still gathers an FFT whose only
+sharded dimension is its batch (so the move costs peak and saves nothing), jax 0.12's keeps it local."""
+
+import json
+import os
+import re
+
+import pytest
+from scripts import script_targets
+
+SCRIPT = os.path.join("fixtures", "scripts", "spectral_batch_on_grid_axis.py")
+_GATHER = re.compile(r"= (\S+) all-gather\(")
+_BYTES = {"c64": 8, "f32": 4}
+
+
+def _xla(lowered) -> tuple[int, int]:
+    """(per-device peak, all-gathered bytes in the compiled text) of one layout."""
+    compiled = lowered.compile()
+    m = compiled.memory_analysis()
+    gathered = 0
+    for shape in _GATHER.findall(compiled.as_text()):
+        dtype, dims = re.match(r"(\w+)\[([\d,]*)\]", shape).groups()
+        n = 1
+        for d in dims.split(","):
+            n *= int(d)
+        gathered += _BYTES[dtype] * n
+    return (m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes,
+            gathered)
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def test_the_argument_a_chain_begins_at_is_named_and_its_move_measured(cli, checking):
+    targets = script_targets(SCRIPT)
+    grid_peak, grid_gathered = _xla(targets["on_grid"])
+    sims_peak, sims_gathered = _xla(targets["on_sims"])
+    assert grid_gathered > 0  # every FFT gathers the x axis it reads
+
+    result = cli("lint", SCRIPT, "--target", "on_grid", "--format", "json", "--fail-on", "never")
+    assert result.code == 0, result.err
+    findings = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL101"]
+    # One per irfftn line (28-31), each explained from the argument and naming it.
+    assert sorted(f["source"]["line"] for f in findings) == [28, 29, 30, 31]
+    for f in findings:
+        assert f["provenance"][-1] == "argument vorticity_hat is P(None, 'sims', None)", f["provenance"]
+        assert f["parameter"] == "vorticity_hat" and f["parameter_sharding"] == [[], ["sims"], []], f
+        check = f["fix_check"]
+        assert check["change"] == "vorticity_hat -> P('sims')", check
+        assert check["peak_bytes_before"] == grid_peak and check["peak_bytes_after"] == sims_peak
+        if sims_gathered < grid_gathered and sims_peak < grid_peak:  # XLA keeps the batched FFTs local
+            assert check["verdict"] == "better", check
+            assert f["fix"].startswith("shard vorticity_hat as P('sims') instead of P(None, 'sims')"), f["fix"]
+            assert "checked: peak -" in f["fix"], f["fix"]
+        else:  # XLA gathers them all the same: the move is tried, not offered
+            assert sims_gathered == grid_gathered and sims_peak > grid_peak
+            assert check["verdict"] != "better", check
+            assert f["suggested_sharding"] is None
+            assert f["fix"].startswith("no sharding change found that helps: vorticity_hat -> P('sims') was tried"), \
+                f["fix"]
