@@ -1,0 +1,68 @@
+"""A Mixture-of-Experts step written as google-research/vmoe writes it (vmoe_dispatch_step.py): its dispatch
+and combine are all-to-alls between two with_sharding_constraints the program states, the program's own
+traffic as a shard_map's all_to_all is (intent ``constraint``), not resharding nobody asked for: before,
+each was intent ``reshard`` and an SL105 warning whose fix was the constraint the code already has. The
+oracle is XLA: the compiled text's all-to-alls, told apart by their op_name (vmoe's reshape between the
+constraints, or the expert einsum that reads a weight on the wrong dimension), and their bytes."""
+
+import json
+import os
+import re
+
+import pytest
+from ci_deps import require
+from hlo_oracle import compiled_collectives
+from scripts import script_module
+
+STEP = os.path.join(os.path.dirname(__file__), "vmoe_dispatch_step.py")
+# Under each all-to-all's bytes (1.25 MiB dispatch, 1 MiB weight move): every reshard among them is reported.
+THRESHOLD = ("--threshold", "unexplained-reshard-bytes=512KiB")
+
+
+def _xla_all_to_alls(layout: str) -> dict[str, tuple[str, int]]:
+    """HLO name -> (the op JAX emitted it for: the op_name's last part, bytes per device), from XLA."""
+    require("optax", "optax is not installed (the [test] extra)")
+    text = script_module(STEP).shard_lint_targets(layout=layout)[layout].compile().as_text()
+    out = {}
+    for name, (kind, size, _) in compiled_collectives(text, 8).items():
+        if kind == "all-to-all":
+            op_name = re.search(rf"%{re.escape(name)} = [^\n]*op_name=\"([^\"]*)\"", text).group(1)
+            out[name] = (op_name.rsplit("/", 1)[-1], size)
+    return out
+
+
+def _lint(cli, layout: str) -> dict:
+    result = cli("lint", STEP, "--set", f"layout={layout}", *THRESHOLD, "--no-fix-check", "--format", "json", "-q",
+                 "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    [target] = json.loads(result.out)["targets"]
+    return target
+
+
+@pytest.mark.parametrize("layout", ["expert_parallel", "dmodel_sharded"])
+def test_vmoe_dispatch_all_to_alls_are_the_programs_own(cli, layout):
+    xla = _xla_all_to_alls(layout)
+    dispatch = {name: size for name, (op, size) in xla.items() if op == "reshape"}
+    assert len(dispatch) == 3, xla  # dispatch, combine, and the combine's transpose (x takes no gradient)
+    target = _lint(cli, layout)
+    by_name = {c["hlo_name"]: c for c in target["collectives"]}
+    for name, size in dispatch.items():
+        assert (by_name[name]["intent"], by_name[name]["bytes"]) == ("constraint", size), by_name[name]
+    reported = {op for f in target["findings"] if f["rule"] == "SL105" for op in [f["subject"], *f["ops"]]}
+    assert not reported & set(dispatch)
+
+
+def test_d_model_sharded_experts_still_warn_once_per_weight(cli):
+    """The mistake's own all-to-alls (XLA's op_name: the expert einsums that read wi and wo on their expert
+    dimension, forward and their gradients' transposes) stay ``reshard``, each in one SL105 naming its weight."""
+    xla = _xla_all_to_alls("dmodel_sharded")
+    moves = {name: size for name, (op, size) in xla.items() if op == "dot_general"}
+    assert len(moves) == 4, xla
+    target = _lint(cli, "dmodel_sharded")
+    by_name = {c["hlo_name"]: c for c in target["collectives"]}
+    assert {(n, by_name[n]["intent"], by_name[n]["bytes"]) for n in moves} == {(n, "reshard", s) for n, s in
+                                                                             moves.items()}
+    findings = [f for f in target["findings"] if f["rule"] == "SL105"]
+    ops = [op for f in findings for op in {f["subject"], *f["ops"]}]
+    assert sorted(ops) == sorted(moves)
+    assert {f["parameter"] for f in findings} == {"params['wi']", "params['wo']"}
