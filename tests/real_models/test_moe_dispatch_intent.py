@@ -66,3 +66,27 @@ def test_d_model_sharded_experts_still_warn_once_per_weight(cli):
     ops = [op for f in findings for op in {f["subject"], *f["ops"]}]
     assert sorted(ops) == sorted(moves)
     assert {f["parameter"] for f in findings} == {"params['wi']", "params['wo']"}
+
+
+def test_combined_gradient_all_reduce_parts_are_at_their_einsums(cli):
+    """XLA combines wi's and wo's gradient all-reduces into one; each operand keeps its einsum's metadata
+    (op_name transpose(jvp(EnD,EDH->EnH))/dot_general, ...EnH,EHD->EnD...) on the bitcast in front of a dot
+    CPU left without any. Each part is at its einsum's line (before: wo's at receive()'s reshape, where
+    the sums' input comes from)."""
+    require("optax", "optax is not installed (the [test] extra)")
+    text = script_module(STEP).shard_lint_targets()["expert_parallel"].compile().as_text()
+    source = open(STEP).read().splitlines()
+
+    def op_name(name: str) -> str:
+        return re.search(rf"%{re.escape(name)} = [^\n]*op_name=\"([^\"]*)\"", text).group(1)
+
+    [(name, operands)] = [(m.group(1), m.group(2)) for m in re.finditer(
+        r"%([\w.\-]+) = \([^)]*\) all-reduce\(([^)]*)\)", text) if "EnH,EHD->EnD" in op_name(m.group(1))]
+    lines = []
+    for operand in re.findall(r"%([\w.\-]+)", operands):
+        spec = re.search(r"\((\w+,\w+->\w+)\)\)/dot_general$", op_name(operand)).group(1)
+        [line] = [k + 1 for k, text_line in enumerate(source) if f'"{spec}"' in text_line]
+        lines.append(line)
+    assert len(lines) == 2 and lines[0] != lines[1]
+    [c] = [c for c in _lint(cli, "expert_parallel")["collectives"] if c["hlo_name"] == name]
+    assert [p["source"]["line"] for p in c["parts"]] == lines
