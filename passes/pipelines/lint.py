@@ -231,7 +231,10 @@ def analyze_target(
 def _intents(collectives: tuple[Collective, ...], hlo: HloModule, params: tuple[TensorInfo, ...], mesh: MeshInfo,
              module: ir.Module, ownership: CodeOwnership) -> tuple[Collective, ...]:
     """Each collective's intent; a move between two layouts the program's constraints state is its own."""
-    return mark_stated_moves(classify(collectives, hlo, params, mesh), stated_moves(module, ownership))
+    moves = stated_moves(module, ownership)
+    own = {c.hlo_name: hlo.attribution_of(ins, ownership) for c in collectives
+           if moves and (ins := hlo.instruction(c.hlo_name)) is not None}
+    return mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
 
 
 def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],

@@ -82,15 +82,22 @@ def _axis_names(labels: list[str]) -> frozenset[str]:
     return frozenset(label.split(":")[0] for label in labels)
 
 
-def mark_stated_moves(collectives: tuple[Collective, ...], moves: tuple[StatedMove, ...]) -> tuple[Collective, ...]:
-    """The collectives with the resharding moves the program states on both sides as ``constraint``."""
+Attribution = tuple[SourceLocation | None, SourceLocation | None]
+
+
+def mark_stated_moves(collectives: tuple[Collective, ...], moves: tuple[StatedMove, ...],
+                      own_lines: dict[str, Attribution]) -> tuple[Collective, ...]:
+    """The collectives with the resharding moves the program states on both sides as ``constraint``.
+    ``own_lines``: each collective's own line in the compiled program's metadata (user's, library's), which
+    the line it is shown at may not be (JAX 0.12's CPU all-to-all is shown at the op that reads it)."""
     if not moves:
         return collectives
 
     def stated(c: Collective) -> bool:
         names = _axis_names(c.mesh_axes)
-        where = (_where(c.source), _where(c.via))
-        return bool(names) and any(where in m.lines and names <= m.axes for m in moves)
+        own = own_lines.get(c.hlo_name, (None, None))
+        lines = {(_where(c.source), _where(c.via)), (_where(own[0]), _where(own[1]))} - {(None, None)}
+        return bool(names) and any(lines & m.lines and names <= m.axes for m in moves)
 
     return tuple(c.model_copy(update={"intent": INTENT})
                  if c.intent == "reshard" and c.kind in _MOVES and stated(c) else c for c in collectives)
