@@ -256,6 +256,20 @@ def _inputs(module: HloModule, ins: HloInstruction) -> list[HloInstruction]:
     return [argument] if argument is not None else []
 
 
+def _sum_site(module: HloModule, op: HloInstruction) -> HloInstruction | None:
+    """The op a combined reduction's operand ``op`` is shown at: the op that computed its sums; where XLA left
+    that op no line (CPU's rewritten dots), the nearest op between it and the reduction that kept one (the
+    bitcast with the dot's op_name and line), never one of the sums' inputs, whose line is another value's."""
+    if op.opcode not in _DATA_MOVEMENT:
+        return op if _has_line(op) else _producer(module, op)
+    kept = op if _has_line(op) else None
+    for current in _walk_back(module, op, lambda cur: _inputs(module, cur) if cur.opcode in _DATA_MOVEMENT else []):
+        if current.opcode not in _DATA_MOVEMENT:
+            return current if _has_line(current) else kept or _producer(module, op)
+        kept = kept or (current if _has_line(current) else None)
+    return kept or _producer(module, op)
+
+
 def part_sites(module: HloModule, ins: HloInstruction, kind: str) -> list[HloInstruction | None]:
     """For a collective that moves several values at once (XLA's combiner joins a step's gradient
     all-reduces, a layer's parameter gathers, into one): the instruction each value's line is
@@ -263,8 +277,7 @@ def part_sites(module: HloModule, ins: HloInstruction, kind: str) -> list[HloIns
     gathered part to the first op that reads it (the tuple element of the result, or of the
     async done op's)."""
     if kind in _REDUCTIONS:
-        return [op if op.opcode not in _DATA_MOVEMENT and _has_line(op) else _producer(module, op)
-                for op in _operands(module, ins)]
+        return [_sum_site(module, op) for op in _operands(module, ins)]
     users = module.users()
     result = next((u for u in users.get(ins.name, ()) if u.opcode.endswith("-done")), ins)
     elements = {u.attrs.get("index"): u for u in users.get(result.name, ()) if u.opcode == "get-tuple-element"}

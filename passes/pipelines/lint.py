@@ -55,6 +55,7 @@ from ..stablehlo.module import (
 )
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
 from ..stablehlo.state_roundtrip import correspond, suggested_out_shardings
+from ..stablehlo.stated_moves import mark_stated_moves, stated_moves
 from .catalogue import REMATERIALIZATION_RULES
 from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
@@ -169,7 +170,8 @@ def analyze_target(
     # Which outputs are inputs coming back: the step's state, whose parameters'
     # gathers and gradient reductions are intended traffic.
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
-    collectives = LINT.run("collective-intent", classify, collectives, hlo, parameters(inputs, roundtrips), sig.mesh)
+    collectives = LINT.run("collective-intent", _intents, collectives, hlo, parameters(inputs, roundtrips), sig.mesh,
+                           module, config.ownership)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
     collectives = LINT.run("row-parallel-sums", mark_row_parallel_sums, hlo, collectives,
@@ -224,6 +226,15 @@ def analyze_target(
     if explain_with is not None and explained(report.findings):
         report = LINT.run("provenance", _with_provenance, report, explain_with, config.ownership, display, meets)
     return report
+
+
+def _intents(collectives: tuple[Collective, ...], hlo: HloModule, params: tuple[TensorInfo, ...], mesh: MeshInfo,
+             module: ir.Module, ownership: CodeOwnership) -> tuple[Collective, ...]:
+    """Each collective's intent; a move between two layouts the program's constraints state is its own."""
+    moves = stated_moves(module, ownership)
+    own = {c.hlo_name: hlo.attribution_of(ins, ownership) for c in collectives
+           if moves and (ins := hlo.instruction(c.hlo_name)) is not None}
+    return mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
 
 
 def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
