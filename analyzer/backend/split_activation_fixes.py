@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ...passes.common.sharding_text import pspec_text
-from ...passes.models.fix_check import FixCheck, StatedLayoutEdit
+from ...passes.models.fix_check import FixCheck, FixVerdict, StatedLayoutEdit
 from ...passes.models.report import Finding, FixCandidate
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, layout_edit
 from .fix_verdicts import _judged
@@ -51,8 +51,11 @@ def inserted_constraint(f: Finding, c: FixCandidate
 
 
 def also_tried(f: Finding, chosen: str, checks: list[tuple[str, FixCheck]]) -> str:
-    """What the other candidates measured, after SL105's fix: the layouts the user need not try."""
-    others = [f"{change}: {_judged(c)}" for change, c in checks if change != chosen] if splits_activation(f) else []
+    """After SL105's fix, the candidates measured no better (a weight moved off the axis gathers the logits
+    instead): the layouts the user need not try. Another constraint measured better is left out: an inserted
+    constraint stands for the user's only on the value, not its cotangent, which the user's also constrains."""
+    others = [f"{change}: {_judged(c)}" for change, c in checks
+              if change != chosen and c.verdict is not FixVerdict.better] if splits_activation(f) else []
     return f"; also tried: {'; '.join(others)}" if others else ""
 
 
