@@ -365,10 +365,12 @@ def _split_reads(module: ir.Module, sig: EntrySignature, collectives: tuple[Coll
                  config: PassConfig) -> tuple[SplitRead, ...]:
     """Where an activation's split comes from (SL105's gathers of no argument): Shardy's propagation is run
     only when SL105 is on and XLA gathers a value no stated sharding asked for."""
-    if SL105.code in config.disabled or not any(c.intent == "reshard" and c.kind == "all-gather" for c in collectives):
+    lines = frozenset((c.source.file, c.source.line) for c in collectives
+                      if c.intent == "reshard" and c.kind == "all-gather" and c.source is not None)
+    if SL105.code in config.disabled or not lines:
         return ()
     return split_reads(module, sig.mesh, [t.sharding or [] for t in sig.inputs], [tuple(t.shape) for t in sig.inputs],
-                       config.ownership)
+                       lines, config.ownership)
 
 
 def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,

@@ -200,9 +200,11 @@ class _Walk:
 
 
 def split_reads(module: ir.Module, mesh: MeshInfo, arguments: list[list[list[str]]], shapes: list[tuple[int, ...]],
-                ownership: CodeOwnership = DEFAULT_OWNERSHIP) -> tuple[SplitRead, ...]:
-    """Every matmul operand propagation splits along a dimension the matmul contracts, with the matmuls whose
-    weight puts that split on it; ``arguments``/``shapes``: the entry arguments' shardings and shapes."""
+                lines: frozenset[tuple[str, int]], ownership: CodeOwnership = DEFAULT_OWNERSHIP
+                ) -> tuple[SplitRead, ...]:
+    """Every matmul at one of ``lines`` (file, line: where XLA gathers) whose operand propagation splits along a
+    dimension the matmul contracts, with the matmuls whose weight puts that split on it; ``arguments``/``shapes``:
+    the entry arguments' shardings and shapes."""
     if not mesh.axes or mesh.size <= 1:
         return ()
     try:
@@ -215,6 +217,9 @@ def split_reads(module: ir.Module, mesh: MeshInfo, arguments: list[list[list[str
         for op in walk_ops(fn.regions[0].blocks[0]):
             if op.operation.name != "stablehlo.dot_general":
                 continue
+            source = source_of_location(op.location, ownership)
+            if source is None or (source.file, source.line) not in lines:
+                continue  # no gather there: its walk would be spent for nothing
             dims = _dot_dims(op)
             for side, contracting in ((0, dims["lhs_contracting"]), (1, dims["rhs_contracting"])):
                 operand = op.operands[side]
@@ -225,7 +230,7 @@ def split_reads(module: ir.Module, mesh: MeshInfo, arguments: list[list[list[str
                     axes = _names(sharding[d]) if d < len(sharding) else set()
                     if not axes:
                         continue
-                    reads.append(SplitRead(source_of_location(op.location, ownership),
+                    reads.append(SplitRead(source,
                                            tuple(int(n) for n in ir.RankedTensorType(operand.type).shape),
                                            sharding, d, frozenset(axes),
                                            walk.origins(operand, d, axes, arguments, shapes)))

@@ -183,9 +183,12 @@ def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, 
         + (f"; the gathers at lines {_listed([str(n) for n in lines])} come from this one split" if len(lines) > 1
            else ""),
         c.source, via=c.via,
-        fix=(f"constrain the output of the matmul by {weight.path} at {at} with jax.lax.with_sharding_constraint to "
-             f"{pspec_text(constrained[-1])}, or shard {weight.path} as {pspec_text(moved[-1])} (not compiled)"
-             if constrained and moved else None),
+        # Replaced by the checked fix, or by what each candidate measured; said as is only when nothing compiles.
+        fix=(f"not compiled, so none is offered: the candidates are a jax.lax.with_sharding_constraint on the output "
+             f"of the matmul by {weight.path} at {at} to {' or '.join(pspec_text(x) for x in constrained)}, and "
+             f"{weight.path} sharded as {' or '.join(pspec_text(x) for x in moved)}" if constrained and moved else
+             "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the argument it "
+             "comes from on a dimension the op does not read along"),
         subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=None,
         total_bytes=c.bytes * c.count, candidates=candidates,
     )
