@@ -50,9 +50,9 @@ from .fix_verdicts import _cost_text, _not_offered, baseline, measured_check, re
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
+from .split_activation_fixes import also_tried, inserted_constraint, none_helped, splits_activation
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
-_PROPAGATED = re.compile(r"^propagated_value\[(\d+)\]\[(\d+)\]$")
 _PINNED = re.compile(r"^pin (\S+) with out_shardings ")
 # Candidates compiled per target (each a compile of the whole step).
 MAX_CHECKS = 4
@@ -100,6 +100,8 @@ def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if _undoes_constraint(f):
         return _constraint_edits(f, report, module)
+    if splits_activation(f):
+        return _rule_candidate_edits(f, report, module)
     kind = layout_edit(f)
     return _EDITS[kind](f, report, module) if kind is not None else []
 
@@ -211,9 +213,8 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
             return None
         return _Edit(f"the with_sharding_constraint at line {cause.source.line} -> {spec}", f.fix or "",
                      constraints={k.ordinal: c.sharding for k in stated})
-    if (m := _PROPAGATED.match(c.value)) is not None:
-        return _Edit(f"{c.value} -> {spec}", f"constrain it with jax.lax.with_sharding_constraint to {spec}",
-                     inserted={(int(m.group(1)), int(m.group(2))): c.sharding})
+    if (inserted := inserted_constraint(f, c)) is not None:  # a constraint on the values the candidate names
+        return _Edit(inserted[0], inserted[1], inserted=inserted[2])
     given = next((t for t in report.inputs if t.path == c.value), None)
     if given is None:
         return None
@@ -326,7 +327,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     """The report with SL204's, SL205's, SL206's and the constraint causes' fixes compiled: the best candidate
     measured better printed as the fix (with its figures), else the finding says what was tried and what it
     cost."""
-    if not any(f.rule in STATED_LAYOUT_FIXES or _undoes_constraint(f) for f in report.findings):
+    if not any(f.rule in STATED_LAYOUT_FIXES or _undoes_constraint(f) or splits_activation(f) for f in report.findings):
         return report
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, FIX_CHECKS)
@@ -382,15 +383,16 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
             spec = (None if e.undonated else e.constraints[min(e.constraints)] if e.constraints
                     else (None if f.parameter else next(iter(e.inserted.values()))) if e.inserted
                     else e.arguments[min(e.arguments)] if e.arguments else f.suggested_sharding)
+            others = also_tried(f, e.change, [(o.change, oc) for o, oc in checks])
             findings[k] = f.model_copy(update={
-                "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)})"})
+                "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)}){others}"})
             continue
         tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks
                           if not e.undonated)
         if layout_edit(f) is StatedLayoutEdit.donation:
             text = _donation_not_helped(checks, tried, already)
         else:
-            text = f"no layout change found that helps: {tried}"
+            text = none_helped(f, tried)
         findings[k] = f.model_copy(update={"fix_check": checks[0][1], "suggested_sharding": None, "fix": text})
     return report.model_copy(update={"findings": findings})
 

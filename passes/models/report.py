@@ -228,7 +228,9 @@ class FixCandidate(Model):
 
     value: str = Field(description="What takes the layout: an argument's path (the argument moved, with the "
                        "optimizer state that mirrors it, and returned in that layout), or the value the finding names "
-                       "(propagated_value[op][result]: a with_sharding_constraint inserted on it), or one of SL104's "
+                       "(propagated_value[op][result]: a with_sharding_constraint inserted on it; several, "
+                       "space-separated, where one line's op runs in several places: SL105's matmul output in a "
+                       "layer's forward and its rematerialized copy), or one of SL104's "
                        "staged layouts (staged_layout[i]: the value's layouts in order, the last the one asked for), "
                        "or with_sharding_constraint: the finding's constraint stating this layout instead.")
     sharding: list[list[str]] = Field(description="The layout, axes per dimension.")

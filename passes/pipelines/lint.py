@@ -38,9 +38,11 @@ from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
+from ..models.rule_codes import SL105
 from ..propagation.predicted_communication import predict
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
+from ..propagation.split_activations import SplitRead, split_reads
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
 from ..rules.finding_provenance import attach_provenance, explained
@@ -303,6 +305,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         padded_values=_padded_values(module, sig, hlo, config),
         constraints=read_constraints(module, config.ownership),
         propagated_padding=_propagated_padding(module, sig, hlo, config),
+        split_reads=_split_reads(module, sig, collectives, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=_stated_outputs(sig),
         call_site=site,
@@ -367,6 +370,18 @@ def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule,
         return ()
     stated = read_constraints(module, config.ownership)
     return propagated_padded_values(module, sig.mesh, compiled_shapes(hlo), stated, config.ownership)
+
+
+def _split_reads(module: ir.Module, sig: EntrySignature, collectives: tuple[Collective, ...],
+                 config: PassConfig) -> tuple[SplitRead, ...]:
+    """Where an activation's split comes from (SL105's gathers of no argument): Shardy's propagation is run
+    only when SL105 is on and XLA gathers a value no stated sharding asked for."""
+    lines = frozenset((c.source.file, c.source.line) for c in collectives
+                      if c.intent == "reshard" and c.kind == "all-gather" and c.source is not None)
+    if SL105.code in config.disabled or not lines:
+        return ()
+    return split_reads(module, sig.mesh, [t.sharding or [] for t in sig.inputs], [tuple(t.shape) for t in sig.inputs],
+                       lines, config.ownership)
 
 
 def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,

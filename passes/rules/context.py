@@ -11,6 +11,7 @@ from ..hlo.involuntary_remat import LocatedRemat
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
 from ..propagation.propagated_padding import PropagatedPadding
+from ..propagation.split_activations import SplitRead
 from ..stablehlo.sharding_constraints import PaddedValue, StatedConstraint
 from .registry import RuleOption
 
@@ -69,6 +70,9 @@ class RuleContext:
     constraints: tuple[StatedConstraint, ...] = ()
     # Values Shardy's propagation cuts unevenly (no constraint stated it), which the compiled program holds padded.
     propagated_padding: tuple[PropagatedPadding, ...] = ()
+    # Matmul operands propagation splits along a dimension the matmul contracts, with the matmul whose weight
+    # puts that split on them (SL105 names it where the gather is of an activation, no argument).
+    split_reads: tuple[SplitRead, ...] = ()
     # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:
     # TensorInfo.donated says both),
     # and the inputs whose buffer a compiled output reuses (None: not compiled).

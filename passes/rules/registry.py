@@ -84,7 +84,8 @@ class RuleTraits:
     provenance: Provenance = Provenance.none
     fix: FixKind = FixKind.text
     # With FixKind.stated_layout: which edit of the stated layout its candidates are (layout_fix_checks.py
-    # builds each kind's).
+    # builds each kind's). With FixKind.parameter, rule_candidates: a finding whose fix names no sharding for
+    # its argument but carries candidates (SL105's gathered activation) has them compiled as a stated layout's.
     layout_edit: StatedLayoutEdit | None = None
     # Its findings are about the layout of the arguments they name: where its own fix was compiled and not
     # measured better, suggest's layout for those arguments is tried (the solver fixes).
@@ -163,8 +164,10 @@ def define_rule(code: Code, severity: Severity, check: Callable[..., None],
         raise ValueError(f"rule code {code.code!r} must look like SL123")
     if not _NAME.match(code.name):
         raise ValueError(f"rule name {code.name!r} must be kebab-case")
-    if (traits.fix is FixKind.stated_layout) != (traits.layout_edit is not None):
-        raise ValueError(f"rule {code.code}: a stated-layout fix names its layout_edit, and only it")
+    if (traits.fix is FixKind.stated_layout) != (traits.layout_edit is not None) and not (
+            traits.fix is FixKind.parameter and traits.layout_edit is StatedLayoutEdit.rule_candidates):
+        raise ValueError(f"rule {code.code}: a stated-layout fix names its layout_edit, and only it (or a parameter's "
+                         "fix, rule_candidates: its findings' candidates)")
     doc = inspect.getdoc(check) or ""
     summary = doc.split("\n\n", 1)[0].strip()
     return Rule(code.code, code.name, severity, summary, doc, tuple(options), check, code.scope, traits)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import zip_longest
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_parameter import ParameterRole
-from ..models.report import Severity, SourceLocation
+from ..models.fix_check import StatedLayoutEdit
+from ..models.report import Collective, FixCandidate, Severity, SourceLocation
 from ..models.rule_codes import SL105
+from ..propagation.split_activations import SplitOrigin, SplitRead
+from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
 from .parameter_advice import Advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
@@ -40,7 +44,12 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     `unexplained-reshard-bytes`, when no other rule reports it (SL101's
     replicating collectives, SL102's loops, SL104's rematerializations).
     It names the argument whose sharding causes it, with its PartitionSpec,
-    and the sharding to give it instead.
+    and the sharding to give it instead. Where XLA gathers an activation
+    (no argument) for a matmul that reads it whole, it names where the
+    split comes from in Shardy's propagation: the matmul whose weight's
+    output dimension holds the gathered axis (a tensor-parallel mixer
+    leaving the residual stream split), and the other lines whose gathers
+    that one split causes.
 
     Why is this bad
     ---------------
@@ -61,7 +70,13 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     ---
     Shard the weight on a dimension its matmul does not contract (here
     `P(None, "model")`); lint compiles that layout and shows the fix only
-    when it measures less traffic or a lower peak.
+    when it measures less traffic or a lower peak. For a gathered
+    activation, lint compiles a `with_sharding_constraint` on the output
+    of the matmul where the split begins (the gathered axes moved to
+    another dimension, or dropped) and that matmul's weight with its axis
+    moved or dropped (with its optimizer state); it prints the best one
+    measured better with what the others measured, and where none is, it
+    says what each cost: the gathers are then the price of the layout.
     """
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
     # What another rule's findings explain, each rule's claims (RuleTraits.claims): this rule imports none.
@@ -85,10 +100,22 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
                 found[2] is not None and held[0] is not None and votes[(*key, found[0].index)] > votes[
                     (*key, held[0].index)]):
             named[key] = found
+    resolved = {c.hlo_name: advice[c.hlo_name] if advice[c.hlo_name][0] is not None else
+                named.get((c.source, tuple(c.mesh_axes)), (None, None, None)) for c in reported}
+    splits = {c.hlo_name: split for c in reported for parameter, served, suggested in [resolved[c.hlo_name]]
+              if suggested is None and served is not None and served.role is ParameterRole.feeds
+              and c.kind == "all-gather" and (split := _split_origin(ctx, c)) is not None}
+    # The gathers one split causes, at each line: one cause, said at each of them.
+    lines: dict[int, set[int]] = {}
     for c in reported:
-        parameter, served, suggested = advice[c.hlo_name]
-        if parameter is None:
-            parameter, served, suggested = named.get((c.source, tuple(c.mesh_axes)), (None, None, None))
+        if c.hlo_name in splits and c.source is not None:
+            lines.setdefault(splits[c.hlo_name][1][0].op_index, set()).add(c.source.line)
+    for c in reported:
+        parameter, served, suggested = resolved[c.hlo_name]
+        if c.hlo_name in splits:
+            read, origins = splits[c.hlo_name]
+            _emit_split(ctx, out, c, read, origins, sorted(lines[origins[0].op_index]))
+            continue
         axes = ", ".join(c.mesh_axes) or "all devices"
         runs = f", {c.count}x per step" if c.count > 1 else ""
         cause = (f": it comes from {parameter.path} {pspec_text(parameter.sharding)}"
@@ -105,6 +132,70 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count,
         )
+
+
+def _split_origin(ctx: RuleContext, c: Collective) -> tuple[SplitRead, list[SplitOrigin]] | None:
+    """A gather of an activation the matmul at its line reads whole: the read propagation splits on the
+    gathered axes there, and every matmul (the forward's, a rematerialized copy) of the weight whose output
+    dimension puts the split on it; None where no weight does (the split is not a weight's)."""
+    if c.source is None:
+        return None
+    gathered = {a.split(":")[0] for a in c.mesh_axes}
+    reads = [r for r in ctx.split_reads if r.source is not None and r.axes & gathered and r.origins
+             and (r.source.file, r.source.line) == (c.source.file, c.source.line)]
+    if not reads:
+        return None
+    first = min((o for r in reads for o in r.origins), key=lambda o: o.op_index)
+    same = {o.op_index: o for r in ctx.split_reads for o in r.origins
+            if (o.source, o.weight, o.weight_dim, o.shape) == (first.source, first.weight, first.weight_dim,
+                                                               first.shape)}
+    read = next(r for r in reads if first in r.origins)
+    return read, [same[k] for k in sorted(same)]
+
+
+def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, origins: list[SplitOrigin],
+                lines: list[int]) -> None:
+    """SL105 about an activation's gather: the value the matmul reads, where its split comes from (the weight
+    whose matmul produces it split), and the candidates the fix check compiles: a constraint on that matmul's
+    output with the gathered axes off, and the weight with its axis moved or dropped."""
+    origin = origins[0]
+    weight = next((t for t in ctx.inputs if t.index == origin.weight), None)
+    if weight is None:
+        return
+    gathered = {a.split(":")[0] for a in c.mesh_axes}
+    axes = ", ".join(c.mesh_axes)
+    runs = f", {c.count}x per step" if c.count > 1 else ""
+    at = f"line {origin.source.line}" if origin.source is not None else "the step"
+    shape = f"{c.dtype}[{','.join(map(str, read.shape))}]"
+    mesh = ctx.signature.mesh
+    values = " ".join(f"propagated_value[{o.op_index}][{o.result}]" for o in origins)
+    constrained = axes_off(origin.shape, origin.sharding, gathered, mesh)
+    moved = axes_off(tuple(weight.shape), weight.sharding or [], gathered, mesh)
+    # Dropped before moved (the layouts furthest from the gather first), the constraint before the weight.
+    candidates = [FixCandidate(value=v, sharding=spec) for pair in zip_longest(constrained[::-1], moved[::-1])
+                  for v, spec in zip((values, weight.path), pair) if spec is not None]
+    out.emit(
+        f"{c.kind} over {axes} reshards {c.dtype}{c.shape} ({format_bytes(c.bytes)}){runs}, which no stated "
+        f"sharding asked for: the matmul here reads {shape} whole along dimension {read.dim}, which propagation "
+        f"leaves split on {axes} ({pspec_text(read.sharding)}); the split comes from the matmul by {weight.path} "
+        f"{pspec_text(weight.sharding or [])} at {at}, which produces its output split on {axes} (that weight's "
+        f"dimension {origin.weight_dim}), and the values between there and here keep it"
+        + (f"; the gathers at lines {_listed([str(n) for n in lines])} come from this one split" if len(lines) > 1
+           else ""),
+        c.source, via=c.via,
+        # Replaced by the checked fix, or by what each candidate measured; said as is only when nothing compiles.
+        fix=(f"not compiled, so none is offered: the candidates are a jax.lax.with_sharding_constraint on the output "
+             f"of the matmul by {weight.path} at {at} to {' or '.join(pspec_text(x) for x in constrained)}, and "
+             f"{weight.path} sharded as {' or '.join(pspec_text(x) for x in moved)}" if constrained and moved else
+             "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the argument it "
+             "comes from on a dimension the op does not read along"),
+        subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=None,
+        total_bytes=c.bytes * c.count, candidates=candidates,
+    )
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def unreported_reshards_note(ctx: RuleContext) -> str | None:
@@ -127,5 +218,6 @@ def unreported_reshards_note(ctx: RuleContext) -> str | None:
 RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
                    options=(UNEXPLAINED_RESHARD_BYTES,),
                    traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter,
+                                     layout_edit=StatedLayoutEdit.rule_candidates,
                                      argument_layout=True, boundary_collectives=True,
                                      report_note=unreported_reshards_note))

@@ -83,13 +83,17 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     assert len(set(moved)) >= 5, moved
     # 3 donations: params, opt_state, both in one jit; and the step with the tokens replicated, which checks that
     # their sharding takes part in SL102's and SL105's collectives (the other side of the conflict: conflict_checks).
-    assert len(compiled) == 2 + 3 + len(set(moved)) + 1
+    # SL105's gathered activation (the mixer's output split on tp): its candidates, shared by its three findings,
+    # each compiled once (a constraint on that output moved or dropped, the weight's axis moved or dropped).
+    [target] = json.loads(result.out)["targets"]
+    split = {json.dumps(c, sort_keys=True) for f in target["findings"] if f["rule"] == "SL105" for c in f["candidates"]}
+    assert len(split) == 4 and "compiled the output of the matmul by params['layers']['mix']" in result.err
+    assert len(compiled) == 2 + 3 + len(set(moved)) + 1 + len(split)
     if (os.cpu_count() or 1) > 1:
         # Neither state fix is measured better, so SL203's second choice starts compiling as soon as both are
         # compiled, beside the donations, not after them (fix_checks._second_choices).
         lines = result.err.splitlines()
         asked = next(k for k, line in enumerate(lines) if "to check a second choice" in line)
         assert asked < next(k for k, line in enumerate(lines) if "compiled jax.jit(..., donate_argnums=(0, 1))" in line)
-    [target] = json.loads(result.out)["targets"]
     checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
     assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
