@@ -186,9 +186,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     # state candidates where that leaves room for both. Each is independent of the others, so the program
     # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
     moved = _moved_state(report, sig)
-    planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
-               and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
-               for c in [_first_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
+    # Each finding's attempts, built once: the plan below compiles their first, the loop reads them in order.
+    attempts_of = {k: _attempts(f, inputs, returned) for k, f in enumerate(report.findings)
+                   if not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)}
+    planned = [attempts[0][2] for attempts in attempts_of.values() if attempts][:MAX_CHECKS]
     parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
@@ -253,10 +254,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig,
                                                                 written))
             continue
-        if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
-            continue
-        attempts = [(a, t, c) for a, t in pair_attempts(f, inputs) if f.rule in _PARAMETER_FIXES
-                    for c in [_parameter_candidate(a, inputs, returned, t)] if c is not None]
+        attempts = attempts_of.get(k, [])
         if not attempts or budget <= 0:
             continue
         first, _, planned_first = attempts[0]
@@ -315,10 +313,15 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     return report.model_copy(update={"findings": findings})
 
 
-def _first_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
-    """The finding's first candidate, which the loop compiles first: a tensor-parallel pair's where it names one."""
-    return next((c for a, t in pair_attempts(f, inputs) for c in [_parameter_candidate(a, inputs, returned, t)]
-                 if c is not None), None)
+def _attempts(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
+              ) -> list[tuple[Finding, list[FixCandidate], _Candidate]]:
+    """A parameter fix's candidates in the order the loop compiles them (pair_fixes.pair_attempts: a
+    tensor-parallel pair's first where it names one), each with the finding as it presents it and its partners;
+    none for another rule's finding."""
+    if f.rule not in _PARAMETER_FIXES:
+        return []
+    return [(a, t, c) for a, t in pair_attempts(f, inputs) for c in [_parameter_candidate(a, inputs, returned, t)]
+            if c is not None]
 
 
 def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],
