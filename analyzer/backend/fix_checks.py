@@ -61,7 +61,7 @@ from .fix_verdicts import (
 from .pair_fixes import pair_attempts, pair_change, partner_edits
 from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
+from .side_by_side import CompileCounter, EntryEdit, compile_pool, compile_side_by_side, entry_edit, once, outcome
 from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
@@ -145,20 +145,20 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 
 
 def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
-              devices: list) -> TargetReport:
+              devices: list, edit: EntryEdit | None = None) -> TargetReport:
     """A candidate's report, compiled from its text through the analysis cache (keyed by the program without
     its source locations: only its figures are read). XLA
     writes no dump for it and, on CPU, does not optimize its machine code, and no rule runs on it: a check
     compares XLA's peak, the collectives and the step-time estimate, which need none of them (about half a CPU
     compile's time; the rules about 0.2 s a candidate on the main example). Inside
     ``one_compile_per_program`` a text asked for again (another finding's check, a solver fix's single move)
-    is compiled once."""
+    is compiled once; ``edit``: what the candidate changes at the entry, kept for ``side_by_side.same_program``."""
     placement = tuple(devices[:sig.num_partitions])
     return once((name, text, placement, repr(settings), where), lambda: cached_report(analysis_cache(settings),
                          lambda: figures_key_parts("fix-candidate", name, text, settings,
                                                    placed(devices, sig.num_partitions)),
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
-                                              optimize_machine_code=False, with_rules=False)[0]))
+                                              optimize_machine_code=False, with_rules=False)[0]), edit)
 
 
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -202,6 +202,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
+    def edit_of(c: _Candidate) -> EntryEdit:
+        return entry_edit(sig, c.arguments, c.results, c.donors)
+
     # The program as written is the report's own compile (lint's, or check's of this very text): the
     # same module, so its figures are the baseline without compiling it again. A target XLA refused
     # (out of memory: no figures) is compiled here, and raises as it did there.
@@ -209,8 +212,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
     jobs: list[Callable[[], TargetReport]] = [
-        functools.partial(_compiled, report.name, t, sig, settings, where, devices)
-        for t in as_written + [text_of(c) for c in planned]]
+        functools.partial(_compiled, report.name, t, sig, settings, where, devices, e)
+        for t, e in zip(as_written + [text_of(c) for c in planned],
+                        [None] * len(as_written) + [edit_of(c) for c in planned])]
     # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
     early: dict[str, Future[TargetReport | BaseException]] = {}
     with compile_pool(len(jobs)) as pool:
@@ -223,7 +227,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
                     [then] = counter.announce([c.change], "to check a second choice")
                     early[_key(c)] = pool.submit(outcome, functools.partial(
-                        _compiled, report.name, text_of(c), sig, settings, where, devices), then)
+                        _compiled, report.name, text_of(c), sig, settings, where, devices, edit_of(c)), then)
             compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
@@ -244,8 +248,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
-            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
-                            done)
+            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices,
+                                              edit_of(c)), done)
         return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
