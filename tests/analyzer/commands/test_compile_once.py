@@ -95,21 +95,27 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     assert compiled and max(compiled.values()) == 1, sorted(compiled.values())
     # The layout the step returns the embedding and its moments in, pinned there, is the program of the state fix
     # that gives the state inputs the layout the step returns them in: not compiled again (side_by_side.
-    # same_program). The oracle is XLA: both programs compiled here give the same memory figures and the same
-    # optimized HLO, instruction numbers aside.
+    # same_program; on jax 0.12 the solver's layout, SL203's second choice, is one too, the same text). The
+    # oracle is XLA: both programs of each such pair whose texts differ, compiled here, give the same memory
+    # figures and the same optimized HLO, instruction numbers aside.
     assert "not compiled, the same program as one compiled before: params['embed'] and 2 more -> P(None, 'tp')" \
-        in result.err and len(reused) == 1
-    [(candidate, earlier)] = reused
+        in result.err
     module = jax_adapter.parse_stablehlo(texts[0])
     sig = entry_signature(module, FIX_CHECKS)
-    programs = [real(with_entry_shardings(module, {i: [list(d) for d in s] for i, s in e.results}, sig.mesh_name,
-                                          {i: [list(d) for d in s] for i, s in e.arguments}, donors=e.donors),
-                     sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False,
-                     optimize_machine_code=False) for e in (candidate, earlier)]
-    assert programs[0].memory == programs[1].memory
-    numbered = re.compile(r"(%?[A-Za-z_][\w\-]*)\.\d+")
-    assert numbered.sub(r"\1", re.sub(r"metadata=\{[^}]*\}", "", programs[0].hlo_text)) == \
-        numbered.sub(r"\1", re.sub(r"metadata=\{[^}]*\}", "", programs[1].hlo_text))
+
+    def program_text(e):
+        return with_entry_shardings(module, {i: [list(d) for d in s] for i, s in e.results}, sig.mesh_name,
+                                    {i: [list(d) for d in s] for i, s in e.arguments}, donors=e.donors)
+
+    def optimized(program):
+        return re.sub(r"(%?[A-Za-z_][\w\-]*)\.\d+", r"\1", re.sub(r"metadata=\{[^}]*\}", "", program.hlo_text))
+
+    pairs = [(program_text(a), program_text(b)) for a, b in reused]
+    assert any(a != b for a, b in pairs), pairs
+    for pair in {pair for pair in pairs if pair[0] != pair[1]}:
+        first, second = (real(t, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False,
+                              optimize_machine_code=False) for t in pair)
+        assert first.memory == second.memory and optimized(first) == optimized(second)
     # SL203's second choice (both mesh axes on the embedding's rows) and the solver fixes' move 0, each announced.
     second = "params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P(('fsdp', 'tp'))"
     assert second in result.err and "-> P('fsdp') (returned in that layout) (move 0)" in result.err
