@@ -61,7 +61,7 @@ from .fix_verdicts import (
 from .pair_fixes import pair_attempts, pair_change, partner_edits
 from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
+from .side_by_side import CompileCounter, EntryEdit, compile_pool, compile_side_by_side, entry_edit, once, outcome
 from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
 
 # Fixes compiled per target: each costs a compile of the whole step.
@@ -145,20 +145,20 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 
 
 def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
-              devices: list) -> TargetReport:
+              devices: list, edit: EntryEdit | None = None) -> TargetReport:
     """A candidate's report, compiled from its text through the analysis cache (keyed by the program without
     its source locations: only its figures are read). XLA
     writes no dump for it and, on CPU, does not optimize its machine code, and no rule runs on it: a check
     compares XLA's peak, the collectives and the step-time estimate, which need none of them (about half a CPU
     compile's time; the rules about 0.2 s a candidate on the main example). Inside
     ``one_compile_per_program`` a text asked for again (another finding's check, a solver fix's single move)
-    is compiled once."""
+    is compiled once; ``edit``: what the candidate changes at the entry, kept for ``side_by_side.same_program``."""
     placement = tuple(devices[:sig.num_partitions])
     return once((name, text, placement, repr(settings), where), lambda: cached_report(analysis_cache(settings),
                          lambda: figures_key_parts("fix-candidate", name, text, settings,
                                                    placed(devices, sig.num_partitions)),
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
-                                              optimize_machine_code=False, with_rules=False)[0]))
+                                              optimize_machine_code=False, with_rules=False)[0]), edit)
 
 
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -186,9 +186,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     # state candidates where that leaves room for both. Each is independent of the others, so the program
     # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
     moved = _moved_state(report, sig)
-    planned = [c for f in report.findings if f.rule in _PARAMETER_FIXES
-               and not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)
-               for c in [_first_candidate(f, inputs, returned)] if c is not None][:MAX_CHECKS]
+    # Each finding's attempts, built once: the plan below compiles their first, the loop reads them in order.
+    attempts_of = {k: _attempts(f, inputs, returned) for k, f in enumerate(report.findings)
+                   if not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)}
+    planned = [attempts[0][2] for attempts in attempts_of.values() if attempts][:MAX_CHECKS]
     parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
@@ -201,6 +202,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     def text_of(c: _Candidate) -> str:
         return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
+    def edit_of(c: _Candidate) -> EntryEdit:
+        return entry_edit(sig, c.arguments, c.results, c.donors)
+
     # The program as written is the report's own compile (lint's, or check's of this very text): the
     # same module, so its figures are the baseline without compiling it again. A target XLA refused
     # (out of memory: no figures) is compiled here, and raises as it did there.
@@ -208,8 +212,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
     jobs: list[Callable[[], TargetReport]] = [
-        functools.partial(_compiled, report.name, t, sig, settings, where, devices)
-        for t in as_written + [text_of(c) for c in planned]]
+        functools.partial(_compiled, report.name, t, sig, settings, where, devices, e)
+        for t, e in zip(as_written + [text_of(c) for c in planned],
+                        [None] * len(as_written) + [edit_of(c) for c in planned])]
     # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
     early: dict[str, Future[TargetReport | BaseException]] = {}
     with compile_pool(len(jobs)) as pool:
@@ -222,7 +227,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
                     [then] = counter.announce([c.change], "to check a second choice")
                     early[_key(c)] = pool.submit(outcome, functools.partial(
-                        _compiled, report.name, text_of(c), sig, settings, where, devices), then)
+                        _compiled, report.name, text_of(c), sig, settings, where, devices, edit_of(c)), then)
             compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
@@ -243,8 +248,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
-            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
-                            done)
+            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices,
+                                              edit_of(c)), done)
         return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
@@ -253,10 +258,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             findings[k] = donation_checked(f, measured_check(donation.change, after_of[_key(donation)], base, sig,
                                                                 written))
             continue
-        if f.rule in STATE_ARGUMENT_FIXES and f.subject in moved:
-            continue
-        attempts = [(a, t, c) for a, t in pair_attempts(f, inputs) if f.rule in _PARAMETER_FIXES
-                    for c in [_parameter_candidate(a, inputs, returned, t)] if c is not None]
+        attempts = attempts_of.get(k, [])
         if not attempts or budget <= 0:
             continue
         first, _, planned_first = attempts[0]
@@ -315,10 +317,15 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     return report.model_copy(update={"findings": findings})
 
 
-def _first_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int]) -> _Candidate | None:
-    """The finding's first candidate, which the loop compiles first: a tensor-parallel pair's where it names one."""
-    return next((c for a, t in pair_attempts(f, inputs) for c in [_parameter_candidate(a, inputs, returned, t)]
-                 if c is not None), None)
+def _attempts(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
+              ) -> list[tuple[Finding, list[FixCandidate], _Candidate]]:
+    """A parameter fix's candidates in the order the loop compiles them (pair_fixes.pair_attempts: a
+    tensor-parallel pair's first where it names one), each with the finding as it presents it and its partners;
+    none for another rule's finding."""
+    if f.rule not in _PARAMETER_FIXES:
+        return []
+    return [(a, t, c) for a, t in pair_attempts(f, inputs) for c in [_parameter_candidate(a, inputs, returned, t)]
+            if c is not None]
 
 
 def _second_choices(report: TargetReport, outcomes: list, state: tuple[_Candidate, _Candidate],

@@ -15,8 +15,11 @@ import re
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
+from ...passes.common.sharding_text import normalized
+from ...passes.models.entry import EntrySignature
 from ...passes.models.report import TargetReport
 from ..cache.analysis_cache import thread_reads
 
@@ -80,6 +83,13 @@ class CompileCounter:
                               f"program{'s' if len(labels) > 1 else ''} {what}: "
                               + announced([shortened(label) for label in labels]))
         return [self._done_callback(label) for label in labels]
+
+    def same(self, label: str) -> None:
+        """Says a candidate is not compiled, being a program compiled before (``same_program``); not counted."""
+        with self.lock:
+            if self.progress is not None:
+                self.progress(f"[{self.finished}/{self.total}] {self.name}: not compiled, the same program as one "
+                              f"compiled before: {shortened(label)}")
 
     def _done_callback(self, label: str) -> Callable[[], None]:
         def done() -> None:
@@ -147,24 +157,91 @@ def shortened(label: str, width: int = 90) -> str:
 _programs_lock = threading.Lock()
 # Program key -> its compile's outcome, while a target's fix checks run (None: not inside one).
 _programs: dict[Hashable, Future] | None = None
+# The candidates compiled so far in that scope, each with what it changes at the entry (``EntryEdit``) and its report.
+_entries: list[tuple[EntryEdit, TargetReport]] | None = None
+
+
+@dataclass(frozen=True)
+class EntryEdit:
+    """What a candidate changes in the program as written, at its entry: each argument's new sharding, each
+    result's pinned sharding (only those the module does not state already, normalized to the value's rank)
+    and the arguments donated."""
+    arguments: frozenset[tuple[int, Spec]]
+    results: frozenset[tuple[int, Spec]]
+    donors: frozenset[int]
+
+
+Spec = tuple[tuple[str, ...], ...] | None
+
+
+def entry_edit(sig: EntrySignature, arguments: dict[int, list[list[str]]], results: dict[int, list[list[str]]],
+               donors: frozenset[int] = frozenset()) -> EntryEdit:
+    """The candidate's ``EntryEdit``: an edit to the sharding the module already states is no change."""
+    def changed(values, edits) -> frozenset[tuple[int, Spec]]:
+        out = set()
+        for i, spec in edits.items():
+            rank = len(values[i].shape)
+            if normalized(spec, rank) != (None if values[i].sharding is None else normalized(values[i].sharding, rank)):
+                out.add((i, normalized(spec, rank)))
+        return frozenset(out)
+
+    return EntryEdit(changed(sig.inputs, arguments), changed(sig.outputs, results),
+                     frozenset(donors))
+
+
+def finished(report: TargetReport) -> Future:
+    """A future already holding ``report`` (a program compiled before, read where compiles' futures are)."""
+    future: Future = Future()
+    future.set_result(report)
+    return future
+
+
+def remember(edit: EntryEdit, report: TargetReport) -> None:
+    """Keeps a compiled candidate's report for ``same_program`` while a target's fix checks run."""
+    with _programs_lock:
+        if _entries is not None:
+            _entries.append((edit, report))
+
+
+def same_program(edit: EntryEdit) -> TargetReport | None:
+    """A candidate compiled before (``remember``) whose program this one is: the same arguments' shardings and
+    donations, and results pinned only to the shardings that compile returned them in (XLA compiles such a
+    pin to the same program: on the main example the solver fixes' "layout the step returns them in" and the
+    state fix "in_shardings giving each state input the layout the step returns it in" compile to one
+    optimized HLO, instruction numbers aside). Its report serves a candidate whose figures only decide which
+    one is printed; a printed one is compiled itself."""
+    pinned = dict(edit.results)
+    with _programs_lock:
+        entries = list(_entries or [])
+    for other, report in entries:
+        if other.arguments != edit.arguments or other.donors != edit.donors or not other.results <= edit.results:
+            continue
+        outputs = {t.index: t for t in report.outputs}
+        if all(i in outputs and outputs[i].sharding is not None
+               and normalized(outputs[i].sharding, len(outputs[i].shape)) == spec
+               for i, spec in pinned.items() if (i, spec) not in other.results):
+            return report
+    return None
 
 
 @contextlib.contextmanager
 def one_compile_per_program() -> Iterator[None]:
     """Inside it, ``once`` compiles each program (by its key) once; outside, every time."""
-    global _programs
+    global _programs, _entries
     with _programs_lock:
         outer, _programs = _programs, ({} if _programs is None else _programs)
+        outer_entries, _entries = _entries, ([] if _entries is None else _entries)
     try:
         yield
     finally:
         with _programs_lock:
-            _programs = outer
+            _programs, _entries = outer, outer_entries
 
 
-def once(key: Hashable, job: Callable[[], TargetReport]) -> TargetReport:
+def once(key: Hashable, job: Callable[[], TargetReport], edit: EntryEdit | None = None) -> TargetReport:
     """``job()``'s report (or what it raised), computed once per key inside ``one_compile_per_program``:
-    a second caller, on this thread or another, waits for the first one's compile."""
+    a second caller, on this thread or another, waits for the first one's compile. ``edit``: what the program
+    changes at the entry, its report kept for ``same_program``."""
     with _programs_lock:
         if _programs is None:
             first, future = True, None
@@ -180,4 +257,7 @@ def once(key: Hashable, job: Callable[[], TargetReport]) -> TargetReport:
             future.set_result(job())
         except BaseException as e:  # the same error for every caller of this program
             future.set_exception(e)
+        else:
+            if edit is not None:
+                remember(edit, future.result())
     return future.result()

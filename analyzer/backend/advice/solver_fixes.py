@@ -19,6 +19,10 @@ written. State that comes back is returned in its new layout, and the state a ca
 its input's layout, as ``suggest`` pins every version's (``parameter_moves.returning_state``): left to XLA,
 a move can propagate another layout into it, and the pasted fix would make the next step reshard it.
 
+A candidate that is a program the state fixes compiled already (the layout the step returns the arguments in,
+given by the state fix too, its results pinned where that compile returned them: side_by_side.same_program) is
+ranked on that compile's figures, and compiled itself only where it is the one printed.
+
 It runs only for findings whose own fix failed, for at most ``MAX_SOLVER_FIXES`` argument sets per
 target (findings about one set share one answer), so a lint whose fixes check pays nothing.
 """
@@ -46,7 +50,7 @@ from ..fix_checks import _compiled, _matcher
 from ..fix_verdicts import _cost_text, _judged, _not_offered, baseline, measured_check, rematerializations
 from ..parameter_moves import kept_text, listed, mirrors, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
-from ..side_by_side import CompileCounter, outcome
+from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
 from .moves import single_moves
 from .problem import problem_of_text, refine
 from .verdict import VersionText, advised_version, best_version, measured_version, with_rematerializations
@@ -311,9 +315,12 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     def label(name: str, e: dict[int, Sharding]) -> str:
         return f"{_change_text(e, inputs, _returned(target, e))} ({name})"
 
+    def edit(e: dict[int, Sharding]) -> EntryEdit:
+        return entry_edit(sig, e, _state_results(target, report, e))
+
     def job(e: dict[int, Sharding]):
         text = with_entry_shardings(module, _state_results(target, report, e), sig.mesh_name, e)
-        return functools.partial(_compiled, report.name, text, sig, settings, where, devices)
+        return functools.partial(_compiled, report.name, text, sig, settings, where, devices, edit(e))
 
     moves = _moves(target, units, report)
     workers = os.cpu_count() or 1
@@ -321,8 +328,15 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     # moves still compiling, instead of waiting alone for a core after them.
     with ThreadPoolExecutor(max_workers=workers + 1 if workers > 1 else 1, thread_name_prefix="solver-fix") as pool:
         pending: dict[str, Future] = {}
+        reused: dict[str, Future] = {}
 
         def start(named: list[tuple[str, dict[int, Sharding]]], what: str) -> None:
+            # A candidate that is a program already compiled (a state fix's) is not compiled again to be ranked.
+            for n, e in named:
+                if (same := same_program(edit(e))) is not None:
+                    reused[_key(e)] = pending[_key(e)] = finished(same)
+                    counter.same(label(n, e))
+            named = [(n, e) for n, e in named if _key(e) not in reused]
             done = counter.announce([label(n, e) for n, e in named], what)
             for (_, e), then in zip(named, done):
                 pending[_key(e)] = pool.submit(outcome, job(e), then)
@@ -354,7 +368,11 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     if best is None or best.name == "written":
         return None, None, None, None
     at = [name for name, _ in candidates].index(best.name)
-    return candidates[at][1], labels[at], measured_check(labels[at], compiled[at], base, sig, written), best.name
+    chosen = candidates[at][1]
+    if _key(chosen) in reused:  # the fix printed is compiled itself, and measured from its own compile
+        [then] = counter.announce([labels[at]], "to check the layout chosen")
+        compiled[at] = outcome(job(chosen), then)
+    return chosen, labels[at], measured_check(labels[at], compiled[at], base, sig, written), best.name
 
 
 def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, label, check, name,

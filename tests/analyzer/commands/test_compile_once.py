@@ -20,6 +20,10 @@ from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
 from jax_shard_lint.analyzer.backend import side_by_side
+from jax_shard_lint.analyzer.backend.advice import solver_fixes
+from jax_shard_lint.analyzer.backend.sharding_edits import with_entry_shardings
+from jax_shard_lint.passes.pipelines.entry import entry_signature
+from jax_shard_lint.passes.pipelines.fix_checks import FIX_CHECKS
 
 
 def test_once_computes_a_key_once_inside_the_scope_and_every_time_outside():
@@ -52,7 +56,7 @@ def test_once_computes_a_key_once_inside_the_scope_and_every_time_outside():
     assert calls["b"] == 2  # the scope is over
 
 
-@pytest.mark.slow  # over 30 s on 2 cores: lint's compile and ten fix candidates
+@pytest.mark.slow  # over 30 s on 2 cores: lint's compile, ten fix candidates and two programs compared
 def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
     compiled = Counter()
@@ -63,24 +67,69 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
         return real(text, *args, **kwargs)
 
     monkeypatch.setattr(jax_adapter, "compile_stablehlo_text", counting)
+    # Lint's StableHLO, each candidate's entry edit by its report, and each candidate not compiled with the edit
+    # of the one whose report it took.
+    texts, edits, reused = [], {}, []
+    real_text, real_remember, real_same = jax_adapter.stablehlo_text, side_by_side.remember, solver_fixes.same_program
+
+    def text(lowered):
+        texts.append(real_text(lowered))
+        return texts[-1]
+
+    def remember(edit, report):
+        edits[id(report)] = edit
+        real_remember(edit, report)
+
+    def same_program(edit):
+        same = real_same(edit)
+        if same is not None:
+            reused.append((edit, edits[id(same)]))
+        return same
+
+    monkeypatch.setattr(jax_adapter, "stablehlo_text", text)
+    monkeypatch.setattr(side_by_side, "remember", remember)
+    monkeypatch.setattr(solver_fixes, "same_program", same_program)
     result = cli("lint", os.path.join(EXAMPLES, "fsdp_tp_train_step.py"), "--no-cache", "--format", "json",
                  "--fail-on", "never")
     assert result.code == 0, result.err[-2000:]
     assert compiled and max(compiled.values()) == 1, sorted(compiled.values())
+    # The layout the step returns the embedding and its moments in, pinned there, is the program of the state fix
+    # that gives the state inputs the layout the step returns them in: not compiled again (side_by_side.
+    # same_program; on jax 0.12 the solver's layout, SL203's second choice, is one too, the same text). The
+    # oracle is XLA: both programs of each such pair whose texts differ, compiled here, give the same memory
+    # figures and the same optimized HLO, instruction numbers aside.
+    assert "not compiled, the same program as one compiled before: params['embed'] and 2 more -> P(None, 'tp')" \
+        in result.err
+    module = jax_adapter.parse_stablehlo(texts[0])
+    sig = entry_signature(module, FIX_CHECKS)
+
+    def program_text(e):
+        return with_entry_shardings(module, {i: [list(d) for d in s] for i, s in e.results}, sig.mesh_name,
+                                    {i: [list(d) for d in s] for i, s in e.arguments}, donors=e.donors)
+
+    def optimized(program):
+        return re.sub(r"(%?[A-Za-z_][\w\-]*)\.\d+", r"\1", re.sub(r"metadata=\{[^}]*\}", "", program.hlo_text))
+
+    pairs = [(program_text(a), program_text(b)) for a, b in reused]
+    assert any(a != b for a, b in pairs), pairs
+    for pair in {pair for pair in pairs if pair[0] != pair[1]}:
+        first, second = (real(t, sig.num_partitions, sig.mesh.axes, sig.mesh.device_ids, with_reports=False,
+                              optimize_machine_code=False) for t in pair)
+        assert first.memory == second.memory and optimized(first) == optimized(second)
     # SL203's second choice (both mesh axes on the embedding's rows) and the solver fixes' move 0, each announced.
     second = "params['embed'], opt_state['mu']['embed'], opt_state['nu']['embed'] -> P(('fsdp', 'tp'))"
     assert second in result.err and "-> P('fsdp') (returned in that layout) (move 0)" in result.err
     # The two state fixes, the SL202 donations (params, opt_state, both together) compiled as candidates of
     # their own, and one compile per distinct layout of the embedding announced (SL203's second choice, the
-    # solver fixes' single moves, their layout and the layout the step returns them in): on jax 0.12 the
-    # solver's layout is SL203's second choice, one program two checks arrive at.
+    # solver fixes' single moves and their layout; the layout the step returns them in is the state fix's
+    # program): on jax 0.12 the solver's layout is SL203's second choice, one program two checks arrive at.
     assert "compiled jax.jit(..., donate_argnums=(0,))" in result.err
     assert "compiled jax.jit(..., donate_argnums=(1,))" in result.err
-    assert "(the layout the step returns them in)" in result.err
+    assert "compiled params['embed'] and 2 more -> P(None, 'tp')" not in result.err
     # A label too long for a progress line names its first path and how many more (side_by_side.shortened).
     moved = re.findall(r"compiled params\['embed'\](?:, opt_state\['mu'\]\['embed'\], opt_state\['nu'\]\['embed'\]| "
                        r"and 2 more) -> (P\(.*?\))(?: \(returned in that layout\))? \(", result.err)
-    assert len(set(moved)) >= 5, moved
+    assert len(set(moved)) >= 4, moved
     # 3 donations: params, opt_state, both in one jit; and the step with the tokens replicated, which checks that
     # their sharding takes part in SL102's and SL105's collectives (the other side of the conflict: conflict_checks).
     # SL105's gathered activation (the mixer's output split on tp): its candidates, shared by its three findings,
