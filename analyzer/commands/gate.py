@@ -192,6 +192,7 @@ class GateRequest:
     paths: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     update: bool = False
+    targets: tuple[str, ...] = ()
     platform_given: bool = False
     rebaseline_on_compiler_change: bool = False
     spread: Spread = Spread()
@@ -217,6 +218,12 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
     if scripts and len(paths) > 1:
         raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")
+    for option, given in (("--set", request.params), ("--target", request.targets)):
+        if given and not scripts:
+            # Fixtures are programs already lowered: an option of the script cannot change them, and
+            # a gate that re-read them would pass a change it never saw.
+            raise ShardLintInputError(option, "needs a SCRIPT: the fixtures are programs already lowered; "
+                                      "give the script to gate it with this option")
     if scripts:
         current = lint(LintRequest(scripts[0], (), request.params), settings)
     else:

@@ -268,3 +268,14 @@ def test_check_takes_a_snapshot_folder(cli, tmp_path):
     result = cli("check", str(tmp_path / "snap"), "--format", "json")
     assert result.code in (0, 1), result.err
     assert [t["name"] for t in json.loads(result.out)["targets"]] == ["cpu_scan"]
+
+
+@pytest.mark.parametrize("option", [("--set", "n=384"), ("--target", "step")])
+def test_an_option_of_a_script_without_one_is_an_error(cli, baseline, option):
+    # A bare gate re-reads the snapshots, which no --set or --target can change: it would pass a
+    # change it never compiled (cfd14 F7).
+    result = cli("gate", "--baseline", str(baseline), *option)
+    lines = result.err.strip().splitlines()
+    assert result.code == 2 and len(lines) == 1, result.err
+    assert lines[0] == (f"jax-shard-lint: error: {option[0]}: needs a SCRIPT: the fixtures are programs already "
+                        "lowered; give the script to gate it with this option")
