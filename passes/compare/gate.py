@@ -75,14 +75,14 @@ def _resized(before: BaselineTarget, after: BaselineTarget, unseen: list[Collect
     that grew: the same collective, not a new one), grouped by (kind, axes, dtype, line, old shape, new shape);
     and the rest, new. Largest pairs with largest where one line has several."""
     now = {_identity(c) for c in after.collectives}
-    gone: dict[tuple, list[CollectiveSummary]] = defaultdict(list)
+    gone: dict[tuple[str, tuple[str, ...], str, str, int], list[CollectiveSummary]] = defaultdict(list)
     for b in before.collectives:
         if _identity(b) not in now and b.source is not None:
             gone[(b.kind, tuple(b.mesh_axes), b.dtype, b.source, len(b.shape))].append(b)
     resized: dict[_Resize, list[tuple[CollectiveSummary, CollectiveSummary]]] = defaultdict(list)
     new = []
     for c in unseen:
-        candidates = gone.get((c.kind, tuple(c.mesh_axes), c.dtype, c.source, len(c.shape)))
+        candidates = gone.get((c.kind, tuple(c.mesh_axes), c.dtype, c.source or "", len(c.shape))) if c.source else None
         if not candidates:
             new.append(c)
             continue
