@@ -225,7 +225,14 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
             raise ShardLintInputError(option, "needs a SCRIPT: the fixtures are programs already lowered; "
                                       "give the script to gate it with this option")
     if scripts:
-        current = lint(LintRequest(scripts[0], (), request.params), settings)
+        if request.targets and request.update:
+            raise ShardLintInputError("--target", "--update rewrites the whole baseline: gate every target to "
+                                      "update it (drop --target)")
+        current = lint(LintRequest(scripts[0], request.targets, request.params), settings)
+        if request.targets and baseline is not None:
+            # The targets not gated are not gone: the baseline is compared on the ones named.
+            baseline = baseline.model_copy(update={"targets": {
+                k: v for k, v in baseline.targets.items() if k in request.targets}})
     else:
         current = check(paths, settings, request.spread)
     summary = baseline_of(current.targets)

@@ -3,6 +3,7 @@ their lines, as the same collectives grown, not as new ones beside gone ones (mo
 
 import json
 import math
+import os
 import re
 import textwrap
 
@@ -56,3 +57,16 @@ def test_a_grown_all_gather_is_the_baselines_resized_not_new(cli, tmp_path):
     # The collective bytes grew 25%: that row, not a "new" one, fails the gate.
     flagged = [r["metric"] for r in rows if r["alert"]]
     assert "collective bytes / step" in flagged and result.code == 1
+
+
+def test_a_script_gated_on_one_target_is_compared_on_that_target(cli, tmp_path):
+    """--target with the script was ignored (every target linted and compared); now the gate lints the named
+    target and compares it alone: the others are not reported missing."""
+    script = os.path.join("examples", "value_function_step.py")
+    snap = tmp_path / "snap"
+    assert cli("snapshot", script, "-o", str(snap)).code == 0
+    result = cli("gate", script, "--baseline", str(snap), "--target", "sharded_on_grid", "--format", "json")
+    assert result.code == 0, result.out + result.err
+    assert {r["target"] for r in json.loads(result.out)["rows"]} == {"sharded_on_grid"}
+    result = cli("gate", script, "--baseline", str(snap), "--target", "sharded_on_grid", "--update")
+    assert result.code == 2 and "--target: --update rewrites the whole baseline" in result.err
