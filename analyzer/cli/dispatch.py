@@ -291,7 +291,7 @@ def cmd_gate(args) -> int:
         new_collective_bytes=new_bytes,
         time_increase=_percent(args.max_time_increase, defaults.time_increase, "--max-time-increase"),
     )
-    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update,
+    result, _ = gate(GateRequest(args.baseline, tuple(args.paths), tuple(args.params), args.update, tuple(args.target),
                                  platform_given=args.platform is not None,
                                  rebaseline_on_compiler_change=args.rebaseline_on_compiler_change,
                                  spread=Spread(executor, tuple(_forwarded_args(args)), progress_printer(args))),

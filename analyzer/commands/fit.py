@@ -35,6 +35,8 @@ class Probe(Model):
     fits: bool
     refused_by_compiler: bool = Field(default=False, description="The compiler refused the probe for want of "
                                       "memory (a TPU compile): it does not fit.")
+    target: str | None = Field(default=None, description="The target whose peak this is (the largest of the "
+                               "targets at this value).")
 
 
 class FitResult(Model):
@@ -87,6 +89,7 @@ class _Prober:
         self.request, self.script, self.budget = request, script, budget
         self.say = progress or (lambda _msg: None)
         self.cache: dict[int, int] = {}
+        self.largest: dict[int, str] = {}  # the target whose peak is the value's
         self.refused: set[int] = set()  # values the compiler refused for want of memory
         self.order: list[int] = []
         self.names: list[str] = []
@@ -108,7 +111,8 @@ class _Prober:
             probe = self._probe(name, lowered, value, settings)
             if probe.refused_by_compiler:
                 self.refused.add(value)
-            peak = max(peak, probe.peak_bytes)
+            if probe.peak_bytes > peak or value not in self.largest:
+                peak, self.largest[value] = max(peak, probe.peak_bytes), name
         self.cache[value] = peak
         self.order.append(value)
         return self.searched_peak(value)
@@ -265,5 +269,6 @@ def fit(request: FitRequest, settings: Settings, progress: Callable[[str], None]
         line_intercept_bytes=round(line[0], 1) if line else None, line_slope_bytes=round(line[1], 3) if line else None,
         line_from_value=line[2] if line else None,
         probes=[Probe(value=v, peak_bytes=prober.cache[v], fits=prober.searched_peak(v) <= budget,
-                      refused_by_compiler=v in prober.refused) for v in prober.order],
+                      refused_by_compiler=v in prober.refused, target=prober.largest.get(v))
+                for v in prober.order],
     )

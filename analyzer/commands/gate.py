@@ -192,6 +192,7 @@ class GateRequest:
     paths: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     update: bool = False
+    targets: tuple[str, ...] = ()
     platform_given: bool = False
     rebaseline_on_compiler_change: bool = False
     spread: Spread = Spread()
@@ -217,12 +218,21 @@ def gate(request: GateRequest, settings: Settings, thresholds: GateThresholds) -
     scripts = [p for p in paths if p.endswith(".py") or ":" in os.path.basename(p)]
     if scripts and len(paths) > 1:
         raise ShardLintInputError(scripts[0], "gate takes one script, or fixture paths, not both")
-    if request.params and not scripts:
-        # Snapshots are programs already lowered: a parameter would be ignored, and the gate pass on the old program.
-        raise ShardLintInputError(paths[0], "--set sets a script's shard_lint_targets() parameters: give the SCRIPT "
-                                  "to gate the program they change (snapshots were lowered with their own)")
+    for option, given in (("--set", request.params), ("--target", request.targets)):
+        if given and not scripts:
+            # Fixtures are programs already lowered: an option of the script cannot change them, and
+            # a gate that re-read them would pass a change it never saw.
+            raise ShardLintInputError(option, "needs a SCRIPT: the fixtures are programs already lowered; "
+                                      "give the script to gate it with this option")
     if scripts:
-        current = lint(LintRequest(scripts[0], (), request.params), settings)
+        if request.targets and request.update:
+            raise ShardLintInputError("--target", "--update rewrites the whole baseline: gate every target to "
+                                      "update it (drop --target)")
+        current = lint(LintRequest(scripts[0], request.targets, request.params), settings)
+        if request.targets and baseline is not None:
+            # The targets not gated are not gone: the baseline is compared on the ones named.
+            baseline = baseline.model_copy(update={"targets": {
+                k: v for k, v in baseline.targets.items() if k in request.targets}})
     else:
         current = check(paths, settings, request.spread)
     summary = baseline_of(current.targets)

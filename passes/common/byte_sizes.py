@@ -41,17 +41,6 @@ def format_bytes(n: int | None) -> str:
     return f"{sign}{n:,} B"
 
 
-def format_bytes_against(n: int | None, budget: int | None, near: float = 0.05) -> str:
-    """``n`` beside a budget: within ``near`` of it, one unit finer than the budget's own (``1,025.3 MiB``
-    against 1 GiB, not ``1.0 GiB``), so a figure just over the budget is not written as equal to it."""
-    if n is None or not budget or abs(n - budget) > near * budget:
-        return format_bytes(n)
-    units = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024), ("B", 1))
-    budget_unit = next(i for i, (_, size) in enumerate(units) if budget >= size or size == 1)
-    unit, size = units[min(budget_unit + 1, len(units) - 1)]
-    return f"{n:,} B" if size == 1 else f"{n / size:,.1f} {unit}"
-
-
 def format_signed_bytes(n: int) -> str:
     """A change in bytes with its direction: ``+30.0 KiB`` (more), ``-127.0 KiB`` (less), ``±0 B`` (none);
     lint's fix figures and rewrite's change column both write it so."""

@@ -65,6 +65,32 @@ def _identity(c: CollectiveSummary) -> tuple[str, tuple[str, ...], tuple[int, ..
     return (c.kind, tuple(c.mesh_axes), tuple(c.shape), c.dtype)
 
 
+_Resize = tuple[str, tuple[str, ...], str, str, tuple[int, ...], tuple[int, ...]]
+
+
+def _resized(before: BaselineTarget, after: BaselineTarget, unseen: list[CollectiveSummary]
+             ) -> tuple[dict[_Resize, list[tuple[CollectiveSummary, CollectiveSummary]]], list[CollectiveSummary]]:
+    """The collectives of ``unseen`` (not in the baseline as they are) that are a baseline collective resized:
+    the same kind, axes, dtype, rank and line, of which the baseline's shape is gone now (a capacity or a grid
+    that grew: the same collective, not a new one), grouped by (kind, axes, dtype, line, old shape, new shape);
+    and the rest, new. Largest pairs with largest where one line has several."""
+    now = {_identity(c) for c in after.collectives}
+    gone: dict[tuple[str, tuple[str, ...], str, str, int], list[CollectiveSummary]] = defaultdict(list)
+    for b in before.collectives:
+        if _identity(b) not in now and b.source is not None:
+            gone[(b.kind, tuple(b.mesh_axes), b.dtype, b.source, len(b.shape))].append(b)
+    resized: dict[_Resize, list[tuple[CollectiveSummary, CollectiveSummary]]] = defaultdict(list)
+    new = []
+    for c in unseen:
+        candidates = gone.get((c.kind, tuple(c.mesh_axes), c.dtype, c.source or "", len(c.shape))) if c.source else None
+        if not candidates:
+            new.append(c)
+            continue
+        b = candidates.pop(0)
+        resized[(c.kind, tuple(c.mesh_axes), c.dtype, c.source or "", tuple(b.shape), tuple(c.shape))].append((b, c))
+    return resized, new
+
+
 def _time_rows(name: str, before: BaselineTarget, after: BaselineTarget, thresholds: GateThresholds) -> list[GateRow]:
     """The estimated step time against the baseline's, when both have one on the
     same device model (a baseline written before estimates existed has none)."""
@@ -151,9 +177,20 @@ def compare(baseline: Baseline, current: dict[str, BaselineTarget], thresholds: 
                 rows.append(GateRow(target=name, metric=f"  {_group_metric(group, mesh)}", before=b, after=a,
                                     ratio=_ratio(b, a)))
         known = {_identity(c) for c in before.collectives}
-        for c in after.collectives:
-            if _identity(c) not in known and c.kind in WATCHED_NEW_KINDS \
-                    and c.bytes_per_step >= thresholds.new_collective_bytes:
+        unseen = [c for c in after.collectives if _identity(c) not in known]
+        resized, unseen = _resized(before, after, unseen)
+        for (kind, axes, dtype, source, old, now), pairs in sorted(resized.items()):
+            was, grew = sum(b.bytes_per_step for b, _ in pairs), sum(a.bytes_per_step for _, a in pairs)
+            if kind not in WATCHED_NEW_KINDS or max(was, grew) < thresholds.new_collective_bytes:
+                continue
+            times = f"{len(pairs)}x " if len(pairs) > 1 else ""
+            rows.append(GateRow(
+                target=name, before=was, after=grew, ratio=_ratio(was, grew),
+                metric=f"  {times}{kind} over {axes_text(list(axes), mesh)} at {source} "
+                f"{'grew' if grew >= was else 'shrank'} from {dtype}{list(old)} to {dtype}{list(now)}",
+            ))
+        for c in unseen:
+            if c.kind in WATCHED_NEW_KINDS and c.bytes_per_step >= thresholds.new_collective_bytes:
                 rows.append(GateRow(
                     target=name, metric=f"new {c.kind} {c.dtype}{c.shape} over {axes_text(c.mesh_axes, mesh)}",
                     before=None, after=c.bytes_per_step, ratio=None,

@@ -30,6 +30,7 @@ from ..common.tensor_text import (
     shape_text,
 )
 from ..common.time_text import step_time_basis, step_time_line
+from .none_found import none_found
 
 MAX_GRID_TENSORS = 12
 
@@ -73,7 +74,7 @@ def _summary(t: TargetReport) -> str:
                            f'sources: {e("; ".join(t.time.sources))}</details>'))
     anchor = f"findings-{e(t.name)}"
     cards.append(_card("findings", " ".join(
-        f'<a class="sev {s}" href="#{anchor}">{n} {s}</a>' for s, n in sorted(counts.items())) or "none",
+        f'<a class="sev {s}" href="#{anchor}">{n} {s}</a>' for s, n in sorted(counts.items())) or e(none_found(t)),
         f'<div class="sub">{t.suppressed} suppressed</div>' if t.suppressed else ""))
     return f'<div class="cards">{"".join(cards)}</div>'
 

@@ -10,6 +10,7 @@ from ...passes.models.report import (
     where_text,
 )
 from ..common.markdown_text import cell
+from .none_found import none_found
 
 
 def render_lint_markdown(report: LintReport) -> str:
@@ -21,7 +22,7 @@ def render_lint_markdown(report: LintReport) -> str:
         counts: dict[str, int] = {}
         for f in t.findings:
             counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
-        found = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+        found = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or cell(none_found(t))
         time = cell("~" + format_seconds(t.time.seconds) + (" (nominal)" if t.time.nominal else "")) if t.time else "-"
         lines.append(
             f"| {cell(t.name)} | {cell(t.platform)} | {format_bytes(m.peak_bytes) if m else '-'} | "

@@ -33,6 +33,7 @@ from ..common.tensor_text import (
 from ..common.terminal_layout import Column, fitted_table, wrap_words
 from ..common.terminal_safe import as_written, safe_text, shown, terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
+from .none_found import none_found
 from .process_runs_terminal import process_runs_view
 
 SEVERITY_STYLE = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
@@ -96,7 +97,7 @@ def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> T
     # counted here too, so the summary and the footer's count agree (newcomer10: "findings none", "1 finding").
     from_source = _at_call_site(t, script_findings or [])
     counts = {s: sum(1 for f in [*t.findings, *from_source] if f.severity == s) for s in Severity}
-    found = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "none"
+    found = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or none_found(t)
     if from_source:
         found += f" ({', '.join(sorted({f.rule for f in from_source}))} from the script's source, below)"
     if t.suppressed:

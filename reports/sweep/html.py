@@ -9,6 +9,7 @@ from ...passes.models.sweep import SweepRun
 from ..common.html_page import e, page
 from ..common.html_table import Row, cell, table, target_section
 from .summary import (
+    collectives_text,
     compile_time_text,
     compiled_on_text,
     execution_text,
@@ -77,8 +78,8 @@ def render_sweep_html(run: SweepRun) -> str:
     rows = (Row((f"#{k + 1}", c.rank or "-", c.label, cell(format_seconds(c.seconds), sort=c.seconds or 0),
                  slowdown_text(c),
                  cell(format_bytes(c.peak_bytes) if c.peak_bytes is not None else "-", sort=c.peak_bytes or 0),
-                 fit_text(c), cell(format_bytes(c.collective_bytes), sort=c.collective_bytes),
-                 cell(format_bytes(c.cross_host_bytes), sort=c.cross_host_bytes), "yes" if c.pareto else "",
+                 fit_text(c), cell(collectives_text(c, c.collective_bytes), sort=c.collective_bytes),
+                 cell(collectives_text(c, c.cross_host_bytes), sort=c.cross_host_bytes), "yes" if c.pareto else "",
                  slowest_collective_text(c), cell(compile_time_text(run, c), title=compiled_on_text(run, c))),
                 "over" if c.fits is False else "failed" if c.error else "")
             for k, c in enumerate(run.candidates))

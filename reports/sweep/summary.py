@@ -28,10 +28,28 @@ def slowest_collective_text(c: SweepCandidate) -> str:
             + (f" at {x.source}" if x.source else ""))
 
 
+def collectives_text(c: SweepCandidate, n: int) -> str:
+    """A candidate's bytes of collectives (``n``); a failed one has none measured, not 0 B."""
+    return "-" if c.error is not None else format_bytes(n)
+
+
+def _none_ranked(run: SweepRun) -> str:
+    """The headline when no candidate ranks: each failed (the table gives each one's reason), or none fits."""
+    failed = [c for c in run.candidates if c.error is not None]
+    if not run.candidates:
+        return "No candidates."
+    if len(failed) == len(run.candidates):
+        return (f"Every candidate failed ({len(failed)} of {len(failed)}): nothing to rank (each one's reason is "
+                "given with it).")
+    over = len(run.candidates) - len(failed)
+    text = f"No candidate fits the budget ({over} over it"
+    return text + (f", {len(failed)} failed)." if failed else ").")
+
+
 def headline(run: SweepRun) -> str:
     best = next((c for c in run.candidates if c.rank == 1), None)
     if best is None:
-        return "No candidate fits the budget." if run.candidates else "No candidates."
+        return _none_ranked(run)
     # Without a budget nothing was measured against one: "fits" would claim what was not checked.
     text = f"Fastest {'that fits' if run.budget_bytes else '(no budget given)'}: {best.label} "
     text += f"(~{format_seconds(best.seconds)})"

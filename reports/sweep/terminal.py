@@ -9,7 +9,15 @@ from ...passes.common.durations import format_seconds
 from ...passes.models.sweep import SweepRun
 from ..common.terminal_layout import Column, fitted_table
 from ..common.terminal_safe import shown, terminal_safe
-from .summary import compile_time_text, execution_text, fit_text, headline, slowdown_text, slowest_collective_text
+from .summary import (
+    collectives_text,
+    compile_time_text,
+    execution_text,
+    fit_text,
+    headline,
+    slowdown_text,
+    slowest_collective_text,
+)
 
 
 def render_sweep_terminal(run: SweepRun, console: Console) -> None:
@@ -25,8 +33,9 @@ def render_sweep_terminal(run: SweepRun, console: Console) -> None:
         Column("peak", [format_bytes(c.peak_bytes) if c.peak_bytes is not None else "-" for c in rows],
                justify="right"),
         Column("fits", [fit_text(c) for c in rows]),
-        Column("collectives", [format_bytes(c.collective_bytes) for c in rows], justify="right"),
-        Column("x-host", [format_bytes(c.cross_host_bytes) for c in rows], justify="right", essential=False),
+        Column("collectives", [collectives_text(c, c.collective_bytes) for c in rows], justify="right"),
+        Column("x-host", [collectives_text(c, c.cross_host_bytes) for c in rows], justify="right",
+               essential=False),
         Column("slowest collective", [slowest_collective_text(c) for c in rows], essential=False, fold=True),
         Column("compile", [compile_time_text(run, c) for c in rows], justify="right", essential=False),
     ]

@@ -14,7 +14,8 @@ from jax_shard_lint.analyzer.commands.fit import FitResult, Probe
 
 
 def result(value: int | None = 8) -> FitResult:
-    probes = [Probe(value=4, peak_bytes=3 * MiB, fits=True), Probe(value=16, peak_bytes=9 * MiB, fits=False),
+    probes = [Probe(value=4, peak_bytes=3 * MiB, fits=True, target="step"),
+              Probe(value=16, peak_bytes=9 * MiB, fits=False),
               Probe(value=8, peak_bytes=5 * MiB, fits=True),
               Probe(value=12, peak_bytes=7 * MiB, fits=False, refused_by_compiler=True)]
     return FitResult(tool_version="9.9.9", script="train.py", param=f"batch{HOSTILE}", targets=["step"],
@@ -27,28 +28,28 @@ def result(value: int | None = 8) -> FitResult:
 def test_terminal():
     text = render_terminal("fit", result())
     assert f"Probes of batch{HOSTILE} (in the order compiled)" in text  # the table's title is markup: as written
-    assert f"batch{HOSTILE} = 8: peak 5.0 MiB; batch{HOSTILE}=12 needs 7.0 MiB" in text
-    assert (f"fitted line (least squares over the 3 probes batch{HOSTILE}=4..16): peak ~ 1.0 MiB + 512.0 KiB "
+    assert f"batch{HOSTILE} = 8: peak 5.000 MiB; batch{HOSTILE}=12 needs 7.000 MiB" in text
+    assert (f"fitted line (least squares over the 3 probes batch{HOSTILE}=4..16): peak ~ 1.000 MiB + 0.500 MiB "
             f"x batch{HOSTILE}") in text
-    assert "budget 6.0 MiB per device (cpu)" in text and "a multiple of 4 in 4..16" in text
+    assert "budget 6.000 MiB per device (cpu)" in text and "a multiple of 4 in 4..16" in text
     assert "no (the compiler refused it: out of memory)" in text
     assert "these peaks are a CPU compile's, measured against the h100's memory" in text
 
 
 def test_terminal_names_the_probes_off_the_line():
     text = render_terminal("fit", result().model_copy(update={"line_from_value": 8}), width=400)
-    assert (f"fitted line (least squares over batch{HOSTILE}=8 and batch{HOSTILE}=16): peak ~ 1.0 MiB + 512.0 KiB "
-            f"x batch{HOSTILE}; not linear below batch{HOSTILE}=8: batch{HOSTILE}=4 measured 3.0 MiB") in text
+    assert (f"fitted line (least squares over batch{HOSTILE}=8 and batch{HOSTILE}=16): peak ~ 1.000 MiB + 0.500 MiB "
+            f"x batch{HOSTILE}; not linear below batch{HOSTILE}=8: batch{HOSTILE}=4 measured 3.000 MiB") in text
 
 
 def test_terminal_when_nothing_fits():
     text = render_terminal("fit", result(value=None))
-    assert f"no admissible batch{HOSTILE} fits: the smallest already needs 9.0 MiB" in text
+    assert f"no admissible batch{HOSTILE} fits: the smallest already needs 9.000 MiB" in text
 
 
 def test_terminal_shows_names_as_written():
     text = render_terminal("fit", result())
-    assert f"batch{HOSTILE} = 8: peak 5.0 MiB" in text
+    assert f"batch{HOSTILE} = 8: peak 5.000 MiB" in text
     assert_inert_terminal(text)
 
 
@@ -70,4 +71,21 @@ def test_terminal_writes_a_peak_near_the_budget_finely_enough_to_compare():
     text = render_terminal("fit", near, width=400)
     assert f"batch{HOSTILE}=172 needs 1,025.3 MiB (budget 1,024.0 MiB)" in text
     assert "= 168: peak 1,003.1 MiB;" in text  # already in MiB: nothing to add
-    assert "123.5 MiB" in text and "budget 1.0 GiB per device" in text  # far from the budget: as before
+    # One unit in the table and every line (cfd14 F8, moe14 F7: "1.1 GiB" above "1,055.0 MiB").
+    assert "123.5 MiB" in text and "budget 1,024.0 MiB per device" in text and "GiB" not in text
+
+
+def test_terminal_names_the_target_that_binds():
+    # moe14 F7 (XLA, jax 0.10.2 CPU): at group_size 3072 dmodel_sharded's peak was 966.1 MiB, expert_parallel's
+    # less; at 3328 dmodel_sharded needed 1,055.0 MiB where expert_parallel's 959.0 MiB fit.
+    several = result().model_copy(update={
+        "targets": ["dmodel_sharded", "expert_parallel"], "param": "group_size", "budget_bytes": 1024 * MiB,
+        "value": 3072, "peak_bytes": int(966.1 * MiB), "next_value": 3328, "next_peak_bytes": int(1055.0 * MiB),
+        "probes": [Probe(value=3072, peak_bytes=int(966.1 * MiB), fits=True, target="dmodel_sharded"),
+                   Probe(value=3328, peak_bytes=int(1055.0 * MiB), fits=False, target="dmodel_sharded"),
+                   Probe(value=256, peak_bytes=int(300.0 * MiB), fits=True, target="expert_parallel")]})
+    text = render_terminal("fit", several, width=400)
+    assert ("group_size = 3072: peak 966.1 MiB (dmodel_sharded, the largest); group_size=3328 needs 1,055.0 MiB "
+            "(budget 1,024.0 MiB) (dmodel_sharded, the target that binds)") in text
+    assert "largest of the targets" in text and "expert_parallel" in text
+    assert "KiB" not in text and "GiB" not in text

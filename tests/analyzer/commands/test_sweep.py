@@ -90,6 +90,30 @@ def test_equal_times_rank_by_traffic():
     assert [c.label for c in ranked] == ["4x2", "8x1", "2x4"] and [c.rank for c in ranked] == [1, 2, 3]
 
 
+def test_times_written_apart_rank_by_time():
+    """moe14 F8: 2.72 s (less traffic) was listed above 2.7 s, the two within 1%; "fastest first" orders times
+    that read apart by time, and only times that read the same by traffic."""
+    def cand(label, seconds, traffic):
+        return SweepCandidate(label=label, params={}, target=label, peak_bytes=1, seconds=seconds,
+                              collective_bytes=traffic, fits=None)
+
+    ranked = rank([cand("expert_parallel", 2.7204, 622), cand("dmodel_sharded", 2.7004, 936)])
+    assert [c.label for c in ranked] == ["dmodel_sharded", "expert_parallel"]
+
+
+def test_every_candidate_failed_says_so_not_that_none_fits(cli):
+    """cfd14 F9: every candidate failed (a --target no candidate has), no budget: the headline said "No candidate
+    fits the budget." and each row "0 B" of collectives."""
+    run = _sweep(cli, VALUE, "--target", "no_such_target")
+    assert run["candidates"] and all(c["error"] for c in run["candidates"])
+    result = cli("sweep", VALUE, "--target", "no_such_target", "-q")
+    text = " ".join(result.out.split())
+    assert "No candidate fits the budget" not in text and " 0 B " not in text, result.out
+    n = len(run["candidates"])
+    assert f"Every candidate failed ({n} of {n}): nothing to rank (each one's reason is given with it)." in text
+    assert f"{run['candidates'][0]['label']} failed: {run['candidates'][0]['error']}" in text
+
+
 def test_html_scatter(cli, tmp_path):
     out = tmp_path / "sweep.html"
     result = cli("sweep", VALUE, "--format", "html", "-o", str(out), "-q")
