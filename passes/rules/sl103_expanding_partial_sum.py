@@ -122,8 +122,11 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
     # outputs whole: its sum is the row-parallel half of the pair their fix makes, not a mistake of its own
     # (its fix would undo the pair: T5's o kernels moved with q, k and v measured no better).
+    # A sum whose input is a norm (hlo/normalized_sums.py) reads no attention output: the walk past attention's
+    # weightless matmuls reached it through a replicated projection and the norm (BERT laid out naively: its MLP's
+    # up projection and the next layer's q, k and v were taken for output projections).
     flagged = {n for s in found for n in (s.whole.hlo_name, s.part.hlo_name)}
-    found = [s for s in found if not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
+    found = [s for s in found if s.normed or not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
     claimed: set[str] = set()
     for s in _worth_reporting(found, smallest):
         backward = _backward_sums(ctx, s, parts, claimed)
