@@ -40,7 +40,9 @@ def pair_attempts(f: Finding, inputs: list[TensorInfo]) -> list[tuple[Finding, l
         weights, partners = groups.setdefault(repr(c.together), ([], c.together))
         weights.append(c.value)
     out = [(_attempt(f, named, every, inputs), every)]
-    if len(groups) > 1:  # each pair alone: the others' layouts may be what makes the whole move a trade-off
+    # Each pair alone: the others' layouts may be what makes the whole move a trade-off; so may the finding's
+    # weights with no partner, moved with the pair (BERT laid out naively: q, k and v beside the MLP's pair).
+    if len(groups) > 1 or any(set(named) - set(weights) for weights, _ in groups.values()):
         for weights, partners in groups.values():
             ordered = [p for p in named if p in weights] or weights
             out.append((_attempt(f, ordered, partners, inputs), partners))
