@@ -10,8 +10,9 @@ A fix is offered as the fix only when its compile measured it better: less traff
 worse beyond the tolerance (fix_verdicts.py: _NOISE of itself, or else _GROWTH of the peak as written and no more
 than the first fell). A fix measured no change, a trade-off or worse is never printed as the fix: the finding keeps
 what it found and says what was tried and what it cost (each of the rule's candidates, in order, until one is
-better). The rules about state (SL201, SL203) name the same values (a replicated input that comes back sharded):
-one recommendation, the better of pinning the output back and giving the input the layout the step returns it in.
+better; a finding of several tensor-parallel pairings compiles each of them and prints the measured best). The
+rules about state (SL201, SL203) name the same values (a replicated input that comes back sharded): one
+recommendation, the better of pinning the output back and giving the input the layout the step returns it in.
 """
 
 from __future__ import annotations
@@ -58,7 +59,15 @@ from .fix_verdicts import (
     rematerializations,
     without_unfixable_small_outputs,
 )
-from .pair_fixes import pair_attempts, pair_change, partner_edits
+from .pair_fixes import (
+    MAX_PAIRINGS,
+    best_pairing,
+    pair_attempts,
+    pair_change,
+    pairing_tried,
+    partner_edits,
+    rival_pairings,
+)
 from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, EntryEdit, compile_pool, compile_side_by_side, entry_edit, once, outcome
@@ -193,6 +202,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     parameter_planned = len(planned)
     if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
         planned += [pin, take]
+    # A finding's other pairings, compiled beside them outside the budget (at most MAX_PAIRINGS): the best printed.
+    planned += [c for attempts in [a for a in attempts_of.values() if a][:parameter_planned]
+                for c in rival_pairings(attempts)][:MAX_PAIRINGS]
     # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
     # sharding fixes' budget: one candidate per argument SL202 names.
     # Several arguments to donate: donating them all in one jit is compiled too (donation_fixes.py).
@@ -239,9 +251,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     after_of |= {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
 
-    def run(c: _Candidate) -> FixCheck:
+    def run(c: _Candidate, counted: bool = True) -> FixCheck:
         nonlocal budget
-        budget -= 1
+        budget -= counted
         # The planned candidates were compiled side by side above; a second choice (another dimension,
         # SL203's own suggestion after the state fixes, where not compiled early) is compiled when the loop
         # below asks for it.
@@ -263,10 +275,14 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             continue
         first, _, planned_first = attempts[0]
         check = run(planned_first)
+        # Several pairings (every pair together, then each alone): each is compiled and the measured best printed.
+        rivals = [(a, c) for a, t, c in attempts[1:] if any(c is r for r in rival_pairings(attempts))]
+        pairings = [(first, planned_first, check)] + [(a, c, run(c, counted=False)) for a, c in rivals]
+        first, planned_first, check = best_pairing(pairings)
         others = [(o, None) for o in (other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
             o for o in [other_dimension(f, inputs, report.mesh)] if o is not None])]
-        tried: list[str] = []
-        for other, made in [(a, c) for a, _, c in attempts[1:]] + others \
+        tried = [pairing_tried(p) for _, c, p in pairings if c is not planned_first]
+        for other, made in [(a, c) for a, _, c in attempts[1:] if all(c is not p for _, p, _ in pairings)] + others \
                 if check.verdict is not FixVerdict.better else []:
             alternative = made or _parameter_candidate(other, inputs, returned)
             if alternative is None or budget <= 0:
@@ -274,11 +290,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             second = run(alternative)
             if second.verdict is FixVerdict.better:
                 # A pair's attempts before it are said, as the finding's weights and partners were all tried.
-                earlier = f"; {check.change} was tried first, compiled and {_not_offered(check)}" \
+                earlier = (f"; {check.change} was tried{' first' if len(pairings) == 1 else ''}, compiled and "
+                           f"{_not_offered(check)}") \
                     if len(attempts) > 1 else ""
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
-                findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + earlier + "".join(
-                    tried if len(attempts) > 1 else [])})
+                findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(
+                    [earlier, *tried] if len(attempts) > 1 else [])})
                 break
             tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
         else:

@@ -32,6 +32,7 @@ from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
 from ..hlo.layout_waste import aliased_parameters, compiled_shapes
 from ..hlo.memory import summarize_memory
 from ..hlo.module import HloModule
+from ..hlo.normalized_sums import normalized_partial_sums
 from ..hlo.pair_partners import pair_partners
 from ..hlo.parser import parse_hlo_module
 from ..hlo.step_time import estimate_step_time
@@ -296,6 +297,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(traced, traced_hlo),
         collective_parameters=collective_parameters(traced_hlo, traced, inputs, sig.mesh),
         sliced_partial_sums=sliced_partial_sums(traced_hlo, traced),
+        normalized_partial_sums=normalized_partial_sums(traced_hlo, traced),
         attention_inputs=attention_inputs(traced_hlo, traced),
         row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),
         pair_partners=pair_partners(traced_hlo, traced, inputs, sig.mesh),

@@ -48,6 +48,10 @@ class RuleContext:
     # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
     # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
     sliced_partial_sums: frozenset[str] = frozenset()
+    # Partial-sum all-reduces whose matmul's other operand is a norm of an activation split on the contracted
+    # dimension, its statistics summed over the same axes: the norm read it whole between this matmul and
+    # the one before, no tensor-parallel pair (hlo/normalized_sums.py).
+    normalized_partial_sums: frozenset[str] = frozenset()
     # Such a sum -> the all-reduces its input is computed from past attention's weightless matmuls (an output
     # projection's, after q, k and v kernels summed their outputs whole): hlo/attention_sums.py.
     attention_inputs: dict[str, frozenset[str]] = field(default_factory=dict)

@@ -39,7 +39,11 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     whose matmul's other operand each device cut from a value it holds whole,
     or scaled such a slice elementwise (the weight alone is sharded on the
     dimension the matmul contracts, not as the second half of a
-    tensor-parallel pair, whose input arrives split).
+    tensor-parallel pair, whose input arrives split); or one whose other
+    operand is a norm of an activation split on the contracted dimension,
+    its statistics summed over the same mesh axes (a LayerNorm between the
+    matmul that split it and this one: the norm reads the activation whole,
+    so the two are no tensor-parallel pair, and the sum is this weight's).
     Never the row-parallel half of a column/row pair (its input is an elementwise
     function of matmuls whose sharded weights produced the contracted dimension:
     an activation of one, or SwiGLU's gated product of two; and the sum returns to
@@ -109,16 +113,20 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
             weight = next((t for t in ctx.inputs if t.index == weight_index), None)
         gathered = operand * c.group_size
         sliced = c.hlo_name in ctx.sliced_partial_sums and weight is not None and bool(weight.sharding)
+        normed = c.hlo_name in ctx.normalized_partial_sums and weight is not None and bool(weight.sharding)
         suggested, moves = _suggestion(ctx, c, weight, served)
         partner = _partner(ctx, c, weight) if suggested is not None and not moves else None
         contracted = tuple(sorted(contracted_dims(weight, served))) if weight is not None and served else ()
-        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, contracted, c.bytes, partner))
+        found.append(_Sum(whole, c, weight, gathered, sliced, suggested, moves, contracted, c.bytes, partner, normed))
     found = _expanding(found, ratio)
     # An output projection sharded on the heads it contracts, after q, k and v kernels that summed their
     # outputs whole: its sum is the row-parallel half of the pair their fix makes, not a mistake of its own
     # (its fix would undo the pair: T5's o kernels moved with q, k and v measured no better).
+    # A sum whose input is a norm (hlo/normalized_sums.py) reads no attention output: the walk past attention's
+    # weightless matmuls reached it through a replicated projection and the norm (BERT laid out naively: its MLP's
+    # up projection and the next layer's q, k and v were taken for output projections).
     flagged = {n for s in found for n in (s.whole.hlo_name, s.part.hlo_name)}
-    found = [s for s in found if not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
+    found = [s for s in found if s.normed or not ctx.attention_inputs.get(s.part.hlo_name, frozenset()) & flagged]
     claimed: set[str] = set()
     for s in _worth_reporting(found, smallest):
         backward = _backward_sums(ctx, s, parts, claimed)
@@ -144,6 +152,9 @@ class _Sum:
     # The weight of the matmul that reads this sum's result, and the layout that makes it the row-parallel half
     # of the pair the fix makes (its contracted dimension on the summed axes); None where it has it already.
     partner: tuple[TensorInfo, list[list[str]]] | None = None
+    # The matmul's other operand is a norm of an activation split on the contracted dimension, its statistics
+    # summed over the same axes (hlo/normalized_sums.py): the matmul before it and this one are no pair.
+    normed: bool = False
 
     @property
     def mistake(self) -> tuple[object, ...]:
@@ -168,7 +179,10 @@ def _expanding(found: list[_Sum], ratio: float) -> list[_Sum]:
     # A sliced sum smaller than its operand gathered is never the rule's case: its fix (the output dimension
     # sharded) would gather more than the sum moves. On nnx_transformer a block's row-parallel down projection,
     # 2 MiB summed against 4 MiB gathered, was reported once sums were counted per mistake.
-    return [s for s in judged if (s.sliced and s.judged >= s.gathered) or s.judged >= ratio * s.gathered]
+    # A norm between the matmul that split the activation and this one (its statistics summed over the sum's
+    # axes) reads it whole: no pair, the sum is this weight's layout's, as a slice cut per device is (ViT's
+    # intermediate kernel on its input features after a LayerNorm, 4x its operand gathered, issue 46).
+    return [s for s in judged if ((s.sliced or s.normed) and s.judged >= s.gathered) or s.judged >= ratio * s.gathered]
 
 
 def _worth_reporting(found: list[_Sum], smallest: float) -> list[_Sum]:
@@ -240,6 +254,9 @@ def _emit(out: Emitter, s: _Sum, backward: list[Collective]) -> None:
            "argument" if weight is not None and s.contracted else "the dimension it contracts is sharded")
         + (" and its other operand is not (each device slices its part of a value it holds whole): the "
            "weight's layout alone asks for this sum, no tensor-parallel matmul before it" if sliced else "")
+        + (" and its other operand is a norm of an activation split on that dimension, the norm's statistics "
+           f"all-reduced over {axes}: the norm reads the activation whole, so the matmul that split it and this one "
+           "are no tensor-parallel pair, and this weight's layout asks for the sum" if s.normed and not sliced else "")
         + (_partner_text(s.partner, backward) if s.partner is not None else ""),
         c.source, via=c.via,
         fix=(contracted_move_text(weight.path, suggested, weight.sharding, c.mesh_axes)
