@@ -13,7 +13,7 @@ from ...passes.common.pytree_paths import argument_name
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TensorInfo
 from ...passes.pipelines.catalogue import DONATION_FIXES
-from .fix_verdicts import _cost_text, _not_offered, on_top_of
+from .fix_verdicts import cost_text, not_offered_text, on_top_of
 
 
 def donors_of(f: Finding, inputs: list[TensorInfo]) -> frozenset[int]:
@@ -24,9 +24,9 @@ def donors_of(f: Finding, inputs: list[TensorInfo]) -> frozenset[int]:
 def donation_checked(f: Finding, check: FixCheck) -> Finding:
     """SL202 with its donation compiled: the fix printed with what it measured, or what was tried."""
     if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {_cost_text(check)})"})
+        return f.model_copy(update={"fix_check": check, "fix": f"{f.fix} (checked: {cost_text(check)})"})
     return f.model_copy(update={"fix_check": check,
-                                "fix": f"{f.fix} was tried, compiled and {_not_offered(check)}"})
+                                "fix": f"{f.fix} was tried, compiled and {not_offered_text(check)}"})
 
 
 def joint_donation(donor_sets: list[frozenset[int]],
@@ -61,8 +61,8 @@ def one_donation_advice(findings: list[Finding], joint: FixCheck) -> list[Findin
     out = []
     for f in findings:
         if f.rule in DONATION_FIXES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better:
-            joint_text = (f"measured {_cost_text(joint)}, less than another argument's donation alone"
-                          if joint.verdict is FixVerdict.better else _not_offered(joint))
+            joint_text = (f"measured {cost_text(joint)}, less than another argument's donation alone"
+                          if joint.verdict is FixVerdict.better else not_offered_text(joint))
             out.append(f.model_copy(update={"fix": f"{f.fix}; {joint.change} was tried too, compiled and "
                                                    f"{joint_text}"}))
         else:
@@ -79,13 +79,13 @@ def _joint_finding(answered: list[Finding], joint: FixCheck) -> Finding:
         r"\d+", f.fix_check.change if f.fix_check else "")])
     subjects = [f.subject or "" for f in ordered]
     together = f" for {', '.join(subjects[:-1])} and {subjects[-1]} together" if len(subjects) > 1 else ""
-    alone = "".join(f"; {f.fix_check.change} alone was tried and {_not_offered(f.fix_check)}" for f in ordered
+    alone = "".join(f"; {f.fix_check.change} alone was tried and {not_offered_text(f.fix_check)}" for f in ordered
                     if f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better)
     messages = [f.message for f in ordered]
     message = messages[0] if len(messages) == 1 else f"{'; '.join(messages[:-1])}; and {messages[-1]}"
     return ordered[0].model_copy(update={
         "message": message, "fix_check": joint,
-        "fix": f"{joint.change} (checked: {_cost_text(joint)}{together}){alone}"})
+        "fix": f"{joint.change} (checked: {cost_text(joint)}{together}){alone}"})
 
 
 def donation_after_state_fix(findings: list[Finding], combined: FixCheck, donation: str,
@@ -103,7 +103,7 @@ def donation_after_state_fix(findings: list[Finding], combined: FixCheck, donati
     subjects = [f.subject or "" for f in answered]
     named = subjects[0] if len(subjects) == 1 else f"{', '.join(subjects[:-1])} and {subjects[-1]}"
     fix = (f"{donation} once the state fix is made ({state_fix}): measured on "
-           f"top of it, {_cost_text(combined)}. Donated alone, {named} measured no change: XLA reuses a donated "
+           f"top of it, {cost_text(combined)}. Donated alone, {named} measured no change: XLA reuses a donated "
            "buffer only for an output on the same layout, and this step returns its state on other layouts")
     merged = first.model_copy(update={"message": "; ".join(dict.fromkeys(f.message for f in answered)),
                                       "fix_check": combined, "fix": fix})

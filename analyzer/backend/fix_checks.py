@@ -50,10 +50,10 @@ from .donation_fixes import (
     one_donation_advice,
 )
 from .fix_verdicts import (
-    _cost_text,
-    _not_offered,
     baseline,
+    cost_text,
     measured_check,
+    not_offered_text,
     pin_not_offered,
     rematerializations,
     without_unfixable_small_outputs,
@@ -82,9 +82,6 @@ class _Candidate:
     mirrored: tuple[str, ...] = ()
     # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``).
     kept: int = 0
-
-
-_matcher = matcher  # the solver fixes' name for it
 
 
 def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
@@ -144,7 +141,7 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
     return pin, take
 
 
-def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
+def compiled_candidate(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
               devices: list) -> TargetReport:
     """A candidate's report, compiled from its text through the analysis cache (keyed by the program without
     its source locations: only its figures are read). XLA
@@ -208,7 +205,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
     jobs: list[Callable[[], TargetReport]] = [
-        functools.partial(_compiled, report.name, t, sig, settings, where, devices)
+        functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices)
         for t in as_written + [text_of(c) for c in planned]]
     # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
     early: dict[str, Future[TargetReport | BaseException]] = {}
@@ -222,7 +219,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
                     [then] = counter.announce([c.change], "to check a second choice")
                     early[_key(c)] = pool.submit(outcome, functools.partial(
-                        _compiled, report.name, text_of(c), sig, settings, where, devices), then)
+                        compiled_candidate, report.name, text_of(c), sig, settings, where, devices), then)
             compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
@@ -243,8 +240,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
-            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices),
-                            done)
+            after = outcome(functools.partial(compiled_candidate, report.name, text_of(c), sig, settings, where,
+                                              devices), done)
         return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
@@ -272,13 +269,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             second = run(alternative)
             if second.verdict is FixVerdict.better:
                 # A pair's attempts before it are said, as the finding's weights and partners were all tried.
-                earlier = f"; {check.change} was tried first, compiled and {_not_offered(check)}" \
+                earlier = f"; {check.change} was tried first, compiled and {not_offered_text(check)}" \
                     if len(attempts) > 1 else ""
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
                 findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + earlier + "".join(
                     tried if len(attempts) > 1 else [])})
                 break
-            tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
+            tried.append(f"; {second.change} was tried too, compiled and {not_offered_text(second)}")
         else:
             findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
@@ -304,7 +301,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 findings[k] = _with_check(own, check, (own.fix or "") + _moving(candidate))
             else:
                 findings[k] = f.model_copy(update={
-                    "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
+                    "fix": f"{f.fix}; {check.change} was tried, compiled and {not_offered_text(check)}"})
         findings = better_moves_of_state(one_advice_per_value(findings, moved), moved)
         findings = donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
                                     else (take, taken), donations, run, sig.input_keys)
@@ -374,7 +371,8 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
     """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
     peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
     if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {_cost_text(check)})"})
+        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {cost_text(check)})"})
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and {_not_offered(check)}"})
+        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
+               f"{not_offered_text(check)}"})

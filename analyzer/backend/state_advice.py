@@ -9,7 +9,7 @@ from ...passes.models.entry import RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_ARGUMENT_FIXES, STATE_RULES
-from .fix_verdicts import _cost_text, _not_offered
+from .fix_verdicts import cost_text, not_offered_text
 from .parameter_moves import listed
 from .path_summary import summarized_paths
 
@@ -52,7 +52,7 @@ def better_moves_of_state(findings: list[Finding], moved: dict[str, RoundTrip]) 
                 move.fix_check)):
             out.append(f)
             continue
-        state = "not measured" if f.fix_check is None else f"measured {_cost_text(f.fix_check)}"
+        state = "not measured" if f.fix_check is None else f"measured {cost_text(f.fix_check)}"
         out.append(f.model_copy(update={"fix_check": move.fix_check, "fix": (
             f"{move.rule}'s fix for {move.parameter}, measured better than the state fix for it ({state}): "
             f"{move.fix}")}))
@@ -88,7 +88,7 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
             continue
         if best.verdict is not FixVerdict.better:
             text = (f"neither fix is measured better for this step: pinning the outputs was tried, compiled and "
-                    f"{_not_offered(pin)}; giving the inputs the returned layout {_not_offered(take)}")
+                    f"{not_offered_text(pin)}; giving the inputs the returned layout {not_offered_text(take)}")
             out.append(f.model_copy(update={"fix": text, "fix_check": best}))
             continue
         members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
@@ -106,9 +106,9 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
         if f is lead:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
-                    f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
+                    f"at once, not this finding's alone: {cost_text(best)}; the other way, "
                     f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
-                    f"{_cost_text(other)})")
+                    f"{cost_text(other)})")
         else:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
                     f"at once; their figures are on the finding for {lead.subject if lead else ''})")
