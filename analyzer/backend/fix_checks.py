@@ -62,7 +62,13 @@ from .pair_fixes import pair_attempts, pair_change, partner_edits
 from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, once, outcome
-from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
+from .state_advice import (
+    better_moves_of_state,
+    better_state_fix,
+    moves_printed_for_state,
+    one_advice_per_value,
+    state_advice,
+)
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -230,10 +236,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     after_of: dict[str, TargetReport | BaseException] = {_key(c): compiled[k] for k, c in enumerate(planned)}
     after_of |= {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
+    ran: dict[str, _Candidate] = {}  # each candidate compiled, by its change: the donation builds on them
 
     def run(c: _Candidate) -> FixCheck:
         nonlocal budget
         budget -= 1
+        ran[c.change] = c
         # The planned candidates were compiled side by side above; a second choice (another dimension,
         # SL203's own suggestion after the state fixes, where not compiled early) is compiled when the loop
         # below asks for it.
@@ -304,7 +312,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {not_offered_text(check)}"})
         findings = better_moves_of_state(one_advice_per_value(findings, moved), moved)
         findings = donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
-                                    else (take, taken), donations, run, sig.input_keys)
+                                    else (take, taken), donations, run, sig.input_keys,
+                                    [ran[c] for c in moves_printed_for_state(findings) if c in ran])
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
