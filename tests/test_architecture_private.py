@@ -1,11 +1,13 @@
-"""A pass imports no other module's private names: a helper two passes share has a public owner
-(``hlo/fused_matmuls.py`` for the matmuls in a fusion and the op a sum adds), so a change to it is a change
-to a module's interface, seen as one, not an edit to another module's internals."""
+"""No module imports another module's private names: a helper two modules share has a public owner
+(``hlo/fused_matmuls.py`` for the matmuls in a fusion and the op a sum adds; ``fix_verdicts.py`` for a fix's
+verdict and the words that print it), so a change to it is a change to a module's interface, seen as one, not
+an edit to another module's internals. Checked in passes/, analyzer/ and reports/."""
 
 from __future__ import annotations
 
 import ast
 
+import pytest
 from test_architecture import _modules
 from test_architecture_reexports import import_base
 
@@ -28,8 +30,11 @@ def private_imports(sources: dict[str, tuple[str, bool]], top: str) -> dict[str,
     return found
 
 
-def test_no_pass_imports_another_modules_private_name():
-    assert private_imports(_modules(), "passes") == {}
+@pytest.mark.parametrize("top", ["passes", "analyzer", "reports"])
+def test_no_module_imports_another_modules_private_name(top):
+    """In each layer, a name two modules share has one owner with a public name (the fix verdict rule,
+    ``fix_verdicts.fix_verdict``, read by lint's fix checks and suggest's choice alike)."""
+    assert private_imports(_modules(), top) == {}
 
 
 def test_the_finder_finds_a_private_import(tmp_path):

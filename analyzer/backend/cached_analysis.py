@@ -39,7 +39,7 @@ _FLAGS_WITHOUT_FIGURES = ("--xla_backend_optimization_level", "--xla_force_host_
 _LIBTPU_ENV = ("LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE")
 
 
-def _compiler_environment(platform: str) -> dict[str, str | None]:
+def compiler_environment(platform: str) -> dict[str, str | None]:
     environment = {k: os.environ.get(k) for k in _COMPILER_ENV if platform in TPU_TARGETS or k not in _LIBTPU_ENV}
     flags = [f for f in (environment["XLA_FLAGS"] or "").split() if f.split("=")[0] not in _FLAGS_WITHOUT_FIGURES]
     environment["XLA_FLAGS"] = " ".join(flags) or None
@@ -77,7 +77,7 @@ def settings_parts(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _without_tool_frames(text: str) -> str:
+def without_tool_frames(text: str) -> str:
     """The program's text with the tool's own frames in its source locations made alike, and the
     frames that called the tool.
 
@@ -186,13 +186,13 @@ def _without_tool_chain(text: str) -> str:
 
 def key_parts(kind: str, name: str, program_text: str, settings: Settings, devices: dict[str, Any]) -> dict[str, Any]:
     return {
-        "kind": kind, "target": name, "program": text_digest(_without_tool_frames(program_text)), "devices": devices,
+        "kind": kind, "target": name, "program": text_digest(without_tool_frames(program_text)), "devices": devices,
         "settings": settings_parts(settings),
         # Paths in a report's explanations are shown relative to the working directory.
         "cwd": os.getcwd(),
         "tool": {"version": __version__, "source": tool_source_digest()},
         "compilers": jax_adapter.compiler_versions(),
-        "environment": _compiler_environment(settings.platform),
+        "environment": compiler_environment(settings.platform),
     }
 
 

@@ -62,8 +62,8 @@ def compile_memo(settings: Settings) -> AnalysisCache | None:
 @functools.lru_cache(maxsize=16)
 def _program_digest(text: str) -> str:
     """The program XLA compiles, its source locations included, the tool's own frames and its callers' made
-    alike (cached_analysis._without_tool_frames: the analysis cache's key reads it the same way)."""
-    return text_digest(cached_analysis._without_tool_frames(text))
+    alike (cached_analysis.without_tool_frames: the analysis cache's key reads it the same way)."""
+    return text_digest(cached_analysis.without_tool_frames(text))
 
 
 def compile_parts(entry: str, text: str, options: dict[str, Any], devices: list, settings: Settings,
@@ -82,7 +82,7 @@ def compile_parts(entry: str, text: str, options: dict[str, Any], devices: list,
         # Read through cached_analysis, so that the analysis cache's key and this one change together.
         "tool": {"source": cached_analysis.tool_source_digest()},
         "compilers": jax_adapter.compiler_versions(),
-        "environment": cached_analysis._compiler_environment(settings.platform),
+        "environment": cached_analysis.compiler_environment(settings.platform),
     }
 
 

@@ -41,8 +41,7 @@ from ..context.config import Settings
 from ..errors import ShardLintInputError
 from ..supervision import isolation
 from .alternative_moves import other_candidates, other_dimension
-from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
-from .checked_in_analysis import analyze_text
+from .candidate_compile import compiled_candidate
 from .donation_fixes import (
     donation_checked,
     donation_on_top,
@@ -51,10 +50,10 @@ from .donation_fixes import (
     one_donation_advice,
 )
 from .fix_verdicts import (
-    _cost_text,
-    _not_offered,
     baseline,
+    cost_text,
     measured_check,
+    not_offered_text,
     pin_not_offered,
     rematerializations,
     without_unfixable_small_outputs,
@@ -70,8 +69,14 @@ from .pair_fixes import (
 )
 from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, EntryEdit, compile_pool, compile_side_by_side, entry_edit, once, outcome
-from .state_advice import better_moves_of_state, better_state_fix, one_advice_per_value, state_advice
+from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, entry_edit, outcome
+from .state_advice import (
+    better_moves_of_state,
+    better_state_fix,
+    moves_printed_for_state,
+    one_advice_per_value,
+    state_advice,
+)
 
 # Fixes compiled per target: each costs a compile of the whole step.
 MAX_CHECKS = 4
@@ -91,9 +96,6 @@ class _Candidate:
     mirrored: tuple[str, ...] = ()
     # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``).
     kept: int = 0
-
-
-_matcher = matcher  # the solver fixes' name for it
 
 
 def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
@@ -153,23 +155,6 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
     return pin, take
 
 
-def _compiled(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
-              devices: list, edit: EntryEdit | None = None) -> TargetReport:
-    """A candidate's report, compiled from its text through the analysis cache (keyed by the program without
-    its source locations: only its figures are read). XLA
-    writes no dump for it and, on CPU, does not optimize its machine code, and no rule runs on it: a check
-    compares XLA's peak, the collectives and the step-time estimate, which need none of them (about half a CPU
-    compile's time; the rules about 0.2 s a candidate on the main example). Inside
-    ``one_compile_per_program`` a text asked for again (another finding's check, a solver fix's single move)
-    is compiled once; ``edit``: what the candidate changes at the entry, kept for ``side_by_side.same_program``."""
-    placement = tuple(devices[:sig.num_partitions])
-    return once((name, text, placement, repr(settings), where), lambda: cached_report(analysis_cache(settings),
-                         lambda: figures_key_parts("fix-candidate", name, text, settings,
-                                                   placed(devices, sig.num_partitions)),
-                         lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
-                                              optimize_machine_code=False, with_rules=False)[0]), edit)
-
-
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                 progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step
@@ -211,11 +196,12 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     jointly = joint_donation([c.donors for c in donations.values()], sig.input_keys)
     joint = _Candidate(jointly[0], {}, {}, jointly[1]) if jointly is not None else None
     planned += list(donations.values()) + ([joint] if joint is not None else [])
-    def text_of(c: _Candidate) -> str:
-        return with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
 
-    def edit_of(c: _Candidate) -> EntryEdit:
-        return entry_edit(sig, c.arguments, c.results, c.donors)
+    def job(c: _Candidate) -> Callable[[], TargetReport]:
+        """The candidate's compile: its text, and what it changes at the entry (side_by_side.same_program)."""
+        text = with_entry_shardings(module, c.results, sig.mesh_name or "mesh", c.arguments, donors=c.donors)
+        edit = entry_edit(sig, c.arguments, c.results, c.donors)
+        return functools.partial(compiled_candidate, report.name, text, sig, settings, where, devices, edit)
 
     # The program as written is the report's own compile (lint's, or check's of this very text): the
     # same module, so its figures are the baseline without compiling it again. A target XLA refused
@@ -224,9 +210,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
     jobs: list[Callable[[], TargetReport]] = [
-        functools.partial(_compiled, report.name, t, sig, settings, where, devices, e)
-        for t, e in zip(as_written + [text_of(c) for c in planned],
-                        [None] * len(as_written) + [edit_of(c) for c in planned])]
+        functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices) for t in as_written
+    ] + [job(c) for c in planned]
     # A second choice the state fixes' outcomes call for, compiled beside the donations still compiling.
     early: dict[str, Future[TargetReport | BaseException]] = {}
     with compile_pool(len(jobs)) as pool:
@@ -238,8 +223,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 states = [futures[planned.index(c)] for c in (pin, take)]
                 for c in _second_choices(report, [f.result() for f in states], (pin, take), sig, moved, returned):
                     [then] = counter.announce([c.change], "to check a second choice")
-                    early[_key(c)] = pool.submit(outcome, functools.partial(
-                        _compiled, report.name, text_of(c), sig, settings, where, devices, edit_of(c)), then)
+                    early[_key(c)] = pool.submit(outcome, job(c), then)
             compiled = [f.result() for f in futures]
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
@@ -250,18 +234,19 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     after_of: dict[str, TargetReport | BaseException] = {_key(c): compiled[k] for k, c in enumerate(planned)}
     after_of |= {k: f.result() for k, f in early.items()}
     budget = MAX_CHECKS
+    ran: dict[str, _Candidate] = {}  # each candidate compiled, by its change: the donation builds on them
 
     def run(c: _Candidate, counted: bool = True) -> FixCheck:
         nonlocal budget
         budget -= counted
+        ran[c.change] = c
         # The planned candidates were compiled side by side above; a second choice (another dimension,
         # SL203's own suggestion after the state fixes, where not compiled early) is compiled when the loop
         # below asks for it.
         after = after_of.get(_key(c))
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
-            after = outcome(functools.partial(_compiled, report.name, text_of(c), sig, settings, where, devices,
-                                              edit_of(c)), done)
+            after = outcome(job(c), done)
         return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
@@ -291,13 +276,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             if second.verdict is FixVerdict.better:
                 # A pair's attempts before it are said, as the finding's weights and partners were all tried.
                 earlier = (f"; {check.change} was tried{' first' if len(pairings) == 1 else ''}, compiled and "
-                           f"{_not_offered(check)}") \
+                           f"{not_offered_text(check)}") \
                     if len(attempts) > 1 else ""
                 findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
                 findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(
                     [earlier, *tried] if len(attempts) > 1 else [])})
                 break
-            tried.append(f"; {second.change} was tried too, compiled and {_not_offered(second)}")
+            tried.append(f"; {second.change} was tried too, compiled and {not_offered_text(second)}")
         else:
             findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
@@ -323,10 +308,11 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 findings[k] = _with_check(own, check, (own.fix or "") + _moving(candidate))
             else:
                 findings[k] = f.model_copy(update={
-                    "fix": f"{f.fix}; {check.change} was tried, compiled and {_not_offered(check)}"})
+                    "fix": f"{f.fix}; {check.change} was tried, compiled and {not_offered_text(check)}"})
         findings = better_moves_of_state(one_advice_per_value(findings, moved), moved)
         findings = donation_on_top(findings, (pin, pinned) if better_state_fix(pinned, taken) is pinned
-                                    else (take, taken), donations, run, sig.input_keys)
+                                    else (take, taken), donations, run, sig.input_keys,
+                                    [ran[c] for c in moves_printed_for_state(findings) if c in ran])
         if pinned.verdict is not FixVerdict.better and report.suggested_out_shardings:
             return report.model_copy(update={
                 "findings": findings, "suggested_out_shardings": None,
@@ -398,7 +384,8 @@ def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
     """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
     peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
     if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {_cost_text(check)})"})
+        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {cost_text(check)})"})
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and {_not_offered(check)}"})
+        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
+               f"{not_offered_text(check)}"})

@@ -30,7 +30,17 @@ TOLERANCE_TEXT = (f"figures within {_NOISE:.1%} count as unchanged; a fix that l
                   f"{_GROWTH:.0%} of the peak, and by less than the first falls")
 
 
-def _verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
+def fix_verdict(peak: tuple[int, int], traffic: tuple[int, int], rematerialized: list[str] | None = None,
+                ) -> FixVerdict:
+    """The one rule a change is judged by (lint's fix checks, a fix on top of another, suggest's choice): its
+    (before, after) peak and traffic, and the rematerializations XLA compiles it with that the program it is
+    compared to lacks (``rematerialized``): one figure falls and the other grows within the stated tolerance,
+    better; but a change XLA compiles with a new rematerialization is never better, whatever its figures."""
+    verdict = _figures_verdict(peak, traffic)
+    return FixVerdict.rematerializes if rematerialized and verdict is FixVerdict.better else verdict
+
+
+def _figures_verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
     def change(before: int, after: int) -> int:
         if abs(after - before) <= _NOISE * max(before, 1):
             return 0
@@ -82,10 +92,9 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
         raise after
     peak = after.memory.peak_bytes if after.memory else 0
     traffic = traffic_bytes(after, sig)
-    verdict = _verdict((base[0], peak), (base[1], traffic))
     new = sorted(rematerializations(after) - written)
-    return FixCheck(change=change, verdict=FixVerdict.rematerializes if new and verdict is FixVerdict.better
-                    else verdict, peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
+    return FixCheck(change=change, verdict=fix_verdict((base[0], peak), (base[1], traffic), new),
+                    peak_bytes_before=base[0], peak_bytes_after=peak, traffic_bytes_before=base[1],
                     traffic_bytes_after=traffic, collective_bytes_before=base[2],
                     collective_bytes_after=after.collective_bytes if base[2] is not None else None,
                     rematerialized=new)
@@ -94,12 +103,9 @@ def measured_check(change: str, after: TargetReport | BaseException, base: tuple
 def on_top_of(first: FixCheck, both: FixCheck) -> FixCheck:
     """``both`` (a fix compiled together with ``first``) measured against ``first`` alone: what the second
     change adds once the first is made, judged by the same rule."""
-    verdict = _verdict((first.peak_bytes_after or 0, both.peak_bytes_after or 0),
-                       (first.traffic_bytes_after or 0, both.traffic_bytes_after or 0))
-    if both.verdict is FixVerdict.failed:
-        verdict = FixVerdict.failed
-    elif verdict is FixVerdict.better and both.rematerialized:
-        verdict = FixVerdict.rematerializes
+    verdict = FixVerdict.failed if both.verdict is FixVerdict.failed else fix_verdict(
+        (first.peak_bytes_after or 0, both.peak_bytes_after or 0),
+        (first.traffic_bytes_after or 0, both.traffic_bytes_after or 0), both.rematerialized)
     return both.model_copy(update={
         "peak_bytes_before": first.peak_bytes_after, "traffic_bytes_before": first.traffic_bytes_after,
         "collective_bytes_before": first.collective_bytes_after, "verdict": verdict})
@@ -111,7 +117,7 @@ def rematerializations(report: TargetReport) -> frozenset[str]:
     return frozenset(f.message for f in report.findings if f.rule in REMATERIALIZATION_RULES)
 
 
-def _cost_text(check: FixCheck) -> str:
+def cost_text(check: FixCheck) -> str:
     if check.verdict is FixVerdict.failed:
         return f"does not compile ({check.error})"
 
@@ -136,30 +142,30 @@ def rematerialized_text(rematerialized: list[str]) -> str:
     return f"XLA rematerializes with it, which the step as written does not make it do (SL104: {first}{more})"
 
 
-def _not_offered(check: FixCheck) -> str:
+def not_offered_text(check: FixCheck) -> str:
     """What a fix that was compiled and is not offered was measured to do."""
     if check.verdict is FixVerdict.failed:
-        return _cost_text(check)
+        return cost_text(check)
     if check.verdict is FixVerdict.rematerializes:
-        return f"measured {_cost_text(check)}, but {rematerialized_text(check.rematerialized)}, so it is not offered"
+        return f"measured {cost_text(check)}, but {rematerialized_text(check.rematerialized)}, so it is not offered"
     if check.rematerialized:
-        without = _not_offered(check.model_copy(update={"rematerialized": []}))
+        without = not_offered_text(check.model_copy(update={"rematerialized": []}))
         return f"{without}; {rematerialized_text(check.rematerialized)}"
     if check.verdict is FixVerdict.no_change:
-        return f"measured no change ({_cost_text(check)}; {TOLERANCE_TEXT})"
+        return f"measured no change ({cost_text(check)}; {TOLERANCE_TEXT})"
     if check.verdict is FixVerdict.trade_off:
-        return f"measured a trade-off, not an improvement ({_cost_text(check)}; {TOLERANCE_TEXT})"
-    return f"costs {_cost_text(check)}"
+        return f"measured a trade-off, not an improvement ({cost_text(check)}; {TOLERANCE_TEXT})"
+    return f"costs {cost_text(check)}"
 
 
-def _judged(check: FixCheck) -> str:
+def judged_text(check: FixCheck) -> str:
     """A check's figures and what they count as: a few KiB off a GiB peak reads as a saving, and is within
     the noise (a new user's T5, issue 46)."""
     if check.verdict is FixVerdict.no_change:
-        return f"{_cost_text(check)}, within {_NOISE:.1%} of the step as written: no change"
+        return f"{cost_text(check)}, within {_NOISE:.1%} of the step as written: no change"
     if check.verdict in (FixVerdict.trade_off, FixVerdict.worse):
-        return f"{_cost_text(check)}, {'a trade-off' if check.verdict is FixVerdict.trade_off else 'worse'}"
-    return _cost_text(check)
+        return f"{cost_text(check)}, {'a trade-off' if check.verdict is FixVerdict.trade_off else 'worse'}"
+    return cost_text(check)
 
 
 def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, taken: FixCheck,
@@ -170,7 +176,7 @@ def without_unfixable_small_outputs(findings: list[Finding], pinned: FixCheck, t
                and pinned.verdict is not FixVerdict.better and taken.verdict is not FixVerdict.better]
     notes = [f"{f.count} small outputs come back on another layout than their inputs ({format_bytes(f.bytes or 0)} "
              "per device in all): not reported, as neither pinning them nor giving the inputs the returned layout "
-             f"is measured better (pinning: {_judged(pinned)}; the returned layout: {_judged(taken)})"
+             f"is measured better (pinning: {judged_text(pinned)}; the returned layout: {judged_text(taken)})"
              for f in dropped]
     return [f for f in findings if f not in dropped], notes
 
@@ -180,4 +186,5 @@ def pin_not_offered(pinned: FixCheck, notes: list[str], findings: list[Finding])
     already gives its figures (no SL201 finding is left for the pin to be about)."""
     if notes and not any(f.rule in STATE_RULES and f.rule not in STATE_ARGUMENT_FIXES for f in findings):
         return []
-    return [f"the out_shardings= pinning every state output was compiled and is not offered: {_not_offered(pinned)}"]
+    return ["the out_shardings= pinning every state output was compiled and is not offered: "
+            f"{not_offered_text(pinned)}"]

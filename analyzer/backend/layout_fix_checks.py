@@ -45,8 +45,8 @@ from ...passes.pipelines.stablehlo_edits import (
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
-from .fix_checks import _compiled
-from .fix_verdicts import _cost_text, _not_offered, baseline, measured_check, rematerializations
+from .candidate_compile import compiled_candidate
+from .fix_verdicts import baseline, cost_text, measured_check, not_offered_text, rematerializations
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -306,10 +306,10 @@ def _donation_not_helped(checks: list, tried: str, already: set[str]) -> str:
                    f"(peak {format_bytes(c.peak_bytes_before)}, traffic {format_bytes(c.traffic_bytes_before)} "
                    "per step per device); it only keeps JAX from deleting the caller's array")
     elif c.verdict is FixVerdict.no_change:
-        dropped = (f"{e.change} was tried, compiled and {_not_offered(c)}: the donation buys the step nothing, "
+        dropped = (f"{e.change} was tried, compiled and {not_offered_text(c)}: the donation buys the step nothing, "
                    "so dropping it changes only that JAX no longer deletes the caller's array")
     else:
-        dropped = f"{e.change} was tried, compiled and {_not_offered(c)}"
+        dropped = f"{e.change} was tried, compiled and {not_offered_text(c)}"
     return f"{kept}; {dropped}" if kept else f"no fix measured better: {dropped}"
 
 
@@ -362,7 +362,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     texts = as_written + [edited[e.change] for e in ordered_compiled]
     labels = ["the program as written"] * len(as_written) + [e.change for e in ordered_compiled]
     compiled = compile_side_by_side(
-        [functools.partial(_compiled, report.name, t, sig, settings, where, devices) for t in texts],
+        [functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices) for t in texts],
         CompileCounter(progress, report.name).announce(labels))
     before = compiled.pop(0) if as_written else report
     if isinstance(before, BaseException):
@@ -385,9 +385,9 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
                     else e.arguments[min(e.arguments)] if e.arguments else f.suggested_sharding)
             others = also_tried(f, e.change, [(o.change, oc) for o, oc in checks])
             findings[k] = f.model_copy(update={
-                "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {_cost_text(c)}){others}"})
+                "fix_check": c, "suggested_sharding": spec, "fix": f"{e.fix} (checked: {cost_text(c)}){others}"})
             continue
-        tried = "; ".join(f"{e.change} was tried, compiled and {_not_offered(c)}" for e, c in checks
+        tried = "; ".join(f"{e.change} was tried, compiled and {not_offered_text(c)}" for e, c in checks
                           if not e.undonated)
         if layout_edit(f) is StatedLayoutEdit.donation:
             text = _donation_not_helped(checks, tried, already)

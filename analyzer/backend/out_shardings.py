@@ -51,7 +51,7 @@ class OutShardingsSuggestion:
     problem: str | None = None  # why no text is shown
 
 
-def _keys_text(path: tuple) -> str | None:
+def keys_text(path: tuple) -> str | None:
     """Python for a key path, or None where a key has no Python spelling."""
     import jax
 
@@ -68,7 +68,7 @@ def _keys_text(path: tuple) -> str | None:
     return "".join(out)
 
 
-class _Tree:
+class ArgumentTree:
     """A pytree whose leaves are numbered in flatten order, walked one level at a time. ``kept``: the
     flattened leaves the compiled module takes (``jit`` prunes arguments the function never reads); a
     leaf's number is then its module argument's, and a pruned leaf has none."""
@@ -103,7 +103,7 @@ class _Tree:
         return self.jax.tree_util.tree_structure(node)
 
 
-def _arg_names(inputs: tuple[TensorInfo, ...], args_tree: _Tree, args: Any) -> dict[int, str]:
+def argument_names(inputs: tuple[TensorInfo, ...], args_tree: ArgumentTree, args: Any) -> dict[int, str]:
     """The user's name of each positional argument (``params``), from the
     StableHLO argument paths, where the function's signature gave one."""
     names: dict[int, str] = {}
@@ -117,7 +117,7 @@ def _arg_names(inputs: tuple[TensorInfo, ...], args_tree: _Tree, args: Any) -> d
     return names
 
 
-def _input_subtrees(args_tree: _Tree, args: Any, names: dict[int, str]) -> dict[int, list[tuple[Any, str, Any]]]:
+def _input_subtrees(args_tree: ArgumentTree, args: Any, names: dict[int, str]) -> dict[int, list[tuple[Any, str, Any]]]:
     """Input subtrees by their first leaf: (structure, Python expression, node)."""
     out: dict[int, list[tuple[Any, str, Any]]] = {}
 
@@ -128,7 +128,7 @@ def _input_subtrees(args_tree: _Tree, args: Any, names: dict[int, str]) -> dict[
         if args_tree.is_leaf(node) or node is None:
             return
         for key, child in args_tree.children(node):
-            text = _keys_text((key,))
+            text = keys_text((key,))
             if text is not None:
                 walk(child, expr + text)
 
@@ -144,8 +144,8 @@ def build_text(
 ) -> str:
     """The text for ``intended`` shardings (mesh axes per dim, per flattened output), every one spelled."""
     args, out_info = jax_adapter.call_arguments(lowered), lowered.out_info  # out_info is rebuilt on every access
-    args_tree, out_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered)), _Tree(out_info)
-    names = _arg_names(inputs, args_tree, args)
+    args_tree, out_tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered)), ArgumentTree(out_info)
+    names = argument_names(inputs, args_tree, args)
     by_first = _input_subtrees(args_tree, args, names)
 
     def same_as_input(node) -> str | None:
@@ -203,7 +203,7 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...],
     if mesh is None:
         return "the program has no named mesh"
     args = jax_adapter.call_arguments(lowered)
-    args_tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
+    args_tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered))
     if len(inputs) != args_tree.n:
         return "the inputs do not match the program's argument tree"
     # A typed PRNG key (an nnx.Rngs key, key<fry>[2]) is one more dimension in the module (u32[2,2]): its
@@ -219,7 +219,7 @@ def paste_namespace(lowered: Any, inputs: tuple[TensorInfo, ...],
     bound = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(args), flat_inputs)
     # "_arguments": every argument, named or not, for a check that calls a pasted helper on them all.
     namespace: dict[str, Any] = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh, "_arguments": bound}
-    for i, name in _arg_names(inputs, args_tree, args).items():
+    for i, name in argument_names(inputs, args_tree, args).items():
         namespace[name] = bound[i]
     return namespace
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 from ...passes.common.sharding_text import normalized, pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, FixCandidate, TensorInfo
-from .fix_verdicts import _cost_text, _not_offered
+from .fix_verdicts import cost_text, not_offered_text
 from .parameter_moves import key_path, listed, matcher, mirrors
 
 
@@ -71,8 +71,8 @@ def rival_pairings(attempts: list[tuple[Finding, list[FixCandidate], Compiled]])
 def pairing_tried(check: FixCheck) -> str:
     """What a pairing compiled beside the one printed measured."""
     if check.verdict is FixVerdict.better:
-        return f"; {check.change} was compiled too and measured better by less ({_cost_text(check)})"
-    return f"; {check.change} was tried too, compiled and {_not_offered(check)}"
+        return f"; {check.change} was compiled too and measured better by less ({cost_text(check)})"
+    return f"; {check.change} was tried too, compiled and {not_offered_text(check)}"
 
 
 def _attempt(f: Finding, weights: list[str], partners: list[FixCandidate], inputs: list[TensorInfo]) -> Finding:

@@ -16,7 +16,7 @@ from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixCheck, FixVerdict, StatedLayoutEdit
 from ...passes.models.report import Finding, FixCandidate
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, layout_edit
-from .fix_verdicts import _judged
+from .fix_verdicts import judged_text
 
 _PROPAGATED = re.compile(r"^propagated_value\[\d+\]\[\d+\]( propagated_value\[\d+\]\[\d+\])*$")
 _VALUE_REF = re.compile(r"propagated_value\[(\d+)\]\[(\d+)\]")
@@ -54,7 +54,7 @@ def also_tried(f: Finding, chosen: str, checks: list[tuple[str, FixCheck]]) -> s
     """After SL105's fix, the candidates measured no better (a weight moved off the axis gathers the logits
     instead): the layouts the user need not try. Another constraint measured better is left out: an inserted
     constraint stands for the user's only on the value, not its cotangent, which the user's also constrains."""
-    others = [f"{change}: {_judged(c)}" for change, c in checks
+    others = [f"{change}: {judged_text(c)}" for change, c in checks
               if change != chosen and c.verdict is not FixVerdict.better] if splits_activation(f) else []
     return f"; also tried: {'; '.join(others)}" if others else ""
 

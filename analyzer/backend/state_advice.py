@@ -9,7 +9,7 @@ from ...passes.models.entry import RoundTrip
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding
 from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATE_ARGUMENT_FIXES, STATE_RULES
-from .fix_verdicts import _cost_text, _not_offered
+from .fix_verdicts import cost_text, not_offered_text
 from .parameter_moves import listed
 from .path_summary import summarized_paths
 
@@ -32,31 +32,57 @@ def _score(c: FixCheck) -> tuple[int, int]:
     return _RANK[c.verdict], c.peak_delta + c.traffic_delta
 
 
+
 _RANK = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
          FixVerdict.worse: 4, FixVerdict.failed: 5}
 
 
+def better_move_of(f: Finding, state_check: FixCheck | None, findings: list[Finding],
+                   moved: dict[str, RoundTrip]) -> Finding | None:
+    """The finding whose fix moves a state value ``f`` (a rule about state) is about, measured better than
+    the state fix ``f`` gives (``state_check``): SL103's tied decoder on the dimension it produces, with its
+    optimizer state. None where there is none, or ``f`` is no rule about state."""
+    if f.rule not in STATE_RULES:
+        return None
+    names = {rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None}
+    move = next((g for g in findings if g.rule in PARAMETER_FIXES and g.rule not in STATE_RULES
+                 and g.parameter in names and g.fix_check is not None
+                 and g.fix_check.verdict is FixVerdict.better and g.suggested_sharding is not None), None)
+    if move is None or move.fix_check is None or (state_check is not None and _score(state_check) <= _score(
+            move.fix_check)):
+        return None
+    return move
+
+
 def better_moves_of_state(findings: list[Finding], moved: dict[str, RoundTrip]) -> list[Finding]:
     """A state value a state fix covers (SL201: take the layout the step returns it in, or pin it back) that
-    another finding's fix moves, measured better (SL103's tied decoder on the dimension it produces, with its
-    optimizer state): the state finding gives that move, so lint names one layout per value, the better
-    measured, as suggest's single move of it does (issue #46: P(None, 'model') printed beside P('model'))."""
-    moves = {f.parameter: f for f in findings if f.rule in PARAMETER_FIXES and f.rule not in STATE_RULES
-             and f.parameter and f.fix_check is not None and f.fix_check.verdict is FixVerdict.better
-             and f.suggested_sharding is not None}
+    another finding's fix moves, measured better (``better_move_of``): the state finding gives that move, so
+    lint names one layout per value, the better measured, as suggest's single move of it does (issue #46:
+    P(None, 'model') printed beside P('model')). The state fix's own figures stay on the finding
+    ``state_advice`` gave them to, one this leaves alone."""
+    together = len({rt.input.index for rt in moved.values()})
     out = []
     for f in findings:
-        names = {rt.input.path for m in (f.ops or [f.subject or ""]) if (rt := moved.get(m)) is not None}
-        move = next((g for p, g in moves.items() if p in names), None) if f.rule in STATE_RULES else None
-        if move is None or move.fix_check is None or (f.fix_check is not None and _score(f.fix_check) <= _score(
-                move.fix_check)):
+        move = better_move_of(f, f.fix_check, findings, moved)
+        if move is None:
             out.append(f)
             continue
-        state = "not measured" if f.fix_check is None else f"measured {_cost_text(f.fix_check)}"
+        state = "not measured" if f.fix_check is None else (
+            f"which changes all {together} state values that come back on another layout at once, measured "
+            f"{cost_text(f.fix_check)}")
         out.append(f.model_copy(update={"fix_check": move.fix_check, "fix": (
             f"{move.rule}'s fix for {move.parameter}, measured better than the state fix for it ({state}): "
             f"{move.fix}")}))
     return out
+
+
+def moves_printed_for_state(findings: list[Finding]) -> list[str]:
+    """The changes of the moves ``better_moves_of_state`` prints for state values in place of the state fix
+    (each once, in the findings' order): what a user makes for those values instead of it."""
+    moves = {f.fix_check.change: None for f in findings if f.rule in PARAMETER_FIXES and f.rule not in STATE_RULES
+             and f.fix_check is not None and f.fix_check.verdict is FixVerdict.better}
+    return list(dict.fromkeys(f.fix_check.change for f in findings if f.rule in STATE_RULES
+                              and f.fix_check is not None and f.fix_check.change in moves))
 
 
 def better_state_fix(pin: FixCheck, take: FixCheck) -> FixCheck:
@@ -74,9 +100,13 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
     together = len({rt.input.index for rt in moved.values()})
     # The figures go on one finding, the others name it: an SL203 about a moved value where there is one, as
     # one_advice_per_value gives its text to the SL201 on the same value (an SL201 holding them would lose them).
+    # Not one whose value another finding's better move is printed for (better_moves_of_state): that finding
+    # prints the move, and the figures would be lost with the state fix's text (a new user's BERT, issue 46:
+    # 66 small outputs pointed at the embedding's finding, which printed SL103's move).
     state = [f for f in findings if f.rule in STATE_RULES
              and not (f.rule in STATE_ARGUMENT_FIXES and moved.get(f.subject or "") is None)]
-    lead = next((f for f in state if f.rule in STATE_ARGUMENT_FIXES), state[0] if state else None)
+    kept = [f for f in state if better_move_of(f, best, findings, moved) is None] or state
+    lead = next((f for f in kept if f.rule in STATE_ARGUMENT_FIXES), kept[0] if kept else None)
     out = []
     for f in findings:
         if f.rule not in STATE_RULES:
@@ -88,7 +118,7 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
             continue
         if best.verdict is not FixVerdict.better:
             text = (f"neither fix is measured better for this step: pinning the outputs was tried, compiled and "
-                    f"{_not_offered(pin)}; giving the inputs the returned layout {_not_offered(take)}")
+                    f"{not_offered_text(pin)}; giving the inputs the returned layout {not_offered_text(take)}")
             out.append(f.model_copy(update={"fix": text, "fix_check": best}))
             continue
         members = [moved.get(m) for m in (f.ops or [f.subject or ""])]
@@ -106,9 +136,9 @@ def state_advice(findings: list[Finding], pin: FixCheck, take: FixCheck, moved: 
             what = "pin the state outputs to their inputs' layouts (the target's suggested out_shardings=)"
         if f is lead:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
-                    f"at once, not this finding's alone: {_cost_text(best)}; the other way, "
+                    f"at once, not this finding's alone: {cost_text(best)}; the other way, "
                     f"{'pinning the outputs' if best is take else 'taking the returned layouts'}, "
-                    f"{_cost_text(other)})")
+                    f"{cost_text(other)})")
         else:
             text = (f"{what} (checked with all {together} state values that come back on another layout changed "
                     f"at once; their figures are on the finding for {lead.subject if lead else ''})")

@@ -14,7 +14,14 @@ import sys
 import threading
 
 from ..supervision import isolation
-from ..supervision.isolation import LIFELINE_FD_ENV, SCRATCH_PREFIX, STATUS_FD_ENV, STREAMS_ENV, _send, signal_groups
+from ..supervision.isolation import (
+    LIFELINE_FD_ENV,
+    SCRATCH_PREFIX,
+    STATUS_FD_ENV,
+    STREAMS_ENV,
+    send_status,
+    signal_groups,
+)
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -63,7 +70,7 @@ def child_main(argv: list[str]) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    _send({"exit": code})
+    send_status({"exit": code})
     isolation._status_file.close()
     # os._exit: a script's non-daemon thread or atexit hook cannot keep the process alive.
     os._exit(code)

@@ -120,20 +120,51 @@ def _argument_name(exc: BaseException, path: str, shape: tuple[int, ...]) -> str
         if not (isinstance(call, ast.Call) and call.lineno <= lineno <= (call.end_lineno or call.lineno)
                 and isinstance(call.func, ast.Attribute) and call.func.attr in ("lower", "trace")):
             continue
-        fn = _evaluated(call.func.value, frame)
-        try:
-            names = list(inspect.signature(fn).parameters) if fn is not None else []
-        except (TypeError, ValueError):
-            names = []
-        for i, arg in enumerate(call.args):
-            value = _evaluated(arg, frame)
+        fn = _jitted_function(call.func.value, frame)
+        for i, (shown, value) in enumerate(_passed(call.args, frame)):
             inner = _path_of_shape(value, shape)
             if inner is None:
                 continue
-            shown = ast.unparse(arg)
-            name = names[i] if i < len(names) else shown
+            name = _parameter_at(fn, i) or shown
             return name + inner + (f" (passed as {shown})" if shown != name else "")
     return None
+
+
+def _jitted_function(node: ast.expr, frame) -> Any:
+    """What ``.lower`` is called on: a name's value, or the function a ``jax.jit(step, ...)`` written in the
+    call wraps (``jax.jit(step).lower(*args)``)."""
+    if isinstance(node, ast.Call) and node.args and ast.unparse(node.func).split(".")[-1] == "jit":
+        return _evaluated(node.args[0], frame)
+    return _evaluated(node, frame)
+
+
+def _passed(args: list[ast.expr], frame) -> list[tuple[str, Any]]:
+    """Each positional value of a call, as written and its value: a starred sequence's items each
+    (``lower(*args)``: ``args[0]``, ``args[1]``, ...)."""
+    out: list[tuple[str, Any]] = []
+    for arg in args:
+        if isinstance(arg, ast.Starred):
+            items = _evaluated(arg.value, frame)
+            written = ast.unparse(arg.value)
+            out += [(f"{written}[{k}]", v) for k, v in enumerate(items)] if isinstance(items, (tuple, list)) \
+                else [(ast.unparse(arg), None)]
+        else:
+            out.append((ast.unparse(arg), _evaluated(arg, frame)))
+    return out
+
+
+def _parameter_at(fn: Any, position: int) -> str | None:
+    """The name of ``fn``'s parameter that takes the positional argument at ``position``: a ``*args``
+    parameter's item by its index (``args[1]``); None where it cannot be told."""
+    try:
+        params = list(inspect.signature(fn).parameters.values()) if fn is not None else []
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if position < len(positional):
+        return positional[position].name
+    rest = next((p for p in params if p.kind is p.VAR_POSITIONAL), None)
+    return f"{rest.name}[{position - len(positional)}]" if rest is not None else None
 
 
 def _evaluated(node: ast.expr, frame) -> Any:

@@ -22,16 +22,16 @@ _started_groups: list[int] = []  # process groups the child started: killed if t
 def phase(where: str, doing: str) -> None:
     """Tell the supervising parent which file is being worked on and how, so
     that a crash or a timeout can be reported against it. No-op in process."""
-    _send({"where": where, "doing": doing})
+    send_status({"where": where, "doing": doing})
 
 
 def process_group(pgid: int) -> None:
     """A process group the child started (``run``'s script): killed with it."""
     _started_groups.append(pgid)
-    _send({"process_group": pgid})
+    send_status({"process_group": pgid})
 
 
-def _send(message: dict) -> None:
+def send_status(message: dict) -> None:
     if _status_file is None:
         return
     try:

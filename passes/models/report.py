@@ -160,7 +160,10 @@ class MemoryTimelinePoint(Model):
 class MemorySummary(Model):
     """Per-device memory of the compiled program.
 
-    ``peak_bytes`` is XLA's figure, temp + argument + output - alias. ``live_at_peak``
+    ``peak_bytes`` is XLA's figure, temp + argument + output - alias: what the executable allocates on a
+    device, its temp allocation whole. It is not ``memory_analysis().peak_memory_in_bytes``, which XLA's CPU
+    executable fills from its buffer assignment without the temp allocation (argument + output - alias within
+    a few bytes, on jax 0.10.2 and 0.12; tests/analyzer/commands/test_xla_peak_field.py). ``live_at_peak``
     and ``timeline`` come from XLA's live-range report, whose own peak (the heap
     simulator's, ``live_range_peak_bytes``) counts only the entry computation's
     buffers and can differ.

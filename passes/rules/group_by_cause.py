@@ -79,7 +79,7 @@ def _merged(group: list[Finding]) -> Finding:
             + (f" ({format_bytes(f.bytes)} per step)" if f.bytes else "") for f in rest])
     if parameter and others:  # several weights, one change: the finding names each
         update["parameters"] = [parameter, *others]
-        message += f"; the same holds for {_listed(others)}"
+        message += _other_weights(group, others, first)
         fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
     if any(c.together for f in group for c in f.candidates):  # tensor-parallel pairs: each member's partner
         update["candidates"], patterned = _merged_pairs(group)
@@ -118,6 +118,22 @@ def _merged_pairs(group: list[Finding]) -> tuple[list[FixCandidate], dict[str, s
 
 # The whys a group of collectives with no argument says, at most (each its own op's).
 _WHYS = 4
+
+
+def _other_weights(group: list[Finding], others: list[str], first: Finding) -> str:
+    """What the group's other weights are: weights written the same way at this line whose own findings
+    named some of the group's collectives, each with how many and their bytes (counted in the group's), not
+    causes of the first weight's (issue #46: "the same holds for lm_head and v_proj" read as three causes of
+    the Llama's o_proj gathers; the lm_head and v_proj read the stream o_proj's output split)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for f in group:
+        if f.parameter and (name := layer_pattern(f.parameter)) in others:
+            n, b = counts.get(name, (0, 0))
+            counts[name] = (n + f.count, b + (f.bytes or 0))
+    each = [f"{name} ({n}, {format_bytes(b)} per step)" if b else f"{name} ({n})"
+            for name, (n, b) in ((o, counts.get(o, (0, 0))) for o in others)]
+    return (f"; of the group's collectives, some were traced to other weights written "
+            f"{pspec_text(first.parameter_sharding)} at this line, counted in its figures: {_listed(each)}")
 
 
 def _listed(names: list[str]) -> str:

@@ -136,6 +136,19 @@ def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_
     assert stream["parameter"] == "params['model']['layers'][*]['self_attn']['o_proj']['kernel']", stream["parameter"]
     assert stream["parameter_sharding"] == [[], ["model"]]
     assert "it gathers the output of the matmul by that weight" in stream["message"], stream["message"]
+    # The other weights it names are what they are, each with its own figure: weights written as o_proj is, each
+    # traced to some of the group's gathers (on jax 0.10.2 XLA's one reader of each is that weight's dot: layer 0's
+    # v_proj reads the first layer's normed embedding, before any o_proj; jax 0.12 fuses the readers into the
+    # norms), counted in the group's figures (XLA's 4 MiB stream gathers), not more causes of o_proj's gathers
+    # ("the same holds for" read as three causes).
+    assert "the same holds for" not in stream["message"], stream["message"]
+    named = re.findall(r"(params\S*?\]) \((\d+), ([\d.]+) MiB per step\)", stream["message"])
+    assert {w for w, _, _ in named} == {"params['lm_head']['kernel']",
+                                        "params['model']['layers'][*]['self_attn']['v_proj']['kernel']"}, named
+    assert 0 < sum(int(n) for _, n, _ in named) < len(stream["ops"])
+    for weight, count, mib in named:
+        assert float(mib) * 2**20 == int(count) * BATCH // DATA * SEQ * HIDDEN * 4 == int(count) * max(
+            gathers.values()), (weight, count, mib)
     with open(LLAMA) as script:  # the user's line: the model's call in the step
         [line] = [k for k, text in enumerate(script, 1) if "logits = model(" in text]
     assert (stream["source"]["file"], stream["source"]["line"]) == ("examples/models/llama_flax.py", line)

@@ -46,9 +46,9 @@ from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
-from ..fix_checks import _compiled, _matcher
-from ..fix_verdicts import _cost_text, _judged, _not_offered, baseline, measured_check, rematerializations
-from ..parameter_moves import kept_text, listed, mirrors, returning_state, state_returns
+from ..candidate_compile import compiled_candidate
+from ..fix_verdicts import baseline, cost_text, judged_text, measured_check, not_offered_text, rematerializations
+from ..parameter_moves import kept_text, listed, matcher, mirrors, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
 from .moves import single_moves
@@ -76,7 +76,7 @@ def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
     (parameter_moves.mirrors), as the rule's own fix moves them."""
     units: list[list[int]] = []
     for parameter in f.parameters or ([f.parameter] if f.parameter else []):
-        whole = _matcher(parameter)
+        whole = matcher(parameter)
         named = [t.index for t in inputs if whole.match(t.path)]
         if not named:
             continue
@@ -195,13 +195,13 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
     if own is None:
         why = "the rule's own fix measured no better"
     elif own.verdict in (FixVerdict.rematerializes, FixVerdict.failed):
-        why = f"the rule's own fix, {own.change}, was tried and {_not_offered(own)}"
+        why = f"the rule's own fix, {own.change}, was tried and {not_offered_text(own)}"
     else:
-        why = f"the rule's own fix, {own.change}, was tried and measured {_judged(own)}"
+        why = f"the rule's own fix, {own.change}, was tried and measured {judged_text(own)}"
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
         "fix": (f"{_fix_text(edits, inputs, returned, kept)}: {whose} with every other argument as written, where "
-                f"{why} (checked: {_cost_text(check)})")})
+                f"{why} (checked: {cost_text(check)})")})
 
 
 def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, Sharding]:
@@ -320,7 +320,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 
     def job(e: dict[int, Sharding]):
         text = with_entry_shardings(module, _state_results(target, report, e), sig.mesh_name, e)
-        return functools.partial(_compiled, report.name, text, sig, settings, where, devices, edit(e))
+        return functools.partial(compiled_candidate, report.name, text, sig, settings, where, devices, edit(e))
 
     moves = _moves(target, units, report)
     workers = os.cpu_count() or 1
@@ -389,7 +389,7 @@ def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, l
         return _better(f, check, edits, inputs, returned, kept, name)
     return f.model_copy(update={
         "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
-               f"was tried too, compiled and {_not_offered(check)}"})
+               f"was tried too, compiled and {not_offered_text(check)}"})
 
 
 def _listed(inputs: list[TensorInfo], indices: list[int]) -> str:

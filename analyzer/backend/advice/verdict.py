@@ -12,7 +12,7 @@ from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
 from ....passes.pipelines.rewrite import program_figures
 from ...context.config import Settings
-from ..fix_verdicts import _verdict, rematerializations, rematerialized_text
+from ..fix_verdicts import fix_verdict, rematerializations, rematerialized_text
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
@@ -82,7 +82,7 @@ def best_version(versions: list[Version], resolution_s: float = 0.0) -> Version 
     # chosen on it alone could be a trade-off lint refuses (newcomer13's BERT: its intermediate kernel moved,
     # 673.0 vs 673.4 ms, peak -640 KiB, traffic +512 KiB).
     written = next((v for v in ok if v.name == "written" and _seconds(v) <= tie), None)
-    if not leaner and written is not None and chosen is not written and _verdict(
+    if not leaner and written is not None and chosen is not written and fix_verdict(
             (written.peak_bytes or 0, chosen.peak_bytes or 0),
             (written.collective_bytes or 0, chosen.collective_bytes or 0)) is not FixVerdict.better:
         chosen = written

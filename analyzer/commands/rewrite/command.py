@@ -90,7 +90,7 @@ def parse_spec(text: str, mesh_axes: dict[str, int], rank: int, where: str) -> l
     return dims + [[] for _ in range(rank - len(dims))]
 
 
-def _call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]:
+def call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]:
     """(whether the script defines ``entry``, what it returned), called with the
     params it takes; what it raises is one line naming the script."""
     make = getattr(inspect.getmodule(fn), entry, None)
@@ -106,7 +106,7 @@ def _call_entry(fn, entry: str, params: dict, where: str) -> tuple[bool, object]
 
 def _declared(fn, params: dict, where: str) -> dict:
     """``shard_lint_out_shardings(**params)``: {target name: {output path: spec}}."""
-    _, result = _call_entry(fn, DECLARED_ENTRY, params, where)
+    _, result = call_entry(fn, DECLARED_ENTRY, params, where)
     result = result or {}
     if not isinstance(result, dict) or not all(isinstance(v, dict) for v in result.values()):
         raise ShardLintInputError(where, f"{DECLARED_ENTRY}() returned {type(result).__name__}; expected a dict of "
@@ -118,7 +118,7 @@ def script_inputs(fn, params: dict, where: str) -> dict:
     """``shard_lint_inputs(**params)`` from the script, when it has one: concrete
     arguments for ``--validate`` per target (``{name: (arg, ...)}``), or one tuple of
     arguments for every target. Without it, validation draws seeded random inputs."""
-    defined, result = _call_entry(fn, INPUTS_ENTRY, params, where)
+    defined, result = call_entry(fn, INPUTS_ENTRY, params, where)
     if not defined:
         return {}
     if isinstance(result, dict):

@@ -37,7 +37,7 @@ from ...backend.advice.moves import best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
 from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
 from ...backend.device_selection import platform_label
-from ...backend.fix_verdicts import _cost_text, measured_check, rematerializations, traffic_bytes
+from ...backend.fix_verdicts import cost_text, measured_check, rematerializations, traffic_bytes
 from ...backend.out_shardings import suggest_for
 from ...backend.parameter_moves import mirrors
 from ...backend.script_targets import load_script_targets
@@ -104,7 +104,7 @@ def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Versio
     with_it = (", its optimizer state with it" if mirrored else "") + (
         (" and" if mirrored else ",") + " returned in that layout" if returned else "")
     return move.model_copy(update={"description": f"{move.description}{with_it} (as lint checks it: "
-                                   f"{_cost_text(check)})"})
+                                   f"{cost_text(check)})"})
 
 
 def _returning_state(t: SuggestTarget, args: Pins, results: Pins) -> Pins:

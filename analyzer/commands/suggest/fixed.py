@@ -4,7 +4,7 @@ and the script's ``shard_lint_fixed()``."""
 from __future__ import annotations
 
 from ...errors import ShardLintInputError
-from ..rewrite.command import _call_entry, parse_spec
+from ..rewrite.command import call_entry, parse_spec
 
 FIXED_ENTRY = "shard_lint_fixed"
 
@@ -44,7 +44,7 @@ def fixed_shardings(fixes: tuple[str, ...], declared: dict, sig, where: str) -> 
 
 
 def declared_fixed(fn, params: dict, name: str, where: str) -> dict:
-    defined, result = _call_entry(fn, FIXED_ENTRY, params, where)
+    defined, result = call_entry(fn, FIXED_ENTRY, params, where)
     if not defined or result is None:
         return {}
     if isinstance(result, (list, tuple)):

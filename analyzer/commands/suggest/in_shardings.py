@@ -23,13 +23,13 @@ from typing import Any
 from ....passes.common.sharding_text import named_sharding_text, normalized, pspec_text
 from ....passes.models.report import TensorInfo
 from ...adapter import jax_adapter
-from ...backend.out_shardings import _arg_names, _keys_text, _Tree, paste_namespace
+from ...backend.out_shardings import ArgumentTree, argument_names, keys_text, paste_namespace
 
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
     args = jax_adapter.call_arguments(lowered)
-    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))  # module argument numbers: intended's
-    names = _arg_names(inputs, tree, args)
+    tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered))  # module argument numbers: intended's
+    names = argument_names(inputs, tree, args)
 
     def same(leaves: list[int]) -> bool:
         first = pspec_text(intended[leaves[0]])  # P('x') for every rank: what a prefix gives each leaf
@@ -49,7 +49,7 @@ def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list
         if (len(leaves) > 1 or len(tree.jax.tree_util.tree_leaves(node)) > 1) and same(leaves):
             return named_sharding_text(intended[leaves[0]])  # a pytree prefix: one sharding for the subtree
         common = named_sharding_text(intended[leaves[0]]) if same(leaves) else "None"
-        kids = [(k, c, None if expr is None or _keys_text((k,)) is None else expr + _keys_text((k,)))
+        kids = [(k, c, None if expr is None or keys_text((k,)) is None else expr + keys_text((k,)))
                 for k, c in tree.children(node)]
         if type(node) is dict:
             return "{" + ", ".join(f"{k.key!r}: {render(c, x, common)}" for k, c, x in kids) + "}"
@@ -76,8 +76,8 @@ def placement_text(lowered: Any, inputs: tuple[TensorInfo, ...], in_text: str) -
     tuple (device_put takes the same pytree prefixes as jit). None where an argument
     has no name to assign to."""
     args = jax_adapter.call_arguments(lowered)
-    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
-    names = {**_arg_names(inputs, tree, args), **jax_adapter.keyword_argument_names(lowered)}
+    tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered))
+    names = {**argument_names(inputs, tree, args), **jax_adapter.keyword_argument_names(lowered)}
     count = len(list(tree.children(args)))
     if count == 0 or any(i not in names for i in range(count)):
         return None
@@ -95,8 +95,8 @@ ABSTRACT_INPUTS = ("with_shardings = lambda *args: jax.tree.map(lambda sh, sub: 
 
 def _positional_names(lowered: Any, inputs: tuple[TensorInfo, ...]) -> list[str] | None:
     args = jax_adapter.call_arguments(lowered)
-    tree = _Tree(args, jax_adapter.kept_argument_leaves(lowered))
-    names = _arg_names(inputs, tree, args)
+    tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered))
+    names = argument_names(inputs, tree, args)
     count = len(list(tree.children(args)))
     if count == 0 or any(i not in names for i in range(count)):
         return None

@@ -22,7 +22,7 @@ from typing import Any
 from ....passes.common.sharding_text import normalized, pspec_text
 from ....passes.models.suggest import ChosenSharding, LogicalRuleAdvice, LogicalRuleChange
 from ...errors import ShardLintInputError
-from ..rewrite.command import _call_entry
+from ..rewrite.command import call_entry
 
 LOGICAL_ENTRY = "shard_lint_logical_axes"
 
@@ -34,7 +34,7 @@ def declared_logical(fn: Any, params: dict, where: str) -> tuple[list[tuple[str,
     import jax
     from jax.sharding import PartitionSpec
 
-    defined, result = _call_entry(fn, LOGICAL_ENTRY, params, where)
+    defined, result = call_entry(fn, LOGICAL_ENTRY, params, where)
     if not defined:
         return None
     if not isinstance(result, dict) or "rules" not in result or not isinstance(result.get("arguments"), dict):

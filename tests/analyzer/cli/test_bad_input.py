@@ -178,11 +178,22 @@ def test_an_indivisible_vocabulary_is_padded_or_sharded_on_an_axis_that_divides_
     """BERT's 30522-row word embedding on 'data' (size 4): a model size, not a batch, so no fit advice; pad to
     30524 (30522 = 4 x 7630 + 2) or shard on 'model' (size 2), which divides 30522 (= 2 x 15261)."""
     line = _one_line(cli("lint", f"{BAD}/indivisible_vocab.py"))
-    assert line.startswith(f"jax-shard-lint: error: {BAD}/indivisible_vocab.py: ")
+    # Passed inside the parameters' pytree with lower(*args): named by the step's parameter and the tuple's item.
+    assert line.startswith(f"jax-shard-lint: error: {BAD}/indivisible_vocab.py: params['embeddings']['word'] "
+                           "(passed as args[0]) has shape (30522, 16)"), line
     assert ("has shape (30522, 16): its dim 0 is 30522, which mesh axis 'data' (size 4) of P('data', None) does not "
             "divide: pad it to 30524 (the next multiple of 4) where the script sets it, or shard dim 0 on 'model' "
             "(size 2), which divides 30522 (line 22)") in line, line
     assert "fit" not in line.split(": error: ", 1)[1].replace("indivisible_vocab.py", "")
+
+
+def test_an_indivisible_argument_of_a_star_parameter_is_named_by_its_index(cli):
+    """A variadic step (``def step(ids, *tables)``): the value JAX cannot split is the second of ``tables``, and the
+    line says so, as the script passes it (``word``), not "an argument"."""
+    line = _one_line(cli("lint", f"{BAD}/indivisible_star_parameter.py"))
+    assert line.startswith(f"jax-shard-lint: error: {BAD}/indivisible_star_parameter.py: tables[1] (passed as "
+                           "word) has shape (30522, 16): its dim 0 is 30522, which mesh axis 'data' (size 4) of "
+                           "P('data', None) does not divide"), line
 
 
 def test_an_indivisible_default_names_the_parameter_fit_sizes(cli):

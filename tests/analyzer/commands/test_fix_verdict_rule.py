@@ -6,7 +6,7 @@ fix. Within 1% of the peak, but it grows one figure by three times what it saves
 
 import pytest
 
-from jax_shard_lint.analyzer.backend.fix_verdicts import _verdict
+from jax_shard_lint.analyzer.backend.fix_verdicts import fix_verdict
 from jax_shard_lint.passes.models.fix_check import FixVerdict
 
 MiB = 1 << 20
@@ -19,7 +19,7 @@ T5_SL103_FIX = (1_337_298_260, 501_244_424)
 def test_a_fix_that_grows_one_figure_more_than_it_saves_on_the_other_is_a_trade_off():
     (p0, t0), (p1, t1) = T5_WRITTEN, T5_SL103_FIX
     assert p1 - p0 < 0.01 * p0 and p1 - p0 > t0 - t1  # within 1% of the peak, more than the traffic saved
-    assert _verdict((p0, p1), (t0, t1)) is FixVerdict.trade_off
+    assert fix_verdict((p0, p1), (t0, t1)) is FixVerdict.trade_off
 
 
 @pytest.mark.parametrize("grown, verdict", [(1 * MiB, FixVerdict.better), (96 * MiB, FixVerdict.trade_off)])
@@ -27,7 +27,7 @@ def test_a_small_growth_for_a_large_saving_is_better(grown, verdict):
     # A table sharded to save 95 MiB of peak that makes a 1 MiB all-reduce is better; past 1% of the peak
     # (a 10 GiB peak: 102 MiB) the growth is also bounded by what was saved.
     peak = 10 << 30
-    assert _verdict((peak, peak - 95 * MiB), (0, grown)) is verdict
+    assert fix_verdict((peak, peak - 95 * MiB), (0, grown)) is verdict
 
 
 def _moved(figure, share):
@@ -59,4 +59,4 @@ BOUNDARIES = [
 
 @pytest.mark.parametrize("case, fixed, verdict", BOUNDARIES, ids=[b[0] for b in BOUNDARIES])
 def test_each_bound_of_the_stated_rule_around_xlas_figures(case, fixed, verdict):
-    assert _verdict((P0, fixed[0]), (T0, fixed[1])) is verdict
+    assert fix_verdict((P0, fixed[0]), (T0, fixed[1])) is verdict
