@@ -29,7 +29,7 @@ from ..hlo.combined_parts import CombinedParts, traced_parts
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
 from ..hlo.cost import program_cost, xla_cost_figures
 from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
-from ..hlo.layout_waste import aliased_parameters, compiled_shapes
+from ..hlo.layout_waste import aliased_parameters
 from ..hlo.memory import summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.normalized_sums import normalized_partial_sums
@@ -39,11 +39,8 @@ from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
-from ..models.rule_codes import SL105
 from ..propagation.predicted_communication import predict
-from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.report import run_propagation
-from ..propagation.split_activations import SplitRead, split_reads
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
 from ..rules.finding_provenance import attach_provenance, explained
@@ -56,13 +53,14 @@ from ..stablehlo.module import (
     read_entry_signature,
     read_entry_sources,
 )
-from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
+from ..stablehlo.sharding_constraints import read_constraints
 from ..stablehlo.state_roundtrip import correspond, suggested_out_shardings
 from ..stablehlo.stated_moves import mark_stated_moves, stated_moves
 from .catalogue import REMATERIALIZATION_RULES
 from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
+from .propagated_facts import activation_splits, constrained_padding, propagated_padding
 from .rule_stage import rule_context, run_rule, run_rules
 
 
@@ -116,7 +114,6 @@ LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-ro
 })
 
 # The rules that read Shardy's propagation of the module (their traits say so): it runs when one is on.
-_READ_SHARDY_PROPAGATION = codes_where(lambda t: t.reads_shardy_propagation)
 # The rules whose findings can stand for a collective XLA adds at an output (SL201 claims it): their traits.
 _BOUNDARY_COLLECTIVES = codes_where(lambda t: t.boundary_collectives)
 
@@ -304,10 +301,10 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         collective_parts=combined.parts if combined else {},
         involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
                                          collectives, config.ownership),
-        padded_values=_padded_values(module, sig, hlo, config),
+        padded_values=constrained_padding(module, sig, hlo, config),
         constraints=read_constraints(module, config.ownership),
-        propagated_padding=_propagated_padding(module, sig, hlo, config),
-        split_reads=_split_reads(module, sig, collectives, config),
+        propagated_padding=propagated_padding(module, sig, hlo, config),
+        split_reads=activation_splits(module, sig, collectives, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=_stated_outputs(sig),
         call_site=site,
@@ -354,36 +351,6 @@ def refusal_of(error_text: str) -> CompilerRefusal | None:
     """The compiler's out-of-memory refusal in a compile error's text (lint's refused pipeline starts from
     it), or None for any other error."""
     return LINT_REFUSED.run("refusal", read_refusal, error_text)
-
-
-def _padded_values(module: ir.Module, sig: EntrySignature, hlo: HloModule,
-                   config: PassConfig) -> tuple[PaddedValue, ...]:
-    """The constrained values the compiled program holds padded (the compiled shapes read only when a
-    constraint does not divide its value)."""
-    uneven = tuple(c for c in read_constraints(module, config.ownership) if c.uneven_dims(sig.mesh))
-    return padded_values(uneven, sig.mesh, compiled_shapes(hlo)) if uneven else ()
-
-
-def _propagated_padding(module: ir.Module, sig: EntrySignature, hlo: HloModule,
-                        config: PassConfig) -> tuple[PropagatedPadding, ...]:
-    """The values Shardy's propagation cuts unevenly that the compiled program holds padded (SL206's;
-    Shardy's propagation is run only when a rule that reads it is on)."""
-    if _READ_SHARDY_PROPAGATION <= config.disabled:
-        return ()
-    stated = read_constraints(module, config.ownership)
-    return propagated_padded_values(module, sig.mesh, compiled_shapes(hlo), stated, config.ownership)
-
-
-def _split_reads(module: ir.Module, sig: EntrySignature, collectives: tuple[Collective, ...],
-                 config: PassConfig) -> tuple[SplitRead, ...]:
-    """Where an activation's split comes from (SL105's gathers of no argument): Shardy's propagation is run
-    only when SL105 is on and XLA gathers a value no stated sharding asked for."""
-    lines = frozenset((c.source.file, c.source.line) for c in collectives
-                      if c.intent == "reshard" and c.kind == "all-gather" and c.source is not None)
-    if SL105.code in config.disabled or not lines:
-        return ()
-    return split_reads(module, sig.mesh, [t.sharding or [] for t in sig.inputs], [tuple(t.shape) for t in sig.inputs],
-                       lines, config.ownership)
 
 
 def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list[Collective], config: PassConfig,
