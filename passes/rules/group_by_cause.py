@@ -49,7 +49,16 @@ def _key(f: Finding) -> tuple[object, ...]:
         # own line), when its fix is one edit of that constraint.
         at = (f.constraint.source.file, f.constraint.source.line, str(f.constraint.sharding))
         return (f.rule, f.severity, "constraint", at, f.fix)
+    if (split := _split_of(f)) is not None:
+        # SL105's gathers of an activation one matmul's output split (sl105_unexplained_reshard._emit_split): one
+        # cause at every line whose matmul reads it whole, one fix (a constraint there, or that weight moved).
+        return (f.rule, f.severity, "split", split)
     return (f.rule, f.severity, src, via, change, f.fix if f.parameter is None else None)
+
+
+def _split_of(f: Finding) -> str | None:
+    """The propagated values a finding's candidates constrain (an activation's split at its origin), or None."""
+    return next((c.value for c in f.candidates if c.value.startswith("propagated_value[")), None)
 
 
 def _merged(group: list[Finding]) -> Finding:
@@ -58,6 +67,8 @@ def _merged(group: list[Finding]) -> Finding:
     named = Counter(layer_pattern(f.parameter) for f in group if f.parameter)
     first = max(group, key=lambda f: (f.bytes or 0, named[layer_pattern(f.parameter)] if f.parameter else 0,
                                       f.subject or ""))
+    if _split_of(first) is not None:  # one split's gathers: said at the first line of the largest
+        first = max(group, key=lambda f: (f.bytes or 0, -(f.source.line if f.source else 0)))
     if len(group) == 1:
         return first
     paths = {f.parameter for f in group}
