@@ -12,7 +12,7 @@ from ....passes.models.report import TargetReport
 from ....passes.models.suggest import Version
 from ....passes.pipelines.rewrite import program_figures
 from ...context.config import Settings
-from ..fix_verdicts import fix_verdict, rematerializations, rematerialized_text
+from ..fix_verdicts import fix_verdict, new_rematerializations, rematerialized_text
 
 # Estimated times this close are one time: the estimate is a model of the compiled
 # program, not a measurement, and a 1% edge is not worth a tenth more memory.
@@ -93,7 +93,7 @@ def with_rematerializations(version: Version, report: TargetReport | None, writt
     """The version with what XLA replicates in full to compile it that the program as written (``written``: its
     ``rematerializations``) does not make it do: what lint's fix check of the same program reads
     (``fix_verdicts.measured_check``)."""
-    new = sorted(rematerializations(report) - written) if report is not None else []
+    new = new_rematerializations(report, written) if report is not None else []
     return version.model_copy(update={"rematerialized": new}) if new else version
 
 
