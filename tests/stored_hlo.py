@@ -54,6 +54,19 @@ def compiled_text(release: str, name: str) -> str:
         return f.read()
 
 
+def stored_text(path: str) -> str:
+    """A stored text by its path: a meaning folder's ``.hlo``, or fixtures/compiled's ``RELEASE/NAME.hlo.gz``."""
+    if path.endswith(".gz"):
+        return compiled_text(os.path.basename(os.path.dirname(path)), os.path.basename(path)[: -len(".hlo.gz")])
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def called_instructions(comps: dict[str, list[str]]) -> dict[str, tuple[str, str, list[str], str]]:
+    """Every instruction of the computations other than the entry (fusion bodies, loop bodies), by name."""
+    return {n: v for name, lines in comps.items() if name != "ENTRY" for n, v in instructions(lines).items()}
+
+
 def computations(text: str) -> dict[str, list[str]]:
     """computation name -> its instruction lines; the entry's is also under 'ENTRY'."""
     out: dict[str, list[str]] = {}

@@ -16,7 +16,16 @@ from functools import cache
 from math import prod
 
 import pytest
-from stored_hlo import COMPILED, MEANING, MEANING_H100, compiled_text, computations, instructions, releases
+from stored_hlo import (
+    COMPILED,
+    MEANING,
+    MEANING_H100,
+    called_instructions,
+    computations,
+    instructions,
+    releases,
+    stored_text,
+)
 
 from jax_shard_lint.passes.hlo.concatenated_sums import (
     concatenated_values,
@@ -52,13 +61,9 @@ STORED = list(_stored())
 
 @cache  # each text parsed once for the tests that ask it (parsing is most of their time)
 def _read(path):
-    if path.endswith(".gz"):
-        text = compiled_text(os.path.basename(os.path.dirname(path)), os.path.basename(path)[: -len(".hlo.gz")])
-    else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    text = stored_text(path)
     comps = computations(text)
-    ops = {n: v for name, lines in comps.items() if name != "ENTRY" for n, v in instructions(lines).items()}
+    ops = called_instructions(comps)
     return comps, ops, parse_hlo_module(text)
 
 

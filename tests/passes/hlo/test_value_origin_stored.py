@@ -12,7 +12,7 @@ import re
 from functools import cache
 
 import pytest
-from stored_hlo import COMPILED, MEANING, compiled_text, computations, dims, instructions, releases
+from stored_hlo import COMPILED, MEANING, called_instructions, computations, dims, instructions, releases, stored_text
 
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.value_origin import (
@@ -41,13 +41,9 @@ TPU_STEPS = [pytest.param(os.path.join(COMPILED, r, "llama-512.tpu-v5e.hlo.gz"),
 
 @cache  # each text parsed once for the tests that ask it (parsing is most of their time)
 def _read(path):
-    if path.endswith(".gz"):
-        text = compiled_text(os.path.basename(os.path.dirname(path)), os.path.basename(path)[: -len(".hlo.gz")])
-    else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    text = stored_text(path)
     comps = computations(text)
-    ops = {n: v for name, lines in comps.items() if name != "ENTRY" for n, v in instructions(lines).items()}
+    ops = called_instructions(comps)
     module = parse_hlo_module(text)
     return comps, ops, module, origin_index(module)
 
