@@ -33,7 +33,7 @@ def _watch_lifeline(fd: int) -> None:
             pass
     except OSError:
         pass
-    signal_groups(isolation._started_groups, signal.SIGKILL)
+    signal_groups(isolation.started_groups(), signal.SIGKILL)
     scratch = os.environ.get("TMPDIR", "")
     if os.path.basename(scratch).startswith(SCRATCH_PREFIX):
         shutil.rmtree(scratch, ignore_errors=True)
@@ -54,7 +54,7 @@ def _child_streams() -> None:
 def child_main(argv: list[str]) -> None:
     lifeline = int(os.environ.pop(LIFELINE_FD_ENV))
     threading.Thread(target=_watch_lifeline, args=(lifeline,), name="jax-shard-lint-lifeline", daemon=True).start()
-    isolation._status_file = open(int(os.environ.pop(STATUS_FD_ENV)), "w", encoding="utf-8", buffering=1)
+    isolation.open_status_pipe(int(os.environ.pop(STATUS_FD_ENV)))
     _child_streams()
     from .main import run_command
 
@@ -71,7 +71,7 @@ def child_main(argv: list[str]) -> None:
         except (OSError, ValueError):
             pass
     send_status({"exit": code})
-    isolation._status_file.close()
+    isolation.close_status_pipe()
     # os._exit: a script's non-daemon thread or atexit hook cannot keep the process alive.
     os._exit(code)
 

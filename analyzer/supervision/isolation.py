@@ -19,6 +19,24 @@ _status_file = None  # the child's end of the status pipe; None in process (test
 _started_groups: list[int] = []  # process groups the child started: killed if the parent dies
 
 
+def open_status_pipe(fd: int) -> None:
+    """The child's end of the status pipe, opened once at the child's start (cli/child.py)."""
+    global _status_file
+    _status_file = open(fd, "w", encoding="utf-8", buffering=1)
+
+
+def close_status_pipe() -> None:
+    global _status_file
+    if _status_file is not None:
+        _status_file.close()
+        _status_file = None
+
+
+def started_groups() -> list[int]:
+    """The process groups this child started, to kill when its parent dies."""
+    return list(_started_groups)
+
+
 def phase(where: str, doing: str) -> None:
     """Tell the supervising parent which file is being worked on and how, so
     that a crash or a timeout can be reported against it. No-op in process."""
