@@ -14,7 +14,6 @@ import os
 import re
 
 import jax
-import pytest
 from conftest import EXAMPLES
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -45,7 +44,6 @@ def _entries(sharding, rank: int) -> list[list[str]]:
     return [[] if e is None else [e] if isinstance(e, str) else list(e) for e in spec]
 
 
-@pytest.mark.slow  # over 30 s on 2 cores: seven compiles of the main example
 def test_an_edited_entry_compiles_to_the_program_jit_traces_again():
     example = script_module(os.path.join(EXAMPLES, "fsdp_tp_train_step.py"))
     lowered = example.shard_lint_targets()["train_step"]
