@@ -291,7 +291,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process trees from /proc")
 @pytest.mark.parametrize("argv, expected", [
-    (["lint", os.path.join(CORPUS, "infinite_loop.py")], 1),  # the child, spinning in the script's import
+    (["lint", os.path.join(CORPUS, "infinite_loop.py")], 1),  # the child, looping in the script's import
     (["run", os.path.join(CORPUS, "run_spawns.py")], 3),  # the child, the script, and what the script started
 ], ids=["lint-in-a-loop", "run-with-grandchildren"])
 def test_sigkill_to_the_parent_leaves_no_process_and_no_scratch_folder(tmp_path, argv, expected):
