@@ -343,10 +343,9 @@ def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
     stack is made small (the lock is taken when libtpu starts, whatever it then compiles; the TPU compiler's
     own start keeps each process holding it for seconds): at its default sizes each compile was ~20 s of CPU."""
     example = os.path.join(EXAMPLES, "remat_layer_stack.py")
-    procs = [subprocess.Popen([console_script(), "lint", example, *SMALL_REMAT, "--platform", "tpu-v5p", "--format", "json",
-                               "-q", "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT,
-                              env=user_env(),
-                              stderr=subprocess.PIPE, text=True) for k in range(2)]
+    procs = [subprocess.Popen([console_script(), "lint", example, *SMALL_REMAT, "--platform", "tpu-v5p", "--format",
+                               "json", "-q", "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")],
+                              cwd=ROOT, env=user_env(), stderr=subprocess.PIPE, text=True) for k in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for code, err in results:
         assert code == 0, err[-2000:]
