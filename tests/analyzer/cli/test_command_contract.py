@@ -291,7 +291,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process trees from /proc")
 @pytest.mark.parametrize("argv, expected", [
-    (["lint", os.path.join(CORPUS, "infinite_loop.py")], 1),  # the child, spinning in the script's import
+    (["lint", os.path.join(CORPUS, "infinite_loop.py")], 1),  # the child, looping in the script's import
     (["run", os.path.join(CORPUS, "run_spawns.py")], 3),  # the child, the script, and what the script started
 ], ids=["lint-in-a-loop", "run-with-grandchildren"])
 def test_sigkill_to_the_parent_leaves_no_process_and_no_scratch_folder(tmp_path, argv, expected):
@@ -332,6 +332,8 @@ def test_a_scratch_folder_whose_parent_is_gone_is_removed_by_the_next_command(tm
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="needs libtpu (pip install 'jax-shard-lint[tpu]')")
+# The layer stack made small: a TPU compile of it is seconds, where its default size's was ~20 s of CPU.
+SMALL_REMAT = ("--set", "batch=8", "--set", "seq=128", "--set", "d_model=256", "--set", "d_ff=512")
 
 
 @needs_libtpu
@@ -341,11 +343,9 @@ def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
     stack is made small (the lock is taken when libtpu starts, whatever it then compiles; the TPU compiler's
     own start keeps each process holding it for seconds): at its default sizes each compile was ~20 s of CPU."""
     example = os.path.join(EXAMPLES, "remat_layer_stack.py")
-    small = ("--set", "batch=8", "--set", "seq=128", "--set", "d_model=256", "--set", "d_ff=512")
-    procs = [subprocess.Popen([console_script(), "lint", example, *small, "--platform", "tpu-v5p", "--format", "json",
-                               "-q", "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")], cwd=ROOT,
-                              env=user_env(),
-                              stderr=subprocess.PIPE, text=True) for k in range(2)]
+    procs = [subprocess.Popen([console_script(), "lint", example, *SMALL_REMAT, "--platform", "tpu-v5p", "--format",
+                               "json", "-q", "--fail-on", "never", "--no-cache", "-o", str(tmp_path / f"{k}.json")],
+                              cwd=ROOT, env=user_env(), stderr=subprocess.PIPE, text=True) for k in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for code, err in results:
         assert code == 0, err[-2000:]
@@ -356,7 +356,9 @@ def test_two_tpu_compiles_at_once_both_succeed(tmp_path):
 
 @needs_libtpu
 def test_a_tpu_target_with_a_gpu_budget_says_so():
-    done = shard_lint("lint", os.path.join(EXAMPLES, "remat_layer_stack.py"), "--platform", "tpu-v5e",
+    """The warning is the settings' (the budget's preset and the target's own memory), whatever the program's
+    size: the stack at the small size above, a fraction of its default size's TPU compile."""
+    done = shard_lint("lint", os.path.join(EXAMPLES, "remat_layer_stack.py"), *SMALL_REMAT, "--platform", "tpu-v5e",
                       "--device", "h100", "--format", "json", "-q", "--fail-on", "never")
     assert done.returncode == 0, done.stderr[-2000:]
     warnings = json.loads(done.stdout)["targets"][0]["warnings"]
