@@ -52,6 +52,7 @@ from .donation_fixes import (
 from .fix_verdicts import (
     baseline,
     cost_text,
+    for_finding,
     measured_check,
     not_offered_text,
     pin_not_offered,
@@ -259,10 +260,10 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         if not attempts or budget <= 0:
             continue
         first, _, planned_first = attempts[0]
-        check = run(planned_first)
+        check = for_finding(f, run(planned_first))
         # Several pairings (every pair together, then each alone): each is compiled and the measured best printed.
         rivals = [(a, c) for a, t, c in attempts[1:] if any(c is r for r in rival_pairings(attempts))]
-        pairings = [(first, planned_first, check)] + [(a, c, run(c, counted=False)) for a, c in rivals]
+        pairings = [(first, planned_first, check)] + [(a, c, for_finding(f, run(c, counted=False))) for a, c in rivals]
         first, planned_first, check = best_pairing(pairings)
         others = [(o, None) for o in (other_candidates(f) if f.rule not in OTHER_DIMENSION_FIXES else [
             o for o in [other_dimension(f, inputs, report.mesh)] if o is not None])]
@@ -272,7 +273,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
             alternative = made or _parameter_candidate(other, inputs, returned)
             if alternative is None or budget <= 0:
                 continue
-            second = run(alternative)
+            second = for_finding(f, run(alternative))
             if second.verdict is FixVerdict.better:
                 # A pair's attempts before it are said, as the finding's weights and partners were all tried.
                 earlier = (f"; {check.change} was tried{' first' if len(pairings) == 1 else ''}, compiled and "

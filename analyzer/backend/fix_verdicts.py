@@ -14,6 +14,7 @@ from ...passes.pipelines.catalogue import (
     REMATERIALIZATION_RULES,
     STATE_ARGUMENT_FIXES,
     STATE_RULES,
+    TRAFFIC_RULES,
     stands_for_a_group_without_own_fix,
 )
 from ...passes.pipelines.entry import changed_roundtrips, state_roundtrips
@@ -39,6 +40,18 @@ def fix_verdict(peak: tuple[int, int], traffic: tuple[int, int], rematerialized:
     better; but a change XLA compiles with a new rematerialization is never better, whatever its figures."""
     verdict = _figures_verdict(peak, traffic)
     return FixVerdict.rematerializes if rematerialized and verdict is FixVerdict.better else verdict
+
+
+def for_finding(f: Finding, check: FixCheck) -> FixCheck:
+    """``check`` as the finding ``f`` judges it: a change measured better on the peak alone does not answer a
+    finding about the traffic a step moves (TRAFFIC_RULES), whose collectives it leaves as they are; it is
+    ``peak_only`` there, and said as tried, not printed as the fix (a new user's GNN: SL103's all-reduces
+    answered by another weight's move for 1% of the peak, the all-reduces unchanged)."""
+    if (check.verdict is FixVerdict.better and f.rule in TRAFFIC_RULES and check.traffic_bytes_after is not None
+            and check.traffic_bytes_before is not None
+            and check.traffic_bytes_before - check.traffic_bytes_after <= _NOISE * max(check.traffic_bytes_before, 1)):
+        return check.model_copy(update={"verdict": FixVerdict.peak_only})
+    return check
 
 
 def _figures_verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerdict:
@@ -179,6 +192,8 @@ def not_offered_text(check: FixCheck) -> str:
         return f"{without}; {rematerialized_text(check.rematerialized)}"
     if check.verdict is FixVerdict.no_change:
         return f"measured no change ({cost_text(check)}; {TOLERANCE_TEXT})"
+    if check.verdict is FixVerdict.peak_only:
+        return f"measured {cost_text(check)}: it lowers the peak but not this finding's traffic, so it is not its fix"
     if check.verdict is FixVerdict.trade_off:
         return f"measured a trade-off, not an improvement ({cost_text(check)}; {TOLERANCE_TEXT})"
     return f"costs {cost_text(check)}"
@@ -189,6 +204,8 @@ def judged_text(check: FixCheck) -> str:
     the noise (a new user's T5, issue 46)."""
     if check.verdict is FixVerdict.no_change:
         return f"{cost_text(check)}, within {_NOISE:.1%} of the step as written: no change"
+    if check.verdict is FixVerdict.peak_only:
+        return f"{cost_text(check)}, the peak only: not this finding's traffic"
     if check.verdict in (FixVerdict.trade_off, FixVerdict.worse):
         return f"{cost_text(check)}, {'a trade-off' if check.verdict is FixVerdict.trade_off else 'worse'}"
     return cost_text(check)

@@ -46,7 +46,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
 from .candidate_compile import compiled_candidate
-from .fix_verdicts import baseline, cost_text, measured_check, not_offered_text, rematerializations
+from .fix_verdicts import baseline, cost_text, for_finding, measured_check, not_offered_text, rematerializations
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -374,9 +374,9 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
 
     findings = list(report.findings)
     for k, edits in planned.items():
-        checks = [(e, measured_check(e.change, results[e.change], base, sig, written)) for e in edits]
-        better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
+        checks = [(e, for_finding(f, measured_check(e.change, results[e.change], base, sig, written))) for e in edits]
+        better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         if better:
             e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
             # The spec the fix gives the argument the finding names: none where it constrains a value instead.

@@ -33,8 +33,8 @@ def _score(c: FixCheck) -> tuple[int, int]:
 
 
 
-_RANK = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.no_change: 2, FixVerdict.trade_off: 3,
-         FixVerdict.worse: 4, FixVerdict.failed: 5}
+_RANK = {FixVerdict.better: 0, FixVerdict.rematerializes: 1, FixVerdict.peak_only: 2, FixVerdict.no_change: 2,
+         FixVerdict.trade_off: 3, FixVerdict.worse: 4, FixVerdict.failed: 5}
 
 
 def better_move_of(f: Finding, state_check: FixCheck | None, findings: list[Finding],

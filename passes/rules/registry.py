@@ -94,6 +94,10 @@ class RuleTraits:
     # the optimizer state mirroring it are one cause (group_by_cause.py), and the state fix checks (pin the
     # outputs, or take the layout they come back in) give its findings one recommendation (fix_checks.py).
     about_state: bool = False
+    # Its findings are about the traffic a step moves (collectives no stated layout asked for): a change that
+    # lowers the peak alone does not answer it, so it is not printed as the finding's fix
+    # (fix_verdicts.for_finding: a new user's GNN, whose SL103 fix moved another weight for 1% of the peak).
+    about_traffic: bool = False
     # Where its fix (FixKind.parameter) was compiled and not measured better, the same axes on the argument's last
     # dimension they divide are tried next (a table gathered along its rows keeps its columns sharded), instead
     # of the rule's further candidates.

@@ -219,5 +219,5 @@ RULE = define_rule(SL101, Severity.warning, replicating_collective,
                    options=(REPLICATING_COLLECTIVE_BYTES, WHOLE_ARRAY_GATHER_MIN_BYTES,
                             REPLICATING_COLLECTIVE_PEAK_FRACTION, REPLICATING_COLLECTIVE_MIN_BYTES),
                    traits=RuleTraits(provenance=Provenance.predicted_collective, fix=FixKind.parameter,
-                                     argument_layout=True, boundary_collectives=True,
+                                     argument_layout=True, about_traffic=True, boundary_collectives=True,
                                      claims=lambda ctx: [c.hlo_name for c in replicating(ctx)]))

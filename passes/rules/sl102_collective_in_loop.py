@@ -137,4 +137,5 @@ def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,
                    options=(LOOP_COLLECTIVE_BYTES,),
                    traits=RuleTraits(provenance=Provenance.predicted_collective, argument_layout=True,
+                                     about_traffic=True,
                                      claims=lambda ctx: [c.hlo_name for g in loop_groups(ctx) for c in g]))

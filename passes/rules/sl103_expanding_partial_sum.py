@@ -343,4 +343,4 @@ def contracted_move_text(path: str, spec: list[list[str]], written: list[list[st
 
 RULE = define_rule(SL103, Severity.warning, expanding_partial_sum,
                    options=(PARTIAL_SUM_EXPANSION, PARTIAL_SUM_MIN_BYTES),
-                   traits=RuleTraits(fix=FixKind.parameter, argument_layout=True))
+                   traits=RuleTraits(fix=FixKind.parameter, argument_layout=True, about_traffic=True))

@@ -219,5 +219,5 @@ RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
                    options=(UNEXPLAINED_RESHARD_BYTES,),
                    traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter,
                                      layout_edit=StatedLayoutEdit.rule_candidates,
-                                     argument_layout=True, boundary_collectives=True,
+                                     argument_layout=True, about_traffic=True, boundary_collectives=True,
                                      report_note=unreported_reshards_note))

@@ -15,6 +15,11 @@ from .registry import Emitter, FixKind, OptionKind, RuleOption, RuleTraits, defi
 PROPAGATED_PADDING_MIN_BYTES = RuleOption(
     "propagated-padding-min-bytes", 0, OptionKind.bytes,
     "smallest per-device padding of a propagated uneven sharding reported")
+# A byte of padding on a 256-byte shard (a new user's s32[255] index cut 4 ways: 0% of it) is nothing to act
+# on, and a warning fails a `--fail-on warning` gate: padding under this share of the shard is not reported.
+PROPAGATED_PADDING_MIN_SHARE = RuleOption(
+    "propagated-padding-min-share", 0.01, OptionKind.fraction,
+    "smallest share of a device's shard that a propagated uneven sharding's padding must be to be reported")
 
 
 def propagated_value_path(op_index: int, result: int) -> str:
@@ -89,10 +94,10 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     padding, but it changes the program's values, so the message names the
     size and nothing compiles it as a fix.
     """
-    limit = ctx.option(PROPAGATED_PADDING_MIN_BYTES)
+    limit, share_limit = ctx.option(PROPAGATED_PADDING_MIN_BYTES), ctx.option(PROPAGATED_PADDING_MIN_SHARE)
     mesh = ctx.signature.mesh
     for p in ctx.propagated_padding:
-        if p.padding_bytes < limit:
+        if p.padding_bytes < limit or p.padding_bytes < share_limit * p.local_bytes:
             continue
         shape = f"{p.dtype}[{','.join(map(str, p.shape))}]"
         local = f"{p.dtype}[{','.join(map(str, p.local_shape))}]"
@@ -133,6 +138,7 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
         )
 
 
-RULE = define_rule(SL206, Severity.warning, propagated_uneven_sharding, options=(PROPAGATED_PADDING_MIN_BYTES,),
+RULE = define_rule(SL206, Severity.warning, propagated_uneven_sharding, options=(PROPAGATED_PADDING_MIN_BYTES,
+                                                                                  PROPAGATED_PADDING_MIN_SHARE),
                    traits=RuleTraits(reads_shardy_propagation=True, fix=FixKind.stated_layout,
                                      layout_edit=StatedLayoutEdit.rule_candidates))

@@ -48,6 +48,7 @@ from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..candidate_compile import compiled_candidate
 from ..fix_verdicts import baseline, cost_text, judged_text, measured_check, not_offered_text, rematerializations
+from ..fix_verdicts import for_finding as _for_finding
 from ..parameter_moves import kept_text, listed, matcher, mirrors, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
@@ -378,6 +379,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, label, check, name,
              ) -> Finding:
     inputs = list(report.inputs)
+    check = _for_finding(f, check) if check is not None else None
     if check is None:
         # Nothing moves: the arguments it was free to move are named only where few (a Llama's were 46).
         free_text = _listed(inputs, free) if len(free) <= 3 else f"{len(free)} arguments"

@@ -60,3 +60,41 @@ BOUNDARIES = [
 @pytest.mark.parametrize("case, fixed, verdict", BOUNDARIES, ids=[b[0] for b in BOUNDARIES])
 def test_each_bound_of_the_stated_rule_around_xlas_figures(case, fixed, verdict):
     assert fix_verdict((P0, fixed[0]), (T0, fixed[1])) is verdict
+
+
+# A new user's jraph GraphNet (issue 46): SL103's 12 all-reduces (54.2 MiB) answered by suggest's single move of
+# another kernel with its moments, which XLA compiled to 2.2 MiB less peak and 512 KiB more traffic per step per
+# device (jax 0.10.2, CPU, 8 devices: data=4 x model=2): better on the peak, within the noise on the traffic, and
+# the all-reduces as they were.
+GNN_WRITTEN = (213_427_332, 481_279_540)
+GNN_MOVE = (211_068_036, 481_803_828)
+
+
+def _check(written, after):
+    from jax_shard_lint.passes.models.fix_check import FixCheck
+    (p0, t0), (p1, t1) = written, after
+    return FixCheck(change="move 1", verdict=fix_verdict((p0, p1), (t0, t1)), peak_bytes_before=p0,
+                    peak_bytes_after=p1, traffic_bytes_before=t0, traffic_bytes_after=t1)
+
+
+@pytest.mark.parametrize("rule, verdict", [("SL103", FixVerdict.peak_only), ("SL105", FixVerdict.peak_only),
+                                           ("SL203", FixVerdict.better)])
+def test_a_peak_only_saving_is_no_fix_for_a_finding_about_traffic(rule, verdict):
+    from jax_shard_lint.analyzer.backend.fix_verdicts import for_finding, not_offered_text
+    from jax_shard_lint.passes.models.report import Finding, Severity
+    check = _check(GNN_WRITTEN, GNN_MOVE)
+    assert check.verdict is FixVerdict.better  # the figures alone: the peak fell past the noise
+    finding = Finding(rule=rule, name="n", severity=Severity.warning, message="m", source=None)
+    judged = for_finding(finding, check)
+    assert judged.verdict is verdict
+    if verdict is FixVerdict.peak_only:
+        assert "not this finding's traffic" in not_offered_text(judged) or "not its fix" in not_offered_text(judged)
+
+
+def test_a_fix_that_lowers_the_traffic_answers_a_finding_about_it():
+    from jax_shard_lint.analyzer.backend.fix_verdicts import for_finding
+    from jax_shard_lint.passes.models.report import Finding, Severity
+    (p0, t0) = GNN_WRITTEN
+    check = _check(GNN_WRITTEN, (p0, t0 - 114 * MiB))
+    assert for_finding(Finding(rule="SL103", name="n", severity=Severity.warning, message="m",
+                               source=None), check).verdict is FixVerdict.better
