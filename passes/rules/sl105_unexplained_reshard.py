@@ -190,7 +190,7 @@ def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, 
              "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the argument it "
              "comes from on a dimension the op does not read along"),
         subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=None,
-        total_bytes=c.bytes * c.count, candidates=candidates,
+        total_bytes=c.bytes * c.count, candidates=candidates, split_origin=origin.source,
     )
 
 
