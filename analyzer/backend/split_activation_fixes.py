@@ -49,8 +49,8 @@ def inserted_constraint(f: Finding, c: FixCandidate
 
 def also_tried(f: Finding, chosen: str, checks: list[tuple[str, FixCheck]]) -> str:
     """After SL105's fix, the candidates measured no better (a weight moved off the axis gathers the logits
-    instead): the layouts the user need not try. Another constraint measured better is left out: an inserted
-    constraint stands for the user's only on the value, not its cotangent, which the user's also constrains."""
+    instead): the layouts the user need not try. Another candidate measured better is left out: the best is the
+    fix. An inserted constraint is the user's as written, on the value and its cotangent (sharding_edits.py)."""
     others = [f"{change}: {judged_text(c)}" for change, c in checks
               if change != chosen and c.verdict is not FixVerdict.better] if splits_activation(f) else []
     return f"; also tried: {'; '.join(others)}" if others else ""
