@@ -4,7 +4,6 @@ written, better only within the stated tolerance (fix_checks.py)."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.entry import EntrySignature
@@ -143,13 +142,12 @@ def new_rematerializations(report: TargetReport, written: frozenset[str]) -> lis
     it, so only there is it SL104's."""
     return sorted(f.message for f in report.findings if f.rule in REMATERIALIZATION_RULES
                   and f.message not in written
-                  and not ((m := _REMATERIALIZED.match(f.message)) and _whole(m.group(1)) in written))
+                  and not (f.rematerialized_value is not None and _whole(str(f.rematerialized_value)) in written))
 
 
-# The collectives whose result is a value whole on every device of their group; the value SL104's message
-# names (sl104_involuntary_full_rematerialization: "XLA cannot reshard f32[1,64,16384]...").
+# The collectives whose result is a value whole on every device of their group (the value SL104's finding
+# names in its rematerialized_value is told apart from theirs by type and shape).
 _REPLICATING = frozenset({"all-gather", "all-reduce"})
-_REMATERIALIZED = re.compile(r"^XLA cannot reshard (\w+\[[\d,]*\])")
 
 
 def _whole(value: str) -> str:

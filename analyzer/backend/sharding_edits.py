@@ -13,7 +13,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, entry_function, module_ops
+from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, cotangent_reads, entry_function, module_ops
 
 
 def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
@@ -27,17 +27,39 @@ def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
 
 def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[list[str]]], mesh_name: str) -> None:
     """An ``sdy.sharding_constraint`` after each named op's result, at the op's source location, read by
-    every op that read the result."""
+    every op that read the result; and, for a matmul's output, one on its cotangent before the backward
+    pass's reads of it (``cotangent_reads``): what ``with_sharding_constraint`` written on the value lowers to
+    under autodiff, which constrains both."""
     ops = module_ops(module)
+    backward = cotangent_reads(module, {index for index, result in inserted if result == 0})
     with module.context:
         for (index, result), sharding in sorted(inserted.items()):
             op = ops[index].operation
             value = op.results[result]
             with ir.InsertionPoint.after(op), op.location:
-                constraint = ir.Operation.create(
-                    "sdy.sharding_constraint", results=[value.type], operands=[value],
-                    attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))})
+                constraint = _constraint(value, sharding, mesh_name)
             value.replace_all_uses_except(constraint.result, constraint)
+            readers = [ops[j].operation for j in backward.get(index, [])]
+            for cotangent in _distinct(r.operands[0] for r in readers):
+                first = next(r for r in readers if r.operands[0] == cotangent)
+                with ir.InsertionPoint(first), first.location:
+                    constrained = _constraint(cotangent, sharding, mesh_name).result
+                for r in readers:
+                    if r.operands[0] == cotangent:
+                        r.operands[0] = constrained
+
+
+def _constraint(value: ir.Value, sharding: list[list[str]], mesh_name: str) -> ir.Operation:
+    return ir.Operation.create("sdy.sharding_constraint", results=[value.type], operands=[value],
+                               attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))})
+
+
+def _distinct(values) -> list[ir.Value]:
+    out: list[ir.Value] = []
+    for v in values:
+        if not any(v == seen for seen in out):
+            out.append(v)
+    return out
 
 
 def _staged_chain(module: ir.Module, op: ir.Operation, operand: int, layouts: list[list[list[str]]],

@@ -20,8 +20,6 @@ from .fix_verdicts import judged_text
 
 _PROPAGATED = re.compile(r"^propagated_value\[\d+\]\[\d+\]( propagated_value\[\d+\]\[\d+\])*$")
 _VALUE_REF = re.compile(r"propagated_value\[(\d+)\]\[(\d+)\]")
-# Where the rule's message says the split begins: the matmul by the weight it names, at its line.
-_ORIGIN_LINE = re.compile(r"the split comes from the matmul by .+? at (line \d+)")
 
 
 def splits_activation(f: Finding) -> bool:
@@ -42,9 +40,8 @@ def inserted_constraint(f: Finding, c: FixCandidate
     spec = pspec_text(c.sharding)
     if not splits_activation(f):
         return f"{c.value} -> {spec}", f"constrain it with jax.lax.with_sharding_constraint to {spec}", inserted
-    # The output of the matmul by the weight the finding names, where the split begins.
-    m = _ORIGIN_LINE.search(f.message)
-    at = f" at {m.group(1)}" if m else ""
+    # The output of the matmul by the weight the finding names, where the split begins (the rule's split_origin).
+    at = f" at line {f.split_origin.line}" if f.split_origin is not None else ""
     return (f"the output of the matmul by {f.parameter}{at} -> {spec}",
             f"constrain the output of the matmul by {f.parameter}{at} with jax.lax.with_sharding_constraint to "
             f"{spec}", inserted)
@@ -52,8 +49,8 @@ def inserted_constraint(f: Finding, c: FixCandidate
 
 def also_tried(f: Finding, chosen: str, checks: list[tuple[str, FixCheck]]) -> str:
     """After SL105's fix, the candidates measured no better (a weight moved off the axis gathers the logits
-    instead): the layouts the user need not try. Another constraint measured better is left out: an inserted
-    constraint stands for the user's only on the value, not its cotangent, which the user's also constrains."""
+    instead): the layouts the user need not try. Another candidate measured better is left out: the best is the
+    fix. An inserted constraint is the user's as written, on the value and its cotangent (sharding_edits.py)."""
     others = [f"{change}: {judged_text(c)}" for change, c in checks
               if change != chosen and c.verdict is not FixVerdict.better] if splits_activation(f) else []
     return f"; also tried: {'; '.join(others)}" if others else ""

@@ -44,3 +44,9 @@ _LAYER_KEY = re.compile(r"\[(?:'\d+'|\"\d+\")\]|(?<=layers)\[\d+\]|(?<=blocks)\[
 def layer_pattern(path: str) -> str:
     """``params['h']['3']['attn']['kernel']`` -> ``params['h'][*]['attn']['kernel']``."""
     return _LAYER_KEY.sub("[*]", path)
+
+
+def natural_order(text: str) -> tuple[int | str, ...]:
+    """A sort key that orders the numbers in names as numbers (all-gather.9 before all-gather.14, layers[2]
+    before layers[10])."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))

@@ -60,6 +60,16 @@ def where_text(source: SourceLocation | None, via: SourceLocation | None) -> str
     return "-"
 
 
+class ArrayType(Model):
+    """A value's element type and global shape, as XLA spells them together (``f32[1,64,16384]``)."""
+
+    dtype: str
+    shape: list[int]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
 class TensorInfo(Model):
     """One flattened argument or result of a target's entry function."""
 
@@ -279,6 +289,13 @@ class Finding(Model):
         default_factory=list, description="The layouts the fix check compiles, in the rule's order (SL206's: the "
         "constraints on the padded value, and the moves of the argument it inherits its sharding from); empty "
         "where the check derives its own.")
+    split_origin: SourceLocation | None = Field(
+        default=None, description="Where the split the finding's gathers undo begins (SL105 about an activation: "
+        "the line of the matmul whose output the split comes from, which its inserted constraint names); null "
+        "otherwise.")
+    rematerialized_value: ArrayType | None = Field(
+        default=None, description="The value XLA replicates whole on every device (SL104: its type and global "
+        "shape), which a fix check tells apart from one the program as written replicates too; null otherwise.")
 
 
 class TargetReport(Model):

@@ -2,7 +2,8 @@
 candidates, suggest's versions, checked-in modules), beside the pipelines that analyse it.
 
 Computed here, from the module: the function XLA's import must take as ``@main``, the ops in the walk order
-that numbers a new constraint's place, the stated sharding constraints a fix check edits (those at a
+that numbers a new constraint's place, the backward pass's reads of a matmul output's cotangent (which a
+constraint written on that output constrains too), the stated sharding constraints a fix check edits (those at a
 user's line, those stating a layout) and their candidate specs (the gathered axes kept off, the even
 alternatives to an uneven one). Read as they are: a module's entry function, why a checked-in module has
 no entry, the state round trips (an output returning an input's state), the constraint ops and a clone of
@@ -17,7 +18,7 @@ from jaxlib.mlir import ir
 from ..common.sharding_text import normalized
 from ..models.report import SourceLocation
 from ..propagation.shardy_reference import clone, walk_ops
-from ..stablehlo.module import entry_function, functions, missing_entry
+from ..stablehlo.module import entry_function, functions, missing_entry, source_of_location
 from ..stablehlo.sharding_constraints import (
     StatedConstraint,
     axes_off,
@@ -31,8 +32,8 @@ from .fix_checks import FIX_CHECKS
 # clone, constraint_ops, entry_function and missing_entry are stablehlo/'s and propagation/'s, handed on on
 # purpose: the analyzer may not import those (tests/test_architecture_reexports.py lists them, and why).
 __all__ = ["clone", "constraint_ops", "entry_function", "missing_entry",
-           "entry_to_rename", "module_ops", "constraints_at", "constraints_stating", "gathered_axes_off",
-           "even_choices"]
+           "entry_to_rename", "module_ops", "cotangent_reads", "constraints_at", "constraints_stating",
+           "gathered_axes_off", "even_choices"]
 
 Spec = list[list[str]]
 
@@ -46,6 +47,28 @@ def entry_to_rename(module: ir.Module) -> ir.OpView | None:
 def module_ops(module: ir.Module) -> list[ir.OpView]:
     """Every op of every function, in the walk order that numbers an op (a new constraint's place)."""
     return [op for fn in functions(module).values() for op in walk_ops(fn.regions[0].blocks[0])]
+
+
+def cotangent_reads(module: ir.Module, indices: set[int]) -> dict[int, list[int]]:
+    """Each matmul of ``indices`` (ops in ``module_ops`` order) -> the ops of the backward pass that read its
+    output's cotangent: the other dot_generals at its user line whose first operand has the type of its
+    output (JAX's transposes of a dot_general take the cotangent first: the input's gradient and the
+    weight's). A ``with_sharding_constraint`` the user writes on the matmul's output constrains that
+    cotangent too (its transpose is the same constraint on the cotangent), before those reads."""
+    ops = module_ops(module)
+
+    def line(op: ir.OpView) -> tuple[str, int] | None:
+        src = source_of_location(op.location)
+        return (os.path.basename(src.file), src.line) if src is not None else None
+
+    dots = [j for j, op in enumerate(ops) if op.operation.name == "stablehlo.dot_general" and j not in indices]
+    out: dict[int, list[int]] = {}
+    for i in sorted(indices):
+        op = ops[i].operation
+        at = line(ops[i]) if op.name == "stablehlo.dot_general" else None
+        if at is not None:
+            out[i] = [j for j in dots if line(ops[j]) == at and ops[j].operation.operands[0].type == op.results[0].type]
+    return out
 
 
 def constraints_at(module: ir.Module, source: SourceLocation, sharding: Spec | None = None) -> list[StatedConstraint]:

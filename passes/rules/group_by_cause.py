@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..common.byte_sizes import format_bytes
-from ..common.pytree_paths import key_path, layer_pattern
+from ..common.pytree_paths import key_path, layer_pattern, natural_order
 from ..common.sharding_text import pspec_text
 from ..models.report import Finding, FixCandidate, TensorInfo
 from .table import codes_where
@@ -50,8 +50,9 @@ def _key(f: Finding) -> tuple[object, ...]:
         at = (f.constraint.source.file, f.constraint.source.line, str(f.constraint.sharding))
         return (f.rule, f.severity, "constraint", at, f.fix)
     if (split := _split_of(f)) is not None:
-        # SL105's gathers of an activation one matmul's output split (sl105_unexplained_reshard._emit_split): one
-        # cause at every line whose matmul reads it whole, one fix (a constraint there, or that weight moved).
+        # A finding whose fix constrains a propagated value (SL105's split, which its rule already says once for
+        # every line whose gathers it causes; SL206's padded value) is that value's cause, kept apart from the
+        # other findings at its line.
         return (f.rule, f.severity, "split", split)
     return (f.rule, f.severity, src, via, change, f.fix if f.parameter is None else None)
 
@@ -67,14 +68,12 @@ def _merged(group: list[Finding]) -> Finding:
     named = Counter(layer_pattern(f.parameter) for f in group if f.parameter)
     first = max(group, key=lambda f: (f.bytes or 0, named[layer_pattern(f.parameter)] if f.parameter else 0,
                                       f.subject or ""))
-    if _split_of(first) is not None:  # one split's gathers: said at the first line of the largest
-        first = max(group, key=lambda f: (f.bytes or 0, -(f.source.line if f.source else 0)))
     if len(group) == 1:
         return first
     paths = {f.parameter for f in group}
     parameter = first.parameter if len(paths) == 1 else layer_pattern(first.parameter or "") or None
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
-    ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
+    ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=natural_order)
     update: dict[str, object] = {"count": sum(f.count for f in group), "bytes": total, "ops": ops,
                                  "parameter": parameter}
     message, fix = first.message, first.fix
@@ -82,7 +81,7 @@ def _merged(group: list[Finding]) -> Finding:
         message, fix = message.replace(first.parameter, parameter), fix and fix.replace(first.parameter, parameter)
         # The outputs the texts name are every layer's too (SL205's result[0].blocks[1] for blocks[*]).
         message, fix = _RESULT.sub(_pattern_of, message), fix and _RESULT.sub(_pattern_of, fix)
-    others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=_natural)
+    others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=natural_order)
     if not parameter and first.constraint is not None:  # one constraint's collectives: the others named
         rest = sorted((f for f in group if f is not first), key=lambda f: (-(f.bytes or 0), f.subject or ""))
         message += "; the same constraint causes " + _listed([
@@ -100,7 +99,7 @@ def _merged(group: list[Finding]) -> Finding:
     if not parameter and all(len(f.provenance) == 1 for f in group):
         # Collectives of one line and no argument, each with its own one-line why (the gathers XLA inserts to
         # return each output on its stated out_shardings: each names its output): every why is said.
-        whys = list(dict.fromkeys(f.provenance[0] for f in sorted(group, key=lambda f: _natural(f.subject or ""))))
+        whys = list(dict.fromkeys(f.provenance[0] for f in sorted(group, key=lambda f: natural_order(f.subject or ""))))
         update["provenance"] = whys[:_WHYS] + ([f"and {len(whys) - _WHYS} more alike"] if len(whys) > _WHYS else [])
     return first.model_copy(update=update)
 
@@ -149,10 +148,6 @@ def _other_weights(group: list[Finding], others: list[str], first: Finding) -> s
 
 def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def _natural(text: str) -> tuple[int | str, ...]:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
 # Rules about a step's arguments and state (their traits say ``about_state``): a parameter and the
@@ -206,7 +201,7 @@ def _merged_mirrors(group: list[Finding], anchor: object, arguments: Sequence[Te
     whose = "its optimizer state" if key_path(first.parameter or "") == anchor else "the same parameter's state"
     others = [f.parameter for f in group if f is not first and f.parameter]
     total = sum(f.bytes or 0 for f in group) if any(f.bytes is not None for f in group) else None
-    ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=_natural)
+    ops = sorted({op for f in group for op in (f.ops or ([f.subject] if f.subject else []))}, key=natural_order)
     inputs = {pspec_text(f.parameter_sharding) for f in group if f is not first and f.parameter_sharding is not None}
     same = first.parameter_sharding is None or inputs <= {pspec_text(first.parameter_sharding)}
     if same:

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from ..models.fix_check import StatedLayoutEdit
 from ..models.process_runs import GrowingTransfer
-from ..models.report import ConstraintCause, Finding, FixCandidate, Severity, SourceLocation, TensorInfo
+from ..models.report import ArrayType, ConstraintCause, Finding, FixCandidate, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import Code, Scope
 
 DOC_SECTIONS = ("What it does", "Why is this bad", "Example", "Fix")
@@ -190,17 +190,20 @@ class Emitter:
         via: SourceLocation | None = None, why: list[str] | None = None, parameter: TensorInfo | None = None,
         suggested: list[list[str]] | None = None, total_bytes: int | None = None, count: int = 1,
         ops: list[str] | None = None, constraint: ConstraintCause | None = None,
-        candidates: list[FixCandidate] | None = None,
+        candidates: list[FixCandidate] | None = None, split_origin: SourceLocation | None = None,
+        rematerialized_value: ArrayType | None = None,
     ) -> None:
         """``parameter``: the argument the finding comes from, ``suggested`` the sharding its fix gives
         it; ``total_bytes``: the per-device bytes per step the finding is about (grouping adds them);
         ``ops``: the HLO ops it stands for, when more than the subject; ``candidates``: the layouts its fix
-        check compiles, where the rule derives them."""
+        check compiles, where the rule derives them; ``split_origin``, ``rematerialized_value``: what the
+        analyzer's fix checks read of SL105's split and SL104's value (Finding's fields of those names)."""
         self.findings.append(Finding(
             rule=self.rule.code, name=self.rule.name, severity=self.severity,
             message=message, source=source, via=via, fix=fix, subject=subject, provenance=list(why or []),
             parameter=parameter.path if parameter is not None else None,
             parameter_sharding=parameter.sharding if parameter is not None else None,
             suggested_sharding=suggested, bytes=total_bytes, count=count, ops=list(ops or []),
-            constraint=constraint, candidates=list(candidates or []),
+            constraint=constraint, candidates=list(candidates or []), split_origin=split_origin,
+            rematerialized_value=rematerialized_value,
         ))

@@ -6,7 +6,7 @@ from ..common.byte_sizes import format_bytes
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
 from ..models.fix_check import StatedLayoutEdit
-from ..models.report import FixCandidate, Severity
+from ..models.report import ArrayType, FixCandidate, Severity
 from ..models.rule_codes import SL104
 from .context import RuleContext
 from .registry import Emitter, FixKind, RuleTraits, define_rule
@@ -74,13 +74,14 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
                "(advice, not checked: give the value's producer and its reader one layout)")
         candidates = [FixCandidate(value=f"staged_layout[{i}]", sharding=[list(d) for d in stage])
                       for i, stage in enumerate(stages)] if staged else None
-        shape = f"{r.dtype}[{','.join(map(str, r.global_shape))}]"
+        rebuilt = ArrayType(dtype=r.dtype, shape=list(r.global_shape))
+        shape = str(rebuilt)
         out.emit(
             f"XLA cannot reshard {shape}{value} {layouts}with a collective: it replicates "
             f"the whole value on every device ({format_bytes(whole)} each) and slices it again "
             "(\"Involuntary full rematerialization\")",
             located.source, via=located.via, fix=fix, subject=located.collective or r.instruction,
-            total_bytes=whole, candidates=candidates,
+            total_bytes=whole, candidates=candidates, rematerialized_value=rebuilt,
         )
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import zip_longest
 
 from ..common.byte_sizes import format_bytes
+from ..common.pytree_paths import natural_order
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_parameter import ParameterRole
 from ..models.fix_check import StatedLayoutEdit
@@ -110,11 +111,24 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     for c in reported:
         if c.hlo_name in splits and c.source is not None:
             lines.setdefault(splits[c.hlo_name][1][0].op_index, set()).add(c.source.line)
+    # The gathers of one split (the same matmuls' outputs, the values its constraint candidate names) are one
+    # cause: one finding, emitted where the first of them comes; a gather no constraint can be derived for is
+    # said alone.
+    causes: dict[tuple[tuple[int, int], ...] | str, list[Collective]] = {}
+    cause_of: dict[str, tuple[tuple[int, int], ...] | str] = {}
+    for c in reported:
+        if c.hlo_name in splits:
+            origins = splits[c.hlo_name][1]
+            cause = (tuple((o.op_index, o.result) for o in origins) if _constrainable(ctx, c, origins[0])
+                     else c.hlo_name)
+            causes.setdefault(cause, []).append(c)
+            cause_of[c.hlo_name] = cause
     for c in reported:
         parameter, served, suggested = resolved[c.hlo_name]
         if c.hlo_name in splits:
-            read, origins = splits[c.hlo_name]
-            _emit_split(ctx, out, c, read, origins, sorted(lines[origins[0].op_index]))
+            group = causes[cause_of[c.hlo_name]]
+            if c.hlo_name == group[0].hlo_name:
+                _emit_split(ctx, out, group, splits, lines)
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
         runs = f", {c.count}x per step" if c.count > 1 else ""
@@ -153,12 +167,22 @@ def _split_origin(ctx: RuleContext, c: Collective) -> tuple[SplitRead, list[Spli
     return read, [same[k] for k in sorted(same)]
 
 
-def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, origins: list[SplitOrigin],
-                lines: list[int]) -> None:
-    """SL105 about an activation's gather: the value the matmul reads, where its split comes from (the weight
-    whose matmul produces it split), and the candidates the fix check compiles: a constraint on that matmul's
-    output with the gathered axes off, and the weight with its axis moved or dropped."""
+def _constrainable(ctx: RuleContext, c: Collective, origin: SplitOrigin) -> bool:
+    """Whether a layout of the split value without the gathered axes exists (the constraint candidate)."""
+    return bool(axes_off(origin.shape, origin.sharding, {a.split(":")[0] for a in c.mesh_axes}, ctx.signature.mesh))
+
+
+def _emit_split(ctx: RuleContext, out: Emitter, group: list[Collective],
+                splits: dict[str, tuple[SplitRead, list[SplitOrigin]]], lines: dict[int, set[int]]) -> None:
+    """SL105 about an activation's gathers, one finding for the gathers of one split (``group``): the value the
+    matmul reads, where its split comes from (the weight whose matmul produces it split), every line whose
+    gathers it causes, and the candidates the fix check compiles: a constraint on that matmul's output with the
+    gathered axes off, and the weight with its axis moved or dropped. Said at the largest gather (of equal ones,
+    the first line), with the bytes of all of them."""
+    c = max(group, key=lambda g: (g.bytes * g.count, -(g.source.line if g.source else 0)))
+    read, origins = splits[c.hlo_name]
     origin = origins[0]
+    at_lines = sorted(lines[origin.op_index])
     weight = next((t for t in ctx.inputs if t.index == origin.weight), None)
     if weight is None:
         return
@@ -180,8 +204,8 @@ def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, 
         f"leaves split on {axes} ({pspec_text(read.sharding)}); the split comes from the matmul by {weight.path} "
         f"{pspec_text(weight.sharding or [])} at {at}, which produces its output split on {axes} (that weight's "
         f"dimension {origin.weight_dim}), and the values between there and here keep it"
-        + (f"; the gathers at lines {_listed([str(n) for n in lines])} come from this one split" if len(lines) > 1
-           else ""),
+        + (f"; the gathers at lines {_listed([str(n) for n in at_lines])} come from this one split"
+           if len(at_lines) > 1 else ""),
         c.source, via=c.via,
         # Replaced by the checked fix, or by what each candidate measured; said as is only when nothing compiles.
         fix=(f"not compiled, so none is offered: the candidates are a jax.lax.with_sharding_constraint on the output "
@@ -190,7 +214,9 @@ def _emit_split(ctx: RuleContext, out: Emitter, c: Collective, read: SplitRead, 
              "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the argument it "
              "comes from on a dimension the op does not read along"),
         subject=c.hlo_name, why=[c.why] if c.why else None, parameter=weight, suggested=None,
-        total_bytes=c.bytes * c.count, candidates=candidates,
+        total_bytes=sum(g.bytes * g.count for g in group), count=len(group), candidates=candidates,
+        ops=sorted((g.hlo_name for g in group), key=natural_order) if len(group) > 1 else None,
+        split_origin=origin.source,
     )
 
 

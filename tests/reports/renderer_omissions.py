@@ -20,6 +20,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     "common.json:render_json": {
         "omitted": frozenset(),
         "unsampled": frozenset({
+            "ArrayType.dtype", "ArrayType.shape",
             "AppliedSharding.before", "ChosenSharding.current", "ChosenSharding.pinned", "Collective.cross_host",
             "Collective.input_path", "Collective.pieces", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding", "Disagreement.op_name",
@@ -56,6 +57,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.bytes", "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
             "Finding.parameters", "Finding.subject", "FixCandidate.sharding", "FixCandidate.value", "FixCheck.change",
@@ -92,6 +94,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.per_device_bytes", "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
             "Finding.parameters", "Finding.subject", "FixCandidate.sharding", "FixCandidate.value", "FixCheck.change",
@@ -127,6 +130,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
             "Finding.parameters", "Finding.subject", "FixCandidate.sharding", "FixCandidate.value", "FixCheck.change",
@@ -154,6 +158,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
             "Finding.parameters", "Finding.subject", "FixCandidate.sharding", "FixCandidate.value", "FixCheck.change",

@@ -8,7 +8,7 @@ only the pin asks to reshard. lint withheld that pin, measured better on every f
 with it"."""
 
 from jax_shard_lint.analyzer.backend.fix_verdicts import new_rematerializations, rematerializations
-from jax_shard_lint.passes.models.report import Collective, Finding, TargetReport
+from jax_shard_lint.passes.models.report import ArrayType, Collective, Finding, TargetReport
 
 SAVED = [1, 64, 16384]
 # SL104's message on the pinned program, as lint printed it.
@@ -22,8 +22,9 @@ def _collective(kind: str, shape: list[int], name: str) -> Collective:
 
 
 def _report(collectives: list[Collective], remats: list[str]) -> TargetReport:
-    findings = [Finding.model_construct(rule="SL104", message=m, subject="get-tuple-element", bytes=4 << 20)
-                for m in remats]
+    # SL104 names the value it rebuilds in rematerialized_value (what its message says, f32[1,64,16384]).
+    findings = [Finding.model_construct(rule="SL104", message=m, subject="get-tuple-element", bytes=4 << 20,
+                                        rematerialized_value=ArrayType(dtype="f32", shape=SAVED)) for m in remats]
     return TargetReport.model_construct(collectives=collectives, findings=findings)
 
 
