@@ -15,7 +15,7 @@ from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 # may not import rules/ (tests/test_architecture_reexports.py lists every name handed on, and why).
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
-           "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "OUTPUT_LAYOUT_RULES",
+           "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "OUTPUT_LAYOUT_RULES", "LOOP_WEIGHT_GATHER_FIXES",
            "stands_for_a_group_without_own_fix",
            "layout_edit"]
 
@@ -36,6 +36,8 @@ ARGUMENT_LAYOUT_RULES = codes_where(lambda t: t.argument_layout)
 STATE_ARGUMENT_FIXES = codes_where(lambda t: t.about_state and t.fix is FixKind.parameter)
 # Findings whose second choice is their axes on the argument's last dimension they divide.
 OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)
+# Findings about a loop body's collectives whose fix is the weight a matmul there reads gathered in the body.
+LOOP_WEIGHT_GATHER_FIXES = codes_where(lambda t: t.loop_weight_gather)
 # Findings that say XLA replicates a value to compile the program: a fix compiled with one is not better.
 REMATERIALIZATION_RULES = codes_where(lambda t: t.rematerialization)
 
