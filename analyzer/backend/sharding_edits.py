@@ -16,7 +16,7 @@ from jaxlib.mlir import ir
 from ...passes.pipelines.stablehlo_edits import clone, constraint_ops, cotangent_reads, entry_function, module_ops
 
 
-def _sdy_text(sharding: list[list[str]], mesh_name: str) -> str:
+def sdy_sharding_text(sharding: list[list[str]], mesh_name: str) -> str:
     def axis(label: str) -> str:
         m = re.fullmatch(r"(.+):\((\d+)\)(\d+)", label)
         return f'"{m.group(1)}":({m.group(2)}){m.group(3)}' if m else f'"{label}"'
@@ -51,7 +51,7 @@ def _insert_constraints(module: ir.Module, inserted: dict[tuple[int, int], list[
 
 def _constraint(value: ir.Value, sharding: list[list[str]], mesh_name: str) -> ir.Operation:
     return ir.Operation.create("sdy.sharding_constraint", results=[value.type], operands=[value],
-                               attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))})
+                               attributes={"sharding": ir.Attribute.parse(sdy_sharding_text(sharding, mesh_name))})
 
 
 def _distinct(values) -> list[ir.Value]:
@@ -72,7 +72,7 @@ def _staged_chain(module: ir.Module, op: ir.Operation, operand: int, layouts: li
             with ir.InsertionPoint(op), op.location:
                 value = ir.Operation.create(
                     "sdy.sharding_constraint", results=[value.type], operands=[value],
-                    attributes={"sharding": ir.Attribute.parse(_sdy_text(sharding, mesh_name))}).result
+                    attributes={"sharding": ir.Attribute.parse(sdy_sharding_text(sharding, mesh_name))}).result
     op.operands[operand] = value
 
 
@@ -118,7 +118,7 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
         with edited.context:
             for k, op in enumerate(constraint_ops(edited)):
                 if k in constraints:
-                    op.attributes["sharding"] = ir.Attribute.parse(_sdy_text(constraints[k], mesh_name))
+                    op.attributes["sharding"] = ir.Attribute.parse(sdy_sharding_text(constraints[k], mesh_name))
     for k, op in enumerate(list(constraint_ops(edited)) if staged else []):
         _staged_chain(edited, op, 0, (staged or {}).get(k, []), mesh_name)
     if inserted:
@@ -142,7 +142,7 @@ def with_entry_shardings(module: ir.Module, shardings: dict[int, list[list[str]]
                 d = ir.DictAttr(attrs)
                 entries = {d[k].name: d[k].attr for k in range(len(d))}
                 if i in pins:
-                    entries["sdy.sharding"] = ir.Attribute.parse(_sdy_text(pins[i], mesh_name))
+                    entries["sdy.sharding"] = ir.Attribute.parse(sdy_sharding_text(pins[i], mesh_name))
                 if key == "arg_attrs" and i in donors and "tf.aliasing_output" not in entries:
                     entries["jax.buffer_donor"] = ir.BoolAttr.get(True)
                 if key == "arg_attrs" and i in undonated:

@@ -16,6 +16,7 @@ from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
            "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "OUTPUT_LAYOUT_RULES", "TRAFFIC_RULES",
+           "LOOP_WEIGHT_GATHER_FIXES",
            "stands_for_a_group_without_own_fix",
            "layout_edit"]
 
@@ -38,6 +39,8 @@ STATE_ARGUMENT_FIXES = codes_where(lambda t: t.about_state and t.fix is FixKind.
 OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)
 # Findings about the traffic a step moves: a fix that lowers the peak alone is not theirs.
 TRAFFIC_RULES = codes_where(lambda t: t.about_traffic)
+# Findings about a loop body's collectives whose fix is the weight a matmul there reads gathered in the body.
+LOOP_WEIGHT_GATHER_FIXES = codes_where(lambda t: t.loop_weight_gather)
 # Findings that say XLA replicates a value to compile the program: a fix compiled with one is not better.
 REMATERIALIZATION_RULES = codes_where(lambda t: t.rematerialization)
 

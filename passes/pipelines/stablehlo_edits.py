@@ -5,9 +5,10 @@ Computed here, from the module: the function XLA's import must take as ``@main``
 that numbers a new constraint's place, the backward pass's reads of a matmul output's cotangent (which a
 constraint written on that output constrains too), the stated sharding constraints a fix check edits (those at a
 user's line, those stating a layout) and their candidate specs (the gathered axes kept off, the even
-alternatives to an uneven one). Read as they are: a module's entry function, why a checked-in module has
-no entry, the state round trips (an output returning an input's state), the constraint ops and a clone of
-a module to edit."""
+alternatives to an uneven one), and where a constraint on a parameter's loop slice read as a matmul's weight
+at a user's line goes (SL102's FSDP weight gather). Read as they are: a module's entry function, why a
+checked-in module has no entry, the state round trips (an output returning an input's state), the constraint
+ops and a clone of a module to edit."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from jaxlib.mlir import ir
 
 from ..common.sharding_text import normalized
 from ..models.report import SourceLocation
+from ..propagation.loop_weight_reads import LoopWeightReads, loop_weight_reads
 from ..propagation.shardy_reference import clone, walk_ops
+from ..source.frames import CodeOwnership
 from ..stablehlo.module import entry_function, functions, missing_entry, source_of_location
 from ..stablehlo.sharding_constraints import (
     StatedConstraint,
@@ -33,7 +36,7 @@ from .fix_checks import FIX_CHECKS
 # purpose: the analyzer may not import those (tests/test_architecture_reexports.py lists them, and why).
 __all__ = ["clone", "constraint_ops", "entry_function", "missing_entry",
            "entry_to_rename", "module_ops", "cotangent_reads", "constraints_at", "constraints_stating",
-           "gathered_axes_off", "even_choices"]
+           "gathered_axes_off", "even_choices", "weight_reads_at"]
 
 Spec = list[list[str]]
 
@@ -104,3 +107,10 @@ def even_choices(module: ir.Module, ordinals: set[int]) -> dict[int, list[Spec]]
     mesh = entry_signature(module, FIX_CHECKS).mesh
     return {c.ordinal: even_alternatives(c.shape, c.sharding, mesh)
             for c in read_constraints(module) if c.ordinal in ordinals}
+
+
+def weight_reads_at(module: ir.Module, source: SourceLocation, argument: int, shape: tuple[int, ...],
+                    ownership: CodeOwnership) -> LoopWeightReads | None:
+    """The matmuls at a user's line that read entry argument ``argument`` (of ``shape``, or its loop slice) as
+    an operand, and the weight's cotangents there (propagation/loop_weight_reads.py)."""
+    return loop_weight_reads(module, source, argument, shape, ownership)

@@ -112,6 +112,10 @@ class RuleTraits:
     # It reads Shardy's propagation of the module (the values it cuts unevenly), which the lint pipeline
     # runs only when a rule on reads it.
     reads_shardy_propagation: bool = False
+    # Its findings name the argument behind a loop body's collectives: where a matmul at the finding's line reads
+    # that argument's loop slice, the slice gathered there instead (FSDP's weight gather) is compiled and
+    # measured (analyzer/backend/loop_weight_gathers.py), and otherwise the rule's advice says it was not.
+    loop_weight_gather: bool = False
     # The collectives its findings explain (their HLO names), from the target's RuleContext: what another rule
     # then leaves out (SL105 reports only the resharding no rule claims). The rules stage gathers every rule's
     # claims, the disabled rules' too (a collective one rule explains is not unexplained because its findings

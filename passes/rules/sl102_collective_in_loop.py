@@ -54,12 +54,19 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
 
     Fix
     ---
-    Keep the loop's values in the layout the body reads them in (constrain the
-    carry to a sharding the body does not read along), or hoist a gather of a
-    loop-invariant value out of the loop. Where the body's own
+    Where a matmul at the line reads a parameter's loop slice (a scanned
+    layer's weight) that holds the mesh axis XLA gathers the matmul's other
+    operand over (an FSDP weight sharded on its output dimension by the axis
+    the batch is split on), the fix is FSDP's per-layer weight all-gather:
+    the line to paste, `w = jax.lax.with_sharding_constraint(w, spec)` with
+    the slice's spec less that axis, compiled as pasted (the weight's reads
+    and its cotangent constrained) and printed only when measured better, or
+    else what it was measured to cost. Where the body's own
     `with_sharding_constraint` is the cause, the fix is that constraint with
     the gathered axes off the dimension the body reads along, compiled and
-    printed only when measured better.
+    printed only when measured better. Otherwise the advice (keep the loop's
+    values in the layout the body reads them in, or hoist a gather of a
+    loop-invariant value out of the loop) says it was not compiled, and why.
     """
     for group in loop_groups(ctx):
         total = sum(c.bytes * c.count for c in group)
@@ -138,4 +145,5 @@ RULE = define_rule(SL102, Severity.warning, collective_in_loop,
                    options=(LOOP_COLLECTIVE_BYTES,),
                    traits=RuleTraits(provenance=Provenance.predicted_collective, argument_layout=True,
                                      about_traffic=True,
+                                     loop_weight_gather=True,
                                      claims=lambda ctx: [c.hlo_name for g in loop_groups(ctx) for c in g]))
