@@ -58,7 +58,9 @@ def propagated_uneven_sharding(ctx: RuleContext, out: Emitter) -> None:
     are the same cause), no `with_sharding_constraint` stated that cut (that
     is SL204), the compiled program holds the value at the padded per-device
     shape ceil(n/k), and the padding each device holds beyond an even split is
-    at least `propagated-padding-min-bytes` (0: any). One finding per user line,
+    at least `propagated-padding-min-bytes` (0: any) and at least
+    `propagated-padding-min-share` of the device's shard (1%: a byte of padding
+    on a 256-byte shard is nothing to act on). One finding per user line,
     naming the argument whose sharding propagation carried onto that dimension
     (the nearest argument the value is computed from that holds its uneven
     axes), with its PartitionSpec; where no argument holds them, the
