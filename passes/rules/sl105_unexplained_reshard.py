@@ -140,15 +140,16 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             total_bytes=c.bytes * c.count,
         )
     # Many small collectives of one cause (jax-cfd's periodic pads), together over the threshold: one finding.
-    for key, group in small_reshard_groups(ctx, limit).items():
-        text, fix, named, suggested = group_finding(ctx, key, group)
+    for grouped_by, group in small_reshard_groups(ctx, limit).items():
+        text, fix, arguments, suggested = group_finding(ctx, grouped_by, group)
         first = min(group, key=lambda c: (c.source.line if c.source else 0, c.hlo_name))
         out.emit(text, first.source, via=first.via, fix=fix, subject=first.hlo_name,
-                 why=[first.why] if first.why else None, parameter=named[0] if named else None, suggested=suggested,
+                 why=[first.why] if first.why else None, parameter=arguments[0] if arguments else None,
+                 suggested=suggested,
                  total_bytes=sum(c.bytes * c.count for c in group), count=sum(c.count for c in group),
                  ops=sorted(c.hlo_name for c in group))
-        if len(named) > 1:
-            out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in named]})
+        if len(arguments) > 1:
+            out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in arguments]})
 
 
 def _split_origin(ctx: RuleContext, c: Collective) -> tuple[SplitRead, list[SplitOrigin]] | None:
