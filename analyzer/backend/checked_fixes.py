@@ -11,6 +11,7 @@ from ...passes.models.report import TargetReport
 from ...passes.pipelines import fix_checks as fix_check_pipeline
 from ..context.config import Settings
 from .advice.solver_fixes import with_solver_fixes
+from .fft_fixes import with_fft_fixes
 from .fix_checks import check_fixes
 from .layout_fix_checks import check_layout_fixes
 from .loop_weight_gathers import check_loop_weight_gathers
@@ -19,9 +20,11 @@ from .loop_weight_gathers import check_loop_weight_gathers
 def checked_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                   progress: Callable[[str], None] | None = None) -> TargetReport:
     """The report with its fixes compiled and measured, lint's and check's alike."""
-    return fix_check_pipeline.check_fixes(
+    checked = fix_check_pipeline.check_fixes(
         report,
         lambda r: check_fixes(r, text, settings, where, devices, progress),
         lambda r: with_solver_fixes(r, text, settings, where, devices, progress),
         lambda r: check_layout_fixes(r, text, settings, where, devices, progress),
         lambda r: check_loop_weight_gathers(r, text, settings, where, devices, progress))
+    # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py).
+    return with_fft_fixes(checked, text, settings, where, devices, progress)

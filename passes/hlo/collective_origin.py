@@ -32,8 +32,8 @@ from .value_origin import (
     parameter_dims,
 )
 
-__all__ = ["FFT_COMPUTED_REPLICATED", "at_out_shardings", "collective_origin", "collective_origins",
-           "outputs_depending_on", "outputs_returning", "pinned_output", "reads_in"]
+__all__ = ["FFT_COMPUTED_REPLICATED", "FFT_READS_SHARDED", "at_out_shardings", "collective_origin",
+           "collective_origins", "fft_caused", "outputs_depending_on", "outputs_returning", "pinned_output", "reads_in"]
 
 # How a finding names a source line: where_text, or the CLI's path-relative version.
 Display = Callable[..., str]
@@ -127,30 +127,53 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
                 f"the {kind}{at} reads {t.path} {pspec_text(t.sharding)} along dimension {d}, which is sharded "
                 f"on {', '.join(axes)}: each device reads only its own shard, and the {c.kind} over "
                 f"{', '.join(c.mesh_axes)} {_combines(c.kind)}, so every device holds the whole {whole}")
-    if (batch := _fft_batch_gathered(module, ins)) is not None:
+    if (fft := _fft_gathered(module, ins)) is not None:
+        kind, batch_only, fft_dims = fft
+        if batch_only:
+            return (owner.path if owner else None), (
+                f"an FFT{kind} transforms its last dimensions, not the batch dimension the {c.kind} over "
+                f"{', '.join(c.mesh_axes)} gathers: {FFT_COMPUTED_REPLICATED} and computes it replicated "
+                f"otherwise, so every device holds the whole {whole} and transforms every "
+                "batch element (newer XLA releases keep such an FFT local)")
         return (owner.path if owner else None), (
-            f"an FFT{batch} transforms its last dimensions, not the batch dimension the {c.kind} over "
-            f"{', '.join(c.mesh_axes)} gathers: {FFT_COMPUTED_REPLICATED} and computes it replicated "
-            f"otherwise, so every device holds the whole {whole} and transforms every "
-            "batch element (newer XLA releases keep such an FFT local)")
+            f"an FFT{kind} transforms dimension {', '.join(map(str, fft_dims))}, which is sharded on "
+            f"{', '.join(c.mesh_axes)}: {FFT_READS_SHARDED}, so the {c.kind} rebuilds the whole {whole} on "
+            "every device first")
     return (owner.path if owner else None), None
 
 
-# How collective_origin's why reads for an FFT gathered along its batch (SL101 reads it for its fix).
+# How collective_origin's why reads for an FFT gathered along its batch (SL101 reads it for its fix), and for
+# one gathered along a dimension it transforms: SL101 reads either as a gather an FFT causes (fft_caused).
 FFT_COMPUTED_REPLICATED = "this XLA partitions an FFT only along what it transforms"
+FFT_READS_SHARDED = "an FFT reads every element along what it transforms"
 
 
-def _fft_batch_gathered(module: HloModule, ins: HloInstruction) -> str | None:
-    """Where an all-gather feeds an FFT along none of the dimensions the FFT transforms (its last
-    ``len(fft_length)``), the FFT's kind (` (IRFFT)`); else None."""
+def fft_caused(why: str | None) -> bool:
+    """Whether a collective's why (collective_origin's) says an FFT reads the value it gathers."""
+    return bool(why) and (FFT_COMPUTED_REPLICATED in why or FFT_READS_SHARDED in why)  # type: ignore[operator]
+
+
+def _fft_gathered(module: HloModule, ins: HloInstruction) -> tuple[str, bool, list[int]] | None:
+    """Where an all-gather feeds an FFT: the FFT's kind (` (IRFFT)`), whether it gathers along none of the
+    dimensions the FFT transforms (its last ``len(fft_length)``: a batch dimension only), and the gathered
+    dimensions; else None."""
     gathered = {int(d) for d in ins.attrs.get("dimensions", "").strip("{}").split(",") if d.strip().isdigit()}
     if ins.opcode != "all-gather" or not gathered:
         return None
     rank = len(ins.shape.split("[", 1)[1].split("]", 1)[0].split(",")) if "[" in ins.shape else 0
-    for user in module.users().get(ins.name, []):
+    users = module.users()
+    # Its readers, and theirs through copies (XLA's wrapped copy of a gathered operand into the FFT's layout).
+    readers, seen = list(users.get(ins.name, [])), {ins.name}
+    while readers and len(seen) < MAX_STEPS:
+        user = readers.pop(0)
+        seen.add(user.name)
         transformed = len([n for n in user.attrs.get("fft_length", "").strip("{}").split(",") if n.strip()])
-        if user.opcode == "fft" and transformed and max(gathered) < rank - transformed:
-            return f" ({user.attrs['fft_type']})" if user.attrs.get("fft_type") else ""
+        if user.opcode == "fft" and transformed:
+            kind = f" ({user.attrs['fft_type']})" if user.attrs.get("fft_type") else ""
+            return kind, max(gathered) < rank - transformed, sorted(gathered)
+        if user.opcode == "copy" or (user.opcode == "fusion" and len(user.operands) == 1
+                                     and moves_data_only(module, user) and _dims(user) == _dims(ins)):
+            readers += [u for u in users.get(user.name, []) if u.name not in seen]
     return None
 
 
@@ -315,3 +338,8 @@ def pinned_output(c: Collective) -> tuple[str, str] | None:
     returned = why[len(_INSERTED_TO_RETURN):why.index(_STATED_BY_OUT_SHARDINGS)]
     path, _, layout = returned.rpartition(" as ")
     return (path, layout) if path else None
+
+
+def _dims(ins: HloInstruction) -> str:
+    """An op's shape without its layout: a copy into another layout keeps which dimension is which."""
+    return ins.shape.split("{", 1)[0]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
-from ..hlo.collective_origin import FFT_COMPUTED_REPLICATED
+from ..hlo.collective_origin import fft_caused
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, Severity, TensorInfo
 from ..models.rule_codes import SL101
 from .constraint_cause import constraint_fix, constraint_of
 from .context import RuleContext
+from .fft_gathers import emit_fft_gathers, fft_gathers
 from .parameter_advice import idle_axes, idle_axis_advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 
@@ -85,10 +86,21 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
     move is the fix compiled. An FFT gathered along its batch alone (a batch
     of simulations sharded on the batch, which some XLA releases still
     transform replicated) needs no other sharding: its fix is the FFTs under
-    `jax.shard_map` over the batch axis.
+    `jax.shard_map` over the batch axis. The gathers of every FFT's operand
+    (a spectral solver's inverse transforms and its forward one, at several
+    lines) are one finding, naming the argument sharded on the gathered
+    axes; its fixes (that argument off the transformed dimensions, the FFTs
+    run under `jax.shard_map` on their batch, both) are compiled and the
+    best measured better printed.
     """
     peak = ctx.memory.peak_bytes if ctx.memory else 0
-    for c in replicating(ctx):
+    reported = replicating(ctx)
+    # The gathers of the values a program's FFTs read are one cause (the layout of the argument they come
+    # from), one finding whatever lines XLA gives them (fft_gathers.py).
+    emit_fft_gathers(ctx, out, [c for c in reported if fft_caused(c.why)], peak)
+    for c in reported:
+        if fft_caused(c.why):
+            continue
         idle = c.intent in INTENDED  # a parameter's gather replicating it beside an idle mesh axis
         parameter, served, suggested = (idle_axis_advice if idle else sharding_advice)(ctx, c)
         # No argument behind it: the user's constraint whose sharding it undoes, if one is (constraint_cause.py).
@@ -106,7 +118,7 @@ def replicating_collective(ctx: RuleContext, out: Emitter) -> None:
             source,
             via=c.via if c.source else None,
             fix=(_idle_fix(ctx, parameter, suggested) if idle
-                 else changed or _batched_fft_fix(c, parameter) or fix(parameter, served, suggested)),
+                 else changed or fix(parameter, served, suggested)),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count, constraint=constraint if undone else None,
         )
@@ -141,17 +153,6 @@ def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
             "jax.lax.with_sharding_constraint before the op")
 
 
-def _batched_fft_fix(c: Collective, parameter: TensorInfo | None) -> str | None:
-    """An FFT XLA computes replicated though only its batch is sharded (collective_origin's why): the layout
-    already keeps the transformed dimensions whole, so no sharding does better; shard_map runs it locally."""
-    if parameter is not None or not c.why or FFT_COMPUTED_REPLICATED not in c.why:
-        return None
-    return (f"keep the batch sharded and run the FFTs under jax.shard_map over {', '.join(c.mesh_axes)} (in_specs "
-            "and out_specs on the batch dimension): each device transforms its own batch elements and nothing is "
-            "gathered; no sharding of the jitted step's arguments does better, the dimensions the FFT transforms "
-            "are whole already")
-
-
 def replicating(ctx: RuleContext) -> list[Collective]:
     """The collectives this rule reports."""
     big = ctx.option(REPLICATING_COLLECTIVE_BYTES)
@@ -173,6 +174,10 @@ def replicating(ctx: RuleContext) -> list[Collective]:
         large_share = c.bytes >= share and c.bytes >= share_min and c.group_size > 1
         if c.bytes >= big or large_share or (whole and c.bytes >= whole_min):
             out.append(c)
+    # One FFT gather reported: every gather of an FFT's operand is (they have one cause, one finding).
+    ffts = fft_gathers(ctx, rematerialized)
+    if any(c in ffts for c in out):
+        out += [c for c in ffts if c not in out]
     return out
 
 

@@ -17,6 +17,7 @@ from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
 from .parameter_advice import Advice, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
+from .reshard_groups import group_finding, small_reshard_groups
 
 _ROLE = {
     ParameterRole.operand: "it moves that argument itself",
@@ -78,6 +79,12 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     moved or dropped (with its optimizer state); it prints the best one
     measured better with what the others measured, and where none is, it
     says what each cost: the gathers are then the price of the layout.
+    Collectives each under the threshold that one cause makes many of (the
+    same kind over the same axes: a periodic pad of a split dimension,
+    all-to-alls of each device's whole shard) are one finding where their
+    bytes reach it together, at the first of their lines, naming the
+    arguments sharded on those axes, moved off the dimension they split as
+    the fix to compile.
     """
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
     # What another rule's findings explain, each rule's claims (RuleTraits.claims): this rule imports none.
@@ -146,6 +153,17 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count,
         )
+    # Many small collectives of one cause (jax-cfd's periodic pads), together over the threshold: one finding.
+    for grouped_by, group in small_reshard_groups(ctx, limit).items():
+        text, fix, arguments, suggested = group_finding(ctx, grouped_by, group)
+        first = min(group, key=lambda c: (c.source.line if c.source else 0, c.hlo_name))
+        out.emit(text, first.source, via=first.via, fix=fix, subject=first.hlo_name,
+                 why=[first.why] if first.why else None, parameter=arguments[0] if arguments else None,
+                 suggested=suggested,
+                 total_bytes=sum(c.bytes * c.count for c in group), count=sum(c.count for c in group),
+                 ops=sorted(c.hlo_name for c in group))
+        if len(arguments) > 1:
+            out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in arguments]})
 
 
 def _split_origin(ctx: RuleContext, c: Collective) -> tuple[SplitRead, list[SplitOrigin]] | None:
@@ -230,8 +248,10 @@ def unreported_reshards_note(ctx: RuleContext) -> str | None:
     missing (issue 46: GPT-J's embedding all-reduce and its gradient's all-gather). ``ctx`` carries the
     rules' claimed collectives (rule_stage.rule_context computes them)."""
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
+    grouped = {c.hlo_name for group in small_reshard_groups(ctx, limit).values() for c in group}
     small = [c for c in ctx.collectives
-             if c.intent == "reshard" and c.hlo_name not in ctx.claimed_collectives and c.bytes * c.count < limit]
+             if c.intent == "reshard" and c.hlo_name not in ctx.claimed_collectives and c.bytes * c.count < limit
+             and c.hlo_name not in grouped]
     if not small:
         return None
     total = sum(c.bytes * c.count for c in small)

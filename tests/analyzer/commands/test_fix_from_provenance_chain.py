@@ -13,6 +13,8 @@ import re
 import pytest
 from scripts import script_targets
 
+from jax_shard_lint.passes.common.byte_sizes import format_bytes
+
 SCRIPT = os.path.join("fixtures", "scripts", "spectral_batch_on_grid_axis.py")
 _GATHER = re.compile(r"= (\S+) all-gather\(")
 _BYTES = {"c64": 8, "f32": 4}
@@ -47,21 +49,28 @@ def test_the_argument_a_chain_begins_at_is_named_and_its_move_measured(cli, chec
     result = cli("lint", SCRIPT, "--target", "on_grid", "--format", "json", "--fail-on", "never")
     assert result.code == 0, result.err
     findings = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL101"]
-    # One per irfftn line (28-31), each explained from the argument and naming it.
-    assert sorted(f["source"]["line"] for f in findings) == [28, 29, 30, 31]
-    for f in findings:
-        assert f["provenance"][-1] == "argument vorticity_hat is P(None, 'sims', None)", f["provenance"]
-        assert f["parameter"] == "vorticity_hat" and f["parameter_sharding"] == [[], ["sims"], []], f
-        check = f["fix_check"]
+    # One finding for every FFT's gather (the four irfftn lines and the rfftn's, one cause), at the first line,
+    # explained from the argument and naming it.
+    assert [f["source"]["line"] for f in findings] == [28]
+    [f] = findings
+    assert f["provenance"][-1] == "argument vorticity_hat is P(None, 'sims', None)", f["provenance"]
+    assert f["parameter"] == "vorticity_hat" and f["parameter_sharding"] == [[], ["sims"], []], f
+    gathers = set(re.findall(r"%(all-gather[.\d]*) = ", targets["on_grid"].compile().as_text()))
+    assert set(f["ops"]) == gathers, (f["ops"], gathers)  # every gather XLA compiled is in it
+    check = f["fix_check"]
+    assert check["peak_bytes_before"] == grid_peak
+    if sims_gathered < grid_gathered and sims_peak < grid_peak:  # XLA keeps the batched FFTs local
         assert check["change"] == "vorticity_hat -> P('sims')", check
-        assert check["peak_bytes_before"] == grid_peak and check["peak_bytes_after"] == sims_peak
-        if sims_gathered < grid_gathered and sims_peak < grid_peak:  # XLA keeps the batched FFTs local
-            assert check["verdict"] == "better", check
-            assert f["fix"].startswith("shard vorticity_hat as P('sims') instead of P(None, 'sims')"), f["fix"]
-            assert "checked: peak -" in f["fix"], f["fix"]
-        else:  # XLA gathers them all the same: the move is tried, not offered
-            assert sims_gathered == grid_gathered and sims_peak > grid_peak
-            assert check["verdict"] != "better", check
-            assert f["suggested_sharding"] is None
-            assert f["fix"].startswith("no sharding change found that helps: vorticity_hat -> P('sims') was tried"), \
-                f["fix"]
+        assert check["peak_bytes_after"] == sims_peak
+        assert check["verdict"] == "better", check
+        assert f["fix"].startswith("shard vorticity_hat as P('sims') instead of P(None, 'sims')"), f["fix"]
+        assert "checked: peak -" in f["fix"], f["fix"]
+    else:  # XLA gathers them all the same: the move alone is tried and costs peak; with the FFTs under shard_map
+        # on the batch it moves nothing (test_batched_fft_gather compiles that program by hand)
+        assert sims_gathered == grid_gathered and sims_peak > grid_peak
+        assert check["change"] == "vorticity_hat -> P('sims') with the FFTs under jax.shard_map over sims on their " \
+            "batch", check
+        assert check["verdict"] == "better" and check["traffic_bytes_after"] == 0, check
+        assert f["fix"].startswith("run the FFTs under jax.shard_map over sims"), f["fix"]
+        assert f"before it, vorticity_hat -> P('sims') was tried, compiled and costs peak +" \
+               f"{format_bytes(sims_peak - grid_peak)}" in f["fix"], f["fix"]
