@@ -33,7 +33,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict, StatedLayoutEdit
 from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
-from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES, layout_edit
+from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATED_LAYOUT_FIXES, layout_edit
 from ...passes.pipelines.entry import entry_signature, state_roundtrips
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.stablehlo_edits import (
@@ -102,6 +102,8 @@ def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
         return _constraint_edits(f, report, module)
     if splits_activation(f):
         return _rule_candidate_edits(f, report, module)
+    if f.rule in PARAMETER_FIXES:
+        return []  # a parameter's candidates are the fix checks' (fix_checks.py: SL105's weight moves, in order)
     kind = layout_edit(f)
     return _EDITS[kind](f, report, module) if kind is not None else []
 
