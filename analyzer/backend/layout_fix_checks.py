@@ -46,7 +46,7 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
 from .candidate_compile import compiled_candidate
-from .fix_verdicts import baseline, cost_text, measured_check, not_offered_text, rematerializations
+from .fix_verdicts import baseline, check_gain, cost_text, measured_check, not_offered_text, rematerializations
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -100,10 +100,8 @@ def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if _undoes_constraint(f):
         return _constraint_edits(f, report, module)
-    if splits_activation(f):
-        return _rule_candidate_edits(f, report, module)
-    if f.rule in PARAMETER_FIXES:
-        return []  # a parameter's candidates are the fix checks' (fix_checks.py: SL105's weight moves, in order)
+    if splits_activation(f) or f.rule in PARAMETER_FIXES:  # else a parameter's candidates are fix_checks.py's
+        return _rule_candidate_edits(f, report, module) if splits_activation(f) else []
     kind = layout_edit(f)
     return _EDITS[kind](f, report, module) if kind is not None else []
 
@@ -380,7 +378,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         f = findings[k]
         if better:
-            e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
+            e, c = max(better, key=lambda ec: check_gain(ec[1]))  # the larger relative gain, not more bytes
             # The spec the fix gives the argument the finding names: none where it constrains a value instead.
             spec = (None if e.undonated else e.constraints[min(e.constraints)] if e.constraints
                     else (None if f.parameter else next(iter(e.inserted.values()))) if e.inserted

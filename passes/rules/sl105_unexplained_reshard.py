@@ -70,7 +70,11 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     ---
     Shard the weight on a dimension its matmul does not contract (here
     `P(None, "model")`); lint compiles that layout and shows the fix only
-    when it measures less traffic or a lower peak. For a gathered
+    when it measures less traffic or a lower peak. A weight an all-to-all
+    moves to the dimension its matmul batches over (an MoE's expert
+    weights, read by `EnD,EDH->EnH` and sharded on D) is given the axis on
+    that dimension first (`P("expert")`), then on its largest other one;
+    its gradient's move back to its layout is the same finding. For a gathered
     activation, lint compiles a `with_sharding_constraint` on the output
     of the matmul where the split begins (the gathered axes moved to
     another dimension, or dropped) and that matmul's weight with its axis
