@@ -138,7 +138,7 @@ def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
         # An all-to-all moving a weight a matmul batches over (an MoE's expert weights, read by EnD,EDH->EnH):
         # the axis where the matmul reads it, on the batch dimension; else the largest other dimension.
         batched = batch_moves(parameter, c, ctx.argument_batch_dims.get(parameter.index, ()), sizes)
-        return parameter, served, (batched or [None])[0] or moved_off(parameter, gathered_dims(parameter, c), sizes)
+        return parameter, served, batched[0] if batched else moved_off(parameter, gathered_dims(parameter, c), sizes)
     if served.role is ParameterRole.read:
         return parameter, served, moved_off(parameter, set(served.contracting or ()), sizes)
     if served.role is ParameterRole.output:  # the weight's output features whole: the matmul's output is not split
