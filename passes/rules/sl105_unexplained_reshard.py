@@ -162,13 +162,15 @@ def _weight_moves(ctx: RuleContext, c: Collective, parameter: TensorInfo | None,
 
 
 def _forward_move(ctx: RuleContext, c: Collective) -> Collective | None:
-    """The move of a weight whose transpose ``c`` is (op_name ``transpose(jvp(EnD,EDH->EnH))/dot_general`` for
+    """The move of a weight whose transpose ``c`` is (op_name ``transpose(jvp(EnD,EDH->EnH))/...`` for
     ``jvp(EnD,EDH->EnH)/dot_general``: its gradient moved back to the weight's layout), of the same kind over the
     same axes, where that move names the argument it moves; None otherwise."""
-    forward = _untransposed(c.op_name or "")
+    forward = _untransposed((c.op_name or "").rsplit("/", 1)[0])
     if forward is None:
         return None
-    return next((t for t in ctx.collectives if t.op_name == forward and t.kind == c.kind
+    # Matched by the op's scope: a GPU compile names the gradient's move after the transpose of the dot's result
+    # (transpose(jvp(EnD,EDH->EnH))/transpose), a CPU or TPU one after the dot (.../dot_general).
+    return next((t for t in ctx.collectives if (t.op_name or "").rsplit("/", 1)[0] == forward and t.kind == c.kind
                  and t.mesh_axes == c.mesh_axes and t.hlo_name != c.hlo_name
                  and (a := sharding_advice(ctx, t))[0] is not None and a[1] is not None
                  and a[1].role is ParameterRole.operand), None)

@@ -138,6 +138,27 @@ def test_d_model_sharded_experts_warnings_name_the_weights(linted):
         assert names == {forward, forward.replace("jvp(", "transpose(jvp(", 1).replace(")/dot", "))/dot", 1)}
 
 
+def test_d_model_sharded_experts_gradient_moves_name_the_weights_on_h100(cli):
+    """On a compile-only H100 target XLA names the gradients' moves after the transpose of the dot's result
+    (op_name transpose(jvp(EnD,EDH->EnH))/transpose, not .../dot_general), and the tool placed them at the optax
+    line as an SL105 naming no argument (moe14 F4): each is now in its weight's finding, with the weight's own
+    move (the op_names as XLA's compiled text gives them, in the report's collectives)."""
+    require("optax", "optax is not installed (the [test] extra)")
+    result = cli("lint", STEP, "--set", "layout=dmodel_sharded", *THRESHOLD, "--platform", "h100", "--no-fix-check",
+                 "--format", "json", "-q", "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    [target] = json.loads(result.out)["targets"]
+    op_names = {c["hlo_name"]: c["op_name"] for c in target["collectives"] if c["kind"] == "all-to-all"
+                and c["intent"] == "reshard"}
+    findings = [f for f in target["findings"] if f["rule"] == "SL105"]
+    assert {f["parameter"] for f in findings} == {"params['wi']", "params['wo']"}
+    assert sorted(op for f in findings for op in f["ops"]) == sorted(op_names)
+    for f in findings:
+        [forward, backward] = sorted((op_names[op] for op in f["ops"]), key=lambda n: "transpose(" in n)
+        scope = forward.rsplit("/", 1)[0]
+        assert backward.startswith(scope.replace("jvp(", "transpose(jvp(", 1) + ")/"), (forward, backward)
+
+
 def test_d_model_sharded_experts_fix_is_the_expert_dimension(linted):
     """SL105's fix for a weight an all-to-all moves to the dimension its matmul batches over (EnD,EDH->EnH: E)
     is that weight on its expert dimension, P('expert'), with its Adam moments; before, the rule tried the
