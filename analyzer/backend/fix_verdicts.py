@@ -76,6 +76,23 @@ def _figures_verdict(peak: tuple[int, int], traffic: tuple[int, int]) -> FixVerd
     return FixVerdict.trade_off
 
 
+def relative_gain(peak: tuple[int, int], traffic: tuple[int, int]) -> tuple[float, float]:
+    """How two changes both measured better are ranked, the step-time estimate being the same (suggest's
+    ``advice.verdict.best_version`` and lint's stated-layout fixes): the larger share of its figure as written
+    that a change saves (peak or traffic, each against its own value before), then the other share (a rise
+    counts as a negative share), each within [-1, 1]. Bytes are not compared across figures: halving the
+    traffic (-50%) beats a peak 2% lower, however many more bytes the peak holds."""
+    shares = sorted((max(-1.0, min(1.0, (before - after) / max(before, 1))) for before, after in (peak, traffic)),
+                    reverse=True)
+    return shares[0], shares[1]
+
+
+def check_gain(check: FixCheck) -> tuple[float, float]:
+    """``relative_gain`` of a compiled fix check's figures against the program as written."""
+    return relative_gain((check.peak_bytes_before or 0, check.peak_bytes_after or 0),
+                         (check.traffic_bytes_before or 0, check.traffic_bytes_after or 0))
+
+
 def traffic_bytes(report: TargetReport, sig: EntrySignature) -> int:
     """Per-device bytes a step moves: its collectives, and the state outputs the next step reshards."""
     compiled = dataclasses.replace(sig, inputs=tuple(report.inputs), outputs=tuple(report.outputs))

@@ -33,7 +33,7 @@ from ...passes.common.byte_sizes import format_bytes
 from ...passes.common.sharding_text import constraint_change_text, normalized, pspec_text
 from ...passes.models.fix_check import FixVerdict, StatedLayoutEdit
 from ...passes.models.report import STATED_CONSTRAINT, Finding, FixCandidate, TargetReport, TensorInfo
-from ...passes.pipelines.catalogue import STATED_LAYOUT_FIXES, layout_edit
+from ...passes.pipelines.catalogue import PARAMETER_FIXES, STATED_LAYOUT_FIXES, layout_edit
 from ...passes.pipelines.entry import entry_signature, state_roundtrips
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.stablehlo_edits import (
@@ -46,7 +46,8 @@ from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
 from .candidate_compile import compiled_candidate
-from .fix_verdicts import baseline, cost_text, for_finding, measured_check, not_offered_text, rematerializations
+from .fix_verdicts import baseline, check_gain, cost_text, measured_check, not_offered_text, rematerializations
+from .fix_verdicts import for_finding as _for_finding
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_side_by_side
@@ -100,8 +101,8 @@ def _constraint_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
 def _edits_of(f: Finding, report: TargetReport, module) -> list[_Edit]:
     if _undoes_constraint(f):
         return _constraint_edits(f, report, module)
-    if splits_activation(f):
-        return _rule_candidate_edits(f, report, module)
+    if splits_activation(f) or f.rule in PARAMETER_FIXES:  # else a parameter's candidates are fix_checks.py's
+        return _rule_candidate_edits(f, report, module) if splits_activation(f) else []
     kind = layout_edit(f)
     return _EDITS[kind](f, report, module) if kind is not None else []
 
@@ -375,10 +376,10 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     findings = list(report.findings)
     for k, edits in planned.items():
         f = findings[k]
-        checks = [(e, for_finding(f, measured_check(e.change, results[e.change], base, sig, written))) for e in edits]
+        checks = [(e, _for_finding(f, measured_check(e.change, results[e.change], base, sig, written))) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         if better:
-            e, c = min(better, key=lambda ec: ec[1].peak_delta + ec[1].traffic_delta)
+            e, c = max(better, key=lambda ec: check_gain(ec[1]))  # the larger relative gain, not more bytes
             # The spec the fix gives the argument the finding names: none where it constrains a value instead.
             spec = (None if e.undonated else e.constraints[min(e.constraints)] if e.constraints
                     else (None if f.parameter else next(iter(e.inserted.values()))) if e.inserted

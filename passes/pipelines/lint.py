@@ -60,7 +60,7 @@ from .catalogue import REMATERIALIZATION_RULES
 from .entry import entry_signature
 from .inputs import CompiledFacts, PassConfig
 from .pass_manager import Pipeline
-from .propagated_facts import activation_splits, constrained_padding, propagated_padding
+from .propagated_facts import activation_splits, batch_dims, constrained_padding, propagated_padding
 from .rule_stage import rule_context, run_rule, run_rules
 
 
@@ -305,6 +305,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         constraints=read_constraints(module, config.ownership),
         propagated_padding=propagated_padding(module, sig, hlo, config),
         split_reads=activation_splits(module, sig, collectives, config),
+        argument_batch_dims=batch_dims(module, collectives, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=_stated_outputs(sig),
         call_site=site,

@@ -12,7 +12,7 @@ from ..models.entry import EntrySignature
 from ..models.report import Collective
 from ..models.rule_codes import SL105
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
-from ..propagation.split_activations import SplitRead, split_reads
+from ..propagation.split_activations import SplitRead, argument_batch_dims, split_reads
 from ..rules.table import codes_where
 from ..stablehlo.sharding_constraints import PaddedValue, padded_values, read_constraints
 from .inputs import PassConfig
@@ -48,3 +48,12 @@ def activation_splits(module: ir.Module, sig: EntrySignature, collectives: tuple
         return ()
     return split_reads(module, sig.mesh, [t.sharding or [] for t in sig.inputs], [tuple(t.shape) for t in sig.inputs],
                        lines, config.ownership)
+
+
+def batch_dims(module: ir.Module, collectives: tuple[Collective, ...],
+               config: PassConfig) -> dict[int, tuple[int, ...]]:
+    """The arguments' dimensions a matmul batches over (SL105's candidate for a weight an all-to-all moves):
+    read only when SL105 is on and an all-to-all no stated sharding asked for is in the program."""
+    if SL105.code in config.disabled or not any(c.intent == "reshard" and c.kind == "all-to-all" for c in collectives):
+        return {}
+    return argument_batch_dims(module)

@@ -235,3 +235,43 @@ def split_reads(module: ir.Module, mesh: MeshInfo, arguments: list[list[list[str
                                            sharding, d, frozenset(axes),
                                            walk.origins(operand, d, axes, arguments, shapes)))
     return tuple(reads)
+
+
+def argument_batch_dims(module: ir.Module) -> dict[int, tuple[int, ...]]:
+    """Entry argument -> its dimensions a matmul (``dot_general``) batches over, where the matmul reads the
+    argument itself (the same shape: through calls, loop carries and elementwise ops only), e.g. an MoE's
+    expert weights ``EDH`` read by ``EnD,EDH->EnH`` batch their expert dimension 0. A weight sharded on another
+    dimension is moved there by an all-to-all on every step (SL105's candidate: the axis on the batch dimension,
+    where the matmul reads it). Read in the module as lowered: no propagation is run."""
+    walk = _Walk(module, DEFAULT_OWNERSHIP)
+    found: dict[int, set[int]] = {}
+    for fn in walk.funcs.values():
+        for op in walk_ops(fn.regions[0].blocks[0]):
+            if op.operation.name != "stablehlo.dot_general":
+                continue
+            dims = _dot_dims(op)
+            for side, batching in ((0, dims["lhs_batching"]), (1, dims["rhs_batching"])):
+                if not batching:
+                    continue
+                for argument in _same_array_arguments(walk, op.operands[side]):
+                    found.setdefault(argument, set()).update(batching)
+    return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
+
+
+def _same_array_arguments(walk: _Walk, value: ir.Value[Any]) -> list[int]:
+    """The entry arguments ``value`` is (the same shape and dimensions: through calls, loop carries and ops
+    whose operand has the result's shape)."""
+    found: list[int] = []
+    seen: set[ir.Value[Any]] = set()
+    queue: deque[ir.Value[Any]] = deque([value])
+    while queue and len(seen) < _MAX_WALK:
+        v = queue.popleft()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v.owner, ir.Block) and v.owner.owner == walk.entry.operation:
+            found.append(ir.BlockArgument(v).arg_number)
+        elif isinstance(v.owner, ir.Block) or v.owner.name != "stablehlo.transpose":  # a transpose maps dims
+            queue.extend(walk.feeders(v))
+    return found
+

@@ -77,6 +77,9 @@ class RuleContext:
     # Matmul operands propagation splits along a dimension the matmul contracts, with the matmul whose weight
     # puts that split on them (SL105 names it where the gather is of an activation, no argument).
     split_reads: tuple[SplitRead, ...] = ()
+    # Entry argument -> its dimensions a matmul batches over, reading it as it is (an MoE's expert weights'
+    # expert dimension): where SL105 moves the axis of a weight an all-to-all moves to that dimension.
+    argument_batch_dims: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # Inputs the user donated (the module's donors, and those jit dropped for want of a matching output:
     # TensorInfo.donated says both),
     # and the inputs whose buffer a compiled output reuses (None: not compiled).

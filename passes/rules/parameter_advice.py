@@ -88,6 +88,25 @@ def moved_onto(t: TensorInfo, dims: set[int], axes: list[str], sizes: dict[str, 
     return None if sharding == [list(a) for a in (t.sharding or [])] else sharding
 
 
+def batch_moves(t: TensorInfo, c: Collective, batch: tuple[int, ...], sizes: dict[str, int]) -> list[list[list[str]]]:
+    """For an all-to-all of ``t``: its gathered axes moved onto each of the dimensions a matmul batches over
+    (``batch``, RuleContext.argument_batch_dims) that is unsharded and that they divide, first to last."""
+    dims = gathered_dims(t, c)
+    sharding = [list(a) for a in (t.sharding or [])] + [[] for _ in range(len(t.shape) - len(t.sharding or []))]
+    moving = [a for d in sorted(dims) for a in sharding[d]]
+    parts = 1
+    for a in moving:
+        parts *= axis_size(a, sizes)
+    out: list[list[list[str]]] = []
+    for b in batch if c.kind == "all-to-all" and moving else ():
+        if b in dims or b >= len(t.shape) or sharding[b] or t.shape[b] % parts:
+            continue
+        moved = [[] if d in dims else list(a) for d, a in enumerate(sharding)]
+        moved[b] = moving
+        out.append(moved)
+    return out
+
+
 def contracted_dims(t: TensorInfo, found: CollectiveParameter | None) -> set[int]:
     """The weight's dimensions the matmul contracts: read in the compiled matmul where the weight
     reaches it whole, else (a 2-D weight) its sharded dimensions, which a partial sum contracted.
@@ -116,7 +135,10 @@ def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
         return parameter, served, None
     sizes = dict(ctx.signature.mesh.axes)
     if served.role is ParameterRole.operand:  # keep the input off the dimension the op reads along
-        return parameter, served, moved_off(parameter, gathered_dims(parameter, c), sizes)
+        # An all-to-all moving a weight a matmul batches over (an MoE's expert weights, read by EnD,EDH->EnH):
+        # the axis where the matmul reads it, on the batch dimension; else the largest other dimension.
+        batched = batch_moves(parameter, c, ctx.argument_batch_dims.get(parameter.index, ()), sizes)
+        return parameter, served, batched[0] if batched else moved_off(parameter, gathered_dims(parameter, c), sizes)
     if served.role is ParameterRole.read:
         return parameter, served, moved_off(parameter, set(served.contracting or ()), sizes)
     if served.role is ParameterRole.output:  # the weight's output features whole: the matmul's output is not split

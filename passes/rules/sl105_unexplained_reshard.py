@@ -8,14 +8,14 @@ from itertools import zip_longest
 from ..common.byte_sizes import format_bytes
 from ..common.pytree_paths import natural_order
 from ..common.sharding_text import pspec_text
-from ..hlo.collective_parameter import ParameterRole
+from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.fix_check import StatedLayoutEdit
-from ..models.report import Collective, FixCandidate, Severity, SourceLocation
+from ..models.report import Collective, FixCandidate, Severity, SourceLocation, TensorInfo
 from ..models.rule_codes import SL105
 from ..propagation.split_activations import SplitOrigin, SplitRead
 from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
-from .parameter_advice import Advice, sharding_advice
+from .parameter_advice import Advice, batch_moves, gathered_dims, moved_off, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .reshard_groups import group_finding, small_reshard_groups
 
@@ -72,7 +72,11 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     ---
     Shard the weight on a dimension its matmul does not contract (here
     `P(None, "model")`); lint compiles that layout and shows the fix only
-    when it measures less traffic or a lower peak. For a gathered
+    when it measures less traffic or a lower peak. A weight an all-to-all
+    moves to the dimension its matmul batches over (an MoE's expert
+    weights, read by `EnD,EDH->EnH` and sharded on D) is given the axis on
+    that dimension first (`P("expert")`), then on its largest other one;
+    its gradient's move back to its layout is the same finding. For a gathered
     activation, lint compiles a `with_sharding_constraint` on the output
     of the matmul where the split begins (the gathered axes moved to
     another dimension, or dropped) and that matmul's weight with its axis
@@ -110,6 +114,12 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             named[key] = found
     resolved = {c.hlo_name: advice[c.hlo_name] if advice[c.hlo_name][0] is not None else
                 named.get((c.source, tuple(c.mesh_axes)), (None, None, None)) for c in reported}
+    # A weight's gradient moved back to the weight's layout (for the optimizer's update) is the transpose of the
+    # weight's own move: the same cause, said at that move's line (XLA's metadata gives both the einsum's frame;
+    # JAX 0.12 and TPU/GPU compiles place it at the optimizer's line, where no argument is its operand).
+    moved_back = {c.hlo_name: twin for c in reported if resolved[c.hlo_name][0] is None
+                  and (twin := _forward_move(ctx, c)) is not None}
+    resolved.update({name: sharding_advice(ctx, twin) for name, twin in moved_back.items()})
     splits = {c.hlo_name: split for c in reported for parameter, served, suggested in [resolved[c.hlo_name]]
               if suggested is None and served is not None and served.role is ParameterRole.feeds
               and c.kind == "all-gather" and (split := _split_origin(ctx, c)) is not None}
@@ -139,19 +149,22 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             continue
         axes = ", ".join(c.mesh_axes) or "all devices"
         runs = f", {c.count}x per step" if c.count > 1 else ""
+        twin = moved_back.get(c.hlo_name)
         cause = (f": it comes from {parameter.path} {pspec_text(parameter.sharding)}"
-                 + (f" ({_ROLE[served.role]})" if served is not None else "")
+                 + (" (it moves that argument's gradient back to the argument's layout, the transpose of that "
+                    f"argument's own move at line {twin.source.line})" if twin is not None and twin.source is not None
+                    else f" ({_ROLE[served.role]})" if served is not None else "")
                  if parameter is not None else ": no argument of the step is its operand or the weight it serves")
         out.emit(
             f"{c.kind} over {axes} reshards {c.dtype}{c.shape} ({format_bytes(c.bytes)}){runs}, which no stated "
             f"sharding asked for{cause}",
-            c.source, via=c.via,
+            twin.source if twin else c.source, via=twin.via if twin else c.via,
             fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
                  if parameter is not None and suggested is not None else
                  "state the layout the op reads the value in (jax.lax.with_sharding_constraint), or shard the "
                  "argument it comes from on a dimension the op does not read along"),
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
-            total_bytes=c.bytes * c.count,
+            total_bytes=c.bytes * c.count, candidates=_weight_moves(ctx, c, parameter, served, suggested),
         )
     # Many small collectives of one cause (jax-cfd's periodic pads), together over the threshold: one finding.
     for grouped_by, group in small_reshard_groups(ctx, limit).items():
@@ -164,6 +177,48 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
                  ops=sorted(c.hlo_name for c in group))
         if len(arguments) > 1:
             out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in arguments]})
+
+
+def _weight_moves(ctx: RuleContext, c: Collective, parameter: TensorInfo | None,
+                  served: CollectiveParameter | None, suggested: list[list[str]] | None) -> list[FixCandidate]:
+    """The fix checks' candidates for a weight an all-to-all moves, in the order they are compiled until one
+    measures better: its axis on the dimension a matmul batches over (the suggestion: where the matmul reads
+    it, an MoE's expert dimension), then on the largest other dimension; none where there is one only."""
+    if parameter is None or served is None or served.role is not ParameterRole.operand or suggested is None:
+        return []
+    sizes = dict(ctx.signature.mesh.axes)
+    specs = [suggested, *batch_moves(parameter, c, ctx.argument_batch_dims.get(parameter.index, ()), sizes),
+             moved_off(parameter, gathered_dims(parameter, c), sizes)]
+    unique = [s for k, s in enumerate(specs) if s is not None and s not in specs[:k]]
+    return [FixCandidate(value=parameter.path, sharding=s) for s in unique] if len(unique) > 1 else []
+
+
+def _forward_move(ctx: RuleContext, c: Collective) -> Collective | None:
+    """The move of a weight whose transpose ``c`` is (op_name ``transpose(jvp(EnD,EDH->EnH))/...`` for
+    ``jvp(EnD,EDH->EnH)/dot_general``: its gradient moved back to the weight's layout), of the same kind over the
+    same axes, where that move names the argument it moves; None otherwise."""
+    forward = _untransposed((c.op_name or "").rsplit("/", 1)[0])
+    if forward is None:
+        return None
+    # Matched by the op's scope: a GPU compile names the gradient's move after the transpose of the dot's result
+    # (transpose(jvp(EnD,EDH->EnH))/transpose), a CPU or TPU one after the dot (.../dot_general).
+    return next((t for t in ctx.collectives if (t.op_name or "").rsplit("/", 1)[0] == forward and t.kind == c.kind
+                 and t.mesh_axes == c.mesh_axes and t.hlo_name != c.hlo_name
+                 and (a := sharding_advice(ctx, t))[0] is not None and a[1] is not None
+                 and a[1].role is ParameterRole.operand), None)
+
+
+def _untransposed(op_name: str) -> str | None:
+    """``op_name`` with its ``transpose(...)`` wrapper taken off (the forward op of a backward one), or None."""
+    start = op_name.find("transpose(")
+    if start < 0:
+        return None
+    depth = 0
+    for k in range(start + len("transpose"), len(op_name)):
+        depth += {"(": 1, ")": -1}.get(op_name[k], 0)
+        if depth == 0:
+            return op_name[:start] + op_name[start + len("transpose("):k] + op_name[k + 1:]
+    return None
 
 
 def _split_origin(ctx: RuleContext, c: Collective) -> tuple[SplitRead, list[SplitOrigin]] | None:

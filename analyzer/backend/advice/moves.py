@@ -126,16 +126,17 @@ def _key(pins: Pins) -> tuple:
 
 
 def best_move(moves: list[Move], compiled: list, resolution_s: float = 0.0, written: frozenset[str] = frozenset(),
-              ) -> tuple[Move, object, object] | None:
+              reference=None) -> tuple[Move, object, object] | None:
     """(the move, its Version renamed ``single move``, its report) of the best compiled move, by
-    ``advised_version``'s measure (``written``: the program's own rematerializations); None when none compiled."""
+    ``advised_version``'s measure (``written``: the program's own rematerializations; ``reference``: the written
+    shardings' Version, which the moves measured better than are ranked against); None when none compiled."""
     from .verdict import advised_version, with_rematerializations
 
     by_name = {}
     for k, (move, (version, report)) in enumerate(zip(moves, compiled)):
         renamed = with_rematerializations(version.model_copy(update={"name": f"move {k}"}), report, written)
         by_name[f"move {k}"] = (move, renamed, report)
-    best = advised_version([v for _, v, _ in by_name.values()], resolution_s)
+    best = advised_version([v for _, v, _ in by_name.values()], resolution_s, reference)
     if best is None:
         return None
     move, version, report = by_name[best.name]

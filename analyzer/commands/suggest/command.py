@@ -286,7 +286,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         if t.side_by_side is None:
             say(f"{name}: compiling {len(moves)} single moves of a mesh axis from the written shardings")
         moved = best_move(moves, _compile_all(t, wanted_moves, settings, devices, where, request.spread),
-                          resolution, remats)
+                          resolution, remats, next((v for v in versions if v.name == "written"), None))
         if moved is not None:
             move, version, report = moved
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
@@ -297,7 +297,8 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
     # The program as written, where it returns some state on another sharding than it takes it, is no layout to
     # paste with in_shardings: step 2 would be refused. Every other version pins its state's round trips.
     written_round_trips = _returns_state_as_taken(t, reports.get("written"))
-    best = advised_version([v for v in versions if v.name != "written" or written_round_trips], resolution)
+    best = advised_version([v for v in versions if v.name != "written" or written_round_trips], resolution,
+                           next((v for v in versions if v.name == "written"), None))
     notes = []
     if best is None:
         tried = "; ".join(f"{v.name}: {v.error or format_bytes(v.peak_bytes or 0)}" for v in versions)
