@@ -1,6 +1,9 @@
-"""The README is true: every ``jax-shard-lint`` command it shows runs, as a user runs it (in a
-fresh folder holding the bundled examples, in the README's order, every fix checked), and the
-report it prints under "Reading the report" is what the main command prints.
+"""The README is true: every ``jax-shard-lint`` command it shows runs, as a user runs it (from the
+checkout it installed, in the README's order, every fix checked), and the report it prints under
+"Reading the report" is what the main command prints. The files the commands write (``-o report.html``,
+``snapshot -o shard_lint/`` and what reads it back) go to a fresh folder instead of the checkout; the
+examples are read where they are, so their programs are the ones the rest of the suite compiles, read from
+the run's compile memo (tests/conftest.py) where another test compiled them first.
 
 The main command runs through the installed console script; the others run in this process
 (``run_command``, the code the console script's supervised child runs): a child process each
@@ -11,15 +14,16 @@ the console script.
 
 import os
 import shlex
-import shutil
 import subprocess
 
 import pytest
-from conftest import EXAMPLES, PINNED_JAX_RELEASE, ROOT, console_script
+from conftest import PINNED_JAX_RELEASE, ROOT, console_script
 
 README = os.path.join(ROOT, "README.md")
 MAIN = "jax-shard-lint lint examples/fsdp_tp_train_step.py"
 ELIDED = "…"
+# The files and folders the commands write, and read back, relative to where they run: given a fresh folder.
+WRITTEN = ("report.html", "shard_lint/")
 
 
 def _blocks(kind: str) -> list[str]:
@@ -56,20 +60,23 @@ def test_the_readme_shows_every_command():
 def test_every_readme_command_runs(tmp_path, capsys, monkeypatch):
     from jax_shard_lint.analyzer.cli.main import run_command
 
-    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     # As a user runs it: every fix compiled before it is shown (the suite turns that off elsewhere).
     for name in ("JAX_SHARD_LINT_NO_FIX_CHECK", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(ROOT)
+    outputs_named = {a for c in readme_commands() for o, a in zip(shlex.split(c), shlex.split(c)[1:])
+                     if o in ("-o", "--output")}
+    assert outputs_named <= set(WRITTEN), outputs_named  # nothing is written into the checkout
     capsys.readouterr()
     failures, outputs = [], {}
     for command in readme_commands():
+        argv = [os.path.join(tmp_path, a) if a in WRITTEN else a for a in shlex.split(command)[1:]]
         if command == MAIN:
-            result = subprocess.run([console_script(), *shlex.split(command)[1:]], cwd=tmp_path,
+            result = subprocess.run([console_script(), *argv], cwd=ROOT,
                                     env=dict(os.environ), capture_output=True, text=True, timeout=600)
             code, out, err = result.returncode, result.stdout, result.stderr
         else:
-            code = run_command(shlex.split(command)[1:])
+            code = run_command(argv)
             out, err = capsys.readouterr()
         outputs[command] = out
         if code != 0 or "Traceback" in err:
