@@ -33,7 +33,7 @@ def _context(release, name):
     text, module, collectives = meaning_program(release, name)
     inputs = meaning_inputs(release, name)
     ctx = SimpleNamespace(collective_parameters=collective_parameters(module, collectives, inputs, DATA_MODEL),
-                          inputs=inputs, signature=SimpleNamespace(mesh=DATA_MODEL))
+                          inputs=inputs, signature=SimpleNamespace(mesh=DATA_MODEL), argument_batch_dims={})
     return text, ctx, {c.kind: c for c in collectives}
 
 
