@@ -25,7 +25,7 @@ from jaxlib.mlir import ir
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, functions, source_of_location
-from .shardy_reference import walk_ops
+from .shardy_reference import call_sites, walk_ops
 
 # Ops whose first operand's array their result is, or a slice or reshaping of it.
 _SAME_ARRAY = frozenset({
@@ -64,11 +64,7 @@ class _Chain:
     def __init__(self, module: ir.Module):
         self.funcs = functions(module)
         self.entry = entry_function(module)
-        self.callers: dict[str, list[ir.OpView]] = {}
-        for fn in self.funcs.values():
-            for o in walk_ops(fn.regions[0].blocks[0]):
-                if o.operation.name == "func.call":
-                    self.callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
+        self.callers = call_sites(self.funcs)
 
     def argument(self, value: ir.Value[Any]) -> int | None:
         """The entry argument ``value`` is the same array as (or a slice of), or None."""

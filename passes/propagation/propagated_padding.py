@@ -29,7 +29,7 @@ from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import axis_label_size, entry_function, functions, sharding_axes, source_of_location
 from ..stablehlo.sharding_constraints import StatedConstraint
-from .shardy_reference import OP_ID, result_shardings, shardy_propagated, tagged_clone, walk_ops
+from .shardy_reference import OP_ID, call_sites, result_shardings, shardy_propagated, tagged_clone, walk_ops
 
 # Ops whose result sharding is stated, not propagated (SL204's, a reshard, a shard_map), or stands for
 # a callee's (the callee's own ops are read).
@@ -141,7 +141,7 @@ def propagated_padded_values(
         del found[None]
     if not found:
         return ()
-    callers = _callers(propagated)
+    callers = call_sites(functions(propagated))
     return tuple(replace(p, arguments=arguments, constraints=constraints) for p in found.values()
                  for arguments, constraints in [_arguments_of(ops[p.op_index], propagated, callers, ownership)])
 
@@ -150,16 +150,6 @@ def propagated_padded_values(
 _STATES_SHARDING = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
 # Values walked back from a padded value to the arguments it is computed from: a bound on a large program.
 _MAX_WALK = 20_000
-
-
-def _callers(module: ir.Module) -> dict[str, list[ir.OpView]]:
-    """Each function's ``func.call`` ops, by the callee's name."""
-    callers: dict[str, list[ir.OpView]] = {}
-    for fn in functions(module).values():
-        for o in walk_ops(fn.regions[0].blocks[0]):
-            if o.operation.name == "func.call":
-                callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
-    return callers
 
 
 def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.OpView]],

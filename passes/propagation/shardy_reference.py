@@ -96,6 +96,17 @@ def walk_ops(block: ir.Block) -> Iterator[ir.OpView]:
                 yield from walk_ops(inner)
 
 
+def call_sites(funcs: dict) -> dict[str, list[ir.OpView]]:
+    """The ``func.call`` ops of ``funcs`` (``stablehlo.module.functions``), by the callee's name: where a walk back
+    from a function's argument goes on in its callers."""
+    callers: dict[str, list[ir.OpView]] = {}
+    for fn in funcs.values():
+        for o in walk_ops(fn.regions[0].blocks[0]):
+            if o.operation.name == "func.call":
+                callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
+    return callers
+
+
 def tagged_clone(module: ir.Module) -> ir.Module:
     """A copy whose every op inside a function carries ``OP_ID``: its index in
     ``walk_ops`` over the functions in module order."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..models.errors import ShardyRejected
 from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, functions, sharding_axes, source_of_location
-from .shardy_reference import OP_ID, result_shardings, shardy_propagated, tagged_clone, walk_ops
+from .shardy_reference import OP_ID, call_sites, result_shardings, shardy_propagated, tagged_clone, walk_ops
 
 _DIMS = re.compile(r"(lhs_batching|rhs_batching|lhs_contracting|rhs_contracting)_dimensions = \[([\d, ]*)\]")
 # Values walked back from one read: a bound on a large program.
@@ -94,11 +95,7 @@ class _Walk:
         self.module, self.ownership = module, ownership
         self.funcs = functions(module)
         self.entry = entry_function(module)
-        self.callers: dict[str, list[ir.OpView]] = {}
-        for fn in self.funcs.values():
-            for o in walk_ops(fn.regions[0].blocks[0]):
-                if o.operation.name == "func.call":
-                    self.callers.setdefault(ir.FlatSymbolRefAttr(o.attributes["callee"]).value, []).append(o)
+        self.callers = call_sites(self.funcs)
 
     @staticmethod
     def sharding(value: ir.Value[Any]) -> list[list[str]] | None:
@@ -140,21 +137,8 @@ class _Walk:
     def arguments_of(self, value: ir.Value[Any]) -> list[int]:
         """The entry arguments ``value`` is computed from, nearest first (the weight behind a matmul operand:
         a reshape or a loop's slice of it)."""
-        found: list[int] = []
-        seen: set[ir.Value[Any]] = set()
-        queue: deque[ir.Value[Any]] = deque([value])
-        while queue and len(seen) < _MAX_WALK:
-            v = queue.popleft()
-            if v in seen:
-                continue
-            seen.add(v)
-            if isinstance(v.owner, ir.Block) and v.owner.owner == self.entry.operation:
-                found.append(ir.BlockArgument(v).arg_number)
-            elif isinstance(v.owner, ir.Block) or v.owner.name == "func.call":
-                queue.extend(self.feeders(v))
-            else:
-                queue.extend(v.owner.operands)
-        return found
+        return _entry_arguments(self, value, lambda v: self.feeders(v) if isinstance(v.owner, ir.Block)
+                                or v.owner.name == "func.call" else v.owner.operands)
 
     def origins(self, start: ir.Value[Any], dim: int, axes: set[str], arguments: list[list[list[str]]],
                 shapes: list[tuple[int, ...]]) -> tuple[SplitOrigin, ...]:
@@ -261,6 +245,15 @@ def argument_batch_dims(module: ir.Module) -> dict[int, tuple[int, ...]]:
 def _same_array_arguments(walk: _Walk, value: ir.Value[Any]) -> list[int]:
     """The entry arguments ``value`` is (the same shape and dimensions: through calls, loop carries and ops
     whose operand has the result's shape)."""
+    # A transpose maps dimensions: the array after it is another.
+    return _entry_arguments(walk, value, lambda v: walk.feeders(v) if isinstance(v.owner, ir.Block)
+                            or v.owner.name != "stablehlo.transpose" else ())
+
+
+def _entry_arguments(walk: _Walk, value: ir.Value[Any],
+                     feeding: Callable[[ir.Value[Any]], Iterable[ir.Value[Any]]]) -> list[int]:
+    """The entry arguments reached from ``value``, nearest first, walking back breadth-first through the values
+    ``feeding`` gives each one, at most ``_MAX_WALK`` values."""
     found: list[int] = []
     seen: set[ir.Value[Any]] = set()
     queue: deque[ir.Value[Any]] = deque([value])
@@ -271,7 +264,7 @@ def _same_array_arguments(walk: _Walk, value: ir.Value[Any]) -> list[int]:
         seen.add(v)
         if isinstance(v.owner, ir.Block) and v.owner.owner == walk.entry.operation:
             found.append(ir.BlockArgument(v).arg_number)
-        elif isinstance(v.owner, ir.Block) or v.owner.name != "stablehlo.transpose":  # a transpose maps dims
-            queue.extend(walk.feeders(v))
+        else:
+            queue.extend(feeding(v))
     return found
 
