@@ -3,12 +3,15 @@ checks (fix_checks) and suggest's versions (advice/solver_fixes)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ...passes.models.entry import EntrySignature
 from ...passes.models.report import TargetReport
 from ..context.config import Settings
 from .cached_analysis import analysis_cache, cached_report, figures_key_parts, placed
 from .checked_in_analysis import analyze_text
-from .side_by_side import EntryEdit, once
+from .side_by_side import CompileCounter, EntryEdit, compile_side_by_side, once
 
 
 def compiled_candidate(name: str, text: str, sig: EntrySignature, settings: Settings, where: str,
@@ -26,3 +29,21 @@ def compiled_candidate(name: str, text: str, sig: EntrySignature, settings: Sett
                                                    placed(devices, sig.num_partitions)),
                          lambda: analyze_text(name, text, settings, where, devices=devices, with_reports=False,
                                               optimize_machine_code=False, with_rules=False)[0]), edit)
+
+
+def compiled_beside_written(report: TargetReport, text: str, candidates: list[tuple[str, str]], sig: EntrySignature,
+                            settings: Settings, where: str, devices: list, progress: Callable[[str], None] | None,
+                            ) -> tuple[TargetReport, list[TargetReport | BaseException]]:
+    """(the program as written, each candidate's outcome): ``candidates`` (label, text) compiled side by side.
+    The program as written is the report's own compile, compiled again only where XLA refused it there (no
+    figures), beside the candidates; what that compile raised is raised."""
+    as_written = [] if report.memory is not None else [text]
+    labels = ["the program as written"] * len(as_written) + [label for label, _ in candidates]
+    compiled = compile_side_by_side(
+        [functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices)
+         for t in as_written + [t for _, t in candidates]],
+        CompileCounter(progress, report.name).announce(labels))
+    before = compiled.pop(0) if as_written else report
+    if isinstance(before, BaseException):
+        raise before
+    return before, compiled

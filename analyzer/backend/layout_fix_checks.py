@@ -23,7 +23,6 @@ SL206 whose cut comes from the user's constraint (no argument holds its axes) re
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,12 +44,18 @@ from ...passes.pipelines.stablehlo_edits import (
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
-from .candidate_compile import compiled_candidate
-from .fix_verdicts import baseline, check_gain, cost_text, measured_check, not_offered_text, rematerializations
-from .fix_verdicts import for_finding as _for_finding
+from .candidate_compile import compiled_beside_written
+from .fix_verdicts import (
+    baseline,
+    check_gain,
+    cost_text,
+    for_finding,
+    measured_check,
+    not_offered_text,
+    rematerializations,
+)
 from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
-from .side_by_side import CompileCounter, compile_side_by_side
 from .split_activation_fixes import also_tried, inserted_constraint, none_helped, splits_activation
 
 _CONSTRAINT = re.compile(r"^sharding_constraint\[(\d+)\]$")
@@ -349,9 +354,6 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
         return report
     isolation.phase(where, "compiling the layout findings' fixes to check them")
     ordered = list(unique.values())
-    # The program as written is the report's own compile, as in check_fixes: compiled again only when XLA
-    # refused it there (no figures).
-    as_written = [] if report.memory is not None else [text]
     edited = {e.change: with_entry_shardings(module, e.results, sig.mesh_name or "mesh", e.arguments or None,
                                              e.constraints, e.donors, e.inserted, e.casts, e.staged,
                                              e.staged_results, e.undonated) for e in ordered}
@@ -360,14 +362,8 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     plain = with_entry_shardings(module, {}, sig.mesh_name or "mesh") if any(e.undonated for e in ordered) else None
     already = {e.change for e in ordered if e.undonated and edited[e.change] == plain}
     ordered_compiled = [e for e in ordered if e.change not in already]
-    texts = as_written + [edited[e.change] for e in ordered_compiled]
-    labels = ["the program as written"] * len(as_written) + [e.change for e in ordered_compiled]
-    compiled = compile_side_by_side(
-        [functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices) for t in texts],
-        CompileCounter(progress, report.name).announce(labels))
-    before = compiled.pop(0) if as_written else report
-    if isinstance(before, BaseException):
-        raise before
+    before, compiled = compiled_beside_written(report, text, [(e.change, edited[e.change]) for e in ordered_compiled],
+                                               sig, settings, where, devices, progress)
     base = baseline(before, sig)
     written = rematerializations(before)
     results: dict[str, TargetReport | BaseException] = dict(zip((e.change for e in ordered_compiled), compiled))
@@ -376,7 +372,7 @@ def check_layout_fixes(report: TargetReport, text: str, settings: Settings, wher
     findings = list(report.findings)
     for k, edits in planned.items():
         f = findings[k]
-        checks = [(e, _for_finding(f, measured_check(e.change, results[e.change], base, sig, written))) for e in edits]
+        checks = [(e, for_finding(f, measured_check(e.change, results[e.change], base, sig, written))) for e in edits]
         better = [(e, c) for e, c in checks if c.verdict is FixVerdict.better]
         if better:
             e, c = max(better, key=lambda ec: check_gain(ec[1]))  # the larger relative gain, not more bytes

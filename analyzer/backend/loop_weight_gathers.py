@@ -14,7 +14,6 @@ better; otherwise the finding says it was tried and what it cost.
 from __future__ import annotations
 
 import ast
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +31,9 @@ from ...passes.pipelines.stablehlo_edits import clone, module_ops, weight_reads_
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
-from .candidate_compile import compiled_candidate
+from .candidate_compile import compiled_beside_written
 from .fix_verdicts import baseline, cost_text, for_finding, measured_check, not_offered_text, rematerializations
 from .sharding_edits import sdy_sharding_text
-from .side_by_side import CompileCounter, compile_side_by_side
 
 
 @dataclass(frozen=True)
@@ -180,15 +178,9 @@ def check_loop_weight_gathers(report: TargetReport, text: str, settings: Setting
     isolation.phase(where, "compiling the loop weight gathers to check them")
     sig = entry_signature(module, FIX_CHECKS)
     unique = {g.change: g for g in planned.values()}
-    as_written = [] if report.memory is not None else [text]
-    texts = as_written + [with_weight_gathered(module, g, sig.mesh_name or "mesh") for g in unique.values()]
-    labels = ["the program as written"] * len(as_written) + list(unique)
-    compiled = compile_side_by_side(
-        [functools.partial(compiled_candidate, report.name, t, sig, settings, where, devices) for t in texts],
-        CompileCounter(progress, report.name).announce(labels))
-    before = compiled.pop(0) if as_written else report
-    if isinstance(before, BaseException):
-        raise before
+    before, compiled = compiled_beside_written(
+        report, text, [(c, with_weight_gathered(module, g, sig.mesh_name or "mesh")) for c, g in unique.items()],
+        sig, settings, where, devices, progress)
     base, written = baseline(before, sig), rematerializations(before)
     checks = {change: measured_check(change, result, base, sig, written) for change, result in zip(unique, compiled)}
     for k, gather in planned.items():
