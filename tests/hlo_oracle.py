@@ -120,6 +120,11 @@ def collectives_per_step(text: str, devices: int) -> dict[str, tuple[str, int, i
             for name, (kind, nbytes, size) in compiled_collectives(text, devices).items()}
 
 
+def collective_bytes_per_step(text: str) -> int:
+    """Every collective's bytes per device times its runs per step: what a step moves, from XLA's text."""
+    return sum(b * runs for _, b, _, runs in collectives_per_step(text, 0).values())
+
+
 def xla_peak(compiled) -> int:
     """XLA's per-device peak of a compiled program: its memory_analysis()'s arguments, outputs and
     temporaries, less the donated (aliased) bytes counted twice."""

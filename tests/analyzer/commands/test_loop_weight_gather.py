@@ -7,24 +7,14 @@ is pasted here into a copy of the example and compiled: XLA's figures are the ch
 import os
 
 from conftest import EXAMPLES
-from hlo_oracle import collectives_per_step, xla_peak
-from scripts import script_module
+from hlo_oracle import collective_bytes_per_step, xla_peak
+from main_example_edits import compiled_copy, under_its_mesh
 from test_split_activation import linted  # noqa: F401 (the module's fixture: the example linted once for both)
 
 EXAMPLE = os.path.join(EXAMPLES, "fsdp_tp_train_step.py")
 DOWN = "params['layers']['down']"
 DOWN_LINE = '    return h + jnp.einsum("bsf,fd->bsd", up, w["down"])\n'
 PASTE = """down = jax.lax.with_sharding_constraint(w["down"], P('tp'))"""
-
-
-def _compiled(source: str, tmp_path):
-    path = tmp_path / "fsdp_tp_train_step.py"
-    path.write_text(source)
-    return script_module(str(path)).shard_lint_targets()["train_step"].compile()
-
-
-def _collective_bytes(compiled) -> int:
-    return sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
 
 
 def test_the_fix_gathers_the_weight_and_xla_measures_it(linted, tmp_path):  # noqa: F811
@@ -37,21 +27,19 @@ def test_the_fix_gathers_the_weight_and_xla_measures_it(linted, tmp_path):  # no
     assert f"add `{PASTE}` before line 31, and read down for w[\"down\"] there" in found["fix"]
 
     source = open(EXAMPLE).read()
-    written = _compiled(source, tmp_path)
+    written = compiled_copy(source, tmp_path)
     # The user's edit: the printed line pasted before line 31, which then reads `down`, the step lowered under
     # its mesh (the PartitionSpec needs it, as the fix says).
     edited = source.replace(DOWN_LINE, f"    {PASTE}\n" + DOWN_LINE.replace('w["down"]', "down"))
-    edited = edited.replace('    return {"train_step": step.lower(params, opt_state, tokens)}',
-                            '    with jax.set_mesh(mesh):\n'
-                            '        return {"train_step": step.lower(params, opt_state, tokens)}')
+    edited = under_its_mesh(edited)
     assert edited.count("with_sharding_constraint") == 1 and "set_mesh" in edited
-    fixed = _compiled(edited, tmp_path)
+    fixed = compiled_copy(edited, tmp_path)
     # The check inserted what the pasted line lowers to (the weight's reads and its cotangent constrained):
     # XLA's peak and collective bytes of the pasted program are the check's, to the byte.
     assert check["peak_bytes_before"] == xla_peak(written)
     assert check["peak_bytes_after"] == xla_peak(fixed)
-    assert check["collective_bytes_before"] == _collective_bytes(written)
-    assert check["collective_bytes_after"] == _collective_bytes(fixed)
+    assert check["collective_bytes_before"] == collective_bytes_per_step(written.as_text())
+    assert check["collective_bytes_after"] == collective_bytes_per_step(fixed.as_text())
     # The activation's 128 MiB gather over fsdp, 8x per step, is gone: more than 1 GiB less per step.
-    assert _collective_bytes(written) - _collective_bytes(fixed) > 2**30
+    assert collective_bytes_per_step(written.as_text()) - collective_bytes_per_step(fixed.as_text()) > 2**30
     assert "jax.set_mesh(mesh)" in found["fix"]

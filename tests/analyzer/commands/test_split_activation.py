@@ -11,9 +11,10 @@ import re
 import jax
 import pytest
 from conftest import EXAMPLES, lint_targets
-from hlo_oracle import collectives_per_step, xla_peak
+from hlo_oracle import collective_bytes_per_step, xla_peak
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from main_example_edits import compiled_copy, under_its_mesh
 from scripts import script_module
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes
@@ -34,16 +35,6 @@ def linted(cli, monkeypatch):
         monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
         [_LINTED["target"]] = lint_targets(cli, EXAMPLE)
     return _LINTED["target"]
-
-
-def _compiled(source: str, tmp_path):
-    path = tmp_path / "fsdp_tp_train_step.py"
-    path.write_text(source)
-    return script_module(str(path)).shard_lint_targets()["train_step"].compile()
-
-
-def _collective_bytes(compiled) -> int:
-    return sum(b * runs for _, b, _, runs in collectives_per_step(compiled.as_text(), 0).values())
 
 
 def test_the_split_is_named_at_the_matmul_that_makes_it(linted):
@@ -72,22 +63,20 @@ def test_the_printed_fix_is_the_one_xla_measures_better(linted, tmp_path):
     assert found[0]["fix"].startswith(f"constrain the output of the matmul by {MIX} at line 28 with "
                                       "jax.lax.with_sharding_constraint to P('fsdp', 'tp') (checked: ")
     source = open(EXAMPLE).read()
-    written = _compiled(source, tmp_path)
+    written = compiled_copy(source, tmp_path)
     # The user's edit: the constraint where the finding says, the step lowered under the mesh it names.
     edited = source.replace(MIX_LINE, "    mixed = jax.lax.with_sharding_constraint(\n"
                             "        jnp.einsum(\"bsd,de->bse\", x, w[\"mix\"]), P(\"fsdp\", \"tp\"))\n")
-    edited = edited.replace('    return {"train_step": step.lower(params, opt_state, tokens)}',
-                            '    with jax.set_mesh(mesh):\n'
-                            '        return {"train_step": step.lower(params, opt_state, tokens)}')
+    edited = under_its_mesh(edited)
     assert edited.count("with_sharding_constraint") == 1 and "set_mesh" in edited
-    fixed = _compiled(edited, tmp_path)
+    fixed = compiled_copy(edited, tmp_path)
     assert check["peak_bytes_before"] == xla_peak(written)
     # The check constrains the cotangent too, as the constraint in the source does: the same figures.
     assert check["peak_bytes_after"] == xla_peak(fixed)
     assert xla_peak(fixed) < xla_peak(written)
-    assert check["collective_bytes_before"] == _collective_bytes(written)
-    assert check["collective_bytes_after"] == _collective_bytes(fixed)
-    assert _collective_bytes(written) - _collective_bytes(fixed) > 2**30
+    assert check["collective_bytes_before"] == collective_bytes_per_step(written.as_text())
+    assert check["collective_bytes_after"] == collective_bytes_per_step(fixed.as_text())
+    assert collective_bytes_per_step(written.as_text()) - collective_bytes_per_step(fixed.as_text()) > 2**30
 
 
 def test_the_weight_moved_off_tp_is_said_to_be_worse(linted):

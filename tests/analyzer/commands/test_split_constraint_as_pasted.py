@@ -11,7 +11,8 @@ import os
 
 import pytest
 from conftest import EXAMPLES, lint_targets
-from hlo_oracle import collectives_per_step, xla_peak
+from hlo_oracle import collective_bytes_per_step, xla_peak
+from main_example_edits import compiled_copy, under_its_mesh
 from scripts import script_module
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
@@ -22,7 +23,6 @@ from jax_shard_lint.passes.models.report import Finding
 
 EXAMPLE = os.path.join(EXAMPLES, "fsdp_tp_train_step.py")
 MIX_LINE = "    mixed = jnp.einsum(\"bsd,de->bse\", x, w[\"mix\"])\n"
-LOWER = '    return {"train_step": step.lower(params, opt_state, tokens)}'
 
 
 @pytest.fixture
@@ -40,15 +40,13 @@ def _pasted(spec: list[list[str]], tmp_path):
     args = ", ".join(repr(d[0]) if len(d) == 1 else repr(tuple(d)) if d else "None" for d in spec)
     edited = source.replace(MIX_LINE, f"    mixed = jax.lax.with_sharding_constraint(jnp.einsum(\"bsd,de->bse\", x, "
                                       f"w[\"mix\"]), P({args}))\n")
-    edited = edited.replace(LOWER, f"    with jax.set_mesh(mesh):\n    {LOWER}")
+    edited = under_its_mesh(edited)
     assert edited.count("with_sharding_constraint") == 1 and "set_mesh" in edited
-    path = tmp_path / "fsdp_tp_train_step.py"
-    path.write_text(edited)
-    return script_module(str(path)).shard_lint_targets()["train_step"].compile()
+    return compiled_copy(edited, tmp_path)
 
 
 def _figures(memory: dict[str, int], hlo_text: str) -> dict[str, int]:
-    per_step = sum(b * runs for _, b, _, runs in collectives_per_step(hlo_text, 0).values())
+    per_step = collective_bytes_per_step(hlo_text)
     return {**{k: memory[k] for k in ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes")},
             "collective_bytes": per_step}
 
