@@ -11,7 +11,8 @@ other argument and every result the program states held as written, solved and c
 propagation as ``suggest`` does (``advice.problem.refine``). The solver's choice, the first
 ``MAX_MOVES`` single moves of a mesh axis among those arguments (``advice.moves``), and the finding's
 arguments (with their optimizer state) given the layout the compiled step returns them in (SL201's
-recommendation for a value that comes back on another layout, so the two rules agree on it) are compiled
+recommendation for a value that comes back on another layout, so the two rules agree on it), built by
+``advice.solver_candidates``, are compiled
 side by side, the one ``suggest``'s own rule prefers (``advice.verdict.best_version``) is measured
 through the fix checks' path (``fix_verdicts.measured_check``), and it is printed as the fix only when
 measured better; otherwise the finding says what it cost, or that suggest keeps the arguments as
@@ -34,122 +35,53 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ....passes.common.sharding_text import normalized, pspec_text
-from ....passes.models.errors import NoFeasibleSharding
+from ....passes.common.sharding_text import pspec_text
 from ....passes.models.fix_check import FixCheck, FixVerdict
 from ....passes.models.report import Finding, TargetReport, TensorInfo
 from ....passes.pipelines.catalogue import ARGUMENT_LAYOUT_RULES
 from ....passes.pipelines.entry import entry_signature
-from ....passes.pipelines.suggest import SUGGEST, ShardingProblem, restrict_groups, time_resolution
-from ....passes.pipelines.suggest import pins as plan_pins
+from ....passes.pipelines.suggest import SUGGEST, time_resolution
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...supervision import isolation
 from ..candidate_compile import compiled_candidate
-from ..fix_verdicts import baseline, cost_text, judged_text, measured_check, not_offered_text, rematerializations
-from ..fix_verdicts import for_finding as _for_finding
-from ..parameter_moves import kept_text, listed, matcher, mirrors, returning_state, state_returns
+from ..fix_verdicts import (
+    baseline,
+    cost_text,
+    for_finding,
+    judged_text,
+    measured_check,
+    not_offered_text,
+    rematerializations,
+)
+from ..parameter_moves import kept_text, listed, returning_state, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
-from .moves import single_moves
-from .problem import problem_of_text, refine
+from .problem import problem_of_text
+from .solver_candidates import (
+    RETURNED,
+    Sharding,
+    candidate_layouts,
+    named_units,
+    returned_layout,
+    returned_state,
+    single_move_candidates,
+    with_axis_holders,
+)
 from .verdict import VersionText, advised_version, best_version, measured_version, with_rematerializations
 
 # Argument sets solved for per target: each a solve of the cut problem and a compile per candidate (the
-# solver's and at most advice.moves.MAX_MOVES single moves), side by side.
+# solver's and at most solver_candidates.MAX_MOVES single moves), side by side.
 MAX_SOLVER_FIXES = 2
-# Single moves compiled per argument set (suggest compiles up to advice.moves.MAX_MOVES over all arguments).
-MAX_MOVES = 3
-# Seconds one restricted solve may take (the problem has only the finding's arguments free).
-TIME_LIMIT = 10.0
 # The rules whose findings are about the layout of the arguments they name (their traits say so).
 _LAYOUT_RULES = ARGUMENT_LAYOUT_RULES
-
-Sharding = list[list[str]]
-# The candidate that gives the finding's arguments the layout the compiled step returns them in.
-RETURNED = "the layout the step returns them in"
-
-
-def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
-    """The arguments a finding names, each with what moves with it (one unit, its first the one the
-    finding names): every layer of a ``[*]`` pattern, and the optimizer state that mirrors each
-    (parameter_moves.mirrors), as the rule's own fix moves them."""
-    units: list[list[int]] = []
-    for parameter in f.parameters or ([f.parameter] if f.parameter else []):
-        whole = matcher(parameter)
-        named = [t.index for t in inputs if whole.match(t.path)]
-        if not named:
-            continue
-        moved = {j for i in named for j in (i, *mirrors(inputs, i))}
-        units.append(sorted(moved, key=lambda i: (i != named[0], i)))
-    return units
-
-
-def _with_axis_holders(units: list[list[int]], inputs: list[TensorInfo]) -> list[list[int]]:
-    """The named units, and every other argument holding a mesh axis they hold, each a unit of its own:
-    the axis can move between them (a value array and the grid it is read at, both on the axis), as
-    suggest's single moves move it; every other argument stays as written."""
-    named = {i for unit in units for i in unit}
-    axes = {a for i in named for dim in (inputs[i].sharding or []) for a in dim}
-    return units + [[t.index] for t in inputs if t.index not in named
-                    and axes & {a for dim in (t.sharding or []) for a in dim}]
 
 
 def _wanted(f: Finding, inputs: list[TensorInfo]) -> bool:
     """A layout finding whose own candidate was compiled and not measured better, naming arguments."""
     return (f.rule in _LAYOUT_RULES and f.fix_check is not None and f.fix_check.verdict is not FixVerdict.better
             and bool(named_units(f, inputs)))
-
-
-def _written(sharding: list[list[str]] | None, rank: int) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(axes) for axes in normalized(sharding or [], rank) or ())
-
-
-def _cut(problem: ShardingProblem, free: list[int], inputs: list[TensorInfo], outputs: list[TensorInfo],
-         returned: set[int]) -> ShardingProblem | None:
-    # ``outputs``: the lowered program's, whose sharding is None where the program states none; ``returned``:
-    # the results that are a free argument coming back (state), which come back in its new layout, as suggest
-    # pins them.
-    """The problem with every argument but ``free``, and every result the program states, held to its
-    written sharding; None when a written sharding is not one the solver offers (a sub-axis, an axis
-    order it does not enumerate): the solver cannot then hold the rest as written."""
-    held = {problem.arguments[i] for i in free}
-    keep: dict[int, tuple[int, ...]] = {}
-    for infos, groups in ((inputs, problem.arguments), (outputs, problem.results)):
-        for t in infos:
-            gid = groups[t.index]
-            if gid in held or (infos is outputs and (t.sharding is None or t.index in returned)):
-                continue
-            sharding = _written(t.sharding, len(t.shape))
-            candidates = problem.groups[gid].candidates
-            if sharding not in candidates:
-                return None
-            index = (candidates.index(sharding),)
-            if keep.get(gid, index) != index:
-                return None  # two values of one group written two ways: no single layout holds both
-            keep[gid] = index
-    return restrict_groups(problem, keep)
-
-
-def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sharding] | None:
-    """The solver's sharding for each free argument, the rest as written (None: no plan)."""
-    problem = _cut(target.problem, free, list(report.inputs), list(target.sig.outputs), set(_returned(target, free)))
-    if problem is None:
-        return None
-    try:
-        refined = refine(target, problem, "auto", TIME_LIMIT, spec)
-    except NoFeasibleSharding:
-        return None
-    # The plan propagation prices lowest (it realizes its layout), as suggest keeps the plan that compiles fastest.
-    plan = min(refined.plans, key=lambda p: (p.check.seconds if p.check else p.solution.seconds, p.solve))
-    chosen = plan_pins(plan.problem, plan.solution.assignment, plan.problem.arguments)
-    return {i: chosen[i] for i in free}
-
-
-def _returned(target, arguments) -> dict[int, int]:
-    """Result index -> the argument it returns, for the state among ``arguments``."""
-    return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}
 
 
 def _state_results(target, report: TargetReport, edits: dict[int, Sharding]) -> dict[int, Sharding]:
@@ -205,66 +137,8 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
                 f"{why} (checked: {cost_text(check)})")})
 
 
-def _changed(pins: dict[int, Sharding], inputs: list[TensorInfo]) -> dict[int, Sharding]:
-    return {i: s for i, s in pins.items()
-            if _written(s, len(inputs[i].shape)) != _written(inputs[i].sharding, len(inputs[i].shape))}
-
-
-def _moves(target, units: list[list[int]], report: TargetReport) -> list[tuple[str, dict[int, Sharding]]]:
-    """The single moves of a mesh axis among the units' arguments (``advice.moves``, each unit moved as one:
-    its first argument's move given to the others), the rest as written; each (name, the arguments it
-    changes), no two alike. At most ``MAX_MOVES``. They do not depend on the solve."""
-    inputs = list(report.inputs)
-    written = {t.index: [list(a) for a in _written(t.sharding, len(t.shape))] for t in inputs}
-    leaders = {unit[0] for unit in units}
-    held = {t.path for t in inputs if t.index not in leaders}
-    out: list[tuple[str, dict[int, Sharding]]] = []
-    moves = single_moves(inputs, written, target.problem.free_axes, target.problem.axis_sizes, held)
-    for k, move in enumerate(moves[:MAX_MOVES]):
-        pins = dict(move.pins)
-        for unit in units:
-            pins.update({i: pins[unit[0]] for i in unit[1:] if len(inputs[i].shape) == len(inputs[unit[0]].shape)})
-        edits = _changed(pins, inputs)
-        if edits and all(edits != e for _, e in out):
-            out.append((f"move {k}", edits))
-    return out
-
-
 def _key(edits: dict[int, Sharding]) -> str:
     return repr(sorted(edits.items()))
-
-
-def returned_layout(target, units: list[list[int]], report: TargetReport) -> dict[int, Sharding]:
-    """The layout the compiled step returns each unit's state in, given to the unit's arguments (the
-    parameter and its optimizer state, as one move): the change SL201 derives for a value that comes back
-    on another layout, asked here of one value alone. Empty where no unit comes back on another layout."""
-    inputs, outputs = list(report.inputs), {t.index: t for t in report.outputs}
-    back = {rt.input.index: outputs[rt.output.index] for rt in target.state if rt.output.index in outputs}
-    edits: dict[int, Sharding] = {}
-    for unit in units:
-        out = back.get(unit[0])
-        if out is None:
-            continue
-        layout = [list(a) for a in _written(out.sharding, len(out.shape))]
-        edits.update({i: layout for i in unit if tuple(inputs[i].shape) == tuple(out.shape)})
-    return _changed(edits, inputs)
-
-
-def _candidates(target, units: list[list[int]], report: TargetReport, spec,
-                moves: list[tuple[str, dict[int, Sharding]]], named: list[list[int]],
-                ) -> list[tuple[str, dict[int, Sharding]]]:
-    """suggest's candidates for the units' arguments, the rest as written: the solver's choice, the
-    ``moves`` that differ from it, and the finding's own arguments (``named``) given the layout the step
-    returns them in; each (name, the arguments it changes), no two alike."""
-    inputs = list(report.inputs)
-    free = sorted(i for unit in units for i in unit)
-    choice = _choice(target, free, report, spec)
-    solver = _changed(choice, inputs) if choice is not None else {}
-    out = ([("solver", solver)] if solver else []) + [(name, e) for name, e in moves if e != solver]
-    returned = returned_layout(target, named, report)
-    if returned and all(returned != e for _, e in out):
-        out.append((RETURNED, returned))
-    return out
 
 
 def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -294,7 +168,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     for k in wanted:
         f = findings[k]
         named = named_units(f, inputs)
-        units = _with_axis_holders(named, inputs)
+        units = with_axis_holders(named, inputs)
         key = tuple(map(tuple, units))
         if key not in answers:
             if len(answers) >= MAX_SOLVER_FIXES:
@@ -314,7 +188,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
     inputs = list(report.inputs)
 
     def label(name: str, e: dict[int, Sharding]) -> str:
-        return f"{_change_text(e, inputs, _returned(target, e))} ({name})"
+        return f"{_change_text(e, inputs, returned_state(target, e))} ({name})"
 
     def edit(e: dict[int, Sharding]) -> EntryEdit:
         return entry_edit(sig, e, _state_results(target, report, e))
@@ -323,7 +197,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         text = with_entry_shardings(module, _state_results(target, report, e), sig.mesh_name, e)
         return functools.partial(compiled_candidate, report.name, text, sig, settings, where, devices, edit(e))
 
-    moves = _moves(target, units, report)
+    moves = single_move_candidates(target, units, report)
     workers = os.cpu_count() or 1
     # A worker more than the cores: the solver's choice starts compiling as soon as it is solved, beside the
     # moves still compiling, instead of waiting alone for a core after them.
@@ -349,7 +223,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
             returned = returned_layout(target, named, report)
             if returned and all(returned != e for _, e in moves):
                 start([(RETURNED, returned)], "to check the layout the step returns them in")
-        candidates = _candidates(target, units, report, spec, moves, named)
+        candidates = candidate_layouts(target, units, report, spec, moves, named)
         start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
         compiled = [pending[_key(e)].result() for _, e in candidates]
     labels = [label(name, e) for name, e in candidates]
@@ -379,14 +253,14 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, label, check, name,
              ) -> Finding:
     inputs = list(report.inputs)
-    check = _for_finding(f, check) if check is not None else None
+    check = for_finding(f, check) if check is not None else None
     if check is None:
         # Nothing moves: the arguments it was free to move are named only where few (a Llama's were 46).
         free_text = _listed(inputs, free) if len(free) <= 3 else f"{len(free)} arguments"
         return f.model_copy(update={"fix": f"{f.fix}; suggest keeps every argument as written (free to move "
                                            f"{free_text}, it found no better layout)"})
     if check.verdict is FixVerdict.better:
-        returned = _returned(target, edits)
+        returned = returned_state(target, edits)
         kept = len(_state_results(target, report, edits)) - len(returned)
         return _better(f, check, edits, inputs, returned, kept, name)
     return f.model_copy(update={
