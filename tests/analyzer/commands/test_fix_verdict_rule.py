@@ -98,3 +98,30 @@ def test_a_fix_that_lowers_the_traffic_answers_a_finding_about_it():
     check = _check(GNN_WRITTEN, (p0, t0 - 114 * MiB))
     assert for_finding(Finding(rule="SL103", name="n", severity=Severity.warning, message="m",
                                source=None), check).verdict is FixVerdict.better
+
+
+# The traffic a peak-lowering change saves, against the rule's noise bound (within 0.5% of the traffic as written
+# is unchanged: TOLERANCE_TEXT): for a finding about traffic, a saving inside the bound is no saving (peak-only),
+# one byte past it is (better), the same bound the figures' own verdict uses. The GNN's traffic rounded to a
+# multiple of 200 B, so that a saving of exactly 0.5% is a whole number of bytes and the bound itself is tested.
+_T0 = 481_280_000
+_BOUND = _T0 // 200
+TRAFFIC_BOUNDARIES = [
+    ("the traffic the same", _T0, FixVerdict.peak_only),
+    ("the traffic down by exactly the noise bound", _T0 - _BOUND, FixVerdict.peak_only),
+    ("the traffic down a byte past the noise bound", _T0 - _BOUND - 1, FixVerdict.better),
+]
+
+
+@pytest.mark.parametrize("case, traffic, verdict", TRAFFIC_BOUNDARIES, ids=[b[0] for b in TRAFFIC_BOUNDARIES])
+def test_a_traffic_findings_fix_must_save_traffic_past_the_noise(case, traffic, verdict):
+    from jax_shard_lint.analyzer.backend.fix_verdicts import for_finding
+    from jax_shard_lint.passes.models.report import Finding, Severity
+    written = (GNN_WRITTEN[0], _T0)
+    check = _check(written, (GNN_MOVE[0], traffic))
+    assert check.verdict is FixVerdict.better  # the peak fell 1.1%, past the noise; the traffic did not rise
+    # The figures' own verdict calls the traffic unchanged exactly where the finding's does.
+    traffic_unchanged = fix_verdict((written[0],) * 2, (_T0, traffic)) is FixVerdict.no_change
+    assert traffic_unchanged is (verdict is FixVerdict.peak_only)
+    finding = Finding(rule="SL103", name="n", severity=Severity.warning, message="m", source=None)
+    assert for_finding(finding, check).verdict is verdict
