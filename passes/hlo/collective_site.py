@@ -165,7 +165,10 @@ def _first_reader(module: HloModule, ins: HloInstruction) -> HloInstruction | No
     softmax says "reduce_max"), and past a fusion that only moves data (a copy XLA made to
     relayout what the collective moved, with the collective's metadata: not the op that needed it).
     A reader that computes with the collective's own metadata is the rest of one op's expansion
-    (a sharded gather or scatter): that op is the site."""
+    (a sharded gather or scatter): that op is the site. A reader that computes and carries no line
+    (JAX 0.12's CPU matmul fusions, ``__ynn_fusion``, have no metadata) ends the walk at the
+    collective itself: past it, the walk would reach some later op's line (an MoE's second expert
+    weight's move was shown at the first weight's einsum, the line of the gradient's next op)."""
     users = module.users()
     own = _metadata(ins)
     todo, seen = [ins], {ins.name}
@@ -187,9 +190,13 @@ def _first_reader(module: HloModule, ins: HloInstruction) -> HloInstruction | No
                     return inner
                 if computes and _has_line(user) and _metadata(user) != own:
                     return user  # computes with it, but its ops carry no lines of their own
+                if computes and not _has_line(user):
+                    return ins  # the reader carries no line at all: the collective's own is the nearest
                 todo.append(user)
-            elif _moves_data(user) or not _has_line(user):
+            elif _moves_data(user):
                 todo.append(user)
+            elif not _has_line(user):
+                return ins
             else:
                 return user
     return None

@@ -159,6 +159,17 @@ def test_d_model_sharded_experts_gradient_moves_name_the_weights_on_h100(cli):
         assert backward.startswith(scope.replace("jvp(", "transpose(jvp(", 1) + ")/"), (forward, backward)
 
 
+def test_d_model_sharded_experts_warnings_are_at_the_einsum_that_reads_each_weight(linted):
+    """Each weight's finding is at the line of the einsum that reads it, the op XLA moves the weight for (its
+    all-to-all's op_name). Under JAX 0.12 the all-to-all of wo carries that einsum's metadata, and so do the
+    slices XLA makes of wo for it, but the matmul that reads the result, a CPU ``__ynn_fusion``, carries none:
+    walking on past it to the next op with a line put wo's finding at wi's einsum, a line above."""
+    lines = {name: n for n, text in enumerate(open(STEP).read().splitlines(), 1)
+             for name in ("wi", "wo") if f'params["{name}"]' in text and "einsum" in text}
+    _, findings = _weight_moves(linted)
+    assert {f["parameter"]: f["source"]["line"] for f in findings} == {f"params['{k}']": n for k, n in lines.items()}
+
+
 def test_d_model_sharded_experts_fix_is_the_expert_dimension(linted):
     """SL105's fix for a weight an all-to-all moves to the dimension its matmul batches over (EnD,EDH->EnH: E)
     is that weight on its expert dimension, P('expert'), with its Adam moments; before, the rule tried the
