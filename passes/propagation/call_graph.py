@@ -96,14 +96,21 @@ def flatten_call_graph(module: ir.Module) -> ir.Module:
         table = ir.SymbolTable(out.operation)
         funcs = functions(out)
 
-        def clone_recursively(fn: ir.OpView) -> str:
+        # Every function by name, the clones too: a function cloned after its body's later calls were
+        # redirected to clones (``mid`` calling ``inner`` twice, ``mid`` itself called twice) calls those
+        # clones, which the module's first listing does not hold.
+        by_name: dict[str, ir.OpView | ir.Operation] = dict(funcs)
+
+        def clone_recursively(fn: ir.OpView | ir.Operation) -> str:
             copy = fn.operation.clone(ip=False)
             for call in _calls(copy.regions[0].blocks[0]):
-                call.attributes["callee"] = ir.FlatSymbolRefAttr.get(clone_recursively(funcs[_callee(call)]))
+                call.attributes["callee"] = ir.FlatSymbolRefAttr.get(clone_recursively(by_name[_callee(call)]))
             # Appended as MLIR's insert does; the table then renames it (the binding
             # does not place a detached op itself).
             ir.InsertionPoint(out.body).insert(copy)
-            return ir.StringAttr(table.insert(copy)).value
+            name = ir.StringAttr(table.insert(copy)).value
+            by_name[name] = copy
+            return name
 
         called: set[str] = set()
         for name in _post_order(funcs):

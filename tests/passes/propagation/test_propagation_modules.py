@@ -15,7 +15,8 @@ from jax_shard_lint.passes.propagation.report import agreement, run_propagation
 
 MODULES = os.path.join(FIXTURES, "propagation", "modules")
 AGREEING = ["several_meshes", "different_meshes", "non_divisible", "size_one_axes", "propagation_barrier",
-            "shard_map_free_axes", "token_argument", "no_name_no_attributes", "non_flat_call_graph"]
+            "shard_map_free_axes", "token_argument", "no_name_no_attributes", "non_flat_call_graph",
+            "nested_clones_call_graph"]
 
 
 def _module(name):
@@ -51,13 +52,15 @@ def test_call_graph_is_flattened_as_shardy_flattens_it():
     from jax_shard_lint.passes.propagation.call_graph import flatten_call_graph
     from jax_shard_lint.passes.propagation.shardy_reference import run_pipeline
 
-    module = _module("non_flat_call_graph")
-    theirs = run_pipeline(module, "builtin.module(sdy-flatten-call-graph)")
-    ours = flatten_call_graph(module)
-    # Shardy marks its clones for its export's merging; propagation does not read the mark.
-    assert str(ours) == re.sub(r" attributes \{sdy.original_func_name = \"\w+\"\}", "", str(theirs))
-    assert "@scale_1" in str(ours) and "@block_2" in str(ours)
-    assert flatten_call_graph(ours) is ours  # already flat: no copy
+    for name, clones in (("non_flat_call_graph", ("@scale_1", "@block_2")),
+                         ("nested_clones_call_graph", ("@inner_0", "@inner_1", "@inner_0_2", "@mid_3"))):
+        module = _module(name)
+        theirs = run_pipeline(module, "builtin.module(sdy-flatten-call-graph)")
+        ours = flatten_call_graph(module)
+        # Shardy marks its clones for its export's merging; propagation does not read the mark.
+        assert str(ours) == re.sub(r" attributes \{sdy.original_func_name = \"\w+\"\}", "", str(theirs)), name
+        assert all(f"func.func private {c}(" in str(ours) for c in clones), (name, str(ours))
+        assert flatten_call_graph(ours) is ours  # already flat: no copy
 
 
 def test_propagate_runs_without_a_name_or_attributes(cli):
