@@ -185,9 +185,10 @@ def call_targets(fn: Callable[..., Any], where: str, params: dict[str, Any],
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
+        from .host_callbacks import host_callback_problem
         from .indivisible import indivisible_problem
 
-        problem = indivisible_problem(e, os.path.abspath(where), params)
+        problem = indivisible_problem(e, os.path.abspath(where), params) or host_callback_problem(e)
         if problem is not None:
             raise ShardLintInputError(where, problem + _raised_at(e, os.path.abspath(where), fn.__name__)) from e
         raise ShardLintInputError(

@@ -205,3 +205,36 @@ def test_an_indivisible_default_names_the_parameter_fit_sizes(cli):
     result = cli("fit", f"{BAD}/indivisible_default_batch.py", "--param", "batch", "--multiple-of", "8",
                  "--range", "8:64", "--budget", "1GiB")
     assert result.code == 0, result.err
+
+
+HOST_CALLBACK = """import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def step(x):
+    y = jax.pure_callback(lambda a: np.asarray(a) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return jnp.sin(y)
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((8,), ("data",), devices=mesh_devices)
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    return {"step": jax.jit(step).lower(x)}
+"""
+
+
+def test_a_host_callback_on_a_compile_only_gpu_says_what_cannot_lower_and_what_lints(cli, tmp_path):
+    """A diffrax step (equinox's error_if callbacks) on --platform h100: JAX's own error blamed a missing GPU
+    backend, as if the script were wrong; the line says it is the host callback, and what lints."""
+    require("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed")
+    script = tmp_path / "host_callback.py"
+    script.write_text(HOST_CALLBACK)
+    line = _one_line(cli("lint", str(script), "--platform", "h100", "-q"))
+    assert line.startswith(f"jax-shard-lint: error: {script}: the step calls back to the host (jax.pure_callback, "
+                           "io_callback or jax.debug.callback), which JAX lowers only where the target's backend is "
+                           "present, and a compile-only GPU target has none here"), line
+    assert "EQX_ON_ERROR=nan" in line and line.endswith("(line 15)")
+    # On the CPU the same step lints.
+    assert cli("lint", str(script), "-q", "--fail-on", "never").code == 0
