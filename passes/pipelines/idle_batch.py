@@ -4,10 +4,10 @@ SL105's about a batch that leaves mesh axes idle (passes/rules/idle_batch_axes.p
 from __future__ import annotations
 
 from ..models.report import Finding
-from ..models.rule_codes import SL105
 from ..rules.idle_batch_axes import IDLE_BATCH_WHY
+from .catalogue import PARAMETER_FIXES
 
 
 def is_idle_batch_finding(f: Finding) -> bool:
     """SL105's finding about a batch that leaves mesh axes idle (its first provenance line says so)."""
-    return f.rule == SL105.code and f.provenance[:1] == [IDLE_BATCH_WHY]
+    return f.rule in PARAMETER_FIXES and f.provenance[:1] == [IDLE_BATCH_WHY]
