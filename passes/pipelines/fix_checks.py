@@ -10,7 +10,8 @@ candidate returns resharded: suggest's measured versions too) as this pipeline's
    (the rules with ``argument_layout``);
 5. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``);
 6. loop-weight-gathers: SL102's FSDP fix, a loop body's weight gathered where its matmul reads it, for a
-   finding no stage before it checked a fix for.
+   finding no stage before it checked a fix for;
+7. idle-batch-axes: SL105's finding about a batch that leaves mesh axes idle, the batch on every axis.
 
 Each stage reads and rewrites only the findings of its rules, so the order is the one the
 reports are written in, never a choice of the command."""
@@ -26,12 +27,13 @@ from .pass_manager import Pipeline
 # tried again with suggest's layout, nor its stated layout edited.
 FIX_CHECKS = Pipeline("fix-checks", (
     "entry-signature", "state-roundtrips", "parameter-fixes", "solver-fixes", "stated-layout-fixes",
-    "loop-weight-gathers",
+    "loop-weight-gathers", "idle-batch-axes",
 ), reads={
     "entry-signature": (), "state-roundtrips": ("entry-signature",),
     "parameter-fixes": ("entry-signature", "state-roundtrips"), "solver-fixes": ("parameter-fixes",),
     "stated-layout-fixes": ("entry-signature", "state-roundtrips", "solver-fixes"),
     "loop-weight-gathers": ("entry-signature", "stated-layout-fixes"),
+    "idle-batch-axes": ("entry-signature",),
 })
 
 # A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
@@ -39,9 +41,11 @@ FixStage = Callable[[TargetReport], TargetReport]
 
 
 def check_fixes(report: TargetReport, parameter_fixes: FixStage, solver_fixes: FixStage,
-                stated_layout_fixes: FixStage, loop_weight_gathers: FixStage) -> TargetReport:
+                stated_layout_fixes: FixStage, loop_weight_gathers: FixStage, idle_batch_axes: FixStage,
+                ) -> TargetReport:
     """The report with every stage's fixes checked, in ``FIX_CHECKS``'s order."""
     report = FIX_CHECKS.run("parameter-fixes", parameter_fixes, report)
     report = FIX_CHECKS.run("solver-fixes", solver_fixes, report)
     report = FIX_CHECKS.run("stated-layout-fixes", stated_layout_fixes, report)
-    return FIX_CHECKS.run("loop-weight-gathers", loop_weight_gathers, report)
+    report = FIX_CHECKS.run("loop-weight-gathers", loop_weight_gathers, report)
+    return FIX_CHECKS.run("idle-batch-axes", idle_batch_axes, report)

@@ -34,16 +34,31 @@ def rule_context(
                                    outputs=outputs, options=config.resolved_options(), **facts))
 
 
+def claims_by_rule(ctx: RuleContext) -> dict[str, frozenset[str]]:
+    """The collectives each rule's findings explain (its ``RuleTraits.claims``), the disabled rules' too: a
+    collective one rule explains is not another's to report as unexplained. In code order, each rule's claims
+    given those of the rules before it (its context's ``claimed_collectives``): one collective, one rule."""
+    claims: dict[str, frozenset[str]] = {}
+    claimed: frozenset[str] = frozenset()
+    for code in sorted(RULES):
+        if (claim := RULES[code].traits.claims) is None:
+            continue
+        claims[code] = frozenset(claim(dataclasses.replace(ctx, claimed_collectives=claimed))) - claimed
+        claimed |= claims[code]
+    return claims
+
+
 def claimed_collectives(ctx: RuleContext) -> frozenset[str]:
-    """The collectives the rules' findings explain (each rule's ``RuleTraits.claims``), the disabled rules'
-    too: a collective one rule explains is not another's to report as unexplained."""
-    return frozenset(name for r in RULES.values() if r.traits.claims is not None for name in r.traits.claims(ctx))
+    """Every rule's claimed collectives (``claims_by_rule``)."""
+    return frozenset(name for claimed in claims_by_rule(ctx).values() for name in claimed)
 
 
 def with_claims(ctx: RuleContext) -> RuleContext:
     """The context with every rule's claimed collectives, as the rules (and SL105's note of what it leaves
     out) read it."""
-    return dataclasses.replace(ctx, claimed_collectives=claimed_collectives(ctx))
+    claims = claims_by_rule(ctx)
+    return dataclasses.replace(ctx, claimed_collectives=frozenset(n for c in claims.values() for n in c),
+                               claims_by_rule=claims)
 
 
 def run_rules(ctx: RuleContext, config: PassConfig) -> list[Finding]:

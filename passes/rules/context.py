@@ -88,6 +88,8 @@ class RuleContext:
     # The collectives some rule's findings explain (RuleTraits.claims, every rule's), by HLO name: set by the
     # rules stage before any rule runs.
     claimed_collectives: frozenset[str] = frozenset()
+    # The same, by the rule that claims them (its code): a rule's findings stand for its own claims only.
+    claims_by_rule: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def option(self, option: RuleOption[T]) -> T:
         """The option's value as configured (its default where nothing set it: ``options`` is resolved)."""

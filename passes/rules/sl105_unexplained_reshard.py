@@ -15,6 +15,7 @@ from ..models.rule_codes import SL105
 from ..propagation.split_activations import SplitOrigin, SplitRead
 from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
+from .idle_batch_axes import IDLE_BATCH_WHY, idle_batch_claims, idle_batch_finding
 from .parameter_advice import Advice, batch_moves, gathered_dims, moved_off, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .reshard_groups import group_finding, small_reshard_groups
@@ -88,7 +89,13 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     all-to-alls of each device's whole shard) are one finding where their
     bytes reach it together, at the first of their lines, naming the
     arguments sharded on those axes, moved off the dimension they split as
-    the fix to compile.
+    the fix to compile. Where the batch (the arguments that are not state)
+    is split on dimension 0 over some mesh axes and leaves another idle (a
+    graph network's batch on `data`, `model` splitting nothing), the
+    resharding collectives over the idle axis are one finding, at the line
+    that first reads the batch, naming its arguments; the fix is the batch
+    on every axis (suggest's data-parallel layout, `P(("data", "model"))`),
+    where its dimension 0 divides.
     """
     limit = ctx.option(UNEXPLAINED_RESHARD_BYTES)
     # What another rule's findings explain, each rule's claims (RuleTraits.claims): this rule imports none.
@@ -166,6 +173,8 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
             subject=c.hlo_name, why=[c.why] if c.why else None, parameter=parameter, suggested=suggested,
             total_bytes=c.bytes * c.count, candidates=_weight_moves(ctx, c, parameter, served, suggested),
         )
+    # The batch leaving a mesh axis idle, which XLA spends on resharding (SL105's own claims): one finding.
+    _emit_idle_batch(ctx, out, limit)
     # Many small collectives of one cause (jax-cfd's periodic pads), together over the threshold: one finding.
     for grouped_by, group in small_reshard_groups(ctx, limit).items():
         text, fix, arguments, suggested = group_finding(ctx, grouped_by, group)
@@ -177,6 +186,21 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
                  ops=sorted(c.hlo_name for c in group))
         if len(arguments) > 1:
             out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in arguments]})
+
+
+def _emit_idle_batch(ctx: RuleContext, out: Emitter, limit: int) -> None:
+    """The finding about a batch that leaves mesh axes idle (idle_batch_axes.py), at the line where the step
+    first reads its first batch argument, standing for every collective it explains."""
+    found = idle_batch_finding(ctx, limit)
+    if found is None:
+        return
+    text, fix, idle, _ = found
+    first = idle.batch[0]
+    ops = sorted((c.hlo_name for c in idle.collectives), key=natural_order)
+    out.emit(text, ctx.input_source(first.index), fix=fix, subject=ops[0], why=[IDLE_BATCH_WHY],
+             parameter=first, total_bytes=sum(c.bytes * c.count for c in idle.collectives),
+             count=sum(c.count for c in idle.collectives), ops=ops)
+    out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in idle.batch]})
 
 
 def _weight_moves(ctx: RuleContext, c: Collective, parameter: TensorInfo | None,
@@ -321,4 +345,5 @@ RULE = define_rule(SL105, Severity.warning, unexplained_reshard,
                    traits=RuleTraits(provenance=Provenance.predicted_collective_on_axes, fix=FixKind.parameter,
                                      layout_edit=StatedLayoutEdit.rule_candidates,
                                      argument_layout=True, about_traffic=True, boundary_collectives=True,
-                                     report_note=unreported_reshards_note))
+                                     report_note=unreported_reshards_note,
+                                     claims=lambda ctx: idle_batch_claims(ctx, ctx.option(UNEXPLAINED_RESHARD_BYTES))))

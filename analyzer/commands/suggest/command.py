@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
+from ....passes.common.data_parallel import data_parallel_layout
 from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
@@ -147,7 +148,7 @@ def _baselines(t: SuggestTarget) -> list[tuple[str, str, dict[int, list[list[str
         return [list(free) if d == dim else [] for d in range(len(shape))]
 
     def data(x) -> list[list[str]]:
-        return on(x.shape, 0) if x.shape and x.shape[0] % total == 0 else [[] for _ in x.shape]
+        return data_parallel_layout(x.shape, free, sizes) or [[] for _ in x.shape]
 
     def fsdp(x) -> list[list[str]]:
         dims = sorted((d for d, n in enumerate(x.shape) if n % total == 0), key=lambda d: (-x.shape[d], d))
