@@ -17,6 +17,7 @@ from ...passes.models.report import (
     TensorInfo,
     where_text,
 )
+from ..common.collective_totals import count_text, in_unknown_loops, step_bytes
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
 from ..common.html_table import cell, markup, table, target_section
@@ -59,9 +60,13 @@ def _summary(t: TargetReport) -> str:
                    f'<div class="sub">{pct:.1f}% of {e(format_bytes(m.budget_bytes))}</div>')
         cards.append(_card("peak / device", f'<span data-peak-bytes="{m.peak_bytes}">{e(format_bytes(m.peak_bytes))}'
                                             "</span>", bar, cls))
-    total = sum(c.bytes * c.count for c in t.collectives)
-    cards.append(_card("collectives / step", e(format_bytes(total)),
-                       f'<div class="sub">{len(t.collectives)} ops</div>'))
+    unknown = in_unknown_loops(t.collectives)
+    # A loop whose trip count XLA does not know counts its collectives once: the total is a lower bound.
+    total = ("at least " if unknown else "") + e(format_bytes(step_bytes(t.collectives)))
+    cards.append(_card("collectives / step", total,
+                       f'<div class="sub">{len(t.collectives)} ops'
+                       + (f"; {unknown} in loops whose trip count XLA does not know, each counted as if its loop "
+                          "ran once" if unknown else "") + "</div>"))
     if t.time is not None:
         cards.append(_card("estimated step time",
                            f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',
@@ -180,7 +185,7 @@ def _collectives(t: TargetReport) -> str:
                 + (f' <span class=tag title="{e(", ".join(c.pieces))}">{1 + len(c.pieces)} pieces</span>'
                    if c.pieces else "")
                 + (f' <span class=tag title="{e(parts_text(c))}">{len(c.parts)} parts</span>' if c.parts else "")),
-         cell(format_bytes(c.bytes), sort=c.bytes), cell(c.count, sort=c.count),
+         cell(format_bytes(c.bytes), sort=c.bytes), cell(count_text(c), sort=c.count),
          cell(format_bytes(c.bytes * c.count), sort=c.bytes * c.count),
          cell(format_seconds(c.seconds), sort=c.seconds or 0), axes_text(c.mesh_axes, t.mesh, ", "),
          c.intent or "-",

@@ -9,6 +9,7 @@ from ...passes.models.report import (
     LintReport,
     where_text,
 )
+from ..common.collective_totals import in_unknown_loops, step_bytes
 from ..common.markdown_text import cell
 from .none_found import none_found
 
@@ -27,7 +28,7 @@ def render_lint_markdown(report: LintReport) -> str:
         lines.append(
             f"| {cell(t.name)} | {cell(t.platform)} | {format_bytes(m.peak_bytes) if m else '-'} | "
             f"{format_bytes(m.budget_bytes) if m and m.budget_bytes else '-'} | "
-            f"{format_bytes(sum(c.bytes * c.count for c in t.collectives))} | "
+            f"{'at least ' if in_unknown_loops(t.collectives) else ''}{format_bytes(step_bytes(t.collectives))} | "
             f"{time} | {found} |"
         )
     findings = [(t.name, f) for t in report.targets for f in t.findings] + [("(run)", f) for f in report.findings]

@@ -22,6 +22,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
+from ..common.collective_totals import count_text, total_text
 from ..common.tensor_text import (
     collective_lines,
     collective_op_text,
@@ -81,8 +82,7 @@ def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> T
         caveat = "nominal CPU figure: " if t.time.nominal else ""
         grid.add_row("step time", Text(f"{caveat}~{step_time_line(t.time)}"))
         grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))
-    total = sum(c.bytes * c.count for c in t.collectives)
-    grid.add_row("collectives", f"{len(t.collectives)} ops, {format_bytes(total)} per step per device")
+    grid.add_row("collectives", total_text(t.collectives))
     by_intent: dict[str, int] = {}
     for c in t.collectives:
         if c.intent:
@@ -117,7 +117,7 @@ def _collectives(t: TargetReport, width: int) -> Table | None:
                         for c in rows],
                fold=True),
         Column("bytes", [format_bytes(c.bytes) for c in rows], justify="right"),
-        Column("count", [f"{c.count}{'+' if c.count_is_lower_bound else ''}" for c in rows], justify="right"),
+        Column("count", [count_text(c) for c in rows], justify="right"),
         Column("time", [format_seconds(c.seconds) for c in rows], justify="right"),
         Column("axes", [axes_text(c.mesh_axes, t.mesh) for c in rows], fold=True),
         # A combined collective lists its parts' lines (their shapes are in the JSON and HTML reports).

@@ -48,7 +48,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.html:render_html": {
         "omitted": frozenset({
-            "Collective.computation", "Collective.count_is_lower_bound", "Collective.group_size",
+            "Collective.computation", "Collective.group_size",
             "Collective.hlo_name", "LintReport.jaxlib_version", "LintReport.schema_version", "LiveBuffer.name",
             "MemorySummary.generated_code_bytes", "RuleDoc.name", "RuleDoc.severity", "ScriptRun.exit_code",
             "ScriptRun.programs_compiled", "ScriptRun.programs_reported", "ScriptRun.timed_out",
@@ -71,7 +71,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
-            "Collective.computation", "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size",
+            "Collective.computation", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.intent", "Collective.is_async", "Collective.kind",
             "Collective.mesh_axes", "Collective.op_name", "Collective.seconds", "Collective.shape", "Finding.bytes",
             "Finding.count", "Finding.ops", "Finding.parameter", "Finding.parameter_sharding", "Finding.provenance",
