@@ -32,10 +32,25 @@ def _lines(text: str) -> dict[str, str]:
     return {m.group(1): m.group(0) for m in re.finditer(r"^\s*(?:ROOT )?%([\w.\-]+) = .*$", text, re.M)}
 
 
+@pytest.fixture(scope="module")
+def compiled_text():
+    """XLA's text of the script's step, ``jax.jit(...).lower(...).compile()``d in the test, once per set of
+    parameters for the module's tests (the Megatron layout's is read by two)."""
+    texts: dict[tuple, str] = {}
+
+    def text(**params) -> str:
+        key = tuple(sorted(params.items()))
+        if key not in texts:
+            texts[key] = script_module(LLAMA).shard_lint_targets(**params)["train_step"].compile().as_text()
+        return texts[key]
+
+    return text
+
+
 @pytest.mark.parametrize("layout, column", [("megatron", "P(None, 'model')"), ("fsdp", "P('data', 'model')")])
-def test_the_llamas_row_parallel_sums_are_intended_and_named_by_no_finding(cli, layout, column):
+def test_the_llamas_row_parallel_sums_are_intended_and_named_by_no_finding(cli, compiled_text, layout, column):
     _needs()
-    text = script_module(LLAMA).shard_lint_targets(layout=layout)["train_step"].compile().as_text()
+    text = compiled_text(layout=layout)
     lines = _lines(text)
     # XLA's forward all-reduces of o_proj's and down_proj's dots (the backward's op_names hold transpose(...)).
     row = {n: re.search(r"layers/(\d+)/\w+/(o_proj|down_proj)/dot_general", lines[n]).groups()
@@ -100,7 +115,8 @@ def _moved(args, change: str):
 
 
 @pytest.mark.slow  # 74 s in CI's pinned leg (a lint with its solver fix and XLA's oracle compiles of the fix)
-def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_moves_it_back(cli, monkeypatch):
+def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_moves_it_back(cli, monkeypatch,
+                                                                                           compiled_text):
     """The mistake: o_proj P(None, 'model'), as if it were a column half. XLA's text: the residual stream comes out
     of o_proj split on hidden and is gathered over model before each matmul that reads it, forward and backward
     (4 MiB each, under unexplained-reshard-bytes' 16 MiB default: lint's note counts them); the Megatron layout
@@ -121,7 +137,7 @@ def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_
     written, as_written = measured(fn, options, args, 2)
     gathers = _gathers_of_the_stream(written.as_text())
     assert len(gathers) >= 4 * LAYERS and set(gathers.values()) == {BATCH // DATA * SEQ * HIDDEN * 4}
-    assert not _gathers_of_the_stream(script_module(LLAMA).shard_lint_targets()["train_step"].compile().as_text())
+    assert not _gathers_of_the_stream(compiled_text(layout="megatron"))
 
     target = lint_findings(cli, monkeypatch, LLAMA, ("--set", "o_proj=output", "--threshold",
                                                      "unexplained-reshard-bytes=4MiB"), ())
