@@ -16,6 +16,8 @@ _NAMED = 4
 _SHOWN = 3
 # A path's argument (``params``, ``opt_state[0].mu``): everything before its first string key.
 _ROOT = re.compile(r"^(.*?)(?=\[['\"])")
+# A path's parts after its first name: attributes and indices (``opt_state`` ``[0]`` ``.mu`` ``.mlp`` ...).
+_PART = re.compile(r"\.\w+|\[[^\]]*\]")
 
 
 def summarized_paths(paths: Sequence[str]) -> str:
@@ -27,9 +29,10 @@ def summarized_paths(paths: Sequence[str]) -> str:
         return listed(list(paths))
     roots: dict[str, None] = {}
     keys: Counter[str] = Counter()
+    attribute_roots = _attribute_roots(paths)
     for path in paths:
         m = _ROOT.match(path)
-        root = m.group(1) if m else path
+        root = m.group(1) if m else attribute_roots[path]
         roots.setdefault(root, None)
         keys[layer_pattern(path[len(root):])] += 1
     ranked = sorted(keys.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -37,3 +40,23 @@ def summarized_paths(paths: Sequence[str]) -> str:
     more = [f"{len(ranked) - _SHOWN} more"] if len(ranked) > _SHOWN else []
     return (f"the {len(paths)} state inputs under {listed(list(roots))} ({len(ranked)} key path"
             f"{'s' if len(ranked) > 1 else ''}, layers as [*]: {listed(shown + more)})")
+
+
+def _attribute_roots(paths: Sequence[str]) -> dict[str, str]:
+    """Each path's argument where its keys are attributes (equinox modules, optax states:
+    ``opt_state[0].mu.mlp.layers[2].weight``), which have no string key to end it: the path less the longest
+    run of trailing parts it shares with a path under another name (``params.mlp.layers[2].weight``: the
+    argument is ``opt_state[0].mu``); its first name where it shares none."""
+    split = {}
+    for path in paths:
+        head = re.match(r"^\w*", path).group(0)
+        split[path] = (head, _PART.findall(path[len(head):]))
+    names: dict[tuple[str, ...], set[str]] = {}
+    for head, parts in split.values():
+        for k in range(1, len(parts) + 1):
+            names.setdefault(tuple(parts[-k:]), set()).add(head)
+    out = {}
+    for path, (head, parts) in split.items():
+        shared = max((k for k in range(1, len(parts) + 1) if len(names[tuple(parts[-k:])]) > 1), default=0)
+        out[path] = head + "".join(parts[:len(parts) - shared]) if shared else head
+    return out

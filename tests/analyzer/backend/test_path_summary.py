@@ -21,3 +21,17 @@ def test_a_long_list_is_counted_and_collapsed_by_layer():
 
 def test_a_short_list_is_named_whole():
     assert summarized_paths(_PATHS[:2]) == f"{_PATHS[0]} and {_PATHS[1]}"
+
+
+# An equinox MLP under optax Adam names its state by attribute (a newcomer's diffrax neural ODE, newbie16 F7):
+# no string key ends the argument, and the summary read "(1 key path, layers as [*]:  (x6))".
+_EQX_KEYS = [f".mlp.layers[{i}].{leaf}" for i in (0, 1, 2) for leaf in ("weight", "bias")]
+_EQX_PATHS = [root + key for key in _EQX_KEYS for root in ("params", "opt_state[0].mu", "opt_state[0].nu")]
+
+
+def test_attribute_paths_are_summarized_by_the_key_path_they_share():
+    text = summarized_paths(_EQX_PATHS)
+    assert text == ("the 18 state inputs under params, opt_state[0].mu and opt_state[0].nu (2 key paths, layers "
+                    "as [*]: .mlp.layers[*].bias (x9) and .mlp.layers[*].weight (x9))")
+    # A parameter alone (no optimizer state beside it) is its own argument's name.
+    assert summarized_paths([f"params{k}" for k in _EQX_KEYS]).startswith("the 6 state inputs under params (2 key")
