@@ -68,7 +68,7 @@ from .pair_fixes import (
     partner_edits,
     rival_pairings,
 )
-from .parameter_moves import kept_count, listed, matcher, moved_text, single_move, state_returns
+from .parameter_moves import kept_count, left_to_xla, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, entry_edit, outcome
 from .state_advice import (
@@ -95,8 +95,10 @@ class _Candidate:
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
-    # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``).
+    # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``),
+    # and the state arguments whose results it leaves to XLA (parameter_moves.left_to_xla).
     kept: int = 0
+    free: tuple[str, ...] = ()
 
 
 def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
@@ -127,7 +129,8 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
     with_state = f" with {listed(list(mirrored))}" if mirrored else ""
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
-                      mirrored=mirrored, kept=kept_count(returned, arguments, results))
+                      mirrored=mirrored, kept=kept_count(returned, arguments, results),
+                      free=left_to_xla(inputs, returned, results))
 
 
 def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int], edits: dict[int, list[list[str]]],
@@ -139,7 +142,8 @@ def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, in
         return None
     arguments, results = single_move(inputs, returned, {**edits, **partners})
     change, mirrored = pair_change(f, together, inputs, edits, partners, arguments)
-    return _Candidate(change, arguments, results, mirrored=mirrored, kept=kept_count(returned, arguments, results))
+    return _Candidate(change, arguments, results, mirrored=mirrored, kept=kept_count(returned, arguments, results),
+                      free=left_to_xla(inputs, returned, results))
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -378,7 +382,7 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
 
 
 def _moving(c: _Candidate) -> str:
-    return moved_text(c.mirrored, len(c.results) - c.kept, c.kept)
+    return moved_text(c.mirrored, len(c.results) - c.kept, c.kept, c.free)
 
 
 def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:

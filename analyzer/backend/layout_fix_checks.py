@@ -54,7 +54,7 @@ from .fix_verdicts import (
     not_offered_text,
     rematerializations,
 )
-from .parameter_moves import kept_count, listed, moved_text, single_move, state_returns
+from .parameter_moves import kept_count, left_to_xla, listed, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .split_activation_fixes import also_tried, inserted_constraint, none_helped, splits_activation
 
@@ -234,7 +234,8 @@ def _propagated_edit(c: FixCandidate, f: Finding, report: TargetReport, module) 
     with_state = f" with {listed(mirrored)}" if mirrored else ""
     return _Edit(f"{c.value}{with_state} -> {spec}",
                  f"shard {c.value} as {spec} instead of {pspec_text(given.sharding or [])}"
-                 + moved_text(mirrored, len(results) - kept, kept), results=results, arguments=arguments)
+                 + moved_text(mirrored, len(results) - kept, kept, left_to_xla(report.inputs, returned, results)),
+                 results=results, arguments=arguments)
 
 
 def _recast_edits(f: Finding, report: TargetReport) -> list[_Edit]:

@@ -118,6 +118,13 @@ def kept_count(returned: Mapping[int, int], arguments: Mapping[int, Sharding], r
     return sum(1 for o, i in returned.items() if i not in arguments and o in results)
 
 
+def left_to_xla(inputs: Sequence, returned: Mapping[int, int], results: Mapping[int, Sharding]) -> tuple[str, ...]:
+    """The state arguments (their paths) whose results a move leaves unpinned (not in ``results``): those the
+    written step returns on another layout than it takes them (``StateReturns.unsettled``)."""
+    by_index = {t.index: t.path for t in inputs}
+    return tuple(by_index[i] for o, i in sorted(returned.items()) if o not in results and i in by_index)
+
+
 def listed(names: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``: names as a fix text lists them."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -127,18 +134,31 @@ def listed(names: Sequence[str]) -> str:
 _NAMED = 4
 
 
-def moved_text(state: Sequence[str], returned: int, kept: int = 0) -> str:
+def moved_text(state: Sequence[str], returned: int, kept: int = 0, free: Sequence[str] = ()) -> str:
     """What a move does besides the parameters a fix names, as its text says it (it was compiled that way):
-    the optimizer state it moves with them (``state``: their paths), and the ``returned`` results of the moved
-    state coming back in the new layout, so the next step does not reshard them, and the ``kept`` state results
-    it does not move returned on their inputs' layouts."""
-    named = list(state[:_NAMED]) + ([f"{len(state) - _NAMED} more"] if len(state) > _NAMED else [])
-    text = f", with its optimizer state {listed(named)} on the same layout" if state else ""
-    if returned:
-        text += f", and return {'it' if returned == 1 else 'them'} in that layout"
+    the optimizer state it moves with them (``state``: their paths), and what it returns (``returns_text``)."""
+    text = f", with its optimizer state {listed(_named(state))} on the same layout" if state else ""
+    return text + returns_text(returned, kept, free)
+
+
+def returns_text(returned: int, kept: int, free: Sequence[str] = ()) -> str:
+    """The out_shardings a move was compiled with, as its text says them: the ``returned`` results of the moved
+    state in the new layout, so the next step does not reshard them, the ``kept`` state results it does not move
+    on their inputs' layouts, and the results of ``free`` (their arguments' paths) left to XLA, as the written
+    step leaves them (a user who pins every state output compiles another program than the one checked)."""
+    text = f", and return {'it' if returned == 1 else 'them'} in that layout" if returned else ""
     if kept:
         text += f" and {kept_text(kept)}" if returned else f", and return {kept_text(kept)}"
-    return text + (" (out_shardings=)" if returned or kept else "")
+    if free:
+        one = len(free) == 1
+        text += (f", leaving {'the output' if one else f'the {len(free)} outputs'} of {listed(_named(free))} to XLA "
+                 f"(None: the step as written returns {'it' if one else 'them'} on another layout than "
+                 f"{'its' if one else 'their'} input's)")
+    return text + (" (out_shardings=)" if returned or kept or free else "")
+
+
+def _named(paths: Sequence[str]) -> list[str]:
+    return list(paths[:_NAMED]) + ([f"{len(paths) - _NAMED} more"] if len(paths) > _NAMED else [])
 
 
 def kept_text(kept: int) -> str:

@@ -64,40 +64,41 @@ def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException
 
 
 class CompileCounter:
-    """Tells ``progress`` of each fix-check compile as it finishes, counted against every compile
-    announced so far ("[2/3] NAME: compiled params['w'] -> P(None, 'tp')", or "read from the cache:" where
-    the analysis cache held it); a second choice the checks ask for later is announced, and counted, when
-    it is asked for."""
+    """Tells ``progress`` of each fix-check compile as it finishes, counted within the batch it was announced in
+    ("[2/3] NAME: compiled params['w'] -> P(None, 'tp')", or "read from the cache:" where the analysis cache held
+    it): a batch's total is fixed when it is announced, so a second batch the checks ask for later (a second
+    choice, the solver's plans once it returns) counts on its own and never changes the first's total. The labels
+    of a batch are shortened to lines that still tell them apart (``distinct_labels``)."""
 
     def __init__(self, progress: Callable[[str], None] | None, name: str):
         self.progress, self.name = progress, name
-        self.finished = self.total = 0
         self.lock = threading.Lock()
 
     def announce(self, labels: list[str], what: str = "to check the fixes") -> list[Callable[[], None]]:
         """One callback per label, for when its compile is done."""
+        shown = distinct_labels(labels)
+        batch = [0, len(labels)]  # finished, total: this announcement's
         with self.lock:
-            self.total += len(labels)
             if self.progress is not None and labels:
-                self.progress(f"[{self.finished}/{self.total}] {self.name}: compiling {len(labels)} "
-                              f"program{'s' if len(labels) > 1 else ''} {what}: "
-                              + announced([shortened(label) for label in labels]))
-        return [self._done_callback(label) for label in labels]
+                self.progress(f"[0/{len(labels)}] {self.name}: compiling {len(labels)} "
+                              f"program{'s' if len(labels) > 1 else ''} {what}: " + announced(shown))
+        return [self._done_callback(label, batch) for label in shown]
 
     def same(self, label: str) -> None:
-        """Says a candidate is not compiled, being a program compiled before (``same_program``); not counted."""
+        """Says a candidate is not compiled, being a program compiled before (``same_program``); not counted in
+        any announcement's total ("[same]": a counted step's bracket, so a log prints it at once)."""
         with self.lock:
             if self.progress is not None:
-                self.progress(f"[{self.finished}/{self.total}] {self.name}: not compiled, the same program as one "
-                              f"compiled before: {shortened(label)}")
+                self.progress(f"[same] {self.name}: not compiled, the same program as one compiled before: "
+                              f"{shortened(label)}")
 
-    def _done_callback(self, label: str) -> Callable[[], None]:
+    def _done_callback(self, label: str, batch: list[int]) -> Callable[[], None]:
         def done() -> None:
             how = "read from the cache:" if _read_from_cache() else "compiled"
             with self.lock:
-                self.finished += 1
+                batch[0] += 1
                 if self.progress is not None:
-                    self.progress(f"[{self.finished}/{self.total}] {self.name}: {how} {shortened(label)}")
+                    self.progress(f"[{batch[0]}/{batch[1]}] {self.name}: {how} {label}")
 
         return done
 
@@ -137,7 +138,9 @@ _VERSION = re.compile(r"^(the [\w\- ]+ version)(?: \(.*\))?$")
 def shortened(label: str, width: int = 90) -> str:
     """A label on a progress line: a move of an argument and its optimizer state names every path (a Llama's
     46 run to thousands of characters); the paths are cut, and the layout they move to (after the last
-    " -> ") and what the candidate is ("(move 0)") kept whole."""
+    " -> ") and what the candidate is ("(move 0)") kept whole. A path is never cut in a key: where the first
+    does not fit, its middle keys are left out and its last ones kept (``params…['Dense_0']['kernel']``), as
+    those tell one layer's weight from another's."""
     if len(label) <= width:
         return label
     at = label.rfind(" -> ")
@@ -148,10 +151,42 @@ def shortened(label: str, width: int = 90) -> str:
     room = max(width - len(rest), 30)
     # Whole paths, as many as fit, then how many more ("params['embed'] and 2 more -> P('tp')").
     ends = [m.start() for m in re.finditer(r", | with ", head)] + [len(head)]
-    fit = [e for e in ends if e + 12 <= room] or [ends[0]]
-    more = f" and {len(ends) - len(fit)} more"
-    shown = head[:fit[-1]] if fit[-1] + len(more) <= room else head[:room - len(more) - 1] + "…"
-    return f"{shown}{more}{rest}"
+    fit = [e for e in ends if e + 12 <= room]
+    if fit:
+        more = len(ends) - len(fit)
+        text = head[:fit[-1]] + (f" and {more} more" if more else "") + rest
+    else:
+        more_text = f" and {len(ends) - 1} more" if len(ends) > 1 else ""
+        text = _elided(head[:ends[0]], room - len(more_text)) + more_text + rest
+    return text if len(text) <= width else text[:width - 1].rstrip(", ") + "…"
+
+
+def _elided(path: str, room: int) -> str:
+    """``path`` in ``room`` characters: its root and as many of its last keys as fit, whole, the middle left out."""
+    if len(path) <= room:
+        return path
+    tokens = re.findall(r"\[[^\]]*\]|\.\w+|[^\[.]+", path)
+    root, kept = tokens[0], list[str]()
+    for token in reversed(tokens[1:]):
+        if len(root) + 1 + len(token) + sum(len(k) for k in kept) > room:
+            break
+        kept.insert(0, token)
+    return root + "…" + "".join(kept) if kept else path[:max(room - 1, 1)] + "…"
+
+
+def distinct_labels(labels: list[str], width: int = 90) -> list[str]:
+    """Each label ``shortened``, wider where two different labels would read the same (up to whole): one line
+    per candidate, never two alike for two programs."""
+    shown = [shortened(label, width) for label in labels]
+    while width < max(map(len, labels), default=0):
+        alike = {s for s in shown if sum(t == s for t in shown) > 1}
+        clashing = [k for k, s in enumerate(shown) if s in alike and labels.count(labels[k]) < shown.count(s)]
+        if not clashing:
+            break
+        width *= 2
+        for k in clashing:
+            shown[k] = shortened(labels[k], width)
+    return shown
 
 
 _programs_lock = threading.Lock()

@@ -33,7 +33,7 @@ from ...passes.models.report import Severity
 from ...passes.pipelines.catalogue import RULES, OptionKind, all_options
 from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership, PassConfig
 from ..errors import ShardLintInputError
-from ..inputs.files import installed_folders, tool_folders
+from ..inputs.files import folders_beside, installed_folders, tool_folders
 from ..platforms.performance import cpu_device_spec
 from ..platforms.presets import PRESETS, find_preset
 from ..platforms.resolved_target import ResolvedTarget
@@ -107,9 +107,11 @@ def _ownership_of(settings: Settings) -> CodeOwnership:
     """Whose frames are the user's; one object per configuration, so its caches of decided files and
     attributed locations are shared by every pass."""
     root = os.path.dirname(settings.config_file) if settings.config_file else os.getcwd()
-    # A library pip installed into a folder on the import path is a library, not the user's (unless first-party).
+    # A library pip installed into a folder on the import path, or beside the script (which may put it on the
+    # path itself), is a library, not the user's (unless first-party).
     mine = {p.strip().split(".")[0] for p in settings.first_party}
-    installed = tuple(f for f in installed_folders(tuple(sys.path)) if os.path.basename(f) not in mine)
+    installed = tuple(f for f in installed_folders(tuple(sys.path) + folders_beside(tuple(settings.user_roots)))
+                      if os.path.basename(f) not in mine)
     return _ownership(settings.first_party, settings.third_party, root, settings.user_roots, installed)
 
 

@@ -97,9 +97,11 @@ def tool_folders() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=8)
 def installed_folders(entries: tuple[str, ...]) -> tuple[str, ...]:
     """The package folders of the distributions installed into an import path outside site-packages (``pip
-    install --target DIR`` put on PYTHONPATH, a vendored folder): each ``*.dist-info``'s RECORD names them. A
-    library so installed is one still, also in or under the script's folder; an editable install of the user's
-    own project keeps its dist-info in site-packages and its source where it is, so it is not one of these."""
+    install --target DIR`` put on PYTHONPATH, a vendored folder): each ``*.dist-info``'s RECORD names them, and
+    an ``*.egg-info`` pip installed (it lists ``installed-files.txt``) its ``top_level.txt``. A library so
+    installed is one still, also in or under the script's folder; an editable install of the user's own project
+    keeps its dist-info in site-packages and its source where it is (an in-place ``*.egg-info`` beside it lists
+    no installed files), so it is not one of these."""
     found: list[str] = []
     for entry in entries:
         folder = os.path.abspath(entry or ".")
@@ -107,10 +109,43 @@ def installed_folders(entries: tuple[str, ...]) -> tuple[str, ...]:
             continue
         with contextlib.suppress(OSError):
             for name in sorted(os.listdir(folder)):
-                if name.endswith(".dist-info"):
-                    found += [os.path.join(folder, top) for top in _record_tops(os.path.join(folder, name, "RECORD"))
-                              if os.path.isdir(os.path.join(folder, top))]
+                info = os.path.join(folder, name)
+                tops = (_record_tops(os.path.join(info, "RECORD")) if name.endswith(".dist-info") else
+                        _lines(os.path.join(info, "top_level.txt"))
+                        if name.endswith(".egg-info") and os.path.isfile(os.path.join(info, "installed-files.txt"))
+                        else [])
+                found += [os.path.join(folder, top) for top in tops if os.path.isdir(os.path.join(folder, top))]
     return tuple(dict.fromkeys(found))
+
+
+# How many folders folders_beside lists at most: a script at the top of a large tree is not walked whole.
+_MOST_BESIDE = 2000
+
+
+@functools.lru_cache(maxsize=8)
+def folders_beside(roots: tuple[str, ...], depth: int = 2) -> tuple[str, ...]:
+    """``roots`` and the folders under them ``depth`` levels down (hidden ones and site-packages aside): where a
+    library installed beside the script lies when the script, not PYTHONPATH, puts it on the import path
+    (``sys.path.insert(0, "site")`` after ``pip install --target site jraph``), for ``installed_folders``."""
+    found: list[str] = []
+    level = [os.path.abspath(r) for r in roots if os.path.isdir(r)]
+    for _ in range(depth + 1):
+        level = level[:max(0, _MOST_BESIDE - len(found))]
+        found += level
+        below = []
+        for folder in level:
+            with contextlib.suppress(OSError):
+                below += [e.path for e in sorted(os.scandir(folder), key=lambda e: e.name) if e.is_dir()
+                          and not e.name.startswith((".", "__")) and e.name not in ("site-packages", "dist-packages")
+                          and not e.name.endswith((".dist-info", ".egg-info"))]
+        level = below
+    return tuple(dict.fromkeys(found))
+
+
+def _lines(path: str) -> list[str]:
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+        return [line.strip() for line in f if line.strip()]
+    return []
 
 
 def _record_tops(record: str) -> list[str]:

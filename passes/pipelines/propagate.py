@@ -24,7 +24,15 @@ from ..models.report import Collective, SourceLocation
 from ..propagation.borne_out import match_compiled, prediction_counts
 from ..propagation.graph import Tensor
 from ..propagation.predicted_communication import predict
-from ..propagation.report import Propagated, agreement, explain, find_values, propagated_value, run_propagation
+from ..propagation.report import (
+    Propagated,
+    agreement,
+    chain_heading,
+    explain,
+    find_values,
+    propagated_value,
+    run_propagation,
+)
 from ..propagation.report import with_provenance as with_values_provenance
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import read_meshes
@@ -92,15 +100,18 @@ def explain_values(
     display: Callable[[SourceLocation], str],
 ) -> tuple[dict[str, list[str]], list[PropagationReport] | None, str | None]:
     """Stage 7, ``--explain``: each query's provenance lines (the first three values it names in each
-    target), the reports with those values' provenance written out (None: no value named), and the first
-    query that names no value (None: all did)."""
+    target, each value's chain indented under a heading that names it and its sharding, and, with several
+    targets, the target's), the reports with those values' provenance written out (None: no value named),
+    and the first query that names no value (None: all did)."""
     explained: dict[str, list[str]] = {}
     named: list[list[Tensor]] = [[] for _ in propagated]
     for query in queries:
         lines = []
         for k, p in enumerate(propagated):
             for t in PROPAGATE.run("explain", find_values, p, query)[:3]:
-                lines.extend(PROPAGATE.run("explain", explain, p, t, display))
+                head = PROPAGATE.run("explain", chain_heading, p, t, display)
+                lines.append(f"{reports[k].name}: {head}" if len(propagated) > 1 else head)
+                lines.extend("  " + line for line in PROPAGATE.run("explain", explain, p, t, display))
                 named[k].append(t)
         if not lines:
             return explained, None, query

@@ -31,7 +31,8 @@ def rule_context(
     else:
         facts.update(entry_source=entry_source)
     return with_claims(RuleContext(target=name, platform=platform, signature=signature, inputs=inputs,
-                                   outputs=outputs, options=config.resolved_options(), **facts))
+                                   outputs=outputs, options=config.resolved_options(), where=config.where,
+                                   **facts))
 
 
 def claims_by_rule(ctx: RuleContext) -> dict[str, frozenset[str]]:

@@ -214,11 +214,11 @@ def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
     location into the text to print); the SSA names stay in ``ProvenanceStep.value``."""
     by_name = p.graph.tensors_by_name()
     lines = []
-    for step in p.provenance(t):
+    for k, step in enumerate(p.provenance(t)):
         where = f" at {display(step.source)}" if step.source else ""
-        spec = "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None")
-                                for a in step.sharding) + ")"
-        value = by_name.get(step.value)
+        spec = _spec_text(step.sharding)
+        # The chain starts at the value itself: by its name, another result of the same op could be found.
+        value = t if k == 0 else by_name.get(step.value)
         label = user_label(value) if value is not None else step.value
         if step.op:
             lines.append(f"{label} is {spec} through {_op_words(step.op)}{where}")
@@ -228,6 +228,19 @@ def explain(p: Propagated, t: Tensor, display=str) -> list[str]:
             seed = value.seed if value is not None and value.seed else "no stated sharding"
             lines.append(f"{label} is {spec}: {seed}{where}")
     return lines
+
+
+def chain_heading(p: Propagated, t: Tensor, display=str) -> str:
+    """The line over a value's chain (``explain``), so chains of several values read apart: what the value is,
+    its sharding, the SSA name ``--explain`` also takes, and its line: ``f32[32768,1024] P('data', 'model')
+    (%1234 at gnn_step.py:25):``."""
+    spec = _spec_text(p.labels(t))
+    where = f" at {display(t.source)}" if t.source else ""
+    return f"{user_label(t)} {spec} ({t.name}{where}):"
+
+
+def _spec_text(sharding) -> str:
+    return "P(" + ", ".join(repr(a[0]) if len(a) == 1 else (str(tuple(a)) if a else "None") for a in sharding) + ")"
 
 
 # Ops as a user knows them; the rest by their name without the dialect.

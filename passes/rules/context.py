@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -9,7 +10,7 @@ from ..hlo.collective_parameter import CollectiveParameter
 from ..hlo.compiler_refusal import CompilerRefusal
 from ..hlo.involuntary_remat import LocatedRemat
 from ..models.entry import EntrySignature, RoundTrip
-from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo
+from ..models.report import Collective, MemorySummary, SourceLocation, TensorInfo, where_text
 from ..propagation.propagated_padding import PropagatedPadding
 from ..propagation.split_activations import SplitRead
 from ..stablehlo.sharding_constraints import PaddedValue, StatedConstraint
@@ -90,6 +91,9 @@ class RuleContext:
     claimed_collectives: frozenset[str] = frozenset()
     # The same, by the rule that claims them (its code): a rule's findings stand for its own claims only.
     claims_by_rule: dict[str, frozenset[str]] = field(default_factory=dict)
+    # A location in a message, written as the reports write its source (PassConfig.where): one path form, a
+    # library's file relative as in the report's sources, never absolute in the text beside them.
+    where: Callable[[Any, Any], str] = where_text
 
     def option(self, option: RuleOption[T]) -> T:
         """The option's value as configured (its default where nothing set it: ``options`` is resolved)."""

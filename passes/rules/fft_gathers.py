@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..common.byte_sizes import format_bytes
+from ..common.collective_values import values_text
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_origin import FFT_COMPUTED_REPLICATED, fft_caused
@@ -59,7 +60,7 @@ def emit_fft_gathers(ctx: RuleContext, out: Emitter, gathers: list[Collective], 
     total = sum(c.bytes * c.count for c in gathers)
     count = sum(c.count for c in gathers)
     lines = sorted({c.source.line for c in gathers if c.source is not None})
-    shapes = list(dict.fromkeys(f"{c.dtype}{c.shape} ({format_bytes(c.bytes)})" for c in ordered))
+    shapes = list(dict.fromkeys(f"{values_text(c)} ({format_bytes(c.bytes)})" for c in ordered))
     axes_text = ", ".join(dict.fromkeys(a for c in gathers for a in c.mesh_axes))
     largest = max(c.bytes for c in gathers)
     where = (f"at lines {', '.join(map(str, lines[:-1]))} and {lines[-1]}" if len(lines) > 1

@@ -14,6 +14,7 @@ halo exchange that avoids it are said in the message.
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
+from ..common.collective_values import value_count, values_text
 from ..common.sharding_text import pspec_text
 from ..models.report import Collective, TensorInfo
 from .context import RuleContext
@@ -59,8 +60,10 @@ def group_finding(ctx: RuleContext, key: Key, group: list[Collective],
     lines = sorted({c.source.line for c in group if c.source is not None})
     at = (f"at lines {', '.join(map(str, lines[:-1]))} and {lines[-1]}" if len(lines) > 1
           else "at this line")
-    message = (f"{len(group)} {kind}s over {axes_text} {at} reshard values of up to {largest.dtype}"
-               f"{largest.shape} ({format_bytes(largest.bytes)}), {count}x per step, {format_bytes(total)} per step "
+    # The largest may be a tuple (XLA's combiner): then its values are listed, and its bytes are all of them.
+    up_to = ("values of up to " if value_count(largest) == 1 else "up to ") + values_text(largest)
+    message = (f"{len(group)} {kind}s over {axes_text} {at} reshard {up_to} "
+               f"({format_bytes(largest.bytes)}), {count}x per step, {format_bytes(total)} per step "
                "in all, which no stated sharding asked for (each under unexplained-reshard-bytes, together over it)"
                + (": a periodic pad (jnp.pad mode='wrap', or a roll) of a dimension split on "
                   f"{axes_text}, which XLA pads by moving each device's whole shard to another dimension and back "

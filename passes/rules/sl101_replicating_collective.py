@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..common.byte_sizes import format_bytes
+from ..common.collective_values import values_text
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_origin import fft_caused
@@ -131,7 +132,7 @@ def message(ctx: RuleContext, c: Collective, peak: int, parameter: TensorInfo | 
     whole = (c.dtype, tuple(c.shape)) in ctx.sharded_global_shapes and c.group_size > 1
     what = "rebuilds the whole array" if whole else "materialises"
     axes = ", ".join(c.mesh_axes) or "all devices"
-    return (f"{c.kind} over {axes} {what} {c.dtype}{c.shape} ({format_bytes(c.bytes)}) on every device"
+    return (f"{c.kind} over {axes} {what} {values_text(c)} ({format_bytes(c.bytes)}) on every device"
             + (f", {c.count}x per step" if c.count > 1 else "")
             + (f" ({100 * c.bytes / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
             + (_relation(parameter, served.role, c.kind) if parameter is not None and served is not None else ""))

@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import zip_longest
 
 from ..common.byte_sizes import format_bytes
+from ..common.collective_values import values_text
 from ..common.pytree_paths import natural_order
 from ..common.sharding_text import pspec_text
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
@@ -163,7 +164,7 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
                     else f" ({_ROLE[served.role]})" if served is not None else "")
                  if parameter is not None else ": no argument of the step is its operand or the weight it serves")
         out.emit(
-            f"{c.kind} over {axes} reshards {c.dtype}{c.shape} ({format_bytes(c.bytes)}){runs}, which no stated "
+            f"{c.kind} over {axes} reshards {values_text(c)} ({format_bytes(c.bytes)}){runs}, which no stated "
             f"sharding asked for{cause}",
             twin.source if twin else c.source, via=twin.via if twin else c.via,
             fix=(f"shard {parameter.path} as {pspec_text(suggested)} instead of {pspec_text(parameter.sharding)}"
@@ -296,7 +297,7 @@ def _emit_split(ctx: RuleContext, out: Emitter, group: list[Collective],
     candidates = [FixCandidate(value=v, sharding=spec) for pair in zip_longest(constrained[::-1], moved[::-1])
                   for v, spec in zip((values, weight.path), pair) if spec is not None]
     out.emit(
-        f"{c.kind} over {axes} reshards {c.dtype}{c.shape} ({format_bytes(c.bytes)}){runs}, which no stated "
+        f"{c.kind} over {axes} reshards {values_text(c)} ({format_bytes(c.bytes)}){runs}, which no stated "
         f"sharding asked for: the matmul here reads {shape} whole along dimension {read.dim}, which propagation "
         f"leaves split on {axes} ({pspec_text(read.sharding)}); the split comes from the matmul by {weight.path} "
         f"{pspec_text(weight.sharding or [])} at {at}, which produces its output split on {axes} (that weight's "

@@ -87,7 +87,7 @@ def missing_donation(ctx: RuleContext, out: Emitter) -> None:
         used = ""
         if first_use is not None and source is not None and source is not first_use:
             used = (f"; {base} is first used at line {first_use.line}" if first_use.file == source.file
-                    else f"; {base} is first used at {first_use.file}:{first_use.line}")
+                    else f"; {base} is first used at {ctx.where(first_use, None)}")
         out.emit(
             f"argument {arg} ({base}) is not donated, but {leaves} an output of the same shape, dtype and "
             f"sharding (e.g. {first_out.path}): donating it lets those outputs reuse up to "

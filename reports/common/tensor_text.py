@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ...passes.common.byte_sizes import format_bytes
+from ...passes.common.collective_values import value_count
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.report import Collective, LiveBuffer, where_text
 
@@ -84,9 +85,9 @@ def other_part_lines(c: Collective, most: int = 3) -> str | None:
 def collective_shape_text(c: Collective) -> str:
     """The collective's array, or for a combined one (a tuple all-reduce, several operands) how many it moves
     and the largest: ``25 arrays (largest f32[512,256])``; its bytes are all of them (the sum of the operands)."""
-    if len(c.parts) < 2:
+    if (n := value_count(c)) < 2:  # an all-to-all's tuple has no parts: its bytes count its arrays
         return shape_text(c.dtype, c.shape)
-    return f"{len(c.parts)} arrays (largest {shape_text(c.dtype, c.shape)})"
+    return f"{n} arrays (largest {shape_text(c.dtype, c.shape)})"
 
 
 def _depth_one_split(text: str, sep: str) -> list[str]:

@@ -55,7 +55,7 @@ from ..fix_verdicts import (
     not_offered_text,
     rematerializations,
 )
-from ..parameter_moves import kept_text, listed, returning_state, state_returns
+from ..parameter_moves import listed, returning_state, returns_text, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
 from .problem import problem_of_text
@@ -100,21 +100,19 @@ def _change_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned:
     return ", ".join(f"{', '.join(paths)} -> {spec}" for spec, paths in by_spec.items()) + back
 
 
-def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int], kept: int) -> str:
+def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: dict[int, int], kept: int,
+              free: tuple[str, ...]) -> str:
     by_change: dict[tuple[str, str], list[str]] = {}
     for i, s in sorted(edits.items()):
         by_change.setdefault((pspec_text(s), pspec_text(inputs[i].sharding or [])), []).append(inputs[i].path)
     parts = [f"{listed(paths)} as {new} instead of {old}" for (new, old), paths in by_change.items()]
-    # State that comes back: its result pinned to the same layout, so the next step does not reshard it.
-    back = f", and return {'it' if len(returned) == 1 else 'them'} in that layout" if returned else ""
-    # The state it does not move: returned as taken, so the move does not make the next step reshard it.
-    if kept:
-        back += f" and {kept_text(kept)}" if returned else f", and return {kept_text(kept)}"
-    return "shard " + "; ".join(parts) + back + (" (out_shardings=)" if returned or kept else "")
+    # The out_shardings it was compiled with: state that comes back in the new layout, the state it does not
+    # move as taken (the next step reshards neither), the state the written step returns moved left to XLA.
+    return "shard " + "; ".join(parts) + returns_text(len(returned), kept, free)
 
 
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
-            returned: dict[int, int], kept: int, name: str) -> Finding:
+            returned: dict[int, int], kept: int, name: str, free: tuple[str, ...] = ()) -> Finding:
     specs = {repr(s) for s in edits.values()}
     them = "it" if len(edits) == 1 else "them"
     # Said as what it is: suggest's solver or one of its single moves, over these arguments only; suggest
@@ -133,8 +131,8 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
         why = f"the rule's own fix, {own.change}, was tried and measured {judged_text(own)}"
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
-        "fix": (f"{_fix_text(edits, inputs, returned, kept)}: {whose} with every other argument as written, where "
-                f"{why} (checked: {cost_text(check)})")})
+        "fix": (f"{_fix_text(edits, inputs, returned, kept, free)}: {whose} with every other argument as written, "
+                f"where {why} (checked: {cost_text(check)})")})
 
 
 def _key(edits: dict[int, Sharding]) -> str:

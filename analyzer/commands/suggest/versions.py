@@ -21,7 +21,7 @@ from ...adapter import jax_adapter
 from ...backend.advice.verdict import VersionText, measured_version
 from ...backend.cached_analysis import analysis_cache, cached_report, key_parts, placed
 from ...backend.checked_in_analysis import analyze_text
-from ...backend.side_by_side import CompileCounter, outcome
+from ...backend.side_by_side import CompileCounter, outcome, shortened
 from ...context.config import Settings
 from ...errors import ShardLintInputError
 from ...executors.checked_in_tasks import Spread, check_paths
@@ -136,23 +136,20 @@ class SideBySide:
 
 def version_labels(versions: list[VersionText]) -> list[str]:
     """Each version's name in a progress line; where several share a name (the single moves, the solver's
-    plans), what tells them apart: the move's own description, or the plan's number."""
+    plans), what tells them apart: the move's own description, shortened to keep the layout it moves to
+    (``side_by_side.shortened``), or, where two would still read alike, the version's number."""
     names = [v.name for v in versions]
+    short = [shortened(v.description, 60) if v.description else "" for v in versions]
     labels, seen = [], dict.fromkeys(names, 0)
-    for v in versions:
+    for v, s in zip(versions, short):
         seen[v.name] += 1
         if names.count(v.name) == 1:
             labels.append(f"the {v.name} version")
-        elif v.description and [w.description for w in versions if w.name == v.name].count(v.description) == 1:
-            labels.append(f"the {v.name} version ({_shortened(v.description)})")
+        elif s and [t for w, t in zip(versions, short) if w.name == v.name].count(s) == 1:
+            labels.append(f"the {v.name} version ({s})")
         else:
             labels.append(f"the {v.name} version ({seen[v.name]} of {names.count(v.name)})")
     return labels
-
-
-def _shortened(description: str, width: int = 60) -> str:
-    # A move that takes an axis off ten arguments names them all; its first words tell it from the others.
-    return description if len(description) <= width else description[:width - 1].rstrip(", ") + "…"
 
 
 class SolveHeartbeat:

@@ -1,0 +1,92 @@
+"""A move's printed out_shardings are the ones it was compiled with (issue 46, newbie15's F3): the state the
+written step already returns on another layout than it takes it (SL201's) is left to XLA by the move's check,
+and the fix text now names it ("leaving the output of params['b'] to XLA (None ...)") instead of saying only
+"return ... the other state outputs each on its input's layout", which a user pasting every state output pinned
+compiled to other figures (a jraph GNN: +575 KiB of collectives where lint printed the checked +512 KiB).
+The oracle is XLA: the program edited as the text says, compiled by JAX, its ``memory_analysis()`` and the
+collectives of its compiled text, and the program a user pinning everything would write, which differs."""
+
+import json
+
+import jax
+import pytest
+from hlo_oracle import step_traffic, xla_peak
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from scripts import script_module
+
+# x @ w1 + b with w1 on the dimension it contracts: XLA returns the replicated bias on 'model' (its gradient is
+# reduced there), so b's output is SL201's and the move of w1 leaves it to XLA.
+SOURCE = '''
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def mesh():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def spec(m, shape, pspec):
+    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(m, pspec))
+
+
+def loss(params, x, y):
+    h = jax.nn.relu(x @ params["w1"] + params["b"])
+    return jnp.mean((h @ params["w2"] - y) ** 2)
+
+
+def step(params, x, y):
+    g = jax.grad(loss)(params, x, y)
+    return (jax.tree.map(lambda p, g: p - 0.01 * g, params, g),)
+
+
+def arguments(w1_spec):
+    m = mesh()
+    params = {"b": spec(m, (2048,), P()), "w1": spec(m, (512, 2048), w1_spec),
+              "w2": spec(m, (2048, 512), P("model", None))}
+    return params, spec(m, (1024, 512), P("data", None)), spec(m, (1024, 512), P("data", None))
+
+
+def shard_lint_targets():
+    return {"contracted": jax.jit(step).lower(*arguments(P("model", None)))}
+'''
+
+
+@pytest.fixture
+def checking(monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+
+
+def test_a_move_names_the_state_output_it_leaves_to_xla_and_prints_that_programs_figures(cli, checking, tmp_path):
+    script = tmp_path / "bias_returned_moved.py"
+    script.write_text(SOURCE)
+    module = script_module(str(script))
+    written = module.arguments(P("model", None))
+    # The premise, from XLA: the step as written returns b on another layout than it takes it, w1 and w2 as taken.
+    as_written = jax.jit(module.step).lower(*written).compile()
+    back = jax.tree.leaves(as_written.output_shardings)
+    assert [o.is_equivalent_to(x.sharding, len(x.shape)) for x, o in zip(jax.tree.leaves(written[0]), back)] \
+        == [False, True, True]
+
+    # The SL105 reshards are 4 MiB per device: under its default minimum.
+    result = cli("lint", str(script), "--fail-on", "never", "--format", "json",
+                 "--threshold", "unexplained-reshard-bytes=0")
+    assert result.code == 0, result.err
+    [f] = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL105"]
+    assert f["fix"].startswith(
+        "shard params['w1'] as P(None, 'model') instead of P('model'), and return it in that layout and the other "
+        "state output on its input's layout, leaving the output of params['b'] to XLA (None: the step as written "
+        "returns it on another layout than its input's) (out_shardings=) (checked:"), f["fix"]
+    check = f["fix_check"]
+
+    # The program as the text says: w1 on P(None, 'model') and returned so, w2 returned as taken, b None.
+    mesh = module.mesh()
+    moved = module.arguments(P(None, "model"))
+    pinned = {"b": None, "w1": NamedSharding(mesh, P(None, "model")), "w2": NamedSharding(mesh, P("model", None))}
+    pasted = jax.jit(module.step, out_shardings=(pinned,)).lower(*moved).compile()
+    assert (check["peak_bytes_after"], check["traffic_bytes_after"]) == (xla_peak(pasted),
+                                                                          step_traffic(pasted, moved[:1]))
+    # What a user pinning every state output (b on P() too) compiles is another program, with other figures.
+    every = jax.jit(module.step, out_shardings=({**pinned, "b": NamedSharding(mesh, P())},)).lower(*moved).compile()
+    assert (xla_peak(every), step_traffic(every, moved[:1])) != (xla_peak(pasted), step_traffic(pasted, moved[:1]))

@@ -1,0 +1,39 @@
+"""``propagate --explain`` heads each value's chain (issue 46, newbie15's F8): a query that names several values
+(a line with three matmuls) printed their chains run together, each ending at an argument, with nothing to
+say where one value's chain stops and the next begins. Now each chain is indented under a line naming its value,
+its sharding and the SSA name --explain also takes; the JSON's values carry the same chains."""
+
+import json
+import os
+import re
+
+SCRIPT = os.path.join("examples", "fsdp_tp_train_step.py")
+QUERY = f"{SCRIPT}:30"
+HEADING = re.compile(r"^  (\S+) (P\(.*\)) \((\S+) at (\S+)\):$")
+
+
+def test_each_explained_value_has_its_own_headed_chain(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    result = cli("propagate", SCRIPT, "--explain", QUERY, "--no-compile")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    section = lines[lines.index(f"why {QUERY}:") + 1:]
+    section = section[:next((i for i, line in enumerate(section) if not line.startswith("  ")), len(section))]
+    headings = [(i, HEADING.match(line)) for i, line in enumerate(section) if not line.startswith("    ")]
+    assert len(headings) >= 2 and all(m is not None for _, m in headings), section
+    for (i, m), nxt in zip(headings, [i for i, _ in headings[1:]] + [len(section)]):
+        chain = section[i + 1:nxt]
+        assert chain and all(line.startswith("    ") for line in chain), chain
+        # The chain starts at the value the heading names, with its sharding, and ends where the sharding is stated.
+        assert chain[0].strip().startswith(f"{m.group(1)} is {m.group(2)}"), (m.group(0), chain[0])
+        assert m.group(4) == QUERY
+    # The heads name different values, which the JSON lists with the same chains.
+    names = [m.group(3) for _, m in headings]
+    assert len(set(names)) == len(names)
+    result = cli("propagate", SCRIPT, "--explain", QUERY, "--no-compile", "--format", "json", "-q")
+    assert result.code == 0, result.err
+    [target] = json.loads(result.out)["targets"]
+    explained = {v["name"]: v["provenance"] for v in target["values"] if v.get("provenance")}
+    assert set(names) <= set(explained)
+    assert [len(explained[n]) for n in names] == [nxt - i - 1 for (i, _), nxt in
+                                                   zip(headings, [i for i, _ in headings[1:]] + [len(section)])]
