@@ -259,8 +259,9 @@ def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, l
                                            f"{free_text}, it found no better layout)"})
     if check.verdict is FixVerdict.better:
         returned = returned_state(target, edits)
-        kept = len(_state_results(target, report, edits)) - len(returned)
-        return _better(f, check, edits, inputs, returned, kept, name)
+        results = _state_results(target, report, edits)
+        left = tuple(inputs[rt.input.index].path for rt in target.state if rt.output.index not in results)
+        return _better(f, check, edits, inputs, returned, len(results) - len(returned), name, left)
     return f.model_copy(update={
         "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
                f"was tried too, compiled and {not_offered_text(check)}"})
