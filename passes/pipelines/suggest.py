@@ -44,7 +44,7 @@ from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
 from ..solver.refine import LayoutCheck, check_layout
 from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
-from ..solver.solve import Solution, solve
+from ..solver.solve import Solution, SolveMemo, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
 from ..stablehlo.state_roundtrip import correspond
@@ -263,9 +263,9 @@ def _check(current: ShardingProblem, solution: Solution, graph: ShardingGraph, r
 
 
 def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, ownership: CodeOwnership,
-           method: str, time_limit: float, spec: DeviceSpec) -> Refined:
+           method: str, time_limit: float, spec: DeviceSpec, memo: SolveMemo | None = None) -> Refined:
     """Stages 5 and 6, solve and check against propagation, as a loop: the plans of at most ``MAX_SOLVES``
-    solves (``graph``: the one the problem was built from)."""
+    solves (``graph``: the one the problem was built from; ``memo``: solutions a run made before)."""
     tied: dict[int, set[int]] = {}
     for a, b in problem.ties:
         tied.setdefault(a, set()).add(b)
@@ -277,7 +277,7 @@ def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, o
     for solves in range(1, MAX_SOLVES + 1):
         current = restrict_groups(problem, keep) if keep else problem
         try:
-            solution = SUGGEST.run("solve", solve, current, method, time_limit)
+            solution = _solved(current, method, time_limit, memo)
         except NoFeasibleSharding:
             if not plans:
                 raise  # the problem itself has no solution: the caller says so
@@ -296,6 +296,15 @@ def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, o
     return Refined(tuple(plans), spent)
 
 
+def _solved(problem: ShardingProblem, method: str, time_limit: float, memo: SolveMemo | None) -> Solution:
+    """Stage 5: the problem solved, or the solution ``memo`` kept of it (the solve is deterministic)."""
+    if (solution := memo.get(problem, method) if memo is not None else None) is None:
+        solution = SUGGEST.run("solve", solve, problem, method, time_limit)
+        if memo is not None:
+            memo.put(problem, method, solution)
+    return solution
+
+
 def model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
     """Stage 7: the solver's cost model of an assignment, by part."""
     return SUGGEST.run("model-cost", _model_cost, problem, a)
@@ -308,14 +317,14 @@ def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
 
 
 def pinned_model_cost(problem: ShardingProblem, argument_pins: Pins, method: str,
-                      time_limit: float) -> ModelCost | None:
+                      time_limit: float, memo: SolveMemo | None = None) -> ModelCost | None:
     """The cost model of these argument shardings with the best intermediates the solver finds for them
     (None: no such assignment)."""
     pinned = pin_groups(problem, {problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in argument_pins.items()})
     if pinned is None:
         return None
     try:
-        model = SUGGEST.run("solve", solve, pinned, method, time_limit)
+        model = _solved(pinned, method, time_limit, memo)
     except NoFeasibleSharding:
         return None
     return model_cost(pinned, model.assignment)
