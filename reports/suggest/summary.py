@@ -34,13 +34,15 @@ MODEL_ONLY = "(to the cost model's optimum, not to what XLA compiles)"
 
 def _worse(solver: Version, other: Version) -> bool:
     """Whether the solver's plan compiled worse than ``other``: a step estimated longer by more than the
-    SAME_TIME share, or a higher peak and more collective bytes both."""
+    SAME_TIME share, or one the same time with a higher peak and more collective bytes both (a plan estimated
+    faster is not called worse for its bytes: suggest's choice ranks by time first too)."""
     if solver.estimated_seconds is None or other.estimated_seconds is None:
         return False
-    slower = solver.estimated_seconds > other.estimated_seconds * (1 + SAME_TIME)
-    heavier = (solver.peak_bytes or 0) > (other.peak_bytes or 0) \
+    if solver.estimated_seconds > other.estimated_seconds * (1 + SAME_TIME):
+        return True
+    return solver.estimated_seconds >= other.estimated_seconds * (1 - SAME_TIME) \
+        and (solver.peak_bytes or 0) > (other.peak_bytes or 0) \
         and (solver.collective_bytes or 0) > (other.collective_bytes or 0)
-    return slower or heavier
 
 
 def compiled_worse(r: SuggestReport) -> str:
