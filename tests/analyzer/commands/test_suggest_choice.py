@@ -101,3 +101,21 @@ def test_the_gap_line_says_it_is_the_cost_models_and_when_the_plan_compiled_wors
         (lighter, 0.783), (lighter, 0.783), (lighter, 0.703))
     # As good as every compiled version: nothing more is said.
     assert "compiled" not in line((lighter, 0.703), (heavier, 0.783), (heavier, 0.71)).split("XLA compiles)")[1]
+
+
+def test_a_version_that_compiled_worse_than_the_written_shardings_is_never_the_choice():
+    # newbie15's GraphNet: the solver's plan compiled to 997 vs 783 ms, a peak of 269.1 vs 203.5 MiB and
+    # 653.0 vs 459.0 MiB of collectives; the written shardings (or a baseline better than them) are the choice,
+    # never it. XLA's figures of the MLP compiled two ways; the times are the GraphNet's estimates.
+    heavier = _compiled(P("data", "model"), P("model", "data"))
+    lighter = _compiled(P("model", "data"), P("model", "data"))
+    assert lighter[0] < heavier[0] and lighter[1] < heavier[1], (lighter, heavier)
+    written = _version("written", lighter, 0.783)
+    solver = _version("solver", heavier, 0.997)
+    assert best_version([solver, written]).name == "written"
+    assert verdict([solver, written], written, None).startswith("suggested: keep the written shardings")
+    # Estimated 0.5% faster (inside the 1% tie) but heavier on both figures: still the written shardings.
+    assert best_version([_version("solver", heavier, 0.779), written]).name == "written"
+    # And with the baselines beside it, the fsdp one measured better than the written shardings is chosen.
+    fsdp = _version("fsdp", lighter, 0.703)
+    assert best_version([solver, written, fsdp, _version("replicated", heavier, 5.12)]).name == "fsdp"
