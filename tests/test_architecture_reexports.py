@@ -24,7 +24,8 @@ REEXPORTS = {
     # The types a pipeline takes or returns, defined where the passes that make them are.
     "passes.pipelines.lint": {"ConflictCheck"},
     "passes.pipelines.propagate": {"Propagated"},
-    "passes.pipelines.suggest": {"ShardingGraph", "ShardingProblem", "restrict_groups"},
+    "passes.pipelines.suggest": {"Assignment", "ShardingGraph", "ShardingProblem", "Solution", "SolveMemo",
+                                 "restrict_groups"},
 }
 
 

@@ -52,8 +52,9 @@ from .entry import entry_signature
 from .pass_manager import Pipeline
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
-# the budget), and the problem and graph it holds (the solver fixes cut the problem to a finding's arguments).
-__all__ = ["ResultNotATensor", "ShardingGraph", "ShardingProblem",
+# the budget), the solutions its solve memo keeps, and the problem and graph it holds (the solver fixes cut
+# the problem to a finding's arguments).
+__all__ = ["Assignment", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "Solution", "SolveMemo",
            "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (

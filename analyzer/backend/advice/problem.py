@@ -12,8 +12,7 @@ from typing import Any
 
 from ....passes.models.errors import ShardyRejected
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem
-from ....passes.solver.solve import SolveMemo
+from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, SolveMemo
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError

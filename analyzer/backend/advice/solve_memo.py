@@ -21,8 +21,7 @@ import sys
 
 from pydantic import BaseModel
 
-from ....passes.solver.sharding_problem import Assignment, ShardingProblem
-from ....passes.solver.solve import Solution
+from ....passes.pipelines.suggest import Assignment, ShardingProblem, Solution
 from ...cache.analysis_cache import AnalysisCache
 from ...cache.cache_key import cache_key, tool_source_digest
 from ...context.config import Settings
