@@ -25,7 +25,7 @@ the analyzer's to write (``Repinned``): only it edits and parses StableHLO text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
@@ -38,11 +38,10 @@ from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
 from ..propagation.graph import ShardingGraph
-from ..propagation.propagate import propagate
 from ..propagation.sharding_graph import build_graph
 from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
-from ..solver.refine import LayoutCheck, check_layout
+from ..solver.refine import LayoutCheck
 from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
 from ..solver.solve import Solution, SolveMemo, solve
 from ..source.frames import CodeOwnership
@@ -50,6 +49,7 @@ from ..stablehlo.loop_trips import entry_results, value_repeats
 from ..stablehlo.state_roundtrip import correspond
 from .entry import entry_signature
 from .pass_manager import Pipeline
+from .plan_check import checked_plan
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
 # the budget), the solutions its solve memo keeps, and the problem and graph it holds (the solver fixes cut
@@ -199,37 +199,6 @@ def pins(problem: ShardingProblem, a: Assignment, groups: tuple[int, ...]) -> di
     return {i: [list(axes) for axes in problem.groups[g].candidates[a.groups[g]]] for i, g in enumerate(groups)}
 
 
-def _propagated(repinned: Repinned, ownership: CodeOwnership, arg_pins: Pins,
-                res_pins: Pins) -> tuple[ShardingGraph, tuple[int, ...]]:
-    g = build_graph(with_sharding_rules(flatten_call_graph(repinned(arg_pins, res_pins))), ownership)
-    propagate(g)
-    return g, tuple(tid for tid, f in g.function_args if f == g.entry)
-
-
-def _matched(original: ShardingGraph, propagated: ShardingGraph) -> dict[int, int] | None:
-    """Problem tensor id -> propagated tensor id. The graphs are built from one
-    module whose entry attributes differ, so every tensor has its id, except the
-    holders of stated result shardings (built last, one per stated result): those
-    by name."""
-    holders = {x.name: x.id for x in propagated.tensors if x.virtual}
-    out = {}
-    for x in original.tensors:
-        if x.virtual and x.seed and x.seed.startswith("out_shardings of result"):
-            if x.name not in holders:
-                return None
-            out[x.id] = holders[x.name]
-        elif x.id < len(propagated.tensors) and propagated.tensors[x.id].shape == x.shape:
-            out[x.id] = x.id
-        else:
-            return None
-    return out
-
-
-def _remapped(problem: ShardingProblem, ids: dict[int, int]) -> ShardingProblem:
-    return replace(problem, groups=tuple(replace(g, tensors=tuple(ids[t] for t in g.tensors))
-                                         for g in problem.groups))
-
-
 def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, check: LayoutCheck,
              tied: dict[int, set[int]], keep: dict[int, tuple[int, ...]],
              excluded: list[tuple[int, int, str]]) -> bool:
@@ -257,10 +226,9 @@ def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, 
 
 def _check(current: ShardingProblem, solution: Solution, graph: ShardingGraph, repinned: Repinned,
            ownership: CodeOwnership, spec: DeviceSpec) -> LayoutCheck | None:
-    g, arguments = _propagated(repinned, ownership, pins(current, solution.assignment, current.arguments),
-                               pins(current, solution.assignment, current.results))
-    ids = _matched(graph, g)
-    return None if ids is None else check_layout(_remapped(current, ids), solution.assignment, g, arguments, spec)
+    module = repinned(pins(current, solution.assignment, current.arguments),
+                      pins(current, solution.assignment, current.results))
+    return checked_plan(current, solution.assignment, graph, module, ownership, spec)
 
 
 def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, ownership: CodeOwnership,
