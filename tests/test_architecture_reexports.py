@@ -24,7 +24,8 @@ REEXPORTS = {
     # The types a pipeline takes or returns, defined where the passes that make them are.
     "passes.pipelines.lint": {"ConflictCheck"},
     "passes.pipelines.propagate": {"Propagated"},
-    "passes.pipelines.suggest": {"Assignment", "ShardingGraph", "ShardingProblem", "Solution", "SolveMemo",
+    "passes.pipelines.plan_check": {"LayoutCheck"},
+    "passes.pipelines.suggest": {"Assignment", "ShardingGraph", "ShardingProblem", "Solution",
                                  "restrict_groups"},
 }
 

@@ -6,6 +6,7 @@ matched to the problem's tensors, and the layout propagation reaches priced with
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 from jaxlib.mlir import ir
 
@@ -17,7 +18,20 @@ from ..propagation.sharding_graph import build_graph
 from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.refine import LayoutCheck, check_layout
 from ..solver.sharding_problem import Assignment, ShardingProblem
+from ..solver.solve import SolveMemo
 from ..source.frames import CodeOwnership
+
+__all__ = ["LayoutCheck", "PlanMemo", "checked_plan"]  # LayoutCheck: the check the analyzer's memo keeps
+
+
+class PlanMemo(SolveMemo, Protocol):
+    """Solutions and their checks kept between runs (the analyzer's, for one target's module): ``get_check``
+    (whether one is kept, the check: None where propagation did not match or Shardy refused) of plan ``a`` of
+    ``problem``; ``put_check`` one made."""
+
+    def get_check(self, problem: ShardingProblem, a: Assignment) -> tuple[bool, LayoutCheck | None]: ...
+
+    def put_check(self, problem: ShardingProblem, a: Assignment, check: LayoutCheck | None) -> None: ...
 
 
 def checked_plan(current: ShardingProblem, a: Assignment, graph: ShardingGraph, repinned: ir.Module,

@@ -49,12 +49,12 @@ from ..stablehlo.loop_trips import entry_results, value_repeats
 from ..stablehlo.state_roundtrip import correspond
 from .entry import entry_signature
 from .pass_manager import Pipeline
-from .plan_check import checked_plan
+from .plan_check import PlanMemo, checked_plan
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
 # the budget), the solutions its solve memo keeps, and the problem and graph it holds (the solver fixes cut
 # the problem to a finding's arguments).
-__all__ = ["Assignment", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "Solution", "SolveMemo",
+__all__ = ["Assignment", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "Solution",
            "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (
@@ -232,9 +232,9 @@ def _check(current: ShardingProblem, solution: Solution, graph: ShardingGraph, r
 
 
 def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, ownership: CodeOwnership,
-           method: str, time_limit: float, spec: DeviceSpec, memo: SolveMemo | None = None) -> Refined:
+           method: str, time_limit: float, spec: DeviceSpec, memo: PlanMemo | None = None) -> Refined:
     """Stages 5 and 6, solve and check against propagation, as a loop: the plans of at most ``MAX_SOLVES``
-    solves (``graph``: the one the problem was built from; ``memo``: solutions a run made before)."""
+    solves (``graph``: the one the problem was built from; ``memo``: solutions and checks a run made before)."""
     tied: dict[int, set[int]] = {}
     for a, b in problem.ties:
         tied.setdefault(a, set()).add(b)
@@ -252,11 +252,15 @@ def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, o
                 raise  # the problem itself has no solution: the caller says so
             break  # the exclusions left none within the budget
         spent += solution.solve_seconds
-        check = None  # when the propagated graph does not match the problem, or Shardy rejects the module
-        try:
-            check = SUGGEST.run("propagation-check", _check, current, solution, graph, repinned, ownership, spec)
-        except (ShardyRejected, ValueError):
-            pass
+        # None when the propagated graph does not match the problem, or Shardy rejects the module.
+        known, check = memo.get_check(current, solution.assignment) if memo is not None else (False, None)
+        if not known:
+            try:
+                check = SUGGEST.run("propagation-check", _check, current, solution, graph, repinned, ownership, spec)
+            except (ShardyRejected, ValueError):
+                pass
+            if memo is not None:
+                memo.put_check(current, solution.assignment, check)
         plans.append(Plan(current, solution, check, tuple(excluded), solves))
         if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
             break

@@ -12,7 +12,8 @@ from typing import Any
 
 from ....passes.models.errors import ShardyRejected
 from ....passes.pipelines import suggest as pipeline
-from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem, SolveMemo
+from ....passes.pipelines.plan_check import PlanMemo
+from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem
 from ...adapter import jax_adapter
 from ...context.config import Settings
 from ...errors import ShardLintInputError
@@ -76,7 +77,7 @@ def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Setti
 
 
 def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec,
-           memo: SolveMemo | None = None) -> Refined:
+           memo: PlanMemo | None = None) -> Refined:
     """The suggest pipeline's solve-and-refine loop over the target: each plan checked by propagating its
     shardings over the module with them pinned (the entry's attributes edited, the text parsed again);
     ``memo``: the solutions runs before made (``solve_memo.py``)."""

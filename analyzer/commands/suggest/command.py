@@ -203,7 +203,8 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
         try:
             with SolveHeartbeat(request.spread.say, t.name, t.side_by_side):
                 refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
-                                 request.time_limit, spec, solve_memo(settings))
+                                 request.time_limit, spec,
+                                 solve_memo(settings, t.text, t.ownership, spec))
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
