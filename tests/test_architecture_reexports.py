@@ -24,7 +24,9 @@ REEXPORTS = {
     # The types a pipeline takes or returns, defined where the passes that make them are.
     "passes.pipelines.lint": {"ConflictCheck"},
     "passes.pipelines.propagate": {"Propagated"},
-    "passes.pipelines.suggest": {"ShardingGraph", "ShardingProblem", "restrict_groups"},
+    "passes.pipelines.plan_check": {"LayoutCheck"},
+    "passes.pipelines.suggest": {"Assignment", "ShardingGraph", "ShardingProblem", "Solution",
+                                 "restrict_groups"},
 }
 
 

@@ -91,7 +91,8 @@ class SolverStats(Model):
                                            "the problem costs less (of the tied problem only, where tied_by "
                                            "has \"repeats\").")
     certified_gap: float | None = Field(default=None, description="(objective - LP bound) / LP bound: how far "
-                                        "above the optimum the plan can be, at most; null without an LP bound.")
+                                        "above the cost model's optimum the plan can be, at most (of the model: the "
+                                        "compiled versions' figures are XLA's); null without an LP bound.")
     rounds: int = Field(description="Budget rounds: the first, plus one per budget tightening after a "
                         "verified peak exceeded the budget.")
     plans: list[PlanCheck] = Field(default_factory=list, description="Every solve of the last round, in order: "

@@ -25,7 +25,7 @@ the analyzer's to write (``Repinned``): only it edits and parses StableHLO text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
@@ -38,22 +38,23 @@ from ..models.report import TensorInfo
 from ..models.suggest import ChosenSharding, ModelCost, PlanCheck, SolverStats
 from ..propagation.call_graph import flatten_call_graph
 from ..propagation.graph import ShardingGraph
-from ..propagation.propagate import propagate
 from ..propagation.sharding_graph import build_graph
 from ..propagation.shardy_reference import with_sharding_rules
 from ..solver.problem import ProblemInput, build_problem
-from ..solver.refine import LayoutCheck, check_layout
+from ..solver.refine import LayoutCheck
 from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, local_bytes, pin_groups, restrict_groups
-from ..solver.solve import Solution, solve
+from ..solver.solve import Solution, SolveMemo, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
 from ..stablehlo.state_roundtrip import correspond
 from .entry import entry_signature
 from .pass_manager import Pipeline
+from .plan_check import PlanMemo, checked_plan
 
 # What the analyzer catches (Shardy refusing the module, a result that is not a tensor, no sharding within
-# the budget), and the problem and graph it holds (the solver fixes cut the problem to a finding's arguments).
-__all__ = ["ResultNotATensor", "ShardingGraph", "ShardingProblem",
+# the budget), the solutions its solve memo keeps, and the problem and graph it holds (the solver fixes cut
+# the problem to a finding's arguments).
+__all__ = ["Assignment", "ResultNotATensor", "ShardingGraph", "ShardingProblem", "Solution",
            "restrict_groups"]
 
 SUGGEST = Pipeline("suggest", (
@@ -198,37 +199,6 @@ def pins(problem: ShardingProblem, a: Assignment, groups: tuple[int, ...]) -> di
     return {i: [list(axes) for axes in problem.groups[g].candidates[a.groups[g]]] for i, g in enumerate(groups)}
 
 
-def _propagated(repinned: Repinned, ownership: CodeOwnership, arg_pins: Pins,
-                res_pins: Pins) -> tuple[ShardingGraph, tuple[int, ...]]:
-    g = build_graph(with_sharding_rules(flatten_call_graph(repinned(arg_pins, res_pins))), ownership)
-    propagate(g)
-    return g, tuple(tid for tid, f in g.function_args if f == g.entry)
-
-
-def _matched(original: ShardingGraph, propagated: ShardingGraph) -> dict[int, int] | None:
-    """Problem tensor id -> propagated tensor id. The graphs are built from one
-    module whose entry attributes differ, so every tensor has its id, except the
-    holders of stated result shardings (built last, one per stated result): those
-    by name."""
-    holders = {x.name: x.id for x in propagated.tensors if x.virtual}
-    out = {}
-    for x in original.tensors:
-        if x.virtual and x.seed and x.seed.startswith("out_shardings of result"):
-            if x.name not in holders:
-                return None
-            out[x.id] = holders[x.name]
-        elif x.id < len(propagated.tensors) and propagated.tensors[x.id].shape == x.shape:
-            out[x.id] = x.id
-        else:
-            return None
-    return out
-
-
-def _remapped(problem: ShardingProblem, ids: dict[int, int]) -> ShardingProblem:
-    return replace(problem, groups=tuple(replace(g, tensors=tuple(ids[t] for t in g.tensors))
-                                         for g in problem.groups))
-
-
 def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, check: LayoutCheck,
              tied: dict[int, set[int]], keep: dict[int, tuple[int, ...]],
              excluded: list[tuple[int, int, str]]) -> bool:
@@ -256,16 +226,15 @@ def _exclude(problem: ShardingProblem, current: ShardingProblem, a: Assignment, 
 
 def _check(current: ShardingProblem, solution: Solution, graph: ShardingGraph, repinned: Repinned,
            ownership: CodeOwnership, spec: DeviceSpec) -> LayoutCheck | None:
-    g, arguments = _propagated(repinned, ownership, pins(current, solution.assignment, current.arguments),
-                               pins(current, solution.assignment, current.results))
-    ids = _matched(graph, g)
-    return None if ids is None else check_layout(_remapped(current, ids), solution.assignment, g, arguments, spec)
+    module = repinned(pins(current, solution.assignment, current.arguments),
+                      pins(current, solution.assignment, current.results))
+    return checked_plan(current, solution.assignment, graph, module, ownership, spec)
 
 
 def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, ownership: CodeOwnership,
-           method: str, time_limit: float, spec: DeviceSpec) -> Refined:
+           method: str, time_limit: float, spec: DeviceSpec, memo: PlanMemo | None = None) -> Refined:
     """Stages 5 and 6, solve and check against propagation, as a loop: the plans of at most ``MAX_SOLVES``
-    solves (``graph``: the one the problem was built from)."""
+    solves (``graph``: the one the problem was built from; ``memo``: solutions and checks a run made before)."""
     tied: dict[int, set[int]] = {}
     for a, b in problem.ties:
         tied.setdefault(a, set()).add(b)
@@ -277,23 +246,36 @@ def refine(problem: ShardingProblem, graph: ShardingGraph, repinned: Repinned, o
     for solves in range(1, MAX_SOLVES + 1):
         current = restrict_groups(problem, keep) if keep else problem
         try:
-            solution = SUGGEST.run("solve", solve, current, method, time_limit)
+            solution = _solved(current, method, time_limit, memo)
         except NoFeasibleSharding:
             if not plans:
                 raise  # the problem itself has no solution: the caller says so
             break  # the exclusions left none within the budget
         spent += solution.solve_seconds
-        check = None  # when the propagated graph does not match the problem, or Shardy rejects the module
-        try:
-            check = SUGGEST.run("propagation-check", _check, current, solution, graph, repinned, ownership, spec)
-        except (ShardyRejected, ValueError):
-            pass
+        # None when the propagated graph does not match the problem, or Shardy rejects the module.
+        known, check = memo.get_check(current, solution.assignment) if memo is not None else (False, None)
+        if not known:
+            try:
+                check = SUGGEST.run("propagation-check", _check, current, solution, graph, repinned, ownership, spec)
+            except (ShardyRejected, ValueError):
+                pass
+            if memo is not None:
+                memo.put_check(current, solution.assignment, check)
         plans.append(Plan(current, solution, check, tuple(excluded), solves))
         if check is None or check.seconds <= solution.seconds * (1 + CLOSE) or not check.culprits:
             break
         if not _exclude(problem, current, solution.assignment, check, tied, keep, excluded):
             break
     return Refined(tuple(plans), spent)
+
+
+def _solved(problem: ShardingProblem, method: str, time_limit: float, memo: SolveMemo | None) -> Solution:
+    """Stage 5: the problem solved, or the solution ``memo`` kept of it (the solve is deterministic)."""
+    if (solution := memo.get(problem, method) if memo is not None else None) is None:
+        solution = SUGGEST.run("solve", solve, problem, method, time_limit)
+        if memo is not None:
+            memo.put(problem, method, solution)
+    return solution
 
 
 def model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
@@ -308,14 +290,14 @@ def _model_cost(problem: ShardingProblem, a: Assignment) -> ModelCost:
 
 
 def pinned_model_cost(problem: ShardingProblem, argument_pins: Pins, method: str,
-                      time_limit: float) -> ModelCost | None:
+                      time_limit: float, memo: SolveMemo | None = None) -> ModelCost | None:
     """The cost model of these argument shardings with the best intermediates the solver finds for them
     (None: no such assignment)."""
     pinned = pin_groups(problem, {problem.arguments[i]: tuple(tuple(a) for a in s) for i, s in argument_pins.items()})
     if pinned is None:
         return None
     try:
-        model = SUGGEST.run("solve", solve, pinned, method, time_limit)
+        model = _solved(pinned, method, time_limit, memo)
     except NoFeasibleSharding:
         return None
     return model_cost(pinned, model.assignment)

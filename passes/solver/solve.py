@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from .sharding_problem import FORBIDDEN, Assignment, ShardingProblem, evaluate
 from .symmetry import tie_symmetric
 from .tied_problem import TiedProblem
 
-__all__ = ["MAX_ILP_VARIABLES", "NoFeasibleSharding", "Solution", "local_search", "solve"]
+__all__ = ["MAX_ILP_VARIABLES", "NoFeasibleSharding", "Solution", "SolveMemo", "local_search", "solve"]
 
 # Pair, candidate and strategy variables above which `auto` uses the local search.
 MAX_ILP_VARIABLES = 300_000
@@ -84,6 +85,15 @@ class Solution:
         if self.lp_bound <= 0:
             return 0.0 if self.seconds <= 0 else None
         return max(0.0, (self.seconds - self.lp_bound) / self.lp_bound)
+
+
+class SolveMemo(Protocol):
+    """Solutions kept between runs (the analyzer's, in the analysis cache's folder): ``get`` the one a run made
+    of this problem by this method, or None; ``put`` one made."""
+
+    def get(self, problem: ShardingProblem, method: str) -> Solution | None: ...
+
+    def put(self, problem: ShardingProblem, method: str, solution: Solution) -> None: ...
 
 
 def solve(problem: ShardingProblem, method: str = "auto", time_limit: float = 60.0,

@@ -10,17 +10,65 @@ from ...passes.models.suggest import SuggestReport, Version
 from ..common.python_lines import folded
 
 MAX_ROWS = 40  # arguments listed in the terminal and Markdown (the JSON has all)
+# Estimated times this close are one time (the share suggest's choice uses, analyzer/backend/advice/verdict.py).
+SAME_TIME = 0.01
 
 
 def _gap(r: SuggestReport) -> str:
+    """The solver's objective against its bound: both are of the cost model, so the gap certifies the plan
+    against the model's optimum only, never against what XLA compiles (newbie15's GraphNet: "certified gap 0%"
+    beside a plan that compiled to a higher peak and more collectives than the written layout)."""
     s = r.solver
     if s.lp_bound_seconds is not None and s.certified_gap is not None:
-        return f"{s.method}: plan {format_seconds(s.objective_seconds)}, LP bound " \
-               f"{format_seconds(s.lp_bound_seconds)}, certified gap {s.certified_gap * 100:.2g}%"
+        return f"{s.method}: plan {format_seconds(s.objective_seconds)} in the cost model, LP bound " \
+               f"{format_seconds(s.lp_bound_seconds)}, certified gap {s.certified_gap * 100:.2g}% " \
+               f"{MODEL_ONLY}{compiled_worse(r)}"
     if s.gap is None:
-        return f"{s.method}: no bound"
-    return f"{s.method}: gap {s.gap * 100:.2g}% (objective {format_seconds(s.objective_seconds)}, bound " \
-           f"{format_seconds(s.lower_bound_seconds)})"
+        return f"{s.method}: no bound{compiled_worse(r)}"
+    return f"{s.method}: gap {s.gap * 100:.2g}% {MODEL_ONLY} (objective {format_seconds(s.objective_seconds)}, " \
+           f"bound {format_seconds(s.lower_bound_seconds)}){compiled_worse(r)}"
+
+
+MODEL_ONLY = "(to the cost model's optimum, not to what XLA compiles)"
+
+
+def _worse(solver: Version, other: Version) -> bool:
+    """Whether the solver's plan compiled worse than ``other``: a step estimated longer by more than the
+    SAME_TIME share, or one the same time with a higher peak and more collective bytes both (a plan estimated
+    faster is not called worse for its bytes: suggest's choice ranks by time first too)."""
+    if solver.estimated_seconds is None or other.estimated_seconds is None:
+        return False
+    if solver.estimated_seconds > other.estimated_seconds * (1 + SAME_TIME):
+        return True
+    return solver.estimated_seconds >= other.estimated_seconds * (1 - SAME_TIME) \
+        and (solver.peak_bytes or 0) > (other.peak_bytes or 0) \
+        and (solver.collective_bytes or 0) > (other.collective_bytes or 0)
+
+
+def compiled_worse(r: SuggestReport) -> str:
+    """Said beside the gap where the solver's plan compiled worse than the written layout or a baseline
+    (XLA's figures, the versions' table), so a gap of 0% is not read as the best layout: empty otherwise."""
+    # getattr: a report built without its versions (model_construct) has no table to compare with.
+    by = {v.name: v for v in getattr(r, "versions", None) or () if not v.error and v.fits is not False}
+    solver = by.get("solver")
+    if solver is None:
+        return ""
+    beaten = [v for v in by.values() if v is not solver and _worse(solver, v)]
+    if not beaten:
+        return ""
+    written = next((v for v in beaten if v.name == "written"), None)
+    others = [v.name for v in beaten if v is not written]
+    head = written or min(beaten, key=lambda v: (v.estimated_seconds or 0, v.name))
+    what = "the written layout" if head is written else f"the {head.name} version"
+    text = (f"; compiled, this plan is worse than {what} (est. step {format_seconds(solver.estimated_seconds or 0)}"
+            f" vs {format_seconds(head.estimated_seconds or 0)}, peak {format_bytes(solver.peak_bytes or 0)} vs "
+            f"{format_bytes(head.peak_bytes or 0)}, collectives {format_bytes(solver.collective_bytes or 0)} vs "
+            f"{format_bytes(head.collective_bytes or 0)})")
+    rest = [n for n in others if n != head.name]
+    if rest:
+        text += f" and than the {', '.join(rest[:-1]) + ' and ' + rest[-1] if len(rest) > 1 else rest[0]} " \
+                f"version{'s' if len(rest) > 1 else ''}"
+    return text
 
 
 def _tied_by(r: SuggestReport) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ....passes.models.errors import ShardyRejected
 from ....passes.pipelines import suggest as pipeline
+from ....passes.pipelines.plan_check import PlanMemo
 from ....passes.pipelines.suggest import Refined, ResultNotATensor, ShardingGraph, ShardingProblem
 from ...adapter import jax_adapter
 from ...context.config import Settings
@@ -75,12 +76,14 @@ def problem_of_text(name: str, text: str, axes: tuple[str, ...], settings: Setti
                          built.graph, settings.pass_config.ownership)
 
 
-def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec) -> Refined:
+def refine(t: SuggestTarget, problem: ShardingProblem, method: str, time_limit: float, spec,
+           memo: PlanMemo | None = None) -> Refined:
     """The suggest pipeline's solve-and-refine loop over the target: each plan checked by propagating its
-    shardings over the module with them pinned (the entry's attributes edited, the text parsed again)."""
+    shardings over the module with them pinned (the entry's attributes edited, the text parsed again);
+    ``memo``: the solutions runs before made (``solve_memo.py``)."""
 
     def repinned(arguments: dict[int, list[list[str]]], results: dict[int, list[list[str]]]):
         return jax_adapter.parse_stablehlo(with_entry_shardings(t.module, results, t.sig.mesh_name, arguments))
 
-    return pipeline.refine(problem, t.graph, repinned, t.ownership, method, time_limit, spec)
+    return pipeline.refine(problem, t.graph, repinned, t.ownership, method, time_limit, spec, memo)
 

@@ -36,6 +36,7 @@ from ...adapter import jax_adapter
 from ...backend.advice.moves import NAME as NAME_MOVE
 from ...backend.advice.moves import best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
+from ...backend.advice.solve_memo import solve_memo
 from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
 from ...backend.device_selection import platform_label
 from ...backend.fix_verdicts import cost_text, measured_check, rematerializations, traffic_bytes
@@ -126,11 +127,11 @@ def _returns_state_as_taken(t: SuggestTarget, report: Any) -> bool:
 
 
 def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: ShardingProblem,
-                request: SuggestRequest) -> Version:
+                request: SuggestRequest, settings: Settings) -> Version:
     """The version with the solver's cost model of its argument shardings (its best intermediates)."""
     if version.error:
         return version
-    model = pipeline.pinned_model_cost(problem, pins, request.solver, request.time_limit)
+    model = pipeline.pinned_model_cost(problem, pins, request.solver, request.time_limit, solve_memo(settings))
     return version if model is None else version.model_copy(update={"model": model})
 
 
@@ -203,7 +204,8 @@ def _solve_within_budget(t: SuggestTarget, request: SuggestRequest, settings: Se
         try:
             with SolveHeartbeat(request.spread.say, t.name, t.side_by_side):
                 refined = refine(t, dataclasses.replace(t.problem, budget_bytes=arg_budget), request.solver,
-                                 request.time_limit, spec)
+                                 request.time_limit, spec,
+                                 solve_memo(settings, t.text, t.ownership, spec))
         except NoFeasibleSharding as e:
             raise ShardLintInputError(where, f"target {t.name!r}: {e} ({format_bytes(arg_budget or 0)} for "
                                       "arguments and results)") from e
@@ -277,7 +279,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         say(f"{name}: compiling {', '.join(v[0] for v in wanted)} to compare")
     measured = _compile_all(t, wanted, settings, devices, where, request.spread)
     for (vname, _, pins, outs), (version, report) in zip(wanted, measured):
-        versions.append(_with_model(version, pins if pins is not None else written, problem, request))
+        versions.append(_with_model(version, pins if pins is not None else written, problem, request, settings))
         pins_of[vname], reports[vname] = (pins, outs), report
     # What XLA rematerializes to compile a version and not the program as written ranks it below the rest
     # (advised_version: lint's fix checks' rule).
@@ -292,7 +294,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
             move, version, report = moved
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
                                       reports["written"], remats, move.moved)
-            versions.append(_with_model(version, move.pins, problem, request))
+            versions.append(_with_model(version, move.pins, problem, request, settings))
             pins_of[NAME_MOVE] = (move.pins, _returning_state(t, move.pins, move.results))
             reports[NAME_MOVE] = report
     # The program as written, where it returns some state on another sharding than it takes it, is no layout to
