@@ -16,7 +16,9 @@ _NAMED = 4
 _SHOWN = 3
 # A path's argument (``params``, ``opt_state[0].mu``): everything before its first string key.
 _ROOT = re.compile(r"^(.*?)(?=\[['\"])")
-# A path's parts after its first name: attributes and indices (``opt_state`` ``[0]`` ``.mu`` ``.mlp`` ...).
+# A path's first name (empty where it starts with a key), and its parts after it: attributes and indices
+# (``opt_state`` ``[0]`` ``.mu`` ``.mlp`` ...).
+_HEAD = re.compile(r"^\w*")
 _PART = re.compile(r"\.\w+|\[[^\]]*\]")
 
 
@@ -49,7 +51,8 @@ def _attribute_roots(paths: Sequence[str]) -> dict[str, str]:
     argument is ``opt_state[0].mu``); its first name where it shares none."""
     split = {}
     for path in paths:
-        head = re.match(r"^\w*", path).group(0)
+        m = _HEAD.match(path)
+        head = m.group(0) if m else ""
         split[path] = (head, _PART.findall(path[len(head):]))
     names: dict[tuple[str, ...], set[str]] = {}
     for head, parts in split.values():
