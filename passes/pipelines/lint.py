@@ -322,8 +322,12 @@ def _with_provenance(report: TargetReport, module: ir.Module, ownership: CodeOwn
     try:
         propagated = run_propagation(module, ownership)
         predicted = predict(propagated.graph)
-    except Exception:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
-        return report  # provenance, never the lint (it ran only for them before)
+    except Exception as e:  # noqa: BLE001 - an op our propagation cannot follow costs the findings their
+        # provenance, never the lint; said, not silent (a diffrax step's call graph stopped it unseen, newbie16).
+        said = (f"the propagation that gives the findings their why: lines stopped ({type(e).__name__}: {e}), so "
+                "they lack the lines it gives; the findings and figures stand (this is the tool's bug: propagate "
+                "--debug on the same target shows where)")
+        return report.model_copy(update={"warnings": [*report.warnings, said]})
     return attach_provenance(report, propagated, display, predicted, meets)
 
 
