@@ -33,6 +33,9 @@ _WARNING = re.compile(
     r"cannot go from sharding (\{.*?\}) to (\{.*?\}) efficiently for HLO operation "
     r"%([\w.\-]+) = (\S+?)(?:\{[\d,]*\})? [\w\-]+\((?:.*?metadata=\{([^}]*)\})?")
 _NAMED = re.compile(r"^\{mesh\[([^\]]*)\],\s*\[(.*)\]\}$")
+# A value one device holds (a host callback's operand or result): XLA up to 0.10 writes it
+# ``{maximal device=0}``, 0.12 ``{single_device[device_id=0]}``.
+_ONE_DEVICE = re.compile(r"^\{(?:maximal device=(\d+)|single_device\[device_id=(\d+)\])\}$")
 _TILED = re.compile(r"devices=\[([\d,]+)\](<=\[[\d,]+\](?:T\([\d,]+\))?|[\d,]+)")
 _METADATA = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
@@ -54,6 +57,9 @@ class InvoluntaryRemat:
     stack_frame_id: int | None
     source_file: str | None
     source_line: int | None
+    # The device a side's value is on alone, where it is one device's (its mesh axes then read as none).
+    source_device: int | None = None
+    target_device: int | None = None
 
 
 def read_involuntary_remats(text: str, mesh: MeshInfo) -> tuple[InvoluntaryRemat, ...]:
@@ -77,9 +83,16 @@ def read_involuntary_remats(text: str, mesh: MeshInfo) -> tuple[InvoluntaryRemat
             source_sharding=src, target_sharding=dst, op_name=meta.get("op_name"),
             stack_frame_id=_int(meta.get("stack_frame_id")), source_file=meta.get("source_file"),
             source_line=_int(meta.get("source_line")),
+            source_device=one_device(src_text), target_device=one_device(dst_text),
         )
         found.setdefault((remat.instruction, remat.source_sharding, remat.target_sharding), remat)
     return tuple(found.values())
+
+
+def one_device(text: str) -> int | None:
+    """The device a sharding puts the whole value on (``{maximal device=0}``), or None."""
+    m = _ONE_DEVICE.match(text.strip())
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def _int(text: str | None) -> int | None:
@@ -101,7 +114,7 @@ def _tiles(text: str, dim: int, axes: tuple[tuple[str, ...], ...] | None, mesh: 
 def _mesh_axes(text: str, rank: int, mesh: MeshInfo) -> tuple[tuple[str, ...], ...] | None:
     """A sharding's mesh axes per dimension, or None when it cannot be read on this mesh."""
     text = text.strip()
-    if text in ("{replicated}", "{maximal device=0}"):
+    if text == "{replicated}" or one_device(text) is not None:
         return ((),) * rank
     named = _NAMED.match(text)
     if named:

@@ -52,17 +52,22 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
     argument's sharding carried by propagation), there is no op to stage it
     before, and the staged layouts are printed as advice with that reason.
     Where the change has no layout on the way, giving the producer and the
-    consumer the same layout is advice lint does not compile.
+    consumer the same layout is advice lint does not compile. Where one side
+    is a value one device holds (a host callback's operand or result:
+    `jax.pure_callback`, equinox's `error_if` and so diffrax's runtime
+    checks), the finding says so: the callback is what to change.
     """
     for located in ctx.involuntary_remats:
         r = located.remat
         whole = array_bytes(r.dtype, list(r.global_shape))
         value = _value_name(ctx, r.op_name, r.instruction)
-        layouts = (f"from {pspec_text([list(d) for d in r.source_sharding])} "
-                   f"to {pspec_text([list(d) for d in r.target_sharding])} "
+        on_one = r.source_device is not None or r.target_device is not None
+        layouts = (f"from {_side(r.source_sharding, r.source_device)} to {_side(r.target_sharding, r.target_device)} "
                    if r.source_sharding is not None and r.target_sharding is not None else "")
+        # A value one device holds has no layout on the way to stage: it is a host callback's (or an op
+        # placed on one device), and the callback is what to change.
         stages = (staged_layouts(r.source_sharding, r.target_sharding)
-                  if r.source_sharding is not None and r.target_sharding is not None else [])
+                  if r.source_sharding is not None and r.target_sharding is not None and not on_one else [])
         # The staged layouts are a fix the fix checks compile (layout_fix_checks.py: the intermediate
         # constraints inserted, in order, before the reader's); printed as the fix only when measured better.
         staged = len(stages) > 1
@@ -70,7 +75,8 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
                + " then ".join(f"jax.sharding.reshard(..., {pspec_text([list(d) for d in stage])})"
                                for stage in stages)
                + " (or with_sharding_constraint on an Auto mesh)"
-               if staged else "no fix compiled: the change has no intermediate layout to make it through "
+               if staged else _ONE_DEVICE_FIX if on_one else
+               "no fix compiled: the change has no intermediate layout to make it through "
                "(advice, not checked: give the value's producer and its reader one layout)")
         candidates = [FixCandidate(value=f"staged_layout[{i}]", sharding=[list(d) for d in stage])
                       for i, stage in enumerate(stages)] if staged else None
@@ -79,13 +85,25 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
         out.emit(
             f"XLA cannot reshard {shape}{value} {layouts}with a collective: it replicates "
             f"the whole value on every device ({format_bytes(whole)} each) and slices it again "
-            "(\"Involuntary full rematerialization\")",
+            "(\"Involuntary full rematerialization\")" + (_ONE_DEVICE_TEXT if on_one else ""),
             located.source, via=located.via, fix=fix, subject=located.collective or r.instruction,
             total_bytes=whole, candidates=candidates, rematerialized_value=rebuilt,
         )
 
 
 Layout = tuple[tuple[str, ...], ...]
+
+_ONE_DEVICE_TEXT = ("; one side is one device's value, as a host callback's operand or result is (jax.pure_callback, "
+                    "io_callback, equinox's error_if and so diffrax's runtime checks)")
+_ONE_DEVICE_FIX = ("no fix compiled: a host callback runs on one device, and XLA moves its operand there and its "
+                   "result back whole (advice, not checked: leave the callback out of the step where it is a check, "
+                   "diffrax's diffeqsolve(..., throw=False) or EQX_ON_ERROR=nan for equinox's error_if, or give "
+                   "its operand and result no sharding, P(), where they are read)")
+
+
+def _side(axes: Layout, device: int | None) -> str:
+    """A side of the change: its PartitionSpec, or the one device that holds the whole value."""
+    return f"device {device} alone" if device is not None else pspec_text([list(d) for d in axes])
 
 
 def staged_layouts(src: Layout, dst: Layout) -> list[Layout]:

@@ -56,3 +56,36 @@ def test_a_value_without_metadata_is_still_read():
     bare = XLA_0_12.replace(', metadata={op_name="a"}', "")
     (r,) = read_involuntary_remats(bare, MESH)
     assert (r.op_name, r.target_sharding) == (None, ((), ("x", "y"), ()))
+
+
+# A host callback's operand and result (jax.pure_callback in a step on a data=4 x model=2 mesh: the operand x[:32] of
+# P('data', 'model') goes to the one device that runs the callback, its result comes back to P(None, 'model')), as
+# XLA printed them: 0.10 writes the one device {maximal device=0}, 0.12 {single_device[device_id=0]} (0.12 moves the
+# operand without the warning). A newcomer's diffrax step read these as "from P()" (0.10) or no layouts (0.12).
+CALLBACK_MESH = MeshInfo((("data", 4), ("model", 2)))
+CALLBACK_OPERAND_0_10 = (
+    'W1128 03:18:51.310461    4724 spmd_partitioner.cc:656] [SPMD] Involuntary full rematerialization. The compiler'
+    ' cannot go from sharding {devices=[4,2]<=[8]} to {maximal device=0} efficiently for HLO operation %copy = f32['
+    '8,32]{1,0} copy(%dynamic-slice), sharding={devices=[4,2]<=[8]}, metadata={op_name="jit(step)/slice" stack_fram'
+    'e_id=3}' + _TAIL)
+CALLBACK_RESULT_0_10 = (
+    'W1128 03:18:51.310673    4724 spmd_partitioner.cc:656] [SPMD] Involuntary full rematerialization. The compiler'
+    ' cannot go from sharding {maximal device=0} to {devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate} efficien'
+    'tly for HLO operation %get-tuple-element = f32[32,64]{1,0} get-tuple-element(%conditional), index=0, sharding='
+    '{maximal device=0}, metadata={op_name="jit(step)/pure_callback" stack_frame_id=4}' + _TAIL)
+CALLBACK_RESULT_0_12 = (
+    'W1128 03:18:53.785336    4728 spmd_partitioner.cc:666] [SPMD] Involuntary full rematerialization. The compiler'
+    " cannot go from sharding {single_device[device_id=0]} to {mesh['data'=4,'model'=2], [{}, {'model'}]} efficient"
+    'ly for HLO operation %get-tuple-element = f32[32,64]{1,0} get-tuple-element(%conditional), index=0, sharding={'
+    'single_device[device_id=0]}, metadata={op_name="jit(step)/pure_callback" stack_frame_id=4}' + _TAIL)
+
+
+def test_a_host_callbacks_side_is_read_as_one_device():
+    (operand,) = read_involuntary_remats(CALLBACK_OPERAND_0_10, CALLBACK_MESH)
+    assert (operand.source_device, operand.target_device) == (None, 0)
+    assert operand.source_sharding == (("data",), ("model",))
+    for text in (CALLBACK_RESULT_0_10, CALLBACK_RESULT_0_12):
+        (result,) = read_involuntary_remats(text, CALLBACK_MESH)
+        assert (result.source_device, result.target_device) == (0, None), text
+        assert result.target_sharding == ((), ("model",))
+        assert (result.dtype, result.global_shape, result.op_name) == ("f32", (32, 64), "jit(step)/pure_callback")
