@@ -33,7 +33,7 @@ FIX_CHECKS = Pipeline("fix-checks", (
     "parameter-fixes": ("entry-signature", "state-roundtrips"), "solver-fixes": ("parameter-fixes",),
     "stated-layout-fixes": ("entry-signature", "state-roundtrips", "solver-fixes"),
     "loop-weight-gathers": ("entry-signature", "stated-layout-fixes"),
-    "idle-batch-axes": ("entry-signature",),
+    "idle-batch-axes": ("entry-signature", "loop-weight-gathers"),
 })
 
 # A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
