@@ -18,6 +18,7 @@ from collections.abc import Collection
 from ..common.byte_sizes import format_bytes
 from ..common.collective_values import values_text
 from ..common.sharding_text import pspec_text
+from ..common.word_lists import listed
 from ..hlo.collective_intent import INTENDED
 from ..hlo.collective_origin import FFT_COMPUTED_REPLICATED, fft_caused
 from ..models.report import Collective, TensorInfo
@@ -67,7 +68,7 @@ def emit_fft_gathers(ctx: RuleContext, out: Emitter, gathers: list[Collective], 
              else f"at line {lines[0]}" if lines else "in the step")
     message = (f"all-gather over {axes_text} rebuilds each FFT's operand whole on every device before it is "
                f"transformed: {len(gathers)} gathers {where}, {count}x per step, {format_bytes(total)} per step "
-               f"in all, of {_listed(shapes)}"
+               f"in all, of {listed(shapes)}"
                + (f" (each up to {100 * largest / peak:.0f}% of the {format_bytes(peak)} peak)" if peak else "")
                + (f": they come from {parameter.path} {pspec_text(parameter.sharding or [])}"
                   if parameter is not None else ""))
@@ -87,7 +88,3 @@ def batched_fft_fix(axes: str) -> str:
             "the batch dimension): each device transforms its own batch elements and nothing is gathered; no "
             "sharding of the jitted step's arguments does better, the dimensions the FFT transforms are whole "
             "already")
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

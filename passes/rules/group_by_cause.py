@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from ..common.byte_sizes import format_bytes
 from ..common.pytree_paths import key_path, layer_pattern, natural_order
 from ..common.sharding_text import pspec_text
+from ..common.word_lists import listed
 from ..models.report import Finding, FixCandidate, TensorInfo
 from .table import codes_where
 
@@ -84,13 +85,13 @@ def _merged(group: list[Finding]) -> Finding:
     others = sorted({layer_pattern(p) for p in paths if p} - {parameter}, key=natural_order)
     if not parameter and first.constraint is not None:  # one constraint's collectives: the others named
         rest = sorted((f for f in group if f is not first), key=lambda f: (-(f.bytes or 0), f.subject or ""))
-        message += "; the same constraint causes " + _listed([
+        message += "; the same constraint causes " + listed([
             f"{f.subject}" + (f" at line {f.source.line}" if f.source else "")
             + (f" ({format_bytes(f.bytes)} per step)" if f.bytes else "") for f in rest])
     if parameter and others:  # several weights, one change: the finding names each
         update["parameters"] = [parameter, *others]
         message += _other_weights(group, others, first)
-        fix = fix and fix.replace(parameter, _listed([parameter, *others]), 1)
+        fix = fix and fix.replace(parameter, listed([parameter, *others]), 1)
     if any(c.together for f in group for c in f.candidates):  # tensor-parallel pairs: each member's partner
         update["candidates"], patterned = _merged_pairs(group)
         for path, name in patterned.items():
@@ -143,11 +144,8 @@ def _other_weights(group: list[Finding], others: list[str], first: Finding) -> s
     each = [f"{name} ({n}, {format_bytes(b)} per step)" if b else f"{name} ({n})"
             for name, (n, b) in ((o, counts.get(o, (0, 0))) for o in others)]
     return (f"; of the group's collectives, some were traced to other weights written "
-            f"{pspec_text(first.parameter_sharding)} at this line, counted in its figures: {_listed(each)}")
+            f"{pspec_text(first.parameter_sharding)} at this line, counted in its figures: {listed(each)}")
 
-
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # Rules about a step's arguments and state (their traits say ``about_state``): a parameter and the
@@ -205,9 +203,9 @@ def _merged_mirrors(group: list[Finding], anchor: object, arguments: Sequence[Te
     inputs = {pspec_text(f.parameter_sharding) for f in group if f is not first and f.parameter_sharding is not None}
     same = first.parameter_sharding is None or inputs <= {pspec_text(first.parameter_sharding)}
     if same:
-        named, how = _listed(others), "the same key path, shape and layout"
+        named, how = listed(others), "the same key path, shape and layout"
     else:  # given other layouts: each with its own output and layout
-        named, how = _listed([f"{f.parameter} (" + ", ".join(
+        named, how = listed([f"{f.parameter} (" + ", ".join(
             ([f.subject] if f.subject and f.subject != f.parameter else [])
             + ([f"given {pspec_text(f.parameter_sharding)}"] if f.parameter_sharding is not None else [])) + ")"
             for f in group if f is not first and f.parameter]), "the same key path and shape"
@@ -230,12 +228,12 @@ def _together(first: Finding, rest: list[Finding], whose: str, arguments: Sequen
     whole = [by_path.get(f.parameter or "") for f in (first, *rest)]
     overall = f" ({format_bytes(sum(b or 0 for b in whole))} global)" if None not in whole else ""
     made = (f"{len(sizes)} values of {format_bytes(sizes[0])} each" if len(set(sizes)) == 1
-            else _listed([format_bytes(b) for b in sizes]))
+            else listed([format_bytes(b) for b in sizes]))
     if whose == "its optimizer state":
         return (f"; together {format_bytes(total)} per device{overall}: {first.parameter}'s "
                 f"{format_bytes(first.bytes or 0)} and its optimizer state's {format_bytes(sum(sizes))} ({made})")
     count = f"{len(sizes) + 1} values of {format_bytes(total // (len(sizes) + 1))} each" \
-        if set(sizes) == {first.bytes} else _listed([format_bytes(first.bytes or 0), *map(format_bytes, sizes)])
+        if set(sizes) == {first.bytes} else listed([format_bytes(first.bytes or 0), *map(format_bytes, sizes)])
     return f"; together {format_bytes(total)} per device{overall}: {count}"
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..common.byte_sizes import format_bytes
 from ..common.data_parallel import data_parallel_layout
 from ..common.sharding_text import pspec_text
+from ..common.word_lists import listed
 from ..models.report import Collective, TensorInfo
 from ..models.rule_codes import SL105
 from .context import RuleContext
@@ -86,13 +87,13 @@ def idle_batch_finding(ctx: RuleContext, limit: int) -> tuple[str, str, IdleBatc
     layout = data_parallel_layout(found.batch[0].shape, free, dict(ctx.signature.mesh.axes)) or []
     written = found.batch[0].sharding or []
     same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in found.batch)
-    names = _listed([t.path if same else f"{t.path} {pspec_text(t.sharding or [])}" for t in found.batch])
+    names = listed([t.path if same else f"{t.path} {pspec_text(t.sharding or [])}" for t in found.batch])
     layouts = f"{names} {pspec_text(written)}" if same else names
     idle = ", ".join(f"'{a}'" for a in found.idle)
     axes = "axis" if len(found.idle) == 1 else "axes"
     total = sum(c.bytes * c.count for c in found.collectives)
     count = sum(c.count for c in found.collectives)
-    kinds = _listed(sorted({c.kind for c in found.collectives}))
+    kinds = listed(sorted({c.kind for c in found.collectives}))
     on = ", ".join(sorted({_bare(a) for t in found.batch for a in (t.sharding or [[]])[0]}))
     message = (f"{count} resharding collectives ({kinds}) over mesh {axes} {idle} move {format_bytes(total)} per step "
                "per device in all, which no stated sharding asked for: the batch arguments "
@@ -100,10 +101,6 @@ def idle_batch_finding(ctx: RuleContext, limit: int) -> tuple[str, str, IdleBatc
                f"only and leave mesh {axes} {idle} idle (no argument is split on it, so its devices hold the same "
                "rows), and XLA's partitioner spends it on resharding the step's values between ops instead")
     fix = (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
-           f"does: {_listed([t.path for t in found.batch])} as {pspec_text(layout)} instead of "
+           f"does: {listed([t.path for t in found.batch])} as {pspec_text(layout)} instead of "
            f"{pspec_text(written) if same else 'their written layouts'}")
     return message, fix, found, layout
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

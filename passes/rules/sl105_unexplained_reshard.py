@@ -9,6 +9,7 @@ from ..common.byte_sizes import format_bytes
 from ..common.collective_values import values_text
 from ..common.pytree_paths import natural_order
 from ..common.sharding_text import pspec_text
+from ..common.word_lists import listed
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.fix_check import StatedLayoutEdit
 from ..models.report import Collective, FixCandidate, Severity, SourceLocation, TensorInfo
@@ -302,7 +303,7 @@ def _emit_split(ctx: RuleContext, out: Emitter, group: list[Collective],
         f"leaves split on {axes} ({pspec_text(read.sharding)}); the split comes from the matmul by {weight.path} "
         f"{pspec_text(weight.sharding or [])} at {at}, which produces its output split on {axes} (that weight's "
         f"dimension {origin.weight_dim}), and the values between there and here keep it"
-        + (f"; the gathers at lines {_listed([str(n) for n in at_lines])} come from this one split"
+        + (f"; the gathers at lines {listed([str(n) for n in at_lines])} come from this one split"
            if len(at_lines) > 1 else ""),
         c.source, via=c.via,
         # Replaced by the checked fix, or by what each candidate measured; said as is only when nothing compiles.
@@ -317,9 +318,6 @@ def _emit_split(ctx: RuleContext, out: Emitter, group: list[Collective],
         split_origin=origin.source,
     )
 
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def unreported_reshards_note(ctx: RuleContext) -> str | None:
