@@ -39,7 +39,8 @@ from .module import HloInstruction, HloModule
 from .pass_direction import is_lookup_gradient, pass_op_name
 from .value_origin import entry_parameter, origin_index
 
-INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation", "explicit", "constraint"})
+INTENDED = frozenset({"parameter-gather", "gradient-reduction", "activation", "explicit", "constraint",
+                      "error-path"})
 # Partial results that a sharded contraction or reduction leaves on each device.
 _MATMUL = frozenset({"dot", "convolution", "reduce"})
 _MATMUL_CALL = re.compile(r"gemm|matmul|dot|conv", re.I)

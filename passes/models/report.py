@@ -123,7 +123,8 @@ class Collective(Model):
         default=None, description="Why it runs: parameter-gather (FSDP), gradient-reduction, activation "
         "(tensor-parallel partial sums), explicit (the program's own psum, all_gather, ppermute... in a "
         "shard_map), constraint (a move between two layouts the program's with_sharding_constraints state: an MoE's "
-        "dispatch), or reshard (no stated sharding asked for it); null without a mesh.")
+        "dispatch), error-path (run only when a runtime check fails: equinox's error_if broadcasting its host "
+        "callback's result), or reshard (no stated sharding asked for it); null without a mesh.")
     seconds: float | None = Field(
         default=None, description="Estimated time per step, all executions (ring algorithm over the link it "
         "crosses); null without a device model.")

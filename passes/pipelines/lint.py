@@ -28,6 +28,7 @@ from ..hlo.collectives import find_collectives
 from ..hlo.combined_parts import CombinedParts, traced_parts
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
 from ..hlo.cost import program_cost, xla_cost_figures
+from ..hlo.error_paths import mark_error_paths
 from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
 from ..hlo.layout_waste import aliased_parameters
 from ..hlo.memory import summarize_memory
@@ -234,7 +235,9 @@ def _intents(collectives: tuple[Collective, ...], hlo: HloModule, params: tuple[
     moves = stated_moves(module, ownership)
     own = {c.hlo_name: hlo.attribution_of(ins, ownership) for c in collectives
            if moves and (ins := hlo.instruction(c.hlo_name)) is not None}
-    return mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
+    marked = mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
+    # A collective only a failing runtime check runs (equinox's error_if) is no step's traffic (error_paths.py).
+    return mark_error_paths(marked, hlo)
 
 
 def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import named_sharding_text, pspec_text
 from ..hlo.collective_origin import outputs_depending_on, outputs_returning
+from ..hlo.error_paths import CHECKED_VALUE_GATHER
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
 from ..models.rule_codes import SL201, SL205
@@ -155,7 +156,10 @@ def claim_output_reshards(module: HloModule, findings: list[Finding], outputs: t
     index = {t.path: t.index for t in outputs}
     state = [f for f in findings if f.rule == SL201.code and f.subject]
     reshards = {c.hlo_name: c for c in collectives if c.intent == "reshard"}
-    at_boundary = sorted(n for n, c in reshards.items() if c.source is None)
+    # And a gather equinox's error_if makes of the value it checks (error_paths.py): an output that depends on
+    # it comes back whole because of it, and pinning that output is what the SL201 finding checks.
+    at_boundary = sorted(n for n, c in reshards.items()
+                         if c.source is None or (c.why or "").startswith(CHECKED_VALUE_GATHER))
     if not state or not reshards:
         return findings
     # A collective with no line that an output depends on; or one whose result is an output, moved by
