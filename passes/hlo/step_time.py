@@ -16,7 +16,9 @@ A group that spans hosts runs at the slower across-host link. Async collectives
 (``*-start``/``*-done``) may hide under compute: the overlapped bound is
 max(compute, async communication) + synchronous communication; the serial sum
 assumes no overlap. The truth lies between, nearer the overlapped bound when
-XLA's scheduler has independent work to overlap with.
+XLA's scheduler has independent work to overlap with. A collective only a failing
+runtime check runs (``error-path``: equinox's error_if) is timed but left out of
+the step: a step that succeeds never runs it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from ..models.device_spec import DeviceSpec
 from ..models.report import Collective, StepTime
 from .cost import ProgramCost
+from .error_paths import ERROR_PATH
 from .module import MAIN_THREAD
 
 # (bytes moved per byte of result, latency steps) as functions of the group size n.
@@ -77,9 +80,13 @@ def estimate_step_time(
         memory_time += memory_s * op.runs
     timed: list[Collective] = []
     sync = asynchronous = within = across = 0.0
+    failing_only = 0
     for c in collectives:
         seconds = collective_seconds(c.kind, c.bytes, c.group_size, c.cross_host, spec) * c.count
         timed.append(c.model_copy(update={"seconds": significant(seconds)}))
+        if c.intent == ERROR_PATH:  # a step that succeeds never runs it (error_paths.py)
+            failing_only += 1
+            continue
         if c.is_async:
             asynchronous += seconds
         else:
@@ -100,6 +107,8 @@ def estimate_step_time(
         elsewhere = [op for op in cost.ops if op.thread != MAIN_THREAD]
         notes.append(f"work on the {', '.join(sorted({op.thread for op in elsewhere}))} thread ({len(elsewhere)} "
                      "ops) counted by its bytes over HBM bandwidth, overlapped with compute")
+    if failing_only:
+        notes.append(f"{failing_only} collective(s) only a failing runtime check runs (intent error-path) left out")
     if cost.unknown_custom_calls:
         notes.append("custom calls without known FLOPs counted by their bytes only: "
                      + ", ".join(cost.unknown_custom_calls))

@@ -70,6 +70,11 @@ def test_the_failing_branch_is_error_path_and_the_passing_gather_is_sl201s(cli):
     assert all(intents[n] == "reshard" for n in passing)
     assert [f["rule"] for f in target["findings"]] == ["SL201"]
     assert passing <= set(target["findings"][0]["ops"])
+    # A step that succeeds never runs the failing branch: its broadcast is timed, and left out of the step's.
+    time = target["time"]
+    step = sum(c["seconds"] for c in target["collectives"] if c["intent"] != "error-path")
+    assert abs(time["communication_seconds"] - step) <= 0.01 * step
+    assert any("error-path" in note for note in time["notes"])
 
     # The pin SL201 stands for: XLA compiles the step with its output on the input's layout without the gather,
     # and the failing branch's broadcast stays.
