@@ -150,8 +150,10 @@ def fix(parameter: TensorInfo | None, served: CollectiveParameter | None,
                    else " (off the dimensions the convolution sums over: its window and input features)"
                    if served and served.role is ParameterRole.convolution
                    else " (the dimension the matmul contracts, so it multiplies the shards in place)"))
-    return ("shard a dimension this op does not read along, or keep the operand sharded with "
-            "jax.lax.with_sharding_constraint before the op")
+    # Nothing names an argument or a constraint to change, so nothing can be compiled: said as advice, not a fix.
+    return ("no fix compiled: no argument's or constraint's layout was found to reach this op (advice, not "
+            "checked: shard a dimension this op does not read along, or keep the operand sharded with "
+            "jax.lax.with_sharding_constraint before the op)")
 
 
 def replicating(ctx: RuleContext) -> list[Collective]:
