@@ -16,7 +16,8 @@ Ownership, first match wins:
 4. a file under one of the user's roots (the script's folder): the user's;
 5. the standard library, and the internals of JAX and the model libraries named
    in ``KNOWN_LIBRARIES`` (a source checkout of flax, say): a library;
-6. anything else, including ``<stdin>`` and ``<string>``: the user's.
+6. anything else, including ``<stdin>`` and ``<string>``: the user's, save code with no file that a
+   library's frame calls (code a library generates and runs): the library's.
 
 A pattern is a dotted module name (``mypkg``, matched as path components) or a
 path (``src/``, ``tools/train.py``), matched against the path relative to the
@@ -121,11 +122,24 @@ class CodeOwnership:
         """(source, via) for a call stack listed innermost frame first."""
         if not stack:
             return None, None
-        via = None if self.is_user(stack[0].file) else stack[0]
-        for frame in stack:
-            if self.is_user(frame.file):
+        owned = [self._owns(stack, i) for i in range(len(stack))]
+        via = None if owned[0] else stack[0]
+        for frame, mine in zip(stack, owned):
+            if mine:
                 return frame, via
         return None, via
+
+    def _owns(self, stack: Sequence[SourceLocation], i: int) -> bool:
+        """Whether the user wrote frame ``i``. Code with no file (``<string>``) is the user's where the user
+        runs it (``python -c``, a cell, their own ``exec``), and a library's where a library frame calls it:
+        code a library generates and runs (jax-cfd's solvers reached ``<string>:8`` this way, and it was
+        shown as the user's line)."""
+        frame = stack[i]
+        if not self.is_user(frame.file):
+            return False
+        if not (frame.file or "").startswith("<"):
+            return True
+        return i + 1 >= len(stack) or self._owns(stack, i + 1)
 
 
 def default_stdlib() -> tuple[str, ...]:

@@ -57,6 +57,23 @@ def test_attribution_picks_the_innermost_user_frame():
     assert library_relative(via.file) == "flax/nnx/nn/linear.py"
 
 
+def test_code_with_no_file_is_the_library_that_runs_it():
+    """jax-cfd's ForcedNavierStokes2D, a dataclass: its generated __init__ (file ``<string>``), called by jax_cfd,
+    builds the solver's filter. Its ops were shown at ``<string>:8``, a line no user wrote; they are at the
+    user's line that constructs the equation, via the library."""
+    lib = SourceLocation(file=f"{SITE}/jax_cfd/spectral/utils.py", line=133, function="brick_wall_filter_2d")
+    generated = SourceLocation(file="<string>", line=8, function="__init__")
+    caller = SourceLocation(file=f"{SITE}/jax_cfd/spectral/equations.py", line=150, function="make")
+    user = SourceLocation(file="/work/proj/scripts/flow.py", line=21, function="make_step")
+    source, via = own().attribute([lib, generated, caller, user])
+    assert (source.file, source.line, via.line) == ("/work/proj/scripts/flow.py", 21, 133)
+    # The user's own code with no file (python -c, <stdin>, their exec) stays theirs.
+    source, via = own().attribute([lib, generated, user])
+    assert (source.file, source.line, via.line) == ("<string>", 8, 133)
+    source, via = own().attribute([lib, SourceLocation(file="<stdin>", line=3, function="<module>")])
+    assert (source.file, source.line) == ("<stdin>", 3)
+
+
 def test_xla_file_names_with_octal_escapes():
     assert c_string(r'"/tmp/caf\303\251/na\303\257ve.py"') == "/tmp/café/naïve.py"
 
