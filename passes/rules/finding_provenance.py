@@ -14,6 +14,7 @@ from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 from .parameter_advice import moved_off
 from .registry import FixKind, Provenance
+from .sl105_unexplained_reshard import NO_ARGUMENT
 from .table import RULES
 
 MAX_LINES = 6
@@ -106,7 +107,12 @@ def _named_by_chain(report: TargetReport, f: Finding, began: str, pred: Predicte
     suggested = moved_off(t, dims, dict(report.mesh))
     if suggested is None:
         return f
+    # The message said no argument reaches the operand; the chain says which one it comes from (jax-cfd's
+    # SL105 on h100 said both, one above the other).
+    message = (f.message.removesuffix(NO_ARGUMENT) + f": it comes from {t.path} {pspec_text(t.sharding)}, through "
+               "the values the chain below carries from it" if f.message.endswith(NO_ARGUMENT) else f.message)
     return f.model_copy(update={
+        "message": message,
         "parameter": t.path, "parameter_sharding": t.sharding, "suggested_sharding": suggested,
         "fix": (f"shard {t.path} as {pspec_text(suggested)} instead of {pspec_text(t.sharding)} (off the dimension "
                 "the op reads along, in the value the chain below carries from it)")})

@@ -22,6 +22,10 @@ from .parameter_advice import Advice, batch_moves, gathered_dims, moved_off, sha
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .reshard_groups import group_finding, small_reshard_groups
 
+# The end of a finding's message where no argument reaches the collective's operand; finding_provenance.py
+# replaces it where the propagation chain begins at one.
+NO_ARGUMENT = ": no argument of the step is its operand or the weight it serves"
+
 _ROLE = {
     ParameterRole.operand: "it moves that argument itself",
     ParameterRole.feeds: "the matmul by that weight reads its result",
@@ -163,7 +167,7 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
                  + (" (it moves that argument's gradient back to the argument's layout, the transpose of that "
                     f"argument's own move at line {twin.source.line})" if twin is not None and twin.source is not None
                     else f" ({_ROLE[served.role]})" if served is not None else "")
-                 if parameter is not None else ": no argument of the step is its operand or the weight it serves")
+                 if parameter is not None else NO_ARGUMENT)
         out.emit(
             f"{c.kind} over {axes} reshards {values_text(c)} ({format_bytes(c.bytes)}){runs}, which no stated "
             f"sharding asked for{cause}",

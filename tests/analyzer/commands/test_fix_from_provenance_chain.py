@@ -11,6 +11,7 @@ import os
 import re
 
 import pytest
+from ci_deps import needs
 from scripts import script_targets
 
 from jax_shard_lint.passes.common.byte_sizes import format_bytes
@@ -74,3 +75,21 @@ def test_the_argument_a_chain_begins_at_is_named_and_its_move_measured(cli, chec
         assert f["fix"].startswith("run the FFTs under jax.shard_map over sims"), f["fix"]
         assert f"before it, vorticity_hat -> P('sims') was tried, compiled and costs peak +" \
                f"{format_bytes(sims_peak - grid_peak)}" in f["fix"], f["fix"]
+
+
+@needs("jax_plugins.xla_cuda12", "the [gpu] extra (jax-cuda12-plugin) is not installed")
+def test_a_reshard_named_by_its_chain_does_not_also_say_no_argument_reaches_it(cli):
+    """jax-cfd on --platform h100: XLA's gathers there are each under SL101's share of the peak, so SL105 reports
+    them. Its message said "no argument of the step is its operand" above a param: line and a why: chain ending at
+    the argument it named (cfd14 F12). The message now says the value comes from that argument through the chain."""
+    result = cli("lint", SCRIPT, "--platform", "h100", "--target", "on_grid", "--no-fix-check", "--format", "json",
+                 "--fail-on", "never", "--threshold", "replicating-collective-peak-fraction=0.9",
+                 "--threshold", "unexplained-reshard-bytes=1MiB")
+    assert result.code == 0, result.err
+    findings = [f for f in json.loads(result.out)["targets"][0]["findings"] if f["rule"] == "SL105"]
+    assert findings and all(f["parameter"] == "vorticity_hat" for f in findings), findings
+    for f in findings:
+        assert "no argument of the step" not in f["message"], f["message"]
+        assert f["message"].endswith("it comes from vorticity_hat P(None, 'sims'), through the values the chain "
+                                     "below carries from it"), f["message"]
+        assert f["provenance"][-1] == "argument vorticity_hat is P(None, 'sims', None)", f["provenance"]
