@@ -129,6 +129,11 @@ def collective_origin(module: HloModule, c: Collective, inputs: tuple[TensorInfo
                 f"{', '.join(c.mesh_axes)} {_combines(c.kind)}, so every device holds the whole {whole}")
     if (fft := _fft_gathered(module, ins)) is not None:
         kind, batch_only, fft_dims = fft
+        if batch_only is None:
+            return (owner.path if owner else None), (
+                f"an FFT{kind} reads what the {c.kind} over {', '.join(c.mesh_axes)} gathers, after XLA transposes "
+                f"it: {FFT_READS_SHARDED} (or, on some XLA releases, it is partitioned only along that), so the "
+                f"{c.kind} rebuilds the whole {whole} on every device first")
         if batch_only:
             return (owner.path if owner else None), (
                 f"an FFT{kind} transforms its last dimensions, not the batch dimension the {c.kind} over "
@@ -153,27 +158,38 @@ def fft_caused(why: str | None) -> bool:
     return bool(why) and (FFT_COMPUTED_REPLICATED in why or FFT_READS_SHARDED in why)  # type: ignore[operator]
 
 
-def _fft_gathered(module: HloModule, ins: HloInstruction) -> tuple[str, bool, list[int]] | None:
+def _fft_gathered(module: HloModule, ins: HloInstruction) -> tuple[str, bool | None, list[int]] | None:
     """Where an all-gather feeds an FFT: the FFT's kind (` (IRFFT)`), whether it gathers along none of the
-    dimensions the FFT transforms (its last ``len(fft_length)``: a batch dimension only), and the gathered
-    dimensions; else None."""
+    dimensions the FFT transforms (its last ``len(fft_length)``: a batch dimension only; None where ops that
+    change the dimensions stand between), and the gathered dimensions; else None."""
     gathered = {int(d) for d in ins.attrs.get("dimensions", "").strip("{}").split(",") if d.strip().isdigit()}
-    if ins.opcode != "all-gather" or not gathered:
+    if ins.opcode not in ("all-gather", "all-gather-start") or not gathered:
         return None
-    rank = len(ins.shape.split("[", 1)[1].split("]", 1)[0].split(",")) if "[" in ins.shape else 0
     users = module.users()
-    # Its readers, and theirs through copies (XLA's wrapped copy of a gathered operand into the FFT's layout).
-    readers, seen = list(users.get(ins.name, [])), {ins.name}
+    # An async gather (a GPU's, a TPU's) hands its result on through its -done: the gathered value is that.
+    result = ins if ins.opcode == "all-gather" else next(
+        (u for u in users.get(ins.name, []) if u.opcode == "all-gather-done"), None)
+    if result is None:
+        return None
+    rank = len(result.shape.split("[", 1)[1].split("]", 1)[0].split(",")) if "[" in result.shape else 0
+    # Its readers, and theirs through copies (XLA's wrapped copy of a gathered operand into the FFT's layout);
+    # on a GPU also through the combined gather's tuple and the transposes and reshapes XLA puts before a cuFFT
+    # call, after which which dimension is which is no longer known (``exact`` False: said without it).
+    readers = [(u, True) for u in users.get(result.name, [])]
+    seen = {ins.name, result.name}
     while readers and len(seen) < MAX_STEPS:
-        user = readers.pop(0)
+        user, exact = readers.pop(0)
         seen.add(user.name)
         transformed = len([n for n in user.attrs.get("fft_length", "").strip("{}").split(",") if n.strip()])
         if user.opcode == "fft" and transformed:
             kind = f" ({user.attrs['fft_type']})" if user.attrs.get("fft_type") else ""
-            return kind, max(gathered) < rank - transformed, sorted(gathered)
-        if user.opcode == "copy" or (user.opcode == "fusion" and len(user.operands) == 1
-                                     and moves_data_only(module, user) and _dims(user) == _dims(ins)):
-            readers += [u for u in users.get(user.name, []) if u.name not in seen]
+            return kind, (max(gathered) < rank - transformed) if exact else None, sorted(gathered)
+        same = user.opcode == "copy" or (user.opcode == "fusion" and len(user.operands) == 1
+                                         and moves_data_only(module, user) and _dims(user) == _dims(result))
+        moved = user.opcode in ("get-tuple-element", "bitcast", "transpose", "reshape") or (
+            user.opcode == "fusion" and len(user.operands) == 1 and moves_data_only(module, user))
+        if same or moved:
+            readers += [(u, exact and same) for u in users.get(user.name, []) if u.name not in seen]
     return None
 
 
