@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..common.byte_sizes import format_bytes
 from ..common.sharding_text import pspec_text
+from ..hlo.collective_intent import parameters
 from ..hlo.collective_parameter import CollectiveParameter, ParameterRole
 from ..models.report import Collective, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL103
@@ -95,8 +96,10 @@ def expanding_partial_sum(ctx: RuleContext, out: Emitter) -> None:
     ratio = ctx.option(PARTIAL_SUM_EXPANSION)
     smallest = ctx.option(PARTIAL_SUM_MIN_BYTES)
     # A weight's gradient (a matmul over the batch, summed over the data axes) has the
-    # weight's shape: data-parallel traffic, not an expanding projection.
-    weights = {tuple(t.shape) for t in ctx.inputs}
+    # weight's shape: data-parallel traffic, not an expanding projection. The weights are the parameters (the
+    # state the step returns), not every input: a blackjax step's logits, f32[rows, chains per device], had the
+    # shape of its data X, f32[rows, features], where the chains per device equalled the features (newbie17).
+    weights = {tuple(t.shape) for t in parameters(ctx.inputs, ctx.roundtrips)}
     # A combined all-reduce's values are looked at one by one (each traced to its own matmul and weight):
     # a finding describes the value it is about, with its bytes.
     parts = [(whole, c) for whole in ctx.collectives for c in ctx.collective_parts.get(whole.hlo_name, (whole,))]

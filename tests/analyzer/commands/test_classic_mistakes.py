@@ -120,6 +120,15 @@ def _kernel(module, spec):
     return jax.jit(module.max_Q_over_a).lower(**args).compile(), ()
 
 
+def _dataset(module, spec):
+    """The chains' step with their data X on ``spec`` (the chains on 'data', the labels replicated)."""
+    m = module.mesh()
+    beta = module.spec(m, (module.CHAINS, module.FEATURES), P("data"))
+    X = module.spec(m, (module.ROWS, module.FEATURES), spec)
+    y = module.spec(m, (module.ROWS,), P())
+    return jax.jit(module.step).lower(beta, X, y).compile(), (beta,)
+
+
 MISTAKES = {
     # (1) w1 sharded on the dimension x @ w1 contracts: XLA reshards it (an all-to-all) and gathers the product.
     "contracting_dim_weight": Mistake(
@@ -144,6 +153,11 @@ MISTAKES = {
         "next_regime_to_V_arr['working']", P(None, "d"), P("d"), _kernel, (8, 65536),
         held=("consumption", "discount_factor", "interest_rate", "pref_type", "risk_aversion"),
         moved={"wealth": P()}),
+    # (6) a dataset's features split: every chain's logits are partial sums, all-reduced whole in each of the
+    # sampler's 8 steps (newbie17's blackjax step, where the logits' shape equalled X's and hid the finding).
+    "data_features_split": Mistake(
+        os.path.join(SCRIPTS, "sl103_data_features_split.py"), "features_split", "SL103", "X",
+        P(None, "model"), P("model"), _dataset, (4096, 64), held=("beta", "y")),
 }
 # Known gaps, xfailed strictly: test -> mistake -> reason, measured on jax 0.10.2 and 0.12.0.1, CPU, 8 devices
 # (per-device figures). None at present.
