@@ -46,6 +46,31 @@ def moved_off(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list
     return sharding
 
 
+def off_dims_specs(t: TensorInfo, dims: set[int], sizes: dict[str, int]) -> list[list[list[str]]]:
+    """The layouts that keep ``t``'s axes off ``dims``, nearest the written one first: moved to an unsharded
+    dimension (``moved_off``), else beside the axes of the largest other dimension they divide, then dropped
+    (replicated over them). A blackjax step's data X on P('data', 'chains'), its features gathered over
+    'chains' with its rows on 'data', had no layout to try (newbie17 F3): P(('data', 'chains')) and P('data')."""
+    sharding = [list(a) for a in (t.sharding or [])] + [[] for _ in range(len(t.shape) - len(t.sharding or []))]
+    moving = [a for d in sorted(dims) if d < len(sharding) for a in sharding[d]]
+    if not moving:
+        return []
+    found = [m] if (m := moved_off(t, dims, sizes)) is not None else []
+    base = [[] if d in dims else list(a) for d, a in enumerate(sharding)]
+    parts = 1
+    for a in moving:
+        parts *= axis_size(a, sizes)
+    for d in sorted(range(len(t.shape)), key=lambda d: (-t.shape[d], d)):
+        held = 1
+        for a in base[d]:
+            held *= axis_size(a, sizes)
+        if d not in dims and base[d] and t.shape[d] % (held * parts) == 0:
+            found.append([list(a) + (moving if k == d else []) for k, a in enumerate(base)])
+            break
+    found.append(base)
+    return [s for k, s in enumerate(found) if s not in found[:k]]
+
+
 def contracted_axes_moves(t: TensorInfo, dims: set[int], summed: list[str], mesh: MeshInfo) -> list[list[list[str]]]:
     """Where ``moved_off`` finds no unsharded dimension (a weight on two mesh axes, FSDP with tensor
     parallelism: P('data', 'model')), the specs that keep the axes a partial sum adds over (``summed``, on the
@@ -138,7 +163,8 @@ def sharding_advice(ctx: RuleContext, c: Collective) -> Advice:
         # An all-to-all moving a weight a matmul batches over (an MoE's expert weights, read by EnD,EDH->EnH):
         # the axis where the matmul reads it, on the batch dimension; else the largest other dimension.
         batched = batch_moves(parameter, c, ctx.argument_batch_dims.get(parameter.index, ()), sizes)
-        return parameter, served, batched[0] if batched else moved_off(parameter, gathered_dims(parameter, c), sizes)
+        off = off_dims_specs(parameter, gathered_dims(parameter, c), sizes)
+        return parameter, served, batched[0] if batched else (off[0] if off else None)
     if served.role is ParameterRole.read:
         return parameter, served, moved_off(parameter, set(served.contracting or ()), sizes)
     if served.role is ParameterRole.output:  # the weight's output features whole: the matmul's output is not split

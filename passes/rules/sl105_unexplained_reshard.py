@@ -18,7 +18,7 @@ from ..propagation.split_activations import SplitOrigin, SplitRead
 from ..stablehlo.sharding_constraints import axes_off
 from .context import RuleContext
 from .idle_batch_axes import IDLE_BATCH_WHY, idle_batch_claims, idle_batch_finding
-from .parameter_advice import Advice, batch_moves, gathered_dims, moved_off, sharding_advice
+from .parameter_advice import Advice, batch_moves, gathered_dims, off_dims_specs, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .reshard_groups import group_finding, small_reshard_groups
 
@@ -218,7 +218,7 @@ def _weight_moves(ctx: RuleContext, c: Collective, parameter: TensorInfo | None,
         return []
     sizes = dict(ctx.signature.mesh.axes)
     specs = [suggested, *batch_moves(parameter, c, ctx.argument_batch_dims.get(parameter.index, ()), sizes),
-             moved_off(parameter, gathered_dims(parameter, c), sizes)]
+             *off_dims_specs(parameter, gathered_dims(parameter, c), sizes)]
     unique = [s for k, s in enumerate(specs) if s is not None and s not in specs[:k]]
     return [FixCandidate(value=parameter.path, sharding=s) for s in unique] if len(unique) > 1 else []
 

@@ -83,6 +83,7 @@ class Mistake:
     held: tuple[str, ...] = ()     # the other arguments, held as written in suggest (--fix)
     moved: dict = field(default_factory=dict)  # other arguments lint's fix moves: path -> PartitionSpec
     snapshot: bool = False         # (d) check on the snapshot too
+    lint_args: tuple[str, ...] = ()  # lint's options the fixture names (its shard-lint-args: a threshold)
 
 
 def _mlp(module, spec):
@@ -120,13 +121,17 @@ def _kernel(module, spec):
     return jax.jit(module.max_Q_over_a).lower(**args).compile(), ()
 
 
-def _dataset(module, spec):
-    """The chains' step with their data X on ``spec`` (the chains on 'data', the labels replicated)."""
+def _dataset(module, spec, labels=P()):
+    """The chains' step with their data X on ``spec`` (the chains on 'data', the labels on ``labels``)."""
     m = module.mesh()
     beta = module.spec(m, (module.CHAINS, module.FEATURES), P("data"))
     X = module.spec(m, (module.ROWS, module.FEATURES), spec)
-    y = module.spec(m, (module.ROWS,), P())
+    y = module.spec(m, (module.ROWS,), labels)
     return jax.jit(module.step).lower(beta, X, y).compile(), (beta,)
+
+
+def _dataset_rows_on_model(module, spec):
+    return _dataset(module, spec, P("model"))
 
 
 MISTAKES = {
@@ -158,6 +163,12 @@ MISTAKES = {
     "data_features_split": Mistake(
         os.path.join(SCRIPTS, "sl103_data_features_split.py"), "features_split", "SL103", "X",
         P(None, "model"), P("model"), _dataset, (4096, 64), held=("beta", "y")),
+    # (7) its rows on 'model' and its features on the chains' axis: XLA gathers the features (newbie17's
+    # P('data', 'chains')), and no unsharded dimension is left to move the axis to: beside the rows', or dropped.
+    "data_features_beside_rows": Mistake(
+        os.path.join(SCRIPTS, "sl103_data_features_split.py"), "features_on_the_chains_axis", "SL105", "X",
+        P("model", "data"), P("model"), _dataset_rows_on_model, (4096, 64), held=("beta", "y"),
+        lint_args=("--threshold", "unexplained-reshard-bytes=256KiB")),
 }
 # Known gaps, xfailed strictly: test -> mistake -> reason, measured on jax 0.10.2 and 0.12.0.1, CPU, 8 devices
 # (per-device figures). None at present.
@@ -215,7 +226,7 @@ def _cases(test):
 def test_lint_names_the_argument_and_xla_compiles_its_fix_better(cli, checking, name):
     """a) and b)."""
     mistake = MISTAKES[name]
-    f = _finding(_json(cli, "lint", mistake.script, "--target", mistake.target), mistake)
+    f = _finding(_json(cli, "lint", mistake.script, "--target", mistake.target, *mistake.lint_args), mistake)
     assert pspec_text(f["parameter_sharding"]) == _text(mistake.written), f["parameter_sharding"]
     check = f["fix_check"]
     assert check is not None and check["verdict"] == "better", f["fix"]
@@ -258,7 +269,7 @@ def test_suggest_and_check_give_lints_layout(cli, checking, name, tmp_path):
     """d) suggest with every other argument held as written chooses lint's layout for the argument, and
     check on the target's snapshot gives lint's finding and fix."""
     mistake = MISTAKES[name]
-    linted = _json(cli, "lint", mistake.script, "--target", mistake.target)
+    linted = _json(cli, "lint", mistake.script, "--target", mistake.target, *mistake.lint_args)
     f = _finding(linted, mistake)
     held = [a for path in mistake.held for a in ("--fix", path)]
     [suggested] = _json(cli, "suggest", mistake.script, "--target", mistake.target, *held)
