@@ -166,7 +166,7 @@ MISTAKES = {
     # (7) its rows on 'model' and its features on the chains' axis: XLA gathers the features (newbie17's
     # P('data', 'chains')), and no unsharded dimension is left to move the axis to: beside the rows', or dropped.
     "data_features_beside_rows": Mistake(
-        os.path.join(SCRIPTS, "sl103_data_features_split.py"), "features_on_the_chains_axis", "SL105", "X",
+        os.path.join(SCRIPTS, "data_features_beside_rows.py"), "features_on_the_chains_axis", "SL105", "X",
         P("model", "data"), P("model"), _dataset_rows_on_model, (4096, 64), held=("beta", "y"),
         lint_args=("--threshold", "unexplained-reshard-bytes=256KiB")),
 }
