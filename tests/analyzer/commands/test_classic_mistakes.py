@@ -121,12 +121,12 @@ def _kernel(module, spec):
     return jax.jit(module.max_Q_over_a).lower(**args).compile(), ()
 
 
-def _dataset(module, spec, labels=P()):
+def _dataset(module, spec, labels=None):
     """The chains' step with their data X on ``spec`` (the chains on 'data', the labels on ``labels``)."""
     m = module.mesh()
     beta = module.spec(m, (module.CHAINS, module.FEATURES), P("data"))
     X = module.spec(m, (module.ROWS, module.FEATURES), spec)
-    y = module.spec(m, (module.ROWS,), labels)
+    y = module.spec(m, (module.ROWS,), labels or P())
     return jax.jit(module.step).lower(beta, X, y).compile(), (beta,)
 
 
