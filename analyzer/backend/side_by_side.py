@@ -22,6 +22,7 @@ from ...passes.common.sharding_text import normalized
 from ...passes.models.entry import EntrySignature
 from ...passes.models.report import TargetReport
 from ..cache.analysis_cache import thread_reads
+from . import compile_memo
 
 T = TypeVar("T")  # what a job returns: a candidate's report, or suggest's (version, report)
 
@@ -55,7 +56,9 @@ _job = threading.local()
 def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException:
     outer, _job.reads_before = getattr(_job, "reads_before", None), thread_reads()
     try:
-        return job()
+        # The compile log names the stage and the candidate announced on the thread that asked for it.
+        with compile_memo.described(**getattr(done, "purpose", {})):
+            return job()
     except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it
         return e
     finally:
@@ -100,6 +103,8 @@ class CompileCounter:
                 if self.progress is not None:
                     self.progress(f"[{batch[0]}/{batch[1]}] {self.name}: {how} {label}")
 
+        # Read by ``outcome`` on the thread that compiles it, for the compile log (compile_memo.described).
+        done.purpose = {**compile_memo.current_purpose(), "candidate": label}  # type: ignore[attr-defined]
         return done
 
 
