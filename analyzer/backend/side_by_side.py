@@ -278,6 +278,14 @@ def one_compile_per_program() -> Iterator[None]:
             _programs, _entries = outer, outer_entries
 
 
+def known(key: Hashable, report: TargetReport) -> None:
+    """Inside ``one_compile_per_program``, ``once`` of ``key`` gives ``report`` (a program compiled before
+    the checks: lint's own) without computing it; outside, nothing."""
+    with _programs_lock:
+        if _programs is not None:
+            _programs.setdefault(key, finished(report))
+
+
 def once(key: Hashable, job: Callable[[], TargetReport], edit: EntryEdit | None = None) -> TargetReport:
     """``job()``'s report (or what it raised), computed once per key inside ``one_compile_per_program``:
     a second caller, on this thread or another, waits for the first one's compile. ``edit``: what the program
