@@ -15,7 +15,8 @@ lists another stack-frame table on a CPU, and is never read back for a compile-o
 With ``JAX_SHARD_LINT_COMPILE_LOG`` set to a file, one JSON line per compile or memo read is appended to it (the
 test running it, from pytest's PYTEST_CURRENT_TEST; the key; hit, miss or off; the seconds; where the compile is a
 fix check's, its stage of the fix-check pipeline and its candidate, as ``described`` names them), to find the
-compiles a run repeats and what each one is for.
+compiles a run repeats and what each one is for; a fix candidate measured on a program the same checks compiled
+before is a line too ("same", no key).
 """
 
 from __future__ import annotations
@@ -109,14 +110,20 @@ def current_purpose() -> dict[str, str]:
     return dict(_purpose.get())
 
 
+def log_reuse() -> None:
+    """Logs a fix candidate measured on a program compiled before in the same checks (side_by_side.once,
+    same_program): no compile, memo "same"."""
+    _log(lambda: {"entry": "candidate"}, 0.0, "same")
+
+
 def _log(parts: Callable[[], dict[str, Any]], seconds: float, memo: str) -> None:
     path = os.environ.get(COMPILE_LOG_ENV)
     if not path:
         return
     described = parts()
     line = json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
-                       "entry": described["entry"], "key": cache_key(described)[:16], "memo": memo,
-                       "seconds": round(seconds, 3), "pid": os.getpid(), **dict(_purpose.get())}) + "\n"
+                       "entry": described["entry"], "key": cache_key(described)[:16] if memo != "same" else None,
+                       "memo": memo, "seconds": round(seconds, 3), "pid": os.getpid(), **dict(_purpose.get())}) + "\n"
     # One write of a short line to a file opened for appending: workers writing side by side do not interleave.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -94,6 +94,8 @@ class CompileCounter:
             if self.progress is not None:
                 self.progress(f"[same] {self.name}: not compiled, the same program as one compiled before: "
                               f"{shortened(label)}")
+        with compile_memo.described(candidate=shortened(label)):
+            compile_memo.log_reuse()
 
     def _done_callback(self, label: str, batch: list[int]) -> Callable[[], None]:
         def done() -> None:
@@ -308,4 +310,6 @@ def once(key: Hashable, job: Callable[[], TargetReport], edit: EntryEdit | None 
         else:
             if edit is not None:
                 remember(edit, future.result())
+    else:
+        compile_memo.log_reuse()
     return future.result()
