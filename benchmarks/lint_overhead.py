@@ -3,7 +3,7 @@ targets, per example: lint as it runs by default (every fix compiled and
 measured before it is shown) and with ``--no-fix-check``, in one run.
 
     python benchmarks/lint_overhead.py [--repeat 3] [--devices 8] [--example fsdp_tp_train_step.py ...]
-        [--scale 32] [--baseline-root OTHER_CHECKOUT]
+        [--scale 32] [--baseline-root OTHER_CHECKOUT] [--list-compiles]
 
 Every measurement is a fresh process whose clock starts before it imports JAX
 (importing JAX and building the Lowered objects are in both sides), with no
@@ -14,7 +14,8 @@ them. Each lint's progress lines (stderr) give how many fix candidates it compil
 its first fix-check compile to its last, printed beside its time. ``--scale 32`` adds
 scale_transformer.py's step at 32 layers on 64 devices. ``--baseline-root`` also runs both lints
 from another checkout of the tool (``git worktree add`` or ``git archive`` of an older commit) in the same
-run, for before/after ratios on the same machine load.
+run, for before/after ratios on the same machine load. Each lint's compile log (JAX_SHARD_LINT_COMPILE_LOG) gives
+how many XLA compiles it made; ``--list-compiles`` lists each one (the fix-check stage, its seconds, the candidate).
 """
 
 from __future__ import annotations
@@ -77,13 +78,29 @@ def _run_once(kind: str, script: str, params: dict[str, int], devices: int, root
     env = dict(os.environ, JSL_ROOT=os.path.abspath(root), JAX_SHARD_LINT_IN_PROCESS="1",
                PYTHONPATH=os.pathsep.join(p for p in (_tool_path(root, folder), os.environ.get("PYTHONPATH")) if p))
     env.pop("JAX_SHARD_LINT_NO_FIX_CHECK", None)
+    log = os.path.join(folder, "compiles.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    env["JAX_SHARD_LINT_COMPILE_LOG"] = log
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", kind, "--script", script,
                            "--params", json.dumps(params), "--devices", str(devices)],
                           cwd=root, env=env, capture_output=True, text=True)
     last = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not last:
         raise SystemExit(f"{kind} of {script} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(last[-1]) | _fix_compiles(proc.stderr)
+    return json.loads(last[-1]) | _fix_compiles(proc.stderr) | _logged_compiles(log)
+
+
+def _logged_compiles(log: str) -> dict:
+    """Every XLA compile the lint made, from its compile log (compile_memo.py): lint's own (stage "lint"), the
+    conflict check's and each fix-check stage's, with its candidate and seconds; and the candidates measured on a
+    program compiled before ("same", no compile). A bare compile writes none."""
+    if not os.path.exists(log):
+        return {}
+    lines = [json.loads(ln) for ln in open(log, encoding="utf-8")]
+    compiles = [(ln.get("stage", "lint" if ln["entry"] == "lowered" else "?"), ln.get("candidate", ""), ln["seconds"])
+                for ln in lines if ln["memo"] != "same"]
+    return {"compiles": compiles, "reused": sum(ln["memo"] == "same" for ln in lines)}
 
 
 # A progress line of the fix checks: "jax-shard-lint: [3/6] train_step: compiled ... (36.8 s)".
@@ -105,6 +122,8 @@ def main() -> int:
     parser.add_argument("--scale", type=int, nargs="*", default=[], help="scale_transformer.py at these depths")
     parser.add_argument("--scale-devices", type=int, default=64)
     parser.add_argument("--baseline-root", help="another checkout of the tool, measured in the same run")
+    parser.add_argument("--list-compiles", action="store_true",
+                        help="every XLA compile of each lint: its stage, wall seconds and candidate (compile log)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--script", help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -133,8 +152,13 @@ def main() -> int:
                 run = runs[label + k][-1]
                 fixes = (f", {run['fix_compiles']:.0f} fix compiles over {run['fix_seconds']:.1f} s"
                          if run.get("fix_compiles") else "")
+                logged = (f", {len(run['compiles'])} XLA compiles, {run['reused']} candidates reused"
+                          if "compiles" in run else "")
                 print(f"  {name}: {label + k} {run['seconds']:.2f} s "
-                      f"(CPU {run['cpu']:.1f} s{fixes}, load average {loads[-1]:.1f})", flush=True)
+                      f"(CPU {run['cpu']:.1f} s{fixes}{logged}, load average {loads[-1]:.1f})", flush=True)
+                if args.list_compiles and "compiles" in run:
+                    for stage, candidate, seconds in run["compiles"]:
+                        print(f"    {stage:<20} {seconds:7.2f} s  {candidate}", flush=True)
         wall = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
         cpu = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
         fixes = {k: (statistics.median(r.get("fix_compiles", 0) for r in v),

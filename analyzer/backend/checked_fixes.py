@@ -9,8 +9,12 @@ from collections.abc import Callable
 
 from ...passes.models.report import TargetReport
 from ...passes.pipelines import fix_checks as fix_check_pipeline
+from ...passes.pipelines.entry import entry_signature
+from ..adapter import jax_adapter
 from ..context.config import Settings
+from . import compile_memo
 from .advice.solver_fixes import with_solver_fixes
+from .candidate_compile import as_written_known
 from .fft_fixes import with_fft_fixes
 from .fix_checks import check_fixes
 from .idle_batch_fixes import check_idle_batch_fixes
@@ -20,13 +24,20 @@ from .loop_weight_gathers import check_loop_weight_gathers
 
 def checked_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                   progress: Callable[[str], None] | None = None) -> TargetReport:
-    """The report with its fixes compiled and measured, lint's and check's alike."""
+    """The report with its fixes compiled and measured, lint's and check's alike. A candidate whose program is
+    the one lint compiled is measured on lint's compile (``as_written_known``)."""
+    sig = entry_signature(jax_adapter.parse_stablehlo(text), fix_check_pipeline.FIX_CHECKS)
+    as_written_known(report, text, sig, settings, where, devices)
+
+    def stage(name: str, check: Callable[..., TargetReport]) -> fix_check_pipeline.FixStage:
+        def run(r: TargetReport) -> TargetReport:
+            with compile_memo.described(stage=name):  # the compile log names the stage of each compile
+                return check(r, text, settings, where, devices, progress)
+        return run
+
     checked = fix_check_pipeline.check_fixes(
-        report,
-        lambda r: check_fixes(r, text, settings, where, devices, progress),
-        lambda r: with_solver_fixes(r, text, settings, where, devices, progress),
-        lambda r: check_layout_fixes(r, text, settings, where, devices, progress),
-        lambda r: check_loop_weight_gathers(r, text, settings, where, devices, progress),
-        lambda r: check_idle_batch_fixes(r, text, settings, where, devices, progress))
+        report, stage("parameter-fixes", check_fixes), stage("solver-fixes", with_solver_fixes),
+        stage("stated-layout-fixes", check_layout_fixes), stage("loop-weight-gathers", check_loop_weight_gathers),
+        stage("idle-batch-axes", check_idle_batch_fixes))
     # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py).
-    return with_fft_fixes(checked, text, settings, where, devices, progress)
+    return stage("fft-fixes", with_fft_fixes)(checked)

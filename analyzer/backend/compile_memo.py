@@ -13,17 +13,21 @@ JAX's persistent compilation cache cannot stand in for it (adapter/devices.py): 
 lists another stack-frame table on a CPU, and is never read back for a compile-only target.
 
 With ``JAX_SHARD_LINT_COMPILE_LOG`` set to a file, one JSON line per compile or memo read is appended to it (the
-test running it, from pytest's PYTEST_CURRENT_TEST; the key; hit, miss or off; the seconds), to find the compiles
-a run repeats.
+test running it, from pytest's PYTEST_CURRENT_TEST; the key; hit, miss or off; the seconds; where the compile is a
+fix check's, its stage of the fix-check pipeline and its candidate, as ``described`` names them), to find the
+compiles a run repeats and what each one is for; a fix candidate measured on a program the same checks compiled
+before is a line too ("same", no key).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -86,14 +90,40 @@ def compile_parts(entry: str, text: str, options: dict[str, Any], devices: list,
     }
 
 
+# What the compiles started in this context are for ("stage": the fix-check stage, "candidate": its label), for
+# the compile log only: nothing read from a compile depends on it.
+_purpose: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("compile_purpose", default=())
+
+
+@contextlib.contextmanager
+def described(**purpose: str) -> Iterator[None]:
+    """Compiles logged inside it (on this thread) name ``purpose`` beside their key, added to the one around it."""
+    token = _purpose.set(tuple({**dict(_purpose.get()), **purpose}.items()))
+    try:
+        yield
+    finally:
+        _purpose.reset(token)
+
+
+def current_purpose() -> dict[str, str]:
+    """What compiles started here now are for (``described``), to hand to a thread that compiles for it."""
+    return dict(_purpose.get())
+
+
+def log_reuse() -> None:
+    """Logs a fix candidate measured on a program compiled before in the same checks (side_by_side.once,
+    same_program): no compile, memo "same"."""
+    _log(lambda: {"entry": "candidate"}, 0.0, "same")
+
+
 def _log(parts: Callable[[], dict[str, Any]], seconds: float, memo: str) -> None:
     path = os.environ.get(COMPILE_LOG_ENV)
     if not path:
         return
     described = parts()
     line = json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
-                       "entry": described["entry"], "key": cache_key(described)[:16], "memo": memo,
-                       "seconds": round(seconds, 3), "pid": os.getpid()}) + "\n"
+                       "entry": described["entry"], "key": cache_key(described)[:16] if memo != "same" else None,
+                       "memo": memo, "seconds": round(seconds, 3), "pid": os.getpid(), **dict(_purpose.get())}) + "\n"
     # One write of a short line to a file opened for appending: workers writing side by side do not interleave.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

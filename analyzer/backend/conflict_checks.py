@@ -14,6 +14,7 @@ from ...passes.pipelines.lint import LINT, ConflictCheck
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
+from . import compile_memo
 from .candidate_compile import compiled_candidate
 from .sharding_edits import with_entry_shardings
 
@@ -35,7 +36,8 @@ def conflict_check(text: str, settings: Settings, where: str, devices: list) -> 
             given = next(t for t in report.inputs if t.path == path)
             edited = with_entry_shardings(module, {}, sig.mesh_name or "mesh", {given.index: [[] for _ in given.shape]})
             try:
-                replicated[path] = compiled_candidate(report.name, edited, sig, settings, where, devices)
+                with compile_memo.described(stage="conflict-check", candidate=f"{path} replicated"):
+                    replicated[path] = compiled_candidate(report.name, edited, sig, settings, where, devices)
             except ShardLintInputError:  # XLA refuses it (out of memory): nothing measured, nothing shown
                 replicated[path] = None
         return replicated[path]

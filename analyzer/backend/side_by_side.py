@@ -22,6 +22,7 @@ from ...passes.common.sharding_text import normalized
 from ...passes.models.entry import EntrySignature
 from ...passes.models.report import TargetReport
 from ..cache.analysis_cache import thread_reads
+from . import compile_memo
 
 T = TypeVar("T")  # what a job returns: a candidate's report, or suggest's (version, report)
 
@@ -55,7 +56,9 @@ _job = threading.local()
 def outcome(job: Callable[[], T], done: Callable[[], None]) -> T | BaseException:
     outer, _job.reads_before = getattr(_job, "reads_before", None), thread_reads()
     try:
-        return job()
+        # The compile log names the stage and the candidate announced on the thread that asked for it.
+        with compile_memo.described(**getattr(done, "purpose", {})):
+            return job()
     except Exception as e:  # handed to the loop that reads the outcomes in order, which raises or reports it
         return e
     finally:
@@ -91,6 +94,8 @@ class CompileCounter:
             if self.progress is not None:
                 self.progress(f"[same] {self.name}: not compiled, the same program as one compiled before: "
                               f"{shortened(label)}")
+        with compile_memo.described(candidate=shortened(label)):
+            compile_memo.log_reuse()
 
     def _done_callback(self, label: str, batch: list[int]) -> Callable[[], None]:
         def done() -> None:
@@ -100,6 +105,8 @@ class CompileCounter:
                 if self.progress is not None:
                     self.progress(f"[{batch[0]}/{batch[1]}] {self.name}: {how} {label}")
 
+        # Read by ``outcome`` on the thread that compiles it, for the compile log (compile_memo.described).
+        done.purpose = {**compile_memo.current_purpose(), "candidate": label}  # type: ignore[attr-defined]
         return done
 
 
@@ -273,6 +280,14 @@ def one_compile_per_program() -> Iterator[None]:
             _programs, _entries = outer, outer_entries
 
 
+def known(key: Hashable, report: TargetReport) -> None:
+    """Inside ``one_compile_per_program``, ``once`` of ``key`` gives ``report`` (a program compiled before
+    the checks: lint's own) without computing it; outside, nothing."""
+    with _programs_lock:
+        if _programs is not None:
+            _programs.setdefault(key, finished(report))
+
+
 def once(key: Hashable, job: Callable[[], TargetReport], edit: EntryEdit | None = None) -> TargetReport:
     """``job()``'s report (or what it raised), computed once per key inside ``one_compile_per_program``:
     a second caller, on this thread or another, waits for the first one's compile. ``edit``: what the program
@@ -295,4 +310,6 @@ def once(key: Hashable, job: Callable[[], TargetReport], edit: EntryEdit | None 
         else:
             if edit is not None:
                 remember(edit, future.result())
+    else:
+        compile_memo.log_reuse()
     return future.result()

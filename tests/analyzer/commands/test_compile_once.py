@@ -5,8 +5,11 @@ runs: the fixes, their figures and the report are what compiling every candidate
 On the main example every fix candidate is compiled once: the state fixes, the donations, SL203's second
 choice (params['embed'] and its moments -> P(('fsdp', 'tp'))) and the solver fixes' single moves and
 layouts. The oracle for "compiled once" is the text handed to XLA: every compile of a fix candidate is
-counted by its StableHLO text. SL203's second choice, once both state fixes are measured no better, compiles
-beside the donations still compiling, as the progress lines show."""
+counted by its StableHLO text. The compiles per lint of the main example and of value_function_step, by
+stage of the fix-check pipeline, are read from the compile log (JAX_SHARD_LINT_COMPILE_LOG) and held to
+those XLA was handed: a change that compiles more (or less) for either fails here. SL203's second choice,
+once both state fixes are measured no better, compiles beside the donations still compiling, as the progress
+lines show."""
 
 import json
 import os
@@ -19,7 +22,7 @@ import pytest
 from conftest import EXAMPLES
 
 from jax_shard_lint.analyzer.adapter import jax_adapter
-from jax_shard_lint.analyzer.backend import side_by_side
+from jax_shard_lint.analyzer.backend import compile_memo, side_by_side
 from jax_shard_lint.analyzer.backend.advice import solver_fixes
 from jax_shard_lint.analyzer.backend.sharding_edits import with_entry_shardings
 from jax_shard_lint.passes.pipelines.entry import entry_signature
@@ -56,9 +59,21 @@ def test_once_computes_a_key_once_inside_the_scope_and_every_time_outside():
     assert calls["b"] == 2  # the scope is over
 
 
+def _compile_log(path) -> tuple[Counter, Counter]:
+    """(compiles of StableHLO by stage, candidates measured on a program compiled before by stage) in the compile
+    log; every compile of StableHLO is of a program no other compile in it had (its key)."""
+    lines = [json.loads(line) for line in open(path, encoding="utf-8")]
+    compiled = [line for line in lines if line["memo"] == "off" and line["entry"] == "stablehlo"]
+    assert len({line["key"] for line in compiled}) == len(compiled)
+    assert all(line["memo"] in ("off", "same") for line in lines)
+    return (Counter(line.get("stage") for line in compiled),
+            Counter(line.get("stage") for line in lines if line["memo"] == "same"))
+
+
 @pytest.mark.slow  # over 30 s on 2 cores: lint's compile, ten fix candidates and two programs compared
-def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
+def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch, tmp_path):
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    monkeypatch.setenv(compile_memo.COMPILE_LOG_ENV, str(tmp_path / "compiles.jsonl"))
     compiled = Counter()
     real = jax_adapter.compile_stablehlo_text
 
@@ -140,6 +155,15 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
     # SL102's FSDP fix: the down projection's weight gathered in the layer (loop_weight_gathers.py), one compile.
     assert "compiled params['layers']['down']'s slice gathered in the loop body at line 31 -> P('tp')" in result.err
     assert len(compiled) == 2 + 3 + len(set(moved)) + 1 + len(split) + 1
+    # The compile log says the same, by stage: lint's own compile of the jitted step, the conflict check (the
+    # tokens replicated), the state fixes, the donations and SL203's second choice, the solver fixes' versions
+    # (moves 0 to 2, the returned layout and the solver's, those that are a program compiled before logged as
+    # "same": the returned layout; on jax 0.12 the solver's too, SL203's second choice), SL105's four, SL102's one.
+    by_stage, same = _compile_log(tmp_path / "compiles.jsonl")
+    assert sum(by_stage.values()) == len(compiled)
+    assert by_stage == {"conflict-check": 1, "parameter-fixes": 2 + 3 + 1, "solver-fixes": 5 - same["solver-fixes"],
+                        "stated-layout-fixes": len(split), "loop-weight-gathers": 1}, by_stage
+    assert 1 <= same["solver-fixes"] <= 2 and set(same) == {"solver-fixes"}, same
     if (os.cpu_count() or 1) > 1:
         # Neither state fix is measured better, so SL203's second choice starts compiling as soon as both are
         # compiled, beside the donations, not after them (fix_checks._second_choices).
@@ -148,3 +172,29 @@ def test_main_example_compiles_each_fix_candidate_once(cli, monkeypatch):
         assert asked < next(k for k, line in enumerate(lines) if "compiled jax.jit(..., donate_argnums=(0, 1))" in line)
     checks = [f["fix_check"] for f in target["findings"] if f["rule"] in ("SL201", "SL203")]
     assert checks and all(c["verdict"] == "better" and "(move 2)" in c["change"] for c in checks)
+
+
+def test_value_function_step_compiles_each_fix_candidate_once(cli, monkeypatch, tmp_path):
+    """Lint of value_function_step (two targets, --no-cache): each target's own compile, then sharded_on_grid's
+    three candidates (SL101's move of v_next, the two state fixes) and sharded_on_states' one (the donation),
+    each compiled once, counted at XLA and in the compile log alike."""
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    monkeypatch.setenv(compile_memo.COMPILE_LOG_ENV, str(tmp_path / "compiles.jsonl"))
+    handed: Counter = Counter()
+    for name in ("compile_lowered", "compile_stablehlo_text"):
+        real = getattr(jax_adapter, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            handed[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(jax_adapter, name, counted)
+    result = cli("lint", os.path.join(EXAMPLES, "value_function_step.py"), "--no-cache", "--format", "json",
+                 "--fail-on", "never")
+    assert result.code == 0, result.err[-2000:]
+    assert handed == {"compile_lowered": 2, "compile_stablehlo_text": 4}, handed
+    by_stage, same = _compile_log(tmp_path / "compiles.jsonl")
+    assert by_stage == {"parameter-fixes": 4} and not same, (by_stage, same)
+    lowered = [json.loads(line) for line in open(tmp_path / "compiles.jsonl", encoding="utf-8")
+               if '"lowered"' in line]
+    assert len(lowered) == 2 and all("stage" not in line for line in lowered)
