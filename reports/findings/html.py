@@ -27,6 +27,8 @@ from ..common.tensor_text import (
     live_buffer_source,
     other_part_lines,
     parts_text,
+    per_member_note,
+    per_member_text,
     produced_by_text,
     shape_text,
 )
@@ -163,10 +165,14 @@ def _memory(t: TargetReport) -> str:
     m = t.memory
     if m is None:
         return ""
-    live = table(("bytes", "shape", "source", "produced by"), (
+    copies = any(b.per_member_copy is not None for b in m.live_at_peak[:20])
+    live = table(("bytes", "shape") + (("what it is",) if copies else ()) + ("source", "produced by"), (
         (cell(format_bytes(b.bytes), sort=b.bytes), shape_text(b.dtype, b.shape) if b.shape is not None else "-",
+         *((per_member_text(b),) if copies else ()),
          live_buffer_source(b), cell(produced_by_text(b), cls="op", title=b.op_name or b.name))
         for b in m.live_at_peak[:20]), cls="sortable")
+    if note := per_member_note(m.live_at_peak):
+        live += f'<p class="muted">{e(note)}</p>'
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "
              f"{format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}")
     return (
