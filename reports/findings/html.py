@@ -228,8 +228,9 @@ def _io(t: TargetReport) -> str:
         more = f'<p class="muted">{len(items) - len(shown)} smaller not drawn.</p>' if len(items) > len(shown) else ""
         return f"<h4>{e(title)}</h4><div class=\"grids\">{figs}</div>{more}"
 
-    return ("<h3>Inputs and outputs</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
-            "devices that hold it.</p>" + section("inputs", t.inputs) + section("outputs", t.outputs))
+    return ("<h3>Inputs and outputs</h3><p class=\"muted\">Each block of an array with the devices that hold "
+            "it: dim 0's blocks as rows, dim 1's as columns, one panel per block of each later split dim.</p>"
+            + section("inputs", t.inputs) + section("outputs", t.outputs))
 
 
 def _findings(findings, docs: dict, target: str | None = None) -> str:
