@@ -5,7 +5,7 @@ reverse mode carry one cotangent of every closed-over parameter per member: a bu
 parameter's per-device shape with the batch dimension added. XLA's op name says only that it came from
 ``transpose(jvp(vmap(...)))``; the arguments' per-device shapes say what it is.
 
-A match asks for the same element type, an op name under ``vmap``, a parameter of two or more
+A match asks for the same element type, an op name in the backward pass of a ``vmap``, a parameter of two or more
 dimensions (a vector's copies look like any activation of the batch: ``[members, 512]``) and every
 other dimension equal, and the batch size the most bytes agree on. Where several parameters match (with the
 batch at another place, or of one shape), the buffer names them all; where more than ``MOST_NAMED`` would,
@@ -71,7 +71,10 @@ def _matches(b: LiveBuffer, by_shape: dict[tuple[str, tuple[int, ...]], list[str
     """(members, dimension, parameters) for each dimension whose removal leaves parameters' per-device shape:
     a [64,128,64] buffer is 64 x a [128,64] parameter or a [64,128] one x 64; [256,256,64] is 256 x a [256,64]
     one with the batch first or second."""
-    if b.shape is None or b.dtype is None or len(b.shape) < 3 or "vmap(" not in (b.op_name or ""):
+    op = b.op_name or ""
+    # The backward pass of a vmapped function: a forward value under vmap that happens to have a parameter's
+    # shape and one dim more (a value function's [32 states, 16384 grid, 32 choices] and its [32,16384] V) is none.
+    if b.shape is None or b.dtype is None or len(b.shape) < 3 or "vmap(" not in op or "transpose(" not in op:
         return []
     if b.bytes != array_bytes(b.dtype, b.shape):  # a slice of a larger value, or a shape the report misread
         return []

@@ -10,6 +10,7 @@ the members from the ensemble's, and the per-member gradients in the compiled pr
 import json
 import os
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -122,4 +123,23 @@ def test_a_batched_model_keeps_no_copy_per_member():
         return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
     assert peak(batched.compile()) < peak(lowered.compile()) / 2
     report = analyze(batched, "batched")
+    assert all(b.per_member_copy is None for b in report.memory.live_at_peak)
+
+
+def test_a_forward_value_under_vmap_with_a_parameters_shape_and_one_dim_more_is_not_a_copy():
+    # examples/value_function_step.py vmaps over states: its [16 states, 1024 grid, 16 choices] is 16 x V's
+    # per-device [16,1024] by shape alone, but it is a forward value, no gradient: nothing is said.
+    from conftest import EXAMPLES
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import value_function_step
+    finally:
+        sys.path.remove(EXAMPLES)
+    lowered = value_function_step.shard_lint_targets(states=128, grid_points=1024, n_choices=16,
+                                                     mesh_devices=jax.devices()[:8])["sharded_on_states"]
+    report = analyze(lowered, "sharded_on_states")
+    v = report.inputs[0]
+    assert (v.path, v.shape, v.sharding) == ("v_next", [128, 1024], [["x"], []])
+    shapes = [tuple(b.shape) for b in report.memory.live_at_peak if b.shape is not None]
+    assert (16, 1024, 16) in shapes  # the shape alone would match
     assert all(b.per_member_copy is None for b in report.memory.live_at_peak)
