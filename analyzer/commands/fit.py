@@ -180,15 +180,20 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
         # Secant through the two probes nearest the budget, clamped inside the bracket.
         near = sorted(points, key=lambda v: abs(peak(v) - budget))[:2]
         guess = None
+        confirmed = False
         if len(near) == 2 and near[0] != near[1]:
             (a, pa), (b, pb) = sorted((v, peak(v)) for v in near)
             slope = (pb - pa) / (b - a)
             if slope > 0:
                 guess = int((budget - pa) / slope + a) // k * k
+                confirmed = _on_line(peak, points, (a, pa), slope)
         # Unbracketed, a secant through two probes of nearly equal peaks (a ViT's batch 4 and 8 both 32.0 MiB:
         # fixed costs dominate) reaches far past the answer (batch 19116, 27.5 GiB, then six halvings): it may
-        # grow the largest fitting value at most _MAX_GROWTH-fold a probe.
+        # grow the largest fitting value at most _MAX_GROWTH-fold a probe, unless a third probe lies on its line.
         upper = (bad - k) if bad is not None else min(last, max(good * _MAX_GROWTH // k * k, good + k))
+        if confirmed and bad is None:
+            upper = last
+        predicted = guess is not None and good < guess <= upper and guess not in points
         if guess is not None and bad is None and guess > upper:
             guess = upper
         if guess is None or guess <= good or guess > upper or guess in points:
@@ -201,9 +206,10 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
         points.append(guess)
         if peak(guess) <= budget:
             good = guess
-            # Verify the answer's neighbour right away when the line says this is it.
+            # Verify the answer's neighbour right away when the line says this is it (not a value the growth
+            # bound or a halving chose: the line puts the answer past it).
             nxt = guess + k
-            if nxt <= last and (bad is None or nxt < bad):
+            if predicted and nxt <= last and (bad is None or nxt < bad):
                 points.append(nxt)
                 if peak(nxt) > budget:
                     bad = nxt
@@ -215,6 +221,15 @@ def search(peak, budget: int, lo: int, hi: int, k: int) -> tuple[int | None, tup
 
 # A probe is on the fitted line when the line predicts its peak within this fraction of it.
 LINE_TOLERANCE = 0.03
+
+
+def _on_line(peak, points: list[int], through: tuple[int, int], slope: float) -> bool:
+    """Whether the secant's line holds: a third probe lies on it (within LINE_TOLERANCE) and the part of the
+    peak that grows is at least the fixed part at the largest of them, so the line is no flat start that
+    bends up later (a ViT's batch 4, 8 and 16 all near 32 MiB): its answer then needs no growth bound."""
+    a, pa = through
+    on = [v for v in set(points) if abs(pa + slope * (v - a) - peak(v)) <= LINE_TOLERANCE * peak(v)]
+    return len(on) >= 3 and pa - slope * a <= peak(max(on)) / 2
 
 
 def least_squares_line(points: list[tuple[int, int]]) -> tuple[float, float]:

@@ -13,6 +13,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .fix_check import FixCheck
+from .per_member_copy import PerMemberCopy
 
 # 1.1: findings are grouped by cause (count, bytes, ops), name their parameter and the
 # sharding to give it (every parameter, `parameters`, when one change covers several), and carry
@@ -161,6 +162,9 @@ class LiveBuffer(Model):
     op_name: str | None
     source: SourceLocation | None
     via: SourceLocation | None = VIA_FIELD
+    per_member_copy: PerMemberCopy | None = Field(
+        default=None, description="What the buffer is where it is a parameter's per-device shape with a vmap's batch "
+        "dimension added (a gradient per member of a batch, the parameter closed over); null otherwise.")
 
 
 class MemoryTimelinePoint(Model):

@@ -31,6 +31,7 @@ from ..hlo.cost import program_cost, xla_cost_figures
 from ..hlo.error_paths import mark_error_paths
 from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
 from ..hlo.layout_waste import aliased_parameters
+from ..hlo.member_copies import mark_member_copies
 from ..hlo.memory import summarize_memory
 from ..hlo.module import HloModule
 from ..hlo.normalized_sums import normalized_partial_sums
@@ -84,15 +85,16 @@ OutShardingsHook = Callable[[tuple[TensorInfo, ...], tuple[TensorInfo, ...], tup
                             "tuple[str | None, str | None]"]
 
 LINT = Pipeline("lint", (
-    "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "collective-intent",
-    "collective-origin", "row-parallel-sums", "combined-parts", "step-time", "call-site", "rule-facts", "rules",
-    "compiled-program-passes", "report-notes", "out-shardings", "provenance",
+    "entry-signature", "hlo-parse", "collectives", "memory", "state-roundtrips", "per-member-copies",
+    "collective-intent", "collective-origin", "row-parallel-sums", "combined-parts", "step-time", "call-site",
+    "rule-facts", "rules", "compiled-program-passes", "report-notes", "out-shardings", "provenance",
 ), reads={
     "entry-signature": (),
     "hlo-parse": (),
     "collectives": ("entry-signature", "hlo-parse"),  # the mesh's axes
     "memory": ("hlo-parse",),
     "state-roundtrips": ("entry-signature",),
+    "per-member-copies": ("entry-signature", "memory", "state-roundtrips"),
     # Each pass over the collectives reads the one before it's: intent, origin, pairs, parts, times, site.
     "collective-intent": ("entry-signature", "hlo-parse", "collectives", "state-roundtrips"),
     "collective-origin": ("entry-signature", "hlo-parse", "collective-intent"),
@@ -100,14 +102,15 @@ LINT = Pipeline("lint", (
     "combined-parts": ("entry-signature", "hlo-parse", "state-roundtrips", "row-parallel-sums"),
     "step-time": ("hlo-parse", "combined-parts"),
     "call-site": ("entry-signature", "hlo-parse", "step-time"),
-    "rule-facts": ("entry-signature", "hlo-parse", "memory", "state-roundtrips", "combined-parts", "call-site"),
+    "rule-facts": ("entry-signature", "hlo-parse", "per-member-copies", "state-roundtrips", "combined-parts",
+                   "call-site"),
     # Without the rules' context (a fix candidate's check), SL104's own, from the collectives timed.
-    "rules": ("entry-signature", "hlo-parse", "memory", "state-roundtrips", "step-time", "rule-facts"),
+    "rules": ("entry-signature", "hlo-parse", "per-member-copies", "state-roundtrips", "step-time", "rule-facts"),
     "compiled-program-passes": ("entry-signature", "hlo-parse", "call-site", "rules"),
     "report-notes": ("rule-facts",),
     "out-shardings": ("entry-signature", "state-roundtrips"),
-    "provenance": ("entry-signature", "memory", "step-time", "call-site", "rule-facts", "compiled-program-passes",
-                   "report-notes", "out-shardings"),
+    "provenance": ("entry-signature", "per-member-copies", "step-time", "call-site", "rule-facts",
+                   "compiled-program-passes", "report-notes", "out-shardings"),
 })
 LINT_REFUSED = Pipeline("lint-refused", ("entry-signature", "refusal", "state-roundtrips", "rules"), reads={
     "entry-signature": (), "refusal": (), "state-roundtrips": ("entry-signature",),
@@ -171,6 +174,7 @@ def analyze_target(
     # Which outputs are inputs coming back: the step's state, whose parameters'
     # gathers and gradient reductions are intended traffic.
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
+    memory = LINT.run("per-member-copies", mark_member_copies, memory, parameters(inputs, roundtrips), sig.mesh)
     collectives = LINT.run("collective-intent", _intents, collectives, hlo, parameters(inputs, roundtrips), sig.mesh,
                            module, config.ownership)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,

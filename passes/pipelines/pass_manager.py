@@ -42,6 +42,8 @@ STAGES: dict[str, str] = {
     "memory": "the compiled program's memory summary (peak, its buffers, against the budget)",
     "refusal": "the compiler's out-of-memory refusal read from its error",
     "state-roundtrips": "the outputs that are inputs coming back (the step's state), with those inputs",
+    "per-member-copies": "the memory peak's buffers that are a parameter's per-device shape once per member of a "
+                         "vmapped batch, said so",
     "collective-intent": "each collective's intent (a parameter's gather, a gradient's reduction, a reshard)",
     "collective-origin": "each collective's origin: the op that needs it and why it runs",
     "row-parallel-sums": "the partial sums of a row-parallel matmul pair, and a column-parallel matmul's input "

@@ -18,4 +18,6 @@ def peak_detail(ctx: RuleContext) -> str:
     if top is None:
         return ""
     what = f"{top.dtype}{top.shape}" if top.shape is not None else top.name
-    return f"; the largest buffer live at the peak is {what} ({format_bytes(top.bytes)}) from {top.op_name or top.name}"
+    copy = f", {top.per_member_copy}" if top.per_member_copy is not None else ""
+    return (f"; the largest buffer live at the peak is {what} ({format_bytes(top.bytes)}) from "
+            f"{top.op_name or top.name}{copy}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import product
+from math import prod
 
 from .html_page import e
 
@@ -19,19 +21,16 @@ def _axis_index(label: str, coord: int, size: int) -> tuple[int, int]:
     return coord, size
 
 
-def device_grid(sharding: list[list[str]] | None, shape: list[int], mesh: dict[str, int]) -> str:
-    """Which devices hold which block of an array: dims 0 and 1 as rows and columns."""
-    if sharding is None or not mesh:
-        return '<div class="muted">sharding unknown</div>'
+def _block_counts(sharding: list[list[str]], rank: int, mesh: dict[str, int]
+                  ) -> tuple[list[list[str]], dict[tuple[int, ...], list[int]], list[int]]:
+    """Each dimension's axis labels, the devices holding each block (by its index along every dimension) and
+    how many blocks each dimension has."""
     names = list(mesh)
     sizes = [mesh[n] for n in names]
-    n_devices = 1
-    for s in sizes:
-        n_devices *= s
-    dims = (sharding + [[], []])[:2] if shape else [[], []]
-    blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
-    counts = [1, 1]
-    for device in range(n_devices):
+    dims = (sharding + [[]] * rank)[:rank]
+    blocks: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    counts = [1] * rank
+    for device in range(prod(sizes)):
         coords, rem = [], device
         for s in reversed(sizes):
             coords.append(rem % s)
@@ -48,19 +47,44 @@ def device_grid(sharding: list[list[str]] | None, shape: list[int], mesh: dict[s
                 block, count = block * c + i, count * c
             idx.append(block)
             counts[d] = count
-        blocks[(idx[0], idx[1])].append(device)
-    if counts[0] * counts[1] > MAX_GRID_CELLS:
-        return f'<div class="muted">{counts[0]} x {counts[1]} blocks: too many to draw</div>'
-    cell_w, cell_h = 74, 30
-    w, h = counts[1] * cell_w, counts[0] * cell_h
+        blocks[tuple(idx)].append(device)
+    return dims, blocks, counts
+
+
+def device_grid(sharding: list[list[str]] | None, shape: list[int], mesh: dict[str, int]) -> str:
+    """Which devices hold which block of an array: dim 0's blocks as rows, dim 1's as columns, and one panel
+    per block of the dimensions after them that are split (``P('data', None, 'model')``'s dim 2: two panels,
+    each labelled), so a split past dim 1 is drawn, not left out."""
+    if sharding is None or not mesh:
+        return '<div class="muted">sharding unknown</div>'
+    rank = max(len(shape), 2)
+    dims, blocks, counts = _block_counts(sharding if shape else [], rank, mesh)
+    rows, cols = counts[0], counts[1]
+    further = [d for d in range(2, rank) if counts[d] > 1]
+    panels = list(product(*(range(counts[d]) for d in further)))
+    if rows * cols * len(panels) > MAX_GRID_CELLS:
+        split = " x ".join(str(counts[d]) for d in [0, 1, *further])
+        return f'<div class="muted">{split} blocks: too many to draw</div>'
+    cell_w, cell_h, gap, char_w = 74, 30, 12, 7  # char_w: the 11px monospace labels' advance, rounded up
+    titles = [", ".join(f"dim {d} ({'+'.join(dims[d])}) {b + 1}/{counts[d]}" for d, b in zip(further, panel))
+              for panel in panels]
+    title_h = 16 if further else 0
+    panel_w = max([cols * cell_w, *(len(t) * char_w for t in titles)])
+    w, h = len(panels) * panel_w + (len(panels) - 1) * gap, rows * cell_h + title_h
     cells = []
-    for r in range(counts[0]):
-        for c in range(counts[1]):
-            devs = blocks.get((r, c), [])
-            label = ",".join(map(str, devs)) if len(devs) <= 4 else f"{devs[0]}..{devs[-1]} ({len(devs)})"
-            hue = (r * counts[1] + c) * 47 % 360
-            cells.append(f'<rect x="{c * cell_w}" y="{r * cell_h}" width="{cell_w}" height="{cell_h}" '
-                         f'fill="hsl({hue},55%,86%)" stroke="#555"/><text x="{c * cell_w + cell_w / 2}" '
-                         f'y="{r * cell_h + 19}" text-anchor="middle">{e(label)}</text>')
+    for k, panel in enumerate(panels):
+        x0 = k * (panel_w + gap)
+        if further:
+            cells.append(f'<text class="panel" x="{x0}" y="11">{e(titles[k])}</text>')
+        for r in range(rows):
+            for c in range(cols):
+                key = tuple([r, c] + [panel[further.index(d)] if d in further else 0 for d in range(2, rank)])
+                devs = blocks.get(key, [])
+                label = ",".join(map(str, devs)) if len(devs) <= 4 else f"{devs[0]}..{devs[-1]} ({len(devs)})"
+                hue = ((k * rows + r) * cols + c) * 47 % 360
+                x, y = x0 + c * cell_w, title_h + r * cell_h
+                cells.append(f'<rect x="{x}" y="{y}" width="{cell_w}" height="{cell_h}" '
+                             f'fill="hsl({hue},55%,86%)" stroke="#555"/><text x="{x + cell_w / 2}" '
+                             f'y="{y + 19}" text-anchor="middle">{e(label)}</text>')
     return (f'<svg class="grid" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
             f'aria-label="device grid">{"".join(cells)}</svg>')

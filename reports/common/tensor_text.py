@@ -54,6 +54,24 @@ def produced_by_text(b: LiveBuffer) -> str:
     return f"{m.group(1)} (added by XLA)" if m else b.name
 
 
+def per_member_text(b: LiveBuffer) -> str:
+    """What a buffer is, where a pass could say (``256 x params.w's per-device shape (a per-member copy from
+    vmap)``), else empty."""
+    return str(b.per_member_copy) if b.per_member_copy is not None else ""
+
+
+def per_member_note(buffers: list[LiveBuffer]) -> str | None:
+    """The advice under a peak some of whose buffers are parameters copied per member of a vmap; None otherwise."""
+    copies = [b for b in buffers if b.per_member_copy is not None]
+    if not copies:
+        return None
+    n = f"{len(copies)} buffers" if len(copies) > 1 else "1 buffer"
+    return (f"{n} live at the peak ({format_bytes(sum(b.bytes for b in copies))}) hold a parameter's per-device "
+            "shape once per member of a vmap: a function vmapped with the model closed over keeps a gradient "
+            "per member in its backward pass. Calling the model on the batched state inside the function "
+            "(jax.vmap of the model where it is called) keeps one (advice, not checked).")
+
+
 def live_buffer_source(b: LiveBuffer, with_via: bool = True) -> str:
     """Where a buffer live at the peak comes from: the user's line (and the library line it went
     through, unless a column of its own shows that), or for an argument, which has no line of its

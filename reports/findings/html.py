@@ -27,6 +27,8 @@ from ..common.tensor_text import (
     live_buffer_source,
     other_part_lines,
     parts_text,
+    per_member_note,
+    per_member_text,
     produced_by_text,
     shape_text,
 )
@@ -163,10 +165,14 @@ def _memory(t: TargetReport) -> str:
     m = t.memory
     if m is None:
         return ""
-    live = table(("bytes", "shape", "source", "produced by"), (
+    copies = any(b.per_member_copy is not None for b in m.live_at_peak[:20])
+    live = table(("bytes", "shape") + (("what it is",) if copies else ()) + ("source", "produced by"), (
         (cell(format_bytes(b.bytes), sort=b.bytes), shape_text(b.dtype, b.shape) if b.shape is not None else "-",
+         *((per_member_text(b),) if copies else ()),
          live_buffer_source(b), cell(produced_by_text(b), cls="op", title=b.op_name or b.name))
         for b in m.live_at_peak[:20]), cls="sortable")
+    if note := per_member_note(m.live_at_peak):
+        live += f'<p class="muted">{e(note)}</p>'
     parts = (f"temp {format_bytes(m.temp_bytes)} + arguments {format_bytes(m.argument_bytes)} + outputs "
              f"{format_bytes(m.output_bytes)} - aliased {format_bytes(m.alias_bytes)}")
     return (
@@ -222,8 +228,9 @@ def _io(t: TargetReport) -> str:
         more = f'<p class="muted">{len(items) - len(shown)} smaller not drawn.</p>' if len(items) > len(shown) else ""
         return f"<h4>{e(title)}</h4><div class=\"grids\">{figs}</div>{more}"
 
-    return ("<h3>Inputs and outputs</h3><p class=\"muted\">Each block of an array (dims 0 and 1) with the "
-            "devices that hold it.</p>" + section("inputs", t.inputs) + section("outputs", t.outputs))
+    return ("<h3>Inputs and outputs</h3><p class=\"muted\">Each block of an array with the devices that hold "
+            "it: dim 0's blocks as rows, dim 1's as columns, one panel per block of each later split dim.</p>"
+            + section("inputs", t.inputs) + section("outputs", t.outputs))
 
 
 def _findings(findings, docs: dict, target: str | None = None) -> str:

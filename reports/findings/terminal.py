@@ -28,6 +28,8 @@ from ..common.tensor_text import (
     collective_op_text,
     collective_shape_text,
     live_buffer_source,
+    per_member_note,
+    per_member_text,
     produced_by_text,
     shape_text,
 )
@@ -170,7 +172,11 @@ def _live(t: TargetReport, width: int) -> Table | None:
     ]
     if all(b.via is None for b in rows):
         columns.pop()
-    return fitted_table("Live at the peak", columns, width)
+    if any(b.per_member_copy is not None for b in rows):
+        # terminal_safe escaped the parameters' paths the text is made of already.
+        columns.insert(2, Column("what it is", [per_member_text(b) for b in rows], fold=True))
+    note = per_member_note(t.memory.live_at_peak)
+    return fitted_table("Live at the peak", columns, width, safe_text(note) if note else None)
 
 
 def _io(t: TargetReport, width: int) -> Table:

@@ -48,6 +48,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.html:render_html": {
         "omitted": frozenset({
+            "PerMemberCopy.dims",
             "Collective.computation", "Collective.group_size",
             "Collective.hlo_name", "LintReport.jaxlib_version", "LintReport.schema_version", "LiveBuffer.name",
             "MemorySummary.generated_code_bytes", "RuleDoc.name", "RuleDoc.severity", "ScriptRun.exit_code",
@@ -71,6 +72,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
+            "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.computation", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.intent", "Collective.is_async", "Collective.kind",
             "Collective.mesh_axes", "Collective.op_name", "Collective.seconds", "Collective.shape", "Finding.bytes",
@@ -108,6 +110,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.sarif:render_sarif": {
         "omitted": frozenset({
+            "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.bytes", "Collective.computation", "Collective.count", "Collective.count_is_lower_bound",
             "Collective.dtype", "Collective.group_size", "Collective.hlo_name", "Collective.intent",
             "Collective.is_async", "Collective.kind", "Collective.mesh_axes", "Collective.op_name",
@@ -144,6 +147,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.terminal:render_terminal": {
         "omitted": frozenset({
+            "PerMemberCopy.dims",
             "Collective.computation", "Collective.group_size", "Collective.hlo_name", "Collective.op_name",
             "Finding.name", "LintReport.command", "LintReport.jax_version", "LintReport.jaxlib_version",
             "LintReport.schema_version", "LintReport.tool_version", "LiveBuffer.name",

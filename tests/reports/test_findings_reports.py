@@ -22,6 +22,7 @@ from report_samples import (
     step_time,
 )
 
+from jax_shard_lint.passes.models.per_member_copy import PerMemberCopy
 from jax_shard_lint.passes.models.process_runs import MultiProcessReport, ProcessCountRun, ProcessFigures
 from jax_shard_lint.passes.models.report import (
     Collective,
@@ -46,7 +47,11 @@ def report(command: str = "lint") -> LintReport:
         platform="cpu", peak_bytes=3 * MiB + MiB // 2, argument_bytes=MiB, output_bytes=MiB // 2, temp_bytes=2 * MiB,
         alias_bytes=0, budget_bytes=16 * MiB, live_range_peak_bytes=3 * MiB, peak_step=2,
         live_at_peak=[LiveBuffer(name="fusion.3", bytes=2 * MiB, shape=[512, 1024], dtype="f32", op_name=HOSTILE,
-                                 source=at(40))],
+                                 source=at(40)),
+                      LiveBuffer(name="wrapped_broadcast.2", bytes=MiB, shape=[4, 256, 256], dtype="f32",
+                                 op_name="jit(step)/transpose(jvp(vmap(solve)))", source=at(41),
+                                 per_member_copy=PerMemberCopy(members=4, dims=[0], parameters=[
+                                     f"params['{HOSTILE}']", f"opt_state[0].mu['{HOSTILE}']"]))],
         timeline=[MemoryTimelinePoint(step=0, bytes=MiB), MemoryTimelinePoint(step=2, bytes=3 * MiB),
                   MemoryTimelinePoint(step=4, bytes=MiB)])
     gather = Collective(kind="all-gather", bytes=256 * 1024, count=3, mesh_axes=["data"], shape=[256, 256],
@@ -78,6 +83,10 @@ def test_terminal(command):
                    "1 target(s), 2 finding(s)"):
         assert figure in text, figure
     assert ("exited cleanly; 2 programs compiled, 1 reported" in text) == (command == "run")
+    # The buffer that is a parameter once per member of a vmap, said so (the optimizer state that mirrors it
+    # not named), and the advice under the table.
+    assert f"4 x params['{HOSTILE}']'s per-device shape (a per-member copy from vmap)" in " ".join(text.split())
+    assert "1 buffer live at the peak (1.0 MiB) hold" in " ".join(text.split())
 
 
 def test_run_with_processes_terminal_names_each_process_count():
@@ -105,6 +114,10 @@ def test_html(command):
     assert_inert_html(page)
     assert f'<section class="target" data-target="step {HOSTILE_HTML}"><h2>step {HOSTILE_HTML}</h2>' in page
     assert f'data-peak-bytes="{3 * MiB + MiB // 2}">3.5 MiB</span>' in page
+    assert ("<th>what it is</th><th>source</th>" in page
+            and f"<td>4 x params[&#x27;{HOSTILE_HTML}&#x27;]&#x27;s per-device shape (a per-member copy from vmap)"
+                "</td>" in page)
+    assert "1 buffer live at the peak (1.0 MiB) hold a parameter&#x27;s per-device shape" in page
     # The collectives table: bytes, count and per step, each sortable by its number; the op escaped.
     assert ('<td data-v="262144">256.0 KiB</td><td data-v="3">3</td><td data-v="786432">768.0 KiB</td>'
             '<td data-v="0.002">2 ms</td><td>data</td><td>parameter-gather</td>') in page

@@ -35,3 +35,27 @@ def test_a_flat_start_does_not_send_the_search_far_past_its_answer(flat, interce
     assert answer == brute
     assert max(probed) <= 8 * brute, probed  # never more than the growth bound past a fitting probe
     assert len(set(probed)) <= 10, probed
+
+
+def _bent_then_affine(v):
+    """newbie16's diffrax ensemble step (batch a multiple of 8, 2 GiB): 6.2 MiB at batch 8, then affine, 3.0 MiB
+    + 0.36 MiB a member from batch 16 (its probes 16, 128, 1088 and 5760 lie on that line)."""
+    return int(6.2 * MiB) if v <= 8 else int(2.744 * MiB + 0.35985 * MiB * v)
+
+
+def test_an_affine_peak_is_predicted_once_its_line_holds_and_only_the_answer_has_its_neighbour_probed():
+    # It probed 8, 16, 128, 136, 1088, 1096, 5784, 5760, 5768: each value the growth bound chose had its neighbour
+    # compiled too, as if the line had put the answer there. Once a third probe lies on the line, the line's
+    # answer is compiled, and its neighbour.
+    probed = []
+
+    def probe(v):
+        probed.append(v)
+        return _bent_then_affine(v)
+
+    budget = 2048 * MiB
+    answer, _ = search(probe, budget, 1, 65536, 8)
+    brute = max(v for v in range(8, 65537, 8) if _bent_then_affine(v) <= budget)
+    assert answer == brute
+    values = list(dict.fromkeys(probed))
+    assert values == [8, 16, 128, 1024, brute, brute + 8], values

@@ -45,4 +45,4 @@ def test_the_cli_names_the_failing_pass(monkeypatch, capsys):
     monkeypatch.setitem(dispatch.COMMANDS, "lint", lint_with_a_bug)
     assert run_command(["lint", "examples/fsdp_tp_train_step.py", "-q"]) == 3
     err = capsys.readouterr().err
-    assert "jax-shard-lint: internal error in pass 'rules' (stage 13 of pipeline lint): TypeError: " in err
+    assert "jax-shard-lint: internal error in pass 'rules' (stage 14 of pipeline lint): TypeError: " in err
