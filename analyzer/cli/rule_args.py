@@ -15,6 +15,10 @@ def add_rule_args(p: argparse.ArgumentParser) -> None:
                         "tpu-v5p, tpu-v6e")
     p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="override a rule threshold, e.g. --threshold replicating-collective-bytes=128MiB")
+    p.add_argument("--loop-trips", type=int, default=None, metavar="N",
+                   help="take each loop whose trip count XLA does not know (a data-dependent while_loop, a diffrax "
+                   "solve) to run N times per run of the loops around it, never more than the bound its condition "
+                   "proves: counts, bytes, step time, thresholds and sweep's ranking then use N (default: once)")
     p.add_argument("--ignore", action="append", default=[], metavar="CODE", help="disable a rule (repeatable)")
     p.add_argument("--config", metavar="PYPROJECT", help="read [tool.jax-shard-lint] from this file (default: the "
                    "nearest pyproject.toml above the script)")

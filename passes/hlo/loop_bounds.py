@@ -75,14 +75,71 @@ def inferred_trip_count(module: HloModule, loop: HloInstruction) -> int | None:
     a constant, the loop starts it at a constant and the body adds a constant step.
     None unless all three are plain."""
     called = dict(loop.called())
-    cond, body = module.computations.get(called.get("condition", "")), module.computations.get(called.get("body", ""))
-    if cond is None or body is None or not loop.operands:
+    cond = module.computations.get(called.get("condition", ""))
+    if cond is None:
         return None
     root = _op_of(module, next((i for i in cond.instructions if i.is_root), None))
     if root is None or root[0] != "compare" or len(root[2]) != 2:
         return None
-    direction = root[1].get("direction", "")
     lhs, rhs = (_through_copies(module, o) for o in root[2])
+    return _counted_runs(module, loop, root[1].get("direction", ""), lhs, rhs)
+
+
+def loop_trip_bound(module: HloModule, loop: HloInstruction) -> int | None:
+    """At most how many times a loop runs whose condition ANDs a counter test with others (diffrax's
+    solver loops and ``eqx.internal.while_loop(max_steps=...)``: ``(t < t1) & (step < max_steps)``;
+    a ``lax.while_loop`` whose predicate says ``& (k < 1000)``): the loop stops no later than the counter
+    test alone would stop it, so that test's count, XLA's constant over the body's constant step, bounds
+    it. The smallest of its conjuncts' counts; None where no conjunct is a plain counter test (a loop
+    counting down from a value the program computes, a bound the program computes)."""
+    called = dict(loop.called())
+    cond = module.computations.get(called.get("condition", ""))
+    root = next((i for i in cond.instructions if i.is_root), None) if cond is not None else None
+    if root is None:
+        return None
+    counts = [n for direction, lhs, rhs in _conjuncts(module, root, {})
+              if (n := _counted_runs(module, loop, direction, lhs, rhs)) is not None]
+    return min(counts) if counts else None
+
+
+def _resolved(module: HloModule, name: str, fused_params: dict[str, str]) -> HloInstruction | None:
+    """The value an operand is, through copies and, inside a fusion, through its parameters to the fusion's
+    operands in the condition."""
+    ins = _through_copies(module, name)
+    if ins is not None and ins.opcode == "parameter" and ins.name in fused_params:
+        return _through_copies(module, fused_params[ins.name])
+    return ins
+
+
+def _conjuncts(module: HloModule, ins: HloInstruction, fused_params: dict[str, str],
+               ) -> list[tuple[str, HloInstruction | None, HloInstruction | None]]:
+    """The comparisons a condition ANDs together (through one fusion of them: ``compare_and_fusion`` on
+    CPU), each as (direction, left, right) with its operands resolved to the condition's values."""
+    if ins.opcode == "compare" and len(ins.operands) == 2:
+        return [(ins.attrs.get("direction", ""), *(_resolved(module, o, fused_params) for o in ins.operands))]
+    if ins.opcode == "and":
+        return [c for o in ins.operands if (x := _resolved(module, o, {})) is not None
+                for c in _conjuncts(module, x, fused_params)]
+    if ins.opcode == "fusion" and not fused_params:
+        fused = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
+        root = next((i for i in fused.instructions if i.is_root), None) if fused else None
+        if root is None or fused is None:
+            return []
+        params = {i.name: ins.operands[int(i.operands[0])] for i in fused.instructions
+                  if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()
+                  and int(i.operands[0]) < len(ins.operands)}
+        return _conjuncts(module, root, params)
+    return []
+
+
+def _counted_runs(module: HloModule, loop: HloInstruction, direction: str, lhs: HloInstruction | None,
+                  rhs: HloInstruction | None) -> int | None:
+    """How many times ``counter <direction> bound`` holds, the counter being a tuple element the loop starts at
+    a constant and its body adds a constant step to; None unless all three are plain."""
+    called = dict(loop.called())
+    body = module.computations.get(called.get("body", ""))
+    if body is None or not loop.operands:
+        return None
     index, bound = _tuple_index(lhs), _int_constant(rhs)
     if index is None:  # constant on the left: read the comparison the other way round
         index, bound, direction = _tuple_index(rhs), _int_constant(lhs), _FLIPPED.get(direction, "")
@@ -104,6 +161,6 @@ def inferred_trip_count(module: HloModule, loop: HloInstruction) -> int | None:
         return max(0, -(-(bound - start) // step))
     if direction == "LE":
         return max(0, (bound - start) // step + 1)
-    if direction == "NE" and (bound - start) % step == 0:
+    if direction == "NE" and bound >= start and (bound - start) % step == 0:  # else it never meets the bound
         return max(0, (bound - start) // step)
     return None
