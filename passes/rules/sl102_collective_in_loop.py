@@ -35,7 +35,12 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     large array on every device) is SL101's finding, not a second one. The
     finding lists its collectives (`ops`) and names the argument behind most
     of their bytes where one is found, or else the `with_sharding_constraint`
-    whose sharding they undo (its line and spec, `constraint`).
+    whose sharding they undo (its line and spec, `constraint`). A loop whose
+    trip count XLA does not know (a data-dependent `while_loop`, a diffrax
+    solve) counts its collectives once; where its condition proves a bound
+    (`(change > tol) & (k < max_steps)`) the group is judged at that bound
+    too and said as "at least X, up to Y at the bound of N runs";
+    `--loop-trips N` counts such loops N times instead.
 
     Why is this bad
     ---------------

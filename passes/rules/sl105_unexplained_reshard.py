@@ -49,6 +49,10 @@ def unexplained_reshard(ctx: RuleContext, out: Emitter) -> None:
     partial sums or the program's own) whose bytes per step reach
     `unexplained-reshard-bytes`, when no other rule reports it (SL101's
     replicating collectives, SL102's loops, SL104's rematerializations).
+    A collective counted once in a loop whose trip count XLA does not know
+    that is under the threshold so but may reach it at the loop's bound (or
+    has none proved) is not filtered as small: the report's note names it
+    with its range (`--loop-trips N` counts such loops N times).
     It names the argument whose sharding causes it, with its PartitionSpec,
     and the sharding to give it instead. Where XLA gathers an activation
     (no argument) for a matmul that reads it whole, it names where the
