@@ -116,7 +116,8 @@ def _conjuncts(module: HloModule, ins: HloInstruction, fused_params: dict[str, s
     """The comparisons a condition ANDs together (through one fusion of them: ``compare_and_fusion`` on
     CPU), each as (direction, left, right) with its operands resolved to the condition's values."""
     if ins.opcode == "compare" and len(ins.operands) == 2:
-        return [(ins.attrs.get("direction", ""), *(_resolved(module, o, fused_params) for o in ins.operands))]
+        lhs, rhs = (_resolved(module, o, fused_params) for o in ins.operands)
+        return [(ins.attrs.get("direction", ""), lhs, rhs)]
     if ins.opcode == "and":
         return [c for o in ins.operands if (x := _resolved(module, o, {})) is not None
                 for c in _conjuncts(module, x, fused_params)]

@@ -20,6 +20,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     "common.json:render_json": {
         "omitted": frozenset(),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "AppliedSharding.before", "ChosenSharding.current", "ChosenSharding.pinned", "Collective.cross_host",
             "Collective.input_path", "Collective.pieces", "Collective.why", "CollectivePart.bytes",
@@ -57,6 +58,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.bytes", "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -71,6 +73,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
+            "Collective.count_assumed",
             "Collective.computation", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.intent", "Collective.is_async", "Collective.kind",
             "Collective.mesh_axes", "Collective.op_name", "Collective.seconds", "Collective.shape", "Finding.bytes",
@@ -94,6 +97,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.per_device_bytes", "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -108,6 +112,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.sarif:render_sarif": {
         "omitted": frozenset({
+            "Collective.count_assumed",
             "Collective.bytes", "Collective.computation", "Collective.count", "Collective.count_is_lower_bound",
             "Collective.dtype", "Collective.group_size", "Collective.hlo_name", "Collective.intent",
             "Collective.is_async", "Collective.kind", "Collective.mesh_axes", "Collective.op_name",
@@ -130,6 +135,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -158,6 +164,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -247,6 +254,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds", "Validation.repeats",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -278,6 +286,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "Validation.time_after_s", "Validation.time_before_s",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -302,6 +311,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -374,6 +384,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.html:render_sweep_html": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
             "Collective.is_async", "Collective.shape", "SourceLocation.function", "StepTime.across_hosts_seconds",
@@ -386,6 +397,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.schema_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",
@@ -394,6 +406,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.markdown:render_sweep_markdown": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.params", "CandidateRun.seconds",
             "CandidateRun.worker", "Collective.computation", "Collective.count_is_lower_bound", "Collective.dtype",
             "Collective.group_size", "Collective.hlo_name", "Collective.is_async", "Collective.shape",
@@ -408,6 +421,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.jaxlib_version", "SweepRun.platform", "SweepRun.schema_version", "SweepRun.tool_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",
@@ -416,6 +430,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.terminal:render_sweep_terminal": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.worker", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
             "Collective.is_async", "Collective.shape", "SourceLocation.function", "StepTime.across_hosts_seconds",
@@ -429,6 +444,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.schema_version", "SweepRun.tool_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",
