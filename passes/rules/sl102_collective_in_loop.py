@@ -85,8 +85,8 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
                              dict(ctx.signature.mesh.axes)) or "all devices"
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
         # Counted once in a loop whose trip count XLA does not know: reported by its loop's bound, as a range.
-        figure = (f"{format_bytes(total)} per step per device" if total >= ctx.option(LOOP_COLLECTIVE_BYTES)
-                  or not any(c.count_is_lower_bound for c in group) else range_text(group))
+        figure = (range_text(group) if any(c.count_is_lower_bound for c in group)
+                  else f"{format_bytes(total)} per step per device")
         if any(c.count_is_lower_bound for c in group):
             runs = "at least once" if counts == [1] else f"at least {runs}"
         elif any(c.count_assumed for c in group):
