@@ -107,3 +107,42 @@ def test_loop_trips_counts_each_unknown_loop_as_the_user_says_and_the_rules_judg
     assert re.search(rf"SL105 \[warning\] [\w/]*bounded_solver_loop\.py:\d+ all-gather over model reshards [^)]*\("
                      rf"{re.escape(format_bytes(gather))}\), {trips}x per step as --loop-trips counts it", out), out
     assert cli("lint", SCRIPT, "--loop-trips", "0").code == 2
+
+
+def test_a_nest_of_unknown_loops_takes_the_hint_once_and_its_bounds_multiply():
+    """A solver's step loop around its stage loop, both data-dependent and bounded (diffrax's checkpointed
+    loops): --loop-trips N counts the inner body N times per step (what a user knows is a per-step count), not
+    N x N; its upper count is the product of the two bounds XLA's conditions compare with."""
+    import jax
+    import jax.numpy as jnp
+
+    def solve(x):
+        def stages(carry):
+            y, j = carry
+            return jnp.sin(y), j + 1
+
+        def step(carry):
+            y, k = carry
+            y, _ = jax.lax.while_loop(lambda c: (jnp.sum(c[0]) > 0.1) & (c[1] < 7), stages, (y, 0))
+            return y, k + 1
+
+        return jax.lax.while_loop(lambda c: (jnp.sum(c[0]) > 0.5) & (c[1] < 64), step, (x, 0))[0]
+
+    text = jax.jit(solve).lower(jax.ShapeDtypeStruct((16,), jnp.float32)).compile().as_text()
+    module = parse_hlo_module(text)
+    loops = [i for c in module.computations.values() for i in c.instructions if i.opcode == "while"]
+    assert len(loops) == 2 and "known_trip_count" not in text
+    bounds = {}
+    for loop in loops:
+        body = dict(loop.called())["body"]
+        # XLA's constant: the s32 the condition (or its fusion) compares the counter with.
+        cond = _block(text, dict(loop.called())["condition"])
+        blocks = [cond] + [_block(text, f) for f in re.findall(r"calls=%?([\w.\-]+)", cond)]
+        [bounds[body]] = {int(v) for b in blocks for v in re.findall(r"s32\[\] constant\((\d+)\)", b)} - {0, 1}
+    assert sorted(bounds.values()) == [7, 64]  # the program's own: the stage loop's 7, the step loop's 64
+    inner, outer = sorted(bounds, key=bounds.get)
+    from jax_shard_lint.passes.hlo.collectives import computation_multiplicity
+    once, hinted = computation_multiplicity(module), computation_multiplicity(module, 100)
+    assert once.counts[inner] == once.counts[outer] == 1
+    assert once.upper[inner] == bounds[inner] * bounds[outer] and once.upper[outer] == bounds[outer]
+    assert hinted.counts[outer] == min(100, bounds[outer]) and hinted.counts[inner] == 100
