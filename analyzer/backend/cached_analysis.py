@@ -68,7 +68,7 @@ def settings_parts(settings: Settings) -> dict[str, Any]:
         "platform": settings.platform, "platform_label": target.label if target is not None else None,
         "devices": settings.devices, "topology": settings.topology, "hosts": settings.hosts,
         "target_config": target.config_digest if target is not None else None,
-        "budget_bytes": settings.budget_bytes, "ignore": sorted(settings.ignore),
+        "budget_bytes": settings.budget_bytes, "ignore": sorted(settings.ignore), "loop_trips": settings.loop_trips,
         "options": {k: repr(v) for k, v in sorted(settings.options.items())},
         "severities": {k: str(v.value) for k, v in sorted(settings.severities.items())},
         "first_party": list(settings.first_party), "third_party": list(settings.third_party),

@@ -90,7 +90,8 @@ def _forwarded_args(args) -> list[str]:
     out: list[str] = []
     for flag, value in (("--devices", args.devices), ("--platform", args.platform), ("--topology", args.topology),
                         ("--target-config", args.target_config), ("--hosts", args.hosts),
-                        ("--budget", args.budget), ("--device", args.device), ("--config", args.config)):
+                        ("--budget", args.budget), ("--device", args.device), ("--config", args.config),
+                        ("--loop-trips", getattr(args, "loop_trips", None))):
         if value is not None:
             out += [flag, str(value)]
     for t in args.threshold:

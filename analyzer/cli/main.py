@@ -16,6 +16,7 @@ from ..platforms.gpu_targets import PLATFORMS
 from ..supervision.supervisor import DEFAULT_TIMEOUT_S, RUN_ANALYSIS_MARGIN_S, in_process, supervise
 from .early_checks import OneLineParser, check_inputs_exist, check_timeout
 from .emit import stop_progress
+from .rule_args import add_rule_args
 
 
 def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
@@ -38,21 +39,7 @@ def _add_common_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="params", action="append", default=[], metavar="K=V",
                    help="keyword parameter for shard_lint_targets(), e.g. --set batch=64 (repeatable)")
     p.add_argument("--resolved-target", help=argparse.SUPPRESS)  # an executor child's (platforms/target_wire.py)
-    _add_rule_args(p)
-
-
-def _add_rule_args(p: argparse.ArgumentParser) -> None:
-    """The budget, thresholds, ignored rules and config file: every analysing command's."""
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--budget", metavar="SIZE", help="per-device memory budget, e.g. 80GiB")
-    budget.add_argument("--device", metavar="KIND",
-                        help="budget from a device preset: h100, h200, b200, a100-80g, a100-40g, tpu-v4, tpu-v5e, "
-                        "tpu-v5p, tpu-v6e")
-    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a rule threshold, e.g. --threshold replicating-collective-bytes=128MiB")
-    p.add_argument("--ignore", action="append", default=[], metavar="CODE", help="disable a rule (repeatable)")
-    p.add_argument("--config", metavar="PYPROJECT", help="read [tool.jax-shard-lint] from this file (default: the "
-                   "nearest pyproject.toml above the script)")
+    add_rule_args(p)
 
 
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
@@ -138,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     runp.add_argument("--from-dump", action="store_true",
                       help="TPU programs: memory from the dump alone, without compiling the dumped module again "
                       "(faster; the dump leaves out the compiler's scratch area)")
-    _add_rule_args(runp)
+    add_rule_args(runp)
     runp.add_argument("--fail-on", choices=("error", "warning", "never"), default=None)
     runp.add_argument("--no-fix-check", action="store_true", help="show fixes without compiling each first (lint's)")
     _add_output_args(runp, "run")

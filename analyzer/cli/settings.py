@@ -66,6 +66,10 @@ def settings_from_args(args: argparse.Namespace):
         options[name.strip()] = parse_option(name.strip(), value.strip(), "--threshold")
     fields["options"] = options
     fields["ignore"] = fields.get("ignore", frozenset()) | rule_codes(args.ignore, "--ignore")
+    if getattr(args, "loop_trips", None) is not None:
+        if args.loop_trips < 1:
+            raise ShardLintInputError("--loop-trips", f"must be at least 1, got {args.loop_trips}")
+        fields["loop_trips"] = args.loop_trips
     if getattr(args, "fail_on", None):
         fields["fail_on"] = args.fail_on
     fields["cache_dir"] = _cache_dir(args)

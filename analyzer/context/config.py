@@ -73,6 +73,8 @@ class Settings:
     cache_dir: str | None = None
     # Compile each finding's fix before it is shown (lint; backend/fix_checks.py).
     check_fixes: bool = False
+    # --loop-trips: runs of each loop whose trip count XLA does not know (PassConfig.loop_trips); None: once.
+    loop_trips: int | None = None
     # The target the run compiles for, resolved once when the command starts (backend/run_target.py)
     # and kept by every copy; None before that.
     target: ResolvedTarget | None = None
@@ -98,7 +100,7 @@ class Settings:
         object.__setattr__(self, "pass_config", PassConfig(
             options=dict(self.options), severities=dict(self.severities),
             disabled=self.ignore, budget_bytes=self.budget_bytes, ownership=_ownership_of(self),
-            device_spec=device_spec, where=_display_where,
+            device_spec=device_spec, where=_display_where, loop_trips=self.loop_trips,
         ))
         object.__setattr__(self, "solver_device_spec", device_spec or cpu_device_spec())
 

@@ -19,6 +19,7 @@ def candidate_from_report(params: dict[str, Any], report: TargetReport, budget: 
         label=label, params=params, target=report.name, peak_bytes=peak, budget_bytes=budget,
         fits=None if budget is None or peak is None else peak <= budget,
         collective_bytes=sum(c.bytes * c.count for c in report.collectives),
+        unknown_loop_collectives=sum(1 for c in report.collectives if c.count_is_lower_bound),
         within_host_bytes=sum(c.bytes * c.count for c in report.collectives if not c.cross_host),
         cross_host_bytes=sum(c.bytes * c.count for c in report.collectives if c.cross_host),
         seconds=report.time.seconds if report.time else None, time=report.time,

@@ -26,6 +26,7 @@ from ..models.report import Collective, CollectivePart, SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .async_chains import CONTINUATION, DONE, START, async_role, chain_id
 from .collective_site import collective_site, part_sites
+from .loop_bounds import inferred_trip_count, loop_trip_bound
 from .module import HloInstruction, HloModule
 
 COLLECTIVE_KINDS = (
@@ -47,17 +48,32 @@ def collective_kind(opcode: str) -> str | None:
     return base if base in COLLECTIVE_KINDS else None
 
 
-def computation_multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
-    """How many times each computation runs per execution of ENTRY, and the ones
-    inside loops whose trip count XLA did not prove (counted once per entry).
-    Worked out once per module: the collective and cost passes both ask."""
-    hit = module.derived.get("multiplicity")
+@dataclass(frozen=True)
+class Multiplicity:
+    """How many times each computation runs per execution of ENTRY.
+
+    ``counts``: XLA's trip counts multiply; a loop whose trip count XLA does not know counts once, or,
+    given ``assumed_trips`` (``--loop-trips``), that many times per run of the known loops around it (once
+    per nest of such loops: a solver's step loop and its stage loop together), never more than ``upper``.
+    ``unknown``: the computations inside such loops. ``upper``: the counts were every such loop to run to the
+    bound its condition proves (loop_bounds.loop_trip_bound), None where one has none."""
+
+    counts: dict[str, int]
+    unknown: frozenset[str]
+    upper: dict[str, int | None]
+    assumed_trips: int | None = None
+
+
+def computation_multiplicity(module: HloModule, assumed_trips: int | None = None) -> Multiplicity:
+    """Worked out once per module and hint: the collective and cost passes both ask."""
+    key = f"multiplicity:{assumed_trips}"
+    hit = module.derived.get(key)
     if hit is None:
-        hit = module.derived["multiplicity"] = _multiplicity(module)
+        hit = module.derived[key] = _multiplicity(module, assumed_trips)
     return hit
 
 
-def _multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
+def _multiplicity(module: HloModule, assumed_trips: int | None) -> Multiplicity:
     callers: dict[str, list[tuple[str, HloInstruction, str]]] = defaultdict(list)
     for comp in module.computations.values():
         for ins in comp.instructions:
@@ -65,137 +81,46 @@ def _multiplicity(module: HloModule) -> tuple[dict[str, int], set[str]]:
                 if callee in module.computations:
                     callers[callee].append((comp.name, ins, attr))
 
-    counts: dict[str, int] = {module.entry: 1}
+    # Per computation: (runs counting unknown loops once, runs with the hint, runs at the loops' bounds).
+    runs: dict[str, tuple[int, int, int | None]] = {module.entry: (1, 1, 1)}
     unknown: set[str] = set()
+    hint = assumed_trips or 1
 
-    def visit(name: str, stack: tuple[str, ...]) -> int:
-        if name in counts:
-            return counts[name]
-        total = 0
+    def visit(name: str, stack: tuple[str, ...]) -> tuple[int, int, int | None]:
+        if name in runs:
+            return runs[name]
+        once = hinted = 0
+        upper: int | None = 0
         for caller, ins, attr in callers.get(name, []):
             if caller in stack:
                 continue
-            n = visit(caller, stack + (name,))
-            if caller in unknown:
+            n, h, u = visit(caller, stack + (name,))
+            nested = caller in unknown
+            if nested:
                 unknown.add(name)
             if ins.opcode == "while" and attr in ("body", "condition"):
+                extra = 1 if attr == "condition" else 0
                 trip = ins.known_trip_count()
                 if trip is None:
                     trip = inferred_trip_count(module, ins)
                 if trip is None:
                     unknown.add(name)
+                    bound = loop_trip_bound(module, ins)
+                    u = None if bound is None or u is None else u * (bound + extra)
+                    h = h if nested else h * (hint + extra)
                 else:
-                    n *= int(trip) + (1 if attr == "condition" else 0)
-            total += n
-        counts[name] = total
-        return total
+                    n, h, u = n * (int(trip) + extra), h * (int(trip) + extra), None if u is None else u * (
+                        int(trip) + extra)
+            once, hinted = once + n, hinted + h
+            upper = None if upper is None or u is None else upper + u
+        runs[name] = (once, hinted, upper)
+        return runs[name]
 
     for name in sorted(module.computations):
         visit(name, ())
-    return counts, unknown
-
-
-_SAME_VALUE = frozenset({"copy", "bitcast", "convert"})
-_FLIPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "NE": "NE"}
-
-
-def _through_copies(module: HloModule, name: str) -> HloInstruction | None:
-    ins = module.by_name.get(name)
-    while ins is not None and ins.opcode in _SAME_VALUE and ins.operands:
-        ins = module.by_name.get(ins.operands[0])
-    return ins
-
-
-def _int_constant(ins: HloInstruction | None) -> int | None:
-    if ins is None or ins.opcode != "constant" or len(ins.operands) != 1:
-        return None
-    try:
-        return int(ins.operands[0])
-    except ValueError:
-        return None
-
-
-def _tuple_index(ins: HloInstruction | None) -> int | None:
-    if ins is None or ins.opcode != "get-tuple-element":
-        return None
-    try:
-        return int(ins.attrs.get("index", ""))
-    except ValueError:
-        return None
-
-
-def _op_of(module: HloModule, ins: HloInstruction | None) -> tuple[str, dict[str, str], tuple[str, ...]] | None:
-    """(opcode, attributes, operands) of an instruction, looking through a fusion
-    that wraps one op of its parameters and constants (``wrapped_compare`` on CPU,
-    ``loop_compare_fusion`` with the bound inside on GPU)."""
-    if ins is None:
-        return None
-    if ins.opcode != "fusion":
-        return ins.opcode, ins.attrs, ins.operands
-    fused = module.computations.get(next((c for a, c in ins.called() if a == "calls"), ""))
-    root = next((i for i in fused.instructions if i.is_root), None) if fused else None
-    if root is None or fused is None:
-        return None
-    params = {i.name: int(i.operands[0]) for i in fused.instructions
-              if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()}
-    constants = {i.name for i in fused.instructions if i.opcode == "constant"}  # the GPU fuses the bound in
-    if not all((o in params and params[o] < len(ins.operands)) or o in constants for o in root.operands):
-        return None
-    return root.opcode, root.attrs, tuple(ins.operands[params[o]] if o in params else o for o in root.operands)
-
-
-def _loop_init(module: HloModule, loop: HloInstruction) -> HloInstruction | None:
-    """The tuple a loop starts from. XLA 0.12's CPU compiler wraps a while loop in a computation of
-    its own, called with ``call``: the loop's operand is then that computation's parameter, and the
-    tuple is the call's operand."""
-    init = _through_copies(module, loop.operands[0])
-    if init is None or init.opcode != "parameter" or not init.operands or not init.operands[0].isdigit():
-        return init
-    index = int(init.operands[0])
-    callers = [c for c in module.callers().get(module.computation_of(init.name) or "", []) if c.opcode == "call"]
-    if len(callers) != 1 or index >= len(callers[0].operands):
-        return init
-    return _through_copies(module, callers[0].operands[index])
-
-
-def inferred_trip_count(module: HloModule, loop: HloInstruction) -> int | None:
-    """The trip count of a counted loop XLA did not annotate (the TPU compiler
-    leaves ``known_trip_count`` out): the condition compares one tuple element with
-    a constant, the loop starts it at a constant and the body adds a constant step.
-    None unless all three are plain."""
-    called = dict(loop.called())
-    cond, body = module.computations.get(called.get("condition", "")), module.computations.get(called.get("body", ""))
-    if cond is None or body is None or not loop.operands:
-        return None
-    root = _op_of(module, next((i for i in cond.instructions if i.is_root), None))
-    if root is None or root[0] != "compare" or len(root[2]) != 2:
-        return None
-    direction = root[1].get("direction", "")
-    lhs, rhs = (_through_copies(module, o) for o in root[2])
-    index, bound = _tuple_index(lhs), _int_constant(rhs)
-    if index is None:  # constant on the left: read the comparison the other way round
-        index, bound, direction = _tuple_index(rhs), _int_constant(lhs), _FLIPPED.get(direction, "")
-    init_tuple = _loop_init(module, loop)
-    body_root = next((i for i in body.instructions if i.is_root), None)
-    if index is None or bound is None or init_tuple is None or init_tuple.opcode != "tuple" \
-            or body_root is None or body_root.opcode != "tuple" or index >= len(init_tuple.operands) \
-            or index >= len(body_root.operands):
-        return None
-    start = _int_constant(_through_copies(module, init_tuple.operands[index]))
-    step_op = _op_of(module, _through_copies(module, body_root.operands[index]))
-    if start is None or step_op is None or step_op[0] != "add" or len(step_op[2]) != 2:
-        return None
-    a, b = (_through_copies(module, o) for o in step_op[2])
-    step = _int_constant(b) if _tuple_index(a) == index else _int_constant(a) if _tuple_index(b) == index else None
-    if not step or step < 0:
-        return None
-    if direction == "LT":
-        return max(0, -(-(bound - start) // step))
-    if direction == "LE":
-        return max(0, (bound - start) // step + 1)
-    if direction == "NE" and (bound - start) % step == 0:
-        return max(0, (bound - start) // step)
-    return None
+    counts = {name: (h if upper is None else min(h, upper)) if assumed_trips and name in unknown else once
+              for name, (once, h, upper) in runs.items()}
+    return Multiplicity(counts, frozenset(unknown), {name: r[2] for name, r in runs.items()}, assumed_trips)
 
 
 def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
@@ -214,9 +139,11 @@ def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
 
 def find_collectives(
     module: HloModule, mesh: MeshInfo | None, processes: tuple[int, ...] | None = None,
-    ownership: CodeOwnership = DEFAULT_OWNERSHIP,
+    ownership: CodeOwnership = DEFAULT_OWNERSHIP, assumed_trips: int | None = None,
 ) -> CollectivesResult:
-    counts, unknown = computation_multiplicity(module)
+    """``assumed_trips``: the user's count for loops whose trip count XLA does not know (``--loop-trips``)."""
+    loops = computation_multiplicity(module, assumed_trips)
+    counts, unknown = loops.counts, loops.unknown
     diagnostics: list[str] = []
 
     done_shapes: dict[str, str] = {}
@@ -269,7 +196,9 @@ def find_collectives(
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
                 op_name=ins.op_name, source=source, via=via, hlo_name=ins.name,
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
-                group_size=group_size, count_is_lower_bound=comp.name in unknown, cross_host=cross,
+                group_size=group_size, count_is_lower_bound=comp.name in unknown and not assumed_trips,
+                count_assumed=comp.name in unknown and bool(assumed_trips),
+                count_upper_bound=loops.upper.get(comp.name) if comp.name in unknown else None, cross_host=cross,
                 parts=parts,
             ))
     found = _once_per_channel(module, found)
@@ -327,7 +256,8 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
         merged.update({c.hlo_name: None for c in pieces})
         merged[first.hlo_name] = first.model_copy(update={
             "pieces": [c.hlo_name for c in pieces if c is not first], "count": anchor.count,
-            "count_is_lower_bound": anchor.count_is_lower_bound})
+            "count_is_lower_bound": anchor.count_is_lower_bound, "count_assumed": anchor.count_assumed,
+            "count_upper_bound": anchor.count_upper_bound})
     kept = (merged.get(c.hlo_name, c) for c in found)
     return [c for c in kept if c is not None]
 

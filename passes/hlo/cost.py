@@ -274,8 +274,9 @@ def _op_cost(module: HloModule, ins: HloInstruction, fused: _FusedComputations,
     return result + sum(operand_bytes), flops
 
 
-def program_cost(module: HloModule) -> ProgramCost:
-    counts, _ = computation_multiplicity(module)
+def program_cost(module: HloModule, assumed_trips: int | None = None) -> ProgramCost:
+    """``assumed_trips``: the user's count for loops whose trip count XLA does not know (``--loop-trips``)."""
+    counts = computation_multiplicity(module, assumed_trips).counts
     fused = _FusedComputations(module)
     unknown: list[str] = []
     ops: list[OpCost] = []

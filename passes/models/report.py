@@ -115,8 +115,10 @@ class Collective(Model):
     is_async: bool = False
     group_size: int
     count_is_lower_bound: bool = Field(
-        default=False, description="True inside a loop whose trip count XLA could not prove."
-    )
+        default=False, description="True inside a loop whose trip count XLA could not prove (counted once).")
+    count_assumed: bool = Field(default=False, description="Inside such a loop, counted as --loop-trips says.")
+    count_upper_bound: int | None = Field(default=None, description="Inside such a loop: the count were each to "
+                                          "run to the bound its condition proves; null where one has none.")
     cross_host: bool | None = Field(
         default=None, description="Whether a device group spans hosts; null when all devices are on one host."
     )

@@ -19,6 +19,8 @@ class SweepCandidate(Model):
     peak_bytes: int | None = None
     budget_bytes: int | None = None
     collective_bytes: int = 0
+    unknown_loop_collectives: int = Field(default=0, description="Collectives counted once in loops whose trip "
+                                          "count XLA does not know: its collective bytes and time are lower bounds.")
     within_host_bytes: int = 0
     cross_host_bytes: int = 0
     seconds: float | None = Field(default=None, description="Estimated step time (overlapped bound).")

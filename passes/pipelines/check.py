@@ -67,7 +67,8 @@ def analyze_hlo_only(
     """
     hlo = CHECK_HLO.run("hlo-parse", parse_hlo_module, hlo_text)
     sig = CHECK_HLO.run("entry-signature", _entry_signature, hlo)
-    collectives = CHECK_HLO.run("collectives", find_collectives, hlo, None, None, config.ownership).collectives
+    collectives = CHECK_HLO.run("collectives", find_collectives, hlo, None, None, config.ownership,
+                                 config.loop_trips).collectives
     time, collectives = CHECK_HLO.run("step-time", timed_collectives, hlo, collectives, config, None)
     memory = CHECK_HLO.run(
         "memory", summarize_memory,

@@ -52,6 +52,8 @@ class PassConfig:
     budget_bytes: int | None = None
     ownership: CodeOwnership = DEFAULT_OWNERSHIP
     device_spec: DeviceSpec | None = None  # the step-time estimate's device; None: no estimate
+    # --loop-trips: how many times a loop whose trip count XLA does not know is taken to run; None: once.
+    loop_trips: int | None = None
     # How a (source, via) pair reads inside a message (paths relative to where the user is).
     where: Callable[[Any, Any], str] = where_text
 

@@ -165,7 +165,7 @@ def analyze_target(
     # The compiled program: collectives and memory.
     hlo = LINT.run("hlo-parse", parse_hlo_module, compiled.hlo_text)
     collectives = LINT.run("collectives", find_collectives, hlo, sig.mesh, compiled.device_processes,
-                           config.ownership).collectives
+                           config.ownership, config.loop_trips).collectives
     memory = LINT.run("memory", summarize_memory,
                       compiled.memory, compiled.platform, hlo, compiled.live_range_text,
                       compiled.buffer_assignment_text, config.budget_bytes, config.ownership,
@@ -371,7 +371,7 @@ def timed_collectives(hlo: HloModule, collectives: tuple[Collective, ...] | list
     were when there is no device model)."""
     if config.device_spec is None:
         return None, tuple(collectives)
-    time, timed = estimate_step_time(program_cost(hlo), collectives, config.device_spec,
+    time, timed = estimate_step_time(program_cost(hlo, config.loop_trips), collectives, config.device_spec,
                                      xla_cost_figures(xla_cost))
     return time, tuple(timed)
 

@@ -13,6 +13,7 @@ from .context import RuleContext
 from .parameter_advice import sharding_advice
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 from .sl101_replicating_collective import replicating
+from .unknown_loops import bound_bytes, range_text
 
 LOOP_COLLECTIVE_BYTES = RuleOption(
     "loop-collective-bytes", 512 * 1024**2, OptionKind.bytes,
@@ -34,7 +35,12 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
     large array on every device) is SL101's finding, not a second one. The
     finding lists its collectives (`ops`) and names the argument behind most
     of their bytes where one is found, or else the `with_sharding_constraint`
-    whose sharding they undo (its line and spec, `constraint`).
+    whose sharding they undo (its line and spec, `constraint`). A loop whose
+    trip count XLA does not know (a data-dependent `while_loop`, a diffrax
+    solve) counts its collectives once; where its condition proves a bound
+    (`(change > tol) & (k < max_steps)`) the group is judged at that bound
+    too and said as "at least X, up to Y at the bound of N runs";
+    `--loop-trips N` counts such loops N times instead.
 
     Why is this bad
     ---------------
@@ -78,6 +84,13 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
         axes = axes_in_words(sorted({a for c in group for a in c.mesh_axes}),
                              dict(ctx.signature.mesh.axes)) or "all devices"
         runs = f"{counts[0]}x" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}x"
+        # Counted once in a loop whose trip count XLA does not know: reported by its loop's bound, as a range.
+        figure = (range_text(group) if any(c.count_is_lower_bound for c in group)
+                  else f"{format_bytes(total)} per step per device")
+        if any(c.count_is_lower_bound for c in group):
+            runs = "at least once" if counts == [1] else f"at least {runs}"
+        elif any(c.count_assumed for c in group):
+            runs += " (as --loop-trips counts them)"
         parameter = _cause(ctx, group)
         constraint = None if parameter else _constraint(ctx, group)
         cause = f": they come from {parameter.path} {pspec_text(parameter.sharding)}" if parameter else ""
@@ -88,7 +101,7 @@ def collective_in_loop(ctx: RuleContext, out: Emitter) -> None:
                      f"{pspec_text(constraint.sharding)} shards, which the body then reads whole")
         changed = _constraint_fix(ctx, group) if constraint is not None else None
         out.emit(
-            f"{kinds} over {axes} run {runs} per step in a loop: {format_bytes(total)} per step per device{cause}",
+            f"{kinds} over {axes} run {runs} per step in a loop: {figure}{cause}",
             group[0].source, via=group[0].via, parameter=parameter, total_bytes=total,
             ops=[c.hlo_name for c in group] if len(group) > 1 else None,
             fix=(f"keep the loop's values in the layout the body reads them in: {changed}" if changed else
@@ -135,10 +148,19 @@ def loop_groups(ctx: RuleContext) -> list[list[Collective]]:
     by_line: dict[tuple[str | int, ...], list[Collective]] = {}
     own = {c.hlo_name for c in replicating(ctx)}
     for c in ctx.collectives:
-        if c.count > 1 and c.intent not in INTENDED and c.hlo_name not in own:
+        # A count XLA does not know (counted once, or as --loop-trips says) is a loop's too.
+        if (c.count > 1 or c.count_is_lower_bound or c.count_assumed) and c.intent not in INTENDED \
+                and c.hlo_name not in own:
             key = (c.source.file, c.source.line) if c.source else (c.hlo_name,)
             by_line.setdefault(key, []).append(c)
-    return [g for g in by_line.values() if sum(c.bytes * c.count for c in g) >= limit]
+    # Judged by the bytes at the bound the loops' conditions prove where a count is XLA's lower bound.
+    return [g for g in by_line.values() if sum(c.bytes * c.count for c in g) >= limit or _bound_reaches(g, limit)]
+
+
+def _bound_reaches(group: list[Collective], limit: int) -> bool:
+    """Whether the group's bytes at the bound its loops' conditions prove reach ``limit`` (every loop bounded)."""
+    bounds = [bound_bytes(c) for c in group]
+    return all(u is not None for u in bounds) and sum(u or 0 for u in bounds) >= limit
 
 
 RULE = define_rule(SL102, Severity.warning, collective_in_loop,

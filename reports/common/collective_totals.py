@@ -20,20 +20,45 @@ def step_bytes(collectives: Sequence[Collective]) -> int:
 
 
 def in_unknown_loops(collectives: Sequence[Collective]) -> int:
-    """How many collectives run in a loop whose trip count XLA does not know."""
+    """How many collectives are counted once in a loop whose trip count XLA does not know."""
     return sum(1 for c in collectives if c.count_is_lower_bound)
 
 
+def assumed(collectives: Sequence[Collective]) -> int:
+    """How many collectives are counted as --loop-trips says (in loops whose trip count XLA does not know)."""
+    return sum(1 for c in collectives if c.count_assumed)
+
+
+def upper_step_bytes(collectives: Sequence[Collective]) -> int | None:
+    """Bytes per step per device were every loop whose trip count XLA does not know to run to the bound its
+    condition proves; None where one of those loops has none."""
+    if any(c.count_is_lower_bound and c.count_upper_bound is None for c in collectives):
+        return None
+    return sum(c.bytes * (c.count_upper_bound if c.count_is_lower_bound and c.count_upper_bound is not None
+                          else c.count) for c in collectives)
+
+
 def total_text(collectives: Sequence[Collective]) -> str:
-    """'N ops, B per step per device', or 'N ops, at least B per step per device (K in loops ...)'."""
-    unknown = in_unknown_loops(collectives)
-    figure = f"{len(collectives)} ops, {format_bytes(step_bytes(collectives))} per step per device"
+    """'N ops, B per step per device', with a lower bound, XLA's upper bound, or the hint's count said."""
+    unknown, hinted = in_unknown_loops(collectives), assumed(collectives)
+    figure = f"{format_bytes(step_bytes(collectives))} per step per device"
+    if hinted:
+        return (f"{len(collectives)} ops, {figure} as --loop-trips counts them ({hinted} in loops whose trip count "
+                "XLA does not know, counted as the hint says, not as XLA does)")
     if not unknown:
-        return figure
-    return (f"{len(collectives)} ops, at least {format_bytes(step_bytes(collectives))} per step per device "
-            f"({unknown} in loops whose trip count XLA does not know, each counted as if its loop ran once)")
+        return f"{len(collectives)} ops, {figure}"
+    upper = upper_step_bytes(collectives)
+    bound = (f"; at most {format_bytes(upper)} were each to run to the bound its condition proves" if upper is not None
+             else "; give --loop-trips N to count them")
+    return (f"{len(collectives)} ops, at least {figure} ({unknown} in loops whose trip count XLA does not know, each "
+            f"counted as if its loop ran once{bound})")
 
 
 def count_text(c: Collective) -> str:
-    """A collective's runs per step, '+' where that is a lower bound."""
+    """A collective's runs per step: '+' where that is a lower bound ('1-448' where XLA's condition bounds it),
+    '~' before a count --loop-trips gave."""
+    if c.count_assumed:
+        return f"~{c.count}"
+    if c.count_is_lower_bound and c.count_upper_bound is not None:
+        return f"{c.count}-{c.count_upper_bound}"
     return f"{c.count}{'+' if c.count_is_lower_bound else ''}"

@@ -17,7 +17,7 @@ from ...passes.models.report import (
     TensorInfo,
     where_text,
 )
-from ..common.collective_totals import count_text, in_unknown_loops, step_bytes
+from ..common.collective_totals import count_text, in_unknown_loops, step_bytes, total_text
 from ..common.device_grid import device_grid
 from ..common.html_page import e, page
 from ..common.html_table import cell, markup, table, target_section
@@ -66,9 +66,7 @@ def _summary(t: TargetReport) -> str:
     # A loop whose trip count XLA does not know counts its collectives once: the total is a lower bound.
     total = ("at least " if unknown else "") + e(format_bytes(step_bytes(t.collectives)))
     cards.append(_card("collectives / step", total,
-                       f'<div class="sub">{len(t.collectives)} ops'
-                       + (f"; {unknown} in loops whose trip count XLA does not know, each counted as if its loop "
-                          "ran once" if unknown else "") + "</div>"))
+                       f'<div class="sub">{e(total_text(t.collectives))}</div>'))
     if t.time is not None:
         cards.append(_card("estimated step time",
                            f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',

@@ -22,7 +22,7 @@ from ...passes.models.report import (
     TargetReport,
     where_text,
 )
-from ..common.collective_totals import count_text, total_text
+from ..common.collective_totals import assumed, count_text, in_unknown_loops, total_text
 from ..common.tensor_text import (
     collective_lines,
     collective_op_text,
@@ -82,7 +82,10 @@ def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> T
     if t.time is not None:
         # A CPU estimate is nominal: said before the seconds, which a newcomer reads first.
         caveat = "nominal CPU figure: " if t.time.nominal else ""
-        grid.add_row("step time", Text(f"{caveat}~{step_time_line(t.time)}"))
+        # Loops whose trip count XLA does not know ran once in the estimate, or as --loop-trips says.
+        bound = "at least " if in_unknown_loops(t.collectives) else ""
+        hinted = " (loops as --loop-trips counts them)" if assumed(t.collectives) else ""
+        grid.add_row("step time", Text(f"{caveat}{bound}~{step_time_line(t.time)}{hinted}"))
         grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))
     grid.add_row("collectives", total_text(t.collectives))
     by_intent: dict[str, int] = {}

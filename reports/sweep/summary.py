@@ -46,6 +46,18 @@ def _none_ranked(run: SweepRun) -> str:
     return text + (f", {len(failed)} failed)." if failed else ").")
 
 
+def lower_bounds_text(run: SweepRun) -> str:
+    """A caveat where the ranking rests on counts that are lower bounds and differ between the candidates: a loop
+    whose trip count XLA does not know counts its collectives once (a diffrax step's layouts ranked by its solver's
+    all-reduces counted once each, newbie16 F2)."""
+    ranked = [c for c in run.candidates if c.rank is not None]
+    if len({c.unknown_loop_collectives for c in ranked}) < 2:
+        return ""
+    counts = ", ".join(f"{c.label} {c.unknown_loop_collectives}" for c in ranked)
+    return ("; the ranking rests on lower bounds that differ between them: collectives in loops whose trip count XLA "
+            f"does not know are counted once ({counts}); --loop-trips N ranks them with each such loop run N times")
+
+
 def headline(run: SweepRun) -> str:
     best = next((c for c in run.candidates if c.rank == 1), None)
     if best is None:
@@ -59,6 +71,7 @@ def headline(run: SweepRun) -> str:
         text += (f"; next: {second.label}, as fast, {format_bytes(second.collective_bytes)} of collectives per step "
                  f"against {format_bytes(best.collective_bytes)}" if tied
                  else f"; next: {second.label}, {second.slowdown:.2f}x slower")
+    text += lower_bounds_text(run)
     if best.time is not None and best.time.nominal:
         # First: a newcomer reads the seconds before any caveat after them.
         text = ("Nominal CPU figures (a CPU compile's roofline, not a GPU's or TPU's): the seconds predict nothing and "

@@ -20,6 +20,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     "common.json:render_json": {
         "omitted": frozenset(),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "AppliedSharding.before", "ChosenSharding.current", "ChosenSharding.pinned", "Collective.cross_host",
             "Collective.input_path", "Collective.pieces", "Collective.why", "CollectivePart.bytes",
@@ -58,6 +59,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.bytes", "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -73,6 +75,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
+            "Collective.count_assumed",
             "Collective.computation", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.intent", "Collective.is_async", "Collective.kind",
             "Collective.mesh_axes", "Collective.op_name", "Collective.seconds", "Collective.shape", "Finding.bytes",
@@ -96,6 +99,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.per_device_bytes", "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -111,6 +115,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     "findings.sarif:render_sarif": {
         "omitted": frozenset({
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
+            "Collective.count_assumed",
             "Collective.bytes", "Collective.computation", "Collective.count", "Collective.count_is_lower_bound",
             "Collective.dtype", "Collective.group_size", "Collective.hlo_name", "Collective.intent",
             "Collective.is_async", "Collective.kind", "Collective.mesh_axes", "Collective.op_name",
@@ -133,6 +138,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.shape", "TensorInfo.sharding",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -162,6 +168,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "TensorInfo.index",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "ArrayType.dtype", "ArrayType.shape",
             "Collective.cross_host", "Collective.input_path", "Collective.pieces", "Collective.why",
             "CollectivePart.bytes", "CollectivePart.dtype", "CollectivePart.shape", "ConstraintCause.sharding",
@@ -251,6 +258,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds", "Validation.repeats",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -282,6 +290,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "Validation.time_after_s", "Validation.time_before_s",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -306,6 +315,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds",
         }),
         "unsampled": frozenset({
+            "Collective.count_assumed", "Collective.count_upper_bound",
             "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
             "Collective.hlo_name", "Collective.input_path", "Collective.intent", "Collective.is_async",
@@ -378,6 +388,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.html:render_sweep_html": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
             "Collective.is_async", "Collective.shape", "SourceLocation.function", "StepTime.across_hosts_seconds",
@@ -390,6 +401,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.schema_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",
@@ -398,6 +410,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.markdown:render_sweep_markdown": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.params", "CandidateRun.seconds",
             "CandidateRun.worker", "Collective.computation", "Collective.count_is_lower_bound", "Collective.dtype",
             "Collective.group_size", "Collective.hlo_name", "Collective.is_async", "Collective.shape",
@@ -412,6 +425,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.jaxlib_version", "SweepRun.platform", "SweepRun.schema_version", "SweepRun.tool_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",
@@ -420,6 +434,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.terminal:render_sweep_terminal": {
         "omitted": frozenset({
+            "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.worker", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
             "Collective.is_async", "Collective.shape", "SourceLocation.function", "StepTime.across_hosts_seconds",
@@ -433,6 +448,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "SweepRun.schema_version", "SweepRun.tool_version",
         }),
         "unsampled": frozenset({
+            "Collective.count_upper_bound",
             "Collective.cross_host", "Collective.input_path", "Collective.intent", "Collective.op_name",
             "Collective.pieces", "Collective.seconds", "Collective.why", "CollectivePart.bytes",
             "CollectivePart.dtype", "CollectivePart.shape", "StepTime.notes", "StepTime.xla_bytes_accessed",

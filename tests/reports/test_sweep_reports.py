@@ -78,3 +78,20 @@ def test_markdown():
     assert (f"| 1 | mesh_shape=(4, 2) / {HOSTILE_MARKDOWN} | 2 ms | 1.00x | 3.0 MiB | yes | 2.0 MiB | "
             "all-gather 1.0 MiB x2 over data at train.py:42 |") in text
     assert "| - | mesh_shape=(8, 1) / step | 1 ms | 0.50x | 12.0 MiB | NO | 0 B | no collectives |" in text
+
+
+def test_the_headline_says_when_the_ranking_rests_on_lower_bounds_that_differ():
+    """A loop whose trip count XLA does not know counts its collectives once: a diffrax step's layouts ranked by
+    them were ranked on figures that undercount each differently (newbie16 F2). Counts as each report has them."""
+    from jax_shard_lint.reports.sweep.summary import headline
+
+    base = run()
+    fast = base.candidates[0].model_copy(update={"unknown_loop_collectives": 5})
+    second = fast.model_copy(update={"label": "second", "rank": 2, "slowdown": 1.5, "seconds": 0.003,
+                                     "unknown_loop_collectives": 4})
+    text = headline(base.model_copy(update={"candidates": [fast, second]}))
+    assert ("the ranking rests on lower bounds that differ between them: collectives in loops whose trip count XLA "
+            f"does not know are counted once ({FAST} 5, second 4); --loop-trips N ranks them") in text
+    same = headline(base.model_copy(update={"candidates": [fast, second.model_copy(
+        update={"unknown_loop_collectives": 5})]}))
+    assert "lower bounds" not in same

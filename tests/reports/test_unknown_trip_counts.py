@@ -19,7 +19,7 @@ def solve(w, x):
 
     def more(carry):
         h, k = carry
-        return (jnp.sum(h) > 0.5) & (k < 1000)
+        return jnp.sum(h) > 0.5  # no counter test: no bound either (tests/passes/hlo/test_loop_trip_bounds.py)
 
     h, _ = jax.lax.while_loop(more, body, (x, 0))
     return h
@@ -59,7 +59,8 @@ def test_a_total_with_collectives_in_an_unknown_loop_is_said_to_be_a_lower_bound
     assert terminal.code == 0, terminal.err
     summary = " ".join(terminal.out.split())
     assert re.search(rf"at least [\d.]+ \w?i?B per step per device \({in_loop} in loops whose trip count XLA does "
-                     r"not know, each counted as if its loop ran once\)", summary), summary
+                     r"not know, each counted as if its loop ran once; give --loop-trips N to count them\)",
+                     summary), summary
     for fmt in ("json", "html", "markdown"):
         assert cli("lint", str(script), "--fail-on", "never", "--no-fix-check", "-q", "--format", fmt,
                    "-o", f"{out}.{fmt}").code == 0
@@ -72,6 +73,6 @@ def test_a_total_with_collectives_in_an_unknown_loop_is_said_to_be_a_lower_bound
 
 def test_a_known_trip_count_is_no_lower_bound(cli, tmp_path):
     script = tmp_path / "known_loop.py"
-    script.write_text(SCRIPT.replace("(jnp.sum(h) > 0.5) & (k < 1000)", "k < 4"))
+    script.write_text(SCRIPT.replace("jnp.sum(h) > 0.5", "k < 4"))
     result = cli("lint", str(script), "--fail-on", "never", "--no-fix-check")
     assert result.code == 0 and "at least" not in result.out and "trip count" not in result.out
