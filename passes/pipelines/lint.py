@@ -41,6 +41,7 @@ from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
 from ..propagation.predicted_communication import predict
 from ..propagation.report import run_propagation
+from ..propagation.split_slices import split_slice_collectives
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
 from ..rules.finding_provenance import attach_provenance, explained
@@ -171,7 +172,7 @@ def analyze_target(
     # gathers and gradient reductions are intended traffic.
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
     collectives = LINT.run("collective-intent", _intents, collectives, hlo, parameters(inputs, roundtrips), sig.mesh,
-                           module, config.ownership)
+                           module, config.ownership, inputs)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
     collectives = LINT.run("row-parallel-sums", mark_row_parallel_sums, hlo, collectives,
@@ -229,12 +230,15 @@ def analyze_target(
 
 
 def _intents(collectives: tuple[Collective, ...], hlo: HloModule, params: tuple[TensorInfo, ...], mesh: MeshInfo,
-             module: ir.Module, ownership: CodeOwnership) -> tuple[Collective, ...]:
-    """Each collective's intent; a move between two layouts the program's constraints state is its own."""
+             module: ir.Module, ownership: CodeOwnership, inputs: tuple[TensorInfo, ...] = (),
+             ) -> tuple[Collective, ...]:
+    """Each collective's intent; a move between two layouts the program's constraints state is its own, and a
+    read of one slice along a dimension an argument's split reaches is resharding (whatever its shape)."""
     moves = stated_moves(module, ownership)
     own = {c.hlo_name: hlo.attribution_of(ins, ownership) for c in collectives
            if moves and (ins := hlo.instruction(c.hlo_name)) is not None}
-    return mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
+    marked = mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
+    return split_slice_collectives(marked, hlo, module, inputs, ownership) if mesh.axes else marked
 
 
 def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
