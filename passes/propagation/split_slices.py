@@ -164,17 +164,17 @@ class _Linked(_Walk):
         for use in value.uses:
             user, n = use.owner, use.operand_number
             name = user.operation.name
+            parent: Any = user.parent
             if name == "func.call":
                 fn = self.funcs.get(ir.FlatSymbolRefAttr(user.attributes["callee"]).value)
                 args = fn.regions[0].blocks[0].arguments if fn is not None else []
                 out += [args[n]] if n < len(args) else []
             elif name == "func.return":
-                fn_name = ir.StringAttr(user.parent.attributes["sym_name"]).value
+                fn_name = ir.StringAttr(parent.attributes["sym_name"]).value
                 out += [c.results[n] for c in self.callers.get(fn_name, []) if n < len(c.results)]
             elif name == "stablehlo.while":
                 out += [user.results[n], user.regions[1].blocks[0].arguments[n]]
-            elif name == "stablehlo.return":
-                parent = user.parent
+            elif name == "stablehlo.return" and parent is not None:
                 if parent.operation.name == "stablehlo.while" and n < len(parent.results):
                     out += [parent.results[n], parent.regions[1].blocks[0].arguments[n]]
                 elif parent.operation.name in ("stablehlo.case", "stablehlo.if") and n < len(parent.results):
