@@ -39,6 +39,7 @@ from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
+from ..propagation.callback_splits import with_split_arguments
 from ..propagation.predicted_communication import predict
 from ..propagation.report import run_propagation
 from ..propagation.split_slices import split_slice_collectives
@@ -303,8 +304,9 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),
         pair_partners=pair_partners(traced_hlo, traced, inputs, sig.mesh),
         collective_parts=combined.parts if combined else {},
-        involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
-                                         collectives, config.ownership),
+        involuntary_remats=with_split_arguments(locate_remats(
+            hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh), collectives, config.ownership),
+            module, inputs, config.ownership),
         padded_values=constrained_padding(module, sig, hlo, config),
         constraints=read_constraints(module, config.ownership),
         propagated_padding=propagated_padding(module, sig, hlo, config),

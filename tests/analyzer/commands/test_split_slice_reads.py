@@ -9,9 +9,12 @@ text and stderr."""
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 
-from hlo_oracle import compiled_collectives
+from hlo_oracle import compiled_collectives, xla_peak
 
 SAVED_ROLLOUT = '''import jax
 import jax.numpy as jnp
@@ -37,6 +40,33 @@ def loss(w, y0, ys_obs):
 def step(w, y0, ys_obs):
     value, grad = jax.value_and_grad(loss)(w, y0, ys_obs)
     return w - 0.1 * grad, value
+
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=mesh_devices)
+    def spec(shape, pspec):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, pspec))
+    w, y0 = spec((D, D), P()), spec((B, D), P("data"))
+    return {"time_split": jax.jit(step).lower(w, y0, spec((B, T, D), P("data", "model"))),
+            "rows": jax.jit(step).lower(w, y0, spec((B, T, D), P("data")))}
+'''
+
+CALLBACK_READER = '''import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+B, T, D = 64, 32, 64
+
+
+def checked(ys):
+    # A runtime check's host callback (equinox's error_if): its result is the value it was given.
+    return jax.pure_callback(lambda a: np.asarray(a), jax.ShapeDtypeStruct(ys.shape, ys.dtype), ys)
+
+
+def step(w, y0, ys_obs):
+    ys = jnp.tanh(jnp.einsum("bd,de->de", y0, w))[None, :T] * jnp.ones((T, 1))
+    return jnp.mean((checked(ys)[None] - ys_obs) ** 2)
 
 
 def shard_lint_targets(mesh_devices=None):
@@ -104,3 +134,36 @@ def test_a_sum_of_one_slice_read_along_a_split_time_axis_is_the_arguments_reshar
     # Nothing in the program without the split is said to come from ys_obs.
     assert not any("ys_obs" in (c.get("why") or "") for c in report["rows"]["collectives"])
 
+
+def _xla_warnings(path, target) -> str:
+    code = (f"import sys; sys.path.insert(0, {str(path.parent)!r}); import {path.stem} as m; "
+            f"m.shard_lint_targets()[{target!r}].compile()")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          check=True).stderr
+
+
+def test_a_host_callbacks_reader_split_by_an_argument_names_it_and_compiles_it_without(cli, tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)  # its alternative is compiled
+    script = tmp_path / "callback_reader.py"
+    script.write_text(CALLBACK_READER)
+    # XLA rebuilds the callback's result, held on device 0, for a reader split on model (ys_obs's time axis,
+    # 32 long, the value's dimension 1), and not where ys_obs keeps its time axis whole.
+    assert re.search(r"cannot go from sharding \{(maximal device=0|single_device\[device_id=0\])\} to "
+                     r"\{devices=\[1,2,1,4\]", _xla_warnings(script, "time_split"))
+    assert "Involuntary full rematerialization" not in _xla_warnings(script, "rows")
+    report = _lint(cli, script)
+    assert not [f for f in report["rows"]["findings"] if f["rule"] == "SL104"]
+    [finding] = [f for f in report["time_split"]["findings"] if f["rule"] == "SL104"]
+    assert "the reader's split comes from ys_obs P('data', 'model')" in finding["message"], finding["message"]
+    assert finding["parameter"] == "ys_obs"
+    # Its alternative, ys_obs without model, is the rows target: compiled, with XLA's figures for that program.
+    check = finding["fix_check"]
+    assert check["change"] == "ys_obs -> P('data')", check
+    rows = _load(script).shard_lint_targets()["rows"].compile()
+    assert check["peak_bytes_after"] == xla_peak(rows), (check, xla_peak(rows))
+    if check["verdict"] == "better":
+        assert finding["fix"].startswith("shard ys_obs as P('data')"), finding["fix"]
+    else:  # not printed as the fix: what it measured, and the callback's advice kept
+        assert "ys_obs -> P('data') was tried, compiled and" in finding["fix"], finding["fix"]
+        assert "diffeqsolve(..., throw=False)" in finding["fix"]
