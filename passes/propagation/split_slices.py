@@ -271,15 +271,18 @@ _WHAT = {"gather": "gather reads", "dynamic_slice": "dynamic slice reads", "dyna
 _DOES = {"all-reduce": "sums the parts each device read, each masked to its own slice",
          "reduce-scatter": "sums the parts each device read, each masked to its own slice",
          "all-gather": "gathers the parts first"}
-# What the intent of a collective a split slice explains was: a gradient's or a matmul's sum by its shape alone.
-_RELABELLED = frozenset({"gradient-reduction", "activation", "reshard"})
+# The intent a split slice corrects: a gradient's reduction by its shape alone. A matmul's partial sums
+# (activation: a vocab-parallel lookup's masked gather, a GPT-2's tied embedding) and the resharding already said
+# so are left as collective_intent and collective_origin say them.
+_RELABELLED = frozenset({"gradient-reduction"})
 
 
 def split_slice_collectives(collectives: tuple[Collective, ...], hlo: HloModule, module: ir.Module,
                             inputs: tuple[TensorInfo, ...], ownership: Any) -> tuple[Collective, ...]:
-    """The collectives, each one a read of a split slice explains marked ``reshard`` with a why naming the
-    argument whose split the read meets (path and PartitionSpec). Shardy's propagation is run only where some
-    collective comes from a read no matmul feeds; a module Shardy refuses leaves them as they were."""
+    """The collectives, each one a read of a split slice explains (read as a gradient's reduction by its shape)
+    marked ``reshard`` with a why naming the argument whose split the read meets (path and PartitionSpec).
+    Shardy's propagation is run only where some such collective comes from a read no matmul feeds; a module
+    Shardy refuses leaves them as they were."""
     wanted = {c.hlo_name: names for c in collectives if c.intent in _RELABELLED and c.mesh_axes
               and (names := read_names(c, hlo))}
     if not wanted:
@@ -309,6 +312,5 @@ def split_slice_collectives(collectives: tuple[Collective, ...], hlo: HloModule,
         why = (f"{what}, which propagation splits on {on} from {t.path} {pspec_text(t.sharding)} (its dimension "
                f"{s.argument_dim}): each device holds only its part of that dimension, and the {c.kind} over "
                f"{', '.join(c.mesh_axes)} {does}; resharding that layout causes, not a gradient's sum")
-        out.append(c.model_copy(update={"intent": "reshard", "why": c.why if c.intent == "reshard" and c.why
-                                        else why}))
+        out.append(c.model_copy(update={"intent": "reshard", "why": why}))
     return tuple(out)
