@@ -187,8 +187,8 @@ def _staged_edits(f: Finding, report: TargetReport, module) -> list[_Edit]:
     finding's line stating it, else the only constraint or, failing that, the only result pinned to it), a
     constraint for each layout on the way, in order (what ``with_sharding_constraint`` one axis at a time
     lowers to). None where nothing in the program states that layout."""
-    if len(f.candidates) < 2:
-        return []
+    if len(f.candidates) < 2:  # one: a host callback's reader, its split's argument without the axes (a move)
+        return [e for c in f.candidates[:1] if (e := _propagated_edit(c, f, report, module)) is not None]
     target = f.candidates[-1].sharding
     rank = len(target)
     stating = constraints_stating(module, target)

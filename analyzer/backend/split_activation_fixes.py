@@ -61,4 +61,12 @@ def none_helped(f: Finding, tried: str) -> str:
     gathers are the price of the layout as written)."""
     if splits_activation(f):
         return f"no layout change measured better, so these gathers are the price of this layout: {tried}"
+    if moves_callback_reader(f):  # the callback stays what to change: its advice kept after what was measured
+        return f"{tried}; {(f.fix or '').removeprefix('no fix compiled: ')}"
     return f"no layout change found that helps: {tried}"
+
+
+def moves_callback_reader(f: Finding) -> bool:
+    """SL104 about a host callback's value, whose one candidate (not staged layouts: its ``layout_edit`` is
+    staged) is the argument whose split reaches the callback's reader, without that split."""
+    return layout_edit(f) is StatedLayoutEdit.staged and len(f.candidates) == 1 and f.parameter is not None

@@ -154,6 +154,9 @@ class LocatedRemat:
     source: SourceLocation | None
     via: SourceLocation | None
     collective: str | None
+    # Where one side is one device's (a host callback's value): the argument whose split the other side has
+    # (its index, and the dimension the value's split comes from), where one is found (callback_splits.py).
+    argument: tuple[int, int] | None = None
 
 
 def locate_remats(module: HloModule, remats: tuple[InvoluntaryRemat, ...], collectives: tuple[Collective, ...],

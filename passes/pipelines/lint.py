@@ -41,8 +41,10 @@ from ..hlo.step_time import estimate_step_time
 from ..hlo.tensor_parallel_pairs import mark_row_parallel_sums, row_parallel_sums
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import Collective, Finding, MemorySummary, SourceLocation, StepTime, TargetReport, TensorInfo
+from ..propagation.callback_splits import with_split_arguments
 from ..propagation.predicted_communication import predict
 from ..propagation.report import run_propagation
+from ..propagation.split_slices import split_slice_collectives
 from ..rules.context import RuleContext
 from ..rules.finding_provenance import ConflictCheck as ConflictCheck  # the analyzer's, re-exported
 from ..rules.finding_provenance import attach_provenance, explained
@@ -176,7 +178,7 @@ def analyze_target(
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
     memory = LINT.run("per-member-copies", mark_member_copies, memory, parameters(inputs, roundtrips), sig.mesh)
     collectives = LINT.run("collective-intent", _intents, collectives, hlo, parameters(inputs, roundtrips), sig.mesh,
-                           module, config.ownership)
+                           module, config.ownership, inputs)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,
                            config.where)
     collectives = LINT.run("row-parallel-sums", mark_row_parallel_sums, hlo, collectives,
@@ -234,14 +236,17 @@ def analyze_target(
 
 
 def _intents(collectives: tuple[Collective, ...], hlo: HloModule, params: tuple[TensorInfo, ...], mesh: MeshInfo,
-             module: ir.Module, ownership: CodeOwnership) -> tuple[Collective, ...]:
-    """Each collective's intent; a move between two layouts the program's constraints state is its own."""
+             module: ir.Module, ownership: CodeOwnership, inputs: tuple[TensorInfo, ...] = (),
+             ) -> tuple[Collective, ...]:
+    """Each collective's intent; a move between two layouts the program's constraints state is its own, and a
+    read of one slice along a dimension an argument's split reaches is resharding (whatever its shape)."""
     moves = stated_moves(module, ownership)
     own = {c.hlo_name: hlo.attribution_of(ins, ownership) for c in collectives
            if moves and (ins := hlo.instruction(c.hlo_name)) is not None}
     marked = mark_stated_moves(classify(collectives, hlo, params, mesh), moves, own)
+    split = split_slice_collectives(marked, hlo, module, inputs, ownership) if mesh.axes else marked
     # A collective only a failing runtime check runs (equinox's error_if) is no step's traffic (error_paths.py).
-    return mark_error_paths(marked, hlo)
+    return mark_error_paths(split, hlo)
 
 
 def _compiled_program_passes(hlo: HloModule, findings: list[Finding], outputs: tuple[TensorInfo, ...],
@@ -306,8 +311,9 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),
         pair_partners=pair_partners(traced_hlo, traced, inputs, sig.mesh),
         collective_parts=combined.parts if combined else {},
-        involuntary_remats=locate_remats(hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh),
-                                         collectives, config.ownership),
+        involuntary_remats=with_split_arguments(locate_remats(
+            hlo, read_involuntary_remats(compiled.compiler_warnings, sig.mesh), collectives, config.ownership),
+            module, inputs, config.ownership),
         padded_values=constrained_padding(module, sig, hlo, config),
         constraints=read_constraints(module, config.ownership),
         propagated_padding=propagated_padding(module, sig, hlo, config),

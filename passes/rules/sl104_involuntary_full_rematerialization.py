@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..common.byte_sizes import format_bytes
 from ..common.shapes import array_bytes
 from ..common.sharding_text import pspec_text
+from ..hlo.involuntary_remat import LocatedRemat
 from ..models.fix_check import StatedLayoutEdit
-from ..models.report import ArrayType, FixCandidate, Severity
+from ..models.report import ArrayType, FixCandidate, Severity, TensorInfo
 from ..models.rule_codes import SL104
 from .context import RuleContext
 from .registry import Emitter, FixKind, RuleTraits, define_rule
@@ -55,7 +56,11 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
     consumer the same layout is advice lint does not compile. Where one side
     is a value one device holds (a host callback's operand or result:
     `jax.pure_callback`, equinox's `error_if` and so diffrax's runtime
-    checks), the finding says so: the callback is what to change.
+    checks), the finding says so: the callback is what to change. Where an
+    argument's split reaches the callback's reader through propagation (a
+    diffrax solve's observations with their time axis on a mesh axis), the
+    finding names that argument, and lint compiles it without that split,
+    printed as the fix only when measured better.
     """
     for located in ctx.involuntary_remats:
         r = located.remat
@@ -82,12 +87,23 @@ def involuntary_full_rematerialization(ctx: RuleContext, out: Emitter) -> None:
                       for i, stage in enumerate(stages)] if staged else None
         rebuilt = ArrayType(dtype=r.dtype, shape=list(r.global_shape))
         shape = str(rebuilt)
+        # The argument whose split propagation carries to the reader (callback_splits.py): named, and that
+        # argument without the axes compiled as the one candidate (layout_fix_checks.py: printed only if better).
+        held = _split_argument(ctx, located) if on_one else None
+        reaches, without = "", None
+        if held is not None:
+            t, dim, without = held
+            axes = ", ".join(t.sharding[dim])  # type: ignore[index]
+            reaches = (f"; the reader's split comes from {t.path} {pspec_text(t.sharding)}: propagation carries its "
+                       f"dimension {dim}'s split on {axes} to it")
+            candidates = [FixCandidate(value=t.path, sharding=without)]
         out.emit(
             f"XLA cannot reshard {shape}{value} {layouts}with a collective: it replicates "
             f"the whole value on every device ({format_bytes(whole)} each) and slices it again "
-            "(\"Involuntary full rematerialization\")" + (_ONE_DEVICE_TEXT if on_one else ""),
+            "(\"Involuntary full rematerialization\")" + (_ONE_DEVICE_TEXT if on_one else "") + reaches,
             located.source, via=located.via, fix=fix, subject=located.collective or r.instruction,
             total_bytes=whole, candidates=candidates, rematerialized_value=rebuilt,
+            parameter=held[0] if held is not None else None,
         )
 
 
@@ -99,6 +115,20 @@ _ONE_DEVICE_FIX = ("no fix compiled: a host callback runs on one device, and XLA
                    "result back whole (advice, not checked: leave the callback out of the step where it is a check, "
                    "diffrax's diffeqsolve(..., throw=False) or EQX_ON_ERROR=nan for equinox's error_if, or give "
                    "its operand and result no sharding, P(), where they are read)")
+
+
+def _split_argument(ctx: RuleContext, located: LocatedRemat) -> tuple[TensorInfo, int, list[list[str]]] | None:
+    """The argument whose split reaches a one-device value's reader, its dimension, and its sharding without
+    that dimension's axes; None where none is known or nothing would be left to change."""
+    if located.argument is None:
+        return None
+    index, dim = located.argument
+    t = next((t for t in ctx.inputs if t.index == index), None)
+    if t is None or not t.sharding or dim >= len(t.sharding) or not t.sharding[dim]:
+        return None
+    # Every dimension written (the module's sharding has the argument's rank); said as P('data').
+    without = [[] if d == dim else list(axes) for d, axes in enumerate(t.sharding)]
+    return t, dim, without + [[] for _ in range(len(t.shape) - len(without))]
 
 
 def _side(axes: Layout, device: int | None) -> str:
