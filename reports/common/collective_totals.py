@@ -11,12 +11,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...passes.common.byte_sizes import format_bytes
+from ...passes.hlo.error_paths import ERROR_PATH
 from ...passes.models.report import Collective
 
 
 def step_bytes(collectives: Sequence[Collective]) -> int:
-    """Bytes per step per device: each collective's bytes times its count (a lower bound for some)."""
-    return sum(c.bytes * c.count for c in collectives)
+    """Bytes per step per device: each collective's bytes times its count (a lower bound for some); not those only
+    a failing runtime check runs (``error-path``: a step that succeeds never runs them)."""
+    return sum(c.bytes * c.count for c in collectives if c.intent != ERROR_PATH)
+
+
+def failing_check_text(collectives: Sequence[Collective]) -> str:
+    """'; 2 only when a runtime check fails (4.0 MiB), not counted', or ''."""
+    failing = [c for c in collectives if c.intent == ERROR_PATH]
+    if not failing:
+        return ""
+    return (f"; {len(failing)} only when a runtime check fails ({format_bytes(sum(c.bytes * c.count for c in failing))}"
+            "), not counted")
 
 
 def in_unknown_loops(collectives: Sequence[Collective]) -> int:
@@ -35,23 +46,24 @@ def upper_step_bytes(collectives: Sequence[Collective]) -> int | None:
     if any(c.count_is_lower_bound and c.count_upper_bound is None for c in collectives):
         return None
     return sum(c.bytes * (c.count_upper_bound if c.count_is_lower_bound and c.count_upper_bound is not None
-                          else c.count) for c in collectives)
+                          else c.count) for c in collectives if c.intent != ERROR_PATH)
 
 
 def total_text(collectives: Sequence[Collective]) -> str:
     """'N ops, B per step per device', with a lower bound, XLA's upper bound, or the hint's count said."""
     unknown, hinted = in_unknown_loops(collectives), assumed(collectives)
     figure = f"{format_bytes(step_bytes(collectives))} per step per device"
+    failing = failing_check_text(collectives)
     if hinted:
         return (f"{len(collectives)} ops, {figure} as --loop-trips counts them ({hinted} in loops whose trip count "
-                "XLA does not know, counted as the hint says, not as XLA does)")
+                f"XLA does not know, counted as the hint says, not as XLA does{failing})")
     if not unknown:
-        return f"{len(collectives)} ops, {figure}"
+        return f"{len(collectives)} ops, {figure}" + (f" ({failing[2:]})" if failing else "")
     upper = upper_step_bytes(collectives)
     bound = (f"; at most {format_bytes(upper)} were each to run to the bound its condition proves" if upper is not None
              else "; give --loop-trips N to count them")
     return (f"{len(collectives)} ops, at least {figure} ({unknown} in loops whose trip count XLA does not know, each "
-            f"counted as if its loop ran once{bound})")
+            f"counted as if its loop ran once{bound}{failing})")
 
 
 def count_text(c: Collective) -> str:

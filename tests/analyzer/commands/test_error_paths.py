@@ -14,6 +14,8 @@ from conftest import FIXTURES
 from jax.sharding import NamedSharding
 from scripts import script_module
 
+from jax_shard_lint.passes.common.byte_sizes import format_bytes
+
 SCRIPT = os.path.join(FIXTURES, "scripts", "sl201_error_if_checked_state.py")
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
 _COLLECTIVE = re.compile(r"%(\S+) = \S+ (all-reduce|all-gather)(?:-start)?\(")
@@ -75,6 +77,12 @@ def test_the_failing_branch_is_error_path_and_the_passing_gather_is_sl201s(cli):
     step = sum(c["seconds"] for c in target["collectives"] if c["intent"] != "error-path")
     assert abs(time["communication_seconds"] - step) <= 0.01 * step
     assert any("error-path" in note for note in time["notes"])
+    # The summary counts the step's traffic without the failing branch's, and says what it left out.
+    sizes = {c["hlo_name"]: c["bytes"] * c["count"] for c in target["collectives"]}
+    summary = " ".join(cli("lint", SCRIPT, "--no-fix-check", "--fail-on", "never").out.split())
+    counted, left = (sum(b for n, b in sizes.items() if n not in failing), sum(sizes[n] for n in failing))
+    assert (f"{len(sizes)} ops, {format_bytes(counted)} per step per device ({len(failing)} only when a runtime "
+            f"check fails ({format_bytes(left)}), not counted)") in summary, summary
 
     # The pin SL201 stands for: XLA compiles the step with its output on the input's layout without the gather,
     # and the failing branch's broadcast stays.
