@@ -18,10 +18,9 @@ once more to learn whether a step that takes no failing branch can reach it.
 
 from __future__ import annotations
 
-from ..models.report import Collective
+from ..models.report import ERROR_PATH, Collective
 from .module import HloInstruction, HloModule
 
-ERROR_PATH = "error-path"
 # The op_name equinox's check lowers under (``jit(branched_error_if_impl)/cond``; ``error_if`` names it too).
 _CHECK_NAME = "error_if"
 _BRANCH_ATTRS = frozenset({"branch_computations", "true_computation", "false_computation"})
@@ -79,7 +78,7 @@ def error_branches(module: HloModule) -> tuple[set[str], set[str]]:
     checked value run)."""
     checks = _check_conditionals(module)
     if not checks:
-        return set(), {}
+        return set(), set()
     host = _calls_host(module)
     failing: list[str] = []
     passing: list[str] = []

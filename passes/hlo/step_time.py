@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..models.device_spec import DeviceSpec
-from ..models.report import Collective, StepTime
+from ..models.report import ERROR_PATH, Collective, StepTime
 from .cost import ProgramCost
-from .error_paths import ERROR_PATH
 from .module import MAIN_THREAD
 
 # (bytes moved per byte of result, latency steps) as functions of the group size n.

@@ -98,6 +98,10 @@ class CollectivePart(Model):
     via: SourceLocation | None = VIA_FIELD
 
 
+# Collective.intent of a collective only a failing runtime check runs (hlo/error_paths.py): left out of the step.
+ERROR_PATH = "error-path"
+
+
 class Collective(Model):
     """A collective the compiled program runs."""
 

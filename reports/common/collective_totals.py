@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...passes.common.byte_sizes import format_bytes
-from ...passes.hlo.error_paths import ERROR_PATH
-from ...passes.models.report import Collective
+from ...passes.models.report import ERROR_PATH, Collective
 
 
 def step_bytes(collectives: Sequence[Collective]) -> int:
