@@ -1,0 +1,125 @@
+"""SL207 idle-mesh-axis: the check, whose docstring is the rule\'s documentation."""
+
+from __future__ import annotations
+
+from ..common.data_parallel import data_parallel_layout
+from ..common.sharding_text import pspec_text
+from ..common.word_lists import listed
+from ..models.report import Finding, Severity, TensorInfo
+from ..models.rule_codes import SL105, SL207
+from .context import RuleContext
+from .idle_batch_axes import IDLE_BATCH_WHY
+from .parameter_advice import idle_axes
+from .registry import Emitter, FixKind, RuleTraits, define_rule
+
+# The finding's second provenance line, naming the idle axes (what ``without_covered`` reads).
+IDLE_AXES_WHY = "no argument is split on mesh axis "
+
+
+def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
+    """A mesh axis of several devices that splits no argument: its devices compute the same step.
+
+    What it does
+    ------------
+    Reports a mesh axis of more than one device on which no argument of the
+    step is split, where the step's batch arguments (those it does not return
+    as state) are split on dimension 0 over the other axes. The devices along
+    that axis then hold the same values and run the same computation. Where
+    XLA spends the axis on resharding collectives instead, SL105's idle-batch
+    finding says so, and where another finding's fix puts the axis to use
+    (SL101's weight moved onto it, SL203's replicated argument spread over
+    it), that finding does: this rule is silent (one cause, one finding).
+
+    Why is this bad
+    ---------------
+    An idle axis multiplies the work per device by its size and divides
+    nothing: a step on a chains=4 x data=2 mesh whose chains are replicated
+    does every chain's work on every device, at four times the compute and
+    peak of the layout that splits them (a blackjax sampler's step, 7.4 s
+    against 1.9 s estimated, 2.1 GiB against 642 MiB). Nothing in the
+    compiled program shows it: there is no collective over the axis.
+
+    Example
+    -------
+    ```python
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    X = jax.ShapeDtypeStruct((rows, features), f32, sharding=NamedSharding(mesh, P("data")))
+    # nothing is sharded on "model": its two devices repeat each other's work
+    ```
+
+    Fix
+    ---
+    Split the batch arguments on dimension 0 over every mesh axis, as
+    suggest's data-parallel baseline does (`P(("data", "model"))`), or give
+    the idle axis to what the step computes many of (its chains, its
+    experts, a weight's output features). The batch on every axis is
+    compiled and printed only when measured better.
+    """
+    idle = idle_axes(ctx)
+    if not idle:
+        return
+    # Where XLA spends the idle axis on resharding, SL105's idle-batch finding stands for it: SL105 claims those
+    # collectives (its traits' claims are exactly the idle-batch finding's).
+    if ctx.claims_by_rule.get(SL105.code):
+        return
+    state = {rt.input.index for rt in ctx.roundtrips}
+    batch = [t for t in ctx.inputs if t.index not in state and t.shape and any(t.sharding or [])]
+    if not batch or any(any(dim for dim in (t.sharding or [])[1:]) for t in batch):
+        return
+    mesh = ctx.signature.mesh.axes
+    free = [a for a, n in mesh if n > 1]
+    layouts = [data_parallel_layout(t.shape, free, dict(mesh)) for t in batch]
+    if any(layout is None for layout in layouts):
+        return
+    sizes = dict(mesh)
+    devices = 1
+    for a in idle:
+        devices *= sizes[a]
+    out.emit(_message(batch, idle, devices), ctx.input_source(batch[0].index), fix=_fix(batch, layouts[0] or []),
+             why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)], parameter=batch[0])
+    out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in batch]})
+
+
+def _uses(f: Finding, axes: set[str]) -> bool:
+    """Whether a finding's fix puts one of ``axes`` on an argument (its suggestion, or a candidate it compiles)."""
+    specs = [f.suggested_sharding, *(c.sharding for c in f.candidates)]
+    return any(a.split(":")[0] in axes for spec in specs if spec for dim in spec for a in dim)
+
+
+def without_covered(findings: list[Finding]) -> list[Finding]:
+    """The findings without an SL207 whose idle axes another finding's fix already gives work (SL101's weight on
+    the idle axis, SL203's replicated table spread over it): one cause, one finding."""
+    out = []
+    for f in findings:
+        said = next((line for line in f.provenance if line.startswith(IDLE_AXES_WHY)), None)
+        if f.rule == SL207.code and said is not None:
+            axes = set(said.removeprefix(IDLE_AXES_WHY).split(", "))
+            if any(_uses(o, axes) for o in findings if o.rule != SL207.code):
+                continue
+        out.append(f)
+    return out
+
+
+def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
+    written = batch[0].sharding or []
+    same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in batch)
+    names = (f"{listed([t.path for t in batch])} {pspec_text(written)}" if same
+             else listed([f"{t.path} {pspec_text(t.sharding or [])}" for t in batch]))
+    on = ", ".join(sorted({a.split(":")[0] for t in batch for a in (t.sharding or [[]])[0]}))
+    axes = ", ".join(f"'{a}'" for a in idle)
+    which = "axis" if len(idle) == 1 else "axes"
+    return (f"mesh {which} {axes} split no argument: the batch arguments {names} are split on dimension 0 over {on} "
+            f"only, so the {devices} devices along {axes} hold the same values and repeat each other's work "
+            f"({devices} copies of every op of the step)")
+
+
+def _fix(batch: list[TensorInfo], layout: list[list[str]]) -> str:
+    written = batch[0].sharding or []
+    same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in batch)
+    return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
+            f"does: {listed([t.path for t in batch])} as {pspec_text(layout)} instead of "
+            f"{pspec_text(written) if same else 'their written layouts'}")
+
+
+RULE = define_rule(SL207, Severity.warning, idle_mesh_axis,
+                   traits=RuleTraits(fix=FixKind.parameter, merge_findings=without_covered))
