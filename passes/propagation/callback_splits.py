@@ -23,7 +23,7 @@ from ..models.report import TensorInfo
 from ..source.frames import DEFAULT_OWNERSHIP
 from ..stablehlo.module import op_name_of_location
 from .shardy_reference import walk_ops
-from .split_activations import _Walk
+from .split_activations import Walk
 
 _STATED = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
 # Values followed from a callback's result to see whether a stated layout reads it.
@@ -45,7 +45,7 @@ def _stated_reader(results: list[ir.Value[Any]]) -> bool:
     return False
 
 
-def _callbacks(walk: _Walk, op_name: str | None) -> list[Any]:
+def _callbacks(walk: Walk, op_name: str | None) -> list[Any]:
     """The host callbacks at ``op_name`` (the compiled metadata's, which ends with the callback's op_name inside
     its function), or every host callback where none is named so (JAX 0.12 writes a callback's location as
     ``pure_callback:`` around its name stack)."""
@@ -57,7 +57,7 @@ def _callbacks(walk: _Walk, op_name: str | None) -> list[Any]:
     return named or every
 
 
-def _callback_arguments(walk: _Walk, op_name: str | None) -> list[int] | None:
+def _callback_arguments(walk: Walk, op_name: str | None) -> list[int] | None:
     """The entry arguments the host callbacks at ``op_name`` are computed from, nearest first; None where a
     stated layout reads one's result."""
     found: list[int] = []
@@ -80,7 +80,7 @@ def with_split_arguments(located: tuple[LocatedRemat, ...], module: ir.Module, i
     comes from (``LocatedRemat.argument``), where one is found."""
     if not any(r.remat.source_device is not None or r.remat.target_device is not None for r in located):
         return located
-    walk = _Walk(module, ownership)
+    walk = Walk(module, ownership)
     out = []
     for r in located:
         remat = r.remat

@@ -35,7 +35,7 @@ from .shardy_reference import OP_ID, call_sites, result_shardings, shardy_propag
 
 _DIMS = re.compile(r"(lhs_batching|rhs_batching|lhs_contracting|rhs_contracting)_dimensions = \[([\d, ]*)\]")
 # Values walked back from one read: a bound on a large program.
-_MAX_WALK = 5_000
+MAX_WALK = 5_000
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _names(held: list[str]) -> set[str]:
     return {a.split(":")[0] for a in held}
 
 
-class _Walk:
+class Walk:
     """The propagated module's values: each one's sharding, and the ops and functions to walk back through."""
 
     def __init__(self, module: ir.Module, ownership: CodeOwnership):
@@ -147,7 +147,7 @@ class _Walk:
         found: dict[int, SplitOrigin] = {}
         seen: set[ir.Value[Any]] = set()
         queue: deque[ir.Value[Any]] = deque([start])
-        while queue and len(seen) < _MAX_WALK:
+        while queue and len(seen) < MAX_WALK:
             value = queue.popleft()
             if value in seen:
                 continue
@@ -195,7 +195,7 @@ def split_reads(module: ir.Module, mesh: MeshInfo, arguments: list[list[list[str
         propagated = shardy_propagated(tagged_clone(module))
     except ShardyRejected:
         return ()
-    walk = _Walk(propagated, ownership)
+    walk = Walk(propagated, ownership)
     reads: list[SplitRead] = []
     for fn in walk.funcs.values():
         for op in walk_ops(fn.regions[0].blocks[0]):
@@ -227,7 +227,7 @@ def argument_batch_dims(module: ir.Module) -> dict[int, tuple[int, ...]]:
     expert weights ``EDH`` read by ``EnD,EDH->EnH`` batch their expert dimension 0. A weight sharded on another
     dimension is moved there by an all-to-all on every step (SL105's candidate: the axis on the batch dimension,
     where the matmul reads it). Read in the module as lowered: no propagation is run."""
-    walk = _Walk(module, DEFAULT_OWNERSHIP)
+    walk = Walk(module, DEFAULT_OWNERSHIP)
     found: dict[int, set[int]] = {}
     for fn in walk.funcs.values():
         for op in walk_ops(fn.regions[0].blocks[0]):
@@ -242,7 +242,7 @@ def argument_batch_dims(module: ir.Module) -> dict[int, tuple[int, ...]]:
     return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
 
 
-def _same_array_arguments(walk: _Walk, value: ir.Value[Any]) -> list[int]:
+def _same_array_arguments(walk: Walk, value: ir.Value[Any]) -> list[int]:
     """The entry arguments ``value`` is (the same shape and dimensions: through calls, loop carries and ops
     whose operand has the result's shape)."""
     # A transpose maps dimensions: the array after it is another.
@@ -250,14 +250,14 @@ def _same_array_arguments(walk: _Walk, value: ir.Value[Any]) -> list[int]:
                             or v.owner.name != "stablehlo.transpose" else ())
 
 
-def _entry_arguments(walk: _Walk, value: ir.Value[Any],
+def _entry_arguments(walk: Walk, value: ir.Value[Any],
                      feeding: Callable[[ir.Value[Any]], Iterable[ir.Value[Any]]]) -> list[int]:
     """The entry arguments reached from ``value``, nearest first, walking back breadth-first through the values
-    ``feeding`` gives each one, at most ``_MAX_WALK`` values."""
+    ``feeding`` gives each one, at most ``MAX_WALK`` values."""
     found: list[int] = []
     seen: set[ir.Value[Any]] = set()
     queue: deque[ir.Value[Any]] = deque([value])
-    while queue and len(seen) < _MAX_WALK:
+    while queue and len(seen) < MAX_WALK:
         v = queue.popleft()
         if v in seen:
             continue

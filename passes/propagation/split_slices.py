@@ -36,7 +36,7 @@ from ..models.errors import ShardyRejected
 from ..models.report import Collective, TensorInfo
 from ..stablehlo.module import functions, op_name_of_location, sharding_axes
 from .shardy_reference import shardy_propagated, tagged_clone, walk_ops
-from .split_activations import _MAX_WALK, _Walk
+from .split_activations import MAX_WALK, Walk
 
 # The JAX primitives that read or write a slice at a computed offset: the last part of an op_name.
 READS = frozenset({"gather", "dynamic_slice", "dynamic_update_slice", "scatter", "scatter-add"})
@@ -128,7 +128,7 @@ def _names(axes: Iterable[str]) -> frozenset[str]:
     return frozenset(a.split(":")[0] for a in axes)
 
 
-class _Linked(_Walk):
+class _Linked(Walk):
     """The propagated module with the shardings of block arguments (a loop's carries, a function's
     arguments) and the values linked to a value in either direction."""
 
@@ -189,7 +189,7 @@ class _Linked(_Walk):
         propagation keeps split there."""
         seen: set[ir.Value[Any]] = set()
         queue: deque[ir.Value[Any]] = deque([start])
-        while queue and len(seen) < _MAX_WALK:
+        while queue and len(seen) < MAX_WALK:
             value = queue.popleft()
             if value in seen:
                 continue

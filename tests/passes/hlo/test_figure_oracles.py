@@ -19,8 +19,9 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_shard_lint.passes.common.device_groups import MeshInfo
-from jax_shard_lint.passes.hlo.collectives import find_collectives, inferred_trip_count
+from jax_shard_lint.passes.hlo.collectives import find_collectives
 from jax_shard_lint.passes.hlo.cost import program_cost
+from jax_shard_lint.passes.hlo.loop_bounds import inferred_trip_count
 from jax_shard_lint.passes.hlo.memory import summarize_memory
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.step_time import estimate_step_time

@@ -16,8 +16,8 @@ from jax.sharding import PartitionSpec as P
 from scripts import script_targets
 
 from jax_shard_lint.analyzer.platforms.performance import device_spec, known_devices
-from jax_shard_lint.passes.hlo.collectives import inferred_trip_count
 from jax_shard_lint.passes.hlo.cost import program_cost
+from jax_shard_lint.passes.hlo.loop_bounds import inferred_trip_count
 from jax_shard_lint.passes.hlo.parser import parse_hlo_module
 from jax_shard_lint.passes.hlo.step_time import collective_seconds
 from jax_shard_lint.passes.models.device_spec import DeviceSpec
