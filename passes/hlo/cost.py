@@ -62,6 +62,8 @@ class OpCost:
 class ProgramCost:
     ops: tuple[OpCost, ...]
     unknown_custom_calls: tuple[str, ...] = field(default=())
+    # Ops in loops whose trip count XLA does not know, each counted as if its loop ran once (no --loop-trips).
+    counted_once: int = 0
 
     @property
     def flops(self) -> float:
@@ -276,10 +278,13 @@ def _op_cost(module: HloModule, ins: HloInstruction, fused: _FusedComputations,
 
 def program_cost(module: HloModule, assumed_trips: int | None = None) -> ProgramCost:
     """``assumed_trips``: the user's count for loops whose trip count XLA does not know (``--loop-trips``)."""
-    counts = computation_multiplicity(module, assumed_trips).counts
+    multiplicity = computation_multiplicity(module, assumed_trips)
+    counts = multiplicity.counts
+    once = multiplicity.unknown if assumed_trips is None else frozenset()
     fused = _FusedComputations(module)
     unknown: list[str] = []
     ops: list[OpCost] = []
+    counted_once = 0
     for name in sorted(_program_computations(module)):
         comp = module.computations.get(name)
         runs = counts.get(name, 0)
@@ -292,7 +297,8 @@ def program_cost(module: HloModule, assumed_trips: int | None = None) -> Program
             nbytes, flops = cost
             ops.append(OpCost(ins.name, ins.opcode, runs, nbytes, tuple(sorted(flops.items())),
                               comp.execution_thread))
-    return ProgramCost(tuple(ops), tuple(sorted(set(unknown))))
+            counted_once += name in once
+    return ProgramCost(tuple(ops), tuple(sorted(set(unknown))), counted_once)
 
 
 def xla_cost_figures(raw: dict[str, Any] | None) -> dict[str, float]:

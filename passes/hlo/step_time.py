@@ -106,6 +106,9 @@ def estimate_step_time(
         elsewhere = [op for op in cost.ops if op.thread != MAIN_THREAD]
         notes.append(f"work on the {', '.join(sorted({op.thread for op in elsewhere}))} thread ({len(elsewhere)} "
                      "ops) counted by its bytes over HBM bandwidth, overlapped with compute")
+    if cost.counted_once:
+        notes.append(f"{cost.counted_once} operations in loops whose trip count XLA does not know counted once each: "
+                     "a lower bound (--loop-trips N counts them N times)")
     if failing_only:
         notes.append(f"{failing_only} collective(s) only a failing runtime check runs (intent error-path) left out")
     if cost.unknown_custom_calls:
@@ -119,7 +122,7 @@ def estimate_step_time(
         memory_seconds=significant(memory_time),
         communication_seconds=significant(communication), async_communication_seconds=significant(asynchronous),
         within_host_seconds=significant(within), across_hosts_seconds=significant(across),
-        flops=significant(cost.flops), bytes_accessed=significant(cost.bytes),
+        flops=significant(cost.flops), bytes_accessed=significant(cost.bytes), compute_counted_once=cost.counted_once,
         xla_flops=xla.get("flops"), xla_bytes_accessed=xla.get("bytes_accessed"),
         xla_optimal_seconds=xla.get("optimal_seconds"), sources=list(spec.sources), notes=notes,
     )

@@ -234,6 +234,9 @@ class StepTime(Model):
         default=None, description="The TPU compiler's own estimate (cost_analysis optimal_seconds), where given.")
     sources: list[str] = Field(default_factory=list, description="Where the device's figures come from.")
     notes: list[str] = Field(default_factory=list)
+    compute_counted_once: int = Field(
+        default=0, description="Operations in loops whose trip count XLA does not know, counted once each (no "
+        "--loop-trips): the estimate is then a lower bound (a NUTS step's tree building, a diffrax solve).")
 
 
 class ConstraintCause(Model):

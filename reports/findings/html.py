@@ -69,7 +69,9 @@ def _summary(t: TargetReport) -> str:
                        f'<div class="sub">{e(total_text(t.collectives))}</div>'))
     if t.time is not None:
         cards.append(_card("estimated step time",
-                           f'<span data-seconds="{t.time.seconds}">~{e(format_seconds(t.time.seconds))}</span>',
+                           f'<span data-seconds="{t.time.seconds}">'
+                           + ("at least " if unknown or t.time.compute_counted_once else "")
+                           + f'~{e(format_seconds(t.time.seconds))}</span>',
                            # A CPU estimate's caveat comes before its figures.
                            ('<div class="sub"><b>nominal CPU figure</b>, for comparing targets only</div>'
                               if t.time.nominal else "")

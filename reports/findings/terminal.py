@@ -83,7 +83,7 @@ def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> T
         # A CPU estimate is nominal: said before the seconds, which a newcomer reads first.
         caveat = "nominal CPU figure: " if t.time.nominal else ""
         # Loops whose trip count XLA does not know ran once in the estimate, or as --loop-trips says.
-        bound = "at least " if in_unknown_loops(t.collectives) else ""
+        bound = "at least " if in_unknown_loops(t.collectives) or t.time.compute_counted_once else ""
         hinted = " (loops as --loop-trips counts them)" if assumed(t.collectives) else ""
         grid.add_row("step time", Text(f"{caveat}{bound}~{step_time_line(t.time)}{hinted}"))
         grid.add_row("  basis", Text(step_time_basis(t.time), style="dim"))

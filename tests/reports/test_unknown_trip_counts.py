@@ -76,3 +76,23 @@ def test_a_known_trip_count_is_no_lower_bound(cli, tmp_path):
     script.write_text(SCRIPT.replace("jnp.sum(h) > 0.5", "k < 4"))
     result = cli("lint", str(script), "--fail-on", "never", "--no-fix-check")
     assert result.code == 0 and "at least" not in result.out and "trip count" not in result.out
+
+
+def test_a_step_time_with_compute_in_an_unknown_loop_is_said_to_be_a_lower_bound(cli, tmp_path):
+    """No collective in the loop (its operands whole on every device), only compute: a NUTS step's tree building
+    was costed as one pass and printed with no bound (newbie17 F4, blackjax). XLA's compiled loop has no
+    known_trip_count; the estimate and the JSON say the compute is counted once."""
+    script = tmp_path / "unknown_compute.py"
+    script.write_text(SCRIPT.replace('P("model", None)', "P()").replace('P(None, "model")', "P()"))
+    namespace = {}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)  # noqa: S102 - the test's own program
+    text = namespace["shard_lint_targets"]()["solve"].compile().as_text()
+    whiles = re.findall(r"= [^\n]* while\([^\n]*", text)
+    assert whiles and not any("known_trip_count" in w for w in whiles), whiles
+    assert not re.search(r" (?:all-reduce|all-gather|all-to-all|collective-permute)(?:-start)?\(", text)
+    [target] = json.loads(cli("lint", str(script), "--fail-on", "never", "--no-fix-check", "-q", "--format",
+                              "json").out)["targets"]
+    assert target["time"]["compute_counted_once"] > 0
+    assert any("counted once each: a lower bound" in note for note in target["time"]["notes"])
+    summary = " ".join(cli("lint", str(script), "--fail-on", "never", "--no-fix-check").out.split())
+    assert "step time nominal CPU figure: at least ~" in summary, summary
