@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
-from ....passes.common.data_parallel import data_parallel_layout
 from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
@@ -33,6 +32,7 @@ from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_re
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
 from ...adapter import jax_adapter
+from ...backend.advice.baselines import baseline_layouts
 from ...backend.advice.moves import NAME as NAME_MOVE
 from ...backend.advice.moves import best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
@@ -136,31 +136,9 @@ def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: Sha
 
 
 def _baselines(t: SuggestTarget) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
-    """Replicated, data-parallel and FSDP argument shardings over the free axes:
-    state (an argument that comes back as a result) is replicated, or sharded on its
-    largest dimension the axes divide; other arguments on their leading dimension."""
-    sizes, free = t.problem.axis_sizes, t.problem.free_axes
-    total = 1
-    for a in free:
-        total *= sizes[a]
-    state = {rt.input.index for rt in t.state}
-
-    def on(shape, dim) -> list[list[str]]:
-        return [list(free) if d == dim else [] for d in range(len(shape))]
-
-    def data(x) -> list[list[str]]:
-        return data_parallel_layout(x.shape, free, sizes) or [[] for _ in x.shape]
-
-    def fsdp(x) -> list[list[str]]:
-        dims = sorted((d for d, n in enumerate(x.shape) if n % total == 0), key=lambda d: (-x.shape[d], d))
-        return on(x.shape, dims[0]) if dims else [[] for _ in x.shape]
-
-    out = [("replicated", "every argument replicated", {x.index: [[] for _ in x.shape] for x in t.sig.inputs})]
-    out.append(("data-parallel", f"state replicated, other arguments split on dimension 0 over {', '.join(free)}",
-                {x.index: ([[] for _ in x.shape] if x.index in state else data(x)) for x in t.sig.inputs}))
-    out.append(("fsdp", f"state split on its largest dimension over {', '.join(free)}, other arguments on "
-                "dimension 0", {x.index: (fsdp(x) if x.index in state else data(x)) for x in t.sig.inputs}))
-    return out
+    """Replicated, data-parallel and FSDP argument shardings over the free axes (``advice.baselines``)."""
+    return baseline_layouts(t.sig.inputs, {rt.input.index for rt in t.state}, t.problem.free_axes,
+                            t.problem.axis_sizes)
 
 
 def _texts(t: SuggestTarget, args: list[ChosenSharding], results: list[ChosenSharding]):
