@@ -5,14 +5,14 @@ lint checks for the same value."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 from ....passes.common.data_parallel import data_parallel_layout
 
 Pins = dict[int, list[list[str]]]
 
 
-def baseline_layouts(inputs: Sequence, state: Collection[int], free: Sequence[str], sizes: Mapping[str, int],
+def baseline_layouts(inputs: Sequence, state: Collection[int], free: Sequence[str], sizes: dict[str, int],
                      ) -> list[tuple[str, str, Pins]]:
     """Replicated, data-parallel and FSDP argument shardings over the ``free`` axes, each (name, description,
     every argument's sharding): state (``state``: the arguments that come back as results) is replicated, or
@@ -31,9 +31,21 @@ def baseline_layouts(inputs: Sequence, state: Collection[int], free: Sequence[st
         dims = sorted((d for d, n in enumerate(x.shape) if n % total == 0), key=lambda d: (-x.shape[d], d))
         return on(x.shape, dims[0]) if dims else [[] for _ in x.shape]
 
-    out = [("replicated", "every argument replicated", {x.index: [[] for _ in x.shape] for x in inputs})]
-    out.append(("data-parallel", f"state replicated, other arguments split on dimension 0 over {', '.join(free)}",
+    out: list[tuple[str, str, Pins]] = [
+        ("replicated", summary("replicated", free), {x.index: [[] for _ in x.shape] for x in inputs})]
+    out.append(("data-parallel", summary("data-parallel", free),
                 {x.index: ([[] for _ in x.shape] if x.index in state else data(x)) for x in inputs}))
-    out.append(("fsdp", f"state split on its largest dimension over {', '.join(free)}, other arguments on "
-                "dimension 0", {x.index: (fsdp(x) if x.index in state else data(x)) for x in inputs}))
+    out.append(("fsdp", summary("fsdp", free), {x.index: (fsdp(x) if x.index in state else data(x)) for x in inputs}))
     return out
+
+
+def summary(name: str, free: Sequence[str]) -> str:
+    """What the baseline ``name`` does, as suggest's versions and lint's fixes describe it."""
+    return {"replicated": "every argument replicated",
+            "data-parallel": f"state replicated, other arguments split on dimension 0 over {', '.join(free)}",
+            "fsdp": f"state split on its largest dimension over {', '.join(free)}, other arguments on dimension 0",
+            }[name]
+
+
+# The baselines' names, in the order baseline_layouts gives them.
+NAMES = ("replicated", "data-parallel", "fsdp")
