@@ -57,6 +57,7 @@ from .fix_verdicts import (
     not_offered_text,
     pin_not_offered,
     rematerializations,
+    unchecked_text,
     without_unfixable_small_outputs,
 )
 from .pair_fixes import (
@@ -90,13 +91,12 @@ class _Candidate:
     change: str
     arguments: dict[int, list[list[str]]]
     results: dict[int, list[list[str]]]
-    # Arguments the user donated that jit left out of the module (no output matched): donated again, so a
-    # pinned output can reuse the buffer, as it would in the user's program with out_shardings= written.
+    # Arguments the user donated that jit left out of the module (no output matched): donated again, so a pinned
+    # output can reuse the buffer, as in the user's program with out_shardings= written.
     donors: frozenset[int] = frozenset()
     # The optimizer state the move takes with the parameters it names (their paths): the texts name them.
     mirrored: tuple[str, ...] = ()
-    # The state results the move leaves where they are, returned on their inputs' layouts (among ``results``),
-    # and the state arguments whose results it leaves to XLA (parameter_moves.left_to_xla).
+    # The state results it returns on their inputs' layouts; the state arguments it leaves to XLA (left_to_xla).
     kept: int = 0
     free: tuple[str, ...] = ()
 
@@ -162,9 +162,8 @@ def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candi
 
 def check_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
                 progress: Callable[[str], None] | None = None) -> TargetReport:
-    """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step
-    worse (or does not compile) reworded to say what it costs instead of being offered.
-    ``progress`` is told of each compile, counted ("[2/5] ...")."""
+    """The report with each fix compiled: its ``fix_check`` set, and a fix that makes the step worse (or does not
+    compile) reworded to say what it costs instead of being offered. ``progress``: each compile, counted."""
     module = jax_adapter.parse_stablehlo(text)
     sig = entry_signature(module, FIX_CHECKS)
     pin, take = _state_candidates(report, sig)
@@ -181,23 +180,24 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         return report
     isolation.phase(where, "compiling the findings' fixes to check them")
     inputs = list(report.inputs)
-    # The candidates the loop below reads, in its order: the first MAX_CHECKS parameter fixes, then the two
-    # state candidates where that leaves room for both. Each is independent of the others, so the program
-    # as written and every candidate compile side by side (XLA releases the GIL while it compiles).
+    # The candidates the loop reads, in its order: the first MAX_CHECKS parameter fixes, then the two state ones,
+    # each independent of the others: they compile side by side (XLA releases the GIL while it compiles).
     moved = _moved_state(report, sig)
     # Each finding's attempts, built once: the plan below compiles their first, the loop reads them in order.
     attempts_of = {k: _attempts(f, inputs, returned) for k, f in enumerate(report.findings)
                    if not (f.rule in STATE_ARGUMENT_FIXES and f.subject in moved)}
     planned = [attempts[0][2] for attempts in attempts_of.values() if attempts][:MAX_CHECKS]
     parameter_planned = len(planned)
-    if pin is not None and take is not None and MAX_CHECKS - len(planned) >= 2:
+    # The state fixes, printed on every finding about state, are compiled outside the budget where it has no room
+    # (a jraph GraphNet's four parameter fixes spent it, and SL201 printed "pin them" unchecked).
+    state_in_budget = MAX_CHECKS - len(planned) >= 2
+    if pin is not None and take is not None:
         planned += [pin, take]
     # A finding's other pairings, compiled beside them outside the budget (at most MAX_PAIRINGS): the best printed.
     planned += [c for attempts in [a for a in attempts_of.values() if a][:parameter_planned]
                 for c in rival_pairings(attempts)][:MAX_PAIRINGS]
-    # A missing donation's fix (a jit option: jax.buffer_donor on its arguments) is compiled too, outside the
-    # sharding fixes' budget: one candidate per argument SL202 names.
-    # Several arguments to donate: donating them all in one jit is compiled too (donation_fixes.py).
+    # A missing donation's fix (a jit option) is compiled too, outside the budget: one candidate per argument
+    # SL202 names, and donating them all in one jit (donation_fixes.py).
     jointly = joint_donation([c.donors for c in donations.values()], sig.input_keys)
     joint = _Candidate(jointly[0], {}, {}, jointly[1]) if jointly is not None else None
     planned += list(donations.values()) + ([joint] if joint is not None else [])
@@ -208,9 +208,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         edit = entry_edit(sig, c.arguments, c.results, c.donors)
         return functools.partial(compiled_candidate, report.name, text, sig, settings, where, devices, edit)
 
-    # The program as written is the report's own compile (lint's, or check's of this very text): the
-    # same module, so its figures are the baseline without compiling it again. A target XLA refused
-    # (out of memory: no figures) is compiled here, and raises as it did there.
+    # The program as written is the report's own compile (lint's, or check's of this text): its figures are the
+    # baseline. A target XLA refused (out of memory: no figures) is compiled here, and raises as it did there.
     counter = CompileCounter(progress, report.name)
     as_written = [] if report.memory is not None else [text]
     labels = ["the program as written"] * len(as_written) + [c.change for c in planned]
@@ -261,10 +260,14 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                                                                 written))
             continue
         attempts = attempts_of.get(k, [])
-        if not attempts or budget <= 0:
+        if not attempts:
             continue
         first, _, planned_first = attempts[0]
-        check = for_finding(f, run(planned_first))
+        if budget <= 0 and _key(planned_first) not in after_of:  # a printed fix is checked, or not offered
+            findings[k] = f.model_copy(update={"fix": unchecked_text(planned_first.change, MAX_CHECKS),
+                                               "suggested_sharding": None})
+            continue
+        check = for_finding(f, run(planned_first, counted=budget > 0))  # compiled already where the budget is spent
         # Several pairings (every pair together, then each alone): each is compiled and the measured best printed.
         rivals = [(a, c) for a, t, c in attempts[1:] if any(c is r for r in rival_pairings(attempts))]
         pairings = [(first, planned_first, check)] + [(a, c, for_finding(f, run(c, counted=False))) for a, c in rivals]
@@ -294,8 +297,8 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
     if joint is not None:
         findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
                                                                    written))
-    if pin is not None and take is not None and budget >= 2:
-        pinned, taken = run(pin), run(take)
+    if pin is not None and take is not None:
+        pinned, taken = run(pin, counted=state_in_budget), run(take, counted=state_in_budget)
         findings, notes = without_unfixable_small_outputs(state_advice(findings, pinned, taken, moved), pinned, taken)
         report = report.model_copy(update={"warnings": [*report.warnings, *notes]})
         # Neither state fix helps: SL203's own suggestion for those values (shard the replicated

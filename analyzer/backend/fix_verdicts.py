@@ -214,6 +214,13 @@ def not_offered_text(check: FixCheck) -> str:
     return f"costs {cost_text(check)}"
 
 
+def unchecked_text(change: str, limit: int) -> str:
+    """A finding's fix that was not compiled (the fix checks' budget spent on the findings before it): not
+    offered, and the finding says what was not tried, since every fix printed is checked."""
+    return (f"no fix is offered: {change} was not compiled (lint checks at most {limit} sharding fixes per target, "
+            "spent on the findings above), so it is not printed as the fix")
+
+
 def judged_text(check: FixCheck) -> str:
     """A check's figures and what they count as: a few KiB off a GiB peak reads as a saving, and is within
     the noise (a new user's T5, issue 46)."""

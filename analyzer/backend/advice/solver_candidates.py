@@ -16,6 +16,7 @@ from ....passes.models.report import Finding, TargetReport, TensorInfo
 from ....passes.pipelines.suggest import ShardingProblem, restrict_groups
 from ....passes.pipelines.suggest import pins as plan_pins
 from ..parameter_moves import matcher, mirrors
+from .baselines import NAMES, baseline_layouts
 from .moves import single_moves
 from .problem import refine
 
@@ -27,6 +28,8 @@ TIME_LIMIT = 10.0
 Sharding = list[list[str]]
 # The candidate that gives the finding's arguments the layout the compiled step returns them in.
 RETURNED = "the layout the step returns them in"
+# suggest's baseline versions' names (advice.baselines), as candidates for a finding's arguments.
+BASELINES = NAMES
 
 
 def named_units(f: Finding, inputs: list[TensorInfo]) -> list[list[int]]:
@@ -131,6 +134,22 @@ def single_move_candidates(target, units: list[list[int]], report: TargetReport,
     return out
 
 
+def baseline_candidates(target, report: TargetReport) -> list[tuple[str, dict[int, Sharding]]]:
+    """suggest's baseline versions (``advice.baselines``: replicated, data-parallel, FSDP), each (its name, the
+    arguments it changes: every argument, not the finding's alone), no two alike. suggest recommends a
+    baseline's layout for a value where that version wins, so lint checks the same version for the same value:
+    a jraph GraphNet's kernels written P('model', None) are spread over both axes by suggest's FSDP version,
+    which moves the graph batch too (the kernels moved alone compile worse than written)."""
+    inputs = list(report.inputs)
+    state = {rt.input.index for rt in target.state}
+    out: list[tuple[str, dict[int, Sharding]]] = []
+    for name, _, pins in baseline_layouts(inputs, state, target.problem.free_axes, target.problem.axis_sizes):
+        edits = _changed(pins, inputs)
+        if edits and all(edits != e for _, e in out):
+            out.append((name, edits))
+    return out
+
+
 def returned_layout(target, units: list[list[int]], report: TargetReport) -> dict[int, Sharding]:
     """The layout the compiled step returns each unit's state in, given to the unit's arguments (the
     parameter and its optimizer state, as one move): the change SL201 derives for a value that comes back
@@ -151,13 +170,16 @@ def candidate_layouts(target, units: list[list[int]], report: TargetReport, spec
                 moves: list[tuple[str, dict[int, Sharding]]], named: list[list[int]],
                 ) -> list[tuple[str, dict[int, Sharding]]]:
     """suggest's candidates for the units' arguments, the rest as written: the solver's choice, the
-    ``moves`` that differ from it, and the finding's own arguments (``named``) given the layout the step
-    returns them in; each (name, the arguments it changes), no two alike."""
+    ``moves`` (single moves, then suggest's baselines) that differ from it, and the finding's own arguments
+    (``named``) given the layout the step returns them in; each (name, the arguments it changes), no two alike."""
     inputs = list(report.inputs)
     free = sorted(i for unit in units for i in unit)
     choice = _choice(target, free, report, spec)
     solver = _changed(choice, inputs) if choice is not None else {}
-    out = ([("solver", solver)] if solver else []) + [(name, e) for name, e in moves if e != solver]
+    out = ([("solver", solver)] if solver else [])
+    for name, e in moves:
+        if e != solver and all(e != o for _, o in out):
+            out.append((name, e))
     returned = returned_layout(target, named, report)
     if returned and all(returned != e for _, e in out):
         out.append((RETURNED, returned))

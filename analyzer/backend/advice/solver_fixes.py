@@ -58,10 +58,13 @@ from ..fix_verdicts import (
 from ..parameter_moves import listed, returning_state, returns_text, state_returns
 from ..sharding_edits import with_entry_shardings
 from ..side_by_side import CompileCounter, EntryEdit, entry_edit, finished, outcome, same_program
+from .baselines import summary
 from .problem import problem_of_text
 from .solver_candidates import (
+    BASELINES,
     RETURNED,
     Sharding,
+    baseline_candidates,
     candidate_layouts,
     named_units,
     returned_layout,
@@ -112,13 +115,15 @@ def _fix_text(edits: dict[int, Sharding], inputs: list[TensorInfo], returned: di
 
 
 def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
-            returned: dict[int, int], kept: int, name: str, free: tuple[str, ...] = ()) -> Finding:
+            returned: dict[int, int], kept: int, name: str, free: tuple[str, ...] = (), axes: tuple[str, ...] = (),
+            ) -> Finding:
     specs = {repr(s) for s in edits.values()}
     them = "it" if len(edits) == 1 else "them"
     # Said as what it is: suggest's solver or one of its single moves, over these arguments only; suggest
     # itself, free to move every argument, may choose another version (a ViT's user looked for it there).
     whose = (f"the layout the step returns {them} in" if name == RETURNED
              else f"the sharding solver's layout for {them}" if name == "solver"
+             else f"suggest's {name} layout for {them}" if name in BASELINES
              else f"one move of a mesh axis for {them}")
     own = f.fix_check
     # What the rule's own fix was and what XLA measured it to do, so the finding says why another layout is
@@ -129,10 +134,28 @@ def _better(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: lis
         why = f"the rule's own fix, {own.change}, was tried and {not_offered_text(own)}"
     else:
         why = f"the rule's own fix, {own.change}, was tried and measured {judged_text(own)}"
+    if name in BASELINES:
+        return _whole_version(f, check, edits, inputs, returned, kept, name, why, free, axes)
     return f.model_copy(update={
         "fix_check": check, "suggested_sharding": next(iter(edits.values())) if len(specs) == 1 else None,
         "fix": (f"{_fix_text(edits, inputs, returned, kept, free)}: {whose} with every other argument as written, "
                 f"where {why} (checked: {cost_text(check)})")})
+
+
+def _whole_version(f: Finding, check: FixCheck, edits: dict[int, Sharding], inputs: list[TensorInfo],
+                   returned: dict[int, int], kept: int, name: str, why: str, free: tuple[str, ...],
+                   axes: tuple[str, ...]) -> Finding:
+    """The finding's fix where suggest's baseline version ``name`` (every argument changed) is measured best: the
+    layout it gives the finding's argument, suggest's for that value, and what else it changes."""
+    subject = next((t for t in inputs if t.path == f.parameter), None)
+    own = edits.get(subject.index) if subject is not None else None
+    said = (f"shard {f.parameter} as {pspec_text(own)} instead of {pspec_text(subject.sharding or [])}, and "
+            f"{len(edits) - 1} other arguments as that version does" if subject is not None and own is not None
+            else f"change {len(edits)} arguments as that version does")
+    return f.model_copy(update={
+        "fix_check": check, "suggested_sharding": own,
+        "fix": (f"{said} (suggest's {name} version: {summary(name, axes)}){returns_text(len(returned), kept, free)}: "
+                f"the best of the layouts tried for these arguments, where {why} (checked: {cost_text(check)})")})
 
 
 def _key(edits: dict[int, Sharding]) -> str:
@@ -163,6 +186,7 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
     as_written, _ = measured_version(VersionText("written", "", ""), report, None, settings)
     # Findings about the same arguments (SL201 and SL203 on one state value) get one answer, solved once.
     answers: dict[tuple[tuple[int, ...], ...], tuple] = {}
+    once: dict[str, object] = {}  # suggest's baseline versions compiled: one program each, whatever the finding
     for k in wanted:
         f = findings[k]
         named = named_units(f, inputs)
@@ -172,12 +196,13 @@ def with_solver_fixes(report: TargetReport, text: str, settings: Settings, where
             if len(answers) >= MAX_SOLVER_FIXES:
                 continue
             answers[key] = _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec,
-                                   as_written, base)
+                                   as_written, base, once)
         findings[k] = _advised(f, sorted(i for unit in units for i in unit), report, target, *answers[key])
     return report.model_copy(update={"findings": findings})
 
 
-def _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec, as_written, base):
+def _advice(target, units, named, report, module, sig, settings, where, devices, counter, spec, as_written, base,
+            once):
     """(the chosen candidate's arguments, its label, its check, its name), or Nones where suggest keeps them.
 
     The single moves do not depend on the solve: they compile side by side while this thread solves (XLA
@@ -196,6 +221,8 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         return functools.partial(compiled_candidate, report.name, text, sig, settings, where, devices, edit(e))
 
     moves = single_move_candidates(target, units, report)
+    # suggest's baseline versions: suggest recommends a baseline's layout for a value where that version wins.
+    baselines = [(n, e) for n, e in baseline_candidates(target, report) if all(e != m for _, m in moves)]
     workers = os.cpu_count() or 1
     # A worker more than the cores: the solver's choice starts compiling as soon as it is solved, beside the
     # moves still compiling, instead of waiting alone for a core after them.
@@ -206,7 +233,7 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
         def start(named: list[tuple[str, dict[int, Sharding]]], what: str) -> None:
             # A candidate that is a program already compiled (a state fix's) is not compiled again to be ranked.
             for n, e in named:
-                if (same := same_program(edit(e))) is not None:
+                if (same := same_program(edit(e))) is not None or (same := once.get(_key(e))) is not None:
                     reused[_key(e)] = pending[_key(e)] = finished(same)
                     counter.same(label(n, e))
             named = [(n, e) for n, e in named if _key(e) not in reused]
@@ -216,14 +243,16 @@ def _advice(target, units, named, report, module, sig, settings, where, devices,
 
         if workers > 1:  # one core: the moves compile after the solve, as before
             start(moves, "to check suggest's single moves")
+            start(baselines, "to check suggest's baseline layouts")
             # The layout the step returns the named arguments in does not depend on the solve either: it
             # compiles beside the moves (a layout the solver then chooses is this compile, not another).
             returned = returned_layout(target, named, report)
             if returned and all(returned != e for _, e in moves):
                 start([(RETURNED, returned)], "to check the layout the step returns them in")
-        candidates = candidate_layouts(target, units, report, spec, moves, named)
+        candidates = candidate_layouts(target, units, report, spec, moves + baselines, named)
         start([(n, e) for n, e in candidates if _key(e) not in pending], "to check suggest's layouts")
         compiled = [pending[_key(e)].result() for _, e in candidates]
+    once.update({_key(e): r for (n, e), r in zip(candidates, compiled) if n in BASELINES})  # the same each answer
     labels = [label(name, e) for name, e in candidates]
     written = rematerializations(report)
     versions = [as_written] + [
@@ -261,7 +290,8 @@ def _advised(f: Finding, free: list[int], report: TargetReport, target, edits, l
         returned = returned_state(target, edits)
         results = _state_results(target, report, edits)
         left = tuple(inputs[rt.input.index].path for rt in target.state if rt.output.index not in results)
-        return _better(f, check, edits, inputs, returned, len(results) - len(returned), name, left)
+        return _better(f, check, edits, inputs, returned, len(results) - len(returned), name, left,
+                       tuple(target.problem.free_axes))
     return f.model_copy(update={
         "fix": f"{f.fix}; the best layout the sharding solver and single moves give these arguments, {label}, "
                f"was tried too, compiled and {not_offered_text(check)}"})

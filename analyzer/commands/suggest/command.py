@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ....passes.common.byte_sizes import format_bytes
-from ....passes.common.data_parallel import data_parallel_layout
 from ....passes.models.errors import NoFeasibleSharding
 from ....passes.models.suggest import ChosenSharding, SuggestReport, SuggestRun, Version
 from ....passes.pipelines import suggest as pipeline
@@ -33,15 +32,16 @@ from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_re
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
 from ... import __version__
 from ...adapter import jax_adapter
+from ...backend.advice.baselines import baseline_layouts
 from ...backend.advice.moves import NAME as NAME_MOVE
-from ...backend.advice.moves import best_move, single_moves
+from ...backend.advice.moves import Move, best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
 from ...backend.advice.solve_memo import solve_memo
 from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
 from ...backend.device_selection import platform_label
 from ...backend.fix_verdicts import cost_text, measured_check, rematerializations, traffic_bytes
 from ...backend.out_shardings import suggest_for
-from ...backend.parameter_moves import mirrors
+from ...backend.parameter_moves import mirrors, state_returns
 from ...backend.script_targets import load_script_targets
 from ...backend.sharding_edits import with_entry_shardings
 from ...context.config import Settings
@@ -91,22 +91,36 @@ def _version_texts(t: SuggestTarget, wanted: list) -> list[VersionText]:
             for name, description, args, results in wanted]
 
 
-def _as_lint_checks(t: SuggestTarget, move: Version, moved: Any, written: Version, as_written: Any,
-                    remats: frozenset[str], changed: Pins) -> Version:
+def _as_lint_checks(t: SuggestTarget, version: Version, moved: Any, written: Version, as_written: Any,
+                    remats: frozenset[str], move: Move, compile_lint: Any) -> Version:
     """The single move described with lint's fix check of the same change against the written program
-    (``fix_verdicts.measured_check``: one program, one measure, the same figures in both; ``remats``: the
-    written program's rematerializations; ``changed``: the arguments the move changes). What moves with the
-    argument is said only where there is some: an input batch has no optimizer state and does not come back."""
+    (``fix_verdicts.measured_check`` of lint's candidate: one program, one measure, the same figures in both;
+    ``remats``: the written program's rematerializations). lint's check leaves to XLA the state outputs the
+    written step returns on another layout than it takes them and the move does not move (SL201's,
+    ``parameter_moves.state_returns``), where this version pins every state output: that program is compiled
+    (``compile_lint``: its (argument pins, result pins) -> its report) and the text says what differs. What moves
+    with the argument is said only where there is some: an input batch has no optimizer state and does not come
+    back."""
     if as_written is None or written.peak_bytes is None or written.traffic_bytes is None:
-        return move
-    check = measured_check(move.description, moved,
+        return version
+    pairs = {rt.output.index: rt.input.index for rt in t.state}
+    unsettled = state_returns(pairs, as_written.inputs, as_written.outputs).unsettled
+    left = [o for o in move.results if o in unsettled and pairs.get(o) not in move.moved]
+    if left:
+        moved = compile_lint(move.moved, {o: s for o, s in move.results.items() if o not in left})
+        if moved is None:
+            return version
+    check = measured_check(version.description, moved,
                            (written.peak_bytes, written.traffic_bytes, written.collective_bytes), t.sig, remats)
+    changed = move.moved
     mirrored = any(j in changed for i in changed for j in mirrors(t.sig.inputs, i))
     returned = any(rt.input.index in changed for rt in t.state)
     with_it = (", its optimizer state with it" if mirrored else "") + (
         (" and" if mirrored else ",") + " returned in that layout" if returned else "")
-    return move.model_copy(update={"description": f"{move.description}{with_it} (as lint checks it: "
-                                   f"{cost_text(check)})"})
+    differs = (f", with the {len(left)} state output{'s' if len(left) > 1 else ''} the step as written returns on "
+               "another layout than it takes left to XLA, which this version pins" if left else "")
+    return version.model_copy(update={"description": f"{version.description}{with_it} (as lint checks it{differs}: "
+                                      f"{cost_text(check)})"})
 
 
 def _returning_state(t: SuggestTarget, args: Pins, results: Pins) -> Pins:
@@ -136,31 +150,9 @@ def _with_model(version: Version, pins: dict[int, list[list[str]]], problem: Sha
 
 
 def _baselines(t: SuggestTarget) -> list[tuple[str, str, dict[int, list[list[str]]]]]:
-    """Replicated, data-parallel and FSDP argument shardings over the free axes:
-    state (an argument that comes back as a result) is replicated, or sharded on its
-    largest dimension the axes divide; other arguments on their leading dimension."""
-    sizes, free = t.problem.axis_sizes, t.problem.free_axes
-    total = 1
-    for a in free:
-        total *= sizes[a]
-    state = {rt.input.index for rt in t.state}
-
-    def on(shape, dim) -> list[list[str]]:
-        return [list(free) if d == dim else [] for d in range(len(shape))]
-
-    def data(x) -> list[list[str]]:
-        return data_parallel_layout(x.shape, free, sizes) or [[] for _ in x.shape]
-
-    def fsdp(x) -> list[list[str]]:
-        dims = sorted((d for d, n in enumerate(x.shape) if n % total == 0), key=lambda d: (-x.shape[d], d))
-        return on(x.shape, dims[0]) if dims else [[] for _ in x.shape]
-
-    out = [("replicated", "every argument replicated", {x.index: [[] for _ in x.shape] for x in t.sig.inputs})]
-    out.append(("data-parallel", f"state replicated, other arguments split on dimension 0 over {', '.join(free)}",
-                {x.index: ([[] for _ in x.shape] if x.index in state else data(x)) for x in t.sig.inputs}))
-    out.append(("fsdp", f"state split on its largest dimension over {', '.join(free)}, other arguments on "
-                "dimension 0", {x.index: (fsdp(x) if x.index in state else data(x)) for x in t.sig.inputs}))
-    return out
+    """Replicated, data-parallel and FSDP argument shardings over the free axes (``advice.baselines``)."""
+    return baseline_layouts(t.sig.inputs, {rt.input.index for rt in t.state}, t.problem.free_axes,
+                            t.problem.axis_sizes)
 
 
 def _texts(t: SuggestTarget, args: list[ChosenSharding], results: list[ChosenSharding]):
@@ -292,8 +284,12 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
                           resolution, remats, next((v for v in versions if v.name == "written"), None))
         if moved is not None:
             move, version, report = moved
+            def compile_lint(args: Pins, results: Pins) -> Any:
+                return _compile_all(t, [(NAME_MOVE, "as lint checks it", args, results)], settings, devices, where,
+                                    request.spread)[0][1]
+
             version = _as_lint_checks(t, version, report, next(v for v in versions if v.name == "written"),
-                                      reports["written"], remats, move.moved)
+                                      reports["written"], remats, move, compile_lint)
             versions.append(_with_model(version, move.pins, problem, request, settings))
             pins_of[NAME_MOVE] = (move.pins, _returning_state(t, move.pins, move.results))
             reports[NAME_MOVE] = report

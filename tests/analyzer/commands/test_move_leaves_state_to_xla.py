@@ -90,3 +90,39 @@ def test_a_move_names_the_state_output_it_leaves_to_xla_and_prints_that_programs
     # What a user pinning every state output (b on P() too) compiles is another program, with other figures.
     every = jax.jit(module.step, out_shardings=({**pinned, "b": NamedSharding(mesh, P())},)).lower(*moved).compile()
     assert (xla_peak(every), step_traffic(every, moved[:1])) != (xla_peak(pasted), step_traffic(pasted, moved[:1]))
+
+
+def test_suggests_move_prints_lints_check_of_it_and_says_what_differs(cli, checking, tmp_path):
+    """suggest's single move pins every state output (a version it prints returns its state as taken), where lint's
+    check of the same move leaves b to XLA: its "(as lint checks it: ...)" figure is lint's check, the program
+    lint compiles (newbie15's GNN: +575 KiB printed there against lint's +512 KiB), and the text says the
+    difference. Only w1 free to move (with every other argument fixed), on 'model'."""
+    script = tmp_path / "bias_returned_moved.py"
+    script.write_text(SOURCE)
+    lint = cli("lint", str(script), "--fail-on", "never", "--format", "json", "--threshold",
+               "unexplained-reshard-bytes=0")
+    assert lint.code == 0, lint.err
+    [f] = [f for f in json.loads(lint.out)["targets"][0]["findings"] if f["rule"] == "SL105"]
+    kept = [a for path in ("x", "y", "params['w2']", "params['b']") for a in ("--fix", path)]
+    result = cli("suggest", str(script), "--axes", "model", *kept, "--format", "json")
+    assert result.code == 0, result.err
+    [move] = [v for v in json.loads(result.out)["targets"][0]["versions"] if v["name"] == "single move"]
+    assert move["description"].startswith("params['w1']: P('model') -> P(None, 'model'), returned in that layout "
+                                          "(as lint checks it, with the 1 state output the step as written returns "
+                                          "on another layout than it takes left to XLA, which this version pins: "), \
+        move["description"]
+    # The figure is lint's check of the move, word for word, and XLA's of the program it names (b left to XLA).
+    cost = move["description"].split("which this version pins: ", 1)[1][:-1]
+    assert f"(checked: {cost})" in f["fix"], (cost, f["fix"])
+    module = script_module(str(script))
+    mesh = module.mesh()
+    moved = module.arguments(P(None, "model"))
+    pinned = {"b": None, "w1": NamedSharding(mesh, P(None, "model")), "w2": NamedSharding(mesh, P("model", None))}
+    linted = jax.jit(module.step, out_shardings=(pinned,)).lower(*moved).compile()
+    assert (f["fix_check"]["peak_bytes_after"], f["fix_check"]["traffic_bytes_after"]) == (
+        xla_peak(linted), step_traffic(linted, moved[:1]))
+    # The version's own figures are XLA's of the program it prints, b pinned too: another program.
+    every = jax.jit(module.step, out_shardings=({**pinned, "b": NamedSharding(mesh, P())},)).lower(*moved).compile()
+    assert (move["peak_bytes"], move["traffic_bytes"]) == (xla_peak(every), step_traffic(every, moved[:1]))
+    assert (move["peak_bytes"], move["traffic_bytes"]) != (f["fix_check"]["peak_bytes_after"],
+                                                          f["fix_check"]["traffic_bytes_after"])
