@@ -84,7 +84,8 @@ def test_async_start_bytes_come_from_the_done_op():
 
 def test_multiplicity_through_fusions_and_loops():
     m = load("cpu_scan")
-    counts, unknown = computation_multiplicity(m)
+    found = computation_multiplicity(m)
+    counts, unknown = found.counts, found.unknown
     assert counts[m.entry] == 1 and not unknown
     body = [i for i in m.computations[m.entry].instructions if i.opcode == "while"][0]
     assert counts[dict(body.called())["body"]] == 5
