@@ -39,7 +39,9 @@ def paths(change: str) -> tuple[list[re.Pattern], P]:
     named, spec = change.rsplit(" -> ", 1)
     patterns = [re.compile(re.escape(p).replace(re.escape("[*]"), r"\[[^\]]+\]") + "$")
                 for p in re.split(r", | with | and ", named)]
-    return patterns, eval(spec, {"P": P})
+    # The labels after the spec say which version it is: "P() (returned in that layout) (replicated)", one of
+    # suggest's baselines the solver fixes compile (advice/baselines.py).
+    return patterns, eval(re.sub(r"(\s+\([^()]*\))+$", "", spec), {"P": P})
 
 
 def with_layout(args, names, patterns, spec):

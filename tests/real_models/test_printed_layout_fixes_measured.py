@@ -36,6 +36,9 @@ CASES = {
 }
 
 
+ALSO_PRINTED = {"constrained_logits": {"SL105"}}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_sl203_to_sl206_fixes_on_gpt2_are_measured_by_xla(cli, monkeypatch, case):
     lint_options, rule, expected = CASES[case]
@@ -44,7 +47,9 @@ def test_sl203_to_sl206_fixes_on_gpt2_are_measured_by_xla(cli, monkeypatch, case
     fn, options, args = module.step_and_inputs(case)
     printed = assert_fixes_measured(target, fn, options, args, 2,
                                     constrained=lambda spec: module.step_and_inputs(case, logits=spec))
-    assert printed == expected, printed
+    # On jax 0.12 the constrained logits' SL105 prints suggest's replicated baseline too (the solver fixes compile
+    # suggest's baselines, advice/baselines.py), measured better by the oracle above; on 0.10.2 it prints none.
+    assert expected <= printed <= expected | ALSO_PRINTED.get(case, set()), printed
     about = [f for f in target["findings"] if f["rule"] == rule]
     assert about, [f["rule"] for f in target["findings"]]
     for f in about:
