@@ -85,22 +85,40 @@ def idle_batch_finding(ctx: RuleContext, limit: int) -> tuple[str, str, IdleBatc
         return None
     free = [a for a, n in ctx.signature.mesh.axes if n > 1]
     layout = data_parallel_layout(found.batch[0].shape, free, dict(ctx.signature.mesh.axes)) or []
-    written = found.batch[0].sharding or []
-    same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in found.batch)
-    names = listed([t.path if same else f"{t.path} {pspec_text(t.sharding or [])}" for t in found.batch])
-    layouts = f"{names} {pspec_text(written)}" if same else names
+    layouts = batch_layouts_text(found.batch)
     idle = ", ".join(f"'{a}'" for a in found.idle)
     axes = "axis" if len(found.idle) == 1 else "axes"
     total = sum(c.bytes * c.count for c in found.collectives)
     count = sum(c.count for c in found.collectives)
     kinds = listed(sorted({c.kind for c in found.collectives}))
-    on = ", ".join(sorted({_bare(a) for t in found.batch for a in (t.sharding or [[]])[0]}))
+    on = batch_axes_text(found.batch)
     message = (f"{count} resharding collectives ({kinds}) over mesh {axes} {idle} move {format_bytes(total)} per step "
                "per device in all, which no stated sharding asked for: the batch arguments "
                f"{layouts} are split on dimension 0 over {on} "
                f"only and leave mesh {axes} {idle} idle (no argument is split on it, so its devices hold the same "
                "rows), and XLA's partitioner spends it on resharding the step's values between ops instead")
-    fix = (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
-           f"does: {listed([t.path for t in found.batch])} as {pspec_text(layout)} instead of "
-           f"{pspec_text(written) if same else 'their written layouts'}")
-    return message, fix, found, layout
+    return message, batch_fix_text(found.batch, layout), found, layout
+
+
+def _same_layout(batch: tuple[TensorInfo, ...] | list[TensorInfo]) -> bool:
+    written = pspec_text(batch[0].sharding or [])
+    return all(pspec_text(t.sharding or []) == written for t in batch)
+
+
+def batch_layouts_text(batch: tuple[TensorInfo, ...] | list[TensorInfo]) -> str:
+    """The batch arguments and their layouts: 'x and y P('data')' where they share one, else each its own."""
+    if _same_layout(batch):
+        return f"{listed([t.path for t in batch])} {pspec_text(batch[0].sharding or [])}"
+    return listed([f"{t.path} {pspec_text(t.sharding or [])}" for t in batch])
+
+
+def batch_axes_text(batch: tuple[TensorInfo, ...] | list[TensorInfo]) -> str:
+    """The mesh axes the batch arguments' dimension 0 is split over."""
+    return ", ".join(sorted({_bare(a) for t in batch for a in (t.sharding or [[]])[0]}))
+
+
+def batch_fix_text(batch: tuple[TensorInfo, ...] | list[TensorInfo], layout: list[list[str]]) -> str:
+    """The fix of a batch that leaves mesh axes idle (SL105's and SL207's): suggest's data-parallel layout."""
+    written = pspec_text(batch[0].sharding or []) if _same_layout(batch) else "their written layouts"
+    return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
+            f"does: {listed([t.path for t in batch])} as {pspec_text(layout)} instead of {written}")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from ..common.data_parallel import data_parallel_layout
-from ..common.sharding_text import pspec_text
-from ..common.word_lists import listed
 from ..models.report import Finding, Severity, TensorInfo
 from ..models.rule_codes import SL105, SL207
 from .context import RuleContext
-from .idle_batch_axes import IDLE_BATCH_WHY
+from .idle_batch_axes import IDLE_BATCH_WHY, batch_axes_text, batch_fix_text, batch_layouts_text
 from .parameter_advice import idle_axes
 from .registry import Emitter, FixKind, RuleTraits, define_rule
 
@@ -75,8 +73,9 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     devices = 1
     for a in idle:
         devices *= sizes[a]
-    out.emit(_message(batch, idle, devices), ctx.input_source(batch[0].index), fix=_fix(batch, layouts[0] or []),
-             why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)], parameter=batch[0])
+    out.emit(_message(batch, idle, devices), ctx.input_source(batch[0].index),
+             fix=batch_fix_text(batch, layouts[0] or []), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
+             parameter=batch[0])
     out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in batch]})
 
 
@@ -101,24 +100,11 @@ def without_covered(findings: list[Finding]) -> list[Finding]:
 
 
 def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
-    written = batch[0].sharding or []
-    same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in batch)
-    names = (f"{listed([t.path for t in batch])} {pspec_text(written)}" if same
-             else listed([f"{t.path} {pspec_text(t.sharding or [])}" for t in batch]))
-    on = ", ".join(sorted({a.split(":")[0] for t in batch for a in (t.sharding or [[]])[0]}))
     axes = ", ".join(f"'{a}'" for a in idle)
     which = "axis" if len(idle) == 1 else "axes"
-    return (f"mesh {which} {axes} split no argument: the batch arguments {names} are split on dimension 0 over {on} "
-            f"only, so the {devices} devices along {axes} hold the same values and repeat each other's work "
-            f"({devices} copies of every op of the step)")
-
-
-def _fix(batch: list[TensorInfo], layout: list[list[str]]) -> str:
-    written = batch[0].sharding or []
-    same = all(pspec_text(t.sharding or []) == pspec_text(written) for t in batch)
-    return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
-            f"does: {listed([t.path for t in batch])} as {pspec_text(layout)} instead of "
-            f"{pspec_text(written) if same else 'their written layouts'}")
+    return (f"mesh {which} {axes} split no argument: the batch arguments {batch_layouts_text(batch)} are split on "
+            f"dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the same "
+            f"values and repeat each other's work ({devices} copies of every op of the step)")
 
 
 RULE = define_rule(SL207, Severity.warning, idle_mesh_axis,
