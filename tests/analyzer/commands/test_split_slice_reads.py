@@ -16,6 +16,18 @@ import sys
 
 from hlo_oracle import compiled_collectives, xla_peak
 
+# Both programs' targets: the observations' time axis split on 'model' (the mistake), and their rows only.
+TARGETS = '''
+
+def shard_lint_targets(mesh_devices=None):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=mesh_devices)
+    def spec(shape, pspec):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, pspec))
+    w, y0 = spec((D, D), P()), spec((B, D), P("data"))
+    return {"time_split": jax.jit(step).lower(w, y0, spec((B, T, D), P("data", "model"))),
+            "rows": jax.jit(step).lower(w, y0, spec((B, T, D), P("data")))}
+'''
+
 SAVED_ROLLOUT = '''import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
@@ -41,15 +53,7 @@ def step(w, y0, ys_obs):
     value, grad = jax.value_and_grad(loss)(w, y0, ys_obs)
     return w - 0.1 * grad, value
 
-
-def shard_lint_targets(mesh_devices=None):
-    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=mesh_devices)
-    def spec(shape, pspec):
-        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, pspec))
-    w, y0 = spec((D, D), P()), spec((B, D), P("data"))
-    return {"time_split": jax.jit(step).lower(w, y0, spec((B, T, D), P("data", "model"))),
-            "rows": jax.jit(step).lower(w, y0, spec((B, T, D), P("data")))}
-'''
+''' + TARGETS
 
 CALLBACK_READER = '''import jax
 import jax.numpy as jnp
@@ -68,15 +72,7 @@ def step(w, y0, ys_obs):
     ys = jnp.tanh(jnp.einsum("bd,de->de", y0, w))[None, :T] * jnp.ones((T, 1))
     return jnp.mean((checked(ys)[None] - ys_obs) ** 2)
 
-
-def shard_lint_targets(mesh_devices=None):
-    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=mesh_devices)
-    def spec(shape, pspec):
-        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, pspec))
-    w, y0 = spec((D, D), P()), spec((B, D), P("data"))
-    return {"time_split": jax.jit(step).lower(w, y0, spec((B, T, D), P("data", "model"))),
-            "rows": jax.jit(step).lower(w, y0, spec((B, T, D), P("data")))}
-'''
+''' + TARGETS
 
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
