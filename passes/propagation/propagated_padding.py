@@ -14,7 +14,7 @@ constraint's own uneven cut (its axes on a dimension of that size) is SL204's.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
+from ..common.breadth_first import breadth_first
 from ..common.device_groups import MeshInfo
 from ..common.shapes import array_bytes, mlir_dtype_to_hlo
 from ..models.errors import ShardyRejected
@@ -161,27 +162,25 @@ def _arguments_of(op: ir.OpView, module: ir.Module, callers: dict[str, list[ir.O
     entry = entry_function(module)
     found: list[int] = []
     stated: list[StatedCut] = []
-    seen: set[ir.Value[Any]] = set()
-    queue: deque[ir.Value[Any]] = deque(op.operands)
-    while queue and len(seen) < _MAX_WALK:
-        value = queue.popleft()
-        if value in seen:
-            continue
-        seen.add(value)
+
+    def behind(value: ir.Value[Any]) -> Iterable[ir.Value[Any]]:
         if isinstance(value.owner, ir.Block):
             number = ir.BlockArgument(value).arg_number
             parent = value.owner.owner
             if parent == entry.operation:
-                if number not in found:
-                    found.append(number)
-            elif parent.name == "func.func":
+                return ()
+            if parent.name == "func.func":
                 callee = ir.StringAttr(parent.attributes["sym_name"]).value
-                queue.extend(c.operands[number] for c in callers.get(callee, []) if number < len(c.operands))
-            else:
-                queue.extend(parent.operands)
-        elif value.owner.name not in _STATES_SHARDING:
-            queue.extend(value.owner.operands)
-        elif "sharding" in value.owner.attributes and isinstance(value.type, ir.RankedTensorType):
+                return [c.operands[number] for c in callers.get(callee, []) if number < len(c.operands)]
+            return parent.operands
+        return value.owner.operands if value.owner.name not in _STATES_SHARDING else ()
+
+    for value in breadth_first(op.operands, behind, _MAX_WALK):
+        if isinstance(value.owner, ir.Block):
+            if value.owner.owner == entry.operation and ir.BlockArgument(value).arg_number not in found:
+                found.append(ir.BlockArgument(value).arg_number)
+        elif (value.owner.name in _STATES_SHARDING and "sharding" in value.owner.attributes
+              and isinstance(value.type, ir.RankedTensorType)):
             shape = tuple(int(n) for n in ir.RankedTensorType(value.type).shape)
             sharding = sharding_axes(sdy.TensorShardingAttr(value.owner.attributes["sharding"]))
             stated.append(StatedCut(source_of_location(value.owner.location, ownership),

@@ -18,7 +18,6 @@ feeds it, keeping only values that still hold the axis on that dimension.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
+from ..common.breadth_first import breadth_first
 from ..common.device_groups import MeshInfo
 from ..models.errors import ShardyRejected
 from ..models.report import SourceLocation
@@ -145,22 +145,23 @@ class Walk:
         """The matmuls whose weight's output dimension holds one of ``axes`` that the split of ``start``'s
         dimension ``dim`` is carried from (elementwise ops, calls, loop carries in between)."""
         found: dict[int, SplitOrigin] = {}
-        seen: set[ir.Value[Any]] = set()
-        queue: deque[ir.Value[Any]] = deque([start])
-        while queue and len(seen) < MAX_WALK:
-            value = queue.popleft()
-            if value in seen:
-                continue
-            seen.add(value)
+
+        def keeps_split(value: ir.Value[Any]) -> bool:
             sharding = self.sharding(value)
-            if sharding is not None and not (_names(sharding[dim]) & axes):
-                continue  # this value is not split there: the split is not carried through it
-            if not isinstance(value.owner, ir.Block) and value.owner.name == "stablehlo.dot_general":
+            return sharding is None or bool(_names(sharding[dim]) & axes)
+
+        def is_matmul(value: ir.Value[Any]) -> bool:
+            return not isinstance(value.owner, ir.Block) and value.owner.name == "stablehlo.dot_general"
+
+        # A value not split there does not carry the split; a matmul is where it starts (or it has no origin).
+        def carried_from(value: ir.Value[Any]) -> list[ir.Value[Any]]:
+            return self.feeders(value) if keeps_split(value) and not is_matmul(value) else []
+
+        for value in breadth_first([start], carried_from, MAX_WALK):
+            if keeps_split(value) and is_matmul(value):
                 origin = self._origin(value, dim, axes, arguments, shapes)
                 if origin is not None:
                     found.setdefault(origin.op_index, origin)
-                continue
-            queue.extend(self.feeders(value))
         return tuple(found.values())
 
     def _origin(self, value: ir.Value[Any], dim: int, axes: set[str], arguments: list[list[list[str]]],
@@ -254,17 +255,13 @@ def _entry_arguments(walk: Walk, value: ir.Value[Any],
                      feeding: Callable[[ir.Value[Any]], Iterable[ir.Value[Any]]]) -> list[int]:
     """The entry arguments reached from ``value``, nearest first, walking back breadth-first through the values
     ``feeding`` gives each one, at most ``MAX_WALK`` values."""
-    found: list[int] = []
-    seen: set[ir.Value[Any]] = set()
-    queue: deque[ir.Value[Any]] = deque([value])
-    while queue and len(seen) < MAX_WALK:
-        v = queue.popleft()
-        if v in seen:
-            continue
-        seen.add(v)
-        if isinstance(v.owner, ir.Block) and v.owner.owner == walk.entry.operation:
-            found.append(ir.BlockArgument(v).arg_number)
-        else:
-            queue.extend(feeding(v))
-    return found
+    def onward(v: ir.Value[Any]) -> Iterable[ir.Value[Any]]:
+        return () if _is_entry_argument(walk, v) else feeding(v)
+
+    return [ir.BlockArgument(v).arg_number for v in breadth_first([value], onward, MAX_WALK)
+            if _is_entry_argument(walk, v)]
+
+
+def _is_entry_argument(walk: Walk, v: ir.Value[Any]) -> bool:
+    return isinstance(v.owner, ir.Block) and v.owner.owner == walk.entry.operation
 

@@ -21,7 +21,6 @@ holds them on a dimension of that size.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
+from ..common.breadth_first import breadth_first
 from ..common.shapes import mlir_dtype_to_hlo
 from ..common.sharding_text import pspec_text
 from ..hlo.module import HloInstruction, HloModule
@@ -187,22 +187,18 @@ class _Linked(Walk):
                          arguments: list[list[list[str]]]) -> int | None:
         """The nearest entry argument holding ``axes`` on ``dim`` among the values linked to ``start`` that
         propagation keeps split there."""
-        seen: set[ir.Value[Any]] = set()
-        queue: deque[ir.Value[Any]] = deque([start])
-        while queue and len(seen) < MAX_WALK:
-            value = queue.popleft()
-            if value in seen:
-                continue
-            seen.add(value)
+        def kept_split(value: ir.Value[Any]) -> bool:
             split = self.split(value)
-            if split is not None and not (dim < len(split) and axes <= _names(split[dim])):
-                continue
-            if isinstance(value.owner, ir.Block) and value.owner.owner == self.entry.operation:
+            return split is None or (dim < len(split) and axes <= _names(split[dim]))
+
+        def linked(value: ir.Value[Any]) -> list[ir.Value[Any]]:
+            return self.feeders(value) + self.consumers(value) if kept_split(value) else []
+
+        for value in breadth_first([start], linked, MAX_WALK):
+            if kept_split(value) and isinstance(value.owner, ir.Block) and value.owner.owner == self.entry.operation:
                 k = ir.BlockArgument(value).arg_number
                 if k < len(arguments) and dim < len(arguments[k]) and axes <= _names(arguments[k][dim]):
                     return k
-            queue.extend(self.feeders(value))
-            queue.extend(self.consumers(value))
         return None
 
 
