@@ -78,6 +78,9 @@ class _Builder:
         self.module = module
         self.funcs = functions(module)
         self.returns: dict[str, list[int]] = {}
+        # An op's sharding rule, read once per distinct rule: MLIR uniques attributes, and a deep program's
+        # repeated layers carry the same few rules (reading one through the bindings is most of an op's cost).
+        self.rules: dict[ir.Attribute, FactorRule] = {}
         self.constants: dict = {}  # ir.Value -> whether it is a constant expression
         # Ops of a private function carry no file location of their own; they are
         # reported at the line that called the function.
@@ -323,7 +326,9 @@ class _Builder:
         elif name == "func.call":
             self.call(op, results, before_body=False)
         elif "sdy.sharding_rule" in attrs:
-            self.step(name, operands + results, len(operands), _rule(attrs["sdy.sharding_rule"]), loc,
+            attr = attrs["sdy.sharding_rule"]
+            rule = self.rules.get(attr) or self.rules.setdefault(attr, _rule(attr))
+            self.step(name, operands + results, len(operands), rule, loc,
                       multi_use=self.multi_use(op), window=window_of(op))
         elif name not in ("stablehlo.constant", "sdy.constant", "stablehlo.return", "sdy.return") and results:
             self.g.without_rule.append(name)
