@@ -155,6 +155,9 @@ class SuggestReport(Model):
         default=None, description="Where the script names its logical axes (shard_lint_logical_axes): the rules "
         "to change.")
     text_problem: str | None = Field(default=None, description="Why no text is shown.")
+    function_name: str | None = Field(
+        default=None, description="The function jit lowered, as the pasted jax.jit(...) names it; null where JAX "
+        "records no name a user can write (a lambda): the text then says step.")
     verdict: str
     notes: list[str] = Field(default_factory=list)
 

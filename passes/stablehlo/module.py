@@ -77,6 +77,15 @@ def op_name_of_location(loc: ir.Location | str) -> str | None:
     return m.group(1) if m else None
 
 
+def jitted_function_name(module: ir.Module) -> str | None:
+    """The Python name of the function jit lowered (JAX names the module ``jit_NAME``), where it is one a user
+    can write (not a lambda's ``_lambda``); None otherwise."""
+    attrs = module.operation.attributes
+    name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else ""
+    function = name.removeprefix("jit_") if name.startswith("jit_") else ""
+    return function if function.isidentifier() and "lambda" not in function else None
+
+
 def read_meshes(module: ir.Module) -> dict[str, MeshInfo]:
     meshes = {}
     for op in module.body.operations:

@@ -190,19 +190,30 @@ def placement_why(r: SuggestReport) -> str:
 def jit_code(r: SuggestReport) -> str | None:
     """The Python to paste for the in_shardings/out_shardings case: the in_shardings bound to a name,
     the line that gives abstract inputs carrying a sharding the new ones (where it checked), then the
-    jit with the program's own options (its donation) kept. None where the text places the inputs."""
+    jit with the program's own options (its donation) kept. None where the text places the inputs.
+    ``mesh`` in it is the user's Mesh, which the text cannot name: a comment first says so."""
     if r.placement_text or not r.in_shardings_text:
         return None
     options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
+    mesh = [_mesh_comment(r)] if "NamedSharding(mesh," in r.in_shardings_text + "".join(options) else []
     if r.abstract_inputs_text is None:
-        return folded("jax.jit(step, " + ", ".join([r.in_shardings_text, *options]) + ")")
-    return folded("\n".join([r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
+        return "\n".join([*mesh, folded(_jit(r) + ", ".join([r.in_shardings_text, *options]) + ")")])
+    return folded("\n".join([*mesh, r.in_shardings_text.replace("in_shardings=", "in_shardings = ", 1),
                       "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(<arguments>))",
                       r.abstract_inputs_text,
-                      "jax.jit(step, " + ", ".join(["in_shardings=in_shardings", *options]) + ")"]))
+                      _jit(r) + ", ".join(["in_shardings=in_shardings", *options]) + ")"]))
+
+
+def _jit(r: SuggestReport) -> str:
+    return f"jax.jit({r.function_name or 'step'}, "
+
+
+def _mesh_comment(r: SuggestReport) -> str:
+    axes = ", ".join(f"{name!r}: {size}" for name, size in r.mesh)
+    return f"# mesh: your jax.sharding.Mesh ({axes})"
 
 
 def placement_jit(r: SuggestReport) -> str | None:
     """The jit after the placement text: out_shardings and the program's own options (its donation)."""
     options = [x for x in (r.out_shardings_text, r.jit_options_text) if x]
-    return "jax.jit(step, " + ", ".join(options) + ")" if options else None
+    return _jit(r) + ", ".join(options) + ")" if options else None

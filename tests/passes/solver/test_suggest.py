@@ -192,6 +192,43 @@ def test_value_function_text_pastes_into_jit_and_xla_compiles_those_shardings(cl
     assert not any(op in compiled.as_text() for op in ("all-gather", "all-reduce", "all-to-all"))
 
 
+def test_value_function_printed_python_names_the_function_and_pastes(cli):
+    """The Python block suggest prints, pasted as printed with only the user's Mesh bound to ``mesh`` (its
+    comment says so), jits the script's own function (by its name, not a placeholder) and XLA compiles the
+    suggested shardings."""
+    from jax_shard_lint.passes.models.suggest import SuggestReport
+    from jax_shard_lint.reports.suggest.summary import jit_code
+
+    [r] = _suggest(cli, VALUE, "--target", "sharded_on_grid")
+    module = script_module(os.path.join(EXAMPLES, "value_function_step.py"))
+    assert r["function_name"] == module.bellman_step.__name__
+    lowered = module.shard_lint_targets()["sharded_on_grid"]
+    mesh = jax_adapter.lowered_mesh(lowered)
+    code = jit_code(SuggestReport.model_validate(r))
+    assert code is not None and code.startswith("# mesh: your jax.sharding.Mesh (")
+    assert f"jax.jit({module.bellman_step.__name__}, in_shardings=" in code
+    namespace = {"jax": jax, "NamedSharding": NamedSharding, "P": P, "mesh": mesh,
+                 module.bellman_step.__name__: module.bellman_step}
+    at = code.rindex("jax.jit(")
+    exec(code[:at] + "jitted = " + code[at:], namespace)  # noqa: S102 - the printed text, as a user pastes it
+    jitted = namespace["jitted"]
+    args = [jax.ShapeDtypeStruct(a.shape, jax_adapter.arg_info_dtype(a)) for a in lowered.args_info[0]]
+    _assert_compiled_as_suggested(jitted.lower(*args).compile(), r, mesh)
+
+
+def test_the_function_name_is_the_jitted_function_s_or_none_for_a_lambda():
+    from jax_shard_lint.passes.stablehlo.module import jitted_function_name
+
+    def bellman_update(x):
+        return x * 2
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    named = jax_adapter.stablehlo_module(jax.jit(bellman_update).lower(x))
+    anonymous = jax_adapter.stablehlo_module(jax.jit(lambda x: x * 2).lower(x))
+    assert jitted_function_name(named) == bellman_update.__name__
+    assert jitted_function_name(anonymous) is None
+
+
 def test_a_shard_map_step_text_pastes_and_is_no_slower(cli):
     """A Megatron block under shard_map: its specs stay; the weights around it are chosen. The text
     pastes into jax.jit and XLA compiles those shardings, its argument bytes the suggestion's."""
