@@ -64,6 +64,9 @@ def rewrite_verdict(before: ProgramFacts, after: ProgramFacts, remaining: list[s
 
 
 NOTHING_TO_REWRITE = "Nothing to rewrite: every output already has the sharding of the input it corresponds to."
+# Where no output is an input returned (a solver's result, a loss), no layout pin carries the next step's state.
+NO_STATE_RETURNED = "Nothing to rewrite: no output is an input the step returns (state), so no pin keeps a layout " \
+    "for the next step."
 
 # The analyzer's steps: which outputs get which sharding, from the signature and the round trips whose
 # output leaves on another layout (the user's pins or those); and the program with those outputs pinned,
@@ -97,5 +100,6 @@ def rewrite(module: ir.Module, before: TargetReport, choose: ChoosePins, compile
     changes = changed_collectives(before.collectives, after.collectives)  # 4
     remaining = costs_left(after, display) + REWRITE.run(  # 5
         "remaining-costs", lost_donations, before, after, applied, pairs)
-    summary = rewrite_verdict(figures_before, figures_after, remaining) if applied else NOTHING_TO_REWRITE  # 6
+    summary = (rewrite_verdict(figures_before, figures_after, remaining) if applied  # 6
+               else NOTHING_TO_REWRITE if pairs else NO_STATE_RETURNED)
     return Rewritten(sig, pairs, applied, after, figures_before, figures_after, changes, remaining, summary)

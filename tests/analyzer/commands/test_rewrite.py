@@ -63,6 +63,22 @@ def test_nothing_to_rewrite(cli):
     assert t["verdict"].startswith("Nothing to rewrite")
 
 
+def test_nothing_to_rewrite_where_no_output_is_an_input_returned(cli, tmp_path):
+    """A solver's result (a cost and a potential) is no input returned: the verdict does not claim that outputs
+    have their inputs' shardings (newbie18 F10, ott's Sinkhorn)."""
+    script = tmp_path / "solve.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\nfrom jax.sharding import NamedSharding, PartitionSpec as P\n\n"
+        "def solve(x, y):\n    c = x @ y.T\n    return c.sum(), c.max(axis=1)\n\n"
+        "def shard_lint_targets():\n"
+        "    mesh = jax.make_mesh((8,), ('data',), axis_types=(jax.sharding.AxisType.Auto,))\n"
+        "    s = jax.ShapeDtypeStruct((64, 16), jnp.float32, sharding=NamedSharding(mesh, P('data')))\n"
+        "    return {'solve': jax.jit(solve).lower(s, s)}\n")
+    [t] = run_json(cli, str(script))
+    assert t["out_shardings"] == [] and t["python_fix"] is None
+    assert t["verdict"].startswith("Nothing to rewrite: no output is an input the step returns")
+
+
 def test_rewrite_a_mlir_fixture(cli):
     [t] = run_json(cli, os.path.join("fixtures", "hlo", "cpu_scan.mlir"), "--out", "1=P('data', 'model')")
     assert t["after"]["outputs"][1]["sharding"] == [["data"], ["model"]]
