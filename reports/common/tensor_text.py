@@ -17,15 +17,37 @@ def shape_text(dtype: str | None, shape: list[int] | None) -> str:
 
 _WRAPPED = re.compile(r"(\w+)\((.*)\)")
 # Scopes JAX names after its own constructs, not after the user's functions.
-_NOT_A_FUNCTION = {"", "while", "body", "cond", "checkpoint", "remat", "pjit", "closed_call", "core_call"}
+_NOT_A_FUNCTION = {"", "while", "body", "cond", "checkpoint", "remat", "pjit", "closed_call", "core_call",
+                   "eval_jaxpr"}
+_COND_BRANCH = re.compile(r"branch_\d+_fun")  # lax.cond's branches, as JAX names them
+
+
+def _top_level_split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _operation(last: str) -> str:
+    """The last part of an op name; XLA names an op it made of several JAX ops by their names in brackets,
+    joined by ``:`` (``(dot_general:reduce_sum:reduce_sum)``, each possibly a path): their names, once each."""
+    if not (last.startswith("(") and last.endswith(")")) or len(_top_level_split(last, "/")) > 1:
+        return last
+    names = [_top_level_split(piece, "/")[-1] for piece in _top_level_split(last[1:-1], ":")]
+    return " + ".join(dict.fromkeys(n for n in names if n)) or last
 
 
 def short_op_name(op: str) -> str:
     """The op that made a buffer, in the user's terms: ``jit(step)/transpose(jvp(jit(log_softmax)))/reduce_sum``
     -> ``reduce_sum in log_softmax (backward)``: the operation, the innermost of the user's
     functions it ran in (JAX's transformation wrappers taken off), and whether it is the
-    backward pass. Never cut inside a name."""
-    parts = [p for p in re.split(r"/(?![^(]*\))", op) if p]
+    backward pass. Never cut inside a name or a bracket."""
+    parts = [p for p in _top_level_split(op, "/") if p]
     if len(parts) > 1 and parts[0].startswith("jit("):
         parts = parts[1:]
     if not parts:
@@ -36,9 +58,9 @@ def short_op_name(op: str) -> str:
         while (m := _WRAPPED.fullmatch(part)) is not None:
             backward = backward or m.group(1) == "transpose"
             part = m.group(2)
-        if part not in _NOT_A_FUNCTION:
+        if part not in _NOT_A_FUNCTION and not _COND_BRANCH.fullmatch(part):
             function = part
-    text = parts[-1] + (f" in {function}" if function else "")
+    text = _operation(parts[-1]) + (f" in {function}" if function else "")
     return text + (" (backward)" if backward else "")
 
 
