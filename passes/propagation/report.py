@@ -20,6 +20,7 @@ from ..models.propagation import (
     ProvenanceStep,
     ShardyAgreement,
 )
+from ..models.report import SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from ..stablehlo.module import entry_function, mesh_of_sharding, read_meshes
 from .call_graph import flatten_call_graph
@@ -184,8 +185,15 @@ def find_values(p: Propagated, query: str) -> list[Tensor]:
         return [by_name[query]]
     if ":" in query and query.rsplit(":", 1)[1].isdigit() and not query.startswith("@"):
         file, line = query.rsplit(":", 1)
-        hits = [t for t in g.tensors if not t.virtual and t.source and t.source.line == int(line)
-                and (t.source.file == file or t.source.file.endswith("/" + file.lstrip("./")))]
+
+        def at(where: SourceLocation | None) -> bool:
+            return where is not None and where.line == int(line) and (
+                where.file == file or where.file.endswith("/" + file.lstrip("./")))
+
+        # The user's line, else the library line a report prints as ``via`` (every op of a library call sits at
+        # the user's one line; its via tells them apart).
+        hits = [t for t in g.tensors if not t.virtual and at(t.source)] or [
+            t for t in g.tensors if not t.virtual and at(t.via)]
         return sorted(hits, key=lambda t: -array_bytes(t.dtype, list(t.shape)))
     fn = entry_function(p.module)
     block = fn.regions[0].blocks[0]
@@ -235,7 +243,7 @@ def chain_heading(p: Propagated, t: Tensor, display=str) -> str:
     its sharding, the SSA name ``--explain`` also takes, and its line: ``f32[32768,1024] P('data', 'model')
     (%1234 at gnn_step.py:25):``."""
     spec = _spec_text(p.labels(t))
-    where = f" at {display(t.source)}" if t.source else ""
+    where = (f" at {display(t.source)}" if t.source else "") + (f" via {display(t.via)}" if t.via else "")
     return f"{user_label(t)} {spec} ({t.name}{where}):"
 
 

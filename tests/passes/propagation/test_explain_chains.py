@@ -37,3 +37,41 @@ def test_each_explained_value_has_its_own_headed_chain(cli, monkeypatch):
     assert set(names) <= set(explained)
     assert [len(explained[n]) for n in names] == [nxt - i - 1 for (i, _), nxt in
                                                    zip(headings, [i for i, _ in headings[1:]] + [len(section)])]
+
+
+LIBRARY_STEP = """\
+import jax, jax.numpy as jnp, optax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+
+def shard_lint_targets():
+    mesh = jax.make_mesh((8,), ('data',), axis_types=(AxisType.Auto,))
+    w = jax.ShapeDtypeStruct((256, 64), jnp.float32, sharding=NamedSharding(mesh, P('data')))
+    tx = optax.adam(1e-3)
+    state = jax.eval_shape(tx.init, w)
+
+    def step(w, g, state):
+        updates, state = tx.update(g, state, w)
+        return optax.apply_updates(w, updates), state
+
+    return {'step': jax.jit(step).lower(w, w, state)}
+"""
+
+
+def test_explain_takes_the_library_line_a_report_prints_as_via(cli, tmp_path, monkeypatch):
+    """Every op of a library call sits at the user's one line; the report tells them apart by their ``via``
+    (the library's line), and --explain takes that line too (newbie18 F6: ott's costs.py:560 was refused)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    script = tmp_path / "adam_step.py"
+    script.write_text(LIBRARY_STEP)
+    result = cli("propagate", str(script), "--no-compile", "--all-values", "--format", "json", "-q")
+    assert result.code == 0, result.err
+    [target] = json.loads(result.out)["targets"]
+    vias = [v["via"] for v in target["values"] if v.get("via")]
+    assert vias and all("optax" in v["file"] for v in vias)
+    via = vias[0]
+    for query in (f"{via['file']}:{via['line']}", f"{os.path.basename(via['file'])}:{via['line']}"):
+        result = cli("propagate", str(script), "--no-compile", "--explain", query)
+        assert result.code == 0, result.err
+        section = result.out.splitlines()[result.out.splitlines().index(f"why {query}:") + 1:]
+        assert section[0].startswith("  ") and section[0].endswith(f"via {via['file']}:{via['line']}):"), section[:2]
