@@ -15,7 +15,8 @@ its first fix-check compile to its last, printed beside its time. ``--scale 32``
 scale_transformer.py's step at 32 layers on 64 devices. ``--baseline-root`` also runs both lints
 from another checkout of the tool (``git worktree add`` or ``git archive`` of an older commit) in the same
 run, for before/after ratios on the same machine load. Each lint's compile log (JAX_SHARD_LINT_COMPILE_LOG) gives
-how many XLA compiles it made; ``--list-compiles`` lists each one (the fix-check stage, its seconds, the candidate).
+how many XLA compiles it made, and each fix-check stage's compiles, wall seconds and process CPU seconds;
+``--list-compiles`` lists each compile (the fix-check stage, its seconds, the candidate).
 """
 
 from __future__ import annotations
@@ -99,8 +100,18 @@ def _logged_compiles(log: str) -> dict:
         return {}
     lines = [json.loads(ln) for ln in open(log, encoding="utf-8")]
     compiles = [(ln.get("stage", "lint" if ln["entry"] == "lowered" else "?"), ln.get("candidate", ""), ln["seconds"])
-                for ln in lines if ln["memo"] != "same"]
-    return {"compiles": compiles, "reused": sum(ln["memo"] == "same" for ln in lines)}
+                for ln in lines if ln["memo"] not in ("same", "stage")]
+    # Each fix-check stage's wall and process CPU seconds (the conflict check's: one line per program it compiles).
+    stages: dict[str, list[float]] = {}
+    for ln in lines:
+        if ln["memo"] == "stage":
+            total = stages.setdefault(ln["stage"], [0, 0.0, 0.0])
+            total[1] += ln["seconds"]
+            total[2] += ln["cpu"]
+    for stage, _, _ in compiles:
+        if stage in stages:
+            stages[stage][0] += 1
+    return {"compiles": compiles, "reused": sum(ln["memo"] == "same" for ln in lines), "stages": stages}
 
 
 # A progress line of the fix checks: "jax-shard-lint: [3/6] train_step: compiled ... (36.8 s)".
@@ -159,6 +170,9 @@ def main() -> int:
                 if args.list_compiles and "compiles" in run:
                     for stage, candidate, seconds in run["compiles"]:
                         print(f"    {stage:<20} {seconds:7.2f} s  {candidate}", flush=True)
+                for stage, (n, seconds, stage_cpu) in run.get("stages", {}).items():
+                    print(f"    stage {stage:<20} {n:2.0f} compiles, {seconds:7.2f} s wall, CPU {stage_cpu:6.2f} s",
+                          flush=True)
         wall = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
         cpu = {k: statistics.median(r["cpu"] for r in v) for k, v in runs.items()}
         fixes = {k: (statistics.median(r.get("fix_compiles", 0) for r in v),

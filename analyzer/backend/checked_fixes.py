@@ -31,7 +31,7 @@ def checked_fixes(report: TargetReport, text: str, settings: Settings, where: st
 
     def stage(name: str, check: Callable[..., TargetReport]) -> fix_check_pipeline.FixStage:
         def run(r: TargetReport) -> TargetReport:
-            with compile_memo.described(stage=name):  # the compile log names the stage of each compile
+            with compile_memo.stage_logged(name):  # the compile log names the stage of each compile, and its cost
                 return check(r, text, settings, where, devices, progress)
         return run
 

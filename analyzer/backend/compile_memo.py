@@ -16,7 +16,8 @@ With ``JAX_SHARD_LINT_COMPILE_LOG`` set to a file, one JSON line per compile or 
 test running it, from pytest's PYTEST_CURRENT_TEST; the key; hit, miss or off; the seconds; where the compile is a
 fix check's, its stage of the fix-check pipeline and its candidate, as ``described`` names them), to find the
 compiles a run repeats and what each one is for; a fix candidate measured on a program the same checks compiled
-before is a line too ("same", no key).
+before is a line too ("same", no key), and so is each fix-check stage when it ends ("stage": its wall seconds and
+the CPU seconds of the whole process while it ran, every thread's, XLA's compiling threads included).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextvars
 import functools
 import json
 import os
+import resource
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -116,14 +118,36 @@ def log_reuse() -> None:
     _log(lambda: {"entry": "candidate"}, 0.0, "same")
 
 
-def _log(parts: Callable[[], dict[str, Any]], seconds: float, memo: str) -> None:
+def process_cpu_seconds() -> float:
+    """The CPU seconds this process has used so far, all its threads (XLA compiles in threads of its own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextlib.contextmanager
+def stage_logged(stage: str) -> Iterator[None]:
+    """Inside it, compiles are logged as ``stage``'s (``described``); when it ends, one line says the stage's wall
+    seconds and the process's CPU seconds over them (memo "stage"): what each fix-check stage costs, its compiles,
+    its solves and our passes on its candidates together."""
+    start, cpu = time.perf_counter(), process_cpu_seconds()
+    with described(stage=stage):
+        try:
+            yield
+        finally:
+            _log(lambda: {"entry": "stage"}, time.perf_counter() - start, "stage",
+                 cpu=round(process_cpu_seconds() - cpu, 3))
+
+
+def _log(parts: Callable[[], dict[str, Any]], seconds: float, memo: str, **extra: Any) -> None:
     path = os.environ.get(COMPILE_LOG_ENV)
     if not path:
         return
     described = parts()
+    keyed = memo not in ("same", "stage")
     line = json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
-                       "entry": described["entry"], "key": cache_key(described)[:16] if memo != "same" else None,
-                       "memo": memo, "seconds": round(seconds, 3), "pid": os.getpid(), **dict(_purpose.get())}) + "\n"
+                       "entry": described["entry"], "key": cache_key(described)[:16] if keyed else None,
+                       "memo": memo, "seconds": round(seconds, 3), **extra, "pid": os.getpid(),
+                       **dict(_purpose.get())}) + "\n"
     # One write of a short line to a file opened for appending: workers writing side by side do not interleave.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -36,7 +36,8 @@ def conflict_check(text: str, settings: Settings, where: str, devices: list) -> 
             given = next(t for t in report.inputs if t.path == path)
             edited = with_entry_shardings(module, {}, sig.mesh_name or "mesh", {given.index: [[] for _ in given.shape]})
             try:
-                with compile_memo.described(stage="conflict-check", candidate=f"{path} replicated"):
+                with (compile_memo.stage_logged("conflict-check"),
+                      compile_memo.described(candidate=f"{path} replicated")):
                     replicated[path] = compiled_candidate(report.name, edited, sig, settings, where, devices)
             except ShardLintInputError:  # XLA refuses it (out of memory): nothing measured, nothing shown
                 replicated[path] = None

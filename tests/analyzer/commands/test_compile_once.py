@@ -65,7 +65,7 @@ def _compile_log(path) -> tuple[Counter, Counter]:
     lines = [json.loads(line) for line in open(path, encoding="utf-8")]
     compiled = [line for line in lines if line["memo"] == "off" and line["entry"] == "stablehlo"]
     assert len({line["key"] for line in compiled}) == len(compiled)
-    assert all(line["memo"] in ("off", "same") for line in lines)
+    assert all(line["memo"] in ("off", "same", "stage") for line in lines)
     return (Counter(line.get("stage") for line in compiled),
             Counter(line.get("stage") for line in lines if line["memo"] == "same"))
 
@@ -202,3 +202,12 @@ def test_value_function_step_compiles_each_fix_candidate_once(cli, monkeypatch, 
     lowered = [json.loads(line) for line in open(tmp_path / "compiles.jsonl", encoding="utf-8")
                if '"lowered"' in line]
     assert len(lowered) == 2 and all("stage" not in line for line in lowered)
+    # Each fix-check stage of each target logs its cost when it ends: its wall seconds and the process's CPU
+    # seconds over them (the CPU the parameter fixes spend compiling the target's candidates is in theirs).
+    stages = [json.loads(line) for line in open(tmp_path / "compiles.jsonl", encoding="utf-8")
+              if '"memo": "stage"' in line]
+    assert Counter(line["stage"] for line in stages) == {
+        s: 2 for s in ("parameter-fixes", "solver-fixes", "stated-layout-fixes", "loop-weight-gathers",
+                       "idle-batch-axes", "fft-fixes")}, stages
+    assert all(line["cpu"] >= 0 and line["seconds"] >= 0 for line in stages)
+    assert all(line["cpu"] > 0 for line in stages if line["stage"] == "parameter-fixes")
