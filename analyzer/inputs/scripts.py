@@ -40,23 +40,37 @@ def _raised_at(exc: BaseException, path: str, entry: str = "<module>") -> str:
     user's (not a library's, not the standard library's, not this tool's). In the
     script itself, at module level or in the entry function: ``(line N)``; in a
     function it calls: ``(line N, in helper)``; in another of the user's files:
-    ``(at file.py:N, in helper)``."""
+    ``(at file.py:N, in helper)``. Where a library raised below it (a package pip installed
+    beside the script counts as one), its frame follows: ``; raised in ott/math/fixed_point_loop.py:80, in f``."""
     from ...passes.pipelines.inputs import DEFAULT_OWNERSHIP, CodeOwnership
-    from .files import tool_folders
+    from .files import folders_beside, installed_folders, tool_folders
 
-    ownership = CodeOwnership(third_party=tool_folders(), user_roots=(os.path.dirname(path),),
+    folder = os.path.dirname(path)
+    installed = installed_folders(tuple(sys.path) + folders_beside((folder,)))
+    ownership = CodeOwnership(third_party=tool_folders() + installed, user_roots=(folder,),
                               stdlib=DEFAULT_OWNERSHIP.stdlib)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if ownership.is_user(os.path.abspath(f.filename))]
-    if not frames:
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [k for k, f in enumerate(frames) if ownership.is_user(os.path.abspath(f.filename))]
+    if not mine:
         return ""
-    frame = frames[-1]
+    frame = frames[mine[-1]]
+    below = [f for f in frames[mine[-1] + 1:] if not _in_folders(f.filename, ownership.stdlib + tool_folders())]
+    raised = f"; raised in {_shown(below[-1].filename)}:{below[-1].lineno}, in {below[-1].name}" if below else ""
     if os.path.abspath(frame.filename) != path:
-        shown = os.path.relpath(frame.filename) if os.path.abspath(frame.filename).startswith(os.getcwd() + os.sep) \
-            else frame.filename
-        return f" (at {shown}:{frame.lineno}, in {frame.name})"
+        return f" (at {_shown(frame.filename)}:{frame.lineno}, in {frame.name}{raised})"
     if frame.name in ("<module>", entry):
-        return f" (line {frame.lineno})"
-    return f" (line {frame.lineno}, in {frame.name})"
+        return f" (line {frame.lineno}{raised})"
+    return f" (line {frame.lineno}, in {frame.name}{raised})"
+
+
+def _shown(filename: str) -> str:
+    """A file as an error line names it: relative to the working folder where it lies under it."""
+    return os.path.relpath(filename) if os.path.abspath(filename).startswith(os.getcwd() + os.sep) else filename
+
+
+def _in_folders(filename: str, folders: tuple[str, ...]) -> bool:
+    path = os.path.abspath(filename)
+    return any(f and path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def import_script(path: str) -> Any:

@@ -238,3 +238,24 @@ def test_a_host_callback_on_a_compile_only_gpu_says_what_cannot_lower_and_what_l
     assert "EQX_ON_ERROR=nan" in line and line.endswith("(line 15)")
     # On the CPU the same step lints.
     assert cli("lint", str(script), "-q", "--fail-on", "never").code == 0
+
+
+def test_a_library_installed_beside_the_script_is_named_after_the_user_s_line(cli, tmp_path):
+    """A library pip installed into a folder beside the script (``pip install --target site``) that raises is a
+    library, not the user's code: the error names the user's line, then the library's (newbie18 F11: ott's
+    fixed_point_loop.py was named alone, as if it were the user's)."""
+    site = tmp_path / "site"
+    (site / "solverlib").mkdir(parents=True)
+    (site / "solverlib" / "__init__.py").write_text("def solve(x):\n    raise ValueError('carry types differ')\n")
+    (site / "solverlib-1.0.dist-info").mkdir()
+    (site / "solverlib-1.0.dist-info" / "RECORD").write_text("solverlib/__init__.py,,\n")
+    script = tmp_path / "calls_library.py"
+    script.write_text("import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'site'))\n"
+                      "import solverlib\n\n\ndef helper():\n    return solverlib.solve(1)\n\n\n"
+                      "def shard_lint_targets():\n    return helper()\n")
+    result = cli("lint", str(script), "-q")
+    assert result.code == 2 and result.out == ""
+    [line] = result.err.splitlines()
+    library = site / "solverlib" / "__init__.py"
+    assert line.endswith(f"shard_lint_targets() raised ValueError: carry types differ (line 7, in helper; raised in "
+                         f"{library}:2, in solve)"), line
