@@ -31,6 +31,9 @@ class OriginIndex:
     computation_of: dict[str, str]
     loops_of_body: dict[str, list[HloInstruction]]
     fusions_of: dict[str, list[HloInstruction]]
+    # A conditional's branch computation: the conditional and the operand its parameter is (lax.cond's
+    # branches: ott's Sinkhorn computes its error in one, from the loop's carried inputs).
+    branch_operand: dict[str, list[tuple[HloInstruction, int]]]
 
 
 def origin_index(module: HloModule) -> OriginIndex:
@@ -41,15 +44,24 @@ def origin_index(module: HloModule) -> OriginIndex:
     computation_of: dict[str, str] = {}
     loops: dict[str, list[HloInstruction]] = {}
     fusions: dict[str, list[HloInstruction]] = {}
+    branches: dict[str, list[tuple[HloInstruction, int]]] = {}
     for comp in module.computations.values():
         for ins in comp.instructions:
             computation_of[ins.name] = comp.name
-            for attr, callee in ins.called():
+            called = ins.called()
+            for attr, callee in called:
                 if ins.opcode == "while" and attr == "body":
                     loops.setdefault(callee, []).append(ins)
                 elif ins.opcode == "fusion" and attr == "calls":
                     fusions.setdefault(callee, []).append(ins)
-    hit = module.derived["origin_index"] = OriginIndex(computation_of, loops, fusions)
+            if ins.opcode == "conditional":
+                # Operand 0 selects; branch i's parameter is operand i + 1 (true: 1, false: 2).
+                order = [c for a, c in called if a == "branch_computations"] or [
+                    c for a in ("true_computation", "false_computation") for b, c in called if b == a]
+                for i, callee in enumerate(order):
+                    if i + 1 < len(ins.operands):
+                        branches.setdefault(callee, []).append((ins, i + 1))
+    hit = module.derived["origin_index"] = OriginIndex(computation_of, loops, fusions, branches)
     return hit
 
 
@@ -82,6 +94,10 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
             k = _parameter_number(ins)
             if comp == module.entry:
                 return (k, dims) if k is not None else None
+            branch = index.branch_operand.get(comp or "", [])
+            if len(branch) == 1 and k == 0:  # a conditional branch's parameter: the operand it is given
+                ins = module.by_name.get(branch[0][0].operands[branch[0][1]])
+                continue
             callers = index.fusions_of.get(comp or "", [])
             if len(callers) != 1 or k is None or k >= len(callers[0].operands):
                 return None
@@ -99,8 +115,11 @@ def parameter_dims(module: HloModule, name: str, index: OriginIndex, dims: tuple
                 continue
             if source is None or source.opcode != "parameter":
                 return None
-            loops = index.loops_of_body.get(index.computation_of.get(source.name, ""), [])
-            carried = module.by_name.get(loops[0].operands[0]) if len(loops) == 1 and loops[0].operands else None
+            home = index.computation_of.get(source.name, "")
+            loops = index.loops_of_body.get(home, [])
+            branch = index.branch_operand.get(home, [])
+            carried = (module.by_name.get(loops[0].operands[0]) if len(loops) == 1 and loops[0].operands else
+                       module.by_name.get(branch[0][0].operands[branch[0][1]]) if len(branch) == 1 else None)
             if carried is None or carried.opcode != "tuple" or k >= len(carried.operands):
                 return None
             ins = module.by_name.get(carried.operands[k])
