@@ -71,11 +71,14 @@ def test_run_max_programs_and_missing_script(cli):
 
 @pytest.fixture(scope="module")
 def brute_force():
-    """Every admissible batch's peak, compiled one by one."""
+    """Every admissible batch's peak, compiled one by one. Into the run's analysis cache (tests/conftest.py), as
+    the fit commands below use it: their probes are among these programs, each compiled once per run (the
+    brute force wrote no entry, and fit compiled 7 of its 16 programs again, about 9 CPU s a JAX version)."""
     from jax_shard_lint.analyzer.commands.fit import FitRequest, _Prober
     from jax_shard_lint.analyzer.context.config import Settings
 
-    prober = _Prober.open(FitRequest(REMAT, "batch", params=("layers=2",)), Settings())
+    settings = Settings(cache_dir=os.environ["JAX_SHARD_LINT_CACHE_DIR"])
+    prober = _Prober.open(FitRequest(REMAT, "batch", params=("layers=2",)), settings)
     return {b: prober.peak(b) for b in range(4, 68, 4)}
 
 
