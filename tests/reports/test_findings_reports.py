@@ -183,3 +183,22 @@ def test_markdown(command):
         "| 3.5 MiB | 16.0 MiB | 768.0 KiB | ~4 ms | 1 warning |" in text
     assert "| warning | SL101 weight-gathered-every-step |" in text and "| train.py:42 |" in text
     assert r"P('data', None)" in text
+
+
+def test_a_fix_two_findings_share_is_printed_once_and_json_keeps_both():
+    """SL201 and SL203 of one state value answered by one move (the main example's embedding table and its two
+    moments): the fix is printed in full on the first finding; the second refers to it by rule and line. The
+    JSON and SARIF keep each finding's whole fix."""
+    model = report()
+    move = ("shard params['embed'], opt_state['mu']['embed'] and opt_state['nu']['embed'] as P('tp') instead of "
+            "P(), and return them in that layout (out_shardings=) (checked: peak -704.0 MiB)")
+    base = model.targets[0].findings[0]
+    shared = [base.model_copy(update={"rule": "SL201", "source": at(48), "fix": move}),
+              base.model_copy(update={"rule": "SL203", "source": at(35), "fix": move})]
+    model = model.model_copy(update={"targets": [model.targets[0].model_copy(update={"findings": shared})]})
+    text = " ".join(render_terminal("lint", model).split())
+    assert text.count("as P('tp') instead of P()") == 1
+    assert "fix: the same as SL201's fix at train.py:48 above" in text
+    markdown = render_text("lint", "markdown", model)
+    assert markdown.count("as P('tp') instead of P()") == 1 and "the same as SL201's fix at train.py:48" in markdown
+    assert [f["fix"] for f in json_round_trip("lint", model)["targets"][0]["findings"]] == [move, move]
