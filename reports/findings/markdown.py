@@ -11,6 +11,7 @@ from ...passes.models.report import (
 )
 from ..common.collective_totals import in_unknown_loops, step_bytes
 from ..common.markdown_text import cell
+from ..common.repeated_fixes import printed_fixes
 from .none_found import none_found
 
 
@@ -34,8 +35,9 @@ def render_lint_markdown(report: LintReport) -> str:
     findings = [(t.name, f) for t in report.targets for f in t.findings] + [("(run)", f) for f in report.findings]
     if findings:
         lines += ["", "| severity | rule | target | where | message | fix |", "| --- | --- | --- | --- | --- | --- |"]
-        for name, f in findings:
+        fixes = [fix for t in report.targets for fix in printed_fixes(t.findings)] + printed_fixes(report.findings)
+        for (name, f), fix in zip(findings, fixes):
             where = cell(where_text(f.source, f.via)) if (f.source or f.via) else "-"
             lines.append(f"| {f.severity.value} | {f.rule} {f.name} | {cell(name)} | {where} | "
-                         f"{cell(f.message)} | {cell(f.fix or '')} |")
+                         f"{cell(f.message)} | {cell(fix or '')} |")
     return "\n".join(lines) + "\n"

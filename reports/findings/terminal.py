@@ -23,6 +23,7 @@ from ...passes.models.report import (
     where_text,
 )
 from ..common.collective_totals import assumed, count_text, in_unknown_loops, total_text
+from ..common.repeated_fixes import printed_fixes
 from ..common.tensor_text import (
     collective_lines,
     collective_op_text,
@@ -200,11 +201,13 @@ def _io(t: TargetReport, width: int) -> Table:
 _MAX_OPS = 6
 
 
-def render_finding(f: Finding, width: int | None = None) -> Group:
+def render_finding(f: Finding, width: int | None = None, fix: str | None = None) -> Group:
     """The finding's head line (rule, where, how many), then its parts under it, each wrapped with a
     hanging indent so a long message or fix reads as one block. With the console's ``width``, the
     parts break only between words and pytree keys (a path longer than a line breaks before a
-    ``['key']``, not inside ``'kernel'``); rich folds only a piece longer than a whole line."""
+    ``['key']``, not inside ``'kernel'``); rich folds only a piece longer than a whole line. ``fix``: the fix as
+    printed, where another finding printed this one's in full (``repeated_fixes.printed_fixes``)."""
+    fix = fix or f.fix
     # The body's text starts after its 4-column indent, its widest label and a one-column gap.
     labels = ["param:" if f.parameter else "", "fix:" if f.fix else "", "why:" if f.provenance else "",
               "ops:" if len(f.ops) > 1 else ""]
@@ -232,8 +235,8 @@ def render_finding(f: Finding, width: int | None = None) -> Group:
         to = (f" -> {pspec_text(f.suggested_sharding)}" if f.suggested_sharding is not None
               and pspec_text(f.suggested_sharding) != spec else "")
         body.add_row(Text("param:", style="blue"), broken(f"{f.parameter} {spec}{to}".rstrip()))
-    if f.fix:
-        body.add_row(Text("fix:", style="green"), broken(f.fix))
+    if fix:
+        body.add_row(Text("fix:", style="green"), broken(fix))
     for why in f.provenance:
         body.add_row(Text("why:", style="cyan"), broken(why))
     if len(f.ops) > 1:
@@ -246,7 +249,7 @@ def _findings(findings: list[Finding], width: int | None = None) -> Group | None
     if not findings:
         return None
     title = Padding(Text("Findings", style="bold underline"), (1, 0, 0, 0))
-    return Group(title, *[render_finding(f, width) for f in findings])
+    return Group(title, *[render_finding(f, width, fix) for f, fix in zip(findings, printed_fixes(findings))])
 
 
 def _warnings(warnings: list[str]) -> Table | None:

@@ -22,6 +22,7 @@ from report_samples import (
     step_time,
 )
 
+from jax_shard_lint.passes.models.fix_check import FixCheck, FixVerdict
 from jax_shard_lint.passes.models.per_member_copy import PerMemberCopy
 from jax_shard_lint.passes.models.process_runs import MultiProcessReport, ProcessCountRun, ProcessFigures
 from jax_shard_lint.passes.models.report import (
@@ -183,3 +184,41 @@ def test_markdown(command):
         "| 3.5 MiB | 16.0 MiB | 768.0 KiB | ~4 ms | 1 warning |" in text
     assert "| warning | SL101 weight-gathered-every-step |" in text and "| train.py:42 |" in text
     assert r"P('data', None)" in text
+
+
+def test_a_fix_two_findings_share_is_printed_once_and_json_keeps_both():
+    """SL201 and SL203 of one state value answered by one move (the main example's embedding table and its two
+    moments): the fix is printed in full on the first finding; the second refers to it by rule and line. The
+    JSON and SARIF keep each finding's whole fix."""
+    model = report()
+    move = ("shard params['embed'], opt_state['mu']['embed'] and opt_state['nu']['embed'] as P('tp') instead of "
+            "P(), and return them in that layout (out_shardings=) (checked: peak -704.0 MiB)")
+    base = model.targets[0].findings[0]
+    shared = [base.model_copy(update={"rule": "SL201", "source": at(48), "fix": move}),
+              base.model_copy(update={"rule": "SL203", "source": at(35), "fix": move})]
+    model = model.model_copy(update={"targets": [model.targets[0].model_copy(update={"findings": shared})]})
+    text = " ".join(render_terminal("lint", model).split())
+    assert text.count("as P('tp') instead of P()") == 1
+    assert "fix: the same as SL201's fix at train.py:48 above" in text
+    markdown = render_text("lint", "markdown", model)
+    assert markdown.count("as P('tp') instead of P()") == 1 and "the same as SL201's fix at train.py:48" in markdown
+    assert [f["fix"] for f in json_round_trip("lint", model)["targets"][0]["findings"]] == [move, move]
+
+
+def test_a_checked_change_two_findings_share_is_printed_once():
+    """suggest's whole-step version printed as the fix of an SL103 and an SL105, each text naming its own weight
+    first: the same change measured to the same figures, printed in full once; the JSON keeps both texts."""
+    model = report()
+    check = FixCheck(change="w1, w2, batch -> P('data') (fsdp)", verdict=FixVerdict.better,
+                     peak_bytes_before=8 * MiB, peak_bytes_after=6 * MiB, traffic_bytes_before=4 * MiB,
+                     traffic_bytes_after=MiB)
+    tail = (", and 2 other arguments as that version does (suggest's fsdp version: state split on its largest "
+            "dimension over data, other arguments on dimension 0): the best of the layouts tried (checked: ...)")
+    base = model.targets[0].findings[0]
+    fixes = [f"shard w1 as P('data') instead of P('model'){tail}", f"shard w2 as P('data') instead of P(){tail}"]
+    shared = [base.model_copy(update={"rule": rule, "source": at(line), "fix": fix, "fix_check": check})
+              for rule, line, fix in (("SL103", 30, fixes[0]), ("SL105", 31, fixes[1]))]
+    model = model.model_copy(update={"targets": [model.targets[0].model_copy(update={"findings": shared})]})
+    text = " ".join(render_terminal("lint", model).split())
+    assert text.count("suggest's fsdp version") == 1 and "fix: the same as SL103's fix at train.py:30 above" in text
+    assert [f["fix"] for f in json_round_trip("lint", model)["targets"][0]["findings"]] == fixes

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
+from ....passes.common.data_parallel import data_parallel_layout
 from ....passes.common.shapes import array_bytes
 from ..parameter_moves import mirrors, single_move
 
@@ -119,6 +120,34 @@ def single_moves(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[st
                 own[dim] = sorted([*own[dim], *free_axes], key=list(sizes).index)
                 add(f"{x.path}: {_spec(base[x.index])} -> {_spec(own)}", {x.index: own})
     return moves[:MAX_MOVES]
+
+
+def batch_move(inputs, written: Pins, free_axes: Sequence[str], sizes: dict[str, int], fixed_paths: set[str],
+               returned: dict[int, int] | None = None) -> Move | None:
+    """The move lint's idle-batch fix compiles (SL105's and SL207's, analyzer/backend/idle_batch_fixes.py): where a
+    free mesh axis splits no argument and the batch (the arguments that are not state, split on dimension 0 alone)
+    leaves it idle, every batch argument given the data-parallel layout (dimension 0 over every free axis, moved
+    together); None where there is no such batch. suggest compiles it beside its single moves, and lint's fix
+    stage compiles those moves beside it, so the two choose among the same layouts for the batch by one rule."""
+    used = {a for s in written.values() for axes in (s or []) for a in axes}
+    if not any(a not in used for a in free_axes):
+        return None
+    state = set((returned or {}).values())
+    batch = [x for x in inputs if x.index not in state and x.path not in fixed_paths and x.shape
+             and any(written.get(x.index) or [])]
+    if not batch or any(any(axes for axes in (written.get(x.index) or [])[1:]) for x in batch):
+        return None
+    layouts = {x.index: data_parallel_layout(x.shape, free_axes, sizes) for x in batch}
+    if any(layout is None for layout in layouts.values()):
+        return None
+    base = {x.index: [list(a) for a in (written.get(x.index) or [[] for _ in x.shape])] for x in inputs}
+    moved = {i: layout for i, layout in layouts.items() if layout is not None and layout != base[i]}
+    if not moved:
+        return None
+    spec = _spec(next(iter(moved.values())))
+    olds = sorted({_spec(base[i]) for i in moved})
+    description = f"{', '.join(x.path for x in batch if x.index in moved)}: {', '.join(olds)} -> {spec}"
+    return Move(description, {**base, **moved}, moved, {})
 
 
 def _key(pins: Pins) -> tuple:

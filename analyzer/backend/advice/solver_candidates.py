@@ -103,6 +103,14 @@ def _choice(target, free: list[int], report: TargetReport, spec) -> dict[int, Sh
     return {i: chosen[i] for i in free}
 
 
+def whole_layout_choice(target, report: TargetReport, spec) -> dict[int, Sharding]:
+    """The arguments the solver changes with every argument free (suggest's solver version, the results the
+    program states held as written), each its new sharding; empty where it finds no plan or keeps them all."""
+    inputs = list(report.inputs)
+    choice = _choice(target, [t.index for t in inputs], report, spec)
+    return _changed(choice, inputs) if choice is not None else {}
+
+
 def returned_state(target, arguments) -> dict[int, int]:
     """Result index -> the argument it returns, for the state among ``arguments``."""
     return {rt.output.index: rt.input.index for rt in target.state if rt.input.index in arguments}

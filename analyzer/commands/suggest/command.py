@@ -35,7 +35,7 @@ from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.advice.baselines import baseline_layouts
 from ...backend.advice.moves import NAME as NAME_MOVE
-from ...backend.advice.moves import Move, best_move, single_moves
+from ...backend.advice.moves import Move, batch_move, best_move, single_moves
 from ...backend.advice.problem import SuggestTarget, refine
 from ...backend.advice.solve_memo import solve_memo
 from ...backend.advice.verdict import VersionText, advised_version, verdict, with_rematerializations
@@ -251,6 +251,11 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         wanted.append((vname, description, pins, {o: pins[i] for o, i in state.items()} if pins is not None else {}))
     as_fixed = {**written, **{x.index: fixed[x.path][0] for x in t.sig.inputs if x.path in fixed}}
     moves = single_moves(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
+    # lint's idle-batch fix (the batch on every axis, SL105's and SL207's) is one of the moves suggest ranks, so
+    # the single move suggest keeps is never worse than the fix lint checks for the same values.
+    batch = batch_move(t.sig.inputs, as_fixed, problem.free_axes, problem.axis_sizes, set(fixed), state)
+    if batch is not None and all(m.pins != batch.pins for m in moves):
+        moves = [batch, *moves]
     # A move pins what it changes, and every state argument (as written: the same program) so that each
     # comes back on its own sharding.
     state_args = {rt.input.index for rt in t.state}
