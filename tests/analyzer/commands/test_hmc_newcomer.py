@@ -1,0 +1,49 @@
+"""A newcomer's blackjax program (fixtures/scripts/hmc_logistic_chains.py, HMC chains vmapped over a logistic
+regression's dataset), and what they could not act on in its report (issue 46, polish18), each judged by XLA's
+compiled program of the same target."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import jax
+import pytest
+from scripts import script_targets
+
+SCRIPT = os.path.join("fixtures", "scripts", "hmc_logistic_chains.py")
+ROWS, CHAINS = 262144, 256
+MESH = {"chains": 4, "data": 2}
+
+
+@pytest.fixture(scope="module")
+def compiled_text():
+    """Each target's compiled HLO text, as XLA compiles the script's own lowering."""
+    return {name: lowered.compile().as_text() for name, lowered in script_targets(SCRIPT).items()}
+
+
+def _target(cli, name, *args):
+    result = cli("lint", SCRIPT, "--target", name, "--format", "json", "-q", "--fail-on", "never", *args)
+    assert result.code == 0, result.err[-2000:]
+    [target] = json.loads(result.out)["targets"]
+    return target
+
+
+def _dims_split_by(shape_text: str, global_shape: tuple[int, ...], size: int) -> list[int]:
+    local = [int(n) for n in shape_text.split(",")]
+    return [d for d, (g, n) in enumerate(zip(global_shape, local)) if g == n * size]
+
+
+def test_the_gather_of_the_features_names_the_logits_dimension_the_chains_split(cli, compiled_text):
+    # XLA's compiled logits (the forward dot of the logits line, X @ beta under vmap: f32[rows, chains]): the
+    # 'chains' axis splits its second dimension, the chains, on every device: its columns, not its rows.
+    dots = re.findall(r"= f32\[(\d+,\d+)\]\{[^}]*\} dot\([^\n]*op_name=\"[^\"]*/jvp\(\)/dot_general\"",
+                      compiled_text["x_features_on_chains"])
+    assert dots
+    assert {tuple(_dims_split_by(s, (ROWS, CHAINS), MESH["chains"])) for s in dots} == {(1,)}
+    [finding] = [f for f in _target(cli, "x_features_on_chains")["findings"] if f["rule"] == "SL105"]
+    # The predicted gather's why (jax 0.10.2's; jax 0.12's finding explains the gather by XLA's alone).
+    whys = [w for w in finding["provenance"] if "another operand splits" in w]
+    assert len(whys) == (jax.__version__.startswith("0.10")), finding["provenance"]
+    assert all("an axis another operand splits the result's columns on" in w for w in whys)
