@@ -47,3 +47,16 @@ def test_the_gather_of_the_features_names_the_logits_dimension_the_chains_split(
     whys = [w for w in finding["provenance"] if "another operand splits" in w]
     assert len(whys) == (jax.__version__.startswith("0.10")), finding["provenance"]
     assert all("an axis another operand splits the result's columns on" in w for w in whys)
+
+
+def test_check_lists_a_snapshots_targets_in_the_scripts_order_as_lint_does(cli, tmp_path):
+    # The script's own order (its shard_lint_targets dict), which is not the names' alphabetical one.
+    written = list(script_targets(SCRIPT))
+    assert written != sorted(written)
+    linted = cli("lint", SCRIPT, "--format", "json", "-q", "--fail-on", "never")
+    assert [t["name"] for t in json.loads(linted.out)["targets"]] == written
+    out = str(tmp_path / "snap")
+    assert cli("snapshot", SCRIPT, "-o", out, "-q").code == 0
+    checked = cli("check", out, "--format", "json", "-q", "--fail-on", "never")
+    assert checked.code == 0, checked.err[-2000:]
+    assert [t["name"] for t in json.loads(checked.out)["targets"]] == written
