@@ -60,3 +60,28 @@ def test_check_lists_a_snapshots_targets_in_the_scripts_order_as_lint_does(cli, 
     checked = cli("check", out, "--format", "json", "-q", "--fail-on", "never")
     assert checked.code == 0, checked.err[-2000:]
     assert [t["name"] for t in json.loads(checked.out)["targets"]] == written
+
+
+def test_the_copies_of_the_gathered_dataset_at_the_peak_name_what_they_copy(cli, compiled_text):
+    # XLA's compiled program: each wrapped_copy fusion at the peak copies one all-gather of X (its features
+    # gathered over 'chains' for the logits' dot and for its transpose): no metadata of its own, the all-gather's
+    # op is the logits line's dot_general.
+    text = compiled_text["x_features_on_chains"]
+    copies = dict(re.findall(r"%(wrapped_copy[\w.]*) = f32\[131072,64\]\S* fusion\(%(all-gather[\w.]*)\)", text))
+    # jax 0.12's partitioner leaves the all-gathers without metadata: they gather X's parameter (through a copy
+    # named after it), and the argument names them.
+    assert len(copies) == 2
+    line = 1 + open(SCRIPT).read().splitlines().index("    logits = X @ beta")
+    live = {b["name"]: b for b in _target(cli, "x_features_on_chains")["memory"]["live_at_peak"]}
+    assert set(copies) <= set(live)
+    for name, gather in copies.items():
+        assert live[name]["bytes"] == 131072 * 64 * 4
+        gathered = re.search(rf"%{re.escape(gather)} = [^\n]*all-gather\(%([\w.]+)\)[^\n]*", text)
+        assert gathered
+        if re.search(r"op_name=\"[^\"]*/dot_general\"", gathered.group(0)):
+            assert live[name]["copy_of"] == gather
+            assert (os.path.basename(live[name]["source"]["file"]), live[name]["source"]["line"]) == (
+                os.path.basename(SCRIPT), line)
+        else:
+            assert re.search(rf"%{re.escape(gathered.group(1))} = [^\n]*\(%param[\w.]*\)[^\n]*op_name=\"X\"", text)
+            assert (live[name]["copy_of"], live[name]["source"]) == (f"{gather} of argument X", None)
