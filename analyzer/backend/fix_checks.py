@@ -51,13 +51,13 @@ from .donation_fixes import (
 )
 from .fix_verdicts import (
     baseline,
-    cost_text,
     for_finding,
     measured_check,
     not_offered_text,
     pin_not_offered,
     rematerializations,
     unchecked_text,
+    with_check,
     without_unfixable_small_outputs,
 )
 from .pair_fixes import (
@@ -286,13 +286,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 earlier = (f"; {check.change} was tried{' first' if len(pairings) == 1 else ''}, compiled and "
                            f"{not_offered_text(check)}") \
                     if len(attempts) > 1 else ""
-                findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
+                findings[k] = with_check(other, second, (other.fix or "") + _moving(alternative))
                 findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(
                     [earlier, *tried] if len(attempts) > 1 else [])})
                 break
             tried.append(f"; {second.change} was tried too, compiled and {not_offered_text(second)}")
         else:
-            findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
+            findings[k] = with_check(first, check, (first.fix or "") + _moving(planned_first))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
         findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
@@ -313,7 +313,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 continue
             check = run(candidate)
             if check.verdict is FixVerdict.better:
-                findings[k] = _with_check(own, check, (own.fix or "") + _moving(candidate))
+                findings[k] = with_check(own, check, (own.fix or "") + _moving(candidate))
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {not_offered_text(check)}"})
@@ -386,14 +386,3 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
 
 def _moving(c: _Candidate) -> str:
     return moved_text(c.mirrored, len(c.results) - c.kept, c.kept, c.free)
-
-
-def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
-    """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
-    peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
-    if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {cost_text(check)})"})
-    return f.model_copy(update={
-        "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
-               f"{not_offered_text(check)}"})
