@@ -10,7 +10,9 @@ import re
 
 import jax
 import pytest
-from scripts import script_targets
+from hlo_oracle import collective_bytes_per_step, xla_peak
+from jax.sharding import PartitionSpec as P
+from scripts import script_module, script_targets
 
 SCRIPT = os.path.join("fixtures", "scripts", "hmc_logistic_chains.py")
 ROWS, CHAINS = 262144, 256
@@ -85,3 +87,25 @@ def test_the_copies_of_the_gathered_dataset_at_the_peak_name_what_they_copy(cli,
         else:
             assert re.search(rf"%{re.escape(gathered.group(1))} = [^\n]*\(%param[\w.]*\)[^\n]*op_name=\"X\"", text)
             assert (live[name]["copy_of"], live[name]["source"]) == (f"{gather} of argument X", None)
+
+
+def test_sl203s_fix_names_no_out_shardings_that_change_nothing_and_its_figures_are_the_printed_programs(
+        cli, monkeypatch):
+    # The printed fix, as a user writes it: X sharded as the finding says, the step jitted as before (no
+    # out_shardings: the chain state comes back on P('chains') as it goes in, pinned or not). XLA's compile of
+    # that program gives the figures the check printed.
+    monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
+    [finding] = [f for f in _target(cli, "x_replicated")["findings"] if f["rule"] == "SL203"]
+    assert finding["fix_check"]["verdict"] == "better"
+    assert finding["suggested_sharding"] == [["chains", "data"], []]
+    assert "out_shardings" not in finding["fix"] and "other state output" not in finding["fix"]
+    assert finding["fix"].startswith("shard X as P(('chains', 'data')) (checked: ")
+    module = script_module(SCRIPT)
+    shapes = module.arguments(P(("chains", "data")), P(), mesh_devices=jax.devices()[:8])
+    compiled = jax.jit(module.step).lower(*shapes).compile()
+    returned = jax.tree.leaves(compiled.output_shardings)[:3]
+    assert all(out.is_equivalent_to(x.sharding, len(x.shape)) for out, x in zip(returned, shapes[:3]))
+    check = finding["fix_check"]
+    assert check["peak_bytes_after"] == xla_peak(compiled)
+    assert check["collective_bytes_after"] == check["traffic_bytes_after"] == collective_bytes_per_step(
+        compiled.as_text())
