@@ -51,15 +51,16 @@ from .donation_fixes import (
 )
 from .fix_verdicts import (
     baseline,
-    cost_text,
     for_finding,
     measured_check,
     not_offered_text,
     pin_not_offered,
     rematerializations,
     unchecked_text,
+    with_check,
     without_unfixable_small_outputs,
 )
+from .kept_pins import needed_pins, without_kept_pins
 from .pair_fixes import (
     MAX_PAIRINGS,
     best_pairing,
@@ -69,7 +70,7 @@ from .pair_fixes import (
     partner_edits,
     rival_pairings,
 )
-from .parameter_moves import kept_count, left_to_xla, listed, matcher, moved_text, single_move, state_returns
+from .parameter_moves import left_to_xla, listed, matcher, moved_text, single_move, state_returns
 from .sharding_edits import with_entry_shardings
 from .side_by_side import CompileCounter, compile_pool, compile_side_by_side, entry_edit, outcome
 from .state_advice import (
@@ -99,6 +100,8 @@ class _Candidate:
     # The state results it returns on their inputs' layouts; the state arguments it leaves to XLA (left_to_xla).
     kept: int = 0
     free: tuple[str, ...] = ()
+    # The pins of the state it leaves where it is, compiled only where its compile shows them needed (kept_pins.py).
+    unpinned: dict[int, list[list[str]]] = dataclasses.field(default_factory=dict)
 
 
 def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int],
@@ -128,9 +131,9 @@ def _parameter_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[in
     by_index = {t.index: t.path for t in inputs}
     mirrored = tuple(by_index[i] for i in sorted(arguments) if i not in edits)
     with_state = f" with {listed(list(mirrored))}" if mirrored else ""
+    free, (results, unpinned) = left_to_xla(inputs, returned, results), without_kept_pins(returned, arguments, results)
     return _Candidate(f"{named_text}{with_state} -> {pspec_text(f.suggested_sharding)}", arguments, results,
-                      mirrored=mirrored, kept=kept_count(returned, arguments, results),
-                      free=left_to_xla(inputs, returned, results))
+                      mirrored=mirrored, free=free, unpinned=unpinned)
 
 
 def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, int], edits: dict[int, list[list[str]]],
@@ -142,8 +145,8 @@ def _pair_candidate(f: Finding, inputs: list[TensorInfo], returned: dict[int, in
         return None
     arguments, results = single_move(inputs, returned, {**edits, **partners})
     change, mirrored = pair_change(f, together, inputs, edits, partners, arguments)
-    return _Candidate(change, arguments, results, mirrored=mirrored, kept=kept_count(returned, arguments, results),
-                      free=left_to_xla(inputs, returned, results))
+    free, (results, unpinned) = left_to_xla(inputs, returned, results), without_kept_pins(returned, arguments, results)
+    return _Candidate(change, arguments, results, mirrored=mirrored, free=free, unpinned=unpinned)
 
 
 def _state_candidates(report: TargetReport, sig: EntrySignature) -> tuple[_Candidate | None, _Candidate | None]:
@@ -251,6 +254,9 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
         if after is None:
             [done] = counter.announce([c.change], "to check a second choice")
             after = outcome(job(c), done)
+        if c.unpinned and isinstance(after, TargetReport) and (needed := needed_pins(after, c.unpinned)):
+            ran[c.change] = c = dataclasses.replace(c, results={**c.results, **needed}, kept=len(needed), unpinned={})
+            after = outcome(job(c), counter.announce([c.change], "with the out_shardings it needs")[0])
         return measured_check(c.change, after, base, sig, written)
 
     findings = list(report.findings)
@@ -286,13 +292,13 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 earlier = (f"; {check.change} was tried{' first' if len(pairings) == 1 else ''}, compiled and "
                            f"{not_offered_text(check)}") \
                     if len(attempts) > 1 else ""
-                findings[k] = _with_check(other, second, (other.fix or "") + _moving(alternative))
+                findings[k] = with_check(other, second, (other.fix or "") + _moving(ran[alternative.change]))
                 findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(
                     [earlier, *tried] if len(attempts) > 1 else [])})
                 break
             tried.append(f"; {second.change} was tried too, compiled and {not_offered_text(second)}")
         else:
-            findings[k] = _with_check(first, check, (first.fix or "") + _moving(planned_first))
+            findings[k] = with_check(first, check, (first.fix or "") + _moving(ran[planned_first.change]))
             findings[k] = findings[k].model_copy(update={"fix": (findings[k].fix or "") + "".join(tried)})
     if joint is not None:
         findings = one_donation_advice(findings, measured_check(joint.change, after_of[_key(joint)], base, sig,
@@ -313,7 +319,7 @@ def check_fixes(report: TargetReport, text: str, settings: Settings, where: str,
                 continue
             check = run(candidate)
             if check.verdict is FixVerdict.better:
-                findings[k] = _with_check(own, check, (own.fix or "") + _moving(candidate))
+                findings[k] = with_check(own, check, (own.fix or "") + _moving(ran[candidate.change]))
             else:
                 findings[k] = f.model_copy(update={
                     "fix": f"{f.fix}; {check.change} was tried, compiled and {not_offered_text(check)}"})
@@ -386,14 +392,3 @@ def _moved_state(report: TargetReport, sig: EntrySignature) -> dict[str, RoundTr
 
 def _moving(c: _Candidate) -> str:
     return moved_text(c.mirrored, len(c.results) - c.kept, c.kept, c.free)
-
-
-def _with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
-    """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
-    peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
-    if check.verdict is FixVerdict.better:
-        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {cost_text(check)})"})
-    return f.model_copy(update={
-        "fix_check": check, "suggested_sharding": None,
-        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
-               f"{not_offered_text(check)}"})

@@ -253,3 +253,14 @@ def pin_not_offered(pinned: FixCheck, notes: list[str], findings: list[Finding])
         return []
     return ["the out_shardings= pinning every state output was compiled and is not offered: "
             f"{not_offered_text(pinned)}"]
+
+
+def with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
+    """A fix is printed as the fix only when its compile measured it better: less traffic or a lower
+    peak, the other not worse beyond the tolerance. Otherwise the finding says what was tried."""
+    if check.verdict is FixVerdict.better:
+        return f.model_copy(update={"fix_check": check, "fix": f"{fix} (checked: {cost_text(check)})"})
+    return f.model_copy(update={
+        "fix_check": check, "suggested_sharding": None,
+        "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
+               f"{not_offered_text(check)}"})

@@ -31,7 +31,7 @@ from ..context.config import Settings
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..executors.checked_in_tasks import Spread, check_paths
-from ..inputs.checked_in import kind_of, read_export, read_mlir
+from ..inputs.checked_in import kind_of, read_export, read_mlir, snapshot_order
 from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
@@ -110,8 +110,9 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
             f.write(jax_adapter.stablehlo_text(lowered))
     # The target resolved for the targets above: lint takes it as it is.
     report = lint(LintRequest(request.script, tuple(targets), request.params, figures_only=True), loaded.settings)
-    for t in report.targets:
-        meta = {"target": t.name, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
+    for order, t in enumerate(report.targets):
+        # ``order``: the target's place in the script's (lint's) order, which check and gate list them in.
+        meta = {"target": t.name, "order": order, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
                 # What the user donated, jit's dropped donations included (the module holds only the rest).
                 "donated_inputs": sorted(i.index for i in t.inputs if i.donated), **_versions()}
         with open_output(os.path.join(request.out_dir, f"{t.name}.meta.json")) as f:
@@ -173,7 +174,11 @@ def _check_spread(paths: list[str], settings: Settings, spread: Spread) -> list[
 
 
 def snapshot_fixtures(directory: str) -> list[str]:
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".mlir"))
+    """The folder's ``.mlir`` files in the order snapshot took them (the script's, as lint lists the targets;
+    the metadata's ``order``), those without one after them by name."""
+    files = sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".mlir"))
+    orders = {f: snapshot_order(f) for f in files}
+    return sorted(files, key=lambda f: (orders[f] is None, orders[f] or 0))
 
 
 def _fixtures_of(path: str) -> list[str]:

@@ -106,6 +106,12 @@ def snapshot_platform(mlir_path: str) -> str | None:
     return str(_snapshot_meta(mlir_path).get("platform", "")) or None
 
 
+def snapshot_order(mlir_path: str) -> int | None:
+    """The target's place in its script's order, from the metadata beside a snapshot (None: not recorded)."""
+    order = _snapshot_meta(mlir_path).get("order")
+    return order if isinstance(order, int) and not isinstance(order, bool) else None
+
+
 def snapshot_donated_inputs(mlir_path: str) -> frozenset[int] | None:
     """The flattened arguments the user donated, from the metadata beside a snapshot: jit leaves a
     donation no output matches out of the module, so the module alone does not say it. None: not recorded."""

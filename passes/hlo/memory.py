@@ -18,6 +18,7 @@ from ..models.errors import MalformedReport
 from ..models.memory_stats import MemoryStats
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .copied_values import argument_behind, copied_value
 from .module import HloModule
 
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
@@ -177,11 +178,21 @@ def summarize_memory(
             arrays = parse_arrays(ins.shape) if ins else []
             main = arrays[0] if len(arrays) == 1 else None
             source, via = hlo.attribution_of(ins, ownership) if hlo and ins else (None, None)
+            op_name = ins.op_name if ins else None
+            # A copy XLA added has no line of its own: the copied value's (its op's, or the argument's path).
+            copied = copied_value(hlo, ins) if hlo and ins and source is None and not op_name else None
+            copy_of = None
+            if copied is not None:
+                argument = copied.opcode == "parameter" and hlo.computation_of(copied.name) == hlo.entry
+                copy_of = f"argument {copied.op_name}" if argument and copied.op_name else copied.name
+                source, via = hlo.attribution_of(copied, ownership)
+                behind = argument_behind(hlo, copied) if source is None and not argument else None
+                copy_of += f" of argument {behind}" if behind else ""
+                op_name = None if argument else copied.op_name
             live.append(LiveBuffer(
                 name=name, bytes=nbytes,
                 shape=list(main.dims) if main else None, dtype=main.dtype if main else None,
-                op_name=ins.op_name if ins else None,
-                source=source, via=via,
+                op_name=op_name, source=source, via=via, copy_of=copy_of,
             ))
         live.sort(key=lambda b: (-b.bytes, b.name))
     timeline = _timeline(report, parse_buffer_values(buffer_assignment_text)) if (

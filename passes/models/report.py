@@ -168,6 +168,8 @@ class LiveBuffer(Model):
     op_name: str | None
     source: SourceLocation | None
     via: SourceLocation | None = VIA_FIELD
+    copy_of: str | None = Field(default=None, description="What a copy XLA added (a layout change: a wrapped_copy "
+                                "of a gathered value) copies: an HLO name (source, op_name: its), or 'argument PATH'.")
     per_member_copy: PerMemberCopy | None = Field(
         default=None, description="What the buffer is where it is a parameter's per-device shape with a vmap's batch "
         "dimension added (a gradient per member of a batch, the parameter closed over); null otherwise.")

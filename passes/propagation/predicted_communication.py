@@ -134,8 +134,8 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
         if taken:
             out.append(_make("all-gather", per_device_bytes(t) * size_of(taken), taken, step, t,
                              f"the op reduces along {user_label(t)}'s dimension sharded on "
-                             f"{', '.join(_labels(taken, sizes))}, an axis another operand splits the result's rows "
-                             "on: the dimension is gathered whole", sizes))
+                             f"{', '.join(_labels(taken, sizes))}, an axis another operand splits "
+                             f"{_split_dimension(result, taken)} on: the dimension is gathered whole", sizes))
             have = tuple(a for a in have if a not in taken)
             if not have:
                 continue
@@ -167,6 +167,17 @@ def _operand(step: Step, t: Tensor, result: Tensor, have_of: dict[int, Axes], ta
                                  step, t, f"{user_label(t)} is sharded on {', '.join(_labels(have, sizes))} where "
                                  f"the result uses {', '.join(_labels(target, sizes)) or 'none'}", sizes))
     return out
+
+
+def _split_dimension(result: Tensor, taken: Axes) -> str:
+    """The result's dimension that holds ``taken``, as a user names it: a matrix's rows or columns, else its
+    index (a vmapped chain's logits f32[rows, chains] split on their chains: its columns, not its rows)."""
+    held = [d for d, axes in enumerate(result.dims) if any(a in axes for a in taken)]
+    if len(held) != 1:
+        return "the result"
+    if len(result.shape) == 2:
+        return f"the result's {('rows', 'columns')[held[0]]}"
+    return f"the result's dimension {held[0]} ({result.shape[held[0]]})"
 
 
 def _windowed(step: Step, t: Tensor, sizes: dict[str, int]) -> list[PredictedCollective]:

@@ -68,6 +68,8 @@ def produced_by_text(b: LiveBuffer) -> str:
     """The op that made a live buffer, for its 'produced by' column: ``argument`` for an
     argument (its path is the source column's), the op in the user's terms, or for an
     instruction XLA added with no JAX op behind it (``copy.57``, ``tuple.64``) what it is."""
+    if b.copy_of:
+        return f"copy of {b.copy_of}" + (f" ({short_op_name(b.op_name)})" if b.op_name else "")
     if live_buffer_source(b).startswith("argument "):
         return "argument"
     if b.op_name:
@@ -100,6 +102,8 @@ def live_buffer_source(b: LiveBuffer, with_via: bool = True) -> str:
     own, its pytree path (XLA's op name for it)."""
     if b.source is None and b.name.startswith("param") and b.op_name:
         return f"argument {b.op_name}"
+    if b.source is None and b.copy_of and "argument " in b.copy_of:
+        return b.copy_of[b.copy_of.index("argument "):]
     return where_text(b.source, b.via if with_via else None)
 
 

@@ -57,7 +57,10 @@ def _of_target(result, value: int | None, role: str) -> str:
 def render_fit(result, console: Console) -> None:
     result = terminal_safe(result)
     mib = partial(in_mib, budget=result.budget_bytes)
-    table = Table(title=f"Probes of {result.param} (in the order compiled)", title_justify="left")
+    # The title on a line of its own, wrapped at the terminal's width: as the table's, it wrapped at the table's
+    # (a 36-column table of short figures cut "Probes of rows (in the order compiled)" in two).
+    console.print(shown(f"Probes of {result.param} (in the order compiled)", style="italic"))
+    table = Table()
     several = len(result.targets) > 1
     columns = [("#", {"justify": "right"}), (result.param, {"justify": "right"}),
                ("peak / device", {"justify": "right"})]

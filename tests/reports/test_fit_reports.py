@@ -89,3 +89,13 @@ def test_terminal_names_the_target_that_binds():
             "(budget 1,024.0 MiB) (dmodel_sharded, the target that binds)") in text
     assert "largest of the targets" in text and "expert_parallel" in text
     assert "KiB" not in text and "GiB" not in text
+
+
+def test_the_probes_title_is_one_line_in_a_100_column_terminal():
+    # A newcomer's fit of rows (polish18 F7c): the table of short figures is 36 columns wide, and its title,
+    # drawn as the table's, wrapped at them: "Probes of rows (in the order" / "compiled)".
+    probes = [Probe(value=v, peak_bytes=v * MiB // 4, fits=v <= 16) for v in (8, 16, 24)]
+    fitted = result().model_copy(update={"param": "rows", "probes": probes})
+    lines = render_terminal("fit", fitted, width=100).splitlines()
+    assert "Probes of rows (in the order compiled)" in [line.strip() for line in lines]
+    assert all(len(line.rstrip()) <= 100 for line in lines)

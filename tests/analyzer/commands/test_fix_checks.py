@@ -224,10 +224,9 @@ def test_silent_reshards_are_one_finding_naming_the_weight_and_its_fix_removes_t
     [f] = [f for f in report["targets"][0]["findings"] if f["rule"] == "SL105"]
     assert f["parameter"] == "params['w1']" and f["parameter_sharding"] == [["model"], []]
     assert f["suggested_sharding"] == [[], ["model"]]
-    # The state the move leaves (w2) returned as taken, so the next step reshards nothing (issue 46).
+    # The state the move leaves (w2) comes back as taken without a pin: none is asked for (polish18's F5).
     assert f["fix"].startswith("shard params['w1'] as P(None, 'model') instead of P('model'), and return it in that "
-                               "layout and the other state output on its input's layout (out_shardings=) (checked:"), \
-        f["fix"]
+                               "layout (out_shardings=) (checked:"), f["fix"]
     assert f["fix_check"]["verdict"] == "better"
 
     written = jax.jit(module.step, donate_argnums=(0,)).lower(*module.arguments(P("model", None))).compile()
