@@ -1,6 +1,6 @@
 """The fix of SL105's finding about a batch that leaves mesh axes idle (passes/rules/idle_batch_axes.py),
 compiled: the batch arguments it names given suggest's data-parallel layout (dimension 0 over every mesh axis of
-several devices, passes/common/data_parallel.py), nothing else changed (no output pinned: the user pastes the
+several devices, passes/common/data_parallel.py; a vmapped batch's dimension where SL207 chose it), nothing else changed (no output pinned: the user pastes the
 batch's new PartitionSpec and nothing more), compiled beside the program as written and printed only measured
 better; otherwise the finding says what it was tried at and cost."""
 
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...passes.common.data_parallel import data_parallel_layout
+from ...passes.common.data_parallel import batch_dimension, data_parallel_layout
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import TargetReport
 from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.idle_batch import is_idle_batch_finding
+from ...passes.propagation.split_activations import argument_batch_dims
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
@@ -35,16 +36,21 @@ def check_idle_batch_fixes(report: TargetReport, text: str, settings: Settings, 
     sizes = dict(sig.mesh.axes)
     free = [a for a, n in sig.mesh.axes if n > 1]
     by_path = {t.path: t for t in report.inputs}
+    batch_dims = argument_batch_dims(module)
     findings = list(report.findings)
     isolation.phase(where, "compiling the batch on every mesh axis to check it")
     for k in found:
         f = findings[k]
         named = [by_path[p] for p in f.parameters or [f.parameter or ""] if p in by_path]
-        moved = {t.index: layout for t in named if (layout := data_parallel_layout(t.shape, free, sizes)) is not None}
+        # Each argument's batch dimension as the finding chose it (passes/common/data_parallel.batch_dimension).
+        dims = {t.index: batch_dimension(t.shape, t.sharding, batch_dims.get(t.index, ()), free, sizes) for t in named}
+        moved = {t.index: layout for t in named if (d := dims[t.index]) is not None
+                 and (layout := data_parallel_layout(t.shape, free, sizes, d)) is not None}
         if not named or len(moved) != len(named):
             continue
-        spec = pspec_text(moved[named[0].index])
-        change = f"{', '.join(t.path for t in named)} -> {spec}"
+        specs = [pspec_text(moved[t.index]) for t in named]
+        change = (f"{', '.join(t.path for t in named)} -> {specs[0]}" if len(set(specs)) == 1
+                  else ", ".join(f"{t.path} -> {s}" for t, s in zip(named, specs, strict=True)))
         edited = with_entry_shardings(module, {}, sig.mesh_name or "mesh", moved)
         before, [after] = compiled_beside_written(report, text, [(change, edited)], sig, settings, where, devices,
                                                   progress)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..common.data_parallel import data_parallel_layout
+from ..common.data_parallel import batch_dimension, data_parallel_layout
+from ..common.word_lists import listed
 from ..models.report import Finding, Severity, TensorInfo
 from ..models.rule_codes import SL105, SL207
 from .context import RuleContext
@@ -61,20 +62,30 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     if ctx.claims_by_rule.get(SL105.code):
         return
     state = {rt.input.index for rt in ctx.roundtrips}
-    batch = [t for t in ctx.inputs if t.index not in state and t.shape and any(t.sharding or [])]
-    if not batch or any(any(dim for dim in (t.sharding or [])[1:]) for t in batch):
-        return
     mesh = ctx.signature.mesh.axes
-    free = [a for a, n in mesh if n > 1]
-    layouts = [data_parallel_layout(t.shape, free, dict(mesh)) for t in batch]
-    if any(layout is None for layout in layouts):
-        return
     sizes = dict(mesh)
+    free = [a for a, n in mesh if n > 1]
+    candidates = [t for t in ctx.inputs if t.index not in state and t.shape]
+    split = [t for t in candidates if any(t.sharding or [])]
+    # The batch: each argument's dimension to split over every axis. Dimension 0 where the batch is written split
+    # on it alone; else (nothing split: every device computes the whole step; or a vmapped batch of problems whose
+    # points are split) the dimension the step's matmuls batch over. An argument split on another dimension that
+    # is no batch (a weight's tensor parallelism) leaves the step as written: silent. A step with no batch
+    # dimension (a single problem) is not batchable: silent.
+    dims = {t.index: batch_dimension(t.shape, t.sharding, ctx.argument_batch_dims.get(t.index, ()), free, sizes)
+            for t in candidates}
+    written_on_0 = bool(split) and not any(any(dim for dim in (t.sharding or [])[1:]) for t in split)
+    batch = split if written_on_0 else [t for t in candidates if dims[t.index] is not None]
+    if not batch or any(dims[t.index] is None for t in (*batch, *split)):
+        return
+    layouts = [data_parallel_layout(t.shape, free, sizes, dims[t.index] or 0) or [] for t in batch]
     devices = 1
     for a in idle:
         devices *= sizes[a]
-    out.emit(_message(batch, idle, devices), ctx.input_source(batch[0].index),
-             fix=batch_fix_text(batch, layouts[0] or []), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
+    message = (_message(batch, idle, devices) if written_on_0
+               else _vmapped_message(batch, [dims[t.index] or 0 for t in batch], idle, devices, bool(split)))
+    out.emit(message, ctx.input_source(batch[0].index),
+             fix=batch_fix_text(batch, layouts), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
              parameter=batch[0])
     out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in batch]})
 
@@ -105,6 +116,18 @@ def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
     return (f"mesh {which} {axes} split no argument: the batch arguments {batch_layouts_text(batch)} are split on "
             f"dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the same "
             f"values and repeat each other's work ({devices} copies of every op of the step)")
+
+
+def _vmapped_message(batch: list[TensorInfo], dims: list[int], idle: list[str], devices: int, split: bool) -> str:
+    axes = ", ".join(f"'{a}'" for a in idle)
+    which = "axis" if len(idle) == 1 else "axes"
+    where = (f"dimension {dims[0]}" if len(set(dims)) == 1
+             else listed([f"{t.path}'s dimension {d}" for t, d in zip(batch, dims, strict=True)]))
+    cause = (f"mesh {which} {axes} split no argument" if split
+             else f"no argument is split over the mesh (mesh {which} {axes})")
+    return (f"{cause}: the batch arguments {batch_layouts_text(batch)} leave their batch ({where}, the one the "
+            f"step's matmuls batch over) whole, so the {devices} devices along {axes} hold the same values and "
+            f"compute every problem of the batch ({devices} copies of every op of the step)")
 
 
 RULE = define_rule(SL207, Severity.warning, idle_mesh_axis,
