@@ -1,8 +1,9 @@
-"""The fix of SL105's finding about a batch that leaves mesh axes idle (passes/rules/idle_batch_axes.py),
-compiled: the batch arguments it names given suggest's data-parallel layout (dimension 0 over every mesh axis of
-several devices, passes/common/data_parallel.py; a vmapped batch's dimension where SL207 chose it), nothing else changed (no output pinned: the user pastes the
-batch's new PartitionSpec and nothing more), compiled beside the program as written and printed only measured
-better; otherwise the finding says what it was tried at and cost."""
+"""The fix of a finding about a batch that leaves mesh axes idle (SL105's, passes/rules/idle_batch_axes.py, and
+SL207's), compiled: the batch arguments it names given suggest's data-parallel layout (dimension 0 over every
+mesh axis of several devices, passes/common/data_parallel.py; a vmapped batch's dimension where the step's
+matmuls batch over one), nothing else changed (no output pinned: the user pastes the batch's new PartitionSpec
+and nothing more), compiled beside the program as written and printed only measured better; otherwise the
+finding says what it was tried at and cost."""
 
 from __future__ import annotations
 

@@ -22,11 +22,14 @@ def data_parallel_layout(shape: Sequence[int], axes: Sequence[str], sizes: dict[
 
 def batch_dimension(shape: Sequence[int], sharding: Sequence[Sequence[str]] | None, batch_dims: Sequence[int],
                     axes: Sequence[str], sizes: dict[str, int]) -> int | None:
-    """The dimension of a batch argument to split over every one of ``axes``: 0 where it is written split on
-    dimension 0 alone (the batch as its user put it, and suggest's baselines' dimension); else the first of the
-    dimensions the program's matmuls batch over (``batch_dims``: a vmapped batch of problems) that the axes'
-    product divides; None where there is none (an argument the step does not batch over)."""
+    """The dimension of a batch argument to split over every one of ``axes``: the first of the dimensions the
+    program's matmuls batch over (``batch_dims``: a vmapped batch of problems, whatever dimension it stacks them
+    on) that the axes' product divides; where the matmuls batch over none, dimension 0 if the argument is written
+    split on it alone (the batch as its user put it, and suggest's baselines' dimension); None otherwise (an
+    argument the step does not batch over, or a batch the axes do not divide)."""
+    if batch_dims:
+        return next((d for d in batch_dims if data_parallel_layout(shape, axes, sizes, d) is not None), None)
     written = list(sharding or [])
-    if written and written[0] and not any(written[1:]):
-        return 0 if data_parallel_layout(shape, axes, sizes) is not None else None
-    return next((d for d in batch_dims if data_parallel_layout(shape, axes, sizes, d) is not None), None)
+    if written and written[0] and not any(written[1:]) and data_parallel_layout(shape, axes, sizes) is not None:
+        return 0
+    return None

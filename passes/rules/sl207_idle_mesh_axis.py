@@ -67,14 +67,14 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     free = [a for a, n in mesh if n > 1]
     candidates = [t for t in ctx.inputs if t.index not in state and t.shape]
     split = [t for t in candidates if any(t.sharding or [])]
-    # The batch: each argument's dimension to split over every axis. Dimension 0 where the batch is written split
-    # on it alone; else (nothing split: every device computes the whole step; or a vmapped batch of problems whose
-    # points are split) the dimension the step's matmuls batch over. An argument split on another dimension that
-    # is no batch (a weight's tensor parallelism) leaves the step as written: silent. A step with no batch
-    # dimension (a single problem) is not batchable: silent.
+    # The batch: each argument's dimension to split over every axis (data_parallel.batch_dimension): the one the
+    # step's matmuls batch over (a vmapped batch of problems, where nothing is split and every device computes
+    # every problem, or where each problem's points are split), else dimension 0 where it is written split. An
+    # argument split on a dimension that is no batch (a weight's tensor parallelism) leaves the step as written,
+    # and a step with no batch dimension (a single problem) is not batchable: silent.
     dims = {t.index: batch_dimension(t.shape, t.sharding, ctx.argument_batch_dims.get(t.index, ()), free, sizes)
             for t in candidates}
-    written_on_0 = bool(split) and not any(any(dim for dim in (t.sharding or [])[1:]) for t in split)
+    written_on_0 = bool(split) and all(not any((t.sharding or [])[1:]) and dims[t.index] == 0 for t in split)
     batch = split if written_on_0 else [t for t in candidates if dims[t.index] is not None]
     if not batch or any(dims[t.index] is None for t in (*batch, *split)):
         return
