@@ -22,8 +22,12 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     ------------
     Reports a mesh axis of more than one device on which no argument of the
     step is split, where the step's batch arguments (those it does not return
-    as state) are split on dimension 0 over the other axes. The devices along
-    that axis then hold the same values and run the same computation. Where
+    as state) are split on dimension 0 over the other axes, or where the step
+    batches over a dimension of them (a vmapped batch of problems: the
+    dimension its matmuls batch over) and leaves it whole, nothing split at
+    all included. The devices along that axis then hold the same values and
+    run the same computation. A step with no batch (one problem) is not
+    reported: nothing of it divides over the axis. Where
     XLA spends the axis on resharding collectives instead, SL105's idle-batch
     finding says so, and where another finding's fix puts the axis to use
     (SL101's weight moved onto it, SL203's replicated argument spread over
@@ -49,7 +53,9 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     Fix
     ---
     Split the batch arguments on dimension 0 over every mesh axis, as
-    suggest's data-parallel baseline does (`P(("data", "model"))`), or give
+    suggest's data-parallel baseline does (`P(("data", "model"))`; a vmapped
+    batch on its batch dimension, `P(None, ("data", "model"))` for
+    `vmap(..., in_axes=1)`), or give
     the idle axis to what the step computes many of (its chains, its
     experts, a weight's output features). The batch on every axis is
     compiled and printed only when measured better.
