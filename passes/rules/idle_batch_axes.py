@@ -121,10 +121,11 @@ def batch_fix_text(batch: tuple[TensorInfo, ...] | list[TensorInfo], layouts: li
     """The fix of a batch that leaves mesh axes idle (SL105's and SL207's), one layout per batch argument:
     suggest's data-parallel layout (dimension 0 over every mesh axis), or a vmapped batch's dimension there."""
     written = pspec_text(batch[0].sharding or []) if _same_layout(batch) else "their written layouts"
-    same = all(layout == layouts[0] for layout in layouts)
-    if same and not any(layouts[0][1:]):
+    specs = [pspec_text(layout) for layout in layouts]  # X f32[n, f] and y f32[n] share P(('data', 'model'))
+    same = len(set(specs)) == 1
+    if same and not any(dim for layout in layouts for dim in layout[1:]):
         return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
-                f"does: {listed([t.path for t in batch])} as {pspec_text(layouts[0])} instead of {written}")
-    moves = (f"{listed([t.path for t in batch])} as {pspec_text(layouts[0])}" if same
-             else listed([f"{t.path} as {pspec_text(layout)}" for t, layout in zip(batch, layouts, strict=True)]))
+                f"does: {listed([t.path for t in batch])} as {specs[0]} instead of {written}")
+    moves = (f"{listed([t.path for t in batch])} as {specs[0]}" if same
+             else listed([f"{t.path} as {spec}" for t, spec in zip(batch, specs, strict=True)]))
     return f"shard the batch arguments on their batch dimension over every mesh axis: {moves} instead of {written}"
