@@ -27,11 +27,11 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     dimension its matmuls batch over) and leaves it whole, nothing split at
     all included. The devices along that axis then hold the same values and
     run the same computation. A step with no batch (one problem) is not
-    reported: nothing of it divides over the axis. Where
-    XLA spends the axis on resharding collectives instead, SL105's idle-batch
-    finding says so, and where another finding's fix puts the axis to use
-    (SL101's weight moved onto it, SL203's replicated argument spread over
-    it), that finding does: this rule is silent (one cause, one finding).
+    reported: nothing of it divides over the axis. Where XLA spends the axis
+    on resharding collectives instead, SL105's idle-batch finding says so,
+    and where another finding's fix puts the axis to use (SL101's weight
+    moved onto it, SL203's replicated argument spread over it), that finding
+    does: this rule is silent (one cause, one finding).
 
     Why is this bad
     ---------------
@@ -55,10 +55,9 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     Split the batch arguments on dimension 0 over every mesh axis, as
     suggest's data-parallel baseline does (`P(("data", "model"))`; a vmapped
     batch on its batch dimension, `P(None, ("data", "model"))` for
-    `vmap(..., in_axes=1)`), or give
-    the idle axis to what the step computes many of (its chains, its
-    experts, a weight's output features). The batch on every axis is
-    compiled and printed only when measured better.
+    `vmap(..., in_axes=1)`), or give the idle axis to what the step computes
+    many of (its chains, its experts, a weight's output features). The batch
+    on every axis is compiled and printed only when measured better.
     """
     idle = idle_axes(ctx)
     if not idle:
