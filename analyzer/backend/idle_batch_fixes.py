@@ -1,6 +1,7 @@
 """The fix of SL105's finding about a batch that leaves mesh axes idle (passes/rules/idle_batch_axes.py) and of
 SL207's (an idle mesh axis), compiled: the batch arguments it names given suggest's data-parallel layout
-(dimension 0 over every mesh axis of several devices, passes/common/data_parallel.py), nothing else changed (no
+(dimension 0 over every mesh axis of several devices, passes/common/data_parallel.py; a vmapped batch's
+dimension where the step's matmuls batch over one), nothing else changed (no
 output pinned: the user pastes the batch's new PartitionSpec and nothing more), compiled beside the program as
 written and beside the first ``MOVES_CHECKED`` of suggest's single moves of a mesh axis among the same arguments
 (advice/moves.py). The one suggest's own rule prefers (``advice.moves.best_move``, which suggest applies to its
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ...passes.common.data_parallel import data_parallel_layout
+from ...passes.common.data_parallel import batch_dimension, data_parallel_layout
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport
@@ -21,6 +22,7 @@ from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.idle_batch import is_idle_batch_finding
 from ...passes.pipelines.suggest import SUGGEST, time_resolution
+from ...passes.propagation.split_activations import argument_batch_dims
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
@@ -54,6 +56,7 @@ def check_idle_batch_fixes(report: TargetReport, text: str, settings: Settings, 
     free = [a for a, n in sig.mesh.axes if n > 1]
     inputs = list(report.inputs)
     by_path = {t.path: t for t in inputs}
+    batch_dims = argument_batch_dims(module)
     findings = list(report.findings)
     isolation.phase(where, "compiling the batch on every mesh axis and suggest's layouts to check them")
     # The solve does not depend on the moves: it runs while they compile (XLA releases the GIL as it compiles).
@@ -62,8 +65,11 @@ def check_idle_batch_fixes(report: TargetReport, text: str, settings: Settings, 
         for k in found:
             f = findings[k]
             named = [by_path[p] for p in f.parameters or [f.parameter or ""] if p in by_path]
-            moved = {t.index: layout for t in named
-                     if (layout := data_parallel_layout(t.shape, free, sizes)) is not None}
+            # Each argument's batch dimension as the finding chose it (passes/common/data_parallel.batch_dimension).
+            dims = {t.index: batch_dimension(t.shape, t.sharding, batch_dims.get(t.index, ()), free, sizes)
+                    for t in named}
+            moved = {t.index: layout for t in named if (d := dims[t.index]) is not None
+                     and (layout := data_parallel_layout(t.shape, free, sizes, d)) is not None}
             if not named or len(moved) != len(named):
                 continue
             findings[k] = _checked(f, named, moved, report, text, module, sig, settings, where, devices, progress,
@@ -79,8 +85,9 @@ def _checked(f: Finding, named, moved, report: TargetReport, text: str, module, 
     sizes = dict(sig.mesh.axes)
     free = [a for a, n in sig.mesh.axes if n > 1]
     written = {t.index: [list(a) for a in (t.sharding or [[] for _ in t.shape])] for t in inputs}
-    spec = pspec_text(moved[named[0].index])
-    change = f"{', '.join(t.path for t in named)} -> {spec}"
+    specs = [pspec_text(moved[t.index]) for t in named]
+    change = (f"{', '.join(t.path for t in named)} -> {specs[0]}" if len(set(specs)) == 1
+              else ", ".join(f"{t.path} -> {s}" for t, s in zip(named, specs, strict=True)))
     held = {t.path for t in inputs if t not in named}
     moves = [Move(change, {**written, **moved}, moved, {})] + [
         m for m in single_moves(inputs, written, free, sizes, held) if m.moved != moved][:MOVES_CHECKED]

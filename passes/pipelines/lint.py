@@ -318,7 +318,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         constraints=read_constraints(module, config.ownership),
         propagated_padding=propagated_padding(module, sig, hlo, config),
         split_reads=activation_splits(module, sig, collectives, config),
-        argument_batch_dims=batch_dims(module, collectives, config),
+        argument_batch_dims=batch_dims(module, sig, collectives, config),
         donated_inputs=frozenset(t.index for t in inputs if t.donated),
         stated_outputs=_stated_outputs(sig),
         call_site=site,

@@ -10,7 +10,7 @@ from ..hlo.layout_waste import compiled_shapes
 from ..hlo.module import HloModule
 from ..models.entry import EntrySignature
 from ..models.report import Collective
-from ..models.rule_codes import SL105
+from ..models.rule_codes import SL105, SL207
 from ..propagation.propagated_padding import PropagatedPadding, propagated_padded_values
 from ..propagation.split_activations import SplitRead, argument_batch_dims, split_reads
 from ..rules.table import codes_where
@@ -50,10 +50,14 @@ def activation_splits(module: ir.Module, sig: EntrySignature, collectives: tuple
                        lines, config.ownership)
 
 
-def batch_dims(module: ir.Module, collectives: tuple[Collective, ...],
+def batch_dims(module: ir.Module, sig: EntrySignature, collectives: tuple[Collective, ...],
                config: PassConfig) -> dict[int, tuple[int, ...]]:
-    """The arguments' dimensions a matmul batches over (SL105's candidate for a weight an all-to-all moves):
-    read only when SL105 is on and an all-to-all no stated sharding asked for is in the program."""
-    if SL105.code in config.disabled or not any(c.intent == "reshard" and c.kind == "all-to-all" for c in collectives):
-        return {}
-    return argument_batch_dims(module)
+    """The arguments' dimensions a matmul batches over: SL105's candidate for a weight an all-to-all moves (read
+    when SL105 is on and an all-to-all no stated sharding asked for is in the program), and SL207's batch of a
+    step that leaves a mesh axis idle (a vmapped batch's dimension: read when SL207 is on and a mesh axis of
+    several devices splits no argument)."""
+    reshards = SL105.code not in config.disabled and any(
+        c.intent == "reshard" and c.kind == "all-to-all" for c in collectives)
+    used = {a.split(":")[0] for t in sig.inputs for dim in (t.sharding or []) for a in dim}
+    idle = SL207.code not in config.disabled and any(n > 1 and a not in used for a, n in sig.mesh.axes)
+    return argument_batch_dims(module) if reshards or idle else {}

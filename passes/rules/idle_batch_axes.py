@@ -97,7 +97,7 @@ def idle_batch_finding(ctx: RuleContext, limit: int) -> tuple[str, str, IdleBatc
                f"{layouts} are split on dimension 0 over {on} "
                f"only and leave mesh {axes} {idle} idle (no argument is split on it, so its devices hold the same "
                "rows), and XLA's partitioner spends it on resharding the step's values between ops instead")
-    return message, batch_fix_text(found.batch, layout), found, layout
+    return message, batch_fix_text(found.batch, [layout] * len(found.batch)), found, layout
 
 
 def _same_layout(batch: tuple[TensorInfo, ...] | list[TensorInfo]) -> bool:
@@ -117,8 +117,15 @@ def batch_axes_text(batch: tuple[TensorInfo, ...] | list[TensorInfo]) -> str:
     return ", ".join(sorted({_bare(a) for t in batch for a in (t.sharding or [[]])[0]}))
 
 
-def batch_fix_text(batch: tuple[TensorInfo, ...] | list[TensorInfo], layout: list[list[str]]) -> str:
-    """The fix of a batch that leaves mesh axes idle (SL105's and SL207's): suggest's data-parallel layout."""
+def batch_fix_text(batch: tuple[TensorInfo, ...] | list[TensorInfo], layouts: list[list[list[str]]]) -> str:
+    """The fix of a batch that leaves mesh axes idle (SL105's and SL207's), one layout per batch argument:
+    suggest's data-parallel layout (dimension 0 over every mesh axis), or a vmapped batch's dimension there."""
     written = pspec_text(batch[0].sharding or []) if _same_layout(batch) else "their written layouts"
-    return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
-            f"does: {listed([t.path for t in batch])} as {pspec_text(layout)} instead of {written}")
+    specs = [pspec_text(layout) for layout in layouts]  # X f32[n, f] and y f32[n] share P(('data', 'model'))
+    same = len(set(specs)) == 1
+    if same and not any(dim for layout in layouts for dim in layout[1:]):
+        return (f"shard the batch arguments on dimension 0 over every mesh axis, as suggest's data-parallel baseline "
+                f"does: {listed([t.path for t in batch])} as {specs[0]} instead of {written}")
+    moves = (f"{listed([t.path for t in batch])} as {specs[0]}" if same
+             else listed([f"{t.path} as {spec}" for t, spec in zip(batch, specs, strict=True)]))
+    return f"shard the batch arguments on their batch dimension over every mesh axis: {moves} instead of {written}"

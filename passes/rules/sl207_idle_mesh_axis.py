@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..common.data_parallel import data_parallel_layout
+from ..common.data_parallel import batch_dimension, data_parallel_layout
+from ..common.word_lists import listed
 from ..models.report import Finding, Severity, TensorInfo
 from ..models.rule_codes import SL105, SL207
 from .context import RuleContext
@@ -21,12 +22,16 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     ------------
     Reports a mesh axis of more than one device on which no argument of the
     step is split, where the step's batch arguments (those it does not return
-    as state) are split on dimension 0 over the other axes. The devices along
-    that axis then hold the same values and run the same computation. Where
-    XLA spends the axis on resharding collectives instead, SL105's idle-batch
-    finding says so, and where another finding's fix puts the axis to use
-    (SL101's weight moved onto it, SL203's replicated argument spread over
-    it), that finding does: this rule is silent (one cause, one finding).
+    as state) are split on dimension 0 over the other axes, or where the step
+    batches over a dimension of them (a vmapped batch of problems: the
+    dimension its matmuls batch over) and leaves it whole, nothing split at
+    all included. The devices along that axis then hold the same values and
+    run the same computation. A step with no batch (one problem) is not
+    reported: nothing of it divides over the axis. Where XLA spends the axis
+    on resharding collectives instead, SL105's idle-batch finding says so,
+    and where another finding's fix puts the axis to use (SL101's weight
+    moved onto it, SL203's replicated argument spread over it), that finding
+    does: this rule is silent (one cause, one finding).
 
     Why is this bad
     ---------------
@@ -48,10 +53,11 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     Fix
     ---
     Split the batch arguments on dimension 0 over every mesh axis, as
-    suggest's data-parallel baseline does (`P(("data", "model"))`), or give
-    the idle axis to what the step computes many of (its chains, its
-    experts, a weight's output features). The batch on every axis is
-    compiled and printed only when measured better.
+    suggest's data-parallel baseline does (`P(("data", "model"))`; a vmapped
+    batch on its batch dimension, `P(None, ("data", "model"))` for
+    `vmap(..., in_axes=1)`), or give the idle axis to what the step computes
+    many of (its chains, its experts, a weight's output features). The batch
+    on every axis is compiled and printed only when measured better.
     """
     idle = idle_axes(ctx)
     if not idle:
@@ -61,20 +67,30 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     if ctx.claims_by_rule.get(SL105.code):
         return
     state = {rt.input.index for rt in ctx.roundtrips}
-    batch = [t for t in ctx.inputs if t.index not in state and t.shape and any(t.sharding or [])]
-    if not batch or any(any(dim for dim in (t.sharding or [])[1:]) for t in batch):
-        return
     mesh = ctx.signature.mesh.axes
-    free = [a for a, n in mesh if n > 1]
-    layouts = [data_parallel_layout(t.shape, free, dict(mesh)) for t in batch]
-    if any(layout is None for layout in layouts):
-        return
     sizes = dict(mesh)
+    free = [a for a, n in mesh if n > 1]
+    candidates = [t for t in ctx.inputs if t.index not in state and t.shape]
+    split = [t for t in candidates if any(t.sharding or [])]
+    # The batch: each argument's dimension to split over every axis (data_parallel.batch_dimension): the one the
+    # step's matmuls batch over (a vmapped batch of problems, where nothing is split and every device computes
+    # every problem, or where each problem's points are split), else dimension 0 where it is written split. An
+    # argument split on a dimension that is no batch (a weight's tensor parallelism) leaves the step as written,
+    # and a step with no batch dimension (a single problem) is not batchable: silent.
+    dims = {t.index: batch_dimension(t.shape, t.sharding, ctx.argument_batch_dims.get(t.index, ()), free, sizes)
+            for t in candidates}
+    written_on_0 = bool(split) and all(not any((t.sharding or [])[1:]) and dims[t.index] == 0 for t in split)
+    batch = split if written_on_0 else [t for t in candidates if dims[t.index] is not None]
+    if not batch or any(dims[t.index] is None for t in (*batch, *split)):
+        return
+    layouts = [data_parallel_layout(t.shape, free, sizes, dims[t.index] or 0) or [] for t in batch]
     devices = 1
     for a in idle:
         devices *= sizes[a]
-    out.emit(_message(batch, idle, devices), ctx.input_source(batch[0].index),
-             fix=batch_fix_text(batch, layouts[0] or []), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
+    message = (_message(batch, idle, devices) if written_on_0
+               else _vmapped_message(batch, [dims[t.index] or 0 for t in batch], idle, devices, bool(split)))
+    out.emit(message, ctx.input_source(batch[0].index),
+             fix=batch_fix_text(batch, layouts), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
              parameter=batch[0])
     out.findings[-1] = out.findings[-1].model_copy(update={"parameters": [t.path for t in batch]})
 
@@ -105,6 +121,18 @@ def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
     return (f"mesh {which} {axes} split no argument: the batch arguments {batch_layouts_text(batch)} are split on "
             f"dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the same "
             f"values and repeat each other's work ({devices} copies of every op of the step)")
+
+
+def _vmapped_message(batch: list[TensorInfo], dims: list[int], idle: list[str], devices: int, split: bool) -> str:
+    axes = ", ".join(f"'{a}'" for a in idle)
+    which = "axis" if len(idle) == 1 else "axes"
+    where = (f"dimension {dims[0]}" if len(set(dims)) == 1
+             else listed([f"{t.path}'s dimension {d}" for t, d in zip(batch, dims, strict=True)]))
+    cause = (f"mesh {which} {axes} split no argument" if split
+             else f"no argument is split over the mesh (mesh {which} {axes})")
+    return (f"{cause}: the batch arguments {batch_layouts_text(batch)} leave their batch ({where}, the one the "
+            f"step's matmuls batch over) whole, so the {devices} devices along {axes} hold the same values and "
+            f"compute every problem of the batch ({devices} copies of every op of the step)")
 
 
 RULE = define_rule(SL207, Severity.warning, idle_mesh_axis,
