@@ -171,9 +171,32 @@ def _start_and_step(module: HloModule, loop: HloInstruction, index: int | None) 
     step_op = _op_of(module, _through_copies(module, body_root.operands[index]))
     if start is None or step_op is None or step_op[0] != "add" or len(step_op[2]) != 2:
         return None
-    a, b = (_through_copies(module, o) for o in step_op[2])
+    a, b = (_through_inner_loops(module, o) for o in step_op[2])
     step = _int_constant(b) if _tuple_index(a) == index else _int_constant(a) if _tuple_index(b) == index else None
     return None if not step or step < 0 else (start, step)
+
+
+def _through_inner_loops(module: HloModule, name: str) -> HloInstruction | None:
+    """A value through copies and through the loops inside a body that carry it unchanged: ott's outer
+    Sinkhorn loop adds its step to the iteration its inner scan carried through (``iteration + 10``, read
+    from the scan's result)."""
+    ins = _through_copies(module, name)
+    for _ in range(8):
+        source = module.by_name.get(ins.operands[0]) if ins is not None and ins.opcode == "get-tuple-element" \
+            else None
+        if source is None or source.opcode != "while":
+            return ins
+        k = _tuple_index(ins)
+        body = module.computations.get(dict(source.called()).get("body", ""))
+        root = next((i for i in body.instructions if i.is_root), None) if body is not None else None
+        init = loop_init(module, source)
+        passed = _through_copies(module, root.operands[k]) if root is not None and root.opcode == "tuple" \
+            and k is not None and k < len(root.operands) else None
+        if passed is None or _tuple_index(passed) != k or init is None or init.opcode != "tuple" \
+                or k >= len(init.operands):
+            return ins
+        ins = _through_copies(module, init.operands[k])
+    return ins
 
 
 def loop_counter(module: HloModule, loop: HloInstruction) -> tuple[int, int, int] | None:

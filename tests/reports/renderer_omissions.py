@@ -74,6 +74,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.count_assumed",
             "Collective.computation", "Collective.dtype", "Collective.group_size",
@@ -115,6 +116,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.sarif:render_sarif": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.count_assumed",
             "Collective.bytes", "Collective.computation", "Collective.count", "Collective.count_is_lower_bound",
@@ -261,6 +263,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds", "Validation.repeats",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -294,6 +297,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "Validation.time_after_s", "Validation.time_before_s",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -320,6 +324,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -393,6 +398,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.html:render_sweep_html": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
@@ -416,6 +422,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.markdown:render_sweep_markdown": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.params", "CandidateRun.seconds",
             "CandidateRun.worker", "Collective.computation", "Collective.count_is_lower_bound", "Collective.dtype",
@@ -441,6 +448,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.terminal:render_sweep_terminal": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.worker", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
