@@ -3,8 +3,8 @@ execution count and the user's source line.
 
 Collectives are found wherever the entry computation can reach them: inside
 fusions, async wrappers, while bodies (multiplied by XLA's ``known_trip_count``)
-and conditional branches (each branch counted once per execution of the
-conditional: an upper bound on what runs).
+and conditional branches (on the loop trips whose counter selects them, branch_trips.py; a branch data
+selects counted by the trips certainly taking it, a lower bound, ``count_in_branch``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..common.shapes import ArrayShape, parse_arrays, split_tuple
 from ..models.report import Collective, CollectivePart, SourceLocation
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .async_chains import CONTINUATION, DONE, START, async_role, chain_id
+from .branch_trips import branch_computations, branch_trips
 from .collective_site import collective_site, part_sites
 from .loop_bounds import inferred_trip_count, loop_trip_bound
 from .module import HloInstruction, HloModule
@@ -56,12 +57,15 @@ class Multiplicity:
     given ``assumed_trips`` (``--loop-trips``), that many times per run of the known loops around it (once
     per nest of such loops: a solver's step loop and its stage loop together), never more than ``upper``.
     ``unknown``: the computations inside such loops. ``upper``: the counts were every such loop to run to the
-    bound its condition proves (loop_bounds.loop_trip_bound), None where one has none."""
+    bound its condition proves (loop_bounds.loop_trip_bound), None where one has none. A conditional's branch
+    runs on the loop trips that select it (branch_trips.py); ``in_branch``: the branches (and what they call)
+    data selects, counted by the trips certainly taking them, ``upper`` by the trips that may."""
 
     counts: dict[str, int]
     unknown: frozenset[str]
     upper: dict[str, int | None]
     assumed_trips: int | None = None
+    in_branch: frozenset[str] = frozenset()
 
 
 def computation_multiplicity(module: HloModule, assumed_trips: int | None = None) -> Multiplicity:
@@ -84,6 +88,7 @@ def _multiplicity(module: HloModule, assumed_trips: int | None) -> Multiplicity:
     # Per computation: (runs counting unknown loops once, runs with the hint, runs at the loops' bounds).
     runs: dict[str, tuple[int, int, int | None]] = {module.entry: (1, 1, 1)}
     unknown: set[str] = set()
+    in_branch: set[str] = set()
     hint = assumed_trips or 1
 
     def visit(name: str, stack: tuple[str, ...]) -> tuple[int, int, int | None]:
@@ -111,6 +116,13 @@ def _multiplicity(module: HloModule, assumed_trips: int | None) -> Multiplicity:
                 else:
                     n, h, u = n * (int(trip) + extra), h * (int(trip) + extra), None if u is None else u * (
                         int(trip) + extra)
+            elif ins.opcode == "conditional":
+                low, high, trips = _branch_share(module, ins, name)
+                n, h, u = n * low // trips, h * low // trips, None if u is None else u * high // trips
+                if low != high:
+                    in_branch.add(name)
+            if caller in in_branch:
+                in_branch.add(name)
             once, hinted = once + n, hinted + h
             upper = None if upper is None or u is None else upper + u
         runs[name] = (once, hinted, upper)
@@ -120,7 +132,16 @@ def _multiplicity(module: HloModule, assumed_trips: int | None) -> Multiplicity:
         visit(name, ())
     counts = {name: (h if upper is None else min(h, upper)) if assumed_trips and name in unknown else once
               for name, (once, h, upper) in runs.items()}
-    return Multiplicity(counts, frozenset(unknown), {name: r[2] for name, r in runs.items()}, assumed_trips)
+    return Multiplicity(counts, frozenset(unknown), {name: r[2] for name, r in runs.items()}, assumed_trips,
+                        frozenset(in_branch))
+
+
+def _branch_share(module: HloModule, conditional: HloInstruction, branch: str) -> tuple[int, int, int]:
+    """(trips certainly taking a branch, trips that may, trips) per run of the loop around its conditional
+    (branch_trips.py): the branch runs that share of its conditional's runs."""
+    taken = branch_trips(module, conditional)
+    picked = [t for b, t in zip(branch_computations(conditional), taken.taken) if b == branch]
+    return sum(t[0] for t in picked), sum(t[1] for t in picked), taken.trips
 
 
 def _result_shape(ins: HloInstruction, done_shapes: dict[str, str]) -> str:
@@ -157,7 +178,8 @@ def find_collectives(
     num_devices = mesh.size if mesh and mesh.axes else module.num_partitions
     for comp in module.computations.values():
         runs = counts.get(comp.name, 0)
-        if runs == 0:
+        in_branch = comp.name in loops.in_branch
+        if runs == 0 and not (in_branch and loops.upper.get(comp.name) != 0):
             continue
         for ins in comp.instructions:
             kind = collective_kind(ins.opcode)
@@ -196,9 +218,10 @@ def find_collectives(
                 shape=list(main.dims) if main else [], dtype=main.dtype if main else "",
                 op_name=ins.op_name, source=source, via=via, hlo_name=ins.name,
                 computation=comp.name, is_async=ins.opcode.endswith(_START_SUFFIX),
-                group_size=group_size, count_is_lower_bound=comp.name in unknown and not assumed_trips,
-                count_assumed=comp.name in unknown and bool(assumed_trips),
-                count_upper_bound=loops.upper.get(comp.name) if comp.name in unknown else None, cross_host=cross,
+                group_size=group_size, count_is_lower_bound=(comp.name in unknown and not assumed_trips) or in_branch,
+                count_assumed=comp.name in unknown and bool(assumed_trips), count_in_branch=in_branch,
+                count_upper_bound=loops.upper.get(comp.name) if comp.name in unknown or in_branch else None,
+                cross_host=cross,
                 parts=parts,
             ))
     found = _once_per_channel(module, found)
@@ -257,7 +280,7 @@ def _once_per_channel(module: HloModule, found: list[Collective]) -> list[Collec
         merged[first.hlo_name] = first.model_copy(update={
             "pieces": [c.hlo_name for c in pieces if c is not first], "count": anchor.count,
             "count_is_lower_bound": anchor.count_is_lower_bound, "count_assumed": anchor.count_assumed,
-            "count_upper_bound": anchor.count_upper_bound})
+            "count_upper_bound": anchor.count_upper_bound, "count_in_branch": anchor.count_in_branch})
     kept = (merged.get(c.hlo_name, c) for c in found)
     return [c for c in kept if c is not None]
 

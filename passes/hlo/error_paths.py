@@ -33,9 +33,13 @@ def is_host_callback(ins: HloInstruction) -> bool:
     return ins.opcode == "custom-call" and "callback" in ins.attrs.get("custom_call_target", "")
 
 
+def is_runtime_check(ins: HloInstruction) -> bool:
+    """A conditional equinox's check lowers to (its op_name says ``error_if``)."""
+    return ins.opcode == "conditional" and _CHECK_NAME in (ins.op_name or "")
+
+
 def _check_conditionals(module: HloModule) -> list[HloInstruction]:
-    return [ins for comp in module.computations.values() for ins in comp.instructions
-            if ins.opcode == "conditional" and _CHECK_NAME in (ins.op_name or "")]
+    return [ins for comp in module.computations.values() for ins in comp.instructions if is_runtime_check(ins)]
 
 
 def _calls_host(module: HloModule) -> dict[str, bool]:

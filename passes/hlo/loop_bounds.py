@@ -55,7 +55,7 @@ def _op_of(module: HloModule, ins: HloInstruction | None) -> tuple[str, dict[str
     return root.opcode, root.attrs, tuple(ins.operands[params[o]] if o in params else o for o in root.operands)
 
 
-def _loop_init(module: HloModule, loop: HloInstruction) -> HloInstruction | None:
+def loop_init(module: HloModule, loop: HloInstruction) -> HloInstruction | None:
     """The tuple a loop starts from. XLA 0.12's CPU compiler wraps a while loop in a computation of
     its own, called with ``call``: the loop's operand is then that computation's parameter, and the
     tuple is the call's operand."""
@@ -144,9 +144,26 @@ def _counted_runs(module: HloModule, loop: HloInstruction, direction: str, lhs: 
     index, bound = _tuple_index(lhs), _int_constant(rhs)
     if index is None:  # constant on the left: read the comparison the other way round
         index, bound, direction = _tuple_index(rhs), _int_constant(lhs), _FLIPPED.get(direction, "")
-    init_tuple = _loop_init(module, loop)
-    body_root = next((i for i in body.instructions if i.is_root), None)
-    if index is None or bound is None or init_tuple is None or init_tuple.opcode != "tuple" \
+    counted = _start_and_step(module, loop, index) if bound is not None else None
+    if counted is None:
+        return None
+    start, step = counted
+    if direction == "LT":
+        return max(0, -(-(bound - start) // step))
+    if direction == "LE":
+        return max(0, (bound - start) // step + 1)
+    if direction == "NE" and bound >= start and (bound - start) % step == 0:  # else it never meets the bound
+        return max(0, (bound - start) // step)
+    return None
+
+
+def _start_and_step(module: HloModule, loop: HloInstruction, index: int | None) -> tuple[int, int] | None:
+    """Where a counter (a tuple element) starts and what the body adds each trip: constants, a positive step;
+    None unless both are plain."""
+    body = module.computations.get(dict(loop.called()).get("body", ""))
+    init_tuple = loop_init(module, loop)
+    body_root = next((i for i in body.instructions if i.is_root), None) if body is not None else None
+    if index is None or init_tuple is None or init_tuple.opcode != "tuple" \
             or body_root is None or body_root.opcode != "tuple" or index >= len(init_tuple.operands) \
             or index >= len(body_root.operands):
         return None
@@ -154,14 +171,50 @@ def _counted_runs(module: HloModule, loop: HloInstruction, direction: str, lhs: 
     step_op = _op_of(module, _through_copies(module, body_root.operands[index]))
     if start is None or step_op is None or step_op[0] != "add" or len(step_op[2]) != 2:
         return None
-    a, b = (_through_copies(module, o) for o in step_op[2])
+    a, b = (_through_inner_loops(module, o) for o in step_op[2])
     step = _int_constant(b) if _tuple_index(a) == index else _int_constant(a) if _tuple_index(b) == index else None
-    if not step or step < 0:
-        return None
-    if direction == "LT":
-        return max(0, -(-(bound - start) // step))
-    if direction == "LE":
-        return max(0, (bound - start) // step + 1)
-    if direction == "NE" and bound >= start and (bound - start) % step == 0:  # else it never meets the bound
-        return max(0, (bound - start) // step)
+    return None if not step or step < 0 else (start, step)
+
+
+def _through_inner_loops(module: HloModule, name: str) -> HloInstruction | None:
+    """A value through copies and through the loops inside a body that carry it unchanged: ott's outer
+    Sinkhorn loop adds its step to the iteration its inner scan carried through (``iteration + 10``, read
+    from the scan's result)."""
+    ins = _through_copies(module, name)
+    for _ in range(8):
+        source = module.by_name.get(ins.operands[0]) if ins is not None and ins.opcode == "get-tuple-element" \
+            else None
+        if source is None or source.opcode != "while":
+            return ins
+        k = _tuple_index(ins)
+        body = module.computations.get(dict(source.called()).get("body", ""))
+        root = next((i for i in body.instructions if i.is_root), None) if body is not None else None
+        init = loop_init(module, source)
+        passed = _through_copies(module, root.operands[k]) if root is not None and root.opcode == "tuple" \
+            and k is not None and k < len(root.operands) else None
+        if passed is None or _tuple_index(passed) != k or init is None or init.opcode != "tuple" \
+                or k >= len(init.operands):
+            return ins
+        ins = _through_copies(module, init.operands[k])
+    return ins
+
+
+def loop_counter(module: HloModule, loop: HloInstruction) -> tuple[int, int, int] | None:
+    """(tuple index, start, step) of a loop's counter: XLA's ``known_induction_variable`` and
+    ``known_init_step`` where it wrote them, else the element the condition compares with a constant that the
+    loop starts at a constant and steps by one; None where neither is plain."""
+    config = loop.backend_config()
+    variable, init_step = config.get("known_induction_variable"), config.get("known_init_step")
+    try:
+        if isinstance(variable, dict) and isinstance(init_step, dict):
+            return int(variable["tuple_index"]), int(init_step["init"]), int(init_step["step"])
+    except (KeyError, ValueError, TypeError):
+        pass
+    cond = module.computations.get(dict(loop.called()).get("condition", ""))
+    root = next((i for i in cond.instructions if i.is_root), None) if cond is not None else None
+    for _, lhs, rhs in _conjuncts(module, root, {}) if root is not None else []:
+        index = _tuple_index(lhs) if _tuple_index(lhs) is not None else _tuple_index(rhs)
+        counted = _start_and_step(module, loop, index)
+        if counted is not None:
+            return index, *counted
     return None

@@ -123,6 +123,9 @@ class Collective(Model):
     count_assumed: bool = Field(default=False, description="Inside such a loop, counted as --loop-trips says.")
     count_upper_bound: int | None = Field(default=None, description="Inside such a loop: the count were each to "
                                           "run to the bound its condition proves; null where one has none.")
+    count_in_branch: bool = Field(
+        default=False, description="In a conditional branch the program's data selects: counted by the trips "
+        "certainly taking it (a lower bound, count_is_lower_bound); count_upper_bound by the trips that may.")
     cross_host: bool | None = Field(
         default=None, description="Whether a device group spans hosts; null when all devices are on one host."
     )

@@ -75,6 +75,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.markdown:render_lint_markdown": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.count_assumed",
             "Collective.computation", "Collective.dtype", "Collective.group_size",
@@ -116,6 +117,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "findings.sarif:render_sarif": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "PerMemberCopy.dims", "PerMemberCopy.members", "PerMemberCopy.parameters",
             "Collective.count_assumed",
             "Collective.bytes", "Collective.computation", "Collective.count", "Collective.count_is_lower_bound",
@@ -262,6 +264,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds", "Validation.repeats",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -295,6 +298,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "Validation.time_after_s", "Validation.time_before_s",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "AppliedSharding.before", "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -321,6 +325,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
             "StepTime.within_host_seconds",
         }),
         "unsampled": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "Collective.count_upper_bound",
             "Collective.bytes", "Collective.computation", "Collective.count",
             "Collective.count_is_lower_bound", "Collective.cross_host", "Collective.dtype", "Collective.group_size",
@@ -394,6 +399,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.html:render_sweep_html": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
@@ -417,6 +423,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.markdown:render_sweep_markdown": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.params", "CandidateRun.seconds",
             "CandidateRun.worker", "Collective.computation", "Collective.count_is_lower_bound", "Collective.dtype",
@@ -442,6 +449,7 @@ OMITTED: dict[str, dict[str, frozenset[str]]] = {
     },
     "sweep.terminal:render_sweep_terminal": {
         "omitted": frozenset({
+            "Collective.count_in_branch",
             "Collective.count_assumed", "SweepCandidate.unknown_loop_collectives",
             "CandidateRun.label", "CandidateRun.overhead_seconds", "CandidateRun.worker", "Collective.computation",
             "Collective.count_is_lower_bound", "Collective.dtype", "Collective.group_size", "Collective.hlo_name",
