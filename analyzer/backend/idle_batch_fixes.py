@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
 
 from ...passes.common.data_parallel import batch_dimension, data_parallel_layout
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport
+from ...passes.models.suggest import Version
 from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.idle_batch import is_idle_batch_finding
@@ -151,7 +153,7 @@ def _chosen(moves: list[Move], after: list, solved: bool, before: TargetReport, 
     best = best_move([m for _, m, _ in ok], [measured_version(VersionText(m.description, "", ""), a, None, settings)
                                              for _, m, a in ok], resolution, remats, as_written) if ok else None
     if best is not None:
-        versions.append(best[1].model_copy(update={"name": NAME}))
+        versions.append(cast(Version, best[1]).model_copy(update={"name": NAME}))
     solver = after[len(moves)] if solved else None
     if solver is not None and not isinstance(solver, BaseException):
         versions.append(with_rematerializations(

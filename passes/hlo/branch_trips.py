@@ -14,7 +14,9 @@ certain). A branch is then taken on a known number of trips, or on at least ``ce
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..common.shapes import parse_arrays
 from .error_paths import is_runtime_check
@@ -25,6 +27,7 @@ _MAX_TRIPS = 4096  # counter values evaluated one by one
 _MAX_NODES = 256  # instructions one evaluation may visit
 _MAX_ELEMENTS = 4096  # elements of an array the evaluator holds
 _FULL = (-math.inf, math.inf)
+Range = tuple[float, float]  # an element's [low, high]
 Value = tuple[tuple[int, ...], list[tuple[float, float]]]  # dims, each element's [low, high]
 
 
@@ -142,7 +145,7 @@ def _compare(direction: str, a: tuple[float, float], b: tuple[float, float]) -> 
     return (1, 1) if certain else (0, 0) if never else (0, 1)
 
 
-def _exact(f):
+def _exact(f: Callable[[Any, Any], Any]) -> Callable[[Range, Range], Range]:
     """An op read only on known elements: a range in, a full range out."""
     return lambda a, b: (f(a[0], b[0]),) * 2 if a[0] == a[1] and b[0] == b[1] else _FULL
 
@@ -151,7 +154,7 @@ def _c_div(x: float, y: float) -> float:
     return int(x / y) if isinstance(x, int) and isinstance(y, int) else x / y
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[[Range, Range], Range]] = {
     "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
     "subtract": lambda a, b: (a[0] - b[1], a[1] - b[0]),
     "multiply": _exact(lambda x, y: x * y), "divide": _exact(_c_div),
@@ -169,7 +172,7 @@ class _Evaluator:
         self.module, self.loop, self.index, self.counter = module, loop, index, counter
         self.nodes = 0
 
-    def value(self, name: str, params: dict[str, tuple[str, dict]]) -> Value:
+    def value(self, name: str, params: dict[str, tuple[str, dict[str, Any]]]) -> Value:
         self.nodes += 1
         ins = self.module.by_name.get(name)
         if ins is None or self.nodes > _MAX_NODES:
@@ -225,7 +228,7 @@ class _Evaluator:
             return self.value(root.name, inner)
         raise _Unevaluable(f"{name}: {op}")
 
-    def _slice(self, ins: HloInstruction, params: dict[str, tuple[str, dict]]) -> Value:
+    def _slice(self, ins: HloInstruction, params: dict[str, tuple[str, dict[str, Any]]]) -> Value:
         src_dims, elements = self.value(ins.operands[0], params)
         if len(src_dims) != 1:
             raise _Unevaluable(ins.name)
@@ -236,7 +239,7 @@ class _Evaluator:
         size = int(ins.attrs.get("dynamic_slice_sizes", "").strip("{}"))
         low, high = self.value(ins.operands[1], params)[1][0]
         if math.isinf(low) or math.isinf(high):
-            starts = range(0, src_dims[0] - size + 1)
+            starts = list(range(0, src_dims[0] - size + 1))
         else:  # XLA clamps the start into the array
             starts = sorted({min(max(int(s), 0), src_dims[0] - size) for s in range(int(low), int(high) + 1)})
         windows = [elements[s:s + size] for s in starts]
@@ -269,7 +272,7 @@ class _Evaluator:
         return _unknown(ins.shape)
 
 
-def _paired(a: list, b: list) -> list:
+def _paired(a: list[Any], b: list[Any]) -> list[Any]:
     if len(a) == len(b):
         return list(zip(a, b))
     if len(a) == 1:

@@ -145,7 +145,7 @@ def _counted_runs(module: HloModule, loop: HloInstruction, direction: str, lhs: 
     if index is None:  # constant on the left: read the comparison the other way round
         index, bound, direction = _tuple_index(rhs), _int_constant(lhs), _FLIPPED.get(direction, "")
     counted = _start_and_step(module, loop, index) if bound is not None else None
-    if counted is None:
+    if counted is None or bound is None:
         return None
     start, step = counted
     if direction == "LT":
@@ -187,6 +187,8 @@ def _through_inner_loops(module: HloModule, name: str) -> HloInstruction | None:
         if source is None or source.opcode != "while":
             return ins
         k = _tuple_index(ins)
+        if k is None:
+            return ins
         body = module.computations.get(dict(source.called()).get("body", ""))
         root = next((i for i in body.instructions if i.is_root), None) if body is not None else None
         init = loop_init(module, source)
@@ -214,7 +216,7 @@ def loop_counter(module: HloModule, loop: HloInstruction) -> tuple[int, int, int
     root = next((i for i in cond.instructions if i.is_root), None) if cond is not None else None
     for _, lhs, rhs in _conjuncts(module, root, {}) if root is not None else []:
         index = _tuple_index(lhs) if _tuple_index(lhs) is not None else _tuple_index(rhs)
-        counted = _start_and_step(module, loop, index)
-        if counted is not None:
+        counted = _start_and_step(module, loop, index) if index is not None else None
+        if counted is not None and index is not None:
             return index, *counted
     return None

@@ -182,7 +182,7 @@ def summarize_memory(
             # A copy XLA added has no line of its own: the copied value's (its op's, or the argument's path).
             copied = copied_value(hlo, ins) if hlo and ins and source is None and not op_name else None
             copy_of = None
-            if copied is not None:
+            if copied is not None and hlo is not None:
                 argument = copied.opcode == "parameter" and hlo.computation_of(copied.name) == hlo.entry
                 copy_of = f"argument {copied.op_name}" if argument and copied.op_name else copied.name
                 source, via = hlo.attribution_of(copied, ownership)
