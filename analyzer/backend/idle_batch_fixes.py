@@ -15,16 +15,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
-from ...passes.common.data_parallel import batch_dimension, data_parallel_layout
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport
 from ...passes.models.suggest import Version
 from ...passes.pipelines.entry import entry_signature
 from ...passes.pipelines.fix_checks import FIX_CHECKS
-from ...passes.pipelines.idle_batch import is_idle_batch_finding
+from ...passes.pipelines.idle_batch import batch_layouts, is_idle_batch_finding
 from ...passes.pipelines.suggest import SUGGEST, time_resolution
-from ...passes.propagation.split_activations import argument_batch_dims
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..errors import ShardLintInputError
@@ -58,7 +56,6 @@ def check_idle_batch_fixes(report: TargetReport, text: str, settings: Settings, 
     free = [a for a, n in sig.mesh.axes if n > 1]
     inputs = list(report.inputs)
     by_path = {t.path: t for t in inputs}
-    batch_dims = argument_batch_dims(module)
     findings = list(report.findings)
     isolation.phase(where, "compiling the batch on every mesh axis and suggest's layouts to check them")
     # The solve does not depend on the moves: it runs while they compile (XLA releases the GIL as it compiles).
@@ -67,11 +64,7 @@ def check_idle_batch_fixes(report: TargetReport, text: str, settings: Settings, 
         for k in found:
             f = findings[k]
             named = [by_path[p] for p in f.parameters or [f.parameter or ""] if p in by_path]
-            # Each argument's batch dimension as the finding chose it (passes/common/data_parallel.batch_dimension).
-            dims = {t.index: batch_dimension(t.shape, t.sharding, batch_dims.get(t.index, ()), free, sizes)
-                    for t in named}
-            moved = {t.index: layout for t in named if (d := dims[t.index]) is not None
-                     and (layout := data_parallel_layout(t.shape, free, sizes, d)) is not None}
+            moved = batch_layouts(module, named, free, sizes)  # each on its batch dimension, as the finding chose it
             if not named or len(moved) != len(named):
                 continue
             findings[k] = _checked(f, named, moved, report, text, module, sig, settings, where, devices, progress,

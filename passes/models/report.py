@@ -126,9 +126,8 @@ class Collective(Model):
     count_in_branch: bool = Field(
         default=False, description="In a conditional branch the program's data selects: counted by the trips "
         "certainly taking it (a lower bound, count_is_lower_bound); count_upper_bound by the trips that may.")
-    cross_host: bool | None = Field(
-        default=None, description="Whether a device group spans hosts; null when all devices are on one host."
-    )
+    cross_host: bool | None = Field(default=None, description="Whether a device group spans hosts; null when all "
+                                    "devices are on one host.")
     intent: str | None = Field(
         default=None, description="Why it runs: parameter-gather (FSDP), gradient-reduction, activation "
         "(tensor-parallel partial sums), explicit (the program's own psum, all_gather, ppermute... in a "
@@ -141,9 +140,9 @@ class Collective(Model):
     input_path: str | None = Field(
         default=None, description="The input the collective's operand is (traced through layout ops, one layer "
         "of a stack and loop carries in the compiled HLO), when it is one.")
-    why: str | None = Field(default=None, description="Why a resharding collective runs: the op that reads "
-                            "along a sharded dimension, and what XLA does about it; for a tensor-parallel partial "
-                            "sum that closes a column/row pair, why it is the designed reduction (both weights).")
+    why: str | None = Field(default=None, description="Why a resharding collective runs: the op that reads along a "
+                            "sharded dimension, and what XLA does about it; for a tensor-parallel partial sum that "
+                            "closes a column/row pair, why it is the designed reduction (both weights).")
     called_from: SourceLocation | None = Field(
         default=None, description="When collectives of several call paths share this source line (a helper every "
         "projection calls): the first user frame further out where their paths part (the attention or the MLP "
@@ -189,11 +188,9 @@ class MemorySummary(Model):
     ``peak_bytes`` is XLA's figure, temp + argument + output - alias: what the executable allocates on a
     device, its temp allocation whole. It is not ``memory_analysis().peak_memory_in_bytes``, which XLA's CPU
     executable fills from its buffer assignment without the temp allocation (argument + output - alias within
-    a few bytes, on jax 0.10.2 and 0.12; tests/analyzer/commands/test_xla_peak_field.py). ``live_at_peak``
-    and ``timeline`` come from XLA's live-range report, whose own peak (the heap
-    simulator's, ``live_range_peak_bytes``) counts only the entry computation's
-    buffers and can differ.
-    """
+    a few bytes, on jax 0.10.2 and 0.12; tests/analyzer/commands/test_xla_peak_field.py). ``live_at_peak`` and
+    ``timeline`` come from XLA's live-range report, whose own peak (the heap simulator's, ``live_range_peak_bytes``)
+    counts only the entry computation's buffers and can differ."""
 
     platform: str
     peak_bytes: int

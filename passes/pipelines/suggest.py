@@ -46,6 +46,7 @@ from ..solver.sharding_problem import Assignment, ShardingProblem, breakdown, lo
 from ..solver.solve import Solution, SolveMemo, solve
 from ..source.frames import CodeOwnership
 from ..stablehlo.loop_trips import entry_results, value_repeats
+from ..stablehlo.module import jitted_function_name
 from ..stablehlo.state_roundtrip import correspond
 from .entry import entry_signature
 from .pass_manager import Pipeline
@@ -138,6 +139,11 @@ def suggest_problem(module: ir.Module, ownership: CodeOwnership, free_axes: Call
     built, pairs = sharding_problem(ruled, g, sig, args, tuple(r for r in results if r is not None), free, pinned,
                                     spec, budget)
     return SuggestProblem(sig, built, pinned, pairs, g)
+
+
+def function_name(module: ir.Module) -> str | None:
+    """The function jit lowered, as the pasted ``jax.jit(...)`` names it (None: a lambda's, or none)."""
+    return jitted_function_name(module)
 
 
 def sharding_rules(module: ir.Module) -> ir.Module:

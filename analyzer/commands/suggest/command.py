@@ -30,7 +30,6 @@ from ....passes.pipelines.entry import changed_roundtrips, state_roundtrips
 from ....passes.pipelines.fix_checks import FIX_CHECKS
 from ....passes.pipelines.suggest import Pins, Refined, ShardingProblem, time_resolution
 from ....passes.pipelines.suggest_budget import WithinBudget, within_budget
-from ....passes.stablehlo.module import jitted_function_name
 from ... import __version__
 from ...adapter import jax_adapter
 from ...backend.advice.baselines import baseline_layouts
@@ -349,7 +348,7 @@ def _suggest_target(t: SuggestTarget, request: SuggestRequest, settings: Setting
         versions=versions, in_shardings_text=text_in, out_shardings_text=text_out, placement_text=placement,
         abstract_inputs_text=rewrap, jit_options_text=jit_options_text(t.lowered, t.sig.inputs),
         logical_rules=advice, text_problem=text_problem,
-        function_name=jitted_function_name(jax_adapter.stablehlo_module(t.lowered)),
+        function_name=pipeline.function_name(jax_adapter.stablehlo_module(t.lowered)),
         verdict=verdict(versions, best, budget, resolution), notes=notes,
     )
 
