@@ -68,7 +68,9 @@ def produced_by_text(b: LiveBuffer) -> str:
     """The op that made a live buffer, for its 'produced by' column: ``argument`` for an
     argument (its path is the source column's), the op in the user's terms, or for an
     instruction XLA added with no JAX op behind it (``copy.57``, ``tuple.64``) what it is."""
-    if b.copy_of:
+    # A copy named by what it copies where that tells the user something (an argument, a JAX op, a line); a copy
+    # of an XLA value with none of them (a loop's tuple element) stays "copy (added by XLA)".
+    if b.copy_of and ("argument " in b.copy_of or b.op_name or b.source is not None):
         return f"copy of {b.copy_of}" + (f" ({short_op_name(b.op_name)})" if b.op_name else "")
     if live_buffer_source(b).startswith("argument "):
         return "argument"

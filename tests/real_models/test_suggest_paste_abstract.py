@@ -68,7 +68,7 @@ def test_printed_python_pastes_into_a_script_of_sharded_abstract_inputs_and_keep
     markdown = cli("suggest", str(script), "--format", "markdown", "-q")
     assert markdown.code == 0, markdown.err
     code = _code_block(markdown.out)
-    assert "donate_argnames=('params',)" in code and "x.sharding" not in code
+    assert "donate_argnames=('params',)" in code and not re.search(r"\bx\.sharding", code)
 
     assert "# abstract inputs (jax.ShapeDtypeStruct) must carry these: .lower(*with_shardings(" in code
     # As it was printed before: one jit line on the inputs as written. jit refuses it.
