@@ -22,23 +22,12 @@ _NOT_A_FUNCTION = {"", "while", "body", "cond", "checkpoint", "remat", "pjit", "
 _COND_BRANCH = re.compile(r"branch_\d+_fun")  # lax.cond's branches, as JAX names them
 
 
-def _top_level_split(text: str, sep: str) -> list[str]:
-    """``text`` split at ``sep`` outside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
-        if c == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
-
-
 def _operation(last: str) -> str:
     """The last part of an op name; XLA names an op it made of several JAX ops by their names in brackets,
     joined by ``:`` (``(dot_general:reduce_sum:reduce_sum)``, each possibly a path): their names, once each."""
-    if not (last.startswith("(") and last.endswith(")")) or len(_top_level_split(last, "/")) > 1:
+    if not (last.startswith("(") and last.endswith(")")) or len(_depth_one_split(last, "/")) > 1:
         return last
-    names = [_top_level_split(piece, "/")[-1] for piece in _top_level_split(last[1:-1], ":")]
+    names = [_depth_one_split(piece, "/")[-1] for piece in _depth_one_split(last[1:-1], ":")]
     return " + ".join(dict.fromkeys(n for n in names if n)) or last
 
 
@@ -47,7 +36,7 @@ def short_op_name(op: str) -> str:
     -> ``reduce_sum in log_softmax (backward)``: the operation, the innermost of the user's
     functions it ran in (JAX's transformation wrappers taken off), and whether it is the
     backward pass. Never cut inside a name or a bracket."""
-    parts = [p for p in _top_level_split(op, "/") if p]
+    parts = [p for p in _depth_one_split(op, "/") if p]
     if len(parts) > 1 and parts[0].startswith("jit("):
         parts = parts[1:]
     if not parts:
