@@ -18,7 +18,7 @@ from .. import __version__
 from ..adapter import jax_adapter
 from ..cache.analysis_cache import AnalysisCache, Stored
 from ..cache.cache_key import cache_key, text_digest, tool_source_digest
-from ..context.config import Settings
+from ..context.config import Settings, library_folders
 from ..inputs.files import tool_folders
 from ..platforms.tpu_targets import TPU_TARGETS
 
@@ -72,7 +72,7 @@ def settings_parts(settings: Settings) -> dict[str, Any]:
         "options": {k: repr(v) for k, v in sorted(settings.options.items())},
         "severities": {k: str(v.value) for k, v in sorted(settings.severities.items())},
         "first_party": list(settings.first_party), "third_party": list(settings.third_party),
-        "user_roots": list(settings.user_roots),
+        "user_roots": list(settings.user_roots), "library_folders": list(library_folders(settings)),
         "ownership_root": os.path.dirname(settings.config_file) if settings.config_file else os.getcwd(),
     }
 
@@ -204,7 +204,7 @@ def figures_key_parts(kind: str, name: str, program_text: str, settings: Setting
     and check's or gate's of its snapshot (the same program read from a file: its locations numbered apart,
     its user roots unknown) are one entry; so are a command run from another folder's (the README's)."""
     parts = key_parts(kind, name, jax_adapter.text_without_locations(program_text), settings, devices)
-    for whose in ("first_party", "third_party", "user_roots", "ownership_root"):
+    for whose in ("first_party", "third_party", "user_roots", "library_folders", "ownership_root"):
         parts["settings"].pop(whose)
     parts.pop("cwd")
     return parts

@@ -5,8 +5,9 @@ here; nothing else imports a user's script."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..context.config import Settings
@@ -66,7 +67,12 @@ def load_script(script: str, params_text: Sequence[str], settings: Settings) -> 
     --platform gpu on a machine where JAX sees none is said here, for every command."""
     settings, devices = resolve_run_target(settings)
     gpu_count = check_gpu_platform(settings)
+    path_before = tuple(sys.path)
     entry, where = load_entry(script)
+    if tuple(sys.path) != path_before:
+        # The script put folders on its import path itself (``sys.path.insert(0, "../site")``): the libraries
+        # pip installed there are libraries too, so whose code a frame is is decided again (a copy remakes it).
+        settings = replace(settings)
     return LoadedScript(entry, where, parse_params(list(params_text)), settings, devices, gpu_count)
 
 

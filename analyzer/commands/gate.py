@@ -27,11 +27,11 @@ from ..backend.checked_in_check import check_path
 from ..backend.run_target import resolve_run_target
 from ..backend.script_targets import load_script_targets
 from ..backend.side_by_side import one_compile_per_program
-from ..context.config import Settings
+from ..context.config import Settings, library_folders
 from ..context.display_paths import relativize
 from ..errors import ShardLintInputError
 from ..executors.checked_in_tasks import Spread, check_paths
-from ..inputs.checked_in import kind_of, read_export, read_mlir, snapshot_order
+from ..inputs.checked_in import kind_of, read_export, read_mlir, snapshot_code_owners, snapshot_order
 from ..inputs.files import MAX_BASELINE_BYTES, is_plain_file_name, open_output, read_input_text
 from ..inputs.limits import check_device_count
 from .lint import LintRequest, lint
@@ -114,7 +114,10 @@ def snapshot(request: SnapshotRequest, settings: Settings) -> LintReport:
         # ``order``: the target's place in the script's (lint's) order, which check and gate list them in.
         meta = {"target": t.name, "order": order, "mesh": t.mesh, "num_devices": t.num_devices, "platform": t.platform,
                 # What the user donated, jit's dropped donations included (the module holds only the rest).
-                "donated_inputs": sorted(i.index for i in t.inputs if i.donated), **_versions()}
+                "donated_inputs": sorted(i.index for i in t.inputs if i.donated),
+                # Whose code a location is: check runs no script, so it cannot find them itself.
+                "user_roots": list(loaded.settings.user_roots),
+                "library_folders": list(library_folders(loaded.settings)), **_versions()}
         with open_output(os.path.join(request.out_dir, f"{t.name}.meta.json")) as f:
             f.write(json.dumps(meta, indent=2) + "\n")
     write_baseline(baseline_of(report.targets), os.path.join(request.out_dir, BASELINE_FILE))
@@ -136,8 +139,9 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     if spread.executor.in_process or len(paths) < 2:
         reports = []
         for p in paths:
+            mine = snapshot_ownership(p, settings)
             with one_compile_per_program():  # a program two checks arrive at is compiled once
-                reports += checked_in_fixes(p, check_path(p, settings, devices), settings, devices)
+                reports += checked_in_fixes(p, check_path(p, mine, devices), mine, devices)
     else:
         reports = _check_spread(paths, settings, spread)
     names = [r.name for r in reports]
@@ -147,6 +151,17 @@ def check(paths: list[str], settings: Settings, spread: Spread | None = None) ->
     report = LintReport(**_versions(), command="check", script=None, targets=reports,
                         rules=report_rules(settings.ignore, settings.severities))
     return relativize(report, os.getcwd())
+
+
+def snapshot_ownership(path: str, settings: Settings) -> Settings:
+    """The settings ``check`` reads a snapshot with: its locations are the user's and the libraries' as the
+    snapshot's own run decided (a library pip installed beside the script is not the user's code, which a
+    location alone does not say); the run's settings where the snapshot recorded none."""
+    user_roots, libraries = snapshot_code_owners(path) if kind_of(path) == "mlir" else ((), ())
+    if not user_roots and not libraries:
+        return settings
+    return replace(settings, user_roots=settings.user_roots + user_roots,
+                   third_party=settings.third_party + tuple(f for f in libraries if f not in settings.third_party))
 
 
 def checked_in_fixes(path: str, reports: list[TargetReport], settings: Settings, devices: list

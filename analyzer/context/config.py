@@ -109,12 +109,18 @@ def _ownership_of(settings: Settings) -> CodeOwnership:
     """Whose frames are the user's; one object per configuration, so its caches of decided files and
     attributed locations are shared by every pass."""
     root = os.path.dirname(settings.config_file) if settings.config_file else os.getcwd()
-    # A library pip installed into a folder on the import path, or beside the script (which may put it on the
-    # path itself), is a library, not the user's (unless first-party).
+    return _ownership(settings.first_party, settings.third_party, root, settings.user_roots,
+                      library_folders(settings))
+
+
+def library_folders(settings: Settings) -> tuple[str, ...]:
+    """The package folders of libraries pip installed into a folder on the import path as it is now (the
+    script's own ``sys.path.insert`` included, once it has run), or beside the script: a library, not the
+    user's, unless first-party. A report's sources depend on them, so its cache key holds them, and a
+    snapshot records them for ``check``, which runs no script."""
     mine = {p.strip().split(".")[0] for p in settings.first_party}
-    installed = tuple(f for f in installed_folders(tuple(sys.path) + folders_beside(tuple(settings.user_roots)))
-                      if os.path.basename(f) not in mine)
-    return _ownership(settings.first_party, settings.third_party, root, settings.user_roots, installed)
+    return tuple(f for f in installed_folders(tuple(sys.path) + folders_beside(tuple(settings.user_roots)))
+                 if os.path.basename(f) not in mine)
 
 
 @functools.lru_cache(maxsize=16)

@@ -121,3 +121,16 @@ def snapshot_donated_inputs(mlir_path: str) -> frozenset[int] | None:
     return frozenset(donated)
 
 
+
+
+def snapshot_code_owners(mlir_path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Whose code the snapshot's locations are, as the snapshot's run decided it: the script's folders (the
+    user's) and the folders of the libraries pip installed beside it or on its import path (never the user's),
+    from the metadata beside it ((), () where not recorded: a snapshot written before they were)."""
+    meta = _snapshot_meta(mlir_path)
+
+    def folders(key: str) -> tuple[str, ...]:
+        found = meta.get(key)
+        return tuple(found) if isinstance(found, list) and all(isinstance(f, str) for f in found) else ()
+
+    return folders("user_roots"), folders("library_folders")
