@@ -43,6 +43,10 @@ class Tensor:
     priority: list[int | None]
     replicated: frozenset[AxisRef] = frozenset()
     seed: str | None = None  # what stated this tensor's sharding, for provenance
+    # Where that was stated, where it is not the value's own line: a constraint that seeds its operand is at
+    # the constraint's line (haliax's hax.shard), not at the line that computed the operand.
+    seed_source: SourceLocation | None = None
+    seed_via: SourceLocation | None = None
     virtual: bool = False  # a seed holder with no SSA value (a result attribute, a boundary)
     compare: bool = True  # counted in agreement (constants and virtual holders are not)
     parent: list[tuple[int, int] | None] = field(default_factory=list)  # per dim: (tensor, step) it came from

@@ -69,8 +69,9 @@ class Propagated:
             seen.add(src_id)
             current = self.graph.tensors[src_id]
             dim = next((d for d, axes in enumerate(current.dims) if any(overlaps(axis, a) for a in axes)), None)
+        stated_at = (current.seed_source, current.seed_via) if current.seed_source else (current.source, current.via)
         chain.append(ProvenanceStep(
-            value=current.name, sharding=self.labels(current), op=None, source=current.source, via=current.via))
+            value=current.name, sharding=self.labels(current), op=None, source=stated_at[0], via=stated_at[1]))
         return chain
 
     def seed_of(self, t: Tensor) -> str | None:

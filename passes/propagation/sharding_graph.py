@@ -300,6 +300,7 @@ class _Builder:
             if src is not None and not any(self.g.tensors[src].dims) and sum(1 for _ in value.uses) == 1 \
                     and not isinstance(value, ir.BlockArgument):
                 self.seed(src, attrs["sharding"], "sharding_constraint (applied to its operand)")
+                self.g.tensors[src].seed_source, self.g.tensors[src].seed_via = self.where(loc)
             self.edge(name, [operands[0], results[0]], loc)
         elif name == "stablehlo.while":
             self.while_edges(op, results)

@@ -75,3 +75,53 @@ def test_explain_takes_the_library_line_a_report_prints_as_via(cli, tmp_path, mo
         assert result.code == 0, result.err
         section = result.out.splitlines()[result.out.splitlines().index(f"why {query}:") + 1:]
         assert section[0].startswith("  ") and section[0].endswith(f"via {via['file']}:{via['line']}):"), section[:2]
+
+
+CONSTRAINED_STEP = """\
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+MESH = jax.make_mesh((8,), ('data',), axis_types=(AxisType.Auto,))
+DATA = NamedSharding(MESH, P('data'))
+# haliax's x = hax.shard(x, mapping): the value computed on one line, constrained on the next
+
+
+def step(x):
+    y = jnp.sin(x) * 2.0
+    y = jax.lax.with_sharding_constraint(y, DATA)
+    return y.sum(axis=0)
+
+
+def shard_lint_targets():
+    x = jax.ShapeDtypeStruct((1024, 256), jnp.float32, sharding=NamedSharding(MESH, P()))
+    return {'step': jax.jit(step).lower(x)}
+"""
+
+
+def test_a_constraint_that_states_its_operands_sharding_is_named_at_its_own_line(cli, tmp_path, monkeypatch):
+    """newbie19's F9 (haliax): a value computed on one line and constrained on the next (``x = hax.shard(x, ...)``)
+    takes the constraint's sharding as Shardy's import gives it to a constrained value used once; the chain said
+    the constraint was at the line that computed the value (resample_step.py:31) instead of the constraint's (:44).
+    The constraint's line is read from the lowered module's own location of sdy.sharding_constraint."""
+    script = tmp_path / "constrained.py"
+    script.write_text(CONSTRAINED_STEP)
+    namespace: dict = {}
+    exec(compile(CONSTRAINED_STEP, str(script), "exec"), namespace)
+    text = namespace["shard_lint_targets"]()["step"].as_text(debug_info=True)
+    [constraint] = [line for line in text.splitlines() if "sdy.sharding_constraint" in line]
+    aliases = dict(re.findall(r"^(#loc\d*) = loc\((.*)\)$", text, re.M))
+    reached, todo = set(), [re.search(r"loc\((#loc\d+)\)\s*$", constraint).group(1)]
+    while todo:
+        alias = todo.pop()
+        if alias not in reached:
+            reached.add(alias)
+            todo += re.findall(r"#loc\d+", aliases.get(alias, ""))
+    lines = {int(n) for a in reached for n in re.findall(r'constrained\.py":(\d+)', aliases.get(a, ""))}
+    assert 11 in lines and 10 not in lines, lines  # the constraint's line, not `y = jnp.sin(x) * 2.0`'s
+
+    monkeypatch.setenv("COLUMNS", "250")
+    result = cli("propagate", str(script), "--explain", f"{script}:10", "--no-compile")
+    assert result.code == 0, result.err
+    stated = [line for line in result.out.splitlines()
+              if "sharding_constraint (applied to its operand)" in line and line.startswith("    ")]
+    assert stated and all(line.rstrip().endswith("constrained.py:11") for line in stated), stated
