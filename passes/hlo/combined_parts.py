@@ -152,6 +152,7 @@ def traced_parts(module: HloModule | None, collectives: tuple[Collective, ...], 
     parts = collective_origins(found.module, parts, inputs, ownership, display)
     parts = mark_row_parallel_sums(found.module, parts, params)
     parts = _lookups_named(found.module, parts, inputs, params, mesh, display)
+    parts = _continued_sums(found.module, parts)
     by_name = {p.hlo_name: p for p in parts}
     traced = CombinedParts(found.module, {name: tuple(by_name[p.hlo_name] for p in ps)
                                           for name, ps in found.parts.items()})
@@ -159,7 +160,8 @@ def traced_parts(module: HloModule | None, collectives: tuple[Collective, ...], 
     for c in collectives:
         why = parts_why(c, traced.parts[c.hlo_name]) if c.hlo_name in traced.parts else None
         update = {"why": why} if why else {}
-        if (intent := _concatenated_intent(module, c, traced.parts.get(c.hlo_name, ()))) is not None:
+        if (intent := _concatenated_intent(module, c, traced.parts.get(c.hlo_name, ()))) is not None \
+                or (intent := _tuple_intent(c, traced.parts.get(c.hlo_name, ()))) is not None:
             update["intent"] = intent
         out.append(c.model_copy(update=update) if update else c)
     return tuple(out), traced
@@ -173,6 +175,38 @@ def _concatenated_intent(module: HloModule | None, c: Collective, parts: tuple[C
     ins = module.instruction(c.hlo_name) if module is not None else None
     if ins is None or not parts or not concatenated_values(module, ins) \
             or any(p.intent not in INTENDED for p in parts):
+        return None
+    return max(parts, key=lambda p: p.bytes).intent
+
+
+def _continued_sums(module: HloModule, parts: tuple[Collective, ...]) -> tuple[Collective, ...]:
+    """Each part that sums, over more axes, a part another combined reduction summed first (XLA sums a weight's
+    gradient over 'model', then the tuple's result over 'data'): the same sum, continued, with that part's
+    intent; read alone, its operand is the first sum's tuple element, no matmul, and it looked a reshard."""
+    by_name = {p.hlo_name: p for p in parts}
+    out = []
+    for p in parts:
+        ins = module.instruction(p.hlo_name)
+        operand = module.instruction(ins.operands[0]) if ins is not None and ins.operands else None
+        first = None
+        if p.intent not in INTENDED and operand is not None and operand.opcode == "get-tuple-element" \
+                and operand.operands and str(operand.attrs.get("index", "")).isdigit():
+            first = by_name.get(part_name(operand.operands[0], int(str(operand.attrs["index"]))))
+        if first is not None and first.kind == p.kind and first.shape == p.shape \
+                and first.intent in ("gradient-reduction", "activation"):
+            p = p.model_copy(update={"intent": first.intent})
+        out.append(p)
+    return tuple(out)
+
+
+def _tuple_intent(c: Collective, parts: tuple[Collective, ...]) -> str | None:
+    """A tuple reduction read as a reshard whose every value is intended traffic: the intent of the largest
+    value. XLA's combiner joins a step's weight gradients with its loss's sum, and the op as a whole (the loss's
+    scalar first, a gradient's full shape summed over the batch axes while the weight is gathered on another)
+    matches no one parameter's reduction: every value does, and the op was a reshard no stated sharding asked
+    for (newbie19's haliax step: an SL101 warning on its data-parallel gradient sum). An intended op keeps its
+    own intent; None where any value is not intended."""
+    if c.intent in INTENDED or not parts or any(p.intent not in INTENDED for p in parts):
         return None
     return max(parts, key=lambda p: p.bytes).intent
 
