@@ -46,9 +46,12 @@ def gathered_argument(ctx: RuleContext, out: Emitter) -> None:
     gather can be far under SL101's thresholds (ott's Sinkhorn gathers an
     8 MiB point cloud three times, one of them in its loop, under a 2.5 GiB
     peak). With the fixes checked (lint's default), the argument replicated
-    is compiled, and the finding stands only where that is measured better:
-    the peak those gathers cause is what the compile measures, and a finding
-    whose fix does not help is dropped, with a line saying what it measured.
+    is compiled, and the finding stands only where that is measured better
+    and lowers the peak by `gathered-argument-peak-fraction` of it: the peak
+    those gathers cause is what the compile measures, and a finding whose fix
+    does not do that is dropped, with a line in the report's warnings saying
+    what it measured (with `--no-fix-check` nothing is measured: the finding
+    stands on what the gathered copies are read into, its fix unchecked).
     Gathers another rule reports are that rule's.
 
     Why is this bad
