@@ -8,6 +8,8 @@ copies and the tuple that packs it for a loop (a loop's initial carry: the loop'
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .copied_values import is_copy
 from .module import HloInstruction, HloModule
 
@@ -35,7 +37,8 @@ def is_constant_fill(hlo: HloModule, ins: HloInstruction) -> bool:
     return "broadcast" in ops and ops <= _FILL_BODY
 
 
-def fill_consumer(hlo: HloModule, ins: HloInstruction, has_line) -> HloInstruction | None:
+def fill_consumer(hlo: HloModule, ins: HloInstruction,
+                  has_line: Callable[[HloInstruction], bool]) -> HloInstruction | None:
     """The instruction that reads the constant fill ``ins``, through copies of it and the tuple that packs it
     (for a loop or a call): the first of its users ``has_line`` says has the user's line; None where ``ins`` is
     no fill or no user has one."""
