@@ -17,6 +17,7 @@ from .advice.solver_fixes import with_solver_fixes
 from .candidate_compile import as_written_known
 from .fft_fixes import with_fft_fixes
 from .fix_checks import check_fixes
+from .fix_verdicts import without_fixes_not_measured_better
 from .idle_batch_fixes import check_idle_batch_fixes
 from .layout_fix_checks import check_layout_fixes
 from .loop_weight_gathers import check_loop_weight_gathers
@@ -39,5 +40,7 @@ def checked_fixes(report: TargetReport, text: str, settings: Settings, where: st
         report, stage("parameter-fixes", check_fixes), stage("solver-fixes", with_solver_fixes),
         stage("stated-layout-fixes", check_layout_fixes), stage("loop-weight-gathers", check_loop_weight_gathers),
         stage("idle-batch-axes", check_idle_batch_fixes))
-    # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py).
-    return stage("fft-fixes", with_fft_fixes)(checked)
+    # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py); then the
+    # findings that stand only where their fix is measured better, without those whose fix is not.
+    return without_fixes_not_measured_better(stage("fft-fixes", with_fft_fixes)(checked),
+                                             settings.pass_config.resolved_options())

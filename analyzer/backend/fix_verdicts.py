@@ -4,16 +4,19 @@ written, better only within the stated tolerance (fix_checks.py)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ...passes.common.byte_sizes import format_bytes, format_signed_bytes
 from ...passes.models.entry import EntrySignature
 from ...passes.models.fix_check import FixCheck, FixVerdict
 from ...passes.models.report import Finding, TargetReport
 from ...passes.pipelines.catalogue import (
+    MEASURED_RULES,
     REMATERIALIZATION_RULES,
     STATE_ARGUMENT_FIXES,
     STATE_RULES,
     TRAFFIC_RULES,
+    measured_enough,
     stands_for_a_group_without_own_fix,
 )
 from ...passes.pipelines.entry import changed_roundtrips, state_roundtrips
@@ -264,3 +267,19 @@ def with_check(f: Finding, check: FixCheck, fix: str) -> Finding:
         "fix_check": check, "suggested_sharding": None,
         "fix": f"no sharding change found that helps: {check.change} was tried, compiled and "
                f"{not_offered_text(check)}"})
+
+
+def without_fixes_not_measured_better(report: TargetReport, options: dict[str, Any]) -> TargetReport:
+    """The report without the findings that stand only where their own fix is measured to do enough
+    (MEASURED_RULES: SL208's small argument gathered whole, whose peak only its compile replicated measures)
+    whose fix was compiled and does not (``options``: the resolved thresholds): nothing to act on. Each is said
+    in one line with what was measured."""
+    dropped = [f for f in report.findings if f.rule in MEASURED_RULES and f.fix_check is not None
+               and f.fix_check.verdict is not FixVerdict.failed and not measured_enough(f, options)]
+    if not dropped:
+        return report
+    notes = [f"{f.rule} not reported: {f.message}; {f.fix_check.change} was compiled and measured "
+             f"{cost_text(f.fix_check)}, not the share of the peak the rule asks for"
+             for f in dropped if f.fix_check is not None]
+    return report.model_copy(update={"findings": [f for f in report.findings if f not in dropped],
+                                     "warnings": [*report.warnings, *notes]})

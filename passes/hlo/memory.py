@@ -18,6 +18,7 @@ from ..models.errors import MalformedReport
 from ..models.memory_stats import MemoryStats
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
+from .constant_fills import fill_consumer
 from .copied_values import argument_behind, copied_value
 from .module import HloModule
 
@@ -189,10 +190,16 @@ def summarize_memory(
                 behind = argument_behind(hlo, copied) if source is None and not argument else None
                 copy_of += f" of argument {behind}" if behind else ""
                 op_name = None if argument else copied.op_name
+            # A buffer XLA fills from constants (a wrapped_broadcast) has no line either: its consumer's.
+            consumer = fill_consumer(hlo, ins, lambda u: hlo.attribution_of(u, ownership)[0] is not None) if (
+                hlo and ins and source is None and copied is None) else None
+            if consumer is not None and hlo is not None:
+                source, via = hlo.attribution_of(consumer, ownership)
             live.append(LiveBuffer(
                 name=name, bytes=nbytes,
                 shape=list(main.dims) if main else None, dtype=main.dtype if main else None,
                 op_name=op_name, source=source, via=via, copy_of=copy_of,
+                filled_for=consumer.name if consumer is not None else None,
             ))
         live.sort(key=lambda b: (-b.bytes, b.name))
     timeline = _timeline(report, parse_buffer_values(buffer_assignment_text)) if (

@@ -80,8 +80,7 @@ class TensorInfo(Model):
     dtype: str
     sharding: list[list[str]] | None = Field(
         description="Mesh axes per dimension (a PartitionSpec as lists); [] per dim is replicated; "
-        "null when the program does not say."
-    )
+        "null when the program does not say.")
     donated: bool = False
     bytes: int = Field(description="Global size in bytes.")
     per_device_bytes: int = Field(description="Bytes one device holds under this sharding.")
@@ -172,9 +171,11 @@ class LiveBuffer(Model):
     via: SourceLocation | None = VIA_FIELD
     copy_of: str | None = Field(default=None, description="What a copy XLA added (a layout change: a wrapped_copy "
                                 "of a gathered value) copies: an HLO name (source, op_name: its), or 'argument PATH'.")
-    per_member_copy: PerMemberCopy | None = Field(
-        default=None, description="What the buffer is where it is a parameter's per-device shape with a vmap's batch "
-        "dimension added (a gradient per member of a batch, the parameter closed over); null otherwise.")
+    filled_for: str | None = Field(default=None, description="A buffer XLA fills from constants (no line of its own): "
+                                   "its consumer's HLO name, whose line is its source.")
+    per_member_copy: PerMemberCopy | None = Field(default=None, description=(
+        "What the buffer is where it is a parameter's per-device shape with a vmap's batch dimension added "
+        "(a gradient per member of a batch, the parameter closed over); null otherwise."))
 
 
 class MemoryTimelinePoint(Model):

@@ -38,6 +38,7 @@ SL204 = Code("SL204", "uneven-sharding", Scope.TARGET)
 SL205 = Code("SL205", "unusable-donation", Scope.TARGET)
 SL206 = Code("SL206", "propagated-uneven-sharding", Scope.TARGET)
 SL207 = Code("SL207", "idle-mesh-axis", Scope.TARGET)
+SL208 = Code("SL208", "gathered-argument", Scope.TARGET)
 SL301 = Code("SL301", "peak-over-budget", Scope.TARGET)
 SL302 = Code("SL302", "low-headroom", Scope.TARGET)
 SL401 = Code("SL401", "replicated-device-put-multihost", Scope.SOURCE)
@@ -45,5 +46,5 @@ SL402 = Code("SL402", "reduction-outside-jit", Scope.SOURCE)
 SL403 = Code("SL403", "feedback-loop-without-out-shardings", Scope.SOURCE)
 SL404 = Code("SL404", "host-transfer-in-loop", Scope.SOURCE)
 
-ALL_CODES = (SL001, SL101, SL102, SL103, SL104, SL105, SL201, SL202, SL203, SL204, SL205, SL206, SL207, SL301, SL302,
-             SL401, SL402, SL403, SL404)
+ALL_CODES = (SL001, SL101, SL102, SL103, SL104, SL105, SL201, SL202, SL203, SL204, SL205, SL206, SL207, SL208,
+             SL301, SL302, SL401, SL402, SL403, SL404)

@@ -6,6 +6,8 @@ No stage keeps a list of codes of its own."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..models.fix_check import StatedLayoutEdit
 from ..models.report import Finding
 from ..rules.registry import FixKind, OptionKind
@@ -16,8 +18,8 @@ from ..rules.table import RULES, all_options, codes_where, find_rule, rule_docs
 __all__ = ["RULES", "OptionKind", "all_options", "find_rule", "rule_docs", "PARAMETER_FIXES",
            "STATED_LAYOUT_FIXES", "STATE_RULES", "ARGUMENT_LAYOUT_RULES", "DONATION_FIXES", "STATE_ARGUMENT_FIXES",
            "OTHER_DIMENSION_FIXES", "REMATERIALIZATION_RULES", "OUTPUT_LAYOUT_RULES", "TRAFFIC_RULES",
-           "LOOP_WEIGHT_GATHER_FIXES",
-           "stands_for_a_group_without_own_fix",
+           "LOOP_WEIGHT_GATHER_FIXES", "MEASURED_RULES",
+           "stands_for_a_group_without_own_fix", "measured_enough",
            "layout_edit"]
 
 # Findings whose fix is a new PartitionSpec for the argument they name, compiled and measured.
@@ -41,6 +43,8 @@ OTHER_DIMENSION_FIXES = codes_where(lambda t: t.other_dimension)
 TRAFFIC_RULES = codes_where(lambda t: t.about_traffic)
 # Findings about a loop body's collectives whose fix is the weight a matmul there reads gathered in the body.
 LOOP_WEIGHT_GATHER_FIXES = codes_where(lambda t: t.loop_weight_gather)
+# Findings that stand only where their own fix is measured to do enough: dropped where it was compiled and is not.
+MEASURED_RULES = codes_where(lambda t: t.measured_enough is not None)
 # Findings that say XLA replicates a value to compile the program: a fix compiled with one is not better.
 REMATERIALIZATION_RULES = codes_where(lambda t: t.rematerialization)
 
@@ -50,6 +54,14 @@ def stands_for_a_group_without_own_fix(f: Finding) -> bool:
     rule's ``group_without_own_fix`` trait: SL201's small outputs)."""
     rule = RULES.get(f.rule)
     return rule is not None and rule.traits.group_without_own_fix is not None and rule.traits.group_without_own_fix(f)
+
+
+def measured_enough(f: Finding, options: dict[str, Any]) -> bool:
+    """Whether a finding that stands only where its own fix is measured to do enough (its rule's
+    ``measured_enough`` trait: SL208) does, by its fix check and the resolved options; True for any other."""
+    rule = RULES.get(f.rule)
+    check = rule.traits.measured_enough if rule is not None else None
+    return check is None or (f.fix_check is not None and check(f.fix_check, options))
 
 
 def layout_edit(f: Finding) -> StatedLayoutEdit | None:

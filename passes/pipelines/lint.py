@@ -29,6 +29,7 @@ from ..hlo.combined_parts import CombinedParts, traced_parts
 from ..hlo.compiler_refusal import CompilerRefusal, read_refusal
 from ..hlo.cost import program_cost, xla_cost_figures
 from ..hlo.error_paths import mark_error_paths
+from ..hlo.gather_readers import gather_readers
 from ..hlo.involuntary_remat import locate_remats, read_involuntary_remats
 from ..hlo.layout_waste import aliased_parameters
 from ..hlo.member_copies import mark_member_copies
@@ -305,7 +306,7 @@ def _rule_facts(name: str, module: ir.Module, compiled: CompiledFacts, config: P
         collectives=collectives, memory=memory, roundtrips=roundtrips,
         sharded_global_shapes=sharded, partial_sum_operands=partial_sum_operands(traced, traced_hlo),
         collective_parameters=collective_parameters(traced_hlo, traced, inputs, sig.mesh),
-        sliced_partial_sums=sliced_partial_sums(traced_hlo, traced),
+        sliced_partial_sums=sliced_partial_sums(traced_hlo, traced), gather_readers=gather_readers(hlo, collectives),
         normalized_partial_sums=normalized_partial_sums(traced_hlo, traced),
         attention_inputs=attention_inputs(traced_hlo, traced),
         row_parallel_sums=row_parallel_sums(traced_hlo, traced, parameters(inputs, roundtrips)),

@@ -46,6 +46,8 @@ class RuleContext:
     partial_sum_operands: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # A collective's HLO name -> the parameter it moves or serves (hlo/collective_parameter.py).
     collective_parameters: dict[str, CollectiveParameter] = field(default_factory=dict)
+    # An all-gather's HLO name -> the instructions that read its result (hlo/gather_readers.py).
+    gather_readers: dict[str, frozenset[str]] = field(default_factory=dict)
     # Partial-sum all-reduces whose matmul's other operand each device sliced from a value it holds whole:
     # the weight alone splits the contraction (hlo/collective_parameter.py's sliced_partial_sums).
     sliced_partial_sums: frozenset[str] = frozenset()

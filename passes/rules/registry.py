@@ -124,6 +124,11 @@ class RuleTraits:
     # Which of its findings stand for a group with nothing to act on unless a state fix is measured better (SL201's
     # many small outputs): where neither is, the fix checks drop it and say so in one line (fix_verdicts.py).
     group_without_own_fix: Callable[[Any], bool] | None = None
+    # Its findings stand only where their own fix is measured to do what this says, given the fix's check and the
+    # resolved options (SL208: the peak a small argument's gathers cause, which only its compile replicated
+    # measures): the fix checks drop one whose fix was compiled and does not, and say so in one line
+    # (fix_verdicts.py).
+    measured_enough: Callable[[Any, dict[str, Any]], bool] | None = None
     # After every target rule ran: the findings with its own merged (SL201 folds each SL205 about a resharded
     # output into its finding about the same parameter). The rules stage runs each, in code order.
     merge_findings: Callable[[list[Finding]], list[Finding]] | None = None

@@ -63,6 +63,9 @@ def produced_by_text(b: LiveBuffer) -> str:
         return f"copy of {b.copy_of}" + (f" ({short_op_name(b.op_name)})" if b.op_name else "")
     if live_buffer_source(b).startswith("argument "):
         return "argument"
+    # A buffer XLA fills from constants: XLA's own op name (broadcast.30) says nothing; its line is its reader's.
+    if b.filled_for:
+        return "constant, via its consumer"
     if b.op_name:
         return short_op_name(b.op_name)
     m = re.fullmatch(r"([a-z][a-z-]*)(?:\.\d+)*", b.name)
