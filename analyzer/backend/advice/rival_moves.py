@@ -8,7 +8,9 @@ split on their feature dimension, where SL103 moves x to its rows (2.5 GiB, y st
 single move gives y the rows and replicates x (1.0 GiB). So the single moves of suggest's candidate set that
 move the finding's parameter (``single_moves`` as suggest calls it, over every argument, the first
 ``MAX_RIVALS`` of them after the rule's own) are compiled beside it (the rule's own program is its check's
-compile, read back, not compiled again), and the one suggest's rule prefers (``moves.best_move``, against the
+compile, read back, not compiled again) where another argument holds a mesh axis the parameter holds: the case
+the rule's fix, which moves the parameter alone, leaves open (elsewhere nothing is compiled: the main example,
+value_function_step). The one the one suggest's rule prefers (``moves.best_move``, against the
 program as written) is printed where it is not the rule's own and its check measures it better; the finding
 then says what the rule's own fix measured. A finding whose fix is no single move of suggest's (a layer
 pattern, a tensor-parallel pair) or was not measured better is left as it is: nothing is compiled for it.
@@ -78,7 +80,7 @@ def with_rival_moves(report: TargetReport, text: str, settings: Settings, where:
             continue
         if own.description not in answers:
             rivals = [m for m in moves if m is not own and _changes(m, own.moved, written)][:MAX_RIVALS]
-            if len(answers) >= MAX_FINDINGS or not rivals:
+            if len(answers) >= MAX_FINDINGS or not rivals or not _shares_an_axis(own, inputs, written):
                 continue
             isolation.phase(where, "compiling suggest's single moves of a fixed parameter to compare them")
             candidates = [own, *rivals]
@@ -109,6 +111,14 @@ def _own_move(f: Finding, inputs: list[TensorInfo], returned, moves: list[Move])
     want = {i: normalized(s, len(inputs[i].shape)) for i, s in arguments.items()}
     return next((m for m in moves if {i: normalized(s, len(inputs[i].shape)) for i, s in m.moved.items()} == want),
                 None)
+
+
+def _shares_an_axis(own: Move, inputs: list[TensorInfo], written) -> bool:
+    """Whether another argument holds a mesh axis the moved parameter holds as written: the one case its rule's
+    fix, which moves that parameter alone, cannot settle (the other cloud left split on the features the cost
+    matrix contracts), and the one where the rivals are compiled; elsewhere nothing is."""
+    axes = {a for i in own.moved for dim in written[i] for a in dim}
+    return any(a in axes for t in inputs if t.index not in own.moved for dim in written[t.index] for a in dim)
 
 
 def _changes(m: Move, values, written) -> bool:
