@@ -10,7 +10,7 @@ move the finding's parameter (``single_moves`` as suggest calls it, over every a
 ``MAX_RIVALS`` of them after the rule's own) are compiled beside it (the rule's own program is its check's
 compile, read back, not compiled again) where another argument holds a mesh axis the parameter holds: the case
 the rule's fix, which moves the parameter alone, leaves open (elsewhere nothing is compiled: the main example,
-value_function_step). The one the one suggest's rule prefers (``moves.best_move``, against the
+value_function_step). The one suggest's rule prefers (``moves.best_move``, against the
 program as written) is printed where it is not the rule's own and its check measures it better; the finding
 then says what the rule's own fix measured. A finding whose fix is no single move of suggest's (a layer
 pattern, a tensor-parallel pair) or was not measured better is left as it is: nothing is compiled for it.
