@@ -13,6 +13,7 @@ from ...passes.pipelines.entry import entry_signature
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from . import compile_memo
+from .advice.rival_moves import with_rival_moves
 from .advice.solver_fixes import with_solver_fixes
 from .candidate_compile import as_written_known
 from .fft_fixes import with_fft_fixes
@@ -37,7 +38,8 @@ def checked_fixes(report: TargetReport, text: str, settings: Settings, where: st
         return run
 
     checked = fix_check_pipeline.check_fixes(
-        report, stage("parameter-fixes", check_fixes), stage("solver-fixes", with_solver_fixes),
+        report, stage("parameter-fixes", check_fixes), stage("single-move-rivals", with_rival_moves),
+        stage("solver-fixes", with_solver_fixes),
         stage("stated-layout-fixes", check_layout_fixes), stage("loop-weight-gathers", check_loop_weight_gathers),
         stage("idle-batch-axes", check_idle_batch_fixes))
     # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py); then the

@@ -6,12 +6,14 @@ candidate returns resharded: suggest's measured versions too) as this pipeline's
 
 3. parameter-fixes: each finding's own fix, a parameter's new sharding (the rules with
    ``FixKind.parameter``), a missing donation, and the state fixes of the rules ``about_state``;
-4. solver-fixes: suggest's layout for the arguments of a finding whose own fix was not measured better
+4. single-move-rivals: a parameter fix measured better, compared with suggest's other single moves of the
+   same value (the best by suggest's rule printed: one recommendation per value);
+5. solver-fixes: suggest's layout for the arguments of a finding whose own fix was not measured better
    (the rules with ``argument_layout``);
-5. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``);
-6. loop-weight-gathers: SL102's FSDP fix, a loop body's weight gathered where its matmul reads it, for a
+6. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``);
+7. loop-weight-gathers: SL102's FSDP fix, a loop body's weight gathered where its matmul reads it, for a
    finding no stage before it checked a fix for;
-7. idle-batch-axes: SL105's finding about a batch that leaves mesh axes idle, the batch on every axis.
+8. idle-batch-axes: SL105's finding about a batch that leaves mesh axes idle, the batch on every axis.
 
 Each stage reads and rewrites only the findings of its rules, so the order is the one the
 reports are written in, never a choice of the command."""
@@ -26,11 +28,13 @@ from .pass_manager import Pipeline
 # Each fix stage reads the report the one before it left: a finding whose own fix was measured better is not
 # tried again with suggest's layout, nor its stated layout edited.
 FIX_CHECKS = Pipeline("fix-checks", (
-    "entry-signature", "state-roundtrips", "parameter-fixes", "solver-fixes", "stated-layout-fixes",
-    "loop-weight-gathers", "idle-batch-axes",
+    "entry-signature", "state-roundtrips", "parameter-fixes", "single-move-rivals", "solver-fixes",
+    "stated-layout-fixes", "loop-weight-gathers", "idle-batch-axes",
 ), reads={
     "entry-signature": (), "state-roundtrips": ("entry-signature",),
-    "parameter-fixes": ("entry-signature", "state-roundtrips"), "solver-fixes": ("parameter-fixes",),
+    "parameter-fixes": ("entry-signature", "state-roundtrips"),
+    "single-move-rivals": ("entry-signature", "state-roundtrips", "parameter-fixes"),
+    "solver-fixes": ("single-move-rivals",),
     "stated-layout-fixes": ("entry-signature", "state-roundtrips", "solver-fixes"),
     "loop-weight-gathers": ("entry-signature", "stated-layout-fixes"),
     "idle-batch-axes": ("entry-signature", "loop-weight-gathers"),
@@ -40,11 +44,12 @@ FIX_CHECKS = Pipeline("fix-checks", (
 FixStage = Callable[[TargetReport], TargetReport]
 
 
-def check_fixes(report: TargetReport, parameter_fixes: FixStage, solver_fixes: FixStage,
-                stated_layout_fixes: FixStage, loop_weight_gathers: FixStage, idle_batch_axes: FixStage,
-                ) -> TargetReport:
+def check_fixes(report: TargetReport, parameter_fixes: FixStage, single_move_rivals: FixStage,
+                solver_fixes: FixStage, stated_layout_fixes: FixStage, loop_weight_gathers: FixStage,
+                idle_batch_axes: FixStage) -> TargetReport:
     """The report with every stage's fixes checked, in ``FIX_CHECKS``'s order."""
     report = FIX_CHECKS.run("parameter-fixes", parameter_fixes, report)
+    report = FIX_CHECKS.run("single-move-rivals", single_move_rivals, report)
     report = FIX_CHECKS.run("solver-fixes", solver_fixes, report)
     report = FIX_CHECKS.run("stated-layout-fixes", stated_layout_fixes, report)
     report = FIX_CHECKS.run("loop-weight-gathers", loop_weight_gathers, report)

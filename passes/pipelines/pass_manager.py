@@ -81,6 +81,8 @@ STAGES: dict[str, str] = {
     "chosen-shardings": "each argument and result with its sharding as written and as chosen",
     # The fix checks the analyzer compiles, in order.
     "parameter-fixes": "the findings' new argument shardings compiled and measured",
+    "single-move-rivals": "suggest's other single moves of a parameter whose own fix was measured better, compiled "
+                          "and the best by suggest's rule printed",
     "solver-fixes": "suggest's layout tried where a finding's own fix was not measured better",
     "stated-layout-fixes": "the edits of the layouts the program states compiled and measured",
     "loop-weight-gathers": "a loop body's weight gathered where its matmul reads it (SL102), compiled and measured",

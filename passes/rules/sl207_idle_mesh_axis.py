@@ -118,9 +118,9 @@ def without_covered(findings: list[Finding]) -> list[Finding]:
 def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
     axes = ", ".join(f"'{a}'" for a in idle)
     which = "axis" if len(idle) == 1 else "axes"
-    return (f"mesh {which} {axes} split no argument: the batch arguments {batch_layouts_text(batch)} are split on "
-            f"dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the same "
-            f"values and repeat each other's work ({devices} copies of every op of the step)")
+    return (f"no argument is split over mesh {which} {axes}: the batch arguments {batch_layouts_text(batch)} are "
+            f"split on dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the "
+            f"same values and repeat each other's work ({devices} copies of every op of the step)")
 
 
 def _vmapped_message(batch: list[TensorInfo], dims: list[int], idle: list[str], devices: int, split: bool) -> str:
@@ -128,7 +128,7 @@ def _vmapped_message(batch: list[TensorInfo], dims: list[int], idle: list[str], 
     which = "axis" if len(idle) == 1 else "axes"
     where = (f"dimension {dims[0]}" if len(set(dims)) == 1
              else listed([f"{t.path}'s dimension {d}" for t, d in zip(batch, dims, strict=True)]))
-    cause = (f"mesh {which} {axes} split no argument" if split
+    cause = (f"no argument is split over mesh {which} {axes}" if split
              else f"no argument is split over the mesh (mesh {which} {axes})")
     return (f"{cause}: the batch arguments {batch_layouts_text(batch)} leave their batch ({where}, the one the "
             f"step's matmuls batch over) whole, so the {devices} devices along {axes} hold the same values and "

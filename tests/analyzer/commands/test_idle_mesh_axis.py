@@ -29,7 +29,7 @@ def test_an_idle_axis_is_named_and_the_batch_on_every_axis_is_measured_by_xla(cl
     targets = {t["name"]: t for t in json.loads(result.out)["targets"]}
     assert not [f for f in targets["chains_on_model"]["findings"] if f["rule"] == "SL207"]
     [f] = [f for f in targets["chains_replicated"]["findings"] if f["rule"] == "SL207"]
-    assert f["parameters"] == ["X", "y"] and "mesh axis 'model' split no argument" in f["message"]
+    assert f["parameters"] == ["X", "y"] and "no argument is split over mesh axis 'model'" in f["message"]
     check = f["fix_check"]
     assert check["verdict"] == "better", f["fix"]
     assert (check["peak_bytes_before"], check["peak_bytes_after"]) == (xla_peak(written), xla_peak(fixed))
