@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +233,48 @@ def _name_for_xla(module: ir.Module) -> None:
             entry.operation.attributes["sym_name"] = ir.StringAttr.get("main")
 
 
+# What a CPU compile run again only for the partitioner's warnings sets (compiled_with_warnings): the SPMD
+# partitioner runs before fusion and code generation, so XLA's older CPU fusion (this jaxlib's, where it still
+# has the option) and -O0 give the same warnings for about a quarter of the CPU
+# (tests/analyzer/adapter/test_warnings_only_compile.py compares them).
+WARNINGS_ONLY = (("xla_cpu_use_fusion_emitters", False), UNOPTIMIZED_MACHINE_CODE)
+
+
+def _warnings_only_compile(compile_program: Callable[[], Any], module: ir.Module, devices: list,
+                           num_partitions: int) -> Callable[[], object] | None:
+    """A compile of ``module`` for its partitioner's warnings alone (``WARNINGS_ONLY``) on a CPU; None on
+    another platform. Where this jaxlib lacks the options, it is ``compile_program`` again."""
+    if devices[0].platform != "cpu":
+        return None
+
+    def compile_for_warnings() -> object:
+        import numpy as np
+        from jax._src import compiler
+        from jax._src.lib import xla_client as xc
+
+        if _WARNINGS_ONLY_REFUSED:
+            return compile_program()
+        options = compiler.get_compile_options(
+            num_replicas=1, num_partitions=num_partitions,
+            device_assignment=np.array(devices).reshape(1, num_partitions),
+            env_options_overrides=dict(WARNINGS_ONLY))
+        options.executable_build_options.use_spmd_partitioning = True
+        try:
+            return compiler.backend_compile_and_load(devices[0].client, module, xc.DeviceList(tuple(devices)),
+                                                     options, [])
+        except Exception as e:  # jax 0.12's CPU compiler has no xla_cpu_use_fusion_emitters: as it was compiled
+            if "No such compile option" in str(e):
+                _WARNINGS_ONLY_REFUSED.append(str(e))
+            return compile_program()
+
+    return compile_for_warnings
+
+
+# Set once this jaxlib's CPU compiler refuses ``WARNINGS_ONLY``'s options (jax 0.12's: its compiles run on the
+# thread that asks, so their warnings are told apart by thread and seldom compiled again).
+_WARNINGS_ONLY_REFUSED: list[str] = []
+
+
 def compile_stablehlo_text(
     text: str, num_partitions: int, mesh_axes: tuple[tuple[str, int], ...] = (),
     device_ids: tuple[int, ...] | None = None, with_reports: bool = True, devices: list | None = None,
@@ -271,9 +314,12 @@ def compile_stablehlo_text(
         module = parse_stablehlo(text)
         _name_for_xla(module)
         # The partitioner's warnings, a fix candidate's too: a candidate XLA rematerializes is not better.
+        def compile_program() -> Any:
+            return compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, [])
+
         executable, warnings = compiled_with_warnings(
-            lambda: compiler.backend_compile_and_load(backend, module, xc.DeviceList(tuple(devices)), options, []),
-            is_partitioner_warning)
+            compile_program, is_partitioner_warning,
+            _warnings_only_compile(compile_program, module, devices, num_partitions))
         live = _read_dump(dump_dir, "live-range") if with_reports else None
         buffers = _read_dump(dump_dir, "buffer-assignment") if with_reports else None
     stats = executable.get_compiled_memory_stats()

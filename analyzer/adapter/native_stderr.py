@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -51,6 +52,32 @@ class CapturedStderr:
 
     text: str = ""
     shared: bool = False  # another capture ran beside this one
+
+    def __init__(self) -> None:
+        self.thread = threading.get_native_id()  # the thread it captures for
+        self.beside: set[int] = set()  # the threads of the captures that ran beside it
+
+    def own_text(self) -> str | None:
+        """The kept lines this capture's thread logged, where every kept line names a capturing thread: XLA's
+        logger writes the id of the thread that logs (``W1128 12:32:27.055051   26983 spmd_partitioner.cc...``),
+        and where a compile runs on the thread that asked for it (jax 0.12's CPU client), a line of this
+        thread's is this compile's and one of another capture's thread is that one's. None where a line names
+        another thread (jax 0.10.2 compiles on a pool of its own) or none: whose it is is not known."""
+        if not self.shared:
+            return self.text
+        own = []
+        for line in self.text.splitlines(keepends=True):
+            logged = _LOGGED_BY.match(line)
+            thread = int(logged.group(1)) if logged else None
+            if thread == self.thread:
+                own.append(line)
+            elif thread not in self.beside:
+                return None
+        return "".join(own)
+
+
+# absl's prefix: severity, date, time, thread id, file:line.
+_LOGGED_BY = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+(\d+) ")
 
 
 class _Shared:
@@ -122,6 +149,8 @@ def capture_native_stderr(keep: Callable[[str], bool], alone: bool = False):
             start = shared.size()
             for other in shared.active:
                 other.shared = captured.shared = True
+                other.beside.add(captured.thread)
+                captured.beside.add(other.thread)
             shared.active.append(captured)
             shared.alone = alone
     if start < 0:
@@ -146,13 +175,24 @@ def capture_native_stderr(keep: Callable[[str], bool], alone: bool = False):
             shared.changed.notify_all()
 
 
-def compiled_with_warnings(compile_program: Callable[[], T], keep: Callable[[str], bool]) -> tuple[T, str]:
+def compiled_with_warnings(compile_program: Callable[[], T], keep: Callable[[str], bool],
+                           warnings_only: Callable[[], object] | None = None) -> tuple[T, str]:
     """``compile_program()``'s result and the lines ``keep`` accepts that native code wrote while it ran.
-    A compile that ran beside another and saw such lines is run again by itself: they may be the
-    other's (the partitioner's warnings name no program)."""
+    A compile that ran beside another and saw such lines takes those its own thread logged
+    (``CapturedStderr.own_text``); where that is not known, it is run again by itself, as
+    ``warnings_only`` where given (a compile that gives the same lines for less: its result is not read, the
+    first compile's is returned), for the lines: they may be the other's (the partitioner's warnings name no
+    program)."""
     with capture_native_stderr(keep) as warned:
         result = compile_program()
-    if warned.shared and warned.text:
-        with capture_native_stderr(keep, alone=True) as warned:
+    if not (warned.shared and warned.text):
+        return result, warned.text
+    own = warned.own_text()
+    if own is not None:
+        return result, own
+    with capture_native_stderr(keep, alone=True) as warned:
+        if warnings_only is None:
             result = compile_program()
+        else:
+            warnings_only()
     return result, warned.text
