@@ -3,6 +3,8 @@
 import pytest
 from ci_deps import has_module, missing, needs
 
+pytestmark = pytest.mark.jax_free
+
 
 def test_a_missing_dependency_skips_outside_ci_and_fails_under_it(monkeypatch):
     monkeypatch.delenv("CI", raising=False)

@@ -7,7 +7,10 @@ import json
 import os
 import tomllib
 
+import pytest
 from conftest import ROOT
+
+pytestmark = pytest.mark.jax_free
 
 CONFIG = os.path.join(ROOT, ".ci", "mutation.toml")
 SCORES = os.path.join(ROOT, ".ci", "mutation-scores.json")

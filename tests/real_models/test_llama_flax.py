@@ -139,8 +139,9 @@ def test_o_proj_on_its_output_features_reshards_the_residual_stream_and_the_fix_
     assert len(gathers) >= 4 * LAYERS and set(gathers.values()) == {BATCH // DATA * SEQ * HIDDEN * 4}
     assert not _gathers_of_the_stream(compiled_text(layout="megatron"))
 
+    # The donation (SL202) and its three compiles are not this test's: the other findings are the same without it.
     target = lint_findings(cli, monkeypatch, LLAMA, ("--set", "o_proj=output", "--threshold",
-                                                     "unexplained-reshard-bytes=4MiB"), ())
+                                                     "unexplained-reshard-bytes=4MiB", "--ignore", "SL202"), ())
     for name in gathers:
         assert len([f for f in target["findings"] if name in [f["subject"], *(f["ops"] or [])]]) == 1, name
     lines = _lines(written.as_text())

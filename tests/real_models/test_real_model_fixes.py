@@ -29,7 +29,9 @@ def test_an_nnx_split_states_embedding_moves_with_its_moments(cli, checking):
     its moments on the vocabulary is the script's own embed_on="vocab" layout, compiled here."""
     require("flax", "flax is not installed (the [test] extra)")
     require("optax", "optax is not installed (the [test] extra)")
-    result = cli("lint", NNX, "--set", "embed_on=d_model", "--format", "json", "-q", "--fail-on", "never")
+    # The donation (SL202) and its three compiles are not this test's: the other findings are the same without it.
+    result = cli("lint", NNX, "--set", "embed_on=d_model", "--ignore", "SL202", "--format", "json", "-q",
+                 "--fail-on", "never")
     assert result.code == 0, result.err[-2000:]
     [t] = json.loads(result.out)["targets"]
     [f] = [f for t in [t] for f in t["findings"] if f["rule"] == "SL103" and "embed" in (f["parameter"] or "")]

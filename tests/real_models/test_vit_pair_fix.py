@@ -24,8 +24,9 @@ SCRIPT = os.path.join(FIXTURES, "scripts", "flax_vit_layouts.py")
 
 def test_vit_prints_the_mlp_pair_fix_measured_by_xla(cli, monkeypatch):
     # layout=bad: the script lowers the bad step alone (by default both, and lint would trace the good one too).
-    target = lint_findings(cli, monkeypatch, SCRIPT, ("--set", "layout=bad", "--target", "bad_step"),
-                           ("transformers", "flax", "optax"))
+    # The donation (SL202) and its three compiles are not this test's: the other findings are the same without it.
+    target = lint_findings(cli, monkeypatch, SCRIPT, ("--set", "layout=bad", "--target", "bad_step", "--ignore",
+                                                      "SL202"), ("transformers", "flax", "optax"))
     script = script_module(SCRIPT)
     fn, options, args = script.step_and_inputs("bad")
     [f] = [f for f in target["findings"] if f["rule"] == "SL103"]

@@ -4,8 +4,9 @@ import pytest
 
 from jax_shard_lint.reports.common.tensor_text import short_op_name
 
+pytestmark = pytest.mark.jax_free
 
-@pytest.mark.jax_free
+
 @pytest.mark.parametrize("op_name, text", [
     # ott-jax's Sinkhorn error check, jax 0.10.2 and 0.12 (newbie18 F8): an op XLA made of three JAX ops names
     # them in brackets joined by ':'; the report cut inside the brackets ("reduce_sum) in dot_general:...").

@@ -13,6 +13,8 @@ from conftest import ROOT
 
 from jax_shard_lint.passes.pipelines.pass_manager import STAGES, Pipeline, ScheduleError
 
+pytestmark = pytest.mark.jax_free
+
 _LABEL = re.compile(r"^Stages? (\d+)(?: (and|to) (\d+))?")
 
 
