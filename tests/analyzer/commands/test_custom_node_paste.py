@@ -113,9 +113,9 @@ def test_suggests_in_and_out_shardings_for_a_module_of_custom_nodes_paste_to_its
     [chosen] = [v for v in t["versions"] if v["name"] == t["chosen"]]
 
     mesh, model, x, _ = module.inputs()  # abstract inputs with no sharding: the pasted in_shardings place them
-    compiled = jax.jit(module.step, in_shardings=_pasted(t["in_shardings_text"], "in_shardings=", module, mesh, model, x),
-                       out_shardings=_pasted(t["out_shardings_text"], "out_shardings=", module, mesh, model, x)
-                       ).lower(model, x).compile()
+    pasted_in = _pasted(t["in_shardings_text"], "in_shardings=", module, mesh, model, x)
+    pasted_out = _pasted(t["out_shardings_text"], "out_shardings=", module, mesh, model, x)
+    compiled = jax.jit(module.step, in_shardings=pasted_in, out_shardings=pasted_out).lower(model, x).compile()
     assert _peak(compiled) == chosen["peak_bytes"]
 
 
