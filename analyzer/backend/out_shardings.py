@@ -68,6 +68,20 @@ def keys_text(path: tuple) -> str | None:
     return "".join(out)
 
 
+def path_table_text(node: Any, sharding_text: Any, expr: str) -> str:
+    """``jax.tree_util.tree_map_with_path`` over ``expr`` (a Python expression for a pytree with ``node``'s
+    structure), looking each leaf's sharding up by its key path relative to ``expr``. The table's keys are
+    JAX's own ``keystr`` of ``node``'s key paths, the very strings the pasted lambda computes: an attribute
+    key is ``.w``, a custom node's child (a haliax NamedArray's array, jax's FlattenedIndexKey)
+    ``[<flat index 0>]``, which the report's paths (``[0]``) do not spell. ``sharding_text``: a leaf of
+    ``node`` -> its sharding's Python."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(node)
+    table = ", ".join(f"{jax.tree_util.keystr(path)!r}: {sharding_text(leaf)}" for path, leaf in flat)
+    return f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], {expr})"
+
+
 class ArgumentTree:
     """A pytree whose leaves are numbered in flatten order, walked one level at a time. ``kept``: the
     flattened leaves the compiled module takes (``jit`` prunes arguments the function never reads); a
@@ -117,14 +131,14 @@ def argument_names(inputs: tuple[TensorInfo, ...], args_tree: ArgumentTree, args
     return names
 
 
-def _input_subtrees(args_tree: ArgumentTree, args: Any, names: dict[int, str]) -> dict[int, list[tuple[Any, str, Any]]]:
-    """Input subtrees by their first leaf: (structure, Python expression, node)."""
-    out: dict[int, list[tuple[Any, str, Any]]] = {}
+def _input_subtrees(args_tree: ArgumentTree, args: Any, names: dict[int, str]) -> list[tuple[int, Any, str]]:
+    """Every spellable input subtree with a leaf the module takes: (its first leaf, structure, Python expression)."""
+    out: list[tuple[int, Any, str]] = []
 
     def walk(node, expr):
         leaves = args_tree.leaf_range(node)
         if leaves:
-            out.setdefault(leaves[0], []).append((args_tree.structure(node), expr, node))
+            out.append((leaves[0], args_tree.structure(node), expr))
         if args_tree.is_leaf(node) or node is None:
             return
         for key, child in args_tree.children(node):
@@ -146,23 +160,25 @@ def build_text(
     args, out_info = jax_adapter.call_arguments(lowered), lowered.out_info  # out_info is rebuilt on every access
     args_tree, out_tree = ArgumentTree(args, jax_adapter.kept_argument_leaves(lowered)), ArgumentTree(out_info)
     names = argument_names(inputs, args_tree, args)
-    by_first = _input_subtrees(args_tree, args, names)
+    subtrees = _input_subtrees(args_tree, args, names)
 
     def same_as_input(node) -> str | None:
-        """A table of the subtree's shardings over the key paths of the input it is, coming back."""
+        """A table of the subtree's shardings mapped over an input of its structure: the input it is, coming
+        back, where there is one (``pair_of``), else any (gradients mapped over the params they are of)."""
         leaves = out_tree.leaf_range(node)
-        if not leaves or leaves[0] not in pair_of:
+        if not leaves:
             return None
         structure = out_tree.structure(node)
-        for in_structure, expr, in_node in by_first.get(pair_of[leaves[0]], []):
-            in_leaves = args_tree.leaf_range(in_node)
-            if in_structure == structure and all(pair_of.get(o) == i and inputs[i].path.startswith(expr)
-                                                 for o, i in zip(leaves, in_leaves)):
-                table = ", ".join(f"{inputs[i].path[len(expr):]!r}: {named_sharding_text(intended[o])}"
-                                  for o, i in zip(leaves, in_leaves))
-                return (f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], "
-                        f"{expr})")
-        return None
+        alike = [(first, expr) for first, in_structure, expr in subtrees if in_structure == structure]
+        if not alike:
+            return None
+        expr = next((expr for first, expr in alike if pair_of.get(leaves[0]) == first), alike[0][1])
+
+        def sharding_text(leaf) -> str:
+            s = intended[out_tree.index[id(leaf)]]
+            return named_sharding_text(s) if s is not None else "None"
+
+        return path_table_text(node, sharding_text, expr)
 
     def render(node) -> str:
         if node is None:
@@ -185,7 +201,8 @@ def build_text(
         if all(normalized(intended[o], len(outputs[o].shape)) == normalized(outputs[o].sharding, len(outputs[o].shape))
                for o in leaves):
             return "None"  # nothing to pin in a container we cannot spell
-        raise ValueError(f"output subtree of type {type(node).__name__} needs pinning but is not an input coming back")
+        raise ValueError(f"output subtree of type {type(node).__name__} needs pinning, and no argument has its "
+                         "structure to map its shardings over")
 
     return "out_shardings=" + render(out_info)
 

@@ -31,4 +31,4 @@ class RoundTrip:
     output: TensorInfo
     input: TensorInfo
     arg_index: int
-    matched_by: str  # "path" or "position"
+    matched_by: str  # "path", "path suffix" (keys below the argument only) or "position"

@@ -76,6 +76,9 @@ class RewriteReport(Model):
     after: ProgramFacts
     collective_changes: list[CollectiveChange]
     python_fix: str | None
+    python_fix_missing: str | None = Field(
+        default=None, description="Why no python_fix is given where outputs were pinned (the text did not build or "
+        "did not check); None where python_fix is given or nothing was pinned.")
     verdict: str = Field(description="What the rewrite achieved, in one or two sentences.")
     remaining: list[str] = Field(
         default_factory=list, description="Costs the rewrite cannot remove, and what would remove them."

@@ -11,7 +11,7 @@ from ..hlo.error_paths import CHECKED_VALUE_GATHER
 from ..hlo.module import HloModule
 from ..models.report import Collective, Finding, Severity, TensorInfo
 from ..models.rule_codes import SL201, SL205
-from ..stablehlo.state_roundtrip import mismatched
+from ..stablehlo.state_roundtrip import SUFFIX, mismatched
 from .context import RuleContext
 from .registry import Emitter, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
 
@@ -20,6 +20,11 @@ OUTPUT_MISMATCH_MIN_BYTES = RuleOption(
     "per-device size from which each mismatched output is its own finding; smaller ones are "
     "reported together in one finding")
 
+
+# An output paired with an input by its key path below the argument only (result[1].w with params.w): the
+# gradients of a (loss, grads) step pair so, and are never fed back; the finding says what it assumed.
+_IF_FED_BACK = ("if the caller feeds it back as that input (a state returned updated; gradients, which are not fed "
+                "back, need nothing)")
 
 # How the one finding for many small outputs reads after their count (is_small_outputs_group).
 _SMALL_OUTPUTS = "small outputs come"
@@ -33,6 +38,9 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
     Pairs each output with the input it corresponds to (by pytree path, or by
     position with equal shape and dtype where the structures differ) and reports
     a pair whose compiled output sharding differs from the input's sharding.
+    An output paired only by its key path below the argument (`result[1].w`
+    with `params.w`: the gradients of a `(loss, grads)` step pair so too) is
+    reported as resharding only if the caller feeds it back.
     Pairs under `output-mismatch-min-bytes` per device (norm scales, biases and
     their optimizer moments) are reported together, as one finding.
 
@@ -66,10 +74,16 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         if rt.output.index in small_outputs:
             continue
         stated = rt.output.index in ctx.stated_outputs and ctx.call_site is not None
-        out.emit(
+        reshards = (f"reshards {format_bytes(rt.output.per_device_bytes)} per device "
+                    f"({format_bytes(rt.output.bytes)} global) on entry")
+        comes_back = (
+            f"output {rt.output.path} comes back as {pspec_text(rt.output.sharding)}; {rt.input.path}, the input "
+            f"with its shape and key path, is {pspec_text(rt.input.sharding)}: {_IF_FED_BACK}, the next step "
+            f"{reshards}" if rt.matched_by == SUFFIX else
             f"output {rt.output.path} comes back as {pspec_text(rt.output.sharding)} but its input "
-            f"{rt.input.path} is {pspec_text(rt.input.sharding)}: the next step reshards "
-            f"{format_bytes(rt.output.per_device_bytes)} per device ({format_bytes(rt.output.bytes)} global) on entry"
+            f"{rt.input.path} is {pspec_text(rt.input.sharding)}: the next step {reshards}")
+        out.emit(
+            comes_back +
             f"{'; out_shardings states ' + pspec_text(rt.output.sharding) + ' for it' if stated else ''}",
             ctx.call_site if stated else ctx.output_source(rt.output.index),
             fix=f"pin it with out_shardings: {rt.output.path} -> {named_sharding_text(rt.input.sharding)} "
@@ -87,9 +101,12 @@ def output_sharding_mismatch(ctx: RuleContext, out: Emitter) -> None:
         span = (format_bytes(sizes[0]) if sizes[0] == sizes[-1]
                 else f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])}")
         noun = "output comes" if len(small) == 1 else _SMALL_OUTPUTS
+        by_suffix = all(rt.matched_by == SUFFIX for rt in small)
         out.emit(
             f"{len(small)} {noun} back on another layout than their inputs ({span} per device each, under "
-            f"{format_bytes(floor)}): {shown}{more}",
+            f"{format_bytes(floor)}): {shown}{more}"
+            + (f" (each the input with its shape and key path: {_IF_FED_BACK}, the next step reshards it on entry)"
+               if by_suffix else ""),
             ctx.output_source(small[0].output.index),
             fix="pin them with the target's suggested out_shardings= (it pins every state output)",
             subject=small[0].output.path, count=len(small), ops=[rt.output.path for rt in small],

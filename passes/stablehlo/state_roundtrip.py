@@ -4,7 +4,10 @@ Outputs correspond to inputs by pytree path: ``result[0]['w']`` is argument 0's
 ``['w']`` when the result is a tuple, and ``result['w']`` is argument 0's ``['w']``
 when it is not. Where the structures differ (a value-function step ``V_next -> V``),
 outputs left over correspond by position to inputs left over with equal shape and
-dtype. A pair always has equal shape and dtype.
+dtype. A pair always has equal shape and dtype. A state argument that is not the
+result's same position pairs by its keys below the argument (``result[1]['w']`` with
+``state['w']``), tagged ``SUFFIX``: the gradients a ``(loss, grads)`` step returns
+pair so too, and SL201 words such a finding as conditional on the value being fed back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ from __future__ import annotations
 from ..common.sharding_text import normalized, out_shardings_text
 from ..models.entry import EntrySignature, RoundTrip
 from ..models.report import TensorInfo
+
+# How a pair matched only by its key path below the argument (result[1]['w'] <- params['w']) is tagged: the
+# paths alone do not tell a state coming back updated from a value of the state's tree (the gradients of a
+# value_and_grad step), which the caller never feeds back; SL201 says which it assumed.
+SUFFIX = "path suffix"
 
 
 def _same_type(a: TensorInfo, b: TensorInfo) -> bool:
@@ -46,7 +54,7 @@ def correspond(sig: EntrySignature) -> tuple[RoundTrip, ...]:
             if i not in used_in and tuple(k[1:]) == tuple(keys[1:]) and _same_type(sig.outputs[o], sig.inputs[i])
         ]
         if len(matches) == 1:
-            take(o, matches[0], "path")
+            take(o, matches[0], SUFFIX)
     for o in range(len(sig.outputs)):
         if o in pairs or o >= len(sig.inputs) or o in used_in:
             continue

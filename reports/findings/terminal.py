@@ -35,7 +35,7 @@ from ..common.tensor_text import (
     shape_text,
 )
 from ..common.terminal_layout import Column, fitted_table, wrap_words
-from ..common.terminal_safe import as_written, safe_text, shown, terminal_safe
+from ..common.terminal_safe import as_written, code_text, safe_text, shown, terminal_safe
 from ..common.time_text import step_time_basis, step_time_line
 from .none_found import none_found
 from .process_runs_terminal import process_runs_view
@@ -265,6 +265,7 @@ def _warnings(warnings: list[str]) -> Table | None:
 
 
 def render_terminal(report: LintReport, console: Console) -> None:
+    raw = report  # the Python to paste is printed as Text, not markup: escaping would put "\\[" into it
     report = terminal_safe(report)
 
     if report.run is not None:
@@ -275,11 +276,11 @@ def render_terminal(report: LintReport, console: Console) -> None:
                            style="yellow" if r.exit_code else "green"))
     for note in report.source_notes:
         console.print(shown(f"source: {note}", style="yellow" if "not analysed" in note else "dim"))
-    for t in report.targets:
+    for t, code in zip(report.targets, raw.targets):
         fix = None
-        if t.suggested_out_shardings:
+        if code.suggested_out_shardings:
             fix = Text.assemble(("Suggested out_shardings for the state outputs (SL201):\n", "bold green"),
-                                f"jax.jit(..., {t.suggested_out_shardings})")
+                                code_text(f"jax.jit(..., {code.suggested_out_shardings})"))
         warn = _warnings(list(t.warnings))
         width = console.width
         # The verdict and the findings first; then the evidence they come from.

@@ -42,7 +42,8 @@ def render_rewrite_html(run: RewriteRun) -> str:
         body += target_section(r.name, (
             f"<p><b>{e(r.verdict)}</b></p>"
             + "".join(f'<p class="warning">remaining: {e(x)}</p>' for x in r.remaining)
-            + (f'<pre class="fixtext">jax.jit(..., {e(r.python_fix)})</pre>' if r.python_fix else "")
+            + (f'<pre class="fixtext">jax.jit(..., {e(r.python_fix)})</pre>' if r.python_fix else
+               f'<p class="warning">no Python change: {e(r.python_fix_missing)}</p>' if r.python_fix_missing else "")
             + f"<h3>Outputs pinned</h3>{pinned}<h3>Before and after</h3>{before_after}"
             f"<h3>Collectives that changed</h3>{changes}{validation}"))
     return page("jax-shard-lint rewrite", f"<main>{body}</main>")

@@ -17,6 +17,8 @@ def render_rewrite_markdown(run) -> str:
         lines += [f"- remaining: {cell(x)}" for x in r.remaining]
         if r.python_fix:
             lines += ["", code_span(f"jax.jit(..., {r.python_fix})"), ""]
+        elif r.python_fix_missing:
+            lines += ["", f"no Python change: {cell(r.python_fix_missing)}", ""]
         lines += ["| | before | after |", "| --- | ---: | ---: |"]
         for label, attr in (("peak / device", "peak_bytes"), ("collectives / step", "collective_bytes")):
             lines.append(

@@ -89,6 +89,8 @@ def render_rewrite(run: RewriteRun, console: Console) -> None:
         if code.python_fix:
             console.print(Text.assemble(("Python change: ", "bold green"),
                                         code_text(f"jax.jit(..., {code.python_fix})")))
+        elif r.python_fix_missing:
+            console.print(shown(f"no Python change: {r.python_fix_missing}"))
         v = r.validation
         if v is not None:
             if not v.ran:

@@ -136,3 +136,16 @@ def test_long_output_paths_keep_their_tails_at_100_columns():
     assert len(set(firsts)) == len(paths), firsts
     assert all(f.startswith("result[") for f in firsts), firsts
     assert any(f.startswith("result[1][0].mu…") for f in firsts) and any("['kernel']" in f for f in firsts), firsts
+
+
+def test_a_missing_python_change_is_said_with_why_in_every_format():
+    """Outputs pinned but no text that checks (newbie19 F1: an Equinox module's text did not check, and the
+    terminal said nothing): each format says there is no Python change, and why."""
+    why = f"the out_shardings text did not check ({HOSTILE}); not shown"
+    target = run().targets[0].model_copy(update={"python_fix": None, "python_fix_missing": why})
+    missing = run().model_copy(update={"targets": [target]})
+    assert "no Python change: the out_shardings text did not check" in " ".join(
+        render_terminal("rewrite", missing).split())
+    assert "no Python change: the out_shardings text did not check" in render_text("rewrite", "markdown", missing)
+    assert "no Python change: the out_shardings text did not check" in render_text("rewrite", "html", missing)
+    assert json_round_trip("rewrite", missing)["targets"][0]["python_fix_missing"] == why

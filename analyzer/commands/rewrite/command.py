@@ -197,18 +197,22 @@ def _spec_repr(spec) -> str:
 
 
 def _python_fix(lowered, before: TargetReport, after: TargetReport, pinned: dict,
-                roundtrips: tuple[RoundTrip, ...]) -> str | None:
+                roundtrips: tuple[RoundTrip, ...]) -> tuple[str | None, str | None]:
     """The checked out_shardings= text for the pinned shardings: from the real pytrees
     when the program came from a script, else from the result paths where those
     spell the containers (dicts and tuples only). Every sharding is spelled out, as
     lint and suggest spell theirs (``suggest_for``): ``x.sharding`` of an input is
     None on abstract inputs (``jax.eval_shape``'s, a ShapeDtypeStruct given no sharding,
-    placed by the jit's in_shardings), where it would pin nothing."""
+    placed by the jit's in_shardings), where it would pin nothing. (text, None) or (None, why there is none)."""
     intended = [pinned.get(o.index, o.sharding) for o in after.outputs]
     if lowered is None:
-        return out_shardings_text([o.path for o in after.outputs], intended)
+        text = out_shardings_text([o.path for o in after.outputs], intended)
+        return text, None if text is not None else (
+            "the outputs' paths name containers other than dicts and tuples (an attribute key), which only the "
+            "script's own pytrees spell: run rewrite on the script")
     pair_of = {rt.output.index: rt.input.index for rt in roundtrips}
-    return suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of).text
+    out = suggest_for(lowered, tuple(before.inputs), tuple(before.outputs), intended, pair_of)
+    return out.text, out.problem
 
 
 def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Settings, where: str,
@@ -227,7 +231,8 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
                             compile_pinned, display_source)
     applied, after, sig = done.applied, done.after, done.signature
     pinned = {a.index: a.after for a in applied}
-    python_fix = _python_fix(lowered, before, after, pinned, done.roundtrips) if applied else None
+    python_fix, python_fix_missing = (_python_fix(lowered, before, after, pinned, done.roundtrips) if applied
+                                      else (None, None))
     validation = None
     if request.validate and settings.platform in ACCELERATOR_TARGETS:
         validation = Validation(ran=False, reason=f"compiled for {settings.platform} without one: there is nothing to "
@@ -244,6 +249,7 @@ def rewrite_target(name: str, text: str, request: RewriteRequest, settings: Sett
     return RewriteReport(
         name=name, platform=before.platform, out_shardings=applied, before=done.figures_before,
         after=done.figures_after, collective_changes=done.collective_changes, python_fix=python_fix,
+        python_fix_missing=python_fix_missing,
         verdict=done.verdict, remaining=done.remaining, validation=validation,
     )
 

@@ -23,7 +23,7 @@ from typing import Any
 from ....passes.common.sharding_text import named_sharding_text, normalized, pspec_text
 from ....passes.models.report import TensorInfo
 from ...adapter import jax_adapter
-from ...backend.out_shardings import ArgumentTree, argument_names, keys_text, paste_namespace
+from ...backend.out_shardings import ArgumentTree, argument_names, keys_text, paste_namespace, path_table_text
 
 
 def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list[list[str]]]) -> str:
@@ -58,12 +58,10 @@ def build_text(lowered: Any, inputs: tuple[TensorInfo, ...], intended: list[list
             if type(node) is list:
                 return "[" + ", ".join(items) + "]"
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-        if expr is None or not all(inputs[i].path.startswith(expr) for i in leaves):
-            raise ValueError(f"a {type(node).__name__} whose leaves' paths cannot be spelled needs one sharding "
-                             "per leaf")
-        table = ", ".join(f"{inputs[i].path[len(expr):]!r}: {named_sharding_text(intended[i])}" for i in leaves)
-        return (f"jax.tree_util.tree_map_with_path(lambda path, _: {{{table}}}[jax.tree_util.keystr(path)], "
-                f"{expr})")
+        if expr is None:
+            raise ValueError(f"a {type(node).__name__} needs one sharding per leaf, and the argument it is in has "
+                             "no name in the function's signature to map them over")
+        return path_table_text(node, lambda leaf: render(leaf, None, common), expr)
 
     parts = [render(arg, names.get(i)) for i, (_, arg) in enumerate(tree.children(args))]
     return "in_shardings=(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
