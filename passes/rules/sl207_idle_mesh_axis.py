@@ -28,9 +28,10 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     all included. The devices along that axis then hold the same values and
     run the same computation. A step with no batch (one problem) is not
     reported: nothing of it divides over the axis. A step whose arguments
-    are all state it returns (a simulation's particles, split on dimension 0
-    over the other axes) is reported with that state as its batch: its rows
-    divide over the idle axis as a batch's do. Where XLA spends the axis
+    are all state it returns, two arrays or more split on dimension 0 over
+    the other axes (a simulation's positions and momenta), is reported with
+    that state as its batch: its rows divide over the idle axis as a
+    batch's do (one array returned, x -> 2 * x, is not). Where XLA spends the axis
     on resharding collectives instead, SL105's idle-batch finding says so,
     and where another finding's fix puts the axis to use (SL101's weight
     moved onto it, SL203's replicated argument spread over it), that finding
@@ -88,8 +89,10 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     dims = {t.index: batch_dimension(t.shape, t.sharding, ctx.argument_batch_dims.get(t.index, ()), free, sizes)
             for t in candidates}
     written_on_0 = bool(split) and all(not any((t.sharding or [])[1:]) and dims[t.index] == 0 for t in split)
-    if all_state and not written_on_0:
-        return  # state split on another dimension (or nothing split): one problem, nothing of it a batch
+    if all_state and (not written_on_0 or len(split) < 2):
+        # State split on another dimension, or nothing split: one problem, nothing of it a batch. One array
+        # returned (x -> 2 * x) is a function of it, not a simulation's state (positions and momenta together).
+        return
     batch = split if written_on_0 else [t for t in candidates if dims[t.index] is not None]
     if not batch or any(dims[t.index] is None for t in (*batch, *split)):
         return
