@@ -1,7 +1,8 @@
 """A target's fixes compiled and measured, as lint and check show them: the fix-check pipeline
 (``passes/pipelines/fix_checks.py``: its stages and their order), each stage's compiles the analyzer's
 (the parameter fixes, suggest's layout where a finding's own fix failed, the stated layouts, SL102's
-loop weight gathers, the batch that leaves a mesh axis idle)."""
+loop weight gathers, the batch that leaves a mesh axis idle, suggest's single moves for a collective no
+argument explains)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .fix_verdicts import without_fixes_not_measured_better
 from .idle_batch_fixes import check_idle_batch_fixes
 from .layout_fix_checks import check_layout_fixes
 from .loop_weight_gathers import check_loop_weight_gathers
+from .unattributed_reshard_fixes import check_unattributed_reshards
 
 
 def checked_fixes(report: TargetReport, text: str, settings: Settings, where: str, devices: list,
@@ -41,7 +43,8 @@ def checked_fixes(report: TargetReport, text: str, settings: Settings, where: st
         report, stage("parameter-fixes", check_fixes), stage("single-move-rivals", with_rival_moves),
         stage("solver-fixes", with_solver_fixes),
         stage("stated-layout-fixes", check_layout_fixes), stage("loop-weight-gathers", check_loop_weight_gathers),
-        stage("idle-batch-axes", check_idle_batch_fixes))
+        stage("idle-batch-axes", check_idle_batch_fixes),
+        stage("unattributed-reshards", check_unattributed_reshards))
     # The FFT findings' shard_map fixes, after their argument's move was measured (fft_fixes.py); then the
     # findings that stand only where their fix is measured better, without those whose fix is not.
     return without_fixes_not_measured_better(stage("fft-fixes", with_fft_fixes)(checked),

@@ -13,7 +13,9 @@ candidate returns resharded: suggest's measured versions too) as this pipeline's
 6. stated-layout-fixes: a stated layout edited (the rules with ``FixKind.stated_layout``);
 7. loop-weight-gathers: SL102's FSDP fix, a loop body's weight gathered where its matmul reads it, for a
    finding no stage before it checked a fix for;
-8. idle-batch-axes: SL105's finding about a batch that leaves mesh axes idle, the batch on every axis.
+8. idle-batch-axes: SL105's finding about a batch that leaves mesh axes idle, the batch on every axis;
+9. unattributed-reshards: SL105's finding about a collective no argument explains, suggest's single moves
+   onto the collective's mesh axes (or its generic fix marked advice).
 
 Each stage reads and rewrites only the findings of its rules, so the order is the one the
 reports are written in, never a choice of the command."""
@@ -29,7 +31,7 @@ from .pass_manager import Pipeline
 # tried again with suggest's layout, nor its stated layout edited.
 FIX_CHECKS = Pipeline("fix-checks", (
     "entry-signature", "state-roundtrips", "parameter-fixes", "single-move-rivals", "solver-fixes",
-    "stated-layout-fixes", "loop-weight-gathers", "idle-batch-axes",
+    "stated-layout-fixes", "loop-weight-gathers", "idle-batch-axes", "unattributed-reshards",
 ), reads={
     "entry-signature": (), "state-roundtrips": ("entry-signature",),
     "parameter-fixes": ("entry-signature", "state-roundtrips"),
@@ -38,6 +40,7 @@ FIX_CHECKS = Pipeline("fix-checks", (
     "stated-layout-fixes": ("entry-signature", "state-roundtrips", "solver-fixes"),
     "loop-weight-gathers": ("entry-signature", "stated-layout-fixes"),
     "idle-batch-axes": ("entry-signature", "loop-weight-gathers"),
+    "unattributed-reshards": ("entry-signature", "state-roundtrips", "idle-batch-axes"),
 })
 
 # A stage as the analyzer runs it: the report in, the report with the stage's fixes compiled and measured.
@@ -46,11 +49,12 @@ FixStage = Callable[[TargetReport], TargetReport]
 
 def check_fixes(report: TargetReport, parameter_fixes: FixStage, single_move_rivals: FixStage,
                 solver_fixes: FixStage, stated_layout_fixes: FixStage, loop_weight_gathers: FixStage,
-                idle_batch_axes: FixStage) -> TargetReport:
+                idle_batch_axes: FixStage, unattributed_reshards: FixStage) -> TargetReport:
     """The report with every stage's fixes checked, in ``FIX_CHECKS``'s order."""
     report = FIX_CHECKS.run("parameter-fixes", parameter_fixes, report)
     report = FIX_CHECKS.run("single-move-rivals", single_move_rivals, report)
     report = FIX_CHECKS.run("solver-fixes", solver_fixes, report)
     report = FIX_CHECKS.run("stated-layout-fixes", stated_layout_fixes, report)
     report = FIX_CHECKS.run("loop-weight-gathers", loop_weight_gathers, report)
-    return FIX_CHECKS.run("idle-batch-axes", idle_batch_axes, report)
+    report = FIX_CHECKS.run("idle-batch-axes", idle_batch_axes, report)
+    return FIX_CHECKS.run("unattributed-reshards", unattributed_reshards, report)

@@ -87,6 +87,8 @@ STAGES: dict[str, str] = {
     "stated-layout-fixes": "the edits of the layouts the program states compiled and measured",
     "loop-weight-gathers": "a loop body's weight gathered where its matmul reads it (SL102), compiled and measured",
     "idle-batch-axes": "the batch on every mesh axis where it leaves one idle (SL105), compiled and measured",
+    "unattributed-reshards": "suggest's single moves onto the axes of a collective no argument explains (SL105), "
+                             "compiled and measured",
     # Once per run, over what no single target holds.
     "targets": "each target's report, from the analyzer's load, lowering and compile",
     "source-parse": "one file of the program parsed",

@@ -27,7 +27,11 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     dimension its matmuls batch over) and leaves it whole, nothing split at
     all included. The devices along that axis then hold the same values and
     run the same computation. A step with no batch (one problem) is not
-    reported: nothing of it divides over the axis. Where XLA spends the axis
+    reported: nothing of it divides over the axis. A step whose arguments
+    are all state it returns, two arrays or more split on dimension 0 over
+    the other axes (a simulation's positions and momenta), is reported with
+    that state as its batch: its rows divide over the idle axis as a
+    batch's do (one array returned, x -> 2 * x, is not). Where XLA spends the axis
     on resharding collectives instead, SL105's idle-batch finding says so,
     and where another finding's fix puts the axis to use (SL101's weight
     moved onto it, SL203's replicated argument spread over it), that finding
@@ -71,6 +75,11 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     sizes = dict(mesh)
     free = [a for a, n in mesh if n > 1]
     candidates = [t for t in ctx.inputs if t.index not in state and t.shape]
+    # Every argument state (a particle simulation's positions and momenta, returned): the state split on
+    # dimension 0 is what divides over the idle axis (jax-md's NVT step on P('p') of a 4x2 mesh, newbie19b F3).
+    all_state = not candidates
+    if all_state:
+        candidates = [t for t in ctx.inputs if t.shape]
     split = [t for t in candidates if any(t.sharding or [])]
     # The batch: each argument's dimension to split over every axis (data_parallel.batch_dimension): the one the
     # step's matmuls batch over (a vmapped batch of problems, where nothing is split and every device computes
@@ -80,6 +89,10 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     dims = {t.index: batch_dimension(t.shape, t.sharding, ctx.argument_batch_dims.get(t.index, ()), free, sizes)
             for t in candidates}
     written_on_0 = bool(split) and all(not any((t.sharding or [])[1:]) and dims[t.index] == 0 for t in split)
+    if all_state and (not written_on_0 or len(split) < 2):
+        # State split on another dimension, or nothing split: one problem, nothing of it a batch. One array
+        # returned (x -> 2 * x) is a function of it, not a simulation's state (positions and momenta together).
+        return
     batch = split if written_on_0 else [t for t in candidates if dims[t.index] is not None]
     if not batch or any(dims[t.index] is None for t in (*batch, *split)):
         return
@@ -87,7 +100,7 @@ def idle_mesh_axis(ctx: RuleContext, out: Emitter) -> None:
     devices = 1
     for a in idle:
         devices *= sizes[a]
-    message = (_message(batch, idle, devices) if written_on_0
+    message = (_message(batch, idle, devices, "state" if all_state else "batch") if written_on_0
                else _vmapped_message(batch, [dims[t.index] or 0 for t in batch], idle, devices, bool(split)))
     out.emit(message, ctx.input_source(batch[0].index),
              fix=batch_fix_text(batch, layouts), why=[IDLE_BATCH_WHY, IDLE_AXES_WHY + ", ".join(idle)],
@@ -115,10 +128,10 @@ def without_covered(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _message(batch: list[TensorInfo], idle: list[str], devices: int) -> str:
+def _message(batch: list[TensorInfo], idle: list[str], devices: int, role: str) -> str:
     axes = ", ".join(f"'{a}'" for a in idle)
     which = "axis" if len(idle) == 1 else "axes"
-    return (f"no argument is split over mesh {which} {axes}: the batch arguments {batch_layouts_text(batch)} are "
+    return (f"no argument is split over mesh {which} {axes}: the {role} arguments {batch_layouts_text(batch)} are "
             f"split on dimension 0 over {batch_axes_text(batch)} only, so the {devices} devices along {axes} hold the "
             f"same values and repeat each other's work ({devices} copies of every op of the step)")
 

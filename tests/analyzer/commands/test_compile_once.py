@@ -226,6 +226,6 @@ def test_value_function_step_compiles_each_fix_candidate_once(cli, monkeypatch, 
               if '"memo": "stage"' in line]
     assert Counter(line["stage"] for line in stages) == {
         s: 2 for s in ("parameter-fixes", "single-move-rivals", "solver-fixes", "stated-layout-fixes",
-                       "loop-weight-gathers", "idle-batch-axes", "fft-fixes")}, stages
+                       "loop-weight-gathers", "idle-batch-axes", "unattributed-reshards", "fft-fixes")}, stages
     assert all(line["cpu"] >= 0 and line["seconds"] >= 0 for line in stages)
     assert all(line["cpu"] > 0 for line in stages if line["stage"] == "parameter-fixes")
