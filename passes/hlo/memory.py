@@ -19,6 +19,7 @@ from ..models.memory_stats import MemoryStats
 from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .copied_values import argument_behind, copied_value
+from .fused_sources import fused_ops_source
 from .module import HloModule
 
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
@@ -189,6 +190,9 @@ def summarize_memory(
                 behind = argument_behind(hlo, copied) if source is None and not argument else None
                 copy_of += f" of argument {behind}" if behind else ""
                 op_name = None if argument else copied.op_name
+            # A fusion whose root XLA made has no line of its own: its fused ops' (theirs carry the user's).
+            if hlo and ins and source is None and copied is None:
+                source, via = fused_ops_source(hlo, ins, lambda op: hlo.attribution_of(op, ownership))
             live.append(LiveBuffer(
                 name=name, bytes=nbytes,
                 shape=list(main.dims) if main else None, dtype=main.dtype if main else None,
