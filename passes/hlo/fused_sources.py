@@ -38,9 +38,10 @@ def fused_ops_source(hlo: HloModule, ins: HloInstruction,
     seen: set[str] = set()
     frontier = [root] if root is not None else []
     while frontier:
-        order += [i for i in frontier if i.name not in seen]
+        order += frontier
         seen.update(i.name for i in frontier)
-        frontier = [fused[o] for i in frontier for o in i.operands if o in fused and o not in seen]
+        # Each op once, though several of the level read it.
+        frontier = list({o: fused[o] for i in frontier for o in i.operands if o in fused and o not in seen}.values())
     order += [i for i in called[0].instructions if i.name not in seen]  # ops the root does not read
     lines = [(i, attribute(i)) for i in order if i.metadata and i.opcode not in _NO_LINE]
     lines = [(i, at) for i, at in lines if at[0] is not None]
