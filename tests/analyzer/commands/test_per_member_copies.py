@@ -167,9 +167,9 @@ def _md_step(r, v):
 
 def test_a_pairwise_tensor_with_a_particles_shape_is_not_a_copy_per_member():
     # newbie19b F4: jax_md's all-pairs displacement vmap(vmap(displacement))(R, R) under grad. Its cotangent
-    # f32[1024,128,3] (or [128,1024,3]) is 1024 x R's per-device [128,3] by shape, but it is the pair tensor: XLA sums it over
-    # the particles on this device to R's shard and over all particles to R's whole shape (the pair's two
-    # sides). No model, no gradient per member: nothing is said.
+    # f32[1024,128,3] (or [128,1024,3]) is 1024 x R's per-device [128,3] by shape, but it is the pair tensor:
+    # XLA sums it over the particles on this device to R's shard and over all particles to R's whole shape (the
+    # pair's two sides). No model, no gradient per member: nothing is said.
     mesh = jax.make_mesh((8,), ("p",), axis_types=(AxisType.Auto,), devices=jax.devices()[:8])
     particles = jax.ShapeDtypeStruct((1024, 3), jnp.float32, sharding=NamedSharding(mesh, P("p")))
     lowered = jax.jit(_md_step).lower(particles, particles)
