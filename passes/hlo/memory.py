@@ -20,6 +20,7 @@ from ..models.report import LiveBuffer, MemorySummary, MemoryTimelinePoint
 from ..source.frames import DEFAULT_OWNERSHIP, CodeOwnership
 from .constant_fills import fill_consumer
 from .copied_values import argument_behind, copied_value
+from .fused_sources import fused_ops_source
 from .module import HloModule
 
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
@@ -195,6 +196,9 @@ def summarize_memory(
                 hlo and ins and source is None and copied is None) else None
             if consumer is not None and hlo is not None:
                 source, via = hlo.attribution_of(consumer, ownership)
+            # A fusion whose root XLA made has no line of its own: its fused ops' (theirs carry the user's).
+            if hlo and ins and source is None and copied is None and consumer is None:
+                source, via = fused_ops_source(hlo, ins, lambda op: hlo.attribution_of(op, ownership))
             live.append(LiveBuffer(
                 name=name, bytes=nbytes,
                 shape=list(main.dims) if main else None, dtype=main.dtype if main else None,

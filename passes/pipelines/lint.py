@@ -97,7 +97,7 @@ LINT = Pipeline("lint", (
     "collectives": ("entry-signature", "hlo-parse"),  # the mesh's axes
     "memory": ("hlo-parse",),
     "state-roundtrips": ("entry-signature",),
-    "per-member-copies": ("entry-signature", "memory", "state-roundtrips"),
+    "per-member-copies": ("entry-signature", "hlo-parse", "memory", "state-roundtrips"),
     # Each pass over the collectives reads the one before it's: intent, origin, pairs, parts, times, site.
     "collective-intent": ("entry-signature", "hlo-parse", "collectives", "state-roundtrips"),
     "collective-origin": ("entry-signature", "hlo-parse", "collective-intent"),
@@ -177,7 +177,8 @@ def analyze_target(
     # Which outputs are inputs coming back: the step's state, whose parameters'
     # gathers and gradient reductions are intended traffic.
     roundtrips = LINT.run("state-roundtrips", correspond, sig_compiled)
-    memory = LINT.run("per-member-copies", mark_member_copies, memory, parameters(inputs, roundtrips), sig.mesh)
+    memory = LINT.run("per-member-copies", mark_member_copies, memory, parameters(inputs, roundtrips), sig.mesh,
+                      hlo)
     collectives = LINT.run("collective-intent", _intents, collectives, hlo, parameters(inputs, roundtrips), sig.mesh,
                            module, config.ownership, inputs)
     collectives = LINT.run("collective-origin", collective_origins, hlo, collectives, inputs, config.ownership,

@@ -84,7 +84,8 @@ def per_member_note(buffers: list[LiveBuffer]) -> str | None:
     if not copies:
         return None
     n = f"{len(copies)} buffers" if len(copies) > 1 else "1 buffer"
-    return (f"{n} live at the peak ({format_bytes(sum(b.bytes for b in copies))}) hold a parameter's per-device "
+    hold = "hold" if len(copies) > 1 else "holds"
+    return (f"{n} live at the peak ({format_bytes(sum(b.bytes for b in copies))}) {hold} a parameter's per-device "
             "shape once per member of a vmap: a function vmapped with the model closed over keeps a gradient "
             "per member in its backward pass. Calling the model on the batched state inside the function "
             "(jax.vmap of the model where it is called) keeps one (advice, not checked).")

@@ -136,7 +136,7 @@ def fitted_table(title: str, columns: list[Column], width: int, caption: str | N
             k = max(wide, key=lambda k: limits[k])
             limits[k] -= 1
             excess -= 1
-    table = Table(title=title, title_justify="left", caption=caption)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for c in cols:
         limit = limits.get(id(c))
         kw = dict(c.kwargs)

@@ -106,6 +106,12 @@ def _summary(t: TargetReport, script_findings: list[Finding] | None = None) -> T
     found = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or none_found(t)
     if from_source:
         found += f" ({', '.join(sorted({f.rule for f in from_source}))} from the script's source, below)"
+    # The script's other source findings are listed below the targets, not in any: the header says so, not
+    # "none" above a warning (newbie19b F6: SL403 on the loop that feeds the step, "findings none").
+    if elsewhere := [f for f in script_findings or [] if f not in from_source]:
+        tally = ", ".join(f"{n} {s.value}" for s in Severity
+                          if (n := sum(1 for f in elsewhere if f.severity == s)))
+        found += f"; the script's source: {tally} ({', '.join(sorted({f.rule for f in elsewhere}))}), below"
     if t.suppressed:
         found += f" ({t.suppressed} suppressed)"
     grid.add_row("findings", found)

@@ -87,7 +87,10 @@ def test_terminal(command):
     # The buffer that is a parameter once per member of a vmap, said so (the optimizer state that mirrors it
     # not named), and the advice under the table.
     assert f"4 x params['{HOSTILE}']'s per-device shape (a per-member copy from vmap)" in " ".join(text.split())
-    assert "1 buffer live at the peak (1.0 MiB) hold" in " ".join(text.split())
+    assert "1 buffer live at the peak (1.0 MiB) holds a parameter's" in " ".join(text.split())
+    # The advice reads as a paragraph under the table: left-justified, not centred (newbie19b F10).
+    [advice] = [line for line in text.splitlines() if "live at the peak (1.0 MiB)" in line]
+    assert advice.startswith("1 buffer live at the peak"), advice
 
 
 def test_run_with_processes_terminal_names_each_process_count():
@@ -118,7 +121,7 @@ def test_html(command):
     assert ("<th>what it is</th><th>source</th>" in page
             and f"<td>4 x params[&#x27;{HOSTILE_HTML}&#x27;]&#x27;s per-device shape (a per-member copy from vmap)"
                 "</td>" in page)
-    assert "1 buffer live at the peak (1.0 MiB) hold a parameter&#x27;s per-device shape" in page
+    assert "1 buffer live at the peak (1.0 MiB) holds a parameter&#x27;s per-device shape" in page
     # The collectives table: bytes, count and per step, each sortable by its number; the op escaped.
     assert ('<td data-v="262144">256.0 KiB</td><td data-v="3">3</td><td data-v="786432">768.0 KiB</td>'
             '<td data-v="0.002">2 ms</td><td>data</td><td>parameter-gather</td>') in page

@@ -143,3 +143,45 @@ def test_a_forward_value_under_vmap_with_a_parameters_shape_and_one_dim_more_is_
     shapes = [tuple(b.shape) for b in report.memory.live_at_peak if b.shape is not None]
     assert (16, 1024, 16) in shapes  # the shape alone would match
     assert all(b.per_member_copy is None for b in report.memory.live_at_peak)
+
+
+BOX = 40.0
+
+
+def _periodic_displacement(a, b):
+    # jax_md's space.periodic: the difference wrapped into the box (its remainder is what vmap's backward adds).
+    return jnp.mod(a - b + BOX * 0.5, BOX) - 0.5 * BOX
+
+
+def _pair_energy(r):
+    dr = jax.vmap(jax.vmap(_periodic_displacement, (None, 0)), (0, None))(r, r)
+    r2 = jnp.sum(dr ** 2, axis=-1)
+    r2 = jnp.where(r2 > 0, r2, 1.0)
+    return 0.5 * jnp.sum(1.0 / r2 ** 6 - 1.0 / r2 ** 3)
+
+
+def _md_step(r, v):
+    v = v - 1e-3 * jax.grad(_pair_energy)(r)
+    return r + 1e-3 * v, v
+
+
+def test_a_pairwise_tensor_with_a_particles_shape_is_not_a_copy_per_member():
+    # newbie19b F4: jax_md's all-pairs displacement vmap(vmap(displacement))(R, R) under grad. Its cotangent
+    # f32[1024,128,3] (or [128,1024,3]) is 1024 x R's per-device [128,3] by shape, but it is the pair tensor:
+    # XLA sums it over the particles on this device to R's shard and over all particles to R's whole shape (the
+    # pair's two sides). No model, no gradient per member: nothing is said.
+    mesh = jax.make_mesh((8,), ("p",), axis_types=(AxisType.Auto,), devices=jax.devices()[:8])
+    particles = jax.ShapeDtypeStruct((1024, 3), jnp.float32, sharding=NamedSharding(mesh, P("p")))
+    lowered = jax.jit(_md_step).lower(particles, particles)
+    text = lowered.compile().as_text()
+    # The pairs on this device first or second (jax 0.10 and 0.12 partition it either way).
+    [(pairs, dims)] = re.findall(r"%(\S+) = f32\[(1024,128|128,1024),3\]\{[\d,]+\} fusion\([^\n]*op_name=\"[^\"]*"
+                                 r"vmap\(vmap\([^\"]*add_any\"", text)
+    sums = {m for m in re.findall(rf"= (f32\[\d+,3\])\{{1,0\}} fusion\(%{re.escape(pairs)}[,)]", text)}
+    assert sums == {"f32[128,3]", "f32[1024,3]"}, sums  # summed over either side: a pair tensor
+
+    report = analyze(lowered, "md")
+    [live] = [b for b in report.memory.live_at_peak if b.name == pairs]
+    # The shape alone would match: 1024 x R's per-device [128,3].
+    assert (live.shape, live.bytes) == ([*map(int, dims.split(",")), 3], 1024 * 128 * 3 * 4)
+    assert all(b.per_member_copy is None for b in report.memory.live_at_peak)
