@@ -6,7 +6,6 @@ The oracle for its figures is XLA: the step compiled here as written, its memory
 import json
 import os
 
-import jax
 import pytest
 from hlo_oracle import xla_peak
 from scripts import script_module
