@@ -31,10 +31,18 @@ def argument_name(path: str) -> str:
 _ROOT = re.compile(r"^[^\[]*(?:\[\d+\])*")
 
 
+# An argument's name and its positional indices, where the leaf's keys are attributes alone (an Equinox
+# module's ``model.embed.weight[0]``, whose whole path _ROOT takes).
+_NAME_ROOT = re.compile(r"^[A-Za-z_]\w*(?:\[\d+\])*")
+
+
 def key_path(path: str) -> str:
     """``opt_state['mu']['embed']`` -> ``['mu']['embed']``; ``result[0]['embed']`` -> ``['embed']``: a leaf's
-    keys below its argument, by which a parameter and the optimizer state that mirrors it match."""
-    return _ROOT.sub("", path, count=1)
+    keys below its argument, by which a parameter and the optimizer state that mirrors it match. A path of
+    attributes alone keeps them below its argument's name: ``model.embed.weight[0]`` -> ``.embed.weight[0]``,
+    which optax's ``opt_state[0].mu.embed.weight[0]`` ends with (haliax, newbie19 F6: one parameter and its two
+    Adam moments were three SL203 findings)."""
+    return _ROOT.sub("", path, count=1) or _NAME_ROOT.sub("", path, count=1)
 
 
 # A layer's index in a path: a string key of digits (flax's ['3']), or an index after layers, blocks or h.
