@@ -257,7 +257,7 @@ def _warnings_only_compile(compile_program: Callable[[], Any], module: ir.Module
         options = compiler.get_compile_options(
             num_replicas=1, num_partitions=num_partitions,
             device_assignment=np.array(devices).reshape(1, num_partitions),
-            env_options_overrides=dict(WARNINGS_ONLY))
+            env_options_overrides=dict[str, Any](WARNINGS_ONLY))
         options.executable_build_options.use_spmd_partitioning = True
         try:
             return compiler.backend_compile_and_load(devices[0].client, module, xc.DeviceList(tuple(devices)),

@@ -1,5 +1,5 @@
 """The fix of SL105's finding about a resharding collective no argument of the step explains (its message ends in
-``NO_ARGUMENT``: no argument is its operand or the weight it serves), compiled: suggest's single moves
+``NO_ARGUMENT`` of SL105's rule: no argument is its operand or the weight it serves), compiled: suggest's single moves
 (advice/moves.py) that put the collective's mesh axes on an argument not split on them, compiled beside the
 program as written, and the one suggest's own rule prefers (``advice.moves.best_move``, then
 ``advice.verdict.advised_version`` against the written shardings) printed with the argument it moves named,
@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import prod
+from typing import cast
 
 from ...passes.common.shapes import array_bytes
 from ...passes.common.sharding_text import pspec_text
 from ...passes.models.fix_check import FixVerdict
 from ...passes.models.report import Finding, TargetReport
-from ...passes.pipelines.catalogue import PARAMETER_FIXES
+from ...passes.models.suggest import Version
 from ...passes.pipelines.entry import entry_signature, state_roundtrips
 from ...passes.pipelines.fix_checks import FIX_CHECKS
 from ...passes.pipelines.suggest import time_resolution
-from ...passes.rules.sl105_unexplained_reshard import NO_ARGUMENT
+from ...passes.pipelines.unattributed_reshards import is_unattributed, without_no_argument
 from ..adapter import jax_adapter
 from ..context.config import Settings
 from ..supervision import isolation
@@ -41,12 +42,6 @@ from .sharding_edits import with_entry_shardings
 MOVES_CHECKED = 3
 # What the rule's generic fix is marked with where no move was measured better (or none could be compiled).
 ADVICE = " (advice, not checked)"
-
-
-def is_unattributed(f: Finding) -> bool:
-    """SL105's finding about one collective no argument explains, its fix not checked by an earlier stage."""
-    # NO_ARGUMENT ends SL105's message alone (a parameter fix's rule), as the idle-batch stage tells its own.
-    return f.rule in PARAMETER_FIXES and f.message.endswith(NO_ARGUMENT) and f.fix_check is None
 
 
 def _bare(label: str) -> str:
@@ -95,7 +90,7 @@ def check_unattributed_reshards(report: TargetReport, text: str, settings: Setti
         axes = frozenset(_bare(a) for a in (c.mesh_axes if c is not None else ()))
         candidates = _moves_onto(moves, inputs, set(axes), sizes)[:MOVES_CHECKED]
         if not candidates:
-            findings[k] = f.model_copy(update={"fix": f.fix + ADVICE})
+            findings[k] = f.model_copy(update={"fix": (f.fix or "") + ADVICE})
             continue
         if axes not in answers:
             isolation.phase(where, "compiling suggest's single moves onto the axes of a collective no argument "
@@ -118,9 +113,11 @@ def _measured(moves: list[Move], report: TargetReport, text: str, module, sig, s
                                           for m, a in ok], time_resolution(settings.solver_device_spec, sig),
                      remats, as_written) if ok else None
     kept = None
-    if best is not None and advised_version([as_written, best[1]], time_resolution(settings.solver_device_spec, sig),
-                                            as_written) is best[1]:
-        kept = moves.index(best[0])
+    if best is not None:
+        chosen = cast(Version, best[1])
+        if advised_version([as_written, chosen], time_resolution(settings.solver_device_spec, sig),
+                           as_written) is chosen:
+            kept = moves.index(best[0])
     return moves, after, kept, baseline(before, sig), sig, remats
 
 
@@ -136,7 +133,7 @@ def _checked(f: Finding, inputs, moves: list[Move], after: list, kept: int | Non
             back = returns_text(0, len(m.results)) if m.results else ""
             return f.model_copy(update={
                 "fix_check": check, "parameter": t.path, "parameter_sharding": t.sharding, "suggested_sharding": spec,
-                "message": f.message.removesuffix(NO_ARGUMENT) + (
+                "message": without_no_argument(f.message) + (
                     f": measured, it comes from {t.path} {pspec_text(t.sharding or [])}: moving that argument alone "
                     "cuts it (suggest's single move, compiled)"),
                 "fix": (f"shard {t.path} as {pspec_text(spec)} instead of {pspec_text(t.sharding or [])}{back} "

@@ -45,13 +45,14 @@ def fused_ops_source(hlo: HloModule, ins: HloInstruction,
     order += [i for i in called[0].instructions if i.name not in seen]  # ops the root does not read
     lines = [(i, attribute(i)) for i in order if i.metadata and i.opcode not in _NO_LINE]
     lines = [(i, at) for i, at in lines if at[0] is not None]
+    assert all(at[0] is not None for _, at in lines)
     if not lines:
         return None, None
     count: dict[tuple[str, int], int] = {}
     for _, (source, _) in lines:
-        key = (source.file, source.line)
+        key = (source.file, source.line) if source is not None else ("", 0)
         count[key] = count.get(key, 0) + 1
     if root is not None and lines[0][0] is root:
         return lines[0][1]
     most = max(count.values())
-    return next(at for _, at in lines if count[(at[0].file, at[0].line)] == most)
+    return next(at for _, at in lines if at[0] is not None and count[(at[0].file, at[0].line)] == most)

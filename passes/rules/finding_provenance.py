@@ -14,7 +14,7 @@ from ..propagation.predicted_communication import FAMILIES, predict
 from ..propagation.report import Propagated, explain, find_values
 from .parameter_advice import moved_off
 from .registry import FixKind, Provenance
-from .sl105_unexplained_reshard import NO_ARGUMENT
+from .reshard_groups import NO_ARGUMENT
 from .table import RULES
 
 MAX_LINES = 6

@@ -20,6 +20,10 @@ from ..models.report import Collective, TensorInfo
 from .context import RuleContext
 from .parameter_advice import moved_off
 
+# The end of a finding's message where no argument reaches the collective's operand; finding_provenance.py
+# replaces it where the propagation chain begins at one.
+NO_ARGUMENT = ": no argument of the step is its operand or the weight it serves"
+
 # A group's key: kind, mesh axes.
 Key = tuple[str, tuple[str, ...]]
 

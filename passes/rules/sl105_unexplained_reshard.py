@@ -20,12 +20,8 @@ from .context import RuleContext
 from .idle_batch_axes import IDLE_BATCH_WHY, idle_batch_claims, idle_batch_finding
 from .parameter_advice import Advice, batch_moves, gathered_dims, off_dims_specs, sharding_advice
 from .registry import Emitter, FixKind, OptionKind, Provenance, RuleOption, RuleTraits, define_rule
-from .reshard_groups import group_finding, small_reshard_groups
+from .reshard_groups import NO_ARGUMENT, group_finding, small_reshard_groups
 from .unknown_loops import may_reach, named, range_text
-
-# The end of a finding's message where no argument reaches the collective's operand; finding_provenance.py
-# replaces it where the propagation chain begins at one.
-NO_ARGUMENT = ": no argument of the step is its operand or the weight it serves"
 
 _ROLE = {
     ParameterRole.operand: "it moves that argument itself",
