@@ -283,7 +283,9 @@ def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(c
                                                                                 monkeypatch):
     """lint's fix checks compare each candidate with lint's own compile of the program (the same module:
     not compiled again from its text), and a candidate's compile is a cache entry keyed by its text: the
-    second lint of the SL105 fixture (one fix, P(None, 'model') on w1) compiles nothing."""
+    second lint of the SL105 fixture (one fix, P(None, 'model') on w1) compiles nothing. The first compiles the
+    program once and five candidates: the rule's fix and suggest's four other single moves of w1, which the
+    single-move-rivals stage compares with it (another argument holds the mesh axis w1 holds)."""
     monkeypatch.delenv("JAX_SHARD_LINT_NO_FIX_CHECK", raising=False)
     text_compiles = _count_text_compiles(monkeypatch)
     script = os.path.join("fixtures", "scripts", "sl105_unexplained_reshard.py")
@@ -293,8 +295,8 @@ def test_fix_checks_compile_each_candidate_once_and_not_the_program_as_written(c
                            (script, "--target", "contracted"))
     checked = [f["fix_check"] for t in json.loads(first)["targets"] for f in t["findings"] if f["fix_check"]]
     assert [c["verdict"] for c in checked] == ["better"], checked
-    assert counts == [(2, 1)], "lint's compile and the one candidate's, nothing else"
-    assert compiles["n"] == 2 and second == first
+    assert counts == [(6, 5)], "lint's compile and the five candidates', nothing else"
+    assert compiles["n"] == 6 and second == first
 
 
 def test_check_on_a_snapshot_reads_the_fix_candidates_lint_compiled(cli, cache_dir, compiles, monkeypatch,
