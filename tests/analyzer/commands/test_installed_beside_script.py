@@ -8,24 +8,12 @@ of the cumsum and the library line it comes from are read from ``compiled.as_tex
 
 import json
 import os
-import re
 import sys
 import textwrap
 
-import jax
-import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
+from installed_library import LIBRARY, assert_one_gather_at_the_library_line
 
 from jax_shard_lint.analyzer.inputs.files import folders_beside, installed_folders
-
-_LIBRARY = '''
-import jax.numpy as jnp
-
-
-def running_total(x):
-    return jnp.cumsum(x, axis=0)  # reads along the rows the caller shards
-'''
 
 _HELPER = '''
 def scaled(params, x):
@@ -62,7 +50,7 @@ def _project(tmp_path):
     (the package and its dist-info, whose RECORD lists the package)."""
     site = tmp_path / "site"
     (site / "tinylib").mkdir(parents=True)
-    (site / "tinylib" / "__init__.py").write_text(textwrap.dedent(_LIBRARY))
+    (site / "tinylib" / "__init__.py").write_text(textwrap.dedent(LIBRARY))
     info = site / "tinylib-1.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text("tinylib/__init__.py,sha256=x,10\ntinylib-1.0.dist-info/RECORD,,\n")
@@ -82,20 +70,10 @@ def test_a_library_the_script_puts_on_its_path_is_a_library_and_paths_read_one_w
     assert str(site) not in sys.path
     assert installed_folders(folders_beside((str(tmp_path),))) == (str(site / "tinylib"),)
 
-    # XLA: one all-gather of the whole f32[4096,1024] for the cumsum, which the library line asks for.
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("tinylib", "helpers"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    sys.path.insert(0, str(site))
-    try:
-        import tinylib
-    finally:
-        sys.path.remove(str(site))
-    mesh = jax.make_mesh((8,), ("rows",), axis_types=(AxisType.Auto,))
-    x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32, sharding=NamedSharding(mesh, P("rows", None)))
-    text = jax.jit(lambda v: tinylib.running_total(v) * 2.0).lower(x).compile().as_text()
-    gathers = [line for line in text.splitlines() if re.search(r"= f32\[4096,1024\]\S* all-gather\(", line)]
-    assert len(gathers) == 1 and "tinylib/__init__.py" in text
+    assert_one_gather_at_the_library_line(site)
 
     monkeypatch.chdir(tmp_path)  # as the newcomer ran it: from the script's folder
     monkeypatch.delitem(sys.modules, "tinylib", raising=False)

@@ -9,25 +9,13 @@ from ``compiled.as_text()``."""
 
 import json
 import os
-import re
 import sys
 import textwrap
 
-import jax
-import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
+from installed_library import LIBRARY, assert_one_gather_at_the_library_line
 
 from jax_shard_lint.analyzer.backend.cached_analysis import settings_parts
 from jax_shard_lint.analyzer.context.config import Settings
-
-_LIBRARY = '''
-import jax.numpy as jnp
-
-
-def running_total(x):
-    return jnp.cumsum(x, axis=0)  # reads along the rows the caller shards
-'''
 
 _SHIM = '''
 import os
@@ -62,7 +50,7 @@ def _project(tmp_path):
     """progs/step.py and its shim; tinylib as pip --target writes it into site/, beside progs/, not under it."""
     site = tmp_path / "site"
     (site / "tinylib").mkdir(parents=True)
-    (site / "tinylib" / "__init__.py").write_text(textwrap.dedent(_LIBRARY))
+    (site / "tinylib" / "__init__.py").write_text(textwrap.dedent(LIBRARY))
     info = site / "tinylib-1.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text("tinylib/__init__.py,sha256=x,10\ntinylib-1.0.dist-info/RECORD,,\n")
@@ -85,17 +73,7 @@ def test_a_library_the_script_puts_on_its_path_from_outside_its_folder_is_a_libr
     for name in ("tinylib", "shim"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
-    # XLA: one all-gather of the whole f32[4096,1024] for the cumsum, at the library's line.
-    sys.path.insert(0, str(site))
-    try:
-        import tinylib
-    finally:
-        sys.path.remove(str(site))
-    mesh = jax.make_mesh((8,), ("rows",), axis_types=(AxisType.Auto,))
-    x = jax.ShapeDtypeStruct((4096, 1024), jnp.float32, sharding=NamedSharding(mesh, P("rows", None)))
-    text = jax.jit(lambda v: tinylib.running_total(v) * 2.0).lower(x).compile().as_text()
-    gathers = [line for line in text.splitlines() if re.search(r"= f32\[4096,1024\]\S* all-gather\(", line)]
-    assert len(gathers) == 1 and "tinylib/__init__.py" in text
+    assert_one_gather_at_the_library_line(site)
     monkeypatch.delitem(sys.modules, "tinylib", raising=False)
 
     monkeypatch.chdir(progs)  # as the newcomer ran it: from the script's folder
