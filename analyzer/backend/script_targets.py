@@ -70,8 +70,9 @@ def load_script(script: str, params_text: Sequence[str], settings: Settings) -> 
     path_before = tuple(sys.path)
     entry, where = load_entry(script)
     if tuple(sys.path) != path_before:
-        # The script put folders on its import path itself (``sys.path.insert(0, "../site")``): the libraries
-        # pip installed there are libraries too, so whose code a frame is is decided again (a copy remakes it).
+        # The import changed the import path (the script's folder, and any folder the script inserts itself,
+        # ``sys.path.insert(0, "../site")``): the libraries pip installed there are libraries too, so whose code a
+        # frame is is decided again (a copy remakes it; the folders' listings are cached).
         settings = replace(settings)
     return LoadedScript(entry, where, parse_params(list(params_text)), settings, devices, gpu_count)
 
